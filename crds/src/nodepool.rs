@@ -1,0 +1,288 @@
+//! `NodePool`: Karpenter's v1 NodePool, namespaced, plus `spec.clusterName` (the workload cluster served).
+//!
+//! Owns the API shape, Karpenter's defaults and every check a CRD schema or CEL rule can express, so
+//! that a management cluster without the webhook still rejects bad pools. Must not hold decision
+//! logic (budgets at runtime, limits accounting): those are pure functions elsewhere.
+
+use std::collections::BTreeMap;
+
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{Condition, NodeClassReference, NodeSelectorRequirement, ResourceMap, Taint};
+
+/// Default `expireAfter`: 30 days, as upstream.
+pub const DEFAULT_EXPIRE_AFTER: &str = "720h";
+/// Default `consolidateAfter`, as upstream.
+pub const DEFAULT_CONSOLIDATE_AFTER: &str = "0s";
+/// Default budget, as upstream.
+pub const DEFAULT_BUDGET_NODES: &str = "10%";
+
+/// A NodePool sets constraints on the nodes the hub may create for one workload cluster, and on the pods
+/// that can run on them. Field names and semantics follow Karpenter's `karpenter.sh/v1` NodePool, plus
+/// `spec.clusterName`.
+// Repeated `type_ = ...` arguments of `printcolumn(...)` look like duplicated attributes to clippy.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "karpenter.clever-cloud.com",
+    version = "v1alpha1",
+    kind = "NodePool",
+    plural = "nodepools",
+    namespaced,
+    status = "NodePoolStatus",
+    shortname = "np",
+    category = "karpenter",
+    doc = "NodePool is Karpenter's NodePool for one CKE workload cluster: the constraints on the nodes the hub may create there (flavors, labels, taints, limits), and how it may disrupt them.",
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".spec.clusterName",
+        description = "Workload cluster served"
+    ),
+    printcolumn(name = "NodeClass", type_ = "string", json_path = ".spec.template.spec.nodeClassRef.name"),
+    printcolumn(name = "Nodes", type_ = "string", json_path = ".status.resources.nodes"),
+    printcolumn(name = "CPU", type_ = "string", json_path = ".status.resources.cpu"),
+    printcolumn(name = "Memory", type_ = "string", json_path = ".status.resources.memory"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Weight", type_ = "integer", json_path = ".spec.weight", priority = 1),
+    printcolumn(
+        name = "Reachable",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"ClusterReachable\")].reason",
+        priority = 1
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolSpec {
+    /// Name of the workload cluster this pool serves. The hub reaches it through the Secret
+    /// `<clusterName>-kubeconfig` in this namespace (Cluster API convention). Immutable.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("clusterName is immutable: create a new NodePool for another cluster"))]
+    pub cluster_name: String,
+    /// Template of the NodeClaims (and so of the nodes) this pool creates.
+    pub template: NodeClaimTemplate,
+    /// How and when the hub may disrupt (consolidate, replace) this pool's nodes.
+    #[serde(default)]
+    pub disruption: Disruption,
+    /// Ceiling on the resources of all nodes of this pool (`cpu`, `memory`, `nodes`, `pods`, extended resources),
+    /// compared with node capacity. An absent key is unlimited. The hub never creates a node that would take the
+    /// pool above a limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::common::resource_map")]
+    pub limits: Option<ResourceMap>,
+    /// Priority of this pool over others (1–100, higher first). A lower-weight pool is used only when every
+    /// higher-weight pool cannot take a pod. Absent means 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub weight: Option<i32>,
+}
+
+/// Template of the NodeClaims a pool creates.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct NodeClaimTemplate {
+    /// Labels and annotations put on the NodeClaims and their nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMetadata>,
+    /// Specification of the NodeClaims.
+    pub spec: NodeClaimTemplateSpec,
+}
+
+/// Labels and annotations of the template.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+pub struct TemplateMetadata {
+    /// Labels put on every node of the pool. Keys under `karpenter.sh/` (except `karpenter.sh/capacity-type`) and
+    /// `karpenter.clever-cloud.com/` (except `instance-cpu` and `instance-memory`) are reserved for the system, as
+    /// are `karpenter.sh/nodepool` and `kubernetes.io/hostname`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "template_labels")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations put on every node of the pool.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 100))]
+    pub annotations: BTreeMap<String, String>,
+}
+
+fn template_labels(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": 100,
+        "additionalProperties": {"type": "string", "maxLength": 63, "pattern": crate::common::LABEL_VALUE_PATTERN},
+        "x-kubernetes-validations": [
+            {"rule": "self.all(k, k != 'karpenter.sh/nodepool')", "message": "label \"karpenter.sh/nodepool\" is restricted: the hub sets it"},
+            {"rule": "self.all(k, k != 'kubernetes.io/hostname')", "message": "label \"kubernetes.io/hostname\" is restricted: the kubelet sets it"},
+            {"rule": "self.all(k, k == 'karpenter.sh/capacity-type' || !k.find('^([^/]+)').endsWith('karpenter.sh'))", "message": "label domain \"karpenter.sh\" is restricted (only karpenter.sh/capacity-type may be set)"},
+            {"rule": "self.all(k, k in ['karpenter.clever-cloud.com/instance-cpu', 'karpenter.clever-cloud.com/instance-memory'] || !k.find('^([^/]+)').endsWith('karpenter.clever-cloud.com'))", "message": "label domain \"karpenter.clever-cloud.com\" is restricted: it carries the hub's ownership labels"},
+            {"rule": "self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$'))", "message": "label keys must be qualified names ([prefix/]name, e.g. team or example.com/team)"}
+        ]
+    })
+}
+
+/// Specification of the NodeClaims a pool creates.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.taints) || !has(self.startupTaints) || self.taints.all(t, !self.startupTaints.exists(s, s.key == t.key && s.effect == t.effect))").message("a taint key and effect may appear only once across taints and startupTaints"))]
+pub struct NodeClaimTemplateSpec {
+    /// Taints put on every node of the pool; pods must tolerate them to land there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key", "effect"]))]
+    pub taints: Vec<Taint>,
+    /// Taints put on a node when it registers and expected to be removed by another agent (e.g. a CNI or a
+    /// device plugin) once the node is ready. Pods need not tolerate them to be provisioned for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key", "effect"]))]
+    pub startup_taints: Vec<Taint>,
+    /// Requirements that constrain the nodes of the pool (flavor, zone, capacity type, your own labels). A node
+    /// must satisfy all of them.
+    #[schemars(length(max = 100))]
+    #[x_kube(
+        validation = Rule::new("self.all(x, x.operator in ['In', 'NotIn'] ? (has(x.values) && size(x.values) != 0) : true)").message("requirements with operator In or NotIn must list at least one value"),
+        validation = Rule::new("self.all(x, x.operator in ['Exists', 'DoesNotExist'] ? (!has(x.values) || size(x.values) == 0) : true)").message("requirements with operator Exists or DoesNotExist must not list values"),
+        validation = Rule::new("self.all(x, x.operator in ['Gt', 'Lt', 'Gte', 'Lte'] ? (has(x.values) && size(x.values) == 1 && x.values[0].matches('^[0-9]+$')) : true)").message("requirements with operator Gt, Lt, Gte or Lte must have a single non-negative integer value"),
+        validation = Rule::new("self.all(x, (x.operator == 'In' && has(x.minValues)) ? (has(x.values) && size(x.values) >= x.minValues) : true)").message("requirements with minValues must list at least minValues values"),
+        validation = Rule::new("self.all(x, x.key != 'karpenter.sh/nodepool')").message("requirement key \"karpenter.sh/nodepool\" is restricted: the hub sets it"),
+        validation = Rule::new("self.all(x, x.key != 'kubernetes.io/hostname')").message("requirement key \"kubernetes.io/hostname\" is restricted"),
+        validation = Rule::new("self.all(x, x.key == 'karpenter.sh/capacity-type' || !x.key.find('^([^/]+)').endsWith('karpenter.sh'))").message("label domain \"karpenter.sh\" is restricted (only karpenter.sh/capacity-type may be required)"),
+        validation = Rule::new("self.all(x, x.key in ['karpenter.clever-cloud.com/instance-cpu', 'karpenter.clever-cloud.com/instance-memory'] || !x.key.find('^([^/]+)').endsWith('karpenter.clever-cloud.com'))").message("label domain \"karpenter.clever-cloud.com\" is restricted (only instance-cpu and instance-memory may be required)"),
+        validation = Rule::new("self.all(x, (x.key == 'karpenter.sh/capacity-type' && x.operator == 'In') ? (has(x.values) && x.values.filter(v, v in ['on-demand', 'spot', 'reserved']).size() >= (has(x.minValues) ? x.minValues : 1)) : true)").message("karpenter.sh/capacity-type In must list known capacity types (on-demand, spot, reserved), at least minValues of them")
+    )]
+    pub requirements: Vec<NodeSelectorRequirement>,
+    /// The `CleverNodeClass` (same namespace) giving the Clever-specific node settings. `group` and `kind` are
+    /// immutable; changing `name` replaces the nodes (drift).
+    #[x_kube(
+        validation = Rule::new("self.group == oldSelf.group").message("nodeClassRef.group is immutable"),
+        validation = Rule::new("self.kind == oldSelf.kind").message("nodeClassRef.kind is immutable")
+    )]
+    pub node_class_ref: NodeClassReference,
+    /// How long a node may live before the hub replaces it (`720h` by default; `Never` disables expiry). Expiry is
+    /// forceful: it ignores disruption budgets.
+    #[serde(default = "default_expire_after")]
+    #[schemars(regex(pattern = r"^(([0-9]+(s|m|h))+|Never)$"))]
+    pub expire_after: String,
+    /// How long a draining node may wait for its pods (PDBs, do-not-disrupt) before they are deleted forcefully.
+    /// Unset means wait forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(s|m|h))+$"))]
+    pub termination_grace_period: Option<String>,
+}
+
+fn default_expire_after() -> String {
+    DEFAULT_EXPIRE_AFTER.to_string()
+}
+
+/// Which nodes may be consolidated.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ConsolidationPolicy {
+    /// Only nodes without workload pods are removed.
+    WhenEmpty,
+    /// Empty nodes are removed, and under-used nodes are removed or replaced by cheaper ones.
+    #[default]
+    WhenEmptyOrUnderutilized,
+    /// Like `WhenEmptyOrUnderutilized`, but a move must save enough relative to the disruption it causes.
+    Balanced,
+}
+
+/// Disruption settings of a pool.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Disruption {
+    /// Which nodes may be consolidated: `WhenEmpty`, `WhenEmptyOrUnderutilized` (default) or `Balanced`.
+    #[serde(default)]
+    pub consolidation_policy: ConsolidationPolicy,
+    /// How long a node must have seen no pod scheduled or removed before it may be consolidated (`0s` by default;
+    /// `Never` disables consolidation, including of empty nodes).
+    #[serde(default = "default_consolidate_after")]
+    #[schemars(regex(pattern = r"^(([0-9]+(s|m|h))+|Never)$"))]
+    pub consolidate_after: String,
+    /// How many nodes may be disrupted at once, possibly per reason and time window. When no budget applies, at
+    /// most 10 % of the nodes are disrupted at once.
+    #[serde(default = "default_budgets")]
+    #[schemars(length(max = 50))]
+    #[x_kube(validation = Rule::new("self.all(x, has(x.schedule) == has(x.duration))").message("a budget's schedule and duration must be set together"))]
+    pub budgets: Vec<Budget>,
+}
+
+impl Default for Disruption {
+    fn default() -> Self {
+        Self {
+            consolidation_policy: ConsolidationPolicy::default(),
+            consolidate_after: default_consolidate_after(),
+            budgets: default_budgets(),
+        }
+    }
+}
+
+fn default_consolidate_after() -> String {
+    DEFAULT_CONSOLIDATE_AFTER.to_string()
+}
+
+fn default_budgets() -> Vec<Budget> {
+    vec![Budget { nodes: DEFAULT_BUDGET_NODES.to_string(), schedule: None, duration: None, reasons: None }]
+}
+
+/// Reason for a voluntary disruption, as budgets select them.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+pub enum DisruptionReason {
+    /// A node without workload pods.
+    Empty,
+    /// A node that no longer matches its pool or node class.
+    Drifted,
+    /// A node whose pods fit elsewhere or on a cheaper node.
+    Underutilized,
+}
+
+/// A disruption budget.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+pub struct Budget {
+    /// Nodes that may be disrupted at once: a count (`3`) or a percentage of the pool's nodes (`10%`, rounded up).
+    #[serde(default = "default_budget_nodes")]
+    #[schemars(regex(pattern = r"^((100|[0-9]{1,2})%|[0-9]+)$"))]
+    pub nodes: String,
+    /// When the budget starts to apply: a 5-field cron expression in UTC (`0 9 * * 1-5`) or a macro (`@daily`,
+    /// `@hourly`, ...). Time-zone prefixes are not supported. Requires `duration`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(
+        pattern = r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((.+)\s(.+)\s(.+)\s(.+)\s(.+))$"
+    ))]
+    #[x_kube(validation = Rule::new("!self.startsWith('CRON_TZ=') && !self.startsWith('TZ=')").message("schedules are always UTC: remove the time-zone prefix"))]
+    pub schedule: Option<String>,
+    /// How long the budget applies after each `schedule` time, in hours and/or minutes (`8h`, `90m`, `1h30m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$"))]
+    pub duration: Option<String>,
+    /// Disruption reasons the budget limits (`Empty`, `Drifted`, `Underutilized`); absent means all. Expiry is
+    /// not a reason: it ignores budgets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 3))]
+    pub reasons: Option<Vec<DisruptionReason>>,
+}
+
+fn default_budget_nodes() -> String {
+    DEFAULT_BUDGET_NODES.to_string()
+}
+
+/// Observed state of a NodePool.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolStatus {
+    /// Sum of the capacity of the pool's nodes that are not being deleted, with `nodes` their count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::common::status_resource_map")]
+    pub resources: Option<ResourceMap>,
+    /// Number of the pool's nodes that are not being deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<i64>,
+    /// Generation of the node class last seen by the hub for this pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_class_observed_generation: Option<i64>,
+    /// `ValidationSucceeded`, `NodeClassReady`, `ClusterReachable` (reason `SecretMissing`, `InvalidKubeconfig`,
+    /// `Unauthorized`, `Unreachable`, `NodeGroupAPINotServed`, `Syncing` or `Connected`), `NodeRegistrationHealthy`
+    /// and the root `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::common::conditions")]
+    pub conditions: Vec<Condition>,
+}

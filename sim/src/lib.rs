@@ -1,0 +1,5 @@
+//! The simulated world: what the hub's tests, benchmarks and `sandbox` run against when no real
+//! Kubernetes or CKE is at hand. It must behave like kube-apiserver and CKE for everything the hub
+//! relies on; the conformance suite keeps it honest.
+
+pub mod schema;
