@@ -1,0 +1,235 @@
+//! `sim::clock`: the time source of the simulated world, so simulated delays cost no wall time in
+//! tests.
+//!
+//! Owns: [`Clock`], either real (wall clock + `tokio::time::sleep`) or manual (time moves only when a
+//! test calls [`Clock::advance`] / [`Clock::set`], and sleepers wake when it passes their deadline).
+//! Must not do: scheduling of work, randomness (see [`SeededRng`]) or anything else with side
+//! effects; it only tells the time and waits for it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::oneshot;
+
+/// A clock: real or manual. Cheap to clone; clones share the same time.
+#[derive(Clone, Debug)]
+pub struct Clock {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Real,
+    Manual(Mutex<Manual>),
+}
+
+#[derive(Debug)]
+struct Manual {
+    now: DateTime<Utc>,
+    /// Sleepers keyed by (deadline, sequence number).
+    sleepers: BTreeMap<(DateTime<Utc>, u64), oneshot::Sender<()>>,
+    seq: u64,
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::real()
+    }
+}
+
+impl Clock {
+    /// The wall clock.
+    pub fn real() -> Clock {
+        Clock { inner: Arc::new(Inner::Real) }
+    }
+
+    /// A manual clock starting at `start`: time only moves with [`Clock::advance`] or [`Clock::set`].
+    pub fn manual(start: DateTime<Utc>) -> Clock {
+        Clock { inner: Arc::new(Inner::Manual(Mutex::new(Manual { now: start, sleepers: BTreeMap::new(), seq: 0 }))) }
+    }
+
+    /// A manual clock starting at a fixed, arbitrary instant (2026-01-01T00:00:00Z), for deterministic tests.
+    pub fn manual_default() -> Clock {
+        Clock::manual(DateTime::<Utc>::from_timestamp(1_767_225_600, 0).unwrap_or_default())
+    }
+
+    /// Whether this clock is manual.
+    pub fn is_manual(&self) -> bool {
+        matches!(*self.inner, Inner::Manual(_))
+    }
+
+    /// The current time.
+    pub fn now(&self) -> DateTime<Utc> {
+        match &*self.inner {
+            Inner::Real => Utc::now(),
+            Inner::Manual(m) => lock(m).now,
+        }
+    }
+
+    /// Waits until `d` has elapsed on this clock. With a manual clock this returns once the clock has
+    /// been advanced past the deadline (immediately for a zero duration).
+    pub async fn sleep(&self, d: Duration) {
+        match &*self.inner {
+            Inner::Real => tokio::time::sleep(d).await,
+            Inner::Manual(m) => {
+                let rx = {
+                    let mut g = lock(m);
+                    let deadline = g.now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+                    if deadline <= g.now {
+                        return;
+                    }
+                    let (tx, rx) = oneshot::channel();
+                    g.seq += 1;
+                    let seq = g.seq;
+                    g.sleepers.insert((deadline, seq), tx);
+                    rx
+                };
+                // A dropped sender (clock dropped) also ends the wait.
+                let _ = rx.await;
+            }
+        }
+    }
+
+    /// Waits until the clock reads `at` or later.
+    pub async fn sleep_until(&self, at: DateTime<Utc>) {
+        let now = self.now();
+        if at > now {
+            self.sleep((at - now).to_std().unwrap_or_default()).await;
+        }
+    }
+
+    /// Moves a manual clock forward by `d`, waking every sleeper whose deadline has passed.
+    /// No effect on a real clock.
+    pub fn advance(&self, d: Duration) {
+        if let Inner::Manual(m) = &*self.inner {
+            let now = lock(m).now;
+            self.set(now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX));
+        }
+    }
+
+    /// Sets a manual clock to `t` (never backwards), waking every sleeper whose deadline has passed.
+    /// No effect on a real clock.
+    pub fn set(&self, t: DateTime<Utc>) {
+        if let Inner::Manual(m) = &*self.inner {
+            let mut g = lock(m);
+            if t > g.now {
+                g.now = t;
+            }
+            let now = g.now;
+            let later = g.sleepers.split_off(&(now, u64::MAX));
+            let due = std::mem::replace(&mut g.sleepers, later);
+            drop(g);
+            for (_, tx) in due {
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    /// Number of tasks currently sleeping on a manual clock (0 for a real clock): lets a test wait
+    /// until the simulation is idle before advancing time.
+    pub fn sleepers(&self) -> usize {
+        match &*self.inner {
+            Inner::Real => 0,
+            Inner::Manual(m) => lock(m).sleepers.len(),
+        }
+    }
+
+    /// The earliest deadline anyone sleeps until on a manual clock.
+    pub fn next_deadline(&self) -> Option<DateTime<Utc>> {
+        match &*self.inner {
+            Inner::Real => None,
+            Inner::Manual(m) => lock(m).sleepers.keys().next().map(|(t, _)| *t),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A small deterministic pseudo-random generator (SplitMix64): the simulated world's only source of
+/// randomness, so a seed reproduces a run.
+#[derive(Clone, Debug)]
+pub struct SeededRng {
+    state: u64,
+}
+
+impl SeededRng {
+    /// A generator for `seed`.
+    pub fn new(seed: u64) -> SeededRng {
+        SeededRng { state: seed }
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A float in `[0, 1)`.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// An integer in `[0, n)` (`0` when `n == 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next_u64() % n }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn manual_sleep_wakes_only_when_advanced_past_deadline() {
+        let clock = Clock::manual_default();
+        let start = clock.now();
+        let c = clock.clone();
+        let task = tokio::spawn(async move {
+            c.sleep(Duration::from_secs(10)).await;
+            c.now()
+        });
+        // Wait (bounded) until the task is registered as a sleeper.
+        for _ in 0..1000 {
+            if clock.sleepers() == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(clock.sleepers(), 1);
+        clock.advance(Duration::from_secs(9));
+        tokio::task::yield_now().await;
+        assert!(!task.is_finished());
+        clock.advance(Duration::from_secs(1));
+        let woke = tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
+        assert_eq!(woke - start, chrono::Duration::seconds(10));
+        assert_eq!(clock.sleepers(), 0);
+    }
+
+    #[tokio::test]
+    async fn zero_sleep_returns_immediately_and_set_never_goes_back() {
+        let clock = Clock::manual_default();
+        clock.sleep(Duration::ZERO).await;
+        let t = clock.now();
+        clock.set(t - chrono::Duration::seconds(5));
+        assert_eq!(clock.now(), t);
+    }
+
+    #[test]
+    fn seeded_rng_is_deterministic() {
+        let mut a = SeededRng::new(7);
+        let mut b = SeededRng::new(7);
+        let xs: Vec<u64> = (0..5).map(|_| a.next_u64()).collect();
+        let ys: Vec<u64> = (0..5).map(|_| b.next_u64()).collect();
+        assert_eq!(xs, ys);
+        assert!((0..100).all(|_| a.next_f64() < 1.0));
+        assert!((0..100).all(|_| a.below(3) < 3));
+    }
+}
