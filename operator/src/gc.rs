@@ -1,0 +1,254 @@
+//! Garbage-collection decisions (clever-cloud.md §3.8, hub.md §5), in both directions: NodeGroups
+//! whose NodeClaim is gone, and launched claims whose NodeGroup vanished before registration.
+//!
+//! Owns: the pure rules — which objects are candidates from cached state, and the final verdict
+//! once the caller has re-read the object live. Must not: do the reads or deletes, or run at all
+//! when the cluster is not connected and synced (the gate is [`ClusterView::may_collect`]).
+//! Missing data is never evidence of absence: every "unknown" answer keeps the object.
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::ownership::{Ownership, prove};
+use crds::nodegroup::NodeGroup;
+
+/// Minimum age before anything is collected: a group in its first upstream reconcile, or a claim
+/// that was just launched, is not yet evidence of a leak.
+pub const MIN_AGE: Duration = Duration::from_secs(120);
+
+/// What the caller knows about the cluster when a sweep starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterView {
+    pub connected: bool,
+    /// Every watch listed and synced since the last (re)connect or Secret rotation.
+    pub synced: bool,
+    /// The last list of NodeGroups and NodeClaims succeeded.
+    pub lists_ok: bool,
+}
+
+impl ClusterView {
+    pub fn may_collect(self) -> bool {
+        self.connected && self.synced && self.lists_ok
+    }
+}
+
+/// A live (uncached) read of the NodeClaim a group points to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LiveClaim {
+    Absent,
+    Present {
+        uid: String,
+    },
+    /// The read failed: nothing is known.
+    Unknown,
+}
+
+/// A live (uncached) read of a NodeGroup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LiveGroup {
+    Absent,
+    Present,
+    Unknown,
+}
+
+/// The outcome for one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Delete it (for a group: with a UID precondition on the group just read).
+    Collect { why: String },
+    /// Leave it; nothing to report.
+    Keep,
+    /// Leave it and report it: it carries our labels but fails a proof (event
+    /// `GarbageCollectionRefused`, gauge).
+    Refuse { why: String },
+}
+
+/// Groups worth a live check: owned (or refused, to be reported), not terminating, old enough, and
+/// whose claim the cache does not hold with the same UID. `cached_claim_uid(name)` answers from the
+/// management cluster's cache.
+pub fn orphan_candidates<'a>(
+    view: ClusterView,
+    groups: &'a [NodeGroup],
+    hub_id: &str,
+    namespace: &str,
+    now: Timestamp,
+    cached_claim_uid: impl Fn(&str) -> Option<String>,
+) -> Vec<(&'a NodeGroup, Ownership)> {
+    if !view.may_collect() {
+        return Vec::new();
+    }
+    groups
+        .iter()
+        .filter(|g| !g.is_terminating() && old_enough(g.metadata.creation_timestamp.as_ref().map(|t| t.0), now))
+        .filter_map(|g| match prove(g, hub_id, namespace) {
+            Ownership::Foreign => None,
+            Ownership::Owned { claim, uid } if cached_claim_uid(&claim).as_deref() == Some(uid.as_str()) => None,
+            o => Some((g, o)),
+        })
+        .collect()
+}
+
+/// The verdict on an orphan candidate, from the ownership re-checked on the group as just re-read
+/// and the live read of its claim.
+pub fn judge_orphan(view: ClusterView, ownership: &Ownership, claim: &LiveClaim) -> Verdict {
+    if !view.may_collect() {
+        return Verdict::Keep;
+    }
+    match (ownership, claim) {
+        (Ownership::Foreign, _) => Verdict::Keep,
+        (Ownership::Refused(why), _) => Verdict::Refuse { why: why.clone() },
+        (Ownership::Owned { .. }, LiveClaim::Unknown) => Verdict::Keep,
+        (Ownership::Owned { claim, .. }, LiveClaim::Absent) => {
+            Verdict::Collect { why: format!("its NodeClaim {claim} no longer exists") }
+        }
+        (Ownership::Owned { claim, uid }, LiveClaim::Present { uid: live }) if live != uid => Verdict::Collect {
+            why: format!("NodeClaim {claim} was recreated (UID {live}, the group was made for {uid})"),
+        },
+        (Ownership::Owned { .. }, LiveClaim::Present { .. }) => Verdict::Keep,
+    }
+}
+
+/// What the caller knows of a claim for the vanished-launch direction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimFacts {
+    pub deleting: bool,
+    pub launched: bool,
+    pub registered: bool,
+    /// `nodeClassRef` names a `CleverNodeClass` (claims of other providers are never ours to judge).
+    pub clever: bool,
+    pub created: Option<Timestamp>,
+}
+
+/// Claims worth a live check of their group: launched, not registered, not deleting, old enough.
+pub fn is_vanish_candidate(view: ClusterView, claim: &ClaimFacts, now: Timestamp) -> bool {
+    view.may_collect()
+        && claim.clever
+        && !claim.deleting
+        && claim.launched
+        && !claim.registered
+        && old_enough(claim.created, now)
+}
+
+/// The verdict on a vanish candidate once its group has been read live.
+pub fn judge_vanished(view: ClusterView, group: &LiveGroup) -> Verdict {
+    match (view.may_collect(), group) {
+        (true, LiveGroup::Absent) => {
+            Verdict::Collect { why: "its NodeGroup vanished before the node registered".to_string() }
+        }
+        _ => Verdict::Keep,
+    }
+}
+
+fn old_enough(created: Option<Timestamp>, now: Timestamp) -> bool {
+    // No creation time means an object we cannot date: never old enough.
+    created.is_some_and(|c| now.duration_since(c).as_secs() >= MIN_AGE.as_secs() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::ownership::ClaimIdentity;
+    use crds::nodegroup::NodeGroupSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use kube::api::ObjectMeta;
+
+    const OK: ClusterView = ClusterView { connected: true, synced: true, lists_ok: true };
+
+    fn now() -> Timestamp {
+        "2026-11-23T10:00:00Z".parse().unwrap()
+    }
+
+    fn group(claim: &str, age_secs: i64) -> NodeGroup {
+        let id = ClaimIdentity {
+            hub_id: "default",
+            namespace: "ns",
+            claim,
+            claim_uid: "uid-1",
+            nodepool: "p",
+            nodeclass: "c",
+        };
+        NodeGroup {
+            metadata: ObjectMeta {
+                name: Some(id.nodegroup_name()),
+                labels: Some(id.labels()),
+                annotations: Some(id.annotations("h")),
+                creation_timestamp: Some(Time(now() - k8s_openapi::jiff::SignedDuration::from_secs(age_secs))),
+                ..ObjectMeta::default()
+            },
+            spec: NodeGroupSpec { flavor: "M".into(), node_count: 1, labels: None, taints: None },
+            status: None,
+        }
+    }
+
+    #[test]
+    fn nothing_is_a_candidate_unless_the_cluster_is_connected_synced_and_listed() {
+        let groups = [group("a", 600)];
+        for view in [
+            ClusterView { connected: false, ..OK },
+            ClusterView { synced: false, ..OK },
+            ClusterView { lists_ok: false, ..OK },
+        ] {
+            assert!(orphan_candidates(view, &groups, "default", "ns", now(), |_| None).is_empty());
+            let owned = Ownership::Owned { claim: "a".into(), uid: "uid-1".into() };
+            assert_eq!(judge_orphan(view, &owned, &LiveClaim::Absent), Verdict::Keep);
+            assert_eq!(judge_vanished(view, &LiveGroup::Absent), Verdict::Keep);
+        }
+        assert_eq!(orphan_candidates(OK, &groups, "default", "ns", now(), |_| None).len(), 1);
+    }
+
+    #[test]
+    fn young_live_foreign_and_terminating_groups_are_not_candidates() {
+        let young = group("a", 60);
+        let live = group("b", 600);
+        let mut terminating = group("c", 600);
+        terminating.metadata.deletion_timestamp = Some(Time(now()));
+        let groups = [young, live, terminating, group("d", 600)];
+        let got = orphan_candidates(OK, &groups, "default", "ns", now(), |c| (c == "b").then(|| "uid-1".to_string()));
+        let names: Vec<_> = got.iter().map(|(g, _)| g.metadata.name.clone().unwrap()).collect();
+        assert_eq!(names.len(), 1);
+        assert!(names[0].starts_with("d-"));
+        assert!(orphan_candidates(OK, &groups, "other", "ns", now(), |_| None).is_empty());
+        assert!(orphan_candidates(OK, &groups, "default", "other-ns", now(), |_| None).is_empty());
+    }
+
+    #[test]
+    fn only_a_confirmed_absence_or_a_new_uid_collects() {
+        let owned = Ownership::Owned { claim: "a".into(), uid: "uid-1".into() };
+        assert!(matches!(judge_orphan(OK, &owned, &LiveClaim::Absent), Verdict::Collect { .. }));
+        assert!(matches!(
+            judge_orphan(OK, &owned, &LiveClaim::Present { uid: "uid-2".into() }),
+            Verdict::Collect { why } if why.contains("recreated")
+        ));
+        assert_eq!(judge_orphan(OK, &owned, &LiveClaim::Present { uid: "uid-1".into() }), Verdict::Keep);
+        assert_eq!(judge_orphan(OK, &owned, &LiveClaim::Unknown), Verdict::Keep);
+        let refused = Ownership::Refused("no uid".into());
+        assert!(matches!(judge_orphan(OK, &refused, &LiveClaim::Absent), Verdict::Refuse { .. }));
+    }
+
+    #[test]
+    fn vanished_launches_need_age_launch_without_registration_and_a_live_absence() {
+        let claim = ClaimFacts {
+            deleting: false,
+            launched: true,
+            registered: false,
+            clever: true,
+            created: Some(now() - k8s_openapi::jiff::SignedDuration::from_secs(300)),
+        };
+        assert!(is_vanish_candidate(OK, &claim, now()));
+        assert!(!is_vanish_candidate(OK, &ClaimFacts { registered: true, ..claim.clone() }, now()));
+        assert!(!is_vanish_candidate(OK, &ClaimFacts { deleting: true, ..claim.clone() }, now()));
+        assert!(!is_vanish_candidate(OK, &ClaimFacts { clever: false, ..claim.clone() }, now()));
+        assert!(!is_vanish_candidate(OK, &ClaimFacts { created: None, ..claim.clone() }, now()));
+        assert!(!is_vanish_candidate(
+            OK,
+            &ClaimFacts { created: Some(now() - k8s_openapi::jiff::SignedDuration::from_secs(30)), ..claim },
+            now()
+        ));
+        assert!(matches!(judge_vanished(OK, &LiveGroup::Absent), Verdict::Collect { .. }));
+        assert_eq!(judge_vanished(OK, &LiveGroup::Present), Verdict::Keep);
+        assert_eq!(judge_vanished(OK, &LiveGroup::Unknown), Verdict::Keep);
+    }
+}
