@@ -5,6 +5,7 @@
 //! Everything here is pure data and pure functions shared by the operator and the webhook: no
 //! I/O, no clock, no logging.
 
+pub mod admission;
 pub mod catalog;
 pub mod common;
 pub mod crd;
