@@ -1,7 +1,9 @@
 //! The hub's library: everything `karpenter-hub` runs, in modules named for what they do, so that
 //! integration tests and benchmarks drive the same code as the binary.
 
+pub mod batcher;
 pub mod capacity;
 pub mod gc;
 pub mod kubeconfig;
 pub mod ownership;
+pub mod registration;
