@@ -7,3 +7,4 @@ pub mod gc;
 pub mod kubeconfig;
 pub mod ownership;
 pub mod registration;
+pub mod registry;

@@ -1,0 +1,364 @@
+//! The cluster registry (hub.md §1, §3): the set of workload clusters, each registered by a
+//! `<cluster>-kubeconfig` Secret labelled `cluster.x-k8s.io/cluster-name` in the management cluster.
+//!
+//! Owns: the label-selected Secret watch, one connection task per (namespace, cluster) started,
+//! restarted on rotation and stopped on removal, and the published [`ClusterStatus`] and
+//! [`Connection`] of each. Each cluster's task runs under its own cancellation token, so a slow or
+//! dead cluster never delays another.
+//!
+//! Must not: make decisions about nodes (controllers read the connection and decide), delete
+//! anything when a Secret disappears (claims and groups stay; NodePools report the cluster
+//! missing), or keep kubeconfig bytes anywhere but in `secrecy` wrappers.
+
+mod connection;
+
+use std::{
+    collections::BTreeMap,
+    fmt,
+    sync::{Arc, PoisonError, RwLock},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, Client,
+    runtime::{WatchStreamExt, watcher},
+};
+use secrecy::SecretSlice;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+pub use connection::{Connection, WorkloadCache};
+
+use crate::kubeconfig;
+
+/// Cluster API's label naming the cluster a kubeconfig Secret is for.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+/// The data key holding the kubeconfig.
+pub const KUBECONFIG_KEY: &str = "value";
+
+/// A registered workload cluster: the Secret's namespace and the cluster name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClusterKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for ClusterKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+impl ClusterKey {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self { namespace: namespace.into(), name: name.into() }
+    }
+
+    /// The registration Secret's name.
+    pub fn secret_name(&self) -> String {
+        format!("{}-kubeconfig", self.name)
+    }
+}
+
+/// The `ClusterReachable` reasons of hub.md §4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    SecretMissing,
+    InvalidKubeconfig,
+    Unauthorized,
+    Unreachable,
+    NodeGroupApiNotServed,
+    Syncing,
+    Connected,
+}
+
+impl Phase {
+    /// The condition reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Phase::SecretMissing => "SecretMissing",
+            Phase::InvalidKubeconfig => "InvalidKubeconfig",
+            Phase::Unauthorized => "Unauthorized",
+            Phase::Unreachable => "Unreachable",
+            Phase::NodeGroupApiNotServed => "NodeGroupAPINotServed",
+            Phase::Syncing => "Syncing",
+            Phase::Connected => "Connected",
+        }
+    }
+}
+
+/// What a user sees about one cluster. Never holds credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterStatus {
+    pub phase: Phase,
+    pub message: String,
+}
+
+impl ClusterStatus {
+    fn new(phase: Phase, message: impl Into<String>) -> Self {
+        Self { phase, message: message.into() }
+    }
+}
+
+/// Tunables of the connection lifecycle (hub flags).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub kubeconfig_policy: kubeconfig::Policy,
+    /// Time between health probes (default 10 s).
+    pub probe_interval: Duration,
+    /// Timeout of one probe and of connect/read on the client (default 5 s).
+    pub probe_timeout: Duration,
+    /// Consecutive failed probes before the cluster is marked unreachable (default 5).
+    pub failure_threshold: u32,
+    /// Reconnect back-off bounds.
+    pub reconnect_min: Duration,
+    pub reconnect_max: Duration,
+    /// Only watch Secrets in this namespace (default: all namespaces).
+    pub namespace: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            kubeconfig_policy: kubeconfig::Policy::default(),
+            probe_interval: Duration::from_secs(10),
+            probe_timeout: Duration::from_secs(5),
+            failure_threshold: 5,
+            reconnect_min: Duration::from_secs(1),
+            reconnect_max: Duration::from_secs(60),
+            namespace: None,
+        }
+    }
+}
+
+/// Errors that stop the registry itself (never a single cluster's problem).
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("watching kubeconfig Secrets in the management cluster failed: {0}")]
+    Watch(#[from] watcher::Error),
+}
+
+struct Entry {
+    secret_version: String,
+    cancel: CancellationToken,
+    status: watch::Receiver<ClusterStatus>,
+    connection: watch::Receiver<Option<Arc<Connection>>>,
+}
+
+/// The registry: cheap to clone, shared by every controller.
+#[derive(Clone)]
+pub struct Registry {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    settings: Settings,
+    clusters: RwLock<BTreeMap<ClusterKey, Entry>>,
+    /// Bumped on every status or connection change of any cluster, so controllers can wake up.
+    changes: watch::Sender<u64>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry").field("clusters", &self.clusters()).finish()
+    }
+}
+
+impl Registry {
+    pub fn new(settings: Settings) -> Self {
+        Self {
+            inner: Arc::new(Inner { settings, clusters: RwLock::new(BTreeMap::new()), changes: watch::channel(0).0 }),
+        }
+    }
+
+    /// Registered clusters, sorted.
+    pub fn clusters(&self) -> Vec<ClusterKey> {
+        self.inner.clusters.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect()
+    }
+
+    /// The status of a cluster; `SecretMissing` when it is not registered.
+    pub fn status(&self, key: &ClusterKey) -> ClusterStatus {
+        self.inner.clusters.read().unwrap_or_else(PoisonError::into_inner).get(key).map_or_else(
+            || {
+                ClusterStatus::new(
+                    Phase::SecretMissing,
+                    format!(
+                        "no Secret {}/{} labelled {CLUSTER_NAME_LABEL}={} with the kubeconfig under key `{KUBECONFIG_KEY}`",
+                        key.namespace,
+                        key.secret_name(),
+                        key.name
+                    ),
+                )
+            },
+            |e| e.status.borrow().clone(),
+        )
+    }
+
+    /// The live connection of a cluster, when it is connected (it may still be syncing: check
+    /// [`Connection::is_synced`] before deciding anything).
+    pub fn connection(&self, key: &ClusterKey) -> Option<Arc<Connection>> {
+        self.inner
+            .clusters
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .and_then(|e| e.connection.borrow().clone())
+    }
+
+    /// A receiver that changes whenever any cluster's status or connection changes.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+
+    /// Watch registration Secrets until `shutdown`, then stop every cluster.
+    pub async fn run(&self, mgmt: Client, shutdown: CancellationToken) -> Result<(), RegistryError> {
+        let secrets: Api<Secret> = match &self.inner.settings.namespace {
+            Some(ns) => Api::namespaced(mgmt.clone(), ns),
+            None => Api::all(mgmt.clone()),
+        };
+        // Label-selected: the hub never caches other Secrets, and holds none of them after an event.
+        let config = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
+        let mut events = watcher(secrets, config).default_backoff().boxed();
+        let mut listed: Option<Vec<ClusterKey>> = None;
+        loop {
+            let event = tokio::select! {
+                () = shutdown.cancelled() => break,
+                e = events.next() => e,
+            };
+            match event {
+                None => break,
+                Some(Err(e)) => tracing::warn!(error = %e, "kubeconfig Secret watch failed; retrying"),
+                Some(Ok(watcher::Event::Init)) => listed = Some(Vec::new()),
+                Some(Ok(watcher::Event::InitApply(s))) => {
+                    if let Some(key) = self.apply(&mgmt, &s)
+                        && let Some(l) = listed.as_mut()
+                    {
+                        l.push(key);
+                    }
+                }
+                Some(Ok(watcher::Event::InitDone)) => {
+                    // A relist: clusters whose Secret is no longer there were removed while the watch was down.
+                    if let Some(seen) = listed.take() {
+                        for key in self.clusters() {
+                            if !seen.contains(&key) {
+                                self.remove(&key, "its Secret is gone");
+                            }
+                        }
+                    }
+                }
+                Some(Ok(watcher::Event::Apply(s))) => {
+                    self.apply(&mgmt, &s);
+                }
+                Some(Ok(watcher::Event::Delete(s))) => {
+                    if let Some(key) = registration_key(&s) {
+                        self.remove(&key, "its Secret was deleted");
+                    }
+                }
+            }
+        }
+        for key in self.clusters() {
+            self.remove(&key, "the hub is stopping");
+        }
+        Ok(())
+    }
+
+    /// Start or restart the cluster a Secret registers. Returns its key when the Secret is a registration.
+    fn apply(&self, mgmt: &Client, secret: &Secret) -> Option<ClusterKey> {
+        let key = registration_key(secret)?;
+        let version = secret.metadata.resource_version.clone().unwrap_or_default();
+        if let Some(e) = self.inner.clusters.read().unwrap_or_else(PoisonError::into_inner).get(&key)
+            && e.secret_version == version
+        {
+            return Some(key);
+        }
+        let bytes: Option<SecretSlice<u8>> =
+            secret.data.as_ref().and_then(|d| d.get(KUBECONFIG_KEY)).map(|b| SecretSlice::from(b.0.clone()));
+        let cancel = CancellationToken::new();
+        let (status_tx, status_rx) = watch::channel(ClusterStatus::new(Phase::Syncing, "connecting"));
+        let (conn_tx, conn_rx) = watch::channel(None);
+        let replaced = self.inner.clusters.write().unwrap_or_else(PoisonError::into_inner).insert(
+            key.clone(),
+            Entry { secret_version: version, cancel: cancel.clone(), status: status_rx, connection: conn_rx },
+        );
+        let rotated = replaced.is_some();
+        if let Some(old) = replaced {
+            old.cancel.cancel();
+        }
+        tracing::info!(cluster = %key, rotated, "workload cluster registered; connecting");
+        let task = connection::Task {
+            key: key.clone(),
+            kubeconfig: bytes,
+            settings: self.inner.settings.clone(),
+            mgmt: mgmt.clone(),
+            status: status_tx,
+            connection: conn_tx,
+            changes: self.inner.changes.clone(),
+            cancel,
+        };
+        tokio::spawn(task.run());
+        self.notify();
+        Some(key)
+    }
+
+    fn remove(&self, key: &ClusterKey, why: &str) {
+        let removed = self.inner.clusters.write().unwrap_or_else(PoisonError::into_inner).remove(key);
+        if let Some(e) = removed {
+            e.cancel.cancel();
+            tracing::info!(cluster = %key, why, "workload cluster unregistered; its NodeClaims and NodeGroups are left in place");
+            self.notify();
+        }
+    }
+
+    fn notify(&self) {
+        self.inner.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// The cluster a Secret registers: labelled, and named `<cluster>-kubeconfig` (Cluster API's
+/// convention; a labelled Secret with another name is someone else's and is ignored).
+fn registration_key(secret: &Secret) -> Option<ClusterKey> {
+    let cluster = secret.metadata.labels.as_ref()?.get(CLUSTER_NAME_LABEL)?;
+    let name = secret.metadata.name.as_deref()?;
+    let namespace = secret.metadata.namespace.as_deref()?;
+    if name != format!("{cluster}-kubeconfig") {
+        tracing::debug!(namespace, secret = name, cluster = %cluster, "labelled Secret is not a registration (name is not <cluster>-kubeconfig)");
+        return None;
+    }
+    Some(ClusterKey::new(namespace, cluster.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn secret(name: &str, cluster: Option<&str>) -> Secret {
+        Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("team-a".into()),
+                labels: cluster.map(|c| BTreeMap::from([(CLUSTER_NAME_LABEL.to_string(), c.to_string())])),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_labelled_secrets_named_after_their_cluster_register_it() {
+        assert_eq!(registration_key(&secret("prod-kubeconfig", Some("prod"))), Some(ClusterKey::new("team-a", "prod")));
+        assert_eq!(registration_key(&secret("prod-kubeconfig", None)), None);
+        assert_eq!(registration_key(&secret("prod-ca", Some("prod"))), None);
+    }
+
+    #[test]
+    fn an_unregistered_cluster_reports_the_secret_it_needs() {
+        let r = Registry::new(Settings::default());
+        let s = r.status(&ClusterKey::new("team-a", "prod"));
+        assert_eq!(s.phase, Phase::SecretMissing);
+        assert!(s.message.contains("team-a/prod-kubeconfig"), "{}", s.message);
+    }
+}

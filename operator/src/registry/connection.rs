@@ -1,0 +1,468 @@
+//! One workload cluster's connection lifecycle (hub.md §3): harden the kubeconfig, build the
+//! client, probe, check that NodeGroups are served, start the trimmed watch caches, wait until they
+//! are synced, health-check, and on failure tear everything down and reconnect with back-off.
+//!
+//! Owns: the task of one cluster and its [`Connection`]. Must not: outlive its cancellation token,
+//! log or publish credential bytes, or hand out a connection as synced before every cache is.
+
+use std::{sync::Arc, time::Duration};
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use futures::StreamExt;
+use k8s_openapi::api::{
+    apps::v1::DaemonSet,
+    core::v1::{Node, Pod, Secret},
+    policy::v1::PodDisruptionBudget,
+};
+use kube::{
+    Api, Client, Config, Resource,
+    config::KubeConfigOptions,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, Store},
+        watcher,
+    },
+};
+use secrecy::{ExposeSecret, SecretSlice};
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::{ClusterKey, ClusterStatus, KUBECONFIG_KEY, Phase, Settings};
+use crate::kubeconfig;
+use crds::NodeGroup;
+
+/// The group/version CKE serves NodeGroups under.
+pub const NODEGROUP_API: &str = "api.clever-cloud.com/v1";
+
+/// The watch caches of one workload cluster, trimmed to what the logic reads.
+#[derive(Clone)]
+pub struct WorkloadCache {
+    pub pods: Store<Pod>,
+    pub nodes: Store<Node>,
+    pub nodegroups: Store<NodeGroup>,
+    pub daemonsets: Store<DaemonSet>,
+    pub pdbs: Store<PodDisruptionBudget>,
+}
+
+impl std::fmt::Debug for WorkloadCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkloadCache")
+            .field("pods", &self.pods.len())
+            .field("nodes", &self.nodes.len())
+            .field("nodegroups", &self.nodegroups.len())
+            .field("daemonsets", &self.daemonsets.len())
+            .field("pdbs", &self.pdbs.len())
+            .finish()
+    }
+}
+
+/// A connected workload cluster: its client (for writes and uncached reads) and its caches.
+pub struct Connection {
+    pub key: ClusterKey,
+    pub client: Client,
+    pub cache: WorkloadCache,
+    synced: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("key", &self.key)
+            .field("cache", &self.cache)
+            .field("synced", &self.is_synced())
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Every cache has listed and is being watched. Only then may anything be decided.
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Wait until synced (or the connection ends: returns false).
+    pub async fn wait_synced(&self) -> bool {
+        let mut rx = self.synced.clone();
+        rx.wait_for(|s| *s).await.is_ok()
+    }
+}
+
+pub(super) struct Task {
+    pub key: ClusterKey,
+    pub kubeconfig: Option<SecretSlice<u8>>,
+    pub settings: Settings,
+    pub mgmt: Client,
+    pub status: watch::Sender<ClusterStatus>,
+    pub connection: watch::Sender<Option<Arc<Connection>>>,
+    pub changes: watch::Sender<u64>,
+    pub cancel: CancellationToken,
+}
+
+/// How a session ended.
+enum Ended {
+    /// The hub stops or the Secret changed: end quietly.
+    Cancelled,
+    /// Nothing will change until the Secret does.
+    Fatal(ClusterStatus),
+    /// Try again after a back-off.
+    Retry(ClusterStatus),
+}
+
+impl Task {
+    pub async fn run(mut self) {
+        let mut backoff = self.backoff();
+        loop {
+            let ended = self.session().await;
+            self.connection.send_replace(None);
+            let status = match ended {
+                Ended::Cancelled => return,
+                Ended::Fatal(s) => {
+                    tracing::warn!(cluster = %self.key, reason = s.phase.reason(), message = %s.message, "workload cluster unusable until its Secret changes");
+                    self.publish(s);
+                    self.cancel.cancelled().await;
+                    return;
+                }
+                Ended::Retry(s) => s,
+            };
+            let was_connected = self.status.borrow().phase == Phase::Connected;
+            if was_connected {
+                backoff = self.backoff();
+            }
+            tracing::warn!(cluster = %self.key, reason = status.phase.reason(), message = %status.message, "workload cluster disconnected; reconnecting");
+            let unauthorized = status.phase == Phase::Unauthorized;
+            self.publish(status);
+            // A 401 may mean the credentials were rotated: re-read the Secret before retrying.
+            if unauthorized {
+                self.reread_secret().await;
+            }
+            let delay = backoff.next().unwrap_or(self.settings.reconnect_max);
+            tokio::select! {
+                () = self.cancel.cancelled() => return,
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    fn backoff(&self) -> impl Iterator<Item = Duration> + use<> {
+        ExponentialBuilder::new()
+            .with_min_delay(self.settings.reconnect_min)
+            .with_max_delay(self.settings.reconnect_max)
+            .with_jitter()
+            .without_max_times()
+            .build()
+    }
+
+    fn publish(&self, status: ClusterStatus) {
+        let changed = self.status.send_if_modified(|s| {
+            if *s == status {
+                false
+            } else {
+                *s = status;
+                true
+            }
+        });
+        if changed {
+            self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    async fn reread_secret(&mut self) {
+        let api: Api<Secret> = Api::namespaced(self.mgmt.clone(), &self.key.namespace);
+        match api.get_opt(&self.key.secret_name()).await {
+            Ok(Some(s)) => {
+                let fresh = s.data.as_ref().and_then(|d| d.get(KUBECONFIG_KEY)).map(|b| SecretSlice::from(b.0.clone()));
+                let differs = match (&fresh, &self.kubeconfig) {
+                    (Some(a), Some(b)) => a.expose_secret() != b.expose_secret(),
+                    (a, b) => a.is_some() != b.is_some(),
+                };
+                if differs {
+                    tracing::info!(cluster = %self.key, "kubeconfig Secret changed after a 401; using the new credentials");
+                    self.kubeconfig = fresh;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!(cluster = %self.key, error = %e, "re-reading the kubeconfig Secret failed"),
+        }
+    }
+
+    async fn session(&self) -> Ended {
+        let Some(bytes) = &self.kubeconfig else {
+            return Ended::Fatal(ClusterStatus::new(
+                Phase::InvalidKubeconfig,
+                format!(
+                    "Secret {}/{} has no data key `{KUBECONFIG_KEY}`; put the kubeconfig there",
+                    self.key.namespace,
+                    self.key.secret_name()
+                ),
+            ));
+        };
+        let hardened = match kubeconfig::harden(bytes.expose_secret(), self.settings.kubeconfig_policy) {
+            Ok(h) => h,
+            Err(e) => return Ended::Fatal(ClusterStatus::new(Phase::InvalidKubeconfig, e.to_string())),
+        };
+        let server = hardened.server.clone();
+        let options = KubeConfigOptions { context: Some(hardened.context.clone()), ..KubeConfigOptions::default() };
+        let mut config = match Config::from_custom_kubeconfig(hardened.kubeconfig, &options).await {
+            Ok(c) => c,
+            Err(e) => {
+                return Ended::Fatal(ClusterStatus::new(
+                    Phase::InvalidKubeconfig,
+                    format!("cannot build a client from the kubeconfig: {e}"),
+                ));
+            }
+        };
+        // Connect fast or fail; reads keep kube's default (watches are long polls).
+        config.connect_timeout = Some(self.settings.probe_timeout);
+        let client = match Client::try_from(config) {
+            Ok(c) => c,
+            Err(e) => {
+                return Ended::Fatal(ClusterStatus::new(
+                    Phase::InvalidKubeconfig,
+                    format!("cannot build a client from the kubeconfig: {e}"),
+                ));
+            }
+        };
+        if let Err(s) = self.probe(&client, &server).await {
+            return Ended::Retry(s);
+        }
+        if let Err(s) = nodegroups_served(&client).await {
+            return Ended::Retry(s);
+        }
+        self.publish(ClusterStatus::new(Phase::Syncing, format!("connected to {server}; syncing watches")));
+
+        let watches = self.cancel.child_token();
+        let _stop_watches = watches.clone().drop_guard();
+        let (failures_tx, mut failures) = mpsc::channel::<kube::Error>(16);
+        let (synced_tx, synced_rx) = watch::channel(false);
+        let cache = WorkloadCache {
+            pods: spawn_cache(Api::all(client.clone()), trim_pod, &watches, &failures_tx, &self.key),
+            nodes: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key),
+            nodegroups: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key),
+            daemonsets: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key),
+            pdbs: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key),
+        };
+        let conn = Arc::new(Connection {
+            key: self.key.clone(),
+            client: client.clone(),
+            cache: cache.clone(),
+            synced: synced_rx,
+        });
+        self.connection.send_replace(Some(conn));
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+
+        let ready = async {
+            let (a, b, c, d, e) = tokio::join!(
+                cache.pods.wait_until_ready(),
+                cache.nodes.wait_until_ready(),
+                cache.nodegroups.wait_until_ready(),
+                cache.daemonsets.wait_until_ready(),
+                cache.pdbs.wait_until_ready()
+            );
+            a.is_ok() && b.is_ok() && c.is_ok() && d.is_ok() && e.is_ok()
+        };
+        tokio::select! {
+            () = self.cancel.cancelled() => return Ended::Cancelled,
+            Some(e) = failures.recv() => return Ended::Retry(classify(&e, &server)),
+            ok = ready => if !ok {
+                return Ended::Retry(ClusterStatus::new(Phase::Unreachable, "watch caches stopped before syncing"));
+            },
+        }
+        synced_tx.send_replace(true);
+        self.publish(ClusterStatus::new(Phase::Connected, format!("connected to {server}; watches synced")));
+        tracing::info!(cluster = %self.key, "workload cluster connected and synced");
+
+        let mut consecutive = 0u32;
+        let mut ticker = tokio::time::interval(self.settings.probe_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                () = self.cancel.cancelled() => return Ended::Cancelled,
+                Some(e) = failures.recv() => {
+                    let s = classify(&e, &server);
+                    if s.phase == Phase::Unauthorized {
+                        return Ended::Retry(s);
+                    }
+                    // Other watch errors are retried by the watcher itself; the probe judges health.
+                    tracing::debug!(cluster = %self.key, error = %e, "watch error; the watcher retries");
+                }
+                _ = ticker.tick() => match self.probe(&client, &server).await {
+                    Ok(()) => consecutive = 0,
+                    Err(s) if s.phase == Phase::Unauthorized => return Ended::Retry(s),
+                    Err(s) => {
+                        consecutive += 1;
+                        tracing::debug!(cluster = %self.key, consecutive, message = %s.message, "health probe failed");
+                        if consecutive >= self.settings.failure_threshold {
+                            return Ended::Retry(s);
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    async fn probe(&self, client: &Client, server: &str) -> Result<(), ClusterStatus> {
+        match tokio::time::timeout(self.settings.probe_timeout, client.apiserver_version()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(classify(&e, server)),
+            Err(_) => Err(ClusterStatus::new(
+                Phase::Unreachable,
+                format!("{server} did not answer within {:?}", self.settings.probe_timeout),
+            )),
+        }
+    }
+}
+
+impl ClusterStatus {
+    fn new_unreachable(server: &str, e: &kube::Error) -> Self {
+        ClusterStatus::new(Phase::Unreachable, format!("{server} is unreachable: {e}"))
+    }
+}
+
+fn classify(e: &kube::Error, server: &str) -> ClusterStatus {
+    match e {
+        kube::Error::Api(s) if s.code == 401 || s.code == 403 => ClusterStatus::new(
+            Phase::Unauthorized,
+            format!(
+                "{server} refused the kubeconfig's credentials ({} {}); rotate the token in the Secret",
+                s.code, s.reason
+            ),
+        ),
+        _ => ClusterStatus::new_unreachable(server, e),
+    }
+}
+
+async fn nodegroups_served(client: &Client) -> Result<(), ClusterStatus> {
+    let missing = || {
+        ClusterStatus::new(
+            Phase::NodeGroupApiNotServed,
+            format!("the cluster does not serve nodegroups.{NODEGROUP_API}: is it a CKE cluster?"),
+        )
+    };
+    match client.list_api_group_resources(NODEGROUP_API).await {
+        Ok(list) if list.resources.iter().any(|r| r.name == "nodegroups") => Ok(()),
+        Ok(_) => Err(missing()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Err(missing()),
+        Err(e) => Err(classify(&e, "the API server")),
+    }
+}
+
+/// Start a reflector for `K` under `cancel`; its errors are forwarded to `failures`.
+fn spawn_cache<K>(
+    api: Api<K>,
+    trim: fn(&mut K),
+    cancel: &CancellationToken,
+    failures: &mpsc::Sender<kube::Error>,
+    key: &ClusterKey,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).modify(trim).default_backoff());
+    let cancel = cancel.clone();
+    let failures = failures.clone();
+    let kind = K::kind(&()).to_string();
+    let key = key.clone();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                next = stream.next() => match next {
+                    None => return,
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        tracing::debug!(cluster = %key, kind, error = %e, "watch error");
+                        if let Some(e) = into_client_error(e) {
+                            let _ = failures.try_send(e);
+                        }
+                    }
+                },
+            }
+        }
+    });
+    store
+}
+
+fn into_client_error(e: watcher::Error) -> Option<kube::Error> {
+    match e {
+        watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => {
+            Some(e)
+        }
+        watcher::Error::WatchError(s) => Some(kube::Error::Api(s)),
+        watcher::Error::NoResourceVersion => None,
+    }
+}
+
+/// Fields no decision reads: server bookkeeping and the last-applied copy of the object.
+fn trim_meta<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// Pods dominate a cluster's cache: keep what scheduling, disruption and termination read
+/// (requests, ports, affinity, tolerations, owner, phase, conditions) and drop the rest.
+fn trim_pod(pod: &mut Pod) {
+    trim_meta(pod);
+    if let Some(spec) = pod.spec.as_mut() {
+        for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+            c.env = None;
+            c.env_from = None;
+            c.command = None;
+            c.args = None;
+            c.liveness_probe = None;
+            c.readiness_probe = None;
+            c.startup_probe = None;
+            c.volume_mounts = None;
+            c.lifecycle = None;
+            c.security_context = None;
+        }
+        spec.ephemeral_containers = None;
+    }
+    if let Some(status) = pod.status.as_mut() {
+        status.container_statuses = None;
+        status.init_container_statuses = None;
+        status.ephemeral_container_statuses = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec};
+
+    #[test]
+    fn pods_are_trimmed_to_what_decisions_read() {
+        let mut pod = Pod {
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "app".into(),
+                    env: Some(vec![EnvVar { name: "PASSWORD".into(), value: Some("x".into()), ..Default::default() }]),
+                    resources: Some(Default::default()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        trim_pod(&mut pod);
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        assert!(c.env.is_none());
+        assert!(c.resources.is_some(), "requests are kept");
+    }
+
+    #[test]
+    fn credentials_errors_are_unauthorized_and_others_unreachable() {
+        let s = kube::core::Status::failure("Unauthorized", "Unauthorized").with_code(401);
+        assert_eq!(classify(&kube::Error::Api(s.boxed()), "https://x").phase, Phase::Unauthorized);
+        let s = kube::core::Status::failure("boom", "InternalError").with_code(500);
+        assert_eq!(classify(&kube::Error::Api(s.boxed()), "https://x").phase, Phase::Unreachable);
+    }
+}
