@@ -1,0 +1,1354 @@
+//! The solve loop (karpenter-semantics §3.3–§3.7, §3.13–§3.15): pods in queue order, each placed on
+//! an existing node, else on a claim opened earlier this round, else on a new claim of the
+//! highest-priority pool that accepts it, relaxing its preferences one step per failed attempt; then
+//! the claims are finished (cheapest options first, truncation, DaemonSet overhead).
+//!
+//! Owns placement decisions. Pure: the same input always gives the same decision.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use crds::labels;
+use crds::quantity::Resources;
+
+use crate::bitset::Bits;
+use crate::daemonsets::{self, DsGroup, DsPod};
+use crate::hostports;
+use crate::instance_types::{TypeInfo, TypeTable, describe_resources, type_meets};
+use crate::intern::{Interner, Key, Val};
+use crate::model::{
+    ClaimOption, Constraints, Decision, HostPort, Input, MinValuesPolicy, NewClaim, NodeAssignment,
+    NodeSelectorRequirement, Operator, Pod, PreferencePolicy, TaintEffect, Toleration, Unschedulable,
+};
+use crate::requirements::{Requirements, ValueSet};
+use crate::taints;
+use crate::topology::{self, Domains, Kind, PodConstraint, Refused, Topology};
+
+/// Decides a round. See the module documentation.
+pub fn solve(input: &Input) -> Decision {
+    let mut s = Solver::new(input);
+    s.run();
+    s.finish()
+}
+
+/// Remaining limits of a pool; `None` is unlimited.
+#[derive(Debug, Clone, Copy)]
+struct Remaining {
+    res: [Option<i64>; 4],
+    nodes: Option<i64>,
+}
+
+impl Remaining {
+    fn admits(&self, cap: &Resources) -> bool {
+        let c = [cap.cpu_millis, cap.memory_bytes, cap.ephemeral_storage_bytes, cap.pods];
+        self.res.iter().zip(c).all(|(r, c)| r.is_none_or(|r| c <= r))
+    }
+
+    fn take(&mut self, cap: &Resources) {
+        let c = [cap.cpu_millis, cap.memory_bytes, cap.ephemeral_storage_bytes, cap.pods];
+        for (r, c) in self.res.iter_mut().zip(c) {
+            if let Some(r) = r {
+                *r = r.saturating_sub(c);
+            }
+        }
+        if let Some(n) = &mut self.nodes {
+            *n -= 1;
+        }
+    }
+
+    fn is_limited(&self) -> bool {
+        self.res.iter().any(Option::is_some)
+    }
+}
+
+struct PoolCtx {
+    input: usize,
+    name: String,
+    template: Requirements,
+    taints: Vec<crate::model::Taint>,
+    table: TypeTable,
+    groups: Vec<DsGroup>,
+    remaining: Remaining,
+    /// Types within the remaining limits (recomputed when a claim opens).
+    within_limits: Bits,
+    /// Why the pool can take no pod at all.
+    unusable: Option<String>,
+    has_prefer_no_schedule: bool,
+}
+
+/// Data shared by pods with equal namespace, labels and constraints.
+struct Class {
+    namespace: String,
+    labels: BTreeMap<String, String>,
+    /// nodeSelector ∧ each required term (OR'ed alternatives).
+    strict: Vec<Requirements>,
+    /// Preferred node-affinity terms, highest weight first.
+    preferred: Vec<Requirements>,
+    tolerations: Vec<Toleration>,
+    host_ports: Vec<HostPort>,
+    /// Own constraints by kind, soft ones ranked by weight.
+    spreads: Vec<PodConstraint>,
+    affinities: Vec<PodConstraint>,
+    antis: Vec<PodConstraint>,
+    /// Inverse groups this class owns (its required anti-affinity).
+    owned_inverse: Vec<usize>,
+    /// Groups counting pods of this class (forward groups) and inverse groups constraining it.
+    selected: Vec<usize>,
+    inverse_selected: Vec<usize>,
+    has_topology: bool,
+    n_soft_affinity: usize,
+    n_soft_anti: usize,
+    n_soft_spread: usize,
+    extended: Vec<String>,
+}
+
+/// A relaxation state (§3.5).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+struct Relax {
+    term: usize,
+    preferred: usize,
+    affinity_dropped: usize,
+    anti_dropped: usize,
+    spread_dropped: usize,
+    tolerate_pns: bool,
+}
+
+struct NodeState {
+    input: usize,
+    labels: Vec<(Key, Val)>,
+    hostname: Val,
+    taints: Vec<crate::model::Taint>,
+    remaining: Resources,
+    ports: Vec<HostPort>,
+    pods: Vec<usize>,
+}
+
+struct Claim {
+    pool: usize,
+    reqs: Requirements,
+    types: Bits,
+    used: Resources,
+    ports: Vec<HostPort>,
+    hostname: Val,
+    pods: Vec<usize>,
+    /// Per-resource max over types of allocatable − overhead − used: quick rejection.
+    headroom: Resources,
+    min_values_relaxed: bool,
+}
+
+/// What a target accepts a pod with.
+struct Accepted {
+    reqs: Requirements,
+    types: Bits,
+    relaxed_min_values: bool,
+}
+
+struct Solver<'a> {
+    input: &'a Input,
+    ints: Interner,
+    n_well_known: Key,
+    hostname_key: Key,
+    zone_key: Key,
+    capacity_type_key: Key,
+    pools: Vec<PoolCtx>,
+    nodes: Vec<NodeState>,
+    claims: Vec<Claim>,
+    /// Claim indices, fewest pods first (ties: opening order).
+    claim_order: Vec<usize>,
+    classes: Vec<Class>,
+    pod_class: Vec<usize>,
+    topo: Topology,
+    domains: HashMap<Key, Domains>,
+    mask_cache: HashMap<(usize, Relax, usize), Bits>,
+    errors: Vec<Option<String>>,
+    placed: Vec<bool>,
+    any_prefer_no_schedule: bool,
+}
+
+fn well_known_keys() -> impl Iterator<Item = &'static str> {
+    labels::WELL_KNOWN.iter().copied()
+}
+
+impl<'a> Solver<'a> {
+    fn new(input: &'a Input) -> Self {
+        let mut ints = Interner::default();
+        for k in well_known_keys() {
+            ints.key(k);
+        }
+        let n_well_known = u32::try_from(labels::WELL_KNOWN.len()).unwrap_or(u32::MAX);
+        let hostname_key = ints.key(labels::HOSTNAME);
+        let zone_key = ints.key(labels::ZONE);
+        let capacity_type_key = ints.key(labels::CAPACITY_TYPE);
+        let mut s = Solver {
+            input,
+            ints,
+            n_well_known,
+            hostname_key,
+            zone_key,
+            capacity_type_key,
+            pools: Vec::new(),
+            nodes: Vec::new(),
+            claims: Vec::new(),
+            claim_order: Vec::new(),
+            classes: Vec::new(),
+            pod_class: Vec::new(),
+            topo: Topology::default(),
+            domains: HashMap::new(),
+            mask_cache: HashMap::new(),
+            errors: vec![None; input.pods.len()],
+            placed: vec![false; input.pods.len()],
+            any_prefer_no_schedule: false,
+        };
+        let ds = daemonsets::prepare(&input.daemonsets, &mut s.ints);
+        s.build_pools(&ds);
+        s.build_nodes(&ds);
+        s.build_classes();
+        s.compute_domains();
+        s.any_prefer_no_schedule = s.pools.iter().any(|p| p.has_prefer_no_schedule)
+            || s.nodes.iter().any(|n| n.taints.iter().any(|t| t.effect == TaintEffect::PreferNoSchedule));
+        s
+    }
+
+    fn well_known(&self) -> impl Fn(Key) -> bool + use<> {
+        let n = self.n_well_known;
+        move |k| k < n
+    }
+
+    // ----- preparation -------------------------------------------------------------------------
+
+    fn build_pools(&mut self, ds: &[DsPod]) {
+        let mut order: Vec<usize> = (0..self.input.pools.len()).collect();
+        // Weight descending, then name descending (§3.3).
+        order.sort_by(|&a, &b| {
+            let (pa, pb) = (&self.input.pools[a], &self.input.pools[b]);
+            pb.weight.cmp(&pa.weight).then_with(|| pb.name.cmp(&pa.name))
+        });
+        let registered = self.ints.key(labels::REGISTERED);
+        let initialized = self.ints.key(labels::INITIALIZED);
+        let true_val = self.ints.val("true");
+        let nodepool_key = self.ints.key(labels::NODEPOOL);
+        for i in order {
+            let pool = &self.input.pools[i];
+            let mut template = Requirements::from_api(&pool.requirements, &mut self.ints);
+            let from_labels = Requirements::from_labels(&pool.labels, &mut self.ints);
+            template = template.intersect(&from_labels, &self.ints);
+            let pool_val = self.ints.val(&pool.name);
+            template.add(nodepool_key, ValueSet::single(pool_val), &self.ints);
+            let mut ds_template = template.clone();
+            ds_template.add(registered, ValueSet::single(true_val), &self.ints);
+            ds_template.add(initialized, ValueSet::single(true_val), &self.ints);
+            let well_known = self.well_known();
+            let mut groups: Vec<DsGroup> = Vec::new();
+            let zone = self.zone_key;
+            let ct = self.capacity_type_key;
+            let mut infos = crate::instance_types::intern_all(&pool.instance_types, &mut self.ints);
+            let mut eliminated = Vec::new();
+            infos.retain_mut(|t| {
+                match keep_type(
+                    t,
+                    &template,
+                    &pool.taints,
+                    ds,
+                    &mut groups,
+                    &self.ints,
+                    &well_known,
+                    &ds_template,
+                    zone,
+                    ct,
+                ) {
+                    Ok((price, group)) => {
+                        t.price = price;
+                        t.ds_group = group;
+                        true
+                    }
+                    Err(reason) => {
+                        eliminated.push(format!("{}: {reason}", t.name));
+                        false
+                    }
+                }
+            });
+            if groups.is_empty() {
+                groups.push(DsGroup::default());
+            }
+            let table = TypeTable::from_types(infos, &self.ints);
+            let unusable = if table.is_empty() {
+                Some(if pool.instance_types.is_empty() {
+                    format!("nodepool {} has no instance types", pool.name)
+                } else {
+                    format!(
+                        "nodepool {} has no compatible instance type ({})",
+                        pool.name,
+                        eliminated.iter().take(6).cloned().collect::<Vec<_>>().join("; ")
+                    )
+                })
+            } else {
+                None
+            };
+            let limit = |l: Option<i64>, used: i64| l.map(|l| l.saturating_sub(used));
+            let remaining = Remaining {
+                res: [
+                    limit(pool.limits.cpu_millis, pool.usage.resources.cpu_millis),
+                    limit(pool.limits.memory_bytes, pool.usage.resources.memory_bytes),
+                    limit(pool.limits.ephemeral_storage_bytes, pool.usage.resources.ephemeral_storage_bytes),
+                    limit(pool.limits.pods, pool.usage.resources.pods),
+                ],
+                nodes: limit(pool.limits.nodes, pool.usage.nodes),
+            };
+            let mut ctx = PoolCtx {
+                input: i,
+                name: pool.name.clone(),
+                template,
+                taints: pool.taints.clone(),
+                within_limits: table.all(),
+                table,
+                groups,
+                remaining,
+                unusable,
+                has_prefer_no_schedule: pool.taints.iter().any(|t| t.effect == TaintEffect::PreferNoSchedule),
+            };
+            refresh_limits(&mut ctx);
+            self.pools.push(ctx);
+        }
+    }
+
+    fn build_nodes(&mut self, ds: &[DsPod]) {
+        let mut order: Vec<usize> = (0..self.input.nodes.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (na, nb) = (&self.input.nodes[a], &self.input.nodes[b]);
+            nb.initialized.cmp(&na.initialized).then_with(|| na.name.cmp(&nb.name))
+        });
+        for i in order {
+            let n = &self.input.nodes[i];
+            let mut lbls: Vec<(Key, Val)> = n
+                .labels
+                .iter()
+                .map(|(k, v)| (self.ints.key(crate::requirements::normalize_key(k)), self.ints.val(v)))
+                .collect();
+            let hostname = match n.labels.get(labels::HOSTNAME) {
+                Some(h) => self.ints.val(h),
+                None => {
+                    let h = self.ints.val(&n.name);
+                    lbls.push((self.hostname_key, h));
+                    h
+                }
+            };
+            lbls.sort_unstable();
+            lbls.dedup_by_key(|(k, _)| *k);
+            let taints: Vec<crate::model::Taint> = if n.managed && !n.initialized {
+                n.taints
+                    .iter()
+                    .filter(|t| {
+                        !taints::is_ephemeral(t)
+                            && !n.startup_taints.iter().any(|s| s.key == t.key && s.effect == t.effect)
+                    })
+                    .cloned()
+                    .collect()
+            } else {
+                n.taints.clone()
+            };
+            let mut used = Resources::ZERO;
+            let mut ports = Vec::new();
+            for p in &n.pods {
+                used += p.requests;
+                ports.extend(p.host_ports.iter().cloned());
+            }
+            let mut missing_ds = Resources::ZERO;
+            for d in ds {
+                let running = n.pods.iter().any(|p| p.daemonset.as_deref() == Some(d.key.as_str()));
+                if !running && daemonsets::compatible_with_node(d, &n.taints, &lbls, &self.ints) {
+                    missing_ds += d.requests;
+                    ports.extend(d.host_ports.iter().cloned());
+                }
+            }
+            let remaining = n.allocatable.saturating_sub(used).saturating_sub(missing_ds.floored_at_zero());
+            self.nodes.push(NodeState { input: i, labels: lbls, hostname, taints, remaining, ports, pods: Vec::new() });
+        }
+    }
+
+    fn build_classes(&mut self) {
+        let input = self.input;
+        let mut index: HashMap<(&str, &BTreeMap<String, String>, &Constraints), usize> = HashMap::new();
+        self.pod_class.reserve(input.pods.len());
+        for pod in &input.pods {
+            let has_topo = pod.constraints.has_topology();
+            // Labels only matter when some group may select them; keying on them always is simpler
+            // and cheap for the usual few labels.
+            let key = (pod.namespace.as_str(), &pod.labels, &pod.constraints);
+            let c = match index.get(&key) {
+                Some(&c) => c,
+                None => {
+                    let c = self.classes.len();
+                    let class = self.build_class(pod, has_topo);
+                    self.classes.push(class);
+                    index.insert(key, c);
+                    c
+                }
+            };
+            self.pod_class.push(c);
+        }
+        // Inverse anti-affinity of running pods.
+        let namespace_labels = &input.namespace_labels;
+        let mut running_inverse: Vec<(usize, usize)> = Vec::new();
+        for (ni, n) in self.nodes.iter().enumerate() {
+            for p in &input.nodes[n.input].pods {
+                if !p.counted {
+                    continue;
+                }
+                for term in &p.anti_affinity {
+                    let id = topology::term_key(
+                        Kind::Inverse,
+                        term,
+                        &p.namespace,
+                        &p.labels,
+                        namespace_labels,
+                        &mut self.ints,
+                    );
+                    let g = self.topo.group(id);
+                    running_inverse.push((g, ni));
+                }
+            }
+        }
+        if self.topo.is_empty() {
+            return;
+        }
+        // Which groups select which classes.
+        for c in &mut self.classes {
+            for (gi, g) in self.topo.groups.iter().enumerate() {
+                if g.selects(&c.namespace, &c.labels) {
+                    if g.id.kind == Kind::Inverse {
+                        c.inverse_selected.push(gi);
+                    } else {
+                        c.selected.push(gi);
+                    }
+                }
+            }
+            c.has_topology = c.has_topology || !c.inverse_selected.is_empty() || !c.selected.is_empty();
+        }
+        // Counts of running pods.
+        for ni in 0..self.nodes.len() {
+            let n = &self.nodes[ni];
+            let node = &input.nodes[n.input];
+            for p in node.pods.iter().filter(|p| p.counted) {
+                for g in self.topo.groups.iter_mut() {
+                    if g.id.kind == Kind::Inverse || !g.selects(&p.namespace, &p.labels) {
+                        continue;
+                    }
+                    if g.id.kind == Kind::Spread && !g.node_passes(&n.labels, &node.taints, &self.ints) {
+                        continue;
+                    }
+                    if let Some(v) = label_of(&n.labels, g.id.key) {
+                        g.record(v);
+                    }
+                }
+            }
+        }
+        for (g, ni) in running_inverse {
+            if let Some(v) = label_of(&self.nodes[ni].labels, self.topo.groups[g].id.key) {
+                self.topo.groups[g].record(v);
+            }
+        }
+    }
+
+    fn build_class(&mut self, pod: &Pod, has_topo: bool) -> Class {
+        let c = &pod.constraints;
+        let ints = &mut self.ints;
+        let selector = Requirements::from_labels(&c.node_selector, ints);
+        let strict: Vec<Requirements> = if c.required_terms.is_empty() {
+            vec![selector.clone()]
+        } else {
+            c.required_terms.iter().map(|t| selector.intersect(&Requirements::from_api(t, ints), ints)).collect()
+        };
+        let respect = self.input.settings.preference_policy == PreferencePolicy::Respect;
+        let mut preferred_terms: Vec<&crate::model::WeightedNodeTerm> = c.preferred_terms.iter().collect();
+        preferred_terms.sort_by_key(|t| std::cmp::Reverse(t.weight));
+        let preferred = if respect {
+            preferred_terms.iter().map(|t| Requirements::from_api(&t.requirements, ints)).collect()
+        } else {
+            Vec::new()
+        };
+        let mut class = Class {
+            namespace: pod.namespace.clone(),
+            labels: pod.labels.clone(),
+            strict,
+            preferred,
+            tolerations: c.tolerations.clone(),
+            host_ports: c.host_ports.clone(),
+            spreads: Vec::new(),
+            affinities: Vec::new(),
+            antis: Vec::new(),
+            owned_inverse: Vec::new(),
+            selected: Vec::new(),
+            inverse_selected: Vec::new(),
+            has_topology: has_topo,
+            n_soft_affinity: 0,
+            n_soft_anti: 0,
+            n_soft_spread: 0,
+            extended: pod.extended.iter().filter(|(_, v)| **v > 0).map(|(k, _)| k.clone()).collect(),
+        };
+        if !has_topo {
+            return class;
+        }
+        let nsl = &self.input.namespace_labels;
+        for sc in &c.topology_spread {
+            let soft = topology::spread_is_soft(sc);
+            if soft && !respect {
+                continue;
+            }
+            let id = topology::spread_key(
+                sc,
+                &pod.namespace,
+                &pod.labels,
+                &class.strict,
+                &class.tolerations,
+                &mut self.ints,
+            );
+            let group = self.topo.group(id);
+            let rank = if soft { class.n_soft_spread } else { 0 };
+            class.n_soft_spread += usize::from(soft);
+            class.spreads.push(PodConstraint { group, soft, rank });
+        }
+        for term in &c.pod_affinity {
+            let id = topology::term_key(Kind::Affinity, term, &pod.namespace, &pod.labels, nsl, &mut self.ints);
+            class.affinities.push(PodConstraint { group: self.topo.group(id), soft: false, rank: 0 });
+        }
+        for term in &c.pod_anti_affinity {
+            let id = topology::term_key(Kind::AntiAffinity, term, &pod.namespace, &pod.labels, nsl, &mut self.ints);
+            class.antis.push(PodConstraint { group: self.topo.group(id), soft: false, rank: 0 });
+            let inv = topology::term_key(Kind::Inverse, term, &pod.namespace, &pod.labels, nsl, &mut self.ints);
+            class.owned_inverse.push(self.topo.group(inv));
+        }
+        if respect {
+            let mut soft: Vec<_> = c.preferred_pod_affinity.iter().collect();
+            soft.sort_by_key(|t| std::cmp::Reverse(t.weight));
+            for (rank, t) in soft.into_iter().enumerate() {
+                let id = topology::term_key(Kind::Affinity, &t.term, &pod.namespace, &pod.labels, nsl, &mut self.ints);
+                class.affinities.push(PodConstraint { group: self.topo.group(id), soft: true, rank });
+                class.n_soft_affinity += 1;
+            }
+            let mut soft: Vec<_> = c.preferred_pod_anti_affinity.iter().collect();
+            soft.sort_by_key(|t| std::cmp::Reverse(t.weight));
+            for (rank, t) in soft.into_iter().enumerate() {
+                let id =
+                    topology::term_key(Kind::AntiAffinity, &t.term, &pod.namespace, &pod.labels, nsl, &mut self.ints);
+                class.antis.push(PodConstraint { group: self.topo.group(id), soft: true, rank });
+                class.n_soft_anti += 1;
+            }
+        }
+        class
+    }
+
+    // ----- the loop ----------------------------------------------------------------------------
+
+    fn run(&mut self) {
+        let pods = &self.input.pods;
+        let mut order: Vec<usize> = (0..pods.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (pa, pb) = (&pods[a], &pods[b]);
+            pb.requests
+                .cpu_millis
+                .cmp(&pa.requests.cpu_millis)
+                .then_with(|| pb.requests.memory_bytes.cmp(&pa.requests.memory_bytes))
+                .then_with(|| pa.created.cmp(&pb.created))
+                .then_with(|| pa.uid.cmp(&pb.uid))
+                .then_with(|| a.cmp(&b))
+        });
+        let mut queue: VecDeque<usize> = order.into();
+        let mut pushed_at: Vec<usize> = vec![usize::MAX; pods.len()];
+        while let Some(&p) = queue.front() {
+            if pushed_at[p] == queue.len() {
+                break; // a full pass without progress
+            }
+            queue.pop_front();
+            match self.place(p) {
+                Ok(()) => {
+                    self.errors[p] = None;
+                    self.placed[p] = true;
+                }
+                Err(e) => {
+                    self.errors[p] = Some(e);
+                    queue.push_back(p);
+                    pushed_at[p] = queue.len();
+                }
+            }
+        }
+    }
+
+    /// Places one pod, relaxing one step per failed attempt (§3.5).
+    fn place(&mut self, p: usize) -> Result<(), String> {
+        let class = self.pod_class[p];
+        if let Some(r) = self.classes[class].extended.first() {
+            return Err(format!("requests {r}, which no instance type offers"));
+        }
+        let mut relax = Relax::default();
+        loop {
+            match self.try_place(p, class, relax) {
+                Ok(()) => return Ok(()),
+                Err(e) => match self.relax(class, relax) {
+                    Some(next) => relax = next,
+                    None => return Err(e),
+                },
+            }
+        }
+    }
+
+    fn relax(&self, class: usize, r: Relax) -> Option<Relax> {
+        let c = &self.classes[class];
+        let mut n = r;
+        if c.strict.len() - r.term >= 2 {
+            n.term += 1;
+        } else if r.affinity_dropped < c.n_soft_affinity {
+            n.affinity_dropped += 1;
+        } else if r.anti_dropped < c.n_soft_anti {
+            n.anti_dropped += 1;
+        } else if r.preferred < c.preferred.len() {
+            n.preferred += 1;
+        } else if r.spread_dropped < c.n_soft_spread {
+            n.spread_dropped += 1;
+        } else if !r.tolerate_pns && self.any_prefer_no_schedule {
+            n.tolerate_pns = true;
+        } else {
+            return None;
+        }
+        Some(n)
+    }
+
+    fn working(&self, class: usize, r: Relax) -> Requirements {
+        let c = &self.classes[class];
+        let strict = &c.strict[r.term.min(c.strict.len() - 1)];
+        match c.preferred.get(r.preferred) {
+            Some(pref) => strict.intersect(pref, &self.ints),
+            None => strict.clone(),
+        }
+    }
+
+    /// The pod's active topology constraints under a relaxation state.
+    fn active(&self, class: usize, r: Relax) -> Vec<PodConstraint> {
+        let c = &self.classes[class];
+        let keep = |pc: &&PodConstraint, dropped: usize| !pc.soft || pc.rank >= dropped;
+        c.spreads
+            .iter()
+            .filter(|pc| keep(pc, r.spread_dropped))
+            .chain(c.affinities.iter().filter(|pc| keep(pc, r.affinity_dropped)))
+            .chain(c.antis.iter().filter(|pc| keep(pc, r.anti_dropped)))
+            .copied()
+            .chain(c.inverse_selected.iter().map(|&g| PodConstraint { group: g, soft: false, rank: 0 }))
+            .collect()
+    }
+
+    fn try_place(&mut self, p: usize, class: usize, r: Relax) -> Result<(), String> {
+        let working = self.working(class, r);
+        let active = if self.classes[class].has_topology { self.active(class, r) } else { Vec::new() };
+        if !working.is_empty() {
+            for pi in 0..self.pools.len() {
+                if !self.mask_cache.contains_key(&(class, r, pi)) {
+                    let m = self.pools[pi].table.requirement_mask(&working, &self.ints);
+                    self.mask_cache.insert((class, r, pi), m);
+                }
+            }
+        }
+        let pod = &self.input.pods[p];
+        // 1. Existing nodes, in order.
+        for ni in 0..self.nodes.len() {
+            if self.node_accepts(ni, pod, class, r, &active).is_ok() {
+                self.commit_node(ni, p, class);
+                return Ok(());
+            }
+        }
+        // 2. Claims opened earlier this round, fewest pods first.
+        for oi in 0..self.claim_order.len() {
+            let ci = self.claim_order[oi];
+            let claim = &self.claims[ci];
+            if !pod.requests.fits(&claim.headroom) {
+                continue;
+            }
+            let pool = claim.pool;
+            if let Ok(acc) = self.claim_accepts(
+                pool,
+                &claim.reqs,
+                &claim.types,
+                claim.used,
+                &claim.ports,
+                claim.hostname,
+                pod,
+                class,
+                r,
+                &working,
+                &active,
+            ) {
+                self.commit_claim(ci, p, class, acc);
+                return Ok(());
+            }
+        }
+        // 3. A new claim, pools in priority order.
+        let mut reasons: Vec<String> = Vec::new();
+        for pi in 0..self.pools.len() {
+            let pool = &self.pools[pi];
+            if let Some(why) = &pool.unusable {
+                reasons.push(why.clone());
+                continue;
+            }
+            if pool.remaining.nodes.is_some_and(|n| n <= 0) {
+                reasons.push(format!("nodepool {}: node limits exhausted (limits.nodes)", pool.name));
+                continue;
+            }
+            if pool.within_limits.is_empty() {
+                reasons.push(format!(
+                    "nodepool {}: every instance type would exceed the remaining limits ({})",
+                    pool.name,
+                    describe_remaining(&pool.remaining)
+                ));
+                continue;
+            }
+            let hostname = self.ints.val(&format!("hostname-placeholder-{:04}", self.claims.len()));
+            let pool = &self.pools[pi];
+            match self.claim_accepts(
+                pi,
+                &pool.template,
+                &pool.within_limits,
+                Resources::ZERO,
+                &[],
+                hostname,
+                pod,
+                class,
+                r,
+                &working,
+                &active,
+            ) {
+                Ok(acc) => {
+                    let types = acc.types.clone();
+                    let pool = &mut self.pools[pi];
+                    let cap = pool.table.max_capacity(&types);
+                    pool.remaining.take(&cap);
+                    refresh_limits(pool);
+                    self.claims.push(Claim {
+                        pool: pi,
+                        reqs: Requirements::new(),
+                        types: Bits::empty(0),
+                        used: Resources::ZERO,
+                        ports: Vec::new(),
+                        hostname,
+                        pods: Vec::new(),
+                        headroom: Resources::ZERO,
+                        min_values_relaxed: false,
+                    });
+                    let ci = self.claims.len() - 1;
+                    self.claim_order.insert(0, ci);
+                    self.commit_claim(ci, p, class, acc);
+                    return Ok(());
+                }
+                Err(e) => reasons.push(format!("nodepool {}: {e}", self.pools[pi].name)),
+            }
+        }
+        if self.pools.is_empty() {
+            return Err("no NodePool available (none is Ready for this cluster)".to_string());
+        }
+        Err(reasons.join("; "))
+    }
+
+    fn node_accepts(
+        &self,
+        ni: usize,
+        pod: &Pod,
+        class: usize,
+        r: Relax,
+        active: &[PodConstraint],
+    ) -> Result<(), String> {
+        let n = &self.nodes[ni];
+        let c = &self.classes[class];
+        if !pod.requests.fits(&n.remaining) {
+            return Err("not enough room".into());
+        }
+        if let Some(t) = taints::first_untolerated(&n.taints, &c.tolerations, r.tolerate_pns) {
+            return Err(format!("untolerated taint {}", taints::describe(t)));
+        }
+        if let Some(port) = hostports::first_clash(&c.host_ports, &n.ports) {
+            return Err(format!("host port {} in use", hostports::describe(port)));
+        }
+        let strict = &c.strict[r.term.min(c.strict.len() - 1)];
+        strict.matches_labels(&n.labels, &self.ints).map_err(|e| e.describe(&self.ints, &[]))?;
+        for pc in active {
+            let g = &self.topo.groups[pc.group];
+            let v = if g.id.key == self.hostname_key { Some(n.hostname) } else { label_of(&n.labels, g.id.key) };
+            let possible = v.map(|v| vec![v]);
+            let min = self.eligible_min(pc.group, class, r);
+            topology::admissible(
+                g,
+                possible.as_deref(),
+                self.self_match(class, pc.group),
+                g.id.key == self.hostname_key,
+                min,
+                &self.ints,
+            )
+            .map_err(|Refused(e)| e)?;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn claim_accepts(
+        &self,
+        pi: usize,
+        reqs: &Requirements,
+        types: &Bits,
+        used: Resources,
+        ports: &[HostPort],
+        hostname: Val,
+        pod: &Pod,
+        class: usize,
+        r: Relax,
+        working: &Requirements,
+        active: &[PodConstraint],
+    ) -> Result<Accepted, String> {
+        let pool = &self.pools[pi];
+        let c = &self.classes[class];
+        // (1) Template taints (startup taints need no toleration).
+        if let Some(t) = taints::first_untolerated(&pool.taints, &c.tolerations, r.tolerate_pns) {
+            return Err(format!("did not tolerate taint {}", taints::describe(t)));
+        }
+        // (2) Requirements.
+        let well_known = self.well_known();
+        if let Err(e) = reqs.compatible(working, &self.ints, &well_known) {
+            let defined: Vec<Key> = reqs.keys().chain(pool.table.keys()).collect();
+            return Err(e.describe(&self.ints, &defined));
+        }
+        let mut new_reqs = if working.is_empty() || reqs.subsumes(working, &self.ints) {
+            reqs.clone()
+        } else {
+            reqs.intersect(working, &self.ints)
+        };
+        let mut new_types = types.clone();
+        if !working.is_empty() {
+            match self.mask_cache.get(&(class, r, pi)) {
+                Some(m) => new_types.and_with(m),
+                None => new_types.and_with(&pool.table.requirement_mask(working, &self.ints)),
+            }
+        }
+        let mut zone_or_ct = working.has_key(self.zone_key) || working.has_key(self.capacity_type_key);
+        // (3) Topology.
+        for pc in active {
+            let g = &self.topo.groups[pc.group];
+            let key = g.id.key;
+            let hostname_key = key == self.hostname_key;
+            let possible =
+                if hostname_key { Some(vec![hostname]) } else { self.claim_values(pi, &new_reqs, &new_types, key) };
+            let min = self.eligible_min(pc.group, class, r);
+            let ok = topology::admissible(
+                g,
+                possible.as_deref(),
+                self.self_match(class, pc.group),
+                hostname_key,
+                min,
+                &self.ints,
+            )
+            .map_err(|Refused(e)| e)?;
+            if !hostname_key && !ok.is_empty() && possible.as_ref().is_some_and(|p| p.len() != ok.len()) {
+                let mut pin = Requirements::new();
+                pin.add(key, ValueSet::is_in(ok), &self.ints);
+                new_types.and_with(&pool.table.requirement_mask(&pin, &self.ints));
+                new_reqs = new_reqs.intersect(&pin, &self.ints);
+                zone_or_ct |= key == self.zone_key || key == self.capacity_type_key;
+            }
+        }
+        if new_types.is_empty() {
+            return Err(format!(
+                "no instance type satisfies the requirements {}",
+                working_description(working, &self.ints)
+            ));
+        }
+        if zone_or_ct {
+            pool.table.retain_offerings(&mut new_types, &new_reqs, &self.ints);
+            if new_types.is_empty() {
+                return Err(format!(
+                    "no instance type has an available offering for {}",
+                    working_description(&new_reqs, &self.ints)
+                ));
+            }
+        }
+        // (4) Resources and host ports, per type with its DaemonSet group.
+        let total = used + pod.requests;
+        let mut fitting = new_types.clone();
+        let mut port_clash: Option<String> = None;
+        if let Some(port) = hostports::first_clash(&c.host_ports, ports) {
+            return Err(format!("host port {} already used by a pod on this claim", hostports::describe(port)));
+        }
+        for i in new_types.iter() {
+            let t = &pool.table.types[i];
+            let group = &pool.groups[t.ds_group];
+            if !(total + group.overhead).fits(&t.allocatable) {
+                fitting.clear(i);
+            } else if !c.host_ports.is_empty()
+                && let Some(port) = hostports::first_clash(&c.host_ports, &group.ports)
+            {
+                port_clash = Some(hostports::describe(port));
+                fitting.clear(i);
+            }
+        }
+        if fitting.is_empty() {
+            if let Some(port) = port_clash {
+                return Err(format!("host port {port} is used by a DaemonSet"));
+            }
+            let (lo, hi) = overhead_range(pool, &new_types);
+            let best = pool.table.max_headroom(&new_types, |_| Resources::ZERO);
+            let limits = if pool.remaining.is_limited() && pool.within_limits.count() < pool.table.len() {
+                format!(" (the pool's remaining limits {} exclude larger types)", describe_remaining(&pool.remaining))
+            } else {
+                String::new()
+            };
+            return Err(format!(
+                "no instance type has enough resources: requests {} (with {} already on the claim), \
+                 daemonset overhead {}..{}, largest allocatable {}{limits}",
+                describe_resources(&pod.requests),
+                describe_resources(&used),
+                describe_resources(&lo),
+                describe_resources(&hi),
+                describe_resources(&best),
+            ));
+        }
+        // (5) minValues.
+        let mut relaxed_min_values = false;
+        if new_reqs.iter().any(|(_, s)| s.min_values().is_some())
+            && let Some((key, wanted, reached)) = pool.table.min_values_unmet(&fitting, &new_reqs, &self.ints)
+        {
+            match self.input.settings.min_values_policy {
+                MinValuesPolicy::Strict => {
+                    return Err(format!(
+                        "minValues {wanted} of {} not met: only {reached} values remain among the instance types \
+                         that fit",
+                        self.ints.key_name(key)
+                    ));
+                }
+                MinValuesPolicy::BestEffort => {
+                    relaxed_min_values = true;
+                    for k in new_reqs.keys().collect::<Vec<_>>() {
+                        if let Some(wanted) = new_reqs.get(k).and_then(ValueSet::min_values) {
+                            let reached = pool.table.distinct_values(k, &fitting, &new_reqs, &self.ints);
+                            let reached = u32::try_from(reached).unwrap_or(u32::MAX);
+                            if reached < wanted
+                                && let Some(s) = new_reqs.get_mut(k)
+                            {
+                                s.set_min_values(Some(reached.max(1)));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Accepted { reqs: new_reqs, types: fitting, relaxed_min_values })
+    }
+
+    /// Possible values of a key on a claim: the types' values allowed by the requirements, else the
+    /// requirement's own finite values; `None` when neither defines the key.
+    fn claim_values(&self, pi: usize, reqs: &Requirements, types: &Bits, key: Key) -> Option<Vec<Val>> {
+        let table = &self.pools[pi].table;
+        let allowed = reqs.get(key);
+        let from_types = table.values_of(key, types);
+        if !from_types.is_empty() {
+            let v: Vec<Val> =
+                from_types.into_iter().filter(|v| allowed.is_none_or(|s| s.has(*v, &self.ints))).collect();
+            return Some(v);
+        }
+        match allowed {
+            Some(s) if !s.is_complement() && !s.values().is_empty() => Some(s.values().to_vec()),
+            _ => None,
+        }
+    }
+
+    fn self_match(&self, class: usize, group: usize) -> bool {
+        self.classes[class].selected.binary_search(&group).is_ok()
+    }
+
+    /// For a spread on a non-hostname key: the lowest count among the domains eligible for the pod,
+    /// 0 when fewer than `minDomains` are eligible.
+    fn eligible_min(&self, group: usize, class: usize, r: Relax) -> i32 {
+        let g = &self.topo.groups[group];
+        if g.id.kind != Kind::Spread || g.id.key == self.hostname_key {
+            return 0;
+        }
+        let c = &self.classes[class];
+        let strict = &c.strict[r.term.min(c.strict.len() - 1)];
+        let allowed = strict.get(g.id.key);
+        let Some(domains) = self.domains.get(&g.id.key) else { return 0 };
+        let mut eligible: Vec<Val> = Vec::new();
+        for topology::DomainSource { value: v, taints: source_taints, node_labels } in &domains.sources {
+            if allowed.is_some_and(|s| !s.has(*v, &self.ints)) {
+                continue;
+            }
+            if let Some(tol) = &g.id.taints_filter
+                && taints::first_untolerated(source_taints, tol, true).is_some()
+            {
+                continue;
+            }
+            if let (Some(alts), Some(l)) = (&g.id.affinity_filter, node_labels)
+                && !alts.iter().any(|a| a.matches_labels(l, &self.ints).is_ok())
+            {
+                continue;
+            }
+            if !eligible.contains(v) {
+                eligible.push(*v);
+            }
+        }
+        if g.id.min_domains.is_some_and(|m| usize::try_from(m).unwrap_or(0) > eligible.len()) {
+            return 0;
+        }
+        eligible.iter().map(|&v| g.count(v)).min().unwrap_or(0)
+    }
+
+    fn compute_domains(&mut self) {
+        let keys: Vec<Key> = self
+            .topo
+            .groups
+            .iter()
+            .filter(|g| g.id.kind == Kind::Spread && g.id.key != self.hostname_key)
+            .map(|g| g.id.key)
+            .collect();
+        for key in keys {
+            if self.domains.contains_key(&key) {
+                continue;
+            }
+            let mut d = Domains::default();
+            for pool in &self.pools {
+                let all = pool.table.all();
+                let mut vals = pool.table.values_of(key, &all);
+                if let Some(s) = pool.template.get(key) {
+                    vals.retain(|v| s.has(*v, &self.ints));
+                    if !s.is_complement() {
+                        vals.extend(s.values().iter().copied());
+                    }
+                }
+                vals.sort_unstable();
+                vals.dedup();
+                for v in vals {
+                    d.sources.push(topology::DomainSource { value: v, taints: pool.taints.clone(), node_labels: None });
+                }
+            }
+            for n in &self.nodes {
+                if let Some(v) = label_of(&n.labels, key) {
+                    d.sources.push(topology::DomainSource {
+                        value: v,
+                        taints: n.taints.clone(),
+                        node_labels: Some(n.labels.clone()),
+                    });
+                }
+            }
+            self.domains.insert(key, d);
+        }
+    }
+
+    // ----- commits ----------------------------------------------------------------------------
+
+    fn commit_node(&mut self, ni: usize, p: usize, class: usize) {
+        let pod = &self.input.pods[p];
+        let n = &mut self.nodes[ni];
+        n.remaining = n.remaining.saturating_sub(pod.requests);
+        n.ports.extend(self.classes[class].host_ports.iter().cloned());
+        n.pods.push(p);
+        if self.classes[class].has_topology {
+            let n = &self.nodes[ni];
+            let c = &self.classes[class];
+            let mut per_group: Vec<(usize, Vec<Val>)> = Vec::new();
+            for &g in c.selected.iter().chain(c.owned_inverse.iter()) {
+                let key = self.topo.groups[g].id.key;
+                let v = if key == self.hostname_key { Some(n.hostname) } else { label_of(&n.labels, key) };
+                per_group.push((g, v.into_iter().collect()));
+            }
+            self.record_values(per_group);
+        }
+    }
+
+    fn commit_claim(&mut self, ci: usize, p: usize, class: usize, acc: Accepted) {
+        let pod = &self.input.pods[p];
+        let pool = &self.pools[self.claims[ci].pool];
+        let claim = &mut self.claims[ci];
+        claim.used += pod.requests;
+        claim.ports.extend(self.classes[class].host_ports.iter().cloned());
+        claim.pods.push(p);
+        claim.reqs = acc.reqs;
+        claim.types = acc.types;
+        claim.min_values_relaxed |= acc.relaxed_min_values;
+        let used = claim.used;
+        claim.headroom = pool.table.max_headroom(&claim.types, |g| pool.groups[g].overhead).saturating_sub(used);
+        // Keep the order: fewest pods first, ties by opening order.
+        let count = claim.pods.len();
+        if let Some(pos) = self.claim_order.iter().position(|&c| c == ci) {
+            self.claim_order.remove(pos);
+        }
+        let claims = &self.claims;
+        let at = self.claim_order.partition_point(|&c| (claims[c].pods.len(), c) < (count, ci));
+        self.claim_order.insert(at, ci);
+        if self.classes[class].has_topology {
+            let pi = self.claims[ci].pool;
+            let reqs = self.claims[ci].reqs.clone();
+            let types = self.claims[ci].types.clone();
+            let hostname = self.claims[ci].hostname;
+            let values = |s: &Solver<'_>, key: Key| s.claim_values(pi, &reqs, &types, key).unwrap_or_default();
+            let mut per_group: Vec<(usize, Vec<Val>)> = Vec::new();
+            let c = &self.classes[class];
+            for &g in c.selected.iter().chain(c.owned_inverse.iter()) {
+                let key = self.topo.groups[g].id.key;
+                let vals = if key == self.hostname_key { vec![hostname] } else { values(self, key) };
+                per_group.push((g, vals));
+            }
+            self.record_values(per_group);
+        }
+    }
+
+    /// Counts a placed pod: spread and affinity record a domain only once collapsed to one value;
+    /// anti-affinity (forward and inverse) blocks every domain the pod could still land in.
+    fn record_values(&mut self, per_group: Vec<(usize, Vec<Val>)>) {
+        for (g, vals) in per_group {
+            let group = &mut self.topo.groups[g];
+            match group.id.kind {
+                Kind::Spread | Kind::Affinity => {
+                    if let [v] = vals.as_slice() {
+                        group.record(*v);
+                    }
+                }
+                Kind::AntiAffinity | Kind::Inverse => {
+                    for v in vals {
+                        group.record(v);
+                    }
+                }
+            }
+        }
+    }
+
+    // ----- finishing ---------------------------------------------------------------------------
+
+    fn finish(mut self) -> Decision {
+        let mut decision = Decision::default();
+        let max_types = self.input.settings.max_instance_types.max(1);
+        let instance_type_key = self.ints.key(labels::INSTANCE_TYPE);
+        let nodepool_key = self.ints.key(labels::NODEPOOL);
+        let mut dropped: Vec<(usize, String)> = Vec::new();
+        for claim in &self.claims {
+            let pool = &self.pools[claim.pool];
+            let table = &pool.table;
+            let mut options: Vec<(f64, usize)> =
+                claim.types.iter().map(|i| (table.price_under(i, &claim.reqs, &self.ints), i)).collect();
+            options.retain(|(p, _)| p.is_finite());
+            options.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| table.types[a.1].name.cmp(&table.types[b.1].name)));
+            options.truncate(max_types);
+            let mut kept = Bits::empty(table.len());
+            for &(_, i) in &options {
+                kept.set(i);
+            }
+            if options.is_empty() {
+                for &p in &claim.pods {
+                    dropped.push((p, format!("nodepool {}: no instance type has an available offering", pool.name)));
+                }
+                continue;
+            }
+            if self.input.settings.min_values_policy == MinValuesPolicy::Strict
+                && let Some((key, wanted, reached)) = table.min_values_unmet(&kept, &claim.reqs, &self.ints)
+            {
+                for &p in &claim.pods {
+                    dropped.push((
+                        p,
+                        format!(
+                            "nodepool {}: minValues {wanted} of {} not met after keeping the {max_types} cheapest \
+                             instance types ({reached} values)",
+                            pool.name,
+                            self.ints.key_name(key)
+                        ),
+                    ));
+                }
+                continue;
+            }
+            let overhead = (0..pool.groups.len())
+                .filter(|&g| options.iter().any(|&(_, i)| table.types[i].ds_group == g))
+                .map(|g| pool.groups[g].overhead)
+                .min_by_key(|o| (o.cpu_millis, o.memory_bytes, o.ephemeral_storage_bytes, o.pods))
+                .unwrap_or(Resources::ZERO);
+            let capacity_types = table.capacity_types(&kept, &claim.reqs, &self.ints);
+            let mut requirements: Vec<NodeSelectorRequirement> = Vec::new();
+            let mut claim_labels: BTreeMap<String, String> = self.input.pools[pool.input].labels.clone();
+            for (k, set) in claim.reqs.iter() {
+                if k == self.hostname_key || k == instance_type_key || k == self.capacity_type_key {
+                    continue;
+                }
+                let name = self.ints.key_name(k).to_string();
+                let mut single = set.clone();
+                // One value per custom label (well-known keys keep their sets).
+                if k >= self.n_well_known && !set.is_complement() && set.values().len() > 1 {
+                    let mut vals: Vec<&str> = set.values().iter().map(|&v| self.ints.val_name(v)).collect();
+                    vals.sort_unstable();
+                    if let Some(first) = vals.first()
+                        && let Some(v) = self.ints.lookup_val(first)
+                    {
+                        single = ValueSet::single(v).with_min_values(set.min_values());
+                    }
+                }
+                if (k >= self.n_well_known || k == nodepool_key)
+                    && !single.is_complement()
+                    && let [v] = single.values()
+                {
+                    claim_labels.insert(name.clone(), self.ints.val_name(*v).to_string());
+                }
+                let mut one = Requirements::new();
+                one.add(k, single, &self.ints);
+                requirements.extend(one.to_api(&self.ints));
+            }
+            let it_min = claim.reqs.get(instance_type_key).and_then(ValueSet::min_values);
+            requirements.push(NodeSelectorRequirement {
+                key: labels::INSTANCE_TYPE.to_string(),
+                operator: Operator::In,
+                values: options.iter().map(|&(_, i)| table.types[i].name.clone()).collect(),
+                min_values: it_min.and_then(|m| i32::try_from(m).ok()),
+            });
+            requirements.push(NodeSelectorRequirement {
+                key: labels::CAPACITY_TYPE.to_string(),
+                operator: Operator::In,
+                values: capacity_types.iter().map(|&v| self.ints.val_name(v).to_string()).collect(),
+                min_values: claim
+                    .reqs
+                    .get(self.capacity_type_key)
+                    .and_then(ValueSet::min_values)
+                    .and_then(|m| i32::try_from(m).ok()),
+            });
+            requirements.sort_by(|a, b| a.key.cmp(&b.key));
+            let input_pool = &self.input.pools[pool.input];
+            let mut pods = claim.pods.clone();
+            pods.sort_unstable();
+            decision.new_claims.push(NewClaim {
+                nodepool: pool.name.clone(),
+                price: options[0].0,
+                instance_types: options
+                    .iter()
+                    .map(|&(price, i)| ClaimOption { name: table.types[i].name.clone(), price })
+                    .collect(),
+                pods,
+                requests: claim.used + overhead,
+                requirements,
+                labels: claim_labels,
+                taints: input_pool.taints.clone(),
+                startup_taints: input_pool.startup_taints.clone(),
+                min_values_relaxed: claim.min_values_relaxed,
+            });
+        }
+        for n in &self.nodes {
+            if !n.pods.is_empty() {
+                let mut pods = n.pods.clone();
+                pods.sort_unstable();
+                decision.existing.push(NodeAssignment { node: n.input, pods });
+            }
+        }
+        decision.existing.sort_by_key(|a| a.node);
+        for (p, why) in dropped {
+            self.placed[p] = false;
+            self.errors[p] = Some(why);
+        }
+        for p in 0..self.input.pods.len() {
+            if !self.placed[p] {
+                let reason = self.errors[p].take().unwrap_or_else(|| "not attempted".to_string());
+                decision.unschedulable.push(Unschedulable { pod: p, reason });
+            }
+        }
+        decision
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn keep_type(
+    t: &TypeInfo,
+    template: &Requirements,
+    template_taints: &[crate::model::Taint],
+    ds: &[DsPod],
+    groups: &mut Vec<DsGroup>,
+    ints: &Interner,
+    well_known: &impl Fn(Key) -> bool,
+    ds_template: &Requirements,
+    zone: Key,
+    ct: Key,
+) -> Result<(f64, usize), String> {
+    if let Err(k) = type_meets(t, template, ints) {
+        return Err(format!("excluded by the requirement on {}", ints.key_name(k)));
+    }
+    let price = t
+        .offerings
+        .iter()
+        .filter(|o| {
+            o.available
+                && template.get(zone).is_none_or(|s| s.has(o.zone, ints))
+                && template.get(ct).is_none_or(|s| s.has(o.capacity_type, ints))
+        })
+        .map(|o| o.price)
+        .min_by(f64::total_cmp);
+    let Some(price) = price else {
+        return Err("no available offering".to_string());
+    };
+    let members: Vec<usize> = ds
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| daemonsets::compatible_with_type(d, ds_template, template_taints, t, ints, well_known))
+        .map(|(i, _)| i)
+        .collect();
+    let group = daemonsets::group_of(groups, members, ds);
+    let overhead = groups[group].overhead + Resources { pods: 1, ..Resources::ZERO };
+    if !overhead.fits(&t.allocatable) {
+        return Err(format!("daemonset overhead {} does not fit", describe_resources(&groups[group].overhead)));
+    }
+    Ok((price, group))
+}
+
+fn refresh_limits(pool: &mut PoolCtx) {
+    if !pool.remaining.is_limited() {
+        return;
+    }
+    let mut bits = pool.table.all();
+    for (i, t) in pool.table.types.iter().enumerate() {
+        if !pool.remaining.admits(&t.capacity) {
+            bits.clear(i);
+        }
+    }
+    pool.within_limits = bits;
+}
+
+fn describe_remaining(r: &Remaining) -> String {
+    let names = ["cpu", "memory", "ephemeral-storage", "pods"];
+    let mut parts: Vec<String> = Vec::new();
+    for (n, v) in names.iter().zip(r.res) {
+        if let Some(v) = v {
+            let text = match *n {
+                "cpu" => crds::quantity::format_millis_cpu(v),
+                "memory" | "ephemeral-storage" => crate::instance_types::gib(v),
+                _ => v.to_string(),
+            };
+            parts.push(format!("{n}={text}"));
+        }
+    }
+    if let Some(n) = r.nodes {
+        parts.push(format!("nodes={n}"));
+    }
+    parts.join(", ")
+}
+
+fn overhead_range(pool: &PoolCtx, types: &Bits) -> (Resources, Resources) {
+    let mut lo: Option<Resources> = None;
+    let mut hi = Resources::ZERO;
+    for i in types.iter() {
+        let o = pool.groups[pool.table.types[i].ds_group].overhead;
+        lo = Some(match lo {
+            None => o,
+            Some(l) => Resources {
+                cpu_millis: l.cpu_millis.min(o.cpu_millis),
+                memory_bytes: l.memory_bytes.min(o.memory_bytes),
+                ephemeral_storage_bytes: l.ephemeral_storage_bytes.min(o.ephemeral_storage_bytes),
+                pods: l.pods.min(o.pods),
+            },
+        });
+        hi = Resources {
+            cpu_millis: hi.cpu_millis.max(o.cpu_millis),
+            memory_bytes: hi.memory_bytes.max(o.memory_bytes),
+            ephemeral_storage_bytes: hi.ephemeral_storage_bytes.max(o.ephemeral_storage_bytes),
+            pods: hi.pods.max(o.pods),
+        };
+    }
+    (lo.unwrap_or(Resources::ZERO), hi)
+}
+
+fn label_of(labels: &[(Key, Val)], key: Key) -> Option<Val> {
+    labels.binary_search_by_key(&key, |(k, _)| *k).ok().map(|i| labels[i].1)
+}
+
+fn working_description(r: &Requirements, ints: &Interner) -> String {
+    if r.is_empty() { "of the pool".to_string() } else { r.describe(ints) }
+}
