@@ -5,6 +5,7 @@ pub mod batcher;
 pub mod capacity;
 pub mod gc;
 pub mod kubeconfig;
+pub mod launch;
 pub mod ownership;
 pub mod registration;
 pub mod registry;

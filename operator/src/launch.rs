@@ -1,0 +1,261 @@
+//! Launch of one NodeClaim (karpenter-semantics §2.1, §6.1; clever-cloud.md §3.4): the flavor to
+//! create, the NodeGroup to write, whether an existing group of the derived name may be adopted
+//! after a crash, and how CKE's verdict maps to Karpenter's error kinds.
+//!
+//! Owns: pure decisions. Must not: create anything (the lifecycle controller does, idempotently,
+//! with the name from [`crate::ownership`]), or choose a flavor in cool-down.
+
+use std::collections::BTreeMap;
+
+use crds::{
+    NodeClaim, NodeGroup, NodeGroupSpec,
+    catalog::{InstanceType, Offering},
+    common::{NodeSelectorRequirement, Operator},
+    labels,
+    nodegroup::NodeGroupTaint,
+    quantity::Resources,
+};
+use kube::api::ObjectMeta;
+
+use crate::ownership::{ClaimIdentity, Ownership, nodegroup_spec_labels, prove};
+
+/// Why a claim cannot be launched; the reaction follows karpenter-semantics §2.3.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaunchError {
+    /// Delete the claim; its pods are re-planned.
+    #[error("insufficient capacity: {0}")]
+    InsufficientCapacity(String),
+    /// Delete the claim (reason `nodeclass_not_ready`).
+    #[error("node class not ready: {0}")]
+    NodeClassNotReady(String),
+    /// A group with the derived name exists and is not this claim's: touch nothing, report it.
+    #[error("NodeGroup {name} already exists and is not this claim's ({why}); nothing was changed")]
+    Conflict { name: String, why: String },
+}
+
+/// Whether a single-valued label (absent = `None`) satisfies a requirement. Keys an instance type
+/// does not define are not constrained by it (Karpenter's compatibility rule).
+fn satisfies(req: &NodeSelectorRequirement, value: Option<&str>) -> bool {
+    let Some(v) = value else {
+        return true;
+    };
+    let int = |s: &str| s.parse::<i64>().ok();
+    let bound = || req.values.first().and_then(|b| int(b));
+    match req.operator {
+        Operator::In => req.values.iter().any(|x| x == v),
+        Operator::NotIn => !req.values.iter().any(|x| x == v),
+        Operator::Exists => true,
+        Operator::DoesNotExist => false,
+        Operator::Gt => matches!((int(v), bound()), (Some(a), Some(b)) if a > b),
+        Operator::Lt => matches!((int(v), bound()), (Some(a), Some(b)) if a < b),
+        Operator::Gte => matches!((int(v), bound()), (Some(a), Some(b)) if a >= b),
+        Operator::Lte => matches!((int(v), bound()), (Some(a), Some(b)) if a <= b),
+    }
+}
+
+fn offering_fits(o: &Offering, reqs: &[NodeSelectorRequirement]) -> bool {
+    reqs.iter().all(|r| match r.key.as_str() {
+        labels::ZONE => satisfies(r, Some(&o.zone)),
+        labels::CAPACITY_TYPE => satisfies(r, Some(&o.capacity_type)),
+        _ => true,
+    })
+}
+
+/// The chosen flavor and offering of a launch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice<'a> {
+    pub instance_type: &'a InstanceType,
+    pub offering: &'a Offering,
+}
+
+/// Among instance types compatible with the claim's requirements whose allocatable fits its
+/// requests and that have an available offering not in cool-down, the cheapest (ties: catalogue
+/// order).
+pub fn choose<'a>(
+    requirements: &[NodeSelectorRequirement],
+    requests: &Resources,
+    types: &'a [InstanceType],
+    available: impl Fn(&str) -> bool,
+) -> Result<Choice<'a>, LaunchError> {
+    let mut best: Option<Choice<'a>> = None;
+    let mut cooling = Vec::new();
+    for it in types.iter().filter(|t| !t.synthesized) {
+        let label_ok = requirements.iter().all(|r| match r.key.as_str() {
+            labels::ZONE | labels::CAPACITY_TYPE => true,
+            key => satisfies(r, it.labels.get(key).map(String::as_str)),
+        });
+        if !label_ok || !requests.fits(&it.allocatable) {
+            continue;
+        }
+        if !available(&it.name) {
+            cooling.push(it.name.clone());
+            continue;
+        }
+        let Some(offering) = it
+            .offerings
+            .iter()
+            .filter(|o| o.available && offering_fits(o, requirements))
+            .min_by(|a, b| a.price_hourly.total_cmp(&b.price_hourly))
+        else {
+            continue;
+        };
+        if best.as_ref().is_none_or(|b| offering.price_hourly < b.offering.price_hourly) {
+            best = Some(Choice { instance_type: it, offering });
+        }
+    }
+    best.ok_or_else(|| {
+        LaunchError::InsufficientCapacity(if cooling.is_empty() {
+            "no flavor is compatible with the claim's requirements and fits its requests".to_string()
+        } else {
+            format!("every compatible flavor is cooling down after a CKE refusal ({})", cooling.join(", "))
+        })
+    })
+}
+
+/// The NodeGroup the hub creates for a claim (clever-cloud.md §3.1).
+pub fn desired_nodegroup(
+    id: &ClaimIdentity<'_>,
+    flavor: &str,
+    nodeclass_labels: &BTreeMap<String, String>,
+    claim_labels: &BTreeMap<String, String>,
+    nodeclass_hash: &str,
+) -> NodeGroup {
+    let spec_labels = nodegroup_spec_labels(nodeclass_labels, claim_labels);
+    NodeGroup {
+        metadata: ObjectMeta {
+            name: Some(id.nodegroup_name()),
+            labels: Some(id.labels()),
+            annotations: Some(id.annotations(nodeclass_hash)),
+            ..ObjectMeta::default()
+        },
+        spec: NodeGroupSpec {
+            flavor: flavor.to_string(),
+            node_count: 1,
+            labels: (!spec_labels.is_empty()).then_some(spec_labels),
+            taints: Some(vec![NodeGroupTaint {
+                key: labels::UNREGISTERED_TAINT.to_string(),
+                value: None,
+                effect: "NoExecute".to_string(),
+            }]),
+        },
+        status: None,
+    }
+}
+
+/// After `AlreadyExists`: adopt the existing group only if every ownership proof holds and its UID
+/// annotation is this claim's. Returns the flavor to describe the claim with (the group's, not the
+/// one just resolved).
+pub fn adopt(existing: &NodeGroup, hub_id: &str, namespace: &str, claim: &NodeClaim) -> Result<String, LaunchError> {
+    let name = existing.metadata.name.clone().unwrap_or_default();
+    let claim_uid = claim.metadata.uid.as_deref().unwrap_or_default();
+    let claim_name = claim.metadata.name.as_deref().unwrap_or_default();
+    match prove(existing, hub_id, namespace) {
+        Ownership::Owned { claim: c, uid } if c == claim_name && uid == claim_uid => Ok(existing.spec.flavor.clone()),
+        Ownership::Owned { uid, .. } => Err(LaunchError::Conflict {
+            name,
+            why: format!("it was made for NodeClaim UID {uid}, this claim's is {claim_uid}"),
+        }),
+        Ownership::Foreign => {
+            Err(LaunchError::Conflict { name, why: "it is not owned by this hub and namespace".into() })
+        }
+        Ownership::Refused(why) => Err(LaunchError::Conflict { name, why }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crds::catalog::Catalog;
+
+    fn types() -> Vec<InstanceType> {
+        Catalog::builtin().instance_types("par")
+    }
+
+    fn req(key: &str, op: Operator, values: &[&str]) -> NodeSelectorRequirement {
+        NodeSelectorRequirement {
+            key: key.into(),
+            operator: op,
+            values: values.iter().map(|v| v.to_string()).collect(),
+            min_values: None,
+        }
+    }
+
+    fn gib(n: i64) -> Resources {
+        Resources { memory_bytes: n * 1024 * 1024 * 1024, ..Resources::ZERO }
+    }
+
+    #[test]
+    fn the_cheapest_fitting_flavor_is_chosen() {
+        let t = types();
+        assert_eq!(choose(&[], &gib(5), &t, |_| true).unwrap().instance_type.name, "XS");
+        assert_eq!(choose(&[], &gib(1), &t, |_| true).unwrap().instance_type.name, "2XS");
+        let only = [req(labels::INSTANCE_TYPE, Operator::In, &["L", "M"])];
+        assert_eq!(choose(&only, &gib(1), &t, |_| true).unwrap().instance_type.name, "M");
+    }
+
+    #[test]
+    fn cooling_flavors_are_skipped_and_named_when_nothing_is_left() {
+        let t = types();
+        assert_eq!(choose(&[], &gib(5), &t, |f| f != "XS").unwrap().instance_type.name, "S");
+        let only = [req(labels::INSTANCE_TYPE, Operator::In, &["XS"])];
+        let e = choose(&only, &gib(5), &t, |f| f != "XS").unwrap_err();
+        assert!(e.to_string().contains("cooling down") && e.to_string().contains("XS"), "{e}");
+        let e = choose(&[], &gib(64), &t, |_| true).unwrap_err();
+        assert!(matches!(e, LaunchError::InsufficientCapacity(_)));
+    }
+
+    #[test]
+    fn zone_requirements_filter_offerings() {
+        let t = types();
+        assert!(choose(&[req(labels::ZONE, Operator::In, &["par"])], &gib(1), &t, |_| true).is_ok());
+        assert!(choose(&[req(labels::ZONE, Operator::In, &["rbx"])], &gib(1), &t, |_| true).is_err());
+    }
+
+    fn id() -> ClaimIdentity<'static> {
+        ClaimIdentity {
+            hub_id: "default",
+            namespace: "ns",
+            claim: "general-abcde",
+            claim_uid: "uid-1",
+            nodepool: "general",
+            nodeclass: "default",
+        }
+    }
+
+    #[test]
+    fn the_nodegroup_carries_identity_filtered_labels_and_the_unregistered_taint() {
+        let class = BTreeMap::from([("team".to_string(), "a".to_string())]);
+        let claim = BTreeMap::from([
+            (labels::NODEPOOL.to_string(), "general".to_string()),
+            (labels::INSTANCE_TYPE.to_string(), "M".to_string()),
+        ]);
+        let g = desired_nodegroup(&id(), "M", &class, &claim, "hash");
+        assert_eq!(g.spec.node_count, 1);
+        assert_eq!(g.spec.flavor, "M");
+        let l = g.spec.labels.as_ref().unwrap();
+        assert_eq!(l.len(), 2, "{l:?}");
+        assert_eq!(l[labels::NODEPOOL], "general");
+        assert_eq!(g.spec.taints.as_ref().unwrap()[0].key, labels::UNREGISTERED_TAINT);
+        assert!(!g.metadata.labels.as_ref().unwrap().contains_key(labels::IN_CLUSTER_MANAGED));
+        assert_eq!(g.metadata.annotations.as_ref().unwrap()[labels::NODECLAIM_UID], "uid-1");
+    }
+
+    #[test]
+    fn adoption_requires_every_proof_and_the_same_uid() {
+        let g = desired_nodegroup(&id(), "S", &BTreeMap::new(), &BTreeMap::new(), "h");
+        let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodeClaim",
+            "metadata": {"name": "general-abcde", "namespace": "ns", "uid": "uid-1"},
+            "spec": {"clusterName": "c", "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"},
+                     "requirements": [], "resources": {}}
+        }))
+        .unwrap();
+        assert_eq!(adopt(&g, "default", "ns", &claim).unwrap(), "S");
+        claim.metadata.uid = Some("uid-2".into());
+        assert!(matches!(adopt(&g, "default", "ns", &claim), Err(LaunchError::Conflict { .. })));
+        claim.metadata.uid = Some("uid-1".into());
+        assert!(matches!(adopt(&g, "other", "ns", &claim), Err(LaunchError::Conflict { .. })));
+    }
+}
