@@ -3,9 +3,13 @@
 
 pub mod batcher;
 pub mod capacity;
+pub mod conditions;
 pub mod gc;
+pub mod hub;
 pub mod kubeconfig;
 pub mod launch;
+pub mod lifecycle;
 pub mod ownership;
 pub mod registration;
 pub mod registry;
+pub mod nodeclass;

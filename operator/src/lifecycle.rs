@@ -1,0 +1,677 @@
+//! The NodeClaim lifecycle controller (karpenter-semantics §6, clever-cloud.md §3.4–3.7): for each
+//! claim in the management cluster, launch one NodeGroup in its workload cluster, register and
+//! initialize the Node CKE makes of it, enforce the launch and registration TTLs, and on deletion
+//! delete the NodeGroup and release the finalizers so nothing is orphaned.
+//!
+//! Owns: the reconcile loop and its API writes, each idempotent (deterministic NodeGroup name,
+//! adoption after a crash, optimistic concurrency on Nodes). Decisions come from [`crate::launch`],
+//! [`crate::registration`], [`crate::capacity`] and [`crate::ownership`].
+//! Must not: act on a cluster that is not connected and synced, delete a NodeGroup that fails the
+//! ownership proof, or drain pods (termination's job).
+
+use std::{sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use k8s_openapi::{
+    api::core::v1::{Node, ObjectReference},
+    apimachinery::pkg::api::resource::Quantity,
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
+    runtime::{Controller, controller::Action, wait::await_condition, watcher},
+};
+use serde_json::json;
+
+use crate::{
+    conditions::{self, FALSE, TRUE, UNKNOWN},
+    hub::Hub,
+    launch::{self, LaunchError},
+    ownership::{self, ClaimIdentity, Ownership},
+    registration::{self, NodeMatch},
+    registry::{ClusterKey, Connection},
+};
+use crds::{
+    CleverNodeClass, FlavorCatalog, NodeClaim, NodeClaimStatus, NodeGroup,
+    catalog::{Catalog, InstanceType},
+    labels,
+    nodegroup::Verdict,
+    quantity::Resources,
+};
+
+pub const LAUNCHED: &str = "Launched";
+pub const REGISTERED: &str = "Registered";
+pub const INITIALIZED: &str = "Initialized";
+pub const READY: &str = "Ready";
+pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+
+/// What stops a reconcile; retried with the controller's back-off.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("the NodeClaim has no namespace or name")]
+    Unnamed,
+}
+
+/// Run the controller until `shutdown`.
+pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
+    let claims: Api<NodeClaim> = Api::all(hub.mgmt.clone());
+    Controller::new(claims, watcher::Config::default())
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile, error_policy, hub)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "nodeclaim reconcile failed");
+            }
+        })
+        .await;
+}
+
+fn error_policy(claim: Arc<NodeClaim>, e: &Error, _: Arc<Hub>) -> Action {
+    tracing::warn!(nodeclaim = %claim.name_any(), namespace = claim.namespace().unwrap_or_default(), error = %e, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+struct Claim<'a> {
+    obj: &'a NodeClaim,
+    ns: String,
+    name: String,
+    key: ClusterKey,
+    api: Api<NodeClaim>,
+}
+
+impl Claim<'_> {
+    fn reference(&self) -> ObjectReference {
+        self.obj.object_ref(&())
+    }
+}
+
+async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> {
+    let (Some(ns), Some(name)) = (obj.namespace(), obj.metadata.name.clone()) else {
+        return Err(Error::Unnamed);
+    };
+    let c = Claim {
+        obj: &obj,
+        key: ClusterKey::new(ns.clone(), obj.spec.cluster_name.clone()),
+        api: Api::namespaced(hub.mgmt.clone(), &ns),
+        ns,
+        name,
+    };
+    if obj.metadata.deletion_timestamp.is_some() {
+        return terminate(&c, &hub).await;
+    }
+    if !obj.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER) {
+        // Before anything launches, so a deleted claim always passes through termination.
+        let mut finalizers = obj.finalizers().to_vec();
+        finalizers.push(labels::TERMINATION_FINALIZER.to_string());
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
+        c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        return Ok(Action::await_change());
+    }
+    let Some(conn) = hub.registry.connection(&c.key).filter(|c| c.is_synced()) else {
+        // No decisions on a cluster we cannot see.
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    };
+    let now = Timestamp::now();
+    let mut status = obj.status.clone().unwrap_or_default();
+    let launched = conditions::get(&status.conditions, LAUNCHED).map(|c| c.status.clone());
+    if launched.as_deref() != Some(TRUE) {
+        return launch_claim(&c, &hub, &conn, status, now).await;
+    }
+    let observed = obj.metadata.generation;
+    // Registration.
+    let provider_id = status.provider_id.clone().unwrap_or_default();
+    let group = ownership::parse_provider_id(&provider_id).map(str::to_string).unwrap_or_default();
+    stamp_provider_id(&hub, &conn, &group).await?;
+    let nodes = conn.cache.nodes.state();
+    let mut changed = false;
+    let mut requeue = Duration::from_secs(60);
+    match registration::find_node(nodes.iter().map(|n| n.as_ref()), &provider_id) {
+        NodeMatch::NotFound => {
+            changed |= conditions::set(
+                &mut status.conditions,
+                REGISTERED,
+                UNKNOWN,
+                "NodeNotFound",
+                "node not registered with cluster",
+                observed,
+                now,
+            );
+            requeue = Duration::from_secs(2);
+        }
+        NodeMatch::Many(n) => {
+            changed |= conditions::set(
+                &mut status.conditions,
+                REGISTERED,
+                FALSE,
+                "MultipleNodesFound",
+                &format!("{n} nodes carry provider ID {provider_id}"),
+                observed,
+                now,
+            );
+        }
+        NodeMatch::One(node) => {
+            if !conditions::is_true(&status.conditions, REGISTERED) {
+                let desired = registration::registered_node(node, c.obj);
+                if &desired != node {
+                    let nodes: Api<Node> = Api::all(conn.client.clone());
+                    // `replace` carries the resourceVersion: a concurrent change makes it fail and retry.
+                    nodes.replace(&node.name_any(), &PostParams::default(), &desired).await?;
+                }
+                status.node_name = Some(node.name_any());
+                changed |= conditions::set(&mut status.conditions, REGISTERED, TRUE, "Registered", "", observed, now);
+                tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node.name_any(), "node registered");
+                requeue = Duration::from_secs(1);
+            } else {
+                match registration::initialization_blocker(node, c.obj) {
+                    Some((reason, message)) => {
+                        changed |= conditions::set(
+                            &mut status.conditions,
+                            INITIALIZED,
+                            UNKNOWN,
+                            reason,
+                            &message,
+                            observed,
+                            now,
+                        );
+                        requeue = Duration::from_secs(2);
+                    }
+                    None if !conditions::is_true(&status.conditions, INITIALIZED) => {
+                        let nodes: Api<Node> = Api::all(conn.client.clone());
+                        let patch = json!({"metadata": {"labels": {labels::INITIALIZED: "true"}}});
+                        nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+                        changed |= conditions::set(
+                            &mut status.conditions,
+                            INITIALIZED,
+                            TRUE,
+                            "Initialized",
+                            "",
+                            observed,
+                            now,
+                        );
+                        tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node.name_any(), "node initialized");
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+    let ready = conditions::is_true(&status.conditions, LAUNCHED)
+        && conditions::is_true(&status.conditions, REGISTERED)
+        && conditions::is_true(&status.conditions, INITIALIZED);
+    changed |= conditions::set(
+        &mut status.conditions,
+        READY,
+        if ready { TRUE } else { UNKNOWN },
+        if ready { "Ready" } else { "NotReady" },
+        "",
+        observed,
+        now,
+    );
+    // Registration TTL, measured from the condition's last transition.
+    if !conditions::is_true(&status.conditions, REGISTERED)
+        && conditions::age(&status.conditions, REGISTERED, now).is_some_and(|a| a >= hub.settings.registration_ttl)
+    {
+        tracing::warn!(cluster = %c.key, nodeclaim = %c.name, reason = "registration_timeout", "node did not register in time; deleting the claim");
+        hub.event(
+            &c.reference(),
+            true,
+            "RegistrationTimeout",
+            "Delete",
+            format!("no node registered within {:?}", hub.settings.registration_ttl),
+        )
+        .await;
+        write_status(&c, status).await?;
+        c.api.delete(&c.name, &DeleteParams::default()).await?;
+        return Ok(Action::await_change());
+    }
+    if changed {
+        write_status(&c, status).await?;
+    }
+    Ok(Action::requeue(requeue))
+}
+
+async fn write_status(c: &Claim<'_>, status: NodeClaimStatus) -> Result<(), Error> {
+    let patch = json!({"status": status});
+    c.api.patch_status(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// The hub's registration pre-step: CKE leaves `spec.providerID` empty; stamp the Node of a group
+/// this scope owns (write-once).
+async fn stamp_provider_id(hub: &Hub, conn: &Connection, group: &str) -> Result<(), Error> {
+    if group.is_empty() {
+        return Ok(());
+    }
+    let owned = |g: &str| {
+        g == group
+            && conn.cache.nodegroups.state().iter().any(|ng| {
+                ng.name_any() == g
+                    && matches!(
+                        ownership::prove(ng, &hub.settings.hub_id, &conn.key.namespace),
+                        Ownership::Owned { .. }
+                    )
+            })
+    };
+    for node in conn.cache.nodes.state() {
+        if let Some(id) = registration::provider_id_to_stamp(&node, owned) {
+            let nodes: Api<Node> = Api::all(conn.client.clone());
+            let patch = json!({"spec": {"providerID": id}});
+            nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            tracing::info!(cluster = %conn.key, node = %node.name_any(), provider_id = %id, "stamped provider ID");
+        }
+    }
+    Ok(())
+}
+
+async fn launch_claim(
+    c: &Claim<'_>,
+    hub: &Hub,
+    conn: &Connection,
+    mut status: NodeClaimStatus,
+    now: Timestamp,
+) -> Result<Action, Error> {
+    let observed = c.obj.metadata.generation;
+    if conditions::get(&status.conditions, LAUNCHED).is_none() {
+        conditions::set(&mut status.conditions, LAUNCHED, UNKNOWN, "Launching", "", observed, now);
+        write_status(c, status.clone()).await?;
+    }
+    if conditions::age(&status.conditions, LAUNCHED, now).is_some_and(|a| a >= hub.settings.launch_ttl) {
+        tracing::warn!(cluster = %c.key, nodeclaim = %c.name, reason = "launch_timeout", "claim did not launch in time; deleting it");
+        hub.event(
+            &c.reference(),
+            true,
+            "LaunchTimeout",
+            "Delete",
+            format!("not launched within {:?}", hub.settings.launch_ttl),
+        )
+        .await;
+        c.api.delete(&c.name, &DeleteParams::default()).await?;
+        return Ok(Action::await_change());
+    }
+    match try_launch(c, hub, conn, now).await {
+        Ok(Launched { flavor, offering_zone, capacity_type, instance_type }) => {
+            let group = ownership::nodegroup_name(&hub.settings.hub_id, &c.ns, &c.name);
+            let mut labels_patch = instance_type.labels.clone();
+            labels_patch.insert(labels::INSTANCE_TYPE.to_string(), flavor.clone());
+            labels_patch.insert(labels::ZONE.to_string(), offering_zone);
+            labels_patch.insert(labels::CAPACITY_TYPE.to_string(), capacity_type);
+            // The claim's own labels win over resolved ones.
+            for (k, v) in c.obj.labels() {
+                labels_patch.insert(k.clone(), v.clone());
+            }
+            c.api
+                .patch(&c.name, &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"labels": labels_patch}})))
+                .await?;
+            status.provider_id = Some(ownership::provider_id(&group));
+            status.capacity = Some(to_map(&instance_type.capacity));
+            status.allocatable = Some(to_map(&instance_type.allocatable));
+            conditions::set(&mut status.conditions, LAUNCHED, TRUE, "Launched", "", observed, now);
+            conditions::set(
+                &mut status.conditions,
+                REGISTERED,
+                UNKNOWN,
+                "NodeNotFound",
+                "node not registered with cluster",
+                observed,
+                now,
+            );
+            write_status(c, status).await?;
+            tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group, flavor = %flavor, "launched");
+            Ok(Action::requeue(Duration::from_secs(1)))
+        }
+        Err(Failure::Launch(e @ (LaunchError::InsufficientCapacity(_) | LaunchError::NodeClassNotReady(_)))) => {
+            let reason = if matches!(e, LaunchError::NodeClassNotReady(_)) {
+                "NodeClassNotReady"
+            } else {
+                "InsufficientCapacity"
+            };
+            tracing::warn!(cluster = %c.key, nodeclaim = %c.name, reason, message = %e, "launch failed; deleting the claim so its pods are re-planned");
+            hub.event(&c.reference(), true, reason, "Launch", e.to_string()).await;
+            c.api.delete(&c.name, &DeleteParams::default()).await?;
+            Ok(Action::await_change())
+        }
+        Err(Failure::Launch(e @ LaunchError::Conflict { .. })) => {
+            tracing::warn!(cluster = %c.key, nodeclaim = %c.name, message = %e, "launch conflict");
+            hub.event(&c.reference(), true, "NodeGroupConflict", "Launch", e.to_string()).await;
+            conditions::set(
+                &mut status.conditions,
+                LAUNCHED,
+                UNKNOWN,
+                "NodeGroupConflict",
+                &e.to_string(),
+                observed,
+                now,
+            );
+            write_status(c, status).await?;
+            Ok(Action::requeue(Duration::from_secs(60)))
+        }
+        Err(Failure::Pending(why)) => Ok(Action::requeue(why)),
+        Err(Failure::Kube(e)) => {
+            conditions::set(&mut status.conditions, LAUNCHED, UNKNOWN, "LaunchFailed", &e.to_string(), observed, now);
+            write_status(c, status).await?;
+            Err(Error::Kube(e))
+        }
+    }
+}
+
+struct Launched {
+    flavor: String,
+    offering_zone: String,
+    capacity_type: String,
+    instance_type: InstanceType,
+}
+
+enum Failure {
+    Launch(LaunchError),
+    /// Not now: come back after this.
+    Pending(Duration),
+    Kube(kube::Error),
+}
+
+impl From<kube::Error> for Failure {
+    fn from(e: kube::Error) -> Self {
+        Failure::Kube(e)
+    }
+}
+
+/// The instance types a node class offers: the built-in catalogue with its FlavorCatalog merged on.
+pub async fn instance_types(hub: &Hub, ns: &str, class: &CleverNodeClass) -> Result<Vec<InstanceType>, String> {
+    let catalog = match &class.spec.flavor_catalog_ref {
+        None => Catalog::builtin(),
+        Some(r) => {
+            let api: Api<FlavorCatalog> = Api::namespaced(hub.mgmt.clone(), ns);
+            let fc = api
+                .get_opt(&r.name)
+                .await
+                .map_err(|e| format!("reading FlavorCatalog {ns}/{}: {e}", r.name))?
+                .ok_or_else(|| format!("FlavorCatalog {ns}/{} does not exist", r.name))?;
+            crds::catalog::merge(&Catalog::builtin().flavors, &fc.spec.flavors)
+                .map_err(|e| format!("FlavorCatalog {ns}/{} is invalid: {e}", r.name))?
+        }
+    };
+    Ok(catalog.instance_types(&hub.settings.zone))
+}
+
+async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp) -> Result<Launched, Failure> {
+    let class_name = &c.obj.spec.node_class_ref.name;
+    let classes: Api<CleverNodeClass> = Api::namespaced(hub.mgmt.clone(), &c.ns);
+    let Some(class) = classes.get_opt(class_name).await? else {
+        return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
+            "CleverNodeClass {}/{class_name} does not exist",
+            c.ns
+        ))));
+    };
+    let class_conditions = class.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    if !conditions::is_true(class_conditions, READY) {
+        let why = conditions::get(class_conditions, READY)
+            .map_or("its Ready condition is not set yet".to_string(), |c| c.message.clone());
+        return Err(Failure::Launch(LaunchError::NodeClassNotReady(format!(
+            "CleverNodeClass {}/{class_name}: {why}",
+            c.ns
+        ))));
+    }
+    let types =
+        instance_types(hub, &c.ns, &class).await.map_err(|e| Failure::Launch(LaunchError::InsufficientCapacity(e)))?;
+    let capacity = hub.capacity(&c.key).await?;
+    let group_name = ownership::nodegroup_name(&hub.settings.hub_id, &c.ns, &c.name);
+    let groups: Api<NodeGroup> = Api::all(conn.client.clone());
+    let existing = groups.get_opt(&group_name).await?;
+    let (flavor, group) = match existing {
+        Some(g) => {
+            // A restart after the create: adopt only our own group, described by its own flavor.
+            let flavor = launch::adopt(&g, &hub.settings.hub_id, &c.ns, c.obj).map_err(Failure::Launch)?;
+            tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, "adopting the NodeGroup created before a restart");
+            (flavor, g)
+        }
+        None => {
+            if let Some(left) = capacity.backoff_remaining(now) {
+                return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
+                    "cluster {} is backing off NodeGroup creations for {}s after a CKE refusal{}",
+                    c.key,
+                    left.as_secs(),
+                    capacity.last_message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+                ))));
+            }
+            let requests = c.obj.spec.resources.requests.as_ref().map(Resources::from_resource_list).transpose();
+            let requests = requests
+                .map_err(|e| Failure::Launch(LaunchError::InsufficientCapacity(format!("bad requests: {e}"))))?;
+            let choice = launch::choose(&c.obj.spec.requirements, &requests.unwrap_or(Resources::ZERO), &types, |f| {
+                capacity.is_available(f, now)
+            })
+            .map_err(Failure::Launch)?;
+            let flavor = choice.instance_type.name.clone();
+            let class_labels = class.spec.labels.clone();
+            let id = ClaimIdentity {
+                hub_id: &hub.settings.hub_id,
+                namespace: &c.ns,
+                claim: &c.name,
+                claim_uid: c.obj.metadata.uid.as_deref().unwrap_or_default(),
+                nodepool: c.obj.labels().get(labels::NODEPOOL).map(String::as_str).unwrap_or_default(),
+                nodeclass: class_name,
+            };
+            let desired = launch::desired_nodegroup(
+                &id,
+                &flavor,
+                &class_labels,
+                c.obj.labels(),
+                &crds::drift::nodeclass_hash(&class.spec),
+            );
+            let gate = hub.launch_gate(&c.key);
+            let _one_at_a_time = gate.lock().await;
+            let created = match groups.create(&PostParams::default(), &desired).await {
+                Ok(g) => g,
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    let Some(g) = groups.get_opt(&group_name).await? else {
+                        return Err(Failure::Pending(Duration::from_secs(1)));
+                    };
+                    launch::adopt(&g, &hub.settings.hub_id, &c.ns, c.obj).map_err(Failure::Launch)?;
+                    g
+                }
+                Err(e) => return Err(e.into()),
+            };
+            tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, price = choice.offering.price_hourly, "created NodeGroup; awaiting CKE's verdict");
+            (flavor, created)
+        }
+    };
+    // Wait for the verdict by watch, with a deadline; then go on optimistically.
+    let verdict = match group.verdict() {
+        Verdict::Pending => {
+            let uid = group.uid().unwrap_or_default();
+            let settled = |g: Option<&NodeGroup>| {
+                g.is_none_or(|g| g.uid().as_deref() != Some(uid.as_str()) || g.verdict() != Verdict::Pending)
+            };
+            match tokio::time::timeout(
+                hub.settings.verdict_timeout,
+                await_condition(groups.clone(), &group_name, settled),
+            )
+            .await
+            {
+                Ok(Ok(Some(g))) => Some(g.verdict()),
+                Ok(Ok(None)) => None,
+                Ok(Err(e)) => {
+                    tracing::debug!(cluster = %c.key, error = %e, "watching the NodeGroup verdict failed");
+                    Some(Verdict::Pending)
+                }
+                Err(_) => {
+                    hub.event(
+                        &c.reference(),
+                        false,
+                        "NodeGroupAcceptanceTimeout",
+                        "Launch",
+                        format!(
+                            "CKE gave no verdict on NodeGroup {group_name} within {:?}; proceeding",
+                            hub.settings.verdict_timeout
+                        ),
+                    )
+                    .await;
+                    Some(Verdict::Pending)
+                }
+            }
+        }
+        v => Some(v),
+    };
+    let zone = hub.settings.zone.clone();
+    let Some(it) = types.iter().find(|t| t.name == flavor).cloned() else {
+        return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
+            "flavor {flavor} is not in the catalogue"
+        ))));
+    };
+    match verdict {
+        None => {
+            // Seen, then gone: confirm with an uncached read.
+            if groups.get_opt(&group_name).await?.is_none() {
+                hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity)).await?;
+                hub.event(
+                    &c.reference(),
+                    true,
+                    "NodeGroupVanished",
+                    "Launch",
+                    format!("NodeGroup {group_name} vanished during acceptance"),
+                )
+                .await;
+                return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
+                    "NodeGroup {group_name} vanished during acceptance"
+                ))));
+            }
+            Ok(Launched { flavor, offering_zone: zone, capacity_type: "on-demand".into(), instance_type: it })
+        }
+        Some(Verdict::QuotaRejected(message)) => {
+            let message = message.unwrap_or_else(|| "quota exceeded".to_string());
+            let types_flavors: Vec<_> = types
+                .iter()
+                .map(|t| crds::catalog::Flavor {
+                    name: t.name.clone(),
+                    cpu: t.capacity.cpu_millis / 1000,
+                    memory_ki: t.capacity.memory_bytes / 1024,
+                    price_hourly: t.price().unwrap_or_default(),
+                })
+                .collect();
+            hub.update_capacity(&c.key, now, |s| {
+                s.record_rejection(&flavor, &message, &types_flavors, now, hub.settings.capacity)
+            })
+            .await?;
+            // The rejected group frees nothing; delete it now (never a group still in its first reconcile).
+            let dp = DeleteParams {
+                preconditions: group.uid().map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
+                ..DeleteParams::default()
+            };
+            if let Err(e) = groups.delete(&group_name, &dp).await {
+                tracing::debug!(cluster = %c.key, nodegroup = %group_name, error = %e, "deleting the rejected NodeGroup failed; GC will retry");
+            }
+            tracing::warn!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, message = %message, "CKE refused the NodeGroup for quota; flavor cooling down");
+            Err(Failure::Launch(LaunchError::InsufficientCapacity(format!("CKE refused flavor {flavor}: {message}"))))
+        }
+        Some(Verdict::Failed { message, .. }) => Err(Failure::Kube(kube::Error::Service(
+            format!("CKE failed to reconcile NodeGroup {group_name}: {}", message.unwrap_or_default()).into(),
+        ))),
+        Some(Verdict::Accepted | Verdict::Pending) => {
+            Ok(Launched { flavor, offering_zone: zone, capacity_type: "on-demand".into(), instance_type: it })
+        }
+    }
+}
+
+fn to_map(r: &Resources) -> std::collections::BTreeMap<String, Quantity> {
+    r.to_resource_list()
+}
+
+/// Deletion: delete the NodeGroup (terminating counts as gone), release the Node's finalizer once
+/// the group is going, then the claim's. Nothing is orphaned: the claim stays until its group is
+/// gone or terminating.
+async fn terminate(c: &Claim<'_>, hub: &Hub) -> Result<Action, Error> {
+    if !c.obj.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let Some(conn) = hub.registry.connection(&c.key).filter(|c| c.is_synced()) else {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    };
+    let group_name = c
+        .obj
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .and_then(|p| ownership::parse_provider_id(p).ok().map(str::to_string))
+        .unwrap_or_else(|| ownership::nodegroup_name(&hub.settings.hub_id, &c.ns, &c.name));
+    let groups: Api<NodeGroup> = Api::all(conn.client.clone());
+    let gone = match groups.get_opt(&group_name).await? {
+        None => true,
+        Some(g) if g.is_terminating() => true,
+        Some(g) => match ownership::prove(&g, &hub.settings.hub_id, &c.ns) {
+            Ownership::Owned { claim, uid }
+                if claim == c.name && Some(uid.as_str()) == c.obj.metadata.uid.as_deref() =>
+            {
+                let dp = DeleteParams {
+                    preconditions: g.uid().map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
+                    ..DeleteParams::default()
+                };
+                match groups.delete(&group_name, &dp).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+                tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, "deleting NodeGroup");
+                false
+            }
+            other => {
+                let why = match other {
+                    Ownership::Refused(w) => w,
+                    _ => "it is not this claim's".to_string(),
+                };
+                hub.event(
+                    &c.reference(),
+                    true,
+                    "NodeGroupConflict",
+                    "Terminate",
+                    format!("NodeGroup {group_name} was not deleted: {why}"),
+                )
+                .await;
+                // Not ours: never delete it; the claim itself may go.
+                true
+            }
+        },
+    };
+    if !gone {
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    }
+    // The group is going: release our Node finalizer so CKE's finalizer can delete the Node.
+    let nodes: Api<Node> = Api::all(conn.client.clone());
+    for node in conn.cache.nodes.state() {
+        let ours = node.labels().get(labels::CLEVER_NODEGROUP) == Some(&group_name)
+            || node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+                == Some(ownership::provider_id(&group_name).as_str());
+        if ours && node.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER) {
+            let remaining: Vec<_> =
+                node.finalizers().iter().filter(|f| *f != labels::TERMINATION_FINALIZER).cloned().collect();
+            let patch = json!({"metadata": {"finalizers": remaining, "resourceVersion": node.resource_version()}});
+            match nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) | Err(kube::Error::Api(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    let now = Timestamp::now();
+    let mut status = c.obj.status.clone().unwrap_or_default();
+    if conditions::set(
+        &mut status.conditions,
+        INSTANCE_TERMINATING,
+        TRUE,
+        "InstanceTerminating",
+        "",
+        c.obj.metadata.generation,
+        now,
+    ) {
+        write_status(c, status).await?;
+    }
+    let remaining: Vec<_> =
+        c.obj.finalizers().iter().filter(|f| *f != labels::TERMINATION_FINALIZER).cloned().collect();
+    let patch = json!({"metadata": {"finalizers": remaining, "resourceVersion": c.obj.resource_version()}});
+    match c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, "NodeClaim terminated");
+    Ok(Action::await_change())
+}

@@ -1,0 +1,136 @@
+//! The CleverNodeClass status controller (clever-cloud.md §7.2): `ValidationSucceeded` from the same
+//! admission rules the webhook applies, `NodeGroupAPIServed` from the clusters whose NodePools use
+//! the class, and the root `Ready` that launches require.
+//!
+//! Owns: the status of node classes. Must not: block on a cluster (it reads the registry's published
+//! state), or change the spec.
+
+use std::{sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
+use kube::{
+    Api, ResourceExt,
+    api::{ListParams, Patch, PatchParams},
+    runtime::{Controller, controller::Action, watcher},
+};
+use serde_json::json;
+
+use crate::{
+    conditions::{self, FALSE, TRUE},
+    hub::Hub,
+    registry::{ClusterKey, Phase},
+};
+use crds::{
+    CleverNodeClass, FlavorCatalog, NodePool,
+    admission::{Lookup, validate_node_class},
+};
+
+pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+pub const NODEGROUP_API_SERVED: &str = "NodeGroupAPIServed";
+pub const READY: &str = "Ready";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
+    let classes: Api<CleverNodeClass> = Api::all(hub.mgmt.clone());
+    // A cluster connecting or failing changes NodeGroupAPIServed: re-check every class then.
+    let cluster_changes = futures::stream::unfold(hub.registry.changes(), |mut rx| async move {
+        rx.changed().await.ok().map(|()| ((), rx))
+    });
+    Controller::new(classes, watcher::Config::default())
+        .reconcile_all_on(cluster_changes)
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(10)), hub)
+        .for_each(|_| async {})
+        .await;
+}
+
+/// The NodeGroupAPIServed verdict over the clusters using a class: `(status, reason, message)`.
+pub fn api_served(clusters: &[(ClusterKey, Phase)]) -> (&'static str, &'static str, String) {
+    let missing: Vec<String> =
+        clusters.iter().filter(|(_, p)| *p == Phase::NodeGroupApiNotServed).map(|(k, _)| k.to_string()).collect();
+    if missing.is_empty() {
+        (TRUE, "NodeGroupAPIServed", String::new())
+    } else {
+        (
+            FALSE,
+            "NodeGroupAPIUnavailable",
+            format!("nodegroups.api.clever-cloud.com is not served in {}: is it a CKE cluster?", missing.join(", ")),
+        )
+    }
+}
+
+async fn reconcile(class: Arc<CleverNodeClass>, hub: Arc<Hub>) -> Result<Action, Error> {
+    let ns = class.namespace().unwrap_or_default();
+    let name = class.name_any();
+    let catalog = match &class.spec.flavor_catalog_ref {
+        None => Lookup::Missing,
+        Some(r) => match Api::<FlavorCatalog>::namespaced(hub.mgmt.clone(), &ns).get_opt(&r.name).await {
+            Ok(Some(fc)) => Lookup::Found(fc),
+            Ok(None) => Lookup::Missing,
+            Err(e) => Lookup::Unchecked(e.to_string()),
+        },
+    };
+    let verdict = validate_node_class(&class, None, catalog.as_ref());
+    let pools = Api::<NodePool>::namespaced(hub.mgmt.clone(), &ns).list(&ListParams::default()).await?;
+    let mut clusters: Vec<(ClusterKey, Phase)> = pools
+        .items
+        .iter()
+        .filter(|p| p.spec.template.spec.node_class_ref.name == name)
+        .map(|p| {
+            let key = ClusterKey::new(ns.clone(), p.spec.cluster_name.clone());
+            let phase = hub.registry.status(&key).phase;
+            (key, phase)
+        })
+        .collect();
+    clusters.sort_by(|a, b| a.0.cmp(&b.0));
+    clusters.dedup_by(|a, b| a.0 == b.0);
+    let now = Timestamp::now();
+    let generation = class.metadata.generation;
+    let mut conds = class.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    match verdict.denial_message() {
+        None => conditions::set(&mut conds, VALIDATION_SUCCEEDED, TRUE, "ValidationSucceeded", "", generation, now),
+        Some(m) => conditions::set(&mut conds, VALIDATION_SUCCEEDED, FALSE, "ValidationFailed", &m, generation, now),
+    };
+    let (status, reason, message) = api_served(&clusters);
+    conditions::set(&mut conds, NODEGROUP_API_SERVED, status, reason, &message, generation, now);
+    let ready = conditions::is_true(&conds, VALIDATION_SUCCEEDED) && conditions::is_true(&conds, NODEGROUP_API_SERVED);
+    let why = conds.iter().filter(|c| c.type_ != READY && c.status != TRUE).map(|c| c.message.clone()).collect::<Vec<_>>();
+    conditions::set(
+        &mut conds,
+        READY,
+        if ready { TRUE } else { FALSE },
+        if ready { "Ready" } else { "NotReady" },
+        &why.join("; "),
+        generation,
+        now,
+    );
+    if class.status.as_ref().map(|s| &s.conditions) != Some(&conds) {
+        let api: Api<CleverNodeClass> = Api::namespaced(hub.mgmt.clone(), &ns);
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": {"conditions": conds}}))).await?;
+        tracing::info!(namespace = %ns, nodeclass = %name, ready, "node class status updated");
+    }
+    // While the probe fails, re-check every minute (clever-cloud.md §7.2).
+    Ok(Action::requeue(if ready { Duration::from_secs(300) } else { Duration::from_secs(60) }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_served_names_every_cluster_without_nodegroups() {
+        assert_eq!(api_served(&[]).0, TRUE);
+        let (s, r, m) = api_served(&[
+            (ClusterKey::new("a", "one"), Phase::Connected),
+            (ClusterKey::new("a", "two"), Phase::NodeGroupApiNotServed),
+        ]);
+        assert_eq!((s, r), (FALSE, "NodeGroupAPIUnavailable"));
+        assert!(m.contains("a/two") && !m.contains("a/one"), "{m}");
+    }
+}
