@@ -10,6 +10,7 @@ pub mod kubeconfig;
 pub mod launch;
 pub mod lifecycle;
 pub mod ownership;
+pub mod plan;
 pub mod registration;
 pub mod registry;
 pub mod nodeclass;

@@ -26,6 +26,9 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out_dir: Option<PathBuf>,
     },
+    /// Offline dry run: read manifests (NodePools, node classes, catalogues, NodeClaims, Nodes, Pods,
+    /// DaemonSets, PDBs) and print the NodeClaims the hub would create for the pending pods.
+    Plan(operator::plan::PlanArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -36,6 +39,10 @@ fn main() -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(yaml.as_bytes()).context("writing to stdout")?;
         }
         Command::Crds { out_dir: Some(dir) } => write_crds(&dir)?,
+        Command::Plan(args) => {
+            let out = operator::plan::run(&args)?;
+            std::io::stdout().lock().write_all(out.as_bytes()).context("writing to stdout")?;
+        }
     }
     Ok(())
 }

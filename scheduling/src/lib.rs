@@ -4,6 +4,7 @@
 
 pub mod affinity;
 pub mod bitset;
+pub mod convert;
 pub mod daemonsets;
 pub mod hostports;
 pub mod instance_types;

@@ -401,7 +401,7 @@ pub struct Decision {
 impl Decision {
     /// Σ price of the new claims' cheapest options.
     pub fn total_price(&self) -> f64 {
-        self.new_claims.iter().map(|c| c.price).sum()
+        self.new_claims.iter().fold(0.0, |acc, c| acc + c.price)
     }
 }
 

@@ -1,0 +1,818 @@
+//! From API objects to the scheduler's input (karpenter-semantics §3.2, §3.3): which pods are
+//! provisionable, which nodes and in-flight claims are existing capacity, each pool's instance types
+//! (its node class and flavor catalogue), limits and usage, DaemonSet pods, and the counted pods of
+//! topology.
+//!
+//! Owns the reading of Kubernetes shapes into [`crate::model`]. Pure: objects in, input and notes
+//! out. Errors name the object and the field; things that are merely ignored become notes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crds::catalog::{Catalog, DEFAULT_ZONE, InstanceType};
+use crds::quantity::{Resources, parse_quantity};
+use crds::{CleverNodeClass, FlavorCatalog, NodeClaim, NodePool, labels};
+use k8s_openapi::api::apps::v1::DaemonSet as K8sDaemonSet;
+use k8s_openapi::api::core::v1::{
+    Node as K8sNode, NodeSelectorRequirement as K8sNodeReq, Pod as K8sPod, PodSpec, Taint as K8sTaint,
+    Toleration as K8sToleration,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as K8sSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::affinity::selector_matches;
+use crate::model::{
+    Constraints, DaemonSet, ExistingNode, HostPort, Input, LabelSelector, Limits, NodeInclusionPolicy,
+    NodeSelectorRequirement, Operator, Pod, PodAffinityTerm, Pool, RunningPod, SelectorOperator, SelectorRequirement,
+    Settings, SpreadConstraint, Taint, TaintEffect, Toleration, TolerationOperator, Usage, WeightedNodeTerm,
+    WeightedPodAffinityTerm, WhenUnsatisfiable,
+};
+use crate::resources::pod_requests;
+
+/// An object that cannot be read, naming it and the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{object}: {field}: {message}")]
+pub struct ConvertError {
+    /// `Pod default/web-1`.
+    pub object: String,
+    /// `spec.containers[app].resources.requests.cpu`.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// The objects of one workload cluster and its scope, as listed.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// NodePools (all clusters; filtered by `clusterName`).
+    pub node_pools: Vec<NodePool>,
+    /// Node classes.
+    pub node_classes: Vec<CleverNodeClass>,
+    /// Flavor catalogues.
+    pub flavor_catalogs: Vec<FlavorCatalog>,
+    /// NodeClaims (all clusters; filtered by `clusterName`).
+    pub node_claims: Vec<NodeClaim>,
+    /// Nodes of the workload cluster.
+    pub nodes: Vec<K8sNode>,
+    /// Pods of the workload cluster.
+    pub pods: Vec<K8sPod>,
+    /// DaemonSets of the workload cluster.
+    pub daemonsets: Vec<K8sDaemonSet>,
+    /// PodDisruptionBudgets of the workload cluster.
+    pub pdbs: Vec<PodDisruptionBudget>,
+}
+
+/// How pending pods are recognised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingRule {
+    /// The operator: `PodScheduled=False/Unschedulable` from kube-scheduler is required (§3.2).
+    Unschedulable,
+    /// `plan`: every unbound pod counts (snapshots rarely carry status).
+    Unbound,
+}
+
+/// The input of a round plus what was ignored and why.
+#[derive(Debug, Clone, Default)]
+pub struct Converted {
+    /// The input.
+    pub input: Input,
+    /// Things ignored, for the user.
+    pub notes: Vec<String>,
+}
+
+fn object(kind: &str, meta: &ObjectMeta) -> String {
+    let namespaced = !matches!(kind, "Node");
+    match (&meta.namespace, &meta.name) {
+        (Some(ns), Some(n)) => format!("{kind} {ns}/{n}"),
+        (None, Some(n)) if namespaced && kind != "NodePool" && kind != "NodeClaim" => format!("{kind} default/{n}"),
+        (None, Some(n)) => format!("{kind} {n}"),
+        _ => format!("{kind} (unnamed)"),
+    }
+}
+
+fn err(object: &str, field: impl Into<String>, message: impl Into<String>) -> ConvertError {
+    ConvertError { object: object.to_string(), field: field.into(), message: message.into() }
+}
+
+fn is_daemonset_pod(meta: &ObjectMeta) -> bool {
+    meta.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet")
+}
+
+fn is_static_pod(meta: &ObjectMeta) -> bool {
+    meta.owner_references.iter().flatten().any(|o| o.kind == "Node")
+}
+
+fn is_terminal(p: &K8sPod) -> bool {
+    matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+fn unschedulable_by_scheduler(p: &K8sPod) -> bool {
+    p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+    })
+}
+
+fn node_marked_for_deletion(n: &K8sNode) -> bool {
+    n.metadata.deletion_timestamp.is_some()
+        || n.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|ts| ts.iter().any(|t| t.key == labels::DISRUPTED_TAINT && t.effect == "NoSchedule"))
+}
+
+/// Builds the input of one cluster's round (§3.3). Pools are those whose `clusterName` is
+/// `cluster`; the caller keeps only Ready pools in the operator, `plan` takes them all.
+pub fn build_input(
+    snapshot: &Snapshot,
+    cluster: &str,
+    rule: PendingRule,
+    settings: Settings,
+) -> Result<Converted, ConvertError> {
+    let mut out = Converted::default();
+    out.input.settings = settings;
+    let pools: Vec<&NodePool> = snapshot.node_pools.iter().filter(|p| p.spec.cluster_name == cluster).collect();
+    let pool_names: BTreeSet<&str> = pools.iter().filter_map(|p| p.metadata.name.as_deref()).collect();
+    let claims: Vec<&NodeClaim> = snapshot.node_claims.iter().filter(|c| c.spec.cluster_name == cluster).collect();
+
+    // Existing capacity: active nodes and in-flight claims.
+    let mut deleting_nodes: BTreeSet<String> = BTreeSet::new();
+    let mut node_index: BTreeMap<String, usize> = BTreeMap::new();
+    let mut usage: BTreeMap<String, Usage> = BTreeMap::new();
+    for n in &snapshot.nodes {
+        let obj = object("Node", &n.metadata);
+        let name = n.metadata.name.clone().ok_or_else(|| err(&obj, "metadata.name", "missing"))?;
+        let pool = n
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODEPOOL))
+            .filter(|p| pool_names.contains(p.as_str()));
+        if node_marked_for_deletion(n) {
+            deleting_nodes.insert(name);
+            continue;
+        }
+        let claim =
+            claims.iter().find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()));
+        let existing = node_from(n, &obj, &name, pool.cloned(), claim.copied())?;
+        if let Some(p) = pool {
+            let u = usage.entry(p.clone()).or_default();
+            u.resources += existing.capacity;
+            u.nodes += 1;
+        }
+        node_index.insert(name, out.input.nodes.len());
+        out.input.nodes.push(existing);
+    }
+    for c in &claims {
+        let has_node = c
+            .status
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| node_index.contains_key(n) || deleting_nodes.contains(n));
+        if has_node || c.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let obj = object("NodeClaim", &c.metadata);
+        let pool = c.metadata.labels.as_ref().and_then(|l| l.get(labels::NODEPOOL)).cloned();
+        let existing = in_flight(c, &obj, pool.clone(), pools.iter().copied(), snapshot)?;
+        if let Some(p) = pool {
+            let u = usage.entry(p).or_default();
+            u.resources += existing.capacity;
+            u.nodes += 1;
+        }
+        out.input.nodes.push(existing);
+    }
+
+    // Pools.
+    for p in &pools {
+        let obj = object("NodePool", &p.metadata);
+        let name = p.metadata.name.clone().ok_or_else(|| err(&obj, "metadata.name", "missing"))?;
+        let (instance_types, class_labels) = pool_types(p, &obj, snapshot, &mut out.notes);
+        let mut pool_labels = class_labels;
+        if let Some(m) = &p.spec.template.metadata {
+            pool_labels.extend(m.labels.clone());
+        }
+        out.input.pools.push(Pool {
+            weight: p.spec.weight.unwrap_or(0),
+            requirements: p.spec.template.spec.requirements.clone(),
+            labels: pool_labels,
+            taints: p.spec.template.spec.taints.clone(),
+            startup_taints: p.spec.template.spec.startup_taints.clone(),
+            limits: limits_of(p, &obj)?,
+            usage: usage.get(&name).copied().unwrap_or_default(),
+            instance_types,
+            name,
+        });
+    }
+
+    // Pods: bound ones onto their nodes, pending ones to place.
+    let mut ds_pods: BTreeMap<(String, String), &K8sPod> = BTreeMap::new();
+    for p in &snapshot.pods {
+        let obj = object("Pod", &p.metadata);
+        let Some(spec) = &p.spec else { return Err(err(&obj, "spec", "missing")) };
+        let ns = p.metadata.namespace.clone().unwrap_or_else(|| "default".to_string());
+        if let Some(owner) = p.metadata.owner_references.iter().flatten().find(|o| o.kind == "DaemonSet") {
+            let key = (ns.clone(), owner.name.clone());
+            let newer = ds_pods.get(&key).is_none_or(|old| {
+                old.metadata.creation_timestamp.as_ref().map(|t| t.0)
+                    < p.metadata.creation_timestamp.as_ref().map(|t| t.0)
+            });
+            if newer {
+                ds_pods.insert(key, p);
+            }
+        }
+        let node_name = spec.node_name.as_deref().filter(|n| !n.is_empty());
+        match node_name {
+            Some(node) if deleting_nodes.contains(node) => {
+                // Pods of a leaving node need capacity unless they stay (§3.2).
+                if is_daemonset_pod(&p.metadata) || is_static_pod(&p.metadata) || is_terminal(p) {
+                    continue;
+                }
+                if let Some(why) = blocks_eviction(p, &snapshot.pdbs) {
+                    out.notes
+                        .push(format!("{obj}: stays on leaving node {node} ({why}); no capacity is launched for it"));
+                    continue;
+                }
+                out.input.pods.push(pod_from(p, &obj)?);
+            }
+            Some(node) => {
+                if let Some(&i) = node_index.get(node) {
+                    let running = running_from(p, &obj)?;
+                    out.input.nodes[i].pods.push(running);
+                }
+            }
+            None => {
+                if is_daemonset_pod(&p.metadata) || is_static_pod(&p.metadata) || is_terminal(p) {
+                    continue;
+                }
+                if p.metadata.deletion_timestamp.is_some() {
+                    continue;
+                }
+                if p.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()).is_some_and(|n| !n.is_empty()) {
+                    out.notes.push(format!("{obj}: ignored, nominated to a node (preemption under way)"));
+                    continue;
+                }
+                if rule == PendingRule::Unschedulable && !unschedulable_by_scheduler(p) {
+                    continue;
+                }
+                match provisionable(spec) {
+                    Provisionable::Yes => out.input.pods.push(pod_from(p, &obj)?),
+                    Provisionable::OptOut => {}
+                    Provisionable::Ignored(why) => out.notes.push(format!("{obj}: ignored, {why}")),
+                }
+            }
+        }
+    }
+
+    // DaemonSets: the newest real pod, else the template.
+    for ds in &snapshot.daemonsets {
+        let obj = object("DaemonSet", &ds.metadata);
+        let ns = ds.metadata.namespace.clone().unwrap_or_else(|| "default".to_string());
+        let name = ds.metadata.name.clone().ok_or_else(|| err(&obj, "metadata.name", "missing"))?;
+        let pod = match ds_pods.get(&(ns.clone(), name.clone())) {
+            Some(p) => pod_from(p, &object("Pod", &p.metadata))?,
+            None => {
+                let spec = ds.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+                let Some(spec) = spec else { return Err(err(&obj, "spec.template.spec", "missing")) };
+                let meta = ds.spec.as_ref().and_then(|s| s.template.metadata.clone()).unwrap_or_default();
+                pod_from_spec(&ns, &name, &meta, spec, None, &obj, "spec.template.spec")?
+            }
+        };
+        out.input.daemonsets.push(DaemonSet { namespace: ns, name, pod });
+    }
+    Ok(out)
+}
+
+/// Whether a pod on a leaving node stays: `do-not-disrupt`, or a PDB that allows no eviction.
+fn blocks_eviction(p: &K8sPod, pdbs: &[PodDisruptionBudget]) -> Option<String> {
+    let ann = p.metadata.annotations.as_ref();
+    if ann.and_then(|a| a.get(labels::DO_NOT_DISRUPT)).is_some_and(|v| v == "true") {
+        return Some(format!("{}=true", labels::DO_NOT_DISRUPT));
+    }
+    let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+    let pod_labels = p.metadata.labels.clone().unwrap_or_default();
+    for pdb in pdbs {
+        if pdb.metadata.namespace.as_deref().unwrap_or("default") != ns {
+            continue;
+        }
+        let Some(spec) = &pdb.spec else { continue };
+        let Some(sel) = spec.selector.as_ref().and_then(|s| selector_from(s).ok()) else { continue };
+        if !selector_matches(&sel, &pod_labels) {
+            continue;
+        }
+        let zero = |v: &IntOrString| match v {
+            IntOrString::Int(0) => true,
+            IntOrString::String(s) => s == "0" || s == "0%",
+            IntOrString::Int(_) => false,
+        };
+        let blocking = spec.max_unavailable.as_ref().is_some_and(zero)
+            || spec.min_available.as_ref().is_some_and(|v| matches!(v, IntOrString::String(s) if s == "100%"));
+        if blocking {
+            return Some(format!(
+                "PodDisruptionBudget {} allows no eviction",
+                pdb.metadata.name.as_deref().unwrap_or("")
+            ));
+        }
+    }
+    None
+}
+
+enum Provisionable {
+    Yes,
+    OptOut,
+    Ignored(String),
+}
+
+fn is_restricted_for_pods(key: &str) -> bool {
+    let key = crate::requirements::normalize_key(key);
+    if key == labels::HOSTNAME {
+        return true;
+    }
+    let domain = key.split_once('/').map_or("", |(d, _)| d);
+    let in_domain = |d: &str| domain == d || domain.ends_with(&format!(".{d}"));
+    (in_domain("karpenter.sh") && key != labels::CAPACITY_TYPE && key != labels::NODEPOOL)
+        || (in_domain("karpenter.clever-cloud.com") && key != labels::INSTANCE_CPU && key != labels::INSTANCE_MEMORY)
+}
+
+/// §3.2: `karpenter.sh/nodepool DoesNotExist` opts out silently; restricted keys, unsupported
+/// operators and `matchFields` are ignored with a reason.
+fn provisionable(spec: &PodSpec) -> Provisionable {
+    for k in spec.node_selector.iter().flat_map(|m| m.keys()) {
+        if is_restricted_for_pods(k) {
+            return Provisionable::Ignored(format!("nodeSelector uses the restricted label {k}"));
+        }
+    }
+    let required = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref());
+    for term in required.iter().flat_map(|r| r.node_selector_terms.iter()) {
+        if term.match_fields.as_ref().is_some_and(|f| !f.is_empty()) {
+            return Provisionable::Ignored(
+                "required node affinity uses matchFields, which the hub does not support".into(),
+            );
+        }
+        for e in term.match_expressions.iter().flatten() {
+            if e.key == labels::NODEPOOL && e.operator == "DoesNotExist" {
+                return Provisionable::OptOut;
+            }
+            if is_restricted_for_pods(&e.key) {
+                return Provisionable::Ignored(format!("required node affinity uses the restricted label {}", e.key));
+            }
+            if operator(&e.operator).is_none() {
+                return Provisionable::Ignored(format!(
+                    "required node affinity uses the unsupported operator {}",
+                    e.operator
+                ));
+            }
+        }
+    }
+    Provisionable::Yes
+}
+
+fn operator(op: &str) -> Option<Operator> {
+    Some(match op {
+        "In" => Operator::In,
+        "NotIn" => Operator::NotIn,
+        "Exists" => Operator::Exists,
+        "DoesNotExist" => Operator::DoesNotExist,
+        "Gt" => Operator::Gt,
+        "Lt" => Operator::Lt,
+        _ => return None,
+    })
+}
+
+fn node_reqs(list: &[K8sNodeReq], obj: &str, field: &str) -> Result<Vec<NodeSelectorRequirement>, ConvertError> {
+    list.iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let op = operator(&e.operator).ok_or_else(|| {
+                err(obj, format!("{field}[{i}].operator"), format!("unsupported operator {}", e.operator))
+            })?;
+            Ok(NodeSelectorRequirement {
+                key: e.key.clone(),
+                operator: op,
+                values: e.values.clone().unwrap_or_default(),
+                min_values: None,
+            })
+        })
+        .collect()
+}
+
+/// A label selector; unsupported operators are errors (a missing selector is `None` upstream of this).
+pub fn selector_from(s: &K8sSelector) -> Result<LabelSelector, String> {
+    let mut out =
+        LabelSelector { match_labels: s.match_labels.clone().unwrap_or_default(), match_expressions: Vec::new() };
+    for e in s.match_expressions.iter().flatten() {
+        let operator = match e.operator.as_str() {
+            "In" => SelectorOperator::In,
+            "NotIn" => SelectorOperator::NotIn,
+            "Exists" => SelectorOperator::Exists,
+            "DoesNotExist" => SelectorOperator::DoesNotExist,
+            other => return Err(format!("unsupported selector operator {other}")),
+        };
+        out.match_expressions.push(SelectorRequirement {
+            key: e.key.clone(),
+            operator,
+            values: e.values.clone().unwrap_or_default(),
+        });
+    }
+    Ok(out)
+}
+
+fn effect(s: &str) -> Option<TaintEffect> {
+    match s {
+        "NoSchedule" => Some(TaintEffect::NoSchedule),
+        "PreferNoSchedule" => Some(TaintEffect::PreferNoSchedule),
+        "NoExecute" => Some(TaintEffect::NoExecute),
+        _ => None,
+    }
+}
+
+fn taint_from(t: &K8sTaint, obj: &str, field: &str) -> Result<Taint, ConvertError> {
+    let effect = effect(&t.effect)
+        .ok_or_else(|| err(obj, format!("{field}.effect"), format!("unknown effect {:?}", t.effect)))?;
+    Ok(Taint { key: t.key.clone(), value: t.value.clone().filter(|v| !v.is_empty()), effect })
+}
+
+fn toleration_from(t: &K8sToleration, obj: &str, field: &str) -> Result<Toleration, ConvertError> {
+    let operator = match t.operator.as_deref() {
+        None | Some("Equal") => TolerationOperator::Equal,
+        Some("Exists") => TolerationOperator::Exists,
+        Some(other) => return Err(err(obj, format!("{field}.operator"), format!("unknown operator {other}"))),
+    };
+    let effect = match t.effect.as_deref() {
+        None | Some("") => None,
+        Some(e) => Some(effect(e).ok_or_else(|| err(obj, format!("{field}.effect"), format!("unknown effect {e}")))?),
+    };
+    Ok(Toleration {
+        key: t.key.clone().unwrap_or_default(),
+        operator,
+        value: t.value.clone().unwrap_or_default(),
+        effect,
+    })
+}
+
+fn term_from(
+    t: &k8s_openapi::api::core::v1::PodAffinityTerm,
+    obj: &str,
+    field: &str,
+) -> Result<PodAffinityTerm, ConvertError> {
+    let selector = match &t.label_selector {
+        None => None,
+        Some(s) => Some(selector_from(s).map_err(|m| err(obj, format!("{field}.labelSelector"), m))?),
+    };
+    let namespace_selector = match &t.namespace_selector {
+        None => None,
+        Some(s) => Some(selector_from(s).map_err(|m| err(obj, format!("{field}.namespaceSelector"), m))?),
+    };
+    Ok(PodAffinityTerm {
+        selector,
+        namespaces: t.namespaces.clone().unwrap_or_default(),
+        namespace_selector,
+        topology_key: t.topology_key.clone(),
+        match_label_keys: t.match_label_keys.clone().unwrap_or_default(),
+    })
+}
+
+fn policy(
+    v: Option<&str>,
+    default: NodeInclusionPolicy,
+    obj: &str,
+    field: &str,
+) -> Result<NodeInclusionPolicy, ConvertError> {
+    match v {
+        None => Ok(default),
+        Some("Honor") => Ok(NodeInclusionPolicy::Honor),
+        Some("Ignore") => Ok(NodeInclusionPolicy::Ignore),
+        Some(other) => Err(err(obj, field, format!("unknown policy {other}"))),
+    }
+}
+
+/// The scheduling constraints of a pod spec.
+pub fn constraints_from(spec: &PodSpec, obj: &str, base: &str) -> Result<Constraints, ConvertError> {
+    let mut c = Constraints { node_selector: spec.node_selector.clone().unwrap_or_default(), ..Constraints::default() };
+    if let Some(na) = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref()) {
+        if let Some(r) = &na.required_during_scheduling_ignored_during_execution {
+            for (i, t) in r.node_selector_terms.iter().enumerate() {
+                let f = format!(
+                    "{base}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}].matchExpressions"
+                );
+                c.required_terms.push(node_reqs(t.match_expressions.as_deref().unwrap_or_default(), obj, &f)?);
+            }
+        }
+        for (i, p) in na.preferred_during_scheduling_ignored_during_execution.iter().flatten().enumerate() {
+            let f = format!(
+                "{base}.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}].preference.matchExpressions"
+            );
+            c.preferred_terms.push(WeightedNodeTerm {
+                weight: p.weight,
+                requirements: node_reqs(p.preference.match_expressions.as_deref().unwrap_or_default(), obj, &f)?,
+            });
+        }
+    }
+    for (i, t) in spec.tolerations.iter().flatten().enumerate() {
+        c.tolerations.push(toleration_from(t, obj, &format!("{base}.tolerations[{i}]"))?);
+    }
+    if let Some(pa) = spec.affinity.as_ref().and_then(|a| a.pod_affinity.as_ref()) {
+        for (i, t) in pa.required_during_scheduling_ignored_during_execution.iter().flatten().enumerate() {
+            c.pod_affinity.push(term_from(t, obj, &format!("{base}.affinity.podAffinity.required[{i}]"))?);
+        }
+        for (i, t) in pa.preferred_during_scheduling_ignored_during_execution.iter().flatten().enumerate() {
+            let term = term_from(&t.pod_affinity_term, obj, &format!("{base}.affinity.podAffinity.preferred[{i}]"))?;
+            c.preferred_pod_affinity.push(WeightedPodAffinityTerm { weight: t.weight, term });
+        }
+    }
+    if let Some(pa) = spec.affinity.as_ref().and_then(|a| a.pod_anti_affinity.as_ref()) {
+        for (i, t) in pa.required_during_scheduling_ignored_during_execution.iter().flatten().enumerate() {
+            c.pod_anti_affinity.push(term_from(t, obj, &format!("{base}.affinity.podAntiAffinity.required[{i}]"))?);
+        }
+        for (i, t) in pa.preferred_during_scheduling_ignored_during_execution.iter().flatten().enumerate() {
+            let term =
+                term_from(&t.pod_affinity_term, obj, &format!("{base}.affinity.podAntiAffinity.preferred[{i}]"))?;
+            c.preferred_pod_anti_affinity.push(WeightedPodAffinityTerm { weight: t.weight, term });
+        }
+    }
+    for (i, t) in spec.topology_spread_constraints.iter().flatten().enumerate() {
+        let f = format!("{base}.topologySpreadConstraints[{i}]");
+        let when = match t.when_unsatisfiable.as_str() {
+            "DoNotSchedule" => WhenUnsatisfiable::DoNotSchedule,
+            "ScheduleAnyway" => WhenUnsatisfiable::ScheduleAnyway,
+            other => return Err(err(obj, format!("{f}.whenUnsatisfiable"), format!("unknown value {other}"))),
+        };
+        // A missing or unparsable selector selects nothing: the constraint never restricts (§3.11).
+        let selector = t.label_selector.as_ref().and_then(|s| selector_from(s).ok());
+        c.topology_spread.push(SpreadConstraint {
+            max_skew: t.max_skew,
+            topology_key: t.topology_key.clone(),
+            when_unsatisfiable: when,
+            selector,
+            min_domains: t.min_domains,
+            node_affinity_policy: policy(
+                t.node_affinity_policy.as_deref(),
+                NodeInclusionPolicy::Honor,
+                obj,
+                &format!("{f}.nodeAffinityPolicy"),
+            )?,
+            node_taints_policy: policy(
+                t.node_taints_policy.as_deref(),
+                NodeInclusionPolicy::Ignore,
+                obj,
+                &format!("{f}.nodeTaintsPolicy"),
+            )?,
+            match_label_keys: t.match_label_keys.clone().unwrap_or_default(),
+        });
+    }
+    c.host_ports = host_ports(spec);
+    Ok(c)
+}
+
+fn host_ports(spec: &PodSpec) -> Vec<HostPort> {
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten().filter(|c| c.restart_policy.as_deref() == Some("Always")))
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            let port = p.host_port.filter(|&h| h > 0)?;
+            Some(HostPort {
+                ip: p.host_ip.clone().unwrap_or_default(),
+                port,
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_string()),
+            })
+        })
+        .collect()
+}
+
+fn pod_from_spec(
+    namespace: &str,
+    name: &str,
+    meta: &ObjectMeta,
+    spec: &PodSpec,
+    status: Option<&k8s_openapi::api::core::v1::PodStatus>,
+    obj: &str,
+    base: &str,
+) -> Result<Pod, ConvertError> {
+    let (requests, extended) = pod_requests(spec, status).map_err(|e| {
+        let field = match e.container.as_str() {
+            "overhead" => format!("{base}.overhead.{}", e.resource),
+            "resources" => format!("{base}.resources.{}.{}", e.field, e.resource),
+            c if e.field == "allocatedResources" => format!(
+                "status.containerStatuses[{}].allocatedResources.{}",
+                c.trim_start_matches("containers["),
+                e.resource
+            )
+            .replace("]].", "]."),
+            c => format!("{base}.{c}.resources.{}.{}", e.field, e.resource),
+        };
+        err(obj, field, e.source.to_string())
+    })?;
+    Ok(Pod {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        uid: meta.uid.clone().unwrap_or_else(|| format!("{namespace}/{name}")),
+        created: meta.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
+        labels: meta.labels.clone().unwrap_or_default(),
+        requests,
+        extended,
+        constraints: constraints_from(spec, obj, base)?,
+    })
+}
+
+/// A pending pod.
+pub fn pod_from(p: &K8sPod, obj: &str) -> Result<Pod, ConvertError> {
+    let spec = p.spec.as_ref().ok_or_else(|| err(obj, "spec", "missing"))?;
+    let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+    let name = p.metadata.name.as_deref().ok_or_else(|| err(obj, "metadata.name", "missing"))?;
+    pod_from_spec(ns, name, &p.metadata, spec, p.status.as_ref(), obj, "spec")
+}
+
+fn running_from(p: &K8sPod, obj: &str) -> Result<RunningPod, ConvertError> {
+    let pod = pod_from(p, obj)?;
+    let daemonset = p
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "DaemonSet")
+        .map(|o| format!("{}/{}", pod.namespace, o.name));
+    Ok(RunningPod {
+        counted: !is_terminal(p) && p.metadata.deletion_timestamp.is_none(),
+        namespace: pod.namespace,
+        name: pod.name,
+        labels: pod.labels,
+        requests: pod.requests,
+        host_ports: pod.constraints.host_ports,
+        daemonset,
+        anti_affinity: pod.constraints.pod_anti_affinity,
+    })
+}
+
+fn resources_of(
+    list: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    obj: &str,
+    field: &str,
+) -> Result<Resources, ConvertError> {
+    match list {
+        None => Ok(Resources::ZERO),
+        Some(l) => Resources::from_resource_list(l).map_err(|e| err(obj, field, e.to_string())),
+    }
+}
+
+fn node_from(
+    n: &K8sNode,
+    obj: &str,
+    name: &str,
+    pool: Option<String>,
+    claim: Option<&NodeClaim>,
+) -> Result<ExistingNode, ConvertError> {
+    let lbls = n.metadata.labels.clone().unwrap_or_default();
+    let status = n.status.as_ref();
+    let capacity = resources_of(status.and_then(|s| s.capacity.as_ref()), obj, "status.capacity")?;
+    let allocatable = match status.and_then(|s| s.allocatable.as_ref()) {
+        Some(a) => resources_of(Some(a), obj, "status.allocatable")?,
+        None => capacity,
+    };
+    let mut taints = Vec::new();
+    for (i, t) in n.spec.as_ref().and_then(|s| s.taints.as_ref()).into_iter().flatten().enumerate() {
+        taints.push(taint_from(t, obj, &format!("spec.taints[{i}]"))?);
+    }
+    let managed = pool.is_some();
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .is_none_or(|c| c.status == "True");
+    let initialized = if managed { lbls.get(labels::INITIALIZED).is_some_and(|v| v == "true") } else { ready };
+    Ok(ExistingNode {
+        name: name.to_string(),
+        labels: lbls,
+        taints,
+        startup_taints: claim.map(|c| c.spec.startup_taints.clone()).unwrap_or_default(),
+        allocatable,
+        capacity,
+        pods: Vec::new(),
+        managed,
+        initialized,
+        nodepool: pool,
+    })
+}
+
+/// An in-flight claim (no Node yet): labels from its single-valued requirements, its own taints,
+/// allocatable from its status or, before launch, the smallest of its options.
+fn in_flight<'a>(
+    c: &NodeClaim,
+    obj: &str,
+    pool: Option<String>,
+    pools: impl Iterator<Item = &'a NodePool>,
+    snapshot: &Snapshot,
+) -> Result<ExistingNode, ConvertError> {
+    let name = c.metadata.name.clone().ok_or_else(|| err(obj, "metadata.name", "missing"))?;
+    let mut lbls: BTreeMap<String, String> = c.metadata.labels.clone().unwrap_or_default();
+    for r in &c.spec.requirements {
+        if r.operator == Operator::In && r.values.len() == 1 {
+            lbls.insert(r.key.clone(), r.values[0].clone());
+        }
+    }
+    lbls.insert(labels::HOSTNAME.to_string(), name.clone());
+    let status = c.status.as_ref();
+    let (mut capacity, mut allocatable) = (
+        resources_of(status.and_then(|s| s.capacity.as_ref()), obj, "status.capacity")?,
+        resources_of(status.and_then(|s| s.allocatable.as_ref()), obj, "status.allocatable")?,
+    );
+    if allocatable.is_zero() {
+        let options: Vec<&String> = c
+            .spec
+            .requirements
+            .iter()
+            .filter(|r| r.key == labels::INSTANCE_TYPE && r.operator == Operator::In)
+            .flat_map(|r| r.values.iter())
+            .collect();
+        let class_pool = pools.into_iter().find(|p| p.metadata.name == pool);
+        let types = match class_pool {
+            Some(p) => pool_types(p, obj, snapshot, &mut Vec::new()).0,
+            None => Catalog::builtin().instance_types(DEFAULT_ZONE),
+        };
+        let smallest = types
+            .iter()
+            .filter(|t| options.contains(&&t.name))
+            .min_by_key(|t| (t.allocatable.cpu_millis, t.allocatable.memory_bytes));
+        if let Some(t) = smallest {
+            allocatable = t.allocatable;
+            capacity = t.capacity;
+            for (k, v) in &t.labels {
+                lbls.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+    }
+    Ok(ExistingNode {
+        name,
+        labels: lbls,
+        taints: c.spec.taints.clone(),
+        startup_taints: c.spec.startup_taints.clone(),
+        allocatable,
+        capacity,
+        pods: Vec::new(),
+        managed: true,
+        initialized: false,
+        nodepool: pool,
+    })
+}
+
+/// The instance types of a pool (its node class's catalogue) and the class's node labels.
+fn pool_types(
+    p: &NodePool,
+    obj: &str,
+    snapshot: &Snapshot,
+    notes: &mut Vec<String>,
+) -> (Vec<InstanceType>, BTreeMap<String, String>) {
+    let ns = p.metadata.namespace.as_deref();
+    let class_name = &p.spec.template.spec.node_class_ref.name;
+    let class = snapshot.node_classes.iter().find(|c| {
+        c.metadata.name.as_deref() == Some(class_name.as_str())
+            && (ns.is_none() || c.metadata.namespace.as_deref() == ns || c.metadata.namespace.is_none())
+    });
+    let Some(class) = class else {
+        notes.push(format!("{obj}: CleverNodeClass {class_name} not found; the built-in flavors are used"));
+        return (Catalog::builtin().instance_types(DEFAULT_ZONE), BTreeMap::new());
+    };
+    let base = Catalog::builtin();
+    let catalog = match &class.spec.flavor_catalog_ref {
+        None => base,
+        Some(r) => {
+            match snapshot.flavor_catalogs.iter().find(|f| f.metadata.name.as_deref() == Some(r.name.as_str())) {
+                None => {
+                    notes.push(format!("{obj}: FlavorCatalog {} not found; the built-in flavors are used", r.name));
+                    base
+                }
+                Some(fc) => match crds::catalog::merge(&base.flavors, &fc.spec.flavors) {
+                    Ok(c) => {
+                        notes.extend(c.warnings.iter().map(|w| format!("FlavorCatalog {}: {w}", r.name)));
+                        c
+                    }
+                    Err(e) => {
+                        notes.push(format!("FlavorCatalog {}: {e}; the built-in flavors are used", r.name));
+                        base
+                    }
+                },
+            }
+        }
+    };
+    (catalog.instance_types(DEFAULT_ZONE), class.spec.labels.clone())
+}
+
+fn limits_of(p: &NodePool, obj: &str) -> Result<Limits, ConvertError> {
+    let mut l = Limits::default();
+    for (k, q) in p.spec.limits.iter().flatten() {
+        let field = format!("spec.limits.{k}");
+        let parsed = parse_quantity(q.0.trim()).map_err(|e| err(obj, &field, e.to_string()))?;
+        match k.as_str() {
+            "cpu" => l.cpu_millis = Some(parsed.as_millis()),
+            "memory" => l.memory_bytes = Some(parsed.as_units()),
+            "ephemeral-storage" => l.ephemeral_storage_bytes = Some(parsed.as_units()),
+            "pods" => l.pods = Some(parsed.as_units()),
+            "nodes" => l.nodes = Some(parsed.as_units()),
+            _ => {}
+        }
+    }
+    Ok(l)
+}
