@@ -85,18 +85,23 @@ pub fn plan(_now: DateTime<Utc>, nodes: &[Node], pods: &[Pod], tracker: &mut Bin
         })
         .collect();
 
+    let by_name: HashMap<(&str, &str), &Pod> = pods
+        .iter()
+        .filter_map(|p| Some(((p.metadata.namespace.as_deref()?, p.metadata.name.as_deref()?), p)))
+        .collect();
+    let find = |namespace: &str, name: &str| by_name.get(&(namespace, name)).copied();
     let mut actions = Vec::new();
     for decision in fit::decide(nodes, &view) {
         match decision {
             Decision::Bind { namespace, name, node } => {
-                let Some(pod) = find(pods, &namespace, &name) else { continue };
+                let Some(pod) = find(&namespace, &name) else { continue };
                 let uid = pod.metadata.uid.clone().unwrap_or_default();
                 tracker.bound.insert(uid.clone(), node.clone());
                 tracker.marked.remove(&uid);
                 actions.push(BinderAction::Bind { namespace, name, uid, node });
             }
             Decision::Unschedulable { namespace, name, message } => {
-                let Some(pod) = find(pods, &namespace, &name) else { continue };
+                let Some(pod) = find(&namespace, &name) else { continue };
                 let uid = pod.metadata.uid.clone().unwrap_or_default();
                 let rv = pod.metadata.resource_version.clone().unwrap_or_default();
                 if scheduled_condition(pod) == Some(("False", Some("Unschedulable"), Some(message.as_str()))) {
@@ -111,10 +116,6 @@ pub fn plan(_now: DateTime<Utc>, nodes: &[Node], pods: &[Pod], tracker: &mut Bin
         }
     }
     actions
-}
-
-fn find<'a>(pods: &'a [Pod], namespace: &str, name: &str) -> Option<&'a Pod> {
-    pods.iter().find(|p| p.metadata.namespace.as_deref() == Some(namespace) && p.metadata.name.as_deref() == Some(name))
 }
 
 #[cfg(test)]

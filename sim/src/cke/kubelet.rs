@@ -245,23 +245,21 @@ pub fn plan(
     }
     tracker.pod_bound.retain(|uid, _| bound_now.contains(uid));
     tracker.pod_leaving.retain(|uid, _| leaving_now.contains(uid));
-    // Requests about objects that changed or vanished are settled.
-    tracker.requested.retain(|key, _| out.actions.iter().any(|a| a.key() == *key) || still_pending(key, nodes, pods));
-    out
-}
-
-/// Whether a requested write's object still exists (so its request record is still useful).
-fn still_pending(key: &str, nodes: &[Node], pods: &[Pod]) -> bool {
-    let mut parts = key.splitn(2, '/');
-    let (Some(kind), Some(rest)) = (parts.next(), parts.next()) else { return false };
-    match kind {
-        "node-ready" | "node-taints" => nodes.iter().any(|n| n.metadata.name.as_deref() == Some(rest)),
-        _ => pods.iter().any(|p| {
+    // Records of requests about objects that no longer exist are dropped.
+    let node_names: HashSet<&str> = nodes.iter().filter_map(|n| n.metadata.name.as_deref()).collect();
+    let pod_keys: HashSet<String> = pods
+        .iter()
+        .map(|p| {
             let ns = p.metadata.namespace.as_deref().unwrap_or_default();
-            let name = p.metadata.name.as_deref().unwrap_or_default();
-            rest.strip_prefix(ns).and_then(|r| r.strip_prefix('/')) == Some(name)
-        }),
-    }
+            format!("{ns}/{}", p.metadata.name.as_deref().unwrap_or_default())
+        })
+        .collect();
+    tracker.requested.retain(|key, _| match key.split_once('/') {
+        Some(("node-ready" | "node-taints", name)) => node_names.contains(name),
+        Some((_, pod)) => pod_keys.contains(pod),
+        None => false,
+    });
+    out
 }
 
 #[cfg(test)]

@@ -1,0 +1,142 @@
+//! Command-line flags of `karpenter-hub-webhook`; every flag also reads an environment variable
+//! `KARPENTER_HUB_WEBHOOK_<FLAG>`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use crate::server::{DEFAULT_MAX_BODY_BYTES, Settings};
+
+/// How referenced objects are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Lookups {
+    /// From the management cluster (in-cluster config or KUBECONFIG).
+    Api,
+    /// Not at all: cross-object checks become warnings.
+    Off,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The admission webhook of Clever Karpenter Hub.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "karpenter-hub-webhook", version, about)]
+pub struct Args {
+    /// HTTPS listen address.
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_ADDRESS", default_value = "0.0.0.0:9443")]
+    pub address: SocketAddr,
+    /// Plain-HTTP address for /livez, /readyz and /metrics (off when unset).
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_PROBE_ADDRESS")]
+    pub probe_address: Option<SocketAddr>,
+    /// PEM certificate chain, leaf first.
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_TLS_CERT_FILE", default_value = "/etc/karpenter-hub-webhook/tls/tls.crt")]
+    pub tls_cert_file: PathBuf,
+    /// PEM private key.
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_TLS_KEY_FILE", default_value = "/etc/karpenter-hub-webhook/tls/tls.key")]
+    pub tls_key_file: PathBuf,
+    /// How often the certificate files are checked for a change (e.g. 10s, 500ms).
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_CERT_POLL_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub cert_poll_interval: Duration,
+    /// Largest request body, in bytes.
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+    /// Longest time for one request, body read included.
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+    /// How long in-flight requests may finish after SIGTERM.
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+    /// How referenced CleverNodeClasses and FlavorCatalogs are read.
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_LOOKUPS", value_enum, default_value_t = Lookups::Api)]
+    pub lookups: Lookups,
+    /// Longest time for one lookup; past it the check becomes a warning.
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_LOOKUP_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub lookup_timeout: Duration,
+    /// Log format.
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log filter (tracing's env-filter syntax), e.g. info or webhook=debug.
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_LOG", default_value = "info")]
+    pub log: String,
+}
+
+impl Args {
+    /// The server settings these flags describe.
+    pub fn settings(&self) -> Settings {
+        let mut settings = Settings::new(self.address, self.tls_cert_file.clone(), self.tls_key_file.clone());
+        settings.probe_address = self.probe_address;
+        settings.certificate_poll_interval = self.cert_poll_interval;
+        settings.max_body_bytes = self.max_body_bytes;
+        settings.request_timeout = self.request_timeout;
+        settings.shutdown_grace = self.shutdown_grace;
+        settings
+    }
+}
+
+/// A duration as a whole number with a unit: `ms`, `s`, `m` or `h` (e.g. `500ms`, `10s`, `2m`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| format!("{text:?} is not a duration: write e.g. 500ms, 10s or 2m"))?;
+    let duration = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        _ => return Err(format!("{text:?} has no unit: write e.g. 500ms, 10s or 2m")),
+    };
+    if duration.is_zero() {
+        return Err(format!("{text:?} must be more than zero"));
+    }
+    Ok(duration)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        for bad in ["", "10", "s", "1.5s", "-1s", "0s", "10 s", "99999999999999999999s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn flags_have_defaults_and_parse() {
+        let args = Args::try_parse_from(["karpenter-hub-webhook"]).unwrap();
+        assert_eq!(args.address.port(), 9443);
+        assert_eq!(args.lookups, Lookups::Api);
+        let args = Args::try_parse_from([
+            "karpenter-hub-webhook",
+            "--address=127.0.0.1:0",
+            "--lookups=off",
+            "--cert-poll-interval=250ms",
+            "--probe-address=127.0.0.1:8081",
+        ])
+        .unwrap();
+        let settings = args.settings();
+        assert_eq!(settings.certificate_poll_interval, Duration::from_millis(250));
+        assert_eq!(settings.probe_address.map(|a| a.port()), Some(8081));
+        assert_eq!(args.lookups, Lookups::Off);
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        use clap::CommandFactory;
+        Args::command().debug_assert();
+    }
+}

@@ -1,0 +1,19 @@
+//! `karpenter-hub-webhook`: the admission webhook of Clever Karpenter Hub.
+//!
+//! It validates `CleverNodeClass`, `FlavorCatalog` and `NodePool` objects before the management
+//! cluster stores them, with the same rules the hub applies at runtime ([`crds::admission`]), and
+//! answers over HTTPS with a certificate it reloads from disk. See `docs/webhook.md`.
+//!
+//! - [`review`]: one AdmissionReview from bytes to answer (pure, except reading references);
+//! - [`references`]: reading the objects a reviewed object refers to;
+//! - [`tls`]: the serving certificate and its hot reload;
+//! - [`server`]: routes, limits, probes, metrics and graceful shutdown;
+//! - [`metrics`]: what `/metrics` exposes;
+//! - [`cli`]: the command-line flags.
+
+pub mod cli;
+pub mod metrics;
+pub mod references;
+pub mod review;
+pub mod server;
+pub mod tls;

@@ -1,0 +1,353 @@
+//! The serving certificate: read from two PEM files, served through a rustls certificate resolver,
+//! and reloaded when the files change, without a restart.
+//!
+//! Changes are found by polling: every interval both files are read through their paths and
+//! compared with the pair last tried. Polling follows every way a file can be replaced — an edit in
+//! place, a rename over it, and the symlink swap of a Kubernetes Secret volume (`tls.crt ->
+//! ..data/tls.crt`, `..data -> ..2026_11_23_...`, where only `..data` changes) — which inotify
+//! watches on the file itself miss. A new pair is served only if it parses and the key matches the
+//! certificate; otherwise the previous pair stays, the failure is logged once per distinct pair and
+//! counted, and the next change is tried again (a cert written before its key becomes good one tick
+//! later).
+//!
+//! Only TLS 1.2 and 1.3 are offered (rustls implements nothing older), with the ring provider.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use crate::metrics::{Metrics, ReloadOutcome};
+
+/// Largest certificate or key file read (a chain is a few KiB).
+pub const MAX_PEM_BYTES: u64 = 1024 * 1024;
+
+/// Why a certificate pair cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum CertificateError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// A file is larger than [`MAX_PEM_BYTES`].
+    #[error("{path} is larger than {MAX_PEM_BYTES} bytes")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The certificate file holds no PEM certificate, or a broken one.
+    #[error("{path} holds no usable PEM certificate: {reason}")]
+    Certificate {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The key file holds no PEM private key, or one rustls cannot use.
+    #[error("{path} holds no usable PEM private key: {reason}")]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The key does not belong to the certificate.
+    #[error("the key in {key} does not match the certificate in {cert}: {reason}")]
+    Mismatch {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// What rustls said.
+        reason: String,
+    },
+}
+
+/// The two files of the serving pair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateFiles {
+    /// PEM certificate chain, leaf first (`tls.crt`).
+    pub cert: PathBuf,
+    /// PEM private key: PKCS#8, PKCS#1 or SEC1 (`tls.key`).
+    pub key: PathBuf,
+}
+
+/// Builds the served pair from PEM bytes: the chain, the key, and the check that they match.
+pub fn certified_key(
+    files: &CertificateFiles,
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    provider: &CryptoProvider,
+) -> Result<CertifiedKey, CertificateError> {
+    let chain = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CertificateError::Certificate { path: files.cert.clone(), reason: e.to_string() })?;
+    if chain.is_empty() {
+        return Err(CertificateError::Certificate {
+            path: files.cert.clone(),
+            reason: "no CERTIFICATE block".to_string(),
+        });
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| CertificateError::Key { path: files.key.clone(), reason: e.to_string() })?;
+    CertifiedKey::from_der(chain, key, provider).map_err(|e| match e {
+        rustls::Error::InconsistentKeys(_) => {
+            CertificateError::Mismatch { cert: files.cert.clone(), key: files.key.clone(), reason: e.to_string() }
+        }
+        other => CertificateError::Key { path: files.key.clone(), reason: other.to_string() },
+    })
+}
+
+fn read_bounded(path: &Path) -> Result<Vec<u8>, CertificateError> {
+    let read_error = |source| CertificateError::Read { path: path.to_path_buf(), source };
+    let length = std::fs::metadata(path).map_err(read_error)?.len();
+    if length > MAX_PEM_BYTES {
+        return Err(CertificateError::TooLarge { path: path.to_path_buf() });
+    }
+    std::fs::read(path).map_err(read_error)
+}
+
+/// What one poll found.
+#[derive(Debug)]
+pub enum Poll {
+    /// The files hold the pair last tried.
+    Unchanged,
+    /// A new pair is served.
+    Reloaded,
+    /// The files changed to a pair that cannot be served; the previous pair stays.
+    Rejected(CertificateError),
+}
+
+/// The served certificate pair, swapped in place when the files change.
+pub struct ReloadingCertificate {
+    files: CertificateFiles,
+    provider: Arc<CryptoProvider>,
+    current: RwLock<Arc<CertifiedKey>>,
+    /// The bytes of the pair last tried (served or refused), to try each change once.
+    last_tried: Mutex<(Vec<u8>, Vec<u8>)>,
+}
+
+impl fmt::Debug for ReloadingCertificate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReloadingCertificate").field("files", &self.files).finish_non_exhaustive()
+    }
+}
+
+impl ReloadingCertificate {
+    /// Reads the pair; fails when it cannot be served (the server must not start without one).
+    pub fn load(files: CertificateFiles, provider: Arc<CryptoProvider>) -> Result<Self, CertificateError> {
+        let cert = read_bounded(&files.cert)?;
+        let key = read_bounded(&files.key)?;
+        let pair = certified_key(&files, &cert, &key, &provider)?;
+        Ok(ReloadingCertificate {
+            files,
+            provider,
+            current: RwLock::new(Arc::new(pair)),
+            last_tried: Mutex::new((cert, key)),
+        })
+    }
+
+    /// The pair served now.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.current.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Reads the files and serves the new pair if they changed and it is good.
+    pub fn poll(&self) -> Poll {
+        let read = read_bounded(&self.files.cert).and_then(|cert| Ok((cert, read_bounded(&self.files.key)?)));
+        let (cert, key) = match read {
+            Ok(pair) => pair,
+            // A file missing mid-swap, or unreadable: keep serving; report it only once per state.
+            Err(error) => {
+                let mut last = self.last_tried.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                if last.0.is_empty() && last.1.is_empty() {
+                    return Poll::Unchanged;
+                }
+                *last = (Vec::new(), Vec::new());
+                return Poll::Rejected(error);
+            }
+        };
+        {
+            let mut last = self.last_tried.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if last.0 == cert && last.1 == key {
+                return Poll::Unchanged;
+            }
+            *last = (cert.clone(), key.clone());
+        }
+        match certified_key(&self.files, &cert, &key, &self.provider) {
+            Ok(pair) => {
+                *self.current.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(pair);
+                Poll::Reloaded
+            }
+            Err(error) => Poll::Rejected(error),
+        }
+    }
+
+    /// Polls every `interval` until `stop` resolves, logging and counting each change.
+    pub async fn watch(self: Arc<Self>, interval: Duration, metrics: Arc<Metrics>, stop: impl Future<Output = ()>) {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await;
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => return,
+                _ = ticks.tick() => {}
+            }
+            let this = self.clone();
+            // File reads are blocking; keep them off the request workers.
+            let poll = match tokio::task::spawn_blocking(move || this.poll()).await {
+                Ok(poll) => poll,
+                Err(error) => {
+                    tracing::error!(%error, "certificate poll failed");
+                    continue;
+                }
+            };
+            match poll {
+                Poll::Unchanged => {}
+                Poll::Reloaded => {
+                    metrics.reload(ReloadOutcome::Success);
+                    tracing::info!(cert = %self.files.cert.display(), "serving certificate reloaded");
+                }
+                Poll::Rejected(error) => {
+                    metrics.reload(ReloadOutcome::Failure);
+                    tracing::warn!(%error, "new serving certificate refused; the previous one is still served");
+                }
+            }
+        }
+    }
+}
+
+impl ResolvesServerCert for ReloadingCertificate {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// A rustls server configuration serving `certificate`: TLS 1.3 and 1.2, HTTP/2 and HTTP/1.1.
+pub fn server_config(
+    certificate: Arc<ReloadingCertificate>,
+    provider: Arc<CryptoProvider>,
+) -> Result<rustls::ServerConfig, rustls::Error> {
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_no_client_auth()
+        .with_cert_resolver(certificate);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn provider() -> Arc<CryptoProvider> {
+        Arc::new(rustls::crypto::ring::default_provider())
+    }
+
+    fn pair(name: &str) -> (String, String) {
+        let cert = rcgen::generate_simple_self_signed(vec![name.to_string()]).unwrap();
+        (cert.cert.pem(), cert.signing_key.serialize_pem())
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("karpenter-hub-webhook-tls-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn leaf(c: &ReloadingCertificate) -> Vec<u8> {
+        c.current().cert[0].to_vec()
+    }
+
+    #[test]
+    fn a_mismatched_or_broken_pair_is_refused_and_the_old_one_kept() {
+        let dir = temp_dir("refuse");
+        let files = CertificateFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key") };
+        let (cert_a, key_a) = pair("a");
+        let (cert_b, key_b) = pair("b");
+        std::fs::write(&files.cert, &cert_a).unwrap();
+        std::fs::write(&files.key, &key_a).unwrap();
+        let c = ReloadingCertificate::load(files.clone(), provider()).unwrap();
+        let served = leaf(&c);
+        assert!(matches!(c.poll(), Poll::Unchanged));
+
+        // New cert, old key: refused until the key arrives.
+        std::fs::write(&files.cert, &cert_b).unwrap();
+        assert!(matches!(c.poll(), Poll::Rejected(CertificateError::Mismatch { .. })));
+        assert!(matches!(c.poll(), Poll::Unchanged), "a refused pair is reported once");
+        assert_eq!(leaf(&c), served);
+        std::fs::write(&files.key, &key_b).unwrap();
+        assert!(matches!(c.poll(), Poll::Reloaded));
+        assert_ne!(leaf(&c), served);
+
+        // Garbage and missing files are refused too.
+        let served = leaf(&c);
+        std::fs::write(&files.cert, "not a certificate").unwrap();
+        assert!(matches!(c.poll(), Poll::Rejected(CertificateError::Certificate { .. })));
+        std::fs::remove_file(&files.cert).unwrap();
+        assert!(matches!(c.poll(), Poll::Rejected(CertificateError::Read { .. })));
+        assert!(matches!(c.poll(), Poll::Unchanged));
+        std::fs::write(&files.cert, &cert_b).unwrap();
+        std::fs::write(&files.key, "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n").unwrap();
+        assert!(matches!(c.poll(), Poll::Rejected(CertificateError::Key { .. })));
+        assert_eq!(leaf(&c), served);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn load_fails_without_a_good_pair() {
+        let dir = temp_dir("load");
+        let files = CertificateFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key") };
+        assert!(matches!(ReloadingCertificate::load(files.clone(), provider()), Err(CertificateError::Read { .. })));
+        std::fs::write(&files.cert, "").unwrap();
+        std::fs::write(&files.key, "").unwrap();
+        let error = ReloadingCertificate::load(files, provider()).unwrap_err();
+        assert!(error.to_string().contains("no CERTIFICATE block"), "{error}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_kubernetes_symlink_swap_is_followed() {
+        use std::os::unix::fs::symlink;
+        // The layout of a Secret volume: files link through ..data, which links to a timestamped dir.
+        let dir = temp_dir("swap");
+        let write_version = |name: &str, (cert, key): &(String, String)| {
+            let version = dir.join(name);
+            std::fs::create_dir_all(&version).unwrap();
+            std::fs::write(version.join("tls.crt"), cert).unwrap();
+            std::fs::write(version.join("tls.key"), key).unwrap();
+        };
+        let first = pair("first");
+        write_version("..2026_11_23_09_00_00.1", &first);
+        symlink("..2026_11_23_09_00_00.1", dir.join("..data")).unwrap();
+        symlink("..data/tls.crt", dir.join("tls.crt")).unwrap();
+        symlink("..data/tls.key", dir.join("tls.key")).unwrap();
+        let files = CertificateFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key") };
+        let c = ReloadingCertificate::load(files, provider()).unwrap();
+        let before = leaf(&c);
+
+        // The kubelet writes the new version, then renames a fresh ..data link over the old one.
+        write_version("..2026_11_23_10_00_00.2", &pair("second"));
+        symlink("..2026_11_23_10_00_00.2", dir.join("..data_tmp")).unwrap();
+        std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+        std::fs::remove_dir_all(dir.join("..2026_11_23_09_00_00.1")).unwrap();
+        assert!(matches!(c.poll(), Poll::Reloaded));
+        assert_ne!(leaf(&c), before);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,219 @@
+//! Shared by the integration tests: a throw-away CA, certificate files on disk, a started server,
+//! an HTTPS client trusting the CA, and AdmissionReview bodies.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use serde_json::{Value, json};
+use webhook::references::References;
+use webhook::server::{Running, Settings};
+
+pub const UID: &str = "705ab4f5-6393-11e8-b7cc-42010a800002";
+
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A CA that issues serving certificates for `localhost` and `127.0.0.1`.
+pub struct Ca {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+impl Ca {
+    pub fn new() -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(rcgen::DnType::CommonName, "karpenter-hub-webhook test CA");
+        Ca { issuer: CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap() }
+    }
+
+    pub fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    /// A leaf for `names` (DNS names or IP addresses): (cert PEM, key PEM, cert DER).
+    pub fn issue(&self, names: &[&str]) -> (String, String, Vec<u8>) {
+        let params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem(), cert.der().to_vec())
+    }
+}
+
+/// A directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> Self {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("karpenter-hub-webhook-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A server on 127.0.0.1 with a fresh certificate, its CA and its files.
+pub struct Harness {
+    pub ca: Ca,
+    pub dir: TempDir,
+    pub server: Running,
+    pub leaf_der: Vec<u8>,
+}
+
+pub fn settings(dir: &Path) -> Settings {
+    let mut settings = Settings::new(([127, 0, 0, 1], 0).into(), dir.join("tls.crt"), dir.join("tls.key"));
+    settings.certificate_poll_interval = Duration::from_millis(50);
+    settings.request_timeout = Duration::from_secs(2);
+    settings.shutdown_grace = Duration::from_secs(5);
+    settings
+}
+
+impl Harness {
+    pub async fn start(name: &str, references: Arc<dyn References>) -> Self {
+        Self::start_with(name, references, |_| {}).await
+    }
+
+    pub async fn start_with(name: &str, references: Arc<dyn References>, edit: impl FnOnce(&mut Settings)) -> Self {
+        let ca = Ca::new();
+        let dir = TempDir::new(name);
+        let (cert, key, leaf_der) = ca.issue(&["localhost", "127.0.0.1"]);
+        std::fs::write(dir.path().join("tls.crt"), cert).unwrap();
+        std::fs::write(dir.path().join("tls.key"), key).unwrap();
+        let mut settings = settings(dir.path());
+        edit(&mut settings);
+        let server = webhook::server::start(settings, references, provider()).await.unwrap();
+        Harness { ca, dir, server, leaf_der }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.server.address().port())
+    }
+
+    /// A client trusting this harness's CA, one connection per request when `fresh`.
+    pub fn client(&self, fresh: bool) -> reqwest::Client {
+        client(&self.ca.pem(), fresh)
+    }
+}
+
+pub fn client(ca_pem: &str, fresh: bool) -> reqwest::Client {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    if fresh {
+        // A resumed session shows the certificate of the session it resumes, not the one served now.
+        tls.resumption = rustls::client::Resumption::disabled();
+    }
+    let mut builder =
+        reqwest::Client::builder().tls_backend_preconfigured(tls).tls_info(true).timeout(Duration::from_secs(10));
+    if fresh {
+        // HTTP/1.1 without idle connections: every request makes a new TLS handshake.
+        builder = builder.pool_max_idle_per_host(0).http1_only();
+    }
+    builder.build().unwrap()
+}
+
+/// An AdmissionReview v1 request for `kind`.
+pub fn review(kind: &str, operation: &str, object: Value, old: Option<Value>) -> Value {
+    let mut request = json!({
+        "uid": UID,
+        "kind": {"group": "karpenter.clever-cloud.com", "version": "v1alpha1", "kind": kind},
+        "resource": {"group": "karpenter.clever-cloud.com", "version": "v1alpha1", "resource": kind.to_lowercase()},
+        "requestKind": {"group": "karpenter.clever-cloud.com", "version": "v1alpha1", "kind": kind},
+        "operation": operation,
+        "namespace": "team-a",
+        "name": object["metadata"]["name"].clone(),
+        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "object": object,
+        "dryRun": false,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
+    });
+    if let Some(old) = old {
+        request["oldObject"] = old;
+    }
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+}
+
+pub fn node_class(name: &str, labels: Value, catalog: Option<&str>) -> Value {
+    let mut spec = json!({"labels": labels});
+    if let Some(catalog) = catalog {
+        spec["flavorCatalogRef"] = json!({"name": catalog});
+    }
+    json!({
+        "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "CleverNodeClass",
+        "metadata": {"name": name, "namespace": "team-a", "uid": "1"},
+        "spec": spec
+    })
+}
+
+pub fn flavor_catalog(name: &str, flavors: Value) -> Value {
+    json!({
+        "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "FlavorCatalog",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {"flavors": flavors}
+    })
+}
+
+pub fn node_pool(name: &str, requirements: Value) -> Value {
+    json!({
+        "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodePool",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {
+            "clusterName": "prod-paris",
+            "template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"},
+                "requirements": requirements
+            }},
+            "disruption": {"consolidateAfter": "1m"}
+        }
+    })
+}
+
+/// Posts a review and returns the HTTP status and the parsed body (Null when not JSON).
+pub async fn post(client: &reqwest::Client, url: &str, body: &Value) -> (u16, Value) {
+    let response = client.post(url).json(body).send().await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.bytes().await.unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// Waits for `check` with a bounded timeout.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for {what}");
+}

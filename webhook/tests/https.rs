@@ -1,0 +1,401 @@
+//! The webhook over real HTTPS: generated certificates, a reqwest client, the routes as the API
+//! server calls them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use crds::{CleverNodeClass, FlavorCatalog};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use webhook::references::{NoReferences, References, StaticReferences};
+
+fn references() -> Arc<dyn References> {
+    let class: CleverNodeClass = serde_json::from_value(node_class("default", json!({}), Some("extra"))).unwrap();
+    let catalog: FlavorCatalog = serde_json::from_value(flavor_catalog(
+        "extra",
+        json!([{"name": "XXL", "cpu": 32, "memoryKi": 64000000, "priceHourly": 0.4}]),
+    ))
+    .unwrap();
+    Arc::new(StaticReferences::default().with_node_class(class).with_flavor_catalog(catalog))
+}
+
+fn message(body: &Value) -> &str {
+    body["response"]["status"]["message"].as_str().unwrap_or("")
+}
+
+fn warnings(body: &Value) -> Vec<String> {
+    body["response"]["warnings"]
+        .as_array()
+        .map(|w| w.iter().map(|s| s.as_str().unwrap_or("").to_string()).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn allowed_denied_and_warned_reviews() {
+    let h = Harness::start("verdicts", references()).await;
+    let client = h.client(false);
+
+    // Allowed, no warnings: a class whose catalogue exists and is valid.
+    let (status, body) = post(
+        &client,
+        &h.url("/validate/clevernodeclasses"),
+        &review("CleverNodeClass", "CREATE", node_class("default", json!({"team": "a"}), Some("extra")), None),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(body["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(body["response"]["uid"], UID);
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert!(warnings(&body).is_empty(), "{body}");
+
+    // Denied with the field and the fix: a free new flavor (legal for the CRD schema).
+    let free = flavor_catalog("free", json!([{"name": "FREE", "cpu": 2, "memoryKi": 2097152, "priceHourly": 0}]));
+    let (status, body) =
+        post(&client, &h.url("/validate/flavorcatalogs"), &review("FlavorCatalog", "CREATE", free, None)).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["response"]["allowed"], false);
+    assert_eq!(body["response"]["status"]["code"], 403);
+    assert!(message(&body).starts_with("spec.flavors[0].priceHourly: a new flavor must not be free"), "{body}");
+
+    // Allowed with warnings: the referenced catalogue does not exist.
+    let (_, body) = post(
+        &client,
+        &h.url("/validate/clevernodeclasses"),
+        &review("CleverNodeClass", "CREATE", node_class("other", json!({}), Some("missing")), None),
+    )
+    .await;
+    assert_eq!(body["response"]["allowed"], true);
+    let w = warnings(&body);
+    assert!(
+        w.iter().any(|w| w.starts_with("spec.flavorCatalogRef.name: FlavorCatalog missing does not exist in team-a")),
+        "{w:?}"
+    );
+
+    // Cross-object: the NodePool's class serves XXL through its catalogue...
+    let pinned = |flavor: &str| {
+        node_pool("pool", json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [flavor]}]))
+    };
+    let (_, body) =
+        post(&client, &h.url("/validate/nodepools"), &review("NodePool", "CREATE", pinned("XXL"), None)).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    // ...but no flavor called XYZ.
+    let (_, body) =
+        post(&client, &h.url("/validate/nodepools"), &review("NodePool", "CREATE", pinned("XYZ"), None)).await;
+    assert_eq!(body["response"]["allowed"], false);
+    assert!(
+        message(&body).contains("spec.template.spec.requirements[0] excludes every flavor of the catalogue"),
+        "{body}"
+    );
+
+    // Immutable fields on update.
+    let old = pinned("XXL");
+    let mut new = old.clone();
+    new["spec"]["clusterName"] = json!("staging-paris");
+    let (_, body) = post(&client, &h.url("/validate/nodepools"), &review("NodePool", "UPDATE", new, Some(old))).await;
+    assert_eq!(body["response"]["allowed"], false);
+    assert!(message(&body).contains("spec.clusterName: clusterName is immutable"), "{body}");
+
+    // Every answer was counted by kind and outcome.
+    let metrics = client.get(h.url("/metrics")).send().await.unwrap();
+    assert_eq!(metrics.status(), 200);
+    assert!(metrics.headers()["content-type"].to_str().unwrap().starts_with("application/openmetrics-text"));
+    let text = metrics.text().await.unwrap();
+    for line in [
+        "karpenter_hub_webhook_requests_total{kind=\"CleverNodeClass\",outcome=\"allowed\"} 2",
+        "karpenter_hub_webhook_requests_total{kind=\"FlavorCatalog\",outcome=\"denied\"} 1",
+        "karpenter_hub_webhook_requests_total{kind=\"NodePool\",outcome=\"denied\"} 2",
+        "karpenter_hub_webhook_denials_total{kind=\"NodePool\"} 2",
+        "karpenter_hub_webhook_request_duration_seconds_count{kind=\"NodePool\"} 3",
+    ] {
+        assert!(text.contains(line), "missing {line} in\n{text}");
+    }
+    h.server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn without_lookups_cross_object_checks_are_warnings() {
+    let h = Harness::start("nolookups", Arc::new(NoReferences)).await;
+    let client = h.client(false);
+    let pool =
+        node_pool("pool", json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["XXL"]}]));
+    let (_, body) = post(&client, &h.url("/validate/nodepools"), &review("NodePool", "CREATE", pool, None)).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    let w = warnings(&body);
+    assert!(w.iter().any(|w| w.contains("--lookups=off")), "{w:?}");
+    assert!(w.iter().any(|w| w.contains("excludes every flavor")), "{w:?}");
+    h.server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_bodies_get_400_or_a_well_formed_denial() {
+    let h = Harness::start_with("bad", Arc::new(NoReferences), |s| {
+        s.max_body_bytes = 64 * 1024;
+        s.request_timeout = Duration::from_millis(500);
+    })
+    .await;
+    let client = h.client(false);
+    let url = h.url("/validate/clevernodeclasses");
+    for (body, expected) in [
+        (Vec::new(), "not an AdmissionReview"),
+        (b"{not json".to_vec(), "not an AdmissionReview"),
+        (b"[]".to_vec(), "expected apiVersion admission.k8s.io/v1"),
+        (
+            br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"u"}}"#.to_vec(),
+            "admissionReviewVersions",
+        ),
+        (br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(), "no request"),
+        (vec![0xff, 0xfe, 0x00], "not an AdmissionReview"),
+    ] {
+        let response = client.post(&url).body(body.clone()).send().await.unwrap();
+        assert_eq!(response.status(), 400, "{body:?}");
+        let text = response.text().await.unwrap();
+        assert!(text.contains(expected), "{body:?}: {text}");
+    }
+    // Oversized: refused before being read whole.
+    let huge =
+        review("CleverNodeClass", "CREATE", node_class("big", json!({"team": "a".repeat(128 * 1024)}), None), None);
+    let response = client.post(&url).json(&huge).send().await.unwrap();
+    assert_eq!(response.status(), 413);
+    // Deeply nested JSON is refused by the parser's recursion limit, not a stack overflow.
+    let nested = format!("{}{}", "[".repeat(50_000), "]".repeat(50_000));
+    assert_eq!(client.post(&url).body(nested).send().await.unwrap().status(), 413);
+    let nested = format!("{{\"apiVersion\":{}1{}}}", "[".repeat(10_000), "]".repeat(10_000));
+    assert_eq!(client.post(&url).body(nested).send().await.unwrap().status(), 400);
+    // Wrong kind for the route, or an object of the wrong shape: a denial that says why.
+    let (status, body) = post(&client, &url, &review("NodePool", "CREATE", node_pool("p", json!([])), None)).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["response"]["allowed"], false);
+    assert!(message(&body).contains("wrong path"), "{body}");
+    let (_, body) =
+        post(&client, &url, &review("CleverNodeClass", "CREATE", json!({"metadata": {"name": 7}}), None)).await;
+    assert_eq!(body["response"]["allowed"], false);
+    assert!(message(&body).contains("cannot be read as a CleverNodeClass"), "{body}");
+    // Wrong method and unknown paths.
+    assert_eq!(client.get(&url).send().await.unwrap().status(), 405);
+    assert_eq!(client.post(h.url("/validate/pods")).body("{}").send().await.unwrap().status(), 404);
+
+    // A client that stalls mid-body gets 408, and the server keeps serving.
+    let mut stream = tls_connect(&h).await;
+    stream
+        .write_all(b"POST /validate/clevernodeclasses HTTP/1.1\r\nhost: localhost\r\ncontent-length: 1000\r\n\r\n{\"apiVersion\"")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the server held a stalled request open");
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 408"), "{}", String::from_utf8_lossy(&answer));
+    assert_eq!(client.get(h.url("/livez")).send().await.unwrap().status(), 200);
+
+    let text = client.get(h.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(
+        text.contains("karpenter_hub_webhook_requests_total{kind=\"CleverNodeClass\",outcome=\"invalid\"} 7"),
+        "{text}"
+    );
+    h.server.shutdown().await.unwrap();
+}
+
+async fn tls_connect(h: &Harness) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from_pem_slice(h.ca.pem().as_bytes()).unwrap()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(h.server.address()).await.unwrap();
+    connector.connect("localhost".try_into().unwrap(), tcp).await.unwrap()
+}
+
+#[tokio::test]
+async fn old_tls_versions_are_refused() {
+    let h = Harness::start("tls12", Arc::new(NoReferences)).await;
+    // TLS 1.2 is accepted...
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from_pem_slice(h.ca.pem().as_bytes()).unwrap()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS12])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(h.server.address()).await.unwrap();
+    let stream =
+        tokio_rustls::TlsConnector::from(Arc::new(config)).connect("localhost".try_into().unwrap(), tcp).await.unwrap();
+    assert_eq!(stream.get_ref().1.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_2));
+    // ...a TLS 1.0 ClientHello is not: the server answers with an alert and closes.
+    let mut tcp = tokio::net::TcpStream::connect(h.server.address()).await.unwrap();
+    // A minimal TLS 1.0 ClientHello (record version 3.1, client version 3.1, one cipher suite).
+    let mut hello = vec![0x01, 0x00, 0x00, 0x2d, 0x03, 0x01];
+    hello.extend([0u8; 32]);
+    hello.extend([0x00, 0x00, 0x02, 0x00, 0x2f, 0x01, 0x00, 0x00, 0x00]);
+    hello[3] = (hello.len() - 4) as u8;
+    let mut record = vec![0x16, 0x03, 0x01, 0x00, hello.len() as u8];
+    record.extend(hello);
+    tcp.write_all(&record).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut answer)).await.unwrap();
+    assert_eq!(answer.first(), Some(&0x15), "expected a TLS alert, got {answer:?}");
+    h.server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn certificate_rotation_is_observed_by_a_client() {
+    let h = Harness::start("rotation", Arc::new(NoReferences)).await;
+    let client = h.client(true);
+    let served = |client: reqwest::Client, url: String| async move {
+        let response = client.get(url).send().await.unwrap();
+        response.extensions().get::<reqwest::tls::TlsInfo>().and_then(|i| i.peer_certificate()).unwrap().to_vec()
+    };
+    assert_eq!(served(client.clone(), h.url("/livez")).await, h.leaf_der);
+
+    // A new pair from the same CA: new connections get it, no restart.
+    let (cert, key, new_der) = h.ca.issue(&["localhost"]);
+    std::fs::write(h.dir.path().join("tls.key.tmp"), key).unwrap();
+    std::fs::write(h.dir.path().join("tls.crt.tmp"), cert).unwrap();
+    std::fs::rename(h.dir.path().join("tls.key.tmp"), h.dir.path().join("tls.key")).unwrap();
+    std::fs::rename(h.dir.path().join("tls.crt.tmp"), h.dir.path().join("tls.crt")).unwrap();
+    eventually("the new certificate to be served", || {
+        let (client, url, new_der) = (client.clone(), h.url("/livez"), new_der.clone());
+        async move { served(client, url).await == new_der }
+    })
+    .await;
+
+    // A broken pair is refused: the previous one stays, and the failure is counted.
+    std::fs::write(h.dir.path().join("tls.crt"), "garbage").unwrap();
+    let metrics = h.server.metrics().clone();
+    eventually("the broken pair to be refused", || {
+        let metrics = metrics.clone();
+        async move {
+            metrics.encode().unwrap().contains("karpenter_hub_webhook_certificate_reloads_total{outcome=\"failure\"} 1")
+        }
+    })
+    .await;
+    assert_eq!(served(client.clone(), h.url("/livez")).await, new_der);
+    let text = client.get(h.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(text.contains("karpenter_hub_webhook_certificate_reloads_total{outcome=\"success\"} 1"), "{text}");
+    h.server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn probes_on_the_plain_address_and_graceful_shutdown() {
+    /// Answers every lookup after a delay, so a request is in flight during shutdown.
+    #[derive(Debug)]
+    struct Slow;
+    impl References for Slow {
+        fn node_class<'a>(&'a self, _: &'a str, _: &'a str) -> webhook::references::LookupFuture<'a, CleverNodeClass> {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                crds::admission::Lookup::Missing
+            })
+        }
+        fn flavor_catalog<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+        ) -> webhook::references::LookupFuture<'a, FlavorCatalog> {
+            Box::pin(async { crds::admission::Lookup::Missing })
+        }
+    }
+    let h =
+        Harness::start_with("shutdown", Arc::new(Slow), |s| s.probe_address = Some(([127, 0, 0, 1], 0).into())).await;
+    let probe = format!("http://{}", h.server.probe_address().unwrap());
+    let plain = h.client(false);
+    assert_eq!(plain.get(format!("{probe}/livez")).send().await.unwrap().status(), 200);
+    assert_eq!(plain.get(format!("{probe}/readyz")).send().await.unwrap().text().await.unwrap(), "ok");
+    assert!(plain.get(format!("{probe}/metrics")).send().await.unwrap().text().await.unwrap().contains("# EOF"));
+    assert_eq!(plain.post(format!("{probe}/validate/nodepools")).body("{}").send().await.unwrap().status(), 404);
+
+    let client = h.client(false);
+    let url = h.url("/validate/nodepools");
+    let in_flight = tokio::spawn({
+        let client = client.clone();
+        async move { post(&client, &url, &review("NodePool", "CREATE", node_pool("p", json!([])), None)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let address = h.server.address();
+    let Harness { server, dir: _dir, .. } = h;
+    let started = std::time::Instant::now();
+    server.shutdown().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(4), "shutdown waited the whole grace period");
+    let (status, body) = in_flight.await.unwrap();
+    assert_eq!(status, 200, "the in-flight review was cut");
+    assert_eq!(body["response"]["allowed"], true);
+    assert!(tokio::net::TcpStream::connect(address).await.is_err(), "still accepting after shutdown");
+}
+
+#[tokio::test]
+async fn many_concurrent_reviews_over_http2() {
+    let h = Harness::start("h2", references()).await;
+    let client = h.client(false);
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let (client, url) = (client.clone(), h.url("/validate/clevernodeclasses"));
+        tasks.push(tokio::spawn(async move {
+            let labels = if i % 2 == 0 { json!({"team": "a"}) } else { json!({"kubernetes.io/role": "x"}) };
+            let response = client
+                .post(url)
+                .json(&review("CleverNodeClass", "CREATE", node_class("c", labels, None), None))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.version(), reqwest::Version::HTTP_2);
+            let body: Value = response.json().await.unwrap();
+            body["response"]["allowed"].as_bool().unwrap() == (i % 2 == 0)
+        }));
+    }
+    for task in tasks {
+        assert!(task.await.unwrap());
+    }
+    h.server.shutdown().await.unwrap();
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_kubernetes_secret_volume_swap_is_observed_by_a_client() {
+    use std::os::unix::fs::symlink;
+    let ca = Ca::new();
+    let dir = TempDir::new("secret-volume");
+    // The kubelet's layout: tls.crt -> ..data/tls.crt, ..data -> ..<timestamp>/.
+    let write_version = |name: &str| {
+        let (cert, key, der) = ca.issue(&["localhost"]);
+        let version = dir.path().join(name);
+        std::fs::create_dir_all(&version).unwrap();
+        std::fs::write(version.join("tls.crt"), cert).unwrap();
+        std::fs::write(version.join("tls.key"), key).unwrap();
+        der
+    };
+    let first = write_version("..2026_11_23_09_00_00.1");
+    symlink("..2026_11_23_09_00_00.1", dir.path().join("..data")).unwrap();
+    symlink("..data/tls.crt", dir.path().join("tls.crt")).unwrap();
+    symlink("..data/tls.key", dir.path().join("tls.key")).unwrap();
+    let server = webhook::server::start(settings(dir.path()), Arc::new(NoReferences), provider()).await.unwrap();
+    let url = format!("https://localhost:{}/livez", server.address().port());
+    let client = client(&ca.pem(), true);
+    let served = || {
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            let response = client.get(url).send().await.unwrap();
+            response.extensions().get::<reqwest::tls::TlsInfo>().and_then(|i| i.peer_certificate()).unwrap().to_vec()
+        }
+    };
+    assert_eq!(served().await, first);
+
+    // The update: a new timestamped directory, a new ..data link renamed over the old, old dir removed.
+    let second = write_version("..2026_11_23_10_00_00.2");
+    symlink("..2026_11_23_10_00_00.2", dir.path().join("..data_tmp")).unwrap();
+    std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
+    std::fs::remove_dir_all(dir.path().join("..2026_11_23_09_00_00.1")).unwrap();
+    eventually("the swapped certificate to be served", || {
+        let (served, second) = (served(), second.clone());
+        async move { served.await == second }
+    })
+    .await;
+    server.shutdown().await.unwrap();
+}
