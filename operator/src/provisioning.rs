@@ -1,0 +1,259 @@
+//! Provisioning (karpenter-semantics §3): per workload cluster, collect pending pods into a batch
+//! window, and when it closes on a synced cluster, run the scheduling core over the cluster's
+//! caches and the namespace's NodePools, node classes, catalogues and claims, then create the
+//! NodeClaims it decides.
+//!
+//! Owns: one task per registered cluster (started and stopped with the registry), the batch
+//! window, and the creation of NodeClaims (deterministic names: a retried create after a lost
+//! response finds its claim instead of making a second). Must not: decide on an unsynced cluster,
+//! launch anything itself (the lifecycle controller does), or touch the workload cluster.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{ListParams, PostParams},
+};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    batcher::Batcher,
+    conditions,
+    hub::Hub,
+    registry::{ClusterKey, Connection},
+};
+use crds::{CleverNodeClass, FlavorCatalog, NodeClaim, NodePool, labels};
+use scheduling::{
+    convert::{PendingRule, Snapshot, build_input},
+    model::{NewClaim, Settings},
+};
+
+/// Errors of one round; logged, and the next window retries.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("building a NodeClaim: {0}")]
+    Build(String),
+    #[error("{0}")]
+    Convert(#[from] scheduling::convert::ConvertError),
+}
+
+/// Start and stop one provisioning task per registered cluster until `shutdown`.
+pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
+    let mut tasks: BTreeMap<ClusterKey, CancellationToken> = BTreeMap::new();
+    let mut changes = hub.registry.changes();
+    loop {
+        let registered: BTreeSet<ClusterKey> = hub.registry.clusters().into_iter().collect();
+        tasks.retain(|k, t| {
+            let keep = registered.contains(k);
+            if !keep {
+                t.cancel();
+            }
+            keep
+        });
+        for key in registered {
+            if !tasks.contains_key(&key) {
+                let token = shutdown.child_token();
+                tasks.insert(key.clone(), token.clone());
+                tokio::spawn(cluster_loop(hub.clone(), key, token));
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            r = changes.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+/// A pod the scheduler gave up on: unbound, `PodScheduled=False/Unschedulable`, not terminal, not
+/// being deleted, not a DaemonSet's (karpenter-semantics §3.2; the scheduling core applies the rest).
+pub fn is_provisionable(pod: &Pod) -> bool {
+    let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+    let terminal = matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
+    let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
+    let unschedulable = pod.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+    });
+    !bound && !terminal && !daemon && pod.metadata.deletion_timestamp.is_none() && unschedulable
+}
+
+async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken) {
+    let mut batcher = Batcher::default();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let Some(conn) = hub.registry.connection(&key).filter(|c| c.is_synced()) else {
+            continue;
+        };
+        let now = tokio::time::Instant::now();
+        for pod in conn.cache.pods.state() {
+            if is_provisionable(&pod)
+                && let Some(uid) = pod.uid()
+            {
+                batcher.trigger(&uid, now);
+            }
+        }
+        if !batcher.is_due(now) {
+            continue;
+        }
+        let batch = batcher.take();
+        match round(&hub, &conn, &key).await {
+            Ok(created) => {
+                if created > 0 {
+                    // Let the new claims show up in the next round's listing before deciding again.
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(cluster = %key, pods = batch.len(), error = %e, "provisioning round failed; the next window retries")
+            }
+        }
+    }
+}
+
+/// One scheduling round for one cluster; returns how many claims it created.
+pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usize, Error> {
+    let lp = ListParams::default();
+    let ns = &key.namespace;
+    let node_pools = Api::<NodePool>::namespaced(hub.mgmt.clone(), ns).list(&lp).await?.items;
+    let node_classes = Api::<CleverNodeClass>::namespaced(hub.mgmt.clone(), ns).list(&lp).await?.items;
+    let flavor_catalogs = Api::<FlavorCatalog>::namespaced(hub.mgmt.clone(), ns).list(&lp).await?.items;
+    let node_claims = Api::<NodeClaim>::namespaced(hub.mgmt.clone(), ns).list(&lp).await?.items;
+    // Only pools whose node class is Ready and not being deleted take part.
+    let ready_classes: BTreeSet<String> = node_classes
+        .iter()
+        .filter(|c| {
+            conditions::is_true(c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(), "Ready")
+        })
+        .map(|c| c.name_any())
+        .collect();
+    let pools: Vec<NodePool> = node_pools
+        .into_iter()
+        .filter(|p| {
+            p.spec.cluster_name == key.name
+                && p.metadata.deletion_timestamp.is_none()
+                && ready_classes.contains(&p.spec.template.spec.node_class_ref.name)
+        })
+        .collect();
+    if pools.is_empty() {
+        tracing::debug!(cluster = %key, "no ready NodePool for this cluster; nothing to provision");
+        return Ok(0);
+    }
+    let snapshot = Snapshot {
+        node_pools: pools.clone(),
+        node_classes,
+        flavor_catalogs,
+        node_claims,
+        nodes: conn.cache.nodes.state().iter().map(|n| n.as_ref().clone()).collect(),
+        pods: conn.cache.pods.state().iter().map(|p| p.as_ref().clone()).collect(),
+        daemonsets: conn.cache.daemonsets.state().iter().map(|d| d.as_ref().clone()).collect(),
+        pdbs: conn.cache.pdbs.state().iter().map(|p| p.as_ref().clone()).collect(),
+    };
+    let converted = build_input(&snapshot, &key.name, PendingRule::Unschedulable, Settings::default())?;
+    for note in &converted.notes {
+        tracing::debug!(cluster = %key, note = %note, "scheduling input note");
+    }
+    let input = converted.input;
+    if input.pods.is_empty() {
+        return Ok(0);
+    }
+    let decision = scheduling::solve(&input);
+    for u in &decision.unschedulable {
+        tracing::info!(cluster = %key, pod = %input.pods[u.pod].key(), reason = %u.reason, "pod cannot be scheduled");
+    }
+    let api: Api<NodeClaim> = Api::namespaced(hub.mgmt.clone(), ns);
+    let mut created = 0;
+    for claim in &decision.new_claims {
+        let Some(pool) = pools.iter().find(|p| p.name_any() == claim.nodepool) else {
+            continue;
+        };
+        let pod_uids: Vec<String> = claim.pods.iter().map(|i| input.pods[*i].key()).collect();
+        let nc = node_claim(pool, claim, key, &pod_uids)?;
+        let name = nc.name_any();
+        match api.create(&PostParams::default(), &nc).await {
+            Ok(_) => {
+                created += 1;
+                tracing::info!(
+                    cluster = %key, nodeclaim = %name, nodepool = %claim.nodepool,
+                    flavor = claim.instance_types.first().map(|o| o.name.as_str()).unwrap_or_default(),
+                    candidates = claim.instance_types.len(), pods = claim.pods.len(), price_per_hour = claim.price,
+                    "created NodeClaim: cheapest flavor fitting the batch"
+                );
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                tracing::debug!(cluster = %key, nodeclaim = %name, "NodeClaim already exists (a retried round)");
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !decision.existing.is_empty() {
+        let nominated: usize = decision.existing.iter().map(|a| a.pods.len()).sum();
+        tracing::debug!(cluster = %key, pods = nominated, "pods expected on existing or in-flight capacity");
+    }
+    Ok(created)
+}
+
+/// The NodeClaim for a decided claim (karpenter-semantics §1.5). Its name is derived from the pool
+/// and the pods it was made for, so a retried create is idempotent.
+pub fn node_claim(pool: &NodePool, claim: &NewClaim, key: &ClusterKey, pods: &[String]) -> Result<NodeClaim, Error> {
+    let pool_name = pool.name_any();
+    let digest = Sha256::digest(format!("{}/{}/{}", key, pool_name, pods.join(",")).as_bytes());
+    let suffix: String = digest.iter().take(3).map(|b| format!("{b:02x}")).collect::<String>()[..5].to_string();
+    let mut name: String = pool_name.chars().take(63 - 6).collect();
+    name.push('-');
+    name.push_str(&suffix);
+    let template = &pool.spec.template;
+    let class = &template.spec.node_class_ref;
+    let mut claim_labels = template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default();
+    claim_labels.extend(claim.labels.clone());
+    claim_labels.insert(labels::NODEPOOL.to_string(), pool_name.clone());
+    claim_labels.insert(labels::CLEVERNODECLASS.to_string(), class.name.clone());
+    let mut annotations = template.metadata.as_ref().map(|m| m.annotations.clone()).unwrap_or_default();
+    annotations.insert(crds::drift::NODEPOOL_HASH_ANNOTATION.to_string(), crds::drift::nodepool_hash(&pool.spec));
+    annotations.insert(
+        crds::drift::NODEPOOL_HASH_VERSION_ANNOTATION.to_string(),
+        crds::drift::NODEPOOL_HASH_VERSION.to_string(),
+    );
+    annotations.insert(labels::MIN_VALUES_RELAXED.to_string(), claim.min_values_relaxed.to_string());
+    let owner = pool.controller_owner_ref(&()).map(|mut o| {
+        o.controller = None;
+        o.block_owner_deletion = Some(true);
+        o
+    });
+    let value = json!({
+        "apiVersion": "karpenter.clever-cloud.com/v1alpha1",
+        "kind": "NodeClaim",
+        "metadata": {
+            "name": name,
+            "namespace": key.namespace,
+            "labels": claim_labels,
+            "annotations": annotations,
+            "ownerReferences": owner.into_iter().collect::<Vec<_>>(),
+            "finalizers": [labels::TERMINATION_FINALIZER],
+        },
+        "spec": {
+            "clusterName": key.name,
+            "taints": claim.taints,
+            "startupTaints": claim.startup_taints,
+            "requirements": claim.requirements,
+            "resources": {"requests": claim.requests.to_resource_list()},
+            "nodeClassRef": class,
+            "terminationGracePeriod": template.spec.termination_grace_period,
+            "expireAfter": template.spec.expire_after,
+        }
+    });
+    serde_json::from_value(value).map_err(|e| Error::Build(e.to_string()))
+}
