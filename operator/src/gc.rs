@@ -2,9 +2,11 @@
 //! whose NodeClaim is gone, and launched claims whose NodeGroup vanished before registration.
 //!
 //! Owns: the pure rules — which objects are candidates from cached state, and the final verdict
-//! once the caller has re-read the object live. Must not: do the reads or deletes, or run at all
-//! when the cluster is not connected and synced (the gate is [`ClusterView::may_collect`]).
+//! once the caller has re-read the object live; [`sweep`] does the reads and deletes. The rules
+//! never answer "collect" unless the cluster is connected and synced ([`ClusterView::may_collect`]).
 //! Missing data is never evidence of absence: every "unknown" answer keeps the object.
+
+pub mod sweep;
 
 use std::time::Duration;
 

@@ -1,0 +1,181 @@
+//! The garbage-collection sweep: applies the rules of [`crate::gc`] to every connected, synced
+//! cluster every period (2 min) and whenever a cluster's state changes. Each candidate is re-read
+//! live before anything is deleted, and every delete carries a UID precondition.
+//!
+//! Must not: sweep a cluster whose list of claims failed, or stop a sweep because one object failed.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use k8s_openapi::jiff::Timestamp;
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, ListParams, Preconditions},
+};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    ClaimFacts, ClusterView, LiveClaim, LiveGroup, Verdict, is_vanish_candidate, judge_orphan, judge_vanished,
+    orphan_candidates,
+};
+use crate::{
+    conditions,
+    hub::Hub,
+    lifecycle::{LAUNCHED, REGISTERED},
+    ownership::{self, Ownership},
+    registry::{ClusterKey, Connection},
+};
+use crds::{NodeClaim, NodeGroup, labels};
+
+/// Period of the safety sweep.
+pub const PERIOD: Duration = Duration::from_secs(120);
+
+/// What one sweep of one cluster did (for logs and tests).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub groups_collected: Vec<String>,
+    pub claims_collected: Vec<String>,
+    pub refused: Vec<String>,
+    pub foreign: usize,
+    pub resized: Vec<String>,
+}
+
+pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
+    let mut changes = hub.registry.changes();
+    let mut tick = tokio::time::interval(PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+            r = changes.changed() => if r.is_err() { return },
+        }
+        for key in hub.registry.clusters() {
+            let Some(conn) = hub.registry.connection(&key).filter(|c| c.is_synced()) else { continue };
+            match sweep(&hub, &conn, &key, Timestamp::now()).await {
+                Ok(o) if o != Outcome::default() => tracing::info!(cluster = %key, ?o, "garbage collection sweep"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(cluster = %key, error = %e, "garbage collection skipped: listing failed"),
+            }
+        }
+    }
+}
+
+/// One sweep of one cluster. Errors only when the claims cannot be listed (then nothing is done).
+pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestamp) -> Result<Outcome, kube::Error> {
+    let mut out = Outcome::default();
+    let hub_id = &hub.settings.hub_id;
+    let claims_api: Api<NodeClaim> = Api::namespaced(hub.mgmt.clone(), &key.namespace);
+    let claims = claims_api.list(&ListParams::default()).await?.items;
+    let view = ClusterView { connected: true, synced: conn.is_synced(), lists_ok: true };
+    let by_name: BTreeMap<String, &NodeClaim> = claims.iter().map(|c| (c.name_any(), c)).collect();
+    let groups: Vec<NodeGroup> = conn.cache.nodegroups.state().iter().map(|g| g.as_ref().clone()).collect();
+    let groups_api: Api<NodeGroup> = Api::all(conn.client.clone());
+
+    for g in &groups {
+        match ownership::prove(g, hub_id, &key.namespace) {
+            Ownership::Foreign => out.foreign += 1,
+            Ownership::Owned { .. } if g.spec.node_count != 1 => out.resized.push(g.name_any()),
+            _ => {}
+        }
+    }
+    for g in &out.resized {
+        tracing::warn!(cluster = %key, nodegroup = %g, "NodeGroupExternallyResized: nodeCount is not 1; check the cluster's autoscalingEnabled and who holds nodegroups/scale. The hub never scales it back.");
+    }
+
+    let candidates = orphan_candidates(view, &groups, hub_id, &key.namespace, now, |name| {
+        by_name.get(name).and_then(|c| c.metadata.uid.clone())
+    });
+    for (cached, _) in candidates {
+        let name = cached.name_any();
+        // Re-read both live: the cache may lag, and labels may have changed.
+        let live = match groups_api.get_opt(&name).await {
+            Ok(Some(g)) => g,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::debug!(cluster = %key, nodegroup = %name, error = %e, "live read failed; kept");
+                continue;
+            }
+        };
+        if live.is_terminating() {
+            continue;
+        }
+        let proof = ownership::prove(&live, hub_id, &key.namespace);
+        let claim = match &proof {
+            Ownership::Owned { claim, .. } => match claims_api.get_opt(claim).await {
+                Ok(None) => LiveClaim::Absent,
+                Ok(Some(c)) => LiveClaim::Present { uid: c.metadata.uid.unwrap_or_default() },
+                Err(_) => LiveClaim::Unknown,
+            },
+            _ => LiveClaim::Unknown,
+        };
+        match judge_orphan(view, &proof, &claim) {
+            Verdict::Collect { why } => {
+                let dp = DeleteParams {
+                    preconditions: live.uid().map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
+                    ..DeleteParams::default()
+                };
+                match groups_api.delete(&name, &dp).await {
+                    Ok(_) => {
+                        tracing::info!(cluster = %key, nodegroup = %name, why = %why, "GarbageCollected: deleted orphaned NodeGroup");
+                        out.groups_collected.push(name);
+                    }
+                    Err(e) => {
+                        tracing::warn!(cluster = %key, nodegroup = %name, error = %e, "deleting orphaned NodeGroup failed")
+                    }
+                }
+            }
+            Verdict::Refuse { why } => {
+                tracing::warn!(cluster = %key, nodegroup = %name, why = %why, "GarbageCollectionRefused: NodeGroup carries this hub's labels but fails the ownership proof; kept");
+                out.refused.push(name);
+            }
+            Verdict::Keep => {}
+        }
+    }
+
+    for c in claims.iter().filter(|c| c.spec.cluster_name == key.name) {
+        let conds = c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+        let facts = ClaimFacts {
+            deleting: c.metadata.deletion_timestamp.is_some(),
+            launched: conditions::is_true(conds, LAUNCHED),
+            registered: conditions::is_true(conds, REGISTERED),
+            clever: c.spec.node_class_ref.kind == labels::NODECLASS_KIND
+                && c.spec.node_class_ref.group == labels::GROUP,
+            created: c.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        };
+        if !is_vanish_candidate(view, &facts, now) {
+            continue;
+        }
+        let group = c
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|p| ownership::parse_provider_id(p).ok().map(str::to_string))
+            .unwrap_or_else(|| ownership::nodegroup_name(hub_id, &key.namespace, &c.name_any()));
+        let live = match groups_api.get_opt(&group).await {
+            Ok(None) => LiveGroup::Absent,
+            Ok(Some(_)) => LiveGroup::Present,
+            Err(_) => LiveGroup::Unknown,
+        };
+        if let Verdict::Collect { why } = judge_vanished(view, &live) {
+            let name = c.name_any();
+            let dp = DeleteParams {
+                preconditions: c.uid().map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
+                ..DeleteParams::default()
+            };
+            if let Err(e) = claims_api.delete(&name, &dp).await {
+                tracing::warn!(cluster = %key, nodeclaim = %name, error = %e, "deleting vanished claim failed");
+                continue;
+            }
+            let flavor = c.labels().get(labels::INSTANCE_TYPE).cloned().unwrap_or_default();
+            if !flavor.is_empty() {
+                let policy = hub.settings.capacity;
+                if let Err(e) = hub.update_capacity(key, now, |s| s.record_vanish(&flavor, now, policy)).await {
+                    tracing::warn!(cluster = %key, error = %e, "persisting the vanish cool-down failed");
+                }
+            }
+            tracing::warn!(cluster = %key, nodeclaim = %name, nodegroup = %group, why = %why, "NodeGroupVanished: deleted the claim so its pods are re-planned");
+            out.claims_collected.push(name);
+        }
+    }
+    Ok(out)
+}
