@@ -8,17 +8,28 @@ use std::{
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use operator::run::{LogFormat, RunArgs};
+use tokio_util::sync::CancellationToken;
 
 /// Clever Karpenter Hub: one Karpenter for a fleet of Clever Kubernetes Engine clusters.
 #[derive(Debug, Parser)]
-#[command(name = "karpenter-hub", version, about, long_about = None)]
+#[command(name = "karpenter-hub", version, about, long_about = None, args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    /// With no subcommand, `karpenter-hub` runs the operator with these flags.
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the operator: watch kubeconfig Secrets, NodePools and NodeClaims in the management
+    /// cluster and provision nodes in every registered CKE cluster (the default).
+    Run(RunArgs),
+    /// Play CKE on a cluster that has none (like KWOK): turn NodeGroups into Ready Nodes, run a
+    /// kubelet stand-in and a basic binder.
+    SimCke(SimCkeArgs),
     /// Print the hub's CustomResourceDefinitions as YAML (what `kubectl apply --server-side -f` takes).
     Crds {
         /// Write one file per CRD into this directory (as committed under `crds/`) instead of printing
@@ -31,9 +42,86 @@ enum Command {
     Plan(operator::plan::PlanArgs),
 }
 
+/// Flags of `karpenter-hub sim-cke`.
+#[derive(Debug, clap::Args)]
+struct SimCkeArgs {
+    /// Kubeconfig of the workload cluster to play CKE on.
+    #[arg(long, env = "KARPENTER_HUB_SIM_KUBECONFIG", value_name = "FILE")]
+    kubeconfig: PathBuf,
+    /// Seed of every random draw (delays, vanishing).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Do not bind pods (when a real kube-scheduler runs).
+    #[arg(long)]
+    no_binder: bool,
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,tower=warn,hyper=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// Ctrl-C or SIGTERM cancels the token.
+fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    t.cancel();
+                    return;
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
+        t.cancel();
+    });
+    token
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    // One TLS crypto provider for the whole process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {
+    let command = cli.command.unwrap_or(Command::Run(cli.run));
+    match command {
+        Command::Run(args) => {
+            init_logs(args.log_format);
+            runtime()?.block_on(async move { operator::run::run(args, shutdown_on_signal()).await })?;
+        }
+        Command::SimCke(args) => {
+            init_logs(LogFormat::Text);
+            runtime()?.block_on(async move {
+                let client = operator::run::management_client(Some(&args.kubeconfig)).await?;
+                let config = sim::cke::SimCkeConfig {
+                    seed: args.seed,
+                    binder: !args.no_binder,
+                    ..sim::cke::SimCkeConfig::default()
+                };
+                let shutdown = shutdown_on_signal();
+                sim::cke::run(client, config, shutdown.cancelled_owned()).await?;
+                anyhow::Ok(())
+            })?;
+        }
         Command::Crds { out_dir: None } => {
             let yaml = crds::crd::render_all()?;
             std::io::stdout().lock().write_all(yaml.as_bytes()).context("writing to stdout")?;
