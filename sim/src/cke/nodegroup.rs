@@ -47,6 +47,10 @@ pub enum GroupAction {
     CreateNode {
         /// Node name.
         name: String,
+        /// UID of the group.
+        group_uid: String,
+        /// Index of the node in the group.
+        index: i32,
         /// The object.
         node: Box<Value>,
     },
@@ -62,6 +66,23 @@ pub enum GroupAction {
         /// Its UID.
         uid: String,
     },
+}
+
+impl GroupAction {
+    /// A one-line description for logs.
+    pub fn summary(&self) -> String {
+        match self {
+            GroupAction::SetFinalizers { group, finalizers, .. } => {
+                format!("set finalizers of NodeGroup {group} to {finalizers:?}")
+            }
+            GroupAction::PatchStatus { group, status } => {
+                format!("write status of NodeGroup {group} (phase {:?})", status.phase)
+            }
+            GroupAction::CreateNode { name, .. } => format!("create Node {name}"),
+            GroupAction::DeleteNode { name } => format!("delete Node {name}"),
+            GroupAction::Vanish { group, .. } => format!("delete NodeGroup {group} (vanish)"),
+        }
+    }
 }
 
 /// What the controller remembers between passes, per group UID (lost on restart: everything is
@@ -128,6 +149,32 @@ impl GroupTracker {
     /// Names of the groups this controller made vanish, in order.
     pub fn vanished(&self) -> &[String] {
         &self.vanished
+    }
+
+    /// A write failed: forget that it was made, so a later pass makes it again. (Status and
+    /// finalizer writes need nothing: they are re-derived from the object, which did not change.)
+    pub fn failed(&mut self, action: &GroupAction) {
+        match action {
+            GroupAction::CreateNode { group_uid, index, .. } => {
+                if let Some(join) = self.groups.get_mut(group_uid).and_then(|t| t.joins.get_mut(index)) {
+                    join.created = false;
+                }
+            }
+            GroupAction::DeleteNode { name } => {
+                for track in self.groups.values_mut() {
+                    track.deleting.remove(name);
+                }
+            }
+            GroupAction::Vanish { group, uid } => {
+                if let Some(track) = self.groups.get_mut(uid) {
+                    track.vanish_requested = false;
+                }
+                if let Some(pos) = self.vanished.iter().rposition(|v| v == group) {
+                    self.vanished.remove(pos);
+                }
+            }
+            GroupAction::SetFinalizers { .. } | GroupAction::PatchStatus { .. } => {}
+        }
     }
 }
 
@@ -427,6 +474,8 @@ fn plan_accepted(
         join.created = true;
         out.actions.push(GroupAction::CreateNode {
             name: node_name.clone(),
+            group_uid: uid.to_string(),
+            index: i,
             node: Box::new(objects::node_object(&input, now)),
         });
     }
@@ -773,6 +822,28 @@ mod tests {
         w.nodes.clear();
         w.step(3);
         assert_eq!(w.nodes.len(), 1);
+    }
+
+    #[test]
+    fn failed_writes_are_made_again() {
+        let mut w = World::new(SimCkeConfig::instant());
+        w.groups.push(group("ng", "2XS", 0));
+        let creates = |p: &GroupPlan| -> Vec<GroupAction> {
+            p.actions.iter().filter(|a| matches!(a, GroupAction::CreateNode { .. })).cloned().collect()
+        };
+        // The create is planned; apply everything but the Node (its write fails).
+        let p = plan(&w.cfg, t(0), &w.groups, &w.nodes, &mut w.tracker);
+        let create = creates(&p);
+        assert_eq!(create.len(), 1);
+        let others: Vec<GroupAction> =
+            p.actions.iter().filter(|a| !matches!(a, GroupAction::CreateNode { .. })).cloned().collect();
+        apply(&mut w.groups, &mut w.nodes, &others);
+        // Not repeated while in flight...
+        assert!(creates(&plan(&w.cfg, t(1), &w.groups, &w.nodes, &mut w.tracker)).is_empty());
+        // ...but once it failed.
+        w.tracker.failed(&create[0]);
+        let again = creates(&plan(&w.cfg, t(2), &w.groups, &w.nodes, &mut w.tracker));
+        assert!(matches!(&again[..], [GroupAction::CreateNode { name, .. }] if name == "ng-node0"));
     }
 
     #[test]

@@ -367,16 +367,17 @@ async fn nodegroup_loop(ctx: LoopCtx, groups: Store<NodeGroup>, nodes: Store<Nod
         let cfg = ctx.shared.config();
         let now = ctx.clock.now();
         let plan = nodegroup::plan(&cfg, now, &snapshot(&groups), &snapshot(&nodes), &mut tracker);
-        {
-            let mut vanished = ctx.shared.vanished.lock().unwrap_or_else(PoisonError::into_inner);
-            vanished.clone_from(&tracker.vanished().to_vec());
-        }
         let mut failed = false;
         for action in &plan.actions {
             if let Err(error) = exec_group(&ctx.client, action).await {
                 failed = true;
-                warn!(?action, %error, "simulated CKE: NodeGroup controller write failed (retrying)");
+                tracker.failed(action);
+                warn!(action = %action.summary(), %error, "simulated CKE: NodeGroup controller write failed (retrying)");
             }
+        }
+        {
+            let mut vanished = ctx.shared.vanished.lock().unwrap_or_else(PoisonError::into_inner);
+            vanished.clone_from(&tracker.vanished().to_vec());
         }
         if !waiter.wait(&ctx.shared.poke_groups, &ctx.token, plan.wake_at, failed).await {
             return;
@@ -470,7 +471,7 @@ async fn exec_group(client: &Client, action: &GroupAction) -> Result<(), kube::E
             ignore_not_found(groups.patch_status(group, &pp, &Patch::Merge(&patch)).await)?;
             info!(%group, phase = ?status.phase, nodes = ?status.node_count, "simulated CKE: NodeGroup status written");
         }
-        GroupAction::CreateNode { name, node } => {
+        GroupAction::CreateNode { name, node, .. } => {
             create_node(&nodes, name, node).await?;
             info!(node = %name, "simulated CKE: Node joined");
         }
