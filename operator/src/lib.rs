@@ -17,3 +17,4 @@ pub mod provisioning;
 pub mod registration;
 pub mod registry;
 pub mod run;
+pub mod sandbox;

@@ -27,6 +27,9 @@ enum Command {
     /// Run the operator: watch kubeconfig Secrets, NodePools and NodeClaims in the management
     /// cluster and provision nodes in every registered CKE cluster (the default).
     Run(RunArgs),
+    /// The zero-setup demo: a simulated management cluster and three simulated CKE clusters in this
+    /// process, the examples applied, a workload scaled up then down, progress shown live.
+    Sandbox(operator::sandbox::SandboxArgs),
     /// Play CKE on a cluster that has none (like KWOK): turn NodeGroups into Ready Nodes, run a
     /// kubelet stand-in and a basic binder.
     SimCke(SimCkeArgs),
@@ -64,6 +67,13 @@ fn init_logs(format: LogFormat) {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
     };
+}
+
+/// The sandbox prints its own progress; logs only say what went wrong unless RUST_LOG asks for more.
+fn init_logs_quiet() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube=error"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
 /// Ctrl-C or SIGTERM cancels the token.
@@ -107,6 +117,10 @@ fn main() -> anyhow::Result<()> {
         Command::Run(args) => {
             init_logs(args.log_format);
             runtime()?.block_on(async move { operator::run::run(args, shutdown_on_signal()).await })?;
+        }
+        Command::Sandbox(args) => {
+            init_logs_quiet();
+            runtime()?.block_on(async move { operator::sandbox::sandbox(args, shutdown_on_signal()).await })?;
         }
         Command::SimCke(args) => {
             init_logs(LogFormat::Text);

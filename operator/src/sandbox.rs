@@ -1,0 +1,521 @@
+//! `karpenter-hub sandbox`, and the simulated world the hub's integration tests run on: a
+//! management API emulator plus N workload emulators each played by a simulated CKE, registered
+//! through kubeconfig Secrets exactly as a user would, with the real hub running against them.
+//!
+//! Owns: starting and stopping that world, applying manifests to it, the sandbox's scripted
+//! workload and its live progress display. Must not: reach into the hub's internals — everything
+//! goes through the Kubernetes API, so what works here works against real API servers.
+
+use std::{
+    collections::BTreeMap,
+    io::Write,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::{Value, json};
+use sim::{
+    apiserver::{ApiServer, ApiServerConfig},
+    cke::{DelayRange, SimCkeConfig},
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{hub, metrics::Metrics, registry, run};
+use crds::{NodeClaim, NodeGroup};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("starting an API emulator: {0}")]
+    Start(String),
+    #[error("Kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{file}: {message}")]
+    Manifest { file: String, message: String },
+    #[error("writing {path}: {message}")]
+    Write { path: String, message: String },
+    #[error("{0}")]
+    Timeout(String),
+}
+
+/// One simulated workload cluster.
+pub struct WorkloadCluster {
+    /// Namespace of the management cluster that registers it (and holds its NodePools).
+    pub namespace: String,
+    pub name: String,
+    pub server: ApiServer,
+    cke: CancellationToken,
+}
+
+impl std::fmt::Debug for WorkloadCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkloadCluster").field("namespace", &self.namespace).field("name", &self.name).finish()
+    }
+}
+
+impl WorkloadCluster {
+    pub fn client(&self) -> Client {
+        self.server.client()
+    }
+
+    pub fn key(&self) -> registry::ClusterKey {
+        registry::ClusterKey::new(&self.namespace, &self.name)
+    }
+}
+
+/// The whole simulated world.
+pub struct World {
+    pub mgmt: ApiServer,
+    pub clusters: Vec<WorkloadCluster>,
+    hub: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
+    pub hub_settings: hub::Settings,
+    pub registry_settings: registry::Settings,
+}
+
+impl std::fmt::Debug for World {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("World").field("clusters", &self.clusters).finish()
+    }
+}
+
+/// CKE delays for a world that should move fast but still show each step.
+pub fn quick_cke(seed: u64) -> SimCkeConfig {
+    let ms = Duration::from_millis;
+    SimCkeConfig {
+        seed,
+        verdict_delay: DelayRange::between(ms(300), ms(800)),
+        node_join_delay: DelayRange::between(ms(1500), ms(3000)),
+        node_ready_delay: DelayRange::between(ms(500), ms(1500)),
+        node_removal_delay: DelayRange::between(ms(1000), ms(2000)),
+        empty_group_removal_delay: DelayRange::fixed(ms(200)),
+        pod_start_delay: DelayRange::between(ms(200), ms(600)),
+        pod_termination_delay: DelayRange::fixed(ms(200)),
+        ..SimCkeConfig::default()
+    }
+}
+
+impl World {
+    /// Start a management emulator and one workload emulator (with a simulated CKE configured by
+    /// `cke(i)`) per `(namespace, cluster)`, create the namespaces and register every cluster
+    /// through its `<cluster>-kubeconfig` Secret. The hub is not started: see [`World::start_hub`].
+    pub async fn start(clusters: &[(&str, &str)], cke: impl Fn(usize) -> SimCkeConfig) -> Result<World, SandboxError> {
+        let mgmt = ApiServer::start(ApiServerConfig::management("management"))
+            .await
+            .map_err(|e| SandboxError::Start(e.to_string()))?;
+        let mut world = World {
+            mgmt,
+            clusters: Vec::new(),
+            hub: None,
+            hub_settings: hub::Settings::default(),
+            registry_settings: registry::Settings {
+                probe_interval: Duration::from_secs(2),
+                probe_timeout: Duration::from_secs(2),
+                reconnect_min: Duration::from_millis(200),
+                reconnect_max: Duration::from_secs(5),
+                ..registry::Settings::default()
+            },
+        };
+        for (i, (ns, name)) in clusters.iter().enumerate() {
+            let server = ApiServer::start(ApiServerConfig::workload(*name).with_seed(i as u64 + 1))
+                .await
+                .map_err(|e| SandboxError::Start(e.to_string()))?;
+            let token = CancellationToken::new();
+            let client = server.client();
+            let config = cke(i);
+            let stop = token.clone();
+            tokio::spawn(async move {
+                if let Err(e) = sim::cke::run(client, config, stop.cancelled_owned()).await {
+                    tracing::error!(error = %e, "simulated CKE stopped");
+                }
+            });
+            ensure_namespace(&world.mgmt.client(), ns).await?;
+            world.clusters.push(WorkloadCluster {
+                namespace: ns.to_string(),
+                name: name.to_string(),
+                server,
+                cke: token,
+            });
+            world.register(i).await?;
+        }
+        Ok(world)
+    }
+
+    /// (Re)write cluster `i`'s registration Secret from its emulator's current kubeconfig.
+    pub async fn register(&self, i: usize) -> Result<(), SandboxError> {
+        let c = &self.clusters[i];
+        let kubeconfig = serde_json::to_string(&c.server.kubeconfig())
+            .map_err(|e| SandboxError::Start(format!("serialising a kubeconfig: {e}")))?;
+        self.put_secret(&c.namespace, &c.name, kubeconfig.as_bytes()).await
+    }
+
+    /// Write `<cluster>-kubeconfig` with arbitrary bytes (tests use it for hostile kubeconfigs).
+    pub async fn put_secret(&self, ns: &str, cluster: &str, bytes: &[u8]) -> Result<(), SandboxError> {
+        let api: Api<Secret> = Api::namespaced(self.mgmt.client(), ns);
+        let name = format!("{cluster}-kubeconfig");
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {registry::CLUSTER_NAME_LABEL: cluster}},
+            "type": "cluster.x-k8s.io/secret",
+        }))
+        .map_err(|e| SandboxError::Start(e.to_string()))?;
+        let mut secret = secret;
+        secret.data =
+            Some(BTreeMap::from([(registry::KUBECONFIG_KEY.to_string(), k8s_openapi::ByteString(bytes.to_vec()))]));
+        match api.get_opt(&name).await? {
+            None => {
+                api.create(&PostParams::default(), &secret).await?;
+            }
+            Some(old) => {
+                secret.metadata.resource_version = old.resource_version();
+                api.replace(&name, &PostParams::default(), &secret).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Start the hub against this world (or restart it after [`World::stop_hub`]).
+    pub fn start_hub(&mut self) {
+        let token = CancellationToken::new();
+        let (mgmt, hs, rs, stop) =
+            (self.mgmt.client(), self.hub_settings.clone(), self.registry_settings.clone(), token.clone());
+        let handle = tokio::spawn(async move {
+            if let Err(e) = run::run_with(mgmt, hs, rs, Arc::new(Metrics::new()), stop).await {
+                tracing::error!(error = %e, "hub stopped");
+            }
+        });
+        self.hub = Some((token, handle));
+    }
+
+    /// Stop the hub as a crash would: tasks aborted, nothing cleaned up.
+    pub async fn crash_hub(&mut self) {
+        if let Some((token, handle)) = self.hub.take() {
+            handle.abort();
+            token.cancel();
+            let _ = handle.await;
+        }
+    }
+
+    /// Stop the hub gracefully.
+    pub async fn stop_hub(&mut self) {
+        if let Some((token, handle)) = self.hub.take() {
+            token.cancel();
+            let _ = handle.await;
+        }
+    }
+
+    /// Apply YAML manifests to the management cluster in namespace `ns`, after `edit` (e.g. to set
+    /// `clusterName`). Unknown kinds are an error naming the document.
+    pub async fn apply_yaml(
+        &self,
+        file: &str,
+        text: &str,
+        ns: &str,
+        edit: impl Fn(&mut Value),
+    ) -> Result<usize, SandboxError> {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(text)
+            .map_err(|e| SandboxError::Manifest { file: file.to_string(), message: e.to_string() })?;
+        let mut applied = 0;
+        for mut doc in docs.into_iter().filter(|d| !d.is_null()) {
+            edit(&mut doc);
+            apply_value(&self.mgmt.client(), &doc, ns, file).await?;
+            applied += 1;
+        }
+        Ok(applied)
+    }
+
+    /// Write each cluster's kubeconfig (and the management one) into `dir`.
+    pub fn write_kubeconfigs(&self, dir: &Path) -> Result<Vec<PathBuf>, SandboxError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| SandboxError::Write { path: dir.display().to_string(), message: e.to_string() })?;
+        let mut out = Vec::new();
+        let mut write = |name: &str, server: &ApiServer| -> Result<(), SandboxError> {
+            let path = dir.join(format!("{name}.kubeconfig"));
+            server
+                .write_kubeconfig(&path)
+                .map_err(|e| SandboxError::Write { path: path.display().to_string(), message: e.to_string() })?;
+            out.push(path);
+            Ok(())
+        };
+        write("management", &self.mgmt)?;
+        for c in &self.clusters {
+            write(&c.name, &c.server)?;
+        }
+        Ok(out)
+    }
+
+    pub async fn shutdown(mut self) {
+        self.stop_hub().await;
+        for c in self.clusters {
+            c.cke.cancel();
+            c.server.shutdown().await;
+        }
+        self.mgmt.shutdown().await;
+    }
+}
+
+async fn ensure_namespace(client: &Client, ns: &str) -> Result<(), SandboxError> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    if api.get_opt(ns).await?.is_none() {
+        let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap_or_default();
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Create or merge one object given as JSON.
+pub async fn apply_value(client: &Client, doc: &Value, ns: &str, file: &str) -> Result<(), SandboxError> {
+    let bad = |m: &str| SandboxError::Manifest { file: file.to_string(), message: m.to_string() };
+    let api_version =
+        doc.get("apiVersion").and_then(Value::as_str).ok_or_else(|| bad("a document has no apiVersion"))?;
+    let kind = doc.get("kind").and_then(Value::as_str).ok_or_else(|| bad("a document has no kind"))?;
+    let name =
+        doc.pointer("/metadata/name").and_then(Value::as_str).ok_or_else(|| bad("a document has no metadata.name"))?;
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    let cluster_scoped = matches!(kind, "Namespace" | "Node" | "NodeGroup" | "ClusterRole" | "ClusterRoleBinding");
+    let api: Api<DynamicObject> =
+        if cluster_scoped { Api::all_with(client.clone(), &ar) } else { Api::namespaced_with(client.clone(), ns, &ar) };
+    let obj: DynamicObject = serde_json::from_value(doc.clone()).map_err(|e| bad(&format!("{kind} {name}: {e}")))?;
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            api.patch(name, &PatchParams::default(), &Patch::Merge(doc)).await?;
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) => Err(bad(&format!("{kind} {name} was refused: {}", s.message))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// One line of progress for one cluster.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    pub pending: usize,
+    pub running: usize,
+    pub claims: usize,
+    pub groups: usize,
+    pub nodes_ready: usize,
+    pub price_per_hour: f64,
+}
+
+impl World {
+    /// What the API shows for cluster `i` now.
+    pub async fn progress(&self, i: usize) -> Result<Progress, SandboxError> {
+        let c = &self.clusters[i];
+        let lp = ListParams::default();
+        let pods = Api::<Pod>::namespaced(c.client(), "default").list(&lp).await?.items;
+        let nodes = Api::<Node>::all(c.client()).list(&lp).await?.items;
+        let groups = Api::<NodeGroup>::all(c.client()).list(&lp).await?.items;
+        let claims = Api::<NodeClaim>::namespaced(self.mgmt.client(), &c.namespace).list(&lp).await?.items;
+        let phase = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+        let catalog = crds::catalog::Catalog::builtin();
+        let price = groups
+            .iter()
+            .filter(|g| g.metadata.deletion_timestamp.is_none())
+            .filter_map(|g| catalog.flavors.iter().find(|f| f.name == g.spec.flavor).map(|f| f.price_hourly))
+            .fold(0.0, |a, b| a + b);
+        Ok(Progress {
+            pending: pods.iter().filter(|p| phase(p) == "Pending").count(),
+            running: pods.iter().filter(|p| phase(p) == "Running").count(),
+            claims: claims.iter().filter(|claim| claim.spec.cluster_name == c.name).count(),
+            groups: groups.len(),
+            nodes_ready: nodes
+                .iter()
+                .filter(|n| n.labels().get(crds::labels::CLEVER_NODE_ROLE).map(String::as_str) == Some("worker"))
+                .filter(|n| {
+                    n.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                })
+                .count(),
+            price_per_hour: price,
+        })
+    }
+}
+
+/// A workload pod that only fits on CKE worker nodes.
+pub fn workload_pod(name: &str, cpu: &str, memory: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
+        "spec": {
+            "nodeSelector": {crds::labels::CLEVER_NODE_ROLE: "worker"},
+            "containers": [{"name": "app", "image": "registry.example/web:1", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]
+        }
+    }))
+    .unwrap_or_default()
+}
+
+/// Create `count` pods `web-<i>` in cluster `i`'s `default` namespace.
+pub async fn scale(world: &World, i: usize, count: usize, cpu: &str, memory: &str) -> Result<(), SandboxError> {
+    let api: Api<Pod> = Api::namespaced(world.clusters[i].client(), "default");
+    let existing: Vec<String> =
+        api.list(&ListParams::default()).await?.items.iter().map(ResourceExt::name_any).collect();
+    for n in 0..count {
+        let name = format!("web-{n}");
+        if !existing.contains(&name) {
+            api.create(&PostParams::default(), &workload_pod(&name, cpu, memory)).await?;
+        }
+    }
+    for name in existing {
+        let index: Option<usize> = name.strip_prefix("web-").and_then(|n| n.parse().ok());
+        if index.is_some_and(|n| n >= count) {
+            api.delete(&name, &DeleteParams::default()).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Flags of `karpenter-hub sandbox`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SandboxArgs {
+    /// Keep running after the scripted workload, until Ctrl-C.
+    #[arg(long)]
+    pub follow: bool,
+    /// Directory for the kubeconfigs of the simulated clusters.
+    #[arg(long, default_value = "target/sandbox", value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Pods per cluster at the peak.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=500))]
+    pub pods: u16,
+    /// Give up on the scripted workload after this many seconds.
+    #[arg(long, default_value_t = 180)]
+    pub timeout_seconds: u64,
+}
+
+const CLUSTERS: [(&str, &str); 3] = [("team-a", "prod-paris"), ("team-b", "staging-paris"), ("team-c", "dev-paris")];
+const EXAMPLE: &str = include_str!("../../examples/general-purpose.yaml");
+
+/// `karpenter-hub sandbox`.
+pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(), SandboxError> {
+    let mut out = std::io::stdout();
+    let mut world = World::start(&CLUSTERS, |i| quick_cke(i as u64 + 1)).await?;
+    let files = world.write_kubeconfigs(&args.dir)?;
+    let _ = writeln!(
+        out,
+        "Clever Karpenter Hub sandbox: a management cluster and {} simulated CKE clusters.",
+        world.clusters.len()
+    );
+    let _ = writeln!(out, "Watch them with kubectl while this runs, e.g.:");
+    for f in &files {
+        let _ = writeln!(out, "  kubectl --kubeconfig {} get nodes,nodegroups,pods -o wide", f.display());
+    }
+    let _ = writeln!(
+        out,
+        "  kubectl --kubeconfig {} get nodepools,nodeclaims -A",
+        args.dir.join("management.kubeconfig").display()
+    );
+    for c in &world.clusters {
+        let cluster = c.name.clone();
+        world
+            .apply_yaml("examples/general-purpose.yaml", EXAMPLE, &c.namespace, |doc| {
+                if doc.get("kind").and_then(Value::as_str) == Some("NodePool") {
+                    doc["spec"]["clusterName"] = Value::String(cluster.clone());
+                }
+            })
+            .await?;
+    }
+    let _ = writeln!(out, "Applied examples/general-purpose.yaml to each team's namespace; starting the hub.\n");
+    world.start_hub();
+    for i in 0..world.clusters.len() {
+        scale(&world, i, usize::from(args.pods), "1", "1Gi").await?;
+    }
+    let _ = writeln!(out, "Scaled each cluster's workload to {} pods (1 CPU, 1Gi each).", args.pods);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout_seconds);
+    let target = usize::from(args.pods);
+    let done = watch_until(&world, &mut out, deadline, &shutdown, |p| p.running == target && p.pending == 0).await?;
+    if done && !shutdown.is_cancelled() {
+        let down = target / 2;
+        for i in 0..world.clusters.len() {
+            scale(&world, i, down, "1", "1Gi").await?;
+        }
+        let _ = writeln!(out, "\nScaled each workload down to {down} pods.");
+        let _ = watch_until(&world, &mut out, tokio::time::Instant::now() + Duration::from_secs(10), &shutdown, |p| {
+            p.running == down && p.pending == 0
+        })
+        .await?;
+    }
+    let _ = writeln!(out, "\nSummary:");
+    let mut total = 0.0;
+    for (i, c) in world.clusters.iter().enumerate() {
+        let p = world.progress(i).await?;
+        total += p.price_per_hour;
+        let _ = writeln!(
+            out,
+            "  {:<28} {} pods running on {} nodes ({} NodeGroups), {:.4} EUR/h",
+            format!("{}/{}", c.namespace, c.name),
+            p.running,
+            p.nodes_ready,
+            p.groups,
+            p.price_per_hour
+        );
+    }
+    let _ = writeln!(out, "  fleet: {total:.4} EUR/h");
+    if !done {
+        let _ = writeln!(out, "The workload did not settle within {}s; see the log above.", args.timeout_seconds);
+    }
+    if args.follow && !shutdown.is_cancelled() {
+        let _ = writeln!(out, "\nStill running (--follow): Ctrl-C to stop.");
+        shutdown.cancelled().await;
+    }
+    world.shutdown().await;
+    if done {
+        Ok(())
+    } else {
+        Err(SandboxError::Timeout(format!("the workload did not settle within {}s", args.timeout_seconds)))
+    }
+}
+
+/// Print progress every second until `settled` holds for every cluster (true) or the deadline (false).
+async fn watch_until(
+    world: &World,
+    out: &mut impl Write,
+    deadline: tokio::time::Instant,
+    shutdown: &CancellationToken,
+    settled: impl Fn(&Progress) -> bool,
+) -> Result<bool, SandboxError> {
+    let started = tokio::time::Instant::now();
+    let mut last: Vec<Progress> = Vec::new();
+    loop {
+        let mut now = Vec::new();
+        for i in 0..world.clusters.len() {
+            now.push(world.progress(i).await?);
+        }
+        if now != last {
+            for (c, p) in world.clusters.iter().zip(&now) {
+                let _ = writeln!(
+                    out,
+                    "[{:>5.1}s] {:<24} pending {:>3}  claims {:>2}  nodegroups {:>2}  nodes ready {:>2}  running {:>3}  {:.4} EUR/h",
+                    started.elapsed().as_secs_f64(),
+                    c.name,
+                    p.pending,
+                    p.claims,
+                    p.groups,
+                    p.nodes_ready,
+                    p.running,
+                    p.price_per_hour
+                );
+            }
+            last = now.clone();
+        }
+        if now.iter().all(&settled) {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() >= deadline || shutdown.is_cancelled() {
+            return Ok(false);
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(false),
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
