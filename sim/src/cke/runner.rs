@@ -25,7 +25,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -191,46 +191,47 @@ async fn run_inner(
     let (groups, groups_writer) = reflector::store::<NodeGroup>();
     let (nodes, nodes_writer) = reflector::store::<Node>();
     let (pods, pods_writer) = reflector::store::<Pod>();
-    let mut ready: Vec<Pin<Box<dyn Future<Output = bool> + Send>>> = Vec::new();
     if cfg.nodegroups {
-        tasks.spawn(watch(
-            Api::<NodeGroup>::all(client.clone()),
-            groups_writer,
-            shared.clone(),
-            Role::Groups,
-            token.clone(),
-        ));
-        let s = groups.clone();
-        ready.push(Box::pin(async move { s.wait_until_ready().await.is_ok() }));
+        let api = Api::<NodeGroup>::all(client.clone());
+        tasks.spawn(watch(api, groups_writer, shared.clone(), Role::Groups, token.clone()));
     }
     tasks.spawn(watch(Api::<Node>::all(client.clone()), nodes_writer, shared.clone(), Role::Nodes, token.clone()));
-    let s = nodes.clone();
-    ready.push(Box::pin(async move { s.wait_until_ready().await.is_ok() }));
     if cfg.kubelet || cfg.binder {
         tasks.spawn(watch(Api::<Pod>::all(client.clone()), pods_writer, shared.clone(), Role::Pods, token.clone()));
-        let s = pods.clone();
-        ready.push(Box::pin(async move { s.wait_until_ready().await.is_ok() }));
     }
-    tokio::select! {
-        () = token.cancelled() => return Ok(()),
-        _ = futures::future::join_all(ready) => {}
-    }
-    info!("simulated CKE caches synced");
 
+    // Each loop starts once its own caches are synced (a missing NodeGroup API must not hold the
+    // kubelet and the binder back). One task waits per store: a store wakes a single waiter.
+    let groups_synced = sync_flag(&mut tasks, groups.clone(), token.clone());
+    let nodes_synced = sync_flag(&mut tasks, nodes.clone(), token.clone());
+    let pods_synced = sync_flag(&mut tasks, pods.clone(), token.clone());
+    let ctx = || LoopCtx { client: client.clone(), shared: shared.clone(), clock: clock.clone(), token: token.clone() };
     if cfg.nodegroups {
-        let ctx =
-            LoopCtx { client: client.clone(), shared: shared.clone(), clock: clock.clone(), token: token.clone() };
-        tasks.spawn(nodegroup_loop(ctx, groups, nodes.clone()));
+        let (ctx, groups, nodes) = (ctx(), groups, nodes.clone());
+        let flags = vec![groups_synced, nodes_synced.clone()];
+        tasks.spawn(async move {
+            if synced(&ctx.token, "NodeGroup controller", flags).await {
+                nodegroup_loop(ctx, groups, nodes).await;
+            }
+        });
     }
     if cfg.kubelet {
-        let ctx =
-            LoopCtx { client: client.clone(), shared: shared.clone(), clock: clock.clone(), token: token.clone() };
-        tasks.spawn(kubelet_loop(ctx, nodes.clone(), pods.clone()));
+        let (ctx, nodes, pods) = (ctx(), nodes.clone(), pods.clone());
+        let flags = vec![nodes_synced.clone(), pods_synced.clone()];
+        tasks.spawn(async move {
+            if synced(&ctx.token, "kubelet", flags).await {
+                kubelet_loop(ctx, nodes, pods).await;
+            }
+        });
     }
     if cfg.binder {
-        let ctx =
-            LoopCtx { client: client.clone(), shared: shared.clone(), clock: clock.clone(), token: token.clone() };
-        tasks.spawn(binder_loop(ctx, nodes, pods));
+        let ctx = ctx();
+        let flags = vec![nodes_synced, pods_synced];
+        tasks.spawn(async move {
+            if synced(&ctx.token, "binder", flags).await {
+                binder_loop(ctx, nodes, pods).await;
+            }
+        });
     }
 
     loop {
@@ -249,6 +250,42 @@ async fn run_inner(
     tasks.shutdown().await;
     info!("simulated CKE stopped");
     Ok(())
+}
+
+/// Starts a task that waits for `store` to be synced and raises the returned flag (false stays if
+/// the writer is gone).
+fn sync_flag<K>(tasks: &mut JoinSet<()>, store: Store<K>, token: CancellationToken) -> watch::Receiver<bool>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let (tx, rx) = watch::channel(false);
+    tasks.spawn(async move {
+        tokio::select! {
+            () = token.cancelled() => {}
+            ready = store.wait_until_ready() => {
+                tx.send_replace(ready.is_ok());
+                // Keep the sender: receivers read the flag until shutdown.
+                token.cancelled().await;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits until every flag is raised; false if cancelled first.
+async fn synced(token: &CancellationToken, role: &str, flags: Vec<watch::Receiver<bool>>) -> bool {
+    let all =
+        futures::future::join_all(flags.into_iter().map(|mut rx| async move { rx.wait_for(|ok| *ok).await.is_ok() }));
+    tokio::select! {
+        () = token.cancelled() => false,
+        results = all => {
+            let ok = results.iter().all(|synced| *synced);
+            if ok {
+                info!(role, "simulated CKE caches synced");
+            }
+            ok
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
