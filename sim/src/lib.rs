@@ -2,6 +2,7 @@
 //! Kubernetes or CKE is at hand. It must behave like kube-apiserver and CKE for everything the hub
 //! relies on; the conformance suite keeps it honest.
 
+pub mod apiserver;
 pub mod cke;
 pub mod clock;
 pub mod schema;

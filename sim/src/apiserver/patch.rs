@@ -1,0 +1,228 @@
+//! Patches: JSON merge patch (RFC 7386), JSON patch (RFC 6902), strategic merge patch for the
+//! built-in kinds (the list merge keys and directives of the fields clients touch), and the
+//! emulator's simplified server-side apply.
+//! Must not do: decide what happens to the patched object (the update path does).
+
+use serde_json::{Map, Value};
+
+/// The patch types of the `Content-Type` header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PatchType {
+    Merge,
+    Json,
+    Strategic,
+    Apply,
+}
+
+impl PatchType {
+    pub fn from_content_type(ct: &str) -> Option<PatchType> {
+        let ct = ct.split(';').next().unwrap_or("").trim();
+        match ct {
+            "application/merge-patch+json" => Some(PatchType::Merge),
+            "application/json-patch+json" => Some(PatchType::Json),
+            "application/strategic-merge-patch+json" => Some(PatchType::Strategic),
+            "application/apply-patch+yaml" | "application/apply-patch+cbor" => Some(PatchType::Apply),
+            _ => None,
+        }
+    }
+}
+
+/// RFC 7386.
+pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = Value::Object(Map::new());
+            }
+            if let Value::Object(t) = target {
+                for (k, v) in p {
+                    if v.is_null() {
+                        t.remove(k);
+                    } else {
+                        merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+                    }
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+/// RFC 6902; the error is the message of the 422/500 kube-apiserver returns.
+pub(crate) fn json_patch(target: &mut Value, patch: &Value) -> Result<(), String> {
+    let p: json_patch::Patch = serde_json::from_value(patch.clone()).map_err(|e| e.to_string())?;
+    json_patch::patch(target, &p).map_err(|e| e.to_string())
+}
+
+/// The `patchMergeKey` of a list field of the built-in kinds, by field name.
+fn merge_key(field: &str) -> Option<&'static str> {
+    Some(match field {
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "env"
+        | "volumeMounts"
+        | "imagePullSecrets"
+        | "resourceClaims"
+        | "volumeDevices" => "name",
+        "ports" => "containerPort",
+        "conditions" | "addresses" => "type",
+        "ownerReferences" => "uid",
+        "topologySpreadConstraints" => "topologyKey",
+        "hostAliases" => "ip",
+        _ => return None,
+    })
+}
+
+/// Lists of scalars merged as sets (`patchStrategy:"merge"` on a primitive list).
+fn is_primitive_merge(field: &str) -> bool {
+    matches!(field, "finalizers")
+}
+
+/// Strategic merge patch for the built-in kinds (`$patch`, `$retainKeys`,
+/// `$deleteFromPrimitiveList/…`, `$setElementOrder/…` honoured; order directives ignored).
+pub(crate) fn strategic_merge(target: &mut Value, patch: &Value) {
+    match (target.as_object_mut(), patch.as_object()) {
+        (Some(t), Some(p)) => merge_map(t, p),
+        _ => *target = strip_directives(patch),
+    }
+}
+
+fn strip_directives(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter().filter(|(k, _)| !k.starts_with('$')).map(|(k, v)| (k.clone(), strip_directives(v))).collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(strip_directives).collect()),
+        other => other.clone(),
+    }
+}
+
+fn merge_map(t: &mut Map<String, Value>, p: &Map<String, Value>) {
+    if p.get("$patch").and_then(Value::as_str) == Some("replace") {
+        *t = match strip_directives(&Value::Object(p.clone())) {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        return;
+    }
+    if let Some(keep) = p.get("$retainKeys").and_then(Value::as_array) {
+        let keep: Vec<&str> = keep.iter().filter_map(Value::as_str).collect();
+        t.retain(|k, _| keep.contains(&k.as_str()));
+    }
+    for (k, v) in p {
+        if k.starts_with('$') {
+            continue;
+        }
+        if v.is_null() {
+            t.remove(k);
+            continue;
+        }
+        if let Some(vo) = v.as_object()
+            && vo.get("$patch").and_then(Value::as_str) == Some("delete")
+        {
+            t.remove(k);
+            continue;
+        }
+        match (t.get_mut(k), v) {
+            (Some(Value::Object(to)), Value::Object(po)) => merge_map(to, po),
+            (Some(Value::Array(ta)), Value::Array(pa)) if merge_key(k).is_some() => {
+                merge_list(ta, pa, merge_key(k).unwrap_or("name"))
+            }
+            (Some(Value::Array(ta)), Value::Array(pa)) if is_primitive_merge(k) => {
+                for x in pa {
+                    if !ta.contains(x) {
+                        ta.push(x.clone());
+                    }
+                }
+            }
+            _ => {
+                t.insert(k.clone(), strip_directives(v));
+            }
+        }
+    }
+    for (k, v) in p {
+        if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/")
+            && let (Some(Value::Array(ta)), Some(del)) = (t.get_mut(field), v.as_array())
+        {
+            ta.retain(|x| !del.contains(x));
+        }
+    }
+}
+
+fn merge_list(t: &mut Vec<Value>, p: &[Value], key: &str) {
+    if p.iter().any(|x| x.get("$patch").and_then(Value::as_str) == Some("replace")) {
+        *t = p.iter().filter(|x| x.get("$patch").is_none()).map(strip_directives).collect();
+        return;
+    }
+    for item in p {
+        let k = item.get(key);
+        let pos = k.and_then(|k| t.iter().position(|x| x.get(key) == Some(k)));
+        if item.get("$patch").and_then(Value::as_str) == Some("delete") {
+            if let Some(i) = pos {
+                t.remove(i);
+            }
+            continue;
+        }
+        match (pos, item.as_object()) {
+            (Some(i), Some(po)) => {
+                if let Some(to) = t[i].as_object_mut() {
+                    merge_map(to, po);
+                }
+            }
+            _ => t.push(strip_directives(item)),
+        }
+    }
+}
+
+/// The emulator's server-side apply: the applied configuration is merged into the live object
+/// like a merge patch (maps merged, lists replaced; strategic list keys for built-in kinds). It does
+/// not track field managers, so fields dropped from a later apply are not removed.
+pub(crate) fn apply(target: &mut Value, applied: &Value, builtin: bool) {
+    if builtin { strategic_merge(target, applied) } else { merge_patch(target, applied) }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn merge_patch_removes_nulls_and_replaces_lists() {
+        let mut t = json!({"a": {"b": 1, "c": 2}, "l": [1, 2]});
+        merge_patch(&mut t, &json!({"a": {"b": null, "d": 3}, "l": [3]}));
+        assert_eq!(t, json!({"a": {"c": 2, "d": 3}, "l": [3]}));
+    }
+
+    #[test]
+    fn strategic_merge_merges_conditions_by_type_and_finalizers_as_a_set() {
+        let mut t = json!({
+            "metadata": {"finalizers": ["a"]},
+            "spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "False"}, {"type": "X", "status": "True"}]}
+        });
+        strategic_merge(
+            &mut t,
+            &json!({
+                "metadata": {"finalizers": ["b"], "$deleteFromPrimitiveList/finalizers": ["a"]},
+                "spec": {"taints": [{"key": "y", "effect": "NoExecute"}]},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "X", "$patch": "delete"}]}
+            }),
+        );
+        assert_eq!(t["metadata"]["finalizers"], json!(["b"]));
+        assert_eq!(t["spec"]["taints"], json!([{"key": "y", "effect": "NoExecute"}]));
+        assert_eq!(t["status"]["conditions"], json!([{"type": "Ready", "status": "True"}]));
+    }
+
+    #[test]
+    fn json_patch_reports_failed_tests() {
+        let mut t = json!({"metadata": {"resourceVersion": "5"}});
+        assert!(
+            json_patch(&mut t, &json!([{"op": "test", "path": "/metadata/resourceVersion", "value": "4"}])).is_err()
+        );
+        json_patch(&mut t, &json!([{"op": "add", "path": "/spec", "value": {"x": 1}}])).unwrap();
+        assert_eq!(t["spec"]["x"], 1);
+    }
+}

@@ -1,0 +1,798 @@
+//! HTTP side of the emulator: the TLS accept loop (with unreachability and shutdown), request
+//! routing (discovery, resource paths, subresources), authentication, fault injection, request
+//! counting, content negotiation (JSON, Table) and watch streams.
+//! Must not do: storage semantics (the store owns them).
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::Response;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::patch::PatchType;
+use super::resources::Resource;
+use super::selectors::{FieldSelector, LabelSelector};
+use super::status::{self, ApiError};
+use super::store::{DeleteOptions, Event, EventType, Sub, meta_str};
+use super::{Shared, lock, table};
+
+/// Accepts TLS connections until shutdown. While the cluster is unreachable, new connections are
+/// closed at once and open ones are cut.
+pub(crate) async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, shared: Arc<Shared>) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let app = axum::Router::new()
+        .fallback(handle)
+        .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
+        .with_state(shared.clone());
+    let mut shutdown = shared.shutdown.subscribe();
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => break,
+            a = listener.accept() => a,
+        };
+        let Ok((tcp, _)) = accepted else { continue };
+        if *shared.faults.unreachable.borrow() {
+            drop(tcp);
+            continue;
+        }
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        let mut unreachable = shared.faults.unreachable.subscribe();
+        let mut shutdown = shared.shutdown.subscribe();
+        tokio::spawn(async move {
+            let cut = async {
+                tokio::select! {
+                    _ = unreachable.wait_for(|u| *u) => {},
+                    _ = shutdown.wait_for(|s| *s) => {},
+                }
+            };
+            let serve = async {
+                let Ok(stream) = acceptor.accept(tcp).await else { return };
+                let svc = hyper_util::service::TowerToHyperService::new(app);
+                let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+                let _ = builder.serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), svc).await;
+            };
+            tokio::select! {
+                _ = cut => {},
+                _ = serve => {},
+            }
+        });
+    }
+}
+
+/// What a request addresses.
+#[derive(Debug)]
+enum Route {
+    Version,
+    Health,
+    Api,
+    Apis,
+    Group(String),
+    GroupVersion(String, String),
+    Resource(ResPath),
+    NotFound,
+}
+
+#[derive(Debug)]
+struct ResPath {
+    group: String,
+    version: String,
+    plural: String,
+    ns: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+    legacy_watch: bool,
+}
+
+fn route(path: &str) -> Route {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let res = |group: &str, version: &str, rest: &[&str]| -> Route {
+        let (legacy_watch, rest) = match rest.first() {
+            Some(&"watch") => (true, &rest[1..]),
+            _ => (false, rest),
+        };
+        let (ns, rest) = if rest.len() >= 3 && rest[0] == "namespaces" {
+            (Some(rest[1].to_string()), &rest[2..])
+        } else {
+            (None, rest)
+        };
+        if rest.is_empty() || rest.len() > 3 {
+            return Route::NotFound;
+        }
+        Route::Resource(ResPath {
+            group: group.into(),
+            version: version.into(),
+            plural: rest[0].into(),
+            ns,
+            name: rest.get(1).map(|s| s.to_string()),
+            sub: rest.get(2).map(|s| s.to_string()),
+            legacy_watch,
+        })
+    };
+    match segs.as_slice() {
+        ["version"] => Route::Version,
+        ["healthz" | "livez" | "readyz", ..] => Route::Health,
+        ["api"] => Route::Api,
+        ["api", v] => Route::GroupVersion(String::new(), v.to_string()),
+        ["api", v, rest @ ..] => res("", v, rest),
+        ["apis"] => Route::Apis,
+        ["apis", g] => Route::Group(g.to_string()),
+        ["apis", g, v] => Route::GroupVersion(g.to_string(), v.to_string()),
+        ["apis", g, v, rest @ ..] => res(g, v, rest),
+        _ => Route::NotFound,
+    }
+}
+
+fn json_response(code: u16, v: &Value) -> Response {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn error_response(e: &ApiError) -> Response {
+    let mut r = json_response(e.code, &e.to_status());
+    if let Some(s) = e.retry_after
+        && let Ok(v) = HeaderValue::from_str(&s.to_string())
+    {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    r
+}
+
+fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - \"{}\"", w.replace('"', "\\\""));
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+    r
+}
+
+fn query(uri: &Uri) -> BTreeMap<String, String> {
+    uri.query()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect())
+        .unwrap_or_default()
+}
+
+fn truthy(q: &BTreeMap<String, String>, k: &str) -> bool {
+    q.get(k).is_some_and(|v| v == "true" || v == "1")
+}
+
+/// Parses a JSON (or YAML, for apply) request body.
+fn parse_body(body: &Bytes, yaml_ok: bool) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Ok(json!({}));
+    }
+    match serde_json::from_slice::<Value>(body) {
+        Ok(v) => Ok(v),
+        Err(e) if yaml_ok => {
+            let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request(e.to_string()))?;
+            serde_saphyr::from_str::<Value>(text)
+                .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
+        }
+        Err(e) => Err(ApiError::bad_request(format!(
+            "the object provided is unrecognized: couldn't get version/kind; json parse error: {e}"
+        ))),
+    }
+}
+
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.split(',').next().unwrap_or("").contains("as=Table"))
+}
+
+async fn handle(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let route = route(uri.path());
+    let q = query(&uri);
+    // The verb and resource as audit logs name them, for counters and faults.
+    let (verb, resource) = match &route {
+        Route::Resource(p) => {
+            let watch = p.legacy_watch || truthy(&q, "watch");
+            let verb = match (&method, p.name.is_some(), p.sub.as_deref()) {
+                (&Method::GET, _, _) if watch => "watch",
+                (&Method::GET, true, _) => "get",
+                (&Method::GET, false, _) => "list",
+                (&Method::POST, _, _) => "create",
+                (&Method::PUT, _, _) => "update",
+                (&Method::PATCH, _, _) => "patch",
+                (&Method::DELETE, true, _) => "delete",
+                (&Method::DELETE, false, _) => "deletecollection",
+                _ => "unknown",
+            };
+            let res = match &p.sub {
+                Some(s) => format!("{}/{s}", p.plural),
+                None => p.plural.clone(),
+            };
+            (verb, res)
+        }
+        _ => ("get", String::new()),
+    };
+    shared.requests.record(verb, &resource);
+    let latency = shared.faults.latency();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    // Authentication.
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let admin = shared.token.read().map(|t| t.clone()).unwrap_or_default();
+    let known = token == admin || lock(&shared.store).minted_tokens.contains_key(token);
+    if shared.faults.unauthorized() || !known {
+        return error_response(&ApiError::unauthorized());
+    }
+    if !matches!(route, Route::Health)
+        && let Some(code) = shared.faults.injected_error(verb, &resource)
+    {
+        return error_response(&ApiError::injected(code));
+    }
+    let table = wants_table(&headers);
+    match route {
+        Route::Version => json_response(200, &version()),
+        Route::Health => {
+            let mut r = Response::new(Body::from("ok"));
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            r
+        }
+        Route::Api => json_response(
+            200,
+            &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": shared.addr.to_string()}]}),
+        ),
+        Route::Apis => json_response(200, &api_groups(&shared)),
+        Route::Group(g) => match api_groups(&shared)["groups"]
+            .as_array()
+            .and_then(|gs| gs.iter().find(|x| x["name"] == g.as_str()).cloned())
+        {
+            Some(mut grp) => {
+                if let Some(o) = grp.as_object_mut() {
+                    o.insert("kind".into(), json!("APIGroup"));
+                    o.insert("apiVersion".into(), json!("v1"));
+                }
+                json_response(200, &grp)
+            }
+            None => error_response(&ApiError::not_found_path()),
+        },
+        Route::GroupVersion(g, v) => match resource_list(&shared, &g, &v) {
+            Some(l) => json_response(200, &l),
+            None => error_response(&ApiError::not_found_path()),
+        },
+        Route::NotFound => error_response(&ApiError::not_found_path()),
+        Route::Resource(p) => {
+            let res = lock(&shared.store).registry.get(&p.group, &p.version, &p.plural);
+            let Some(res) = res else { return error_response(&ApiError::not_found_path()) };
+            if p.ns.is_some() && !res.namespaced {
+                return error_response(&ApiError::not_found_path());
+            }
+            if res.namespaced && p.ns.is_none() && p.name.is_some() {
+                return error_response(&ApiError::not_found_path());
+            }
+            match resource_request(&shared, &res, &p, verb, &q, &headers, &body, table).await {
+                Ok(r) => r,
+                Err(e) => error_response(&e),
+            }
+        }
+    }
+}
+
+fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": "33",
+        "gitVersion": "v1.33.0-sim",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.24.0",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    })
+}
+
+fn api_groups(shared: &Shared) -> Value {
+    let st = lock(&shared.store);
+    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in st.registry.by_gvr.values().filter(|r| !r.group.is_empty()) {
+        let vs = groups.entry(r.group.clone()).or_default();
+        if !vs.contains(&r.version) {
+            vs.push(r.version.clone());
+        }
+    }
+    let groups: Vec<Value> = groups
+        .into_iter()
+        .map(|(g, mut vs)| {
+            vs.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
+            let versions: Vec<Value> =
+                vs.iter().map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v})).collect();
+            let preferred = versions.first().cloned().unwrap_or(json!({}));
+            json!({"name": g, "versions": versions, "preferredVersion": preferred})
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// Kubernetes version priority: GA > beta > alpha, higher numbers first.
+fn version_priority(v: &str) -> (u8, u32, u32) {
+    let Some(rest) = v.strip_prefix('v') else { return (0, 0, 0) };
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let major = digits.parse().unwrap_or(0);
+    let tail = &rest[digits.len()..];
+    if tail.is_empty() {
+        (3, major, 0)
+    } else if let Some(n) = tail.strip_prefix("beta") {
+        (2, major, n.parse().unwrap_or(0))
+    } else if let Some(n) = tail.strip_prefix("alpha") {
+        (1, major, n.parse().unwrap_or(0))
+    } else {
+        (0, major, 0)
+    }
+}
+
+fn resource_list(shared: &Shared, group: &str, version: &str) -> Option<Value> {
+    let st = lock(&shared.store);
+    let rs: Vec<Arc<Resource>> =
+        st.registry.by_gvr.values().filter(|r| r.group == group && r.version == version).cloned().collect();
+    if rs.is_empty() {
+        return None;
+    }
+    let mut out = Vec::new();
+    for r in &rs {
+        let mut main = json!({
+            "name": r.plural,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": r.verbs(),
+        });
+        if !r.short_names.is_empty() {
+            main["shortNames"] = json!(r.short_names);
+        }
+        if !r.categories.is_empty() {
+            main["categories"] = json!(r.categories);
+        }
+        out.push(main);
+        for s in &r.subresources {
+            let (kind, verbs, grp, ver): (String, Vec<&str>, Option<&str>, Option<&str>) = match s.as_str() {
+                "status" => (r.kind.clone(), vec!["get", "patch", "update"], None, None),
+                "scale" => ("Scale".into(), vec!["get", "patch", "update"], Some("autoscaling"), Some("v1")),
+                "binding" => ("Binding".into(), vec!["create"], None, None),
+                "eviction" => ("Eviction".into(), vec!["create"], Some("policy"), Some("v1")),
+                "token" => ("TokenRequest".into(), vec!["create"], Some("authentication.k8s.io"), Some("v1")),
+                "finalize" => (r.kind.clone(), vec!["update"], None, None),
+                _ => continue,
+            };
+            let mut sr = json!({"name": format!("{}/{s}", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": kind, "verbs": verbs});
+            if let Some(g) = grp {
+                sr["group"] = json!(g);
+                sr["version"] = json!(ver);
+            }
+            out.push(sr);
+        }
+    }
+    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}))
+}
+
+/// The object as served at the requested version.
+fn present(res: &Resource, obj: &Arc<Value>) -> Arc<Value> {
+    if res.schema.is_some() && obj.get("apiVersion").and_then(Value::as_str) != Some(res.api_version().as_str()) {
+        let mut o = (**obj).clone();
+        o["apiVersion"] = json!(res.api_version());
+        Arc::new(o)
+    } else {
+        obj.clone()
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn resource_request(
+    shared: &Arc<Shared>,
+    res: &Arc<Resource>,
+    p: &ResPath,
+    verb: &str,
+    q: &BTreeMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+    table: bool,
+) -> Result<Response, ApiError> {
+    let ns = p.ns.as_deref();
+    let name = p.name.as_deref().unwrap_or("");
+    let dry_run = q.contains_key("dryRun");
+    let sub = match p.sub.as_deref() {
+        None => Sub::Main,
+        Some("status") if res.has_status() => Sub::Status,
+        Some(s) if res.subresources.iter().any(|x| x == s) => Sub::Main,
+        Some(_) => return Err(ApiError::not_found_path()),
+    };
+    let now = shared.clock.now();
+    let render_one = |obj: &Arc<Value>, code: u16| -> Response {
+        let obj = present(res, obj);
+        if table {
+            let meta = json!({"resourceVersion": meta_str(&obj, "resourceVersion")});
+            json_response(
+                code,
+                &table::table(res, &[obj], meta, true, q.get("includeObject").map_or("", String::as_str), now),
+            )
+        } else {
+            json_response(code, &obj)
+        }
+    };
+    match (verb, p.sub.as_deref()) {
+        ("watch", _) => Ok(watch(shared.clone(), res.clone(), p, q, table)),
+        ("get", None) | ("get", Some("status")) => {
+            let obj = lock(&shared.store).get(res, ns.unwrap_or(""), name)?;
+            Ok(render_one(&obj, 200))
+        }
+        ("list", _) => {
+            let labels = LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str))
+                .map_err(ApiError::bad_request)?;
+            let fields = field_selector(res, q)?;
+            let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0);
+            let st = lock(&shared.store);
+            let list = st.list(res, ns, &labels, &fields, limit, q.get("continue").map(String::as_str))?;
+            drop(st);
+            let mut meta = json!({"resourceVersion": list.rv.to_string()});
+            if let Some(c) = &list.continue_token {
+                meta["continue"] = json!(c);
+            }
+            if let Some(r) = list.remaining {
+                meta["remainingItemCount"] = json!(r);
+            }
+            if table {
+                let items: Vec<Arc<Value>> = list.items.iter().map(|o| present(res, o)).collect();
+                let t = table::table(res, &items, meta, true, q.get("includeObject").map_or("", String::as_str), now);
+                return Ok(json_response(200, &t));
+            }
+            Ok(list_response(res, &list.items, &meta))
+        }
+        ("create", None) => {
+            let obj = parse_body(body, false)?;
+            let mut st = lock(&shared.store);
+            let (o, w) = if dry_run { dry_create(&st, res, ns, obj)? } else { st.create(res, ns, obj)? };
+            drop(st);
+            Ok(with_warnings(render_one(&o, 201), &w))
+        }
+        ("create", Some("binding")) => {
+            let b = parse_body(body, false)?;
+            lock(&shared.store).bind(ns.unwrap_or(""), name, &b)?;
+            Ok(json_response(201, &status::success(201)))
+        }
+        ("create", Some("eviction")) => {
+            let b = parse_body(body, false)?;
+            lock(&shared.store).evict(ns.unwrap_or(""), name, &b)?;
+            Ok(json_response(201, &status::success(201)))
+        }
+        ("create", Some("token")) => {
+            let b = parse_body(body, false)?;
+            let mut st = lock(&shared.store);
+            let sa = st.get(res, ns.unwrap_or(""), name)?;
+            let token = st.token();
+            st.minted_tokens.insert(token.clone(), format!("{}/{name}", ns.unwrap_or("")));
+            let secs = b.pointer("/spec/expirationSeconds").and_then(Value::as_i64).unwrap_or(3600);
+            let exp = super::store::timestamp(now + chrono::Duration::seconds(secs));
+            let mut out = b.clone();
+            out["kind"] = json!("TokenRequest");
+            out["apiVersion"] = json!("authentication.k8s.io/v1");
+            out["metadata"] =
+                json!({"name": name, "namespace": ns, "creationTimestamp": null, "uid": sa.pointer("/metadata/uid")});
+            out["status"] = json!({"token": token, "expirationTimestamp": exp});
+            Ok(json_response(201, &out))
+        }
+        ("update", None) | ("update", Some("status")) | ("update", Some("finalize")) => {
+            let obj = parse_body(body, false)?;
+            let mut st = lock(&shared.store);
+            let (o, w) = st.update(res, ns, name, obj, sub)?;
+            drop(st);
+            Ok(with_warnings(render_one(&o, 200), &w))
+        }
+        ("patch", None) | ("patch", Some("status")) => {
+            let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+            let ty = PatchType::from_content_type(ct).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
+            if ty == PatchType::Apply && !q.contains_key("fieldManager") {
+                return Err(ApiError::bad_request(
+                    "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+                ));
+            }
+            let patch = parse_body(body, ty == PatchType::Apply)?;
+            let mut st = lock(&shared.store);
+            let (o, w, created) = st.patch(res, ns, name, ty, &patch, sub)?;
+            drop(st);
+            Ok(with_warnings(render_one(&o, if created { 201 } else { 200 }), &w))
+        }
+        ("delete", None) => {
+            let opts = if body.is_empty() { json!({}) } else { parse_body(body, false)? };
+            let mut opts = DeleteOptions::from_value(&opts);
+            if let Some(g) = q.get("gracePeriodSeconds").and_then(|g| g.parse().ok()) {
+                opts.grace_period = Some(g);
+            }
+            if let Some(pp) = q.get("propagationPolicy") {
+                opts.propagation = Some(pp.clone());
+            }
+            let o = lock(&shared.store).delete(res, ns, name, &opts)?;
+            Ok(render_one(&o, 200))
+        }
+        ("deletecollection", None) => {
+            let labels = LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str))
+                .map_err(ApiError::bad_request)?;
+            let fields = field_selector(res, q)?;
+            let mut st = lock(&shared.store);
+            let list = st.list(res, ns, &labels, &fields, None, None)?;
+            let mut deleted = Vec::new();
+            for o in &list.items {
+                let n = meta_str(o, "name").unwrap_or("").to_string();
+                let ons = meta_str(o, "namespace").map(String::from);
+                if let Ok(d) = st.delete(res, ons.as_deref(), &n, &DeleteOptions::default()) {
+                    deleted.push(d);
+                }
+            }
+            let rv = st.rv;
+            drop(st);
+            Ok(list_response(res, &deleted, &json!({"resourceVersion": rv.to_string()})))
+        }
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+fn dry_create(
+    st: &super::store::State,
+    res: &Arc<Resource>,
+    _ns: Option<&str>,
+    obj: Value,
+) -> Result<(Arc<Value>, Vec<String>), ApiError> {
+    // Validation only: run the schema if there is one; nothing is stored.
+    let _ = st;
+    if let Some(schema) = &res.schema {
+        let a = schema.create(&obj).map_err(|e| ApiError::invalid(&e))?;
+        return Ok((Arc::new(a.object), a.warnings));
+    }
+    Ok((Arc::new(obj), Vec::new()))
+}
+
+fn field_selector(res: &Resource, q: &BTreeMap<String, String>) -> Result<FieldSelector, ApiError> {
+    let fs = FieldSelector::parse(q.get("fieldSelector").map_or("", String::as_str)).map_err(ApiError::bad_request)?;
+    for (f, _, _) in &fs.reqs {
+        let ok = f == "metadata.name"
+            || (f == "metadata.namespace" && res.namespaced)
+            || res.selectable.iter().any(|s| s == f);
+        if !ok {
+            return Err(ApiError::bad_request(format!("field label not supported: {f}")));
+        }
+    }
+    Ok(fs)
+}
+
+/// Renders a list without cloning items: `{"kind":"PodList","apiVersion":"v1","metadata":…,"items":[…]}`.
+fn list_response(res: &Resource, items: &[Arc<Value>], meta: &Value) -> Response {
+    let mut buf = Vec::with_capacity(256 + items.len() * 1024);
+    buf.extend_from_slice(b"{\"kind\":");
+    let _ = serde_json::to_writer(&mut buf, &format!("{}List", res.kind));
+    buf.extend_from_slice(b",\"apiVersion\":");
+    let _ = serde_json::to_writer(&mut buf, &res.api_version());
+    buf.extend_from_slice(b",\"metadata\":");
+    let _ = serde_json::to_writer(&mut buf, meta);
+    buf.extend_from_slice(b",\"items\":[");
+    for (i, o) in items.iter().enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut buf, &*present(res, o));
+    }
+    buf.extend_from_slice(b"]}");
+    let mut r = Response::new(Body::from(buf));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+/// Which events of the stream a watcher sees.
+struct WatchFilter {
+    res: Arc<Resource>,
+    ns: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl WatchFilter {
+    fn matches(&self, obj: &Value) -> bool {
+        self.ns.as_deref().is_none_or(|ns| meta_str(obj, "namespace") == Some(ns))
+            && self.labels.matches(obj)
+            && self.fields.matches(obj)
+    }
+
+    /// The event this watcher gets for a change, with selector transitions turned into
+    /// ADDED/DELETED like the watch cache does.
+    fn convert(&self, ev: &Event) -> Option<(EventType, Arc<Value>)> {
+        if ev.key != self.res.key() {
+            return None;
+        }
+        let cur = self.matches(&ev.object);
+        let old = ev.prev.as_ref().is_some_and(|p| self.matches(p));
+        match ev.ty {
+            EventType::Added => cur.then(|| (EventType::Added, ev.object.clone())),
+            EventType::Deleted => (old || cur).then(|| (EventType::Deleted, ev.object.clone())),
+            EventType::Modified => match (old, cur) {
+                (true, true) => Some((EventType::Modified, ev.object.clone())),
+                (false, true) => Some((EventType::Added, ev.object.clone())),
+                (true, false) => {
+                    let mut o = ev.prev.as_ref().map(|p| (**p).clone()).unwrap_or_default();
+                    o["metadata"]["resourceVersion"] = json!(ev.rv.to_string());
+                    Some((EventType::Deleted, Arc::new(o)))
+                }
+                (false, false) => None,
+            },
+        }
+    }
+}
+
+fn event_line(ty: &str, obj: &Value) -> Bytes {
+    let mut buf = Vec::with_capacity(512);
+    buf.extend_from_slice(b"{\"type\":\"");
+    buf.extend_from_slice(ty.as_bytes());
+    buf.extend_from_slice(b"\",\"object\":");
+    let _ = serde_json::to_writer(&mut buf, obj);
+    buf.extend_from_slice(b"}\n");
+    Bytes::from(buf)
+}
+
+fn watch(shared: Arc<Shared>, res: Arc<Resource>, p: &ResPath, q: &BTreeMap<String, String>, table: bool) -> Response {
+    let labels = match LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str)) {
+        Ok(l) => l,
+        Err(e) => return error_response(&ApiError::bad_request(e)),
+    };
+    let mut fields = match field_selector(&res, q) {
+        Ok(f) => f,
+        Err(e) => return error_response(&e),
+    };
+    if let Some(n) = &p.name {
+        fields.reqs.push(("metadata.name".into(), true, n.clone()));
+    }
+    let filter = WatchFilter { res: res.clone(), ns: p.ns.clone(), labels, fields };
+    let bookmarks = truthy(q, "allowWatchBookmarks");
+    let initial_events = truthy(q, "sendInitialEvents");
+    let include_object = q.get("includeObject").cloned().unwrap_or_default();
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(shared.watch_timeout);
+    let rv_param = q.get("resourceVersion").cloned().unwrap_or_default();
+
+    // Snapshot and subscription under one lock, so no event falls between them.
+    let (initial, backlog, mut rx, start_rv, gone) = {
+        let st = lock(&shared.store);
+        let rx = st.subscribe();
+        let mut initial = Vec::new();
+        let mut backlog = Vec::new();
+        let mut gone = None;
+        let synthetic = initial_events || rv_param.is_empty() || rv_param == "0";
+        if synthetic {
+            let all = st.list(&res, p.ns.as_deref(), &filter.labels, &filter.fields, None, None);
+            if let Ok(l) = all {
+                initial = l.items;
+            }
+        } else {
+            match rv_param.parse::<u64>() {
+                Ok(rv) => match st.history_since(rv) {
+                    Ok(h) => backlog = h,
+                    Err(e) => gone = Some(e),
+                },
+                Err(_) => gone = Some(ApiError::bad_request(format!("invalid resource version: {rv_param}"))),
+            }
+        }
+        (initial, backlog, rx, st.rv, gone)
+    };
+
+    let (tx, out_rx) = tokio::sync::mpsc::channel::<Bytes>(256);
+    let mut drops = shared.faults.watch_drops.subscribe();
+    drops.mark_unchanged();
+    let mut shutdown = shared.shutdown.subscribe();
+    let bookmark_interval = shared.bookmark_interval;
+    let clock = shared.clock.clone();
+    tokio::spawn(async move {
+        let mut headers_sent = false;
+        let mut render = |ty: &str, obj: &Value| -> Bytes {
+            if table {
+                let meta = json!({"resourceVersion": meta_str(obj, "resourceVersion")});
+                let t = table::table(&res, &[Arc::new(obj.clone())], meta, !headers_sent, &include_object, clock.now());
+                headers_sent = true;
+                event_line(ty, &t)
+            } else {
+                event_line(ty, obj)
+            }
+        };
+        if let Some(e) = gone {
+            let _ = tx.send(event_line("ERROR", &e.to_status())).await;
+            return;
+        }
+        let bookmark = |rv: u64, end: bool| -> Bytes {
+            let mut meta = json!({"resourceVersion": rv.to_string()});
+            if end {
+                meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+            }
+            event_line("BOOKMARK", &json!({"kind": res.kind, "apiVersion": res.api_version(), "metadata": meta}))
+        };
+        for o in &initial {
+            if tx.send(render("ADDED", &present(&res, o))).await.is_err() {
+                return;
+            }
+        }
+        if initial_events && bookmarks && tx.send(bookmark(start_rv, true)).await.is_err() {
+            return;
+        }
+        let mut last_rv = start_rv;
+        for ev in &backlog {
+            last_rv = last_rv.max(ev.rv);
+            if let Some((ty, o)) = filter.convert(ev)
+                && tx.send(render(ty.as_str(), &present(&res, &o))).await.is_err()
+            {
+                return;
+            }
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let bookmark_at = |now: tokio::time::Instant| {
+            let periodic = now + bookmark_interval;
+            // kube-apiserver also sends one about 2 s before the watch times out.
+            let before_end = deadline.checked_sub(Duration::from_secs(2)).unwrap_or(deadline);
+            if before_end > now { periodic.min(before_end) } else { periodic }
+        };
+        let mut next_bookmark = bookmark_at(tokio::time::Instant::now());
+        loop {
+            tokio::select! {
+                r = rx.recv() => match r {
+                    Ok(ev) => {
+                        if ev.rv <= last_rv { continue; }
+                        last_rv = ev.rv;
+                        if let Some((ty, o)) = filter.convert(&ev)
+                            && tx.send(render(ty.as_str(), &present(&res, &o))).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                    // A watcher too slow for the event rate is closed, like the watch cache does.
+                    Err(RecvError::Lagged(_)) | Err(RecvError::Closed) => return,
+                },
+                _ = tokio::time::sleep_until(next_bookmark), if bookmarks => {
+                    if tx.send(bookmark(last_rv, false)).await.is_err() {
+                        return;
+                    }
+                    next_bookmark = bookmark_at(tokio::time::Instant::now());
+                    if next_bookmark <= tokio::time::Instant::now() {
+                        next_bookmark = deadline + Duration::from_secs(1);
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = drops.changed() => return,
+                _ = async { let _ = shutdown.wait_for(|s| *s).await; } => return,
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    let stream =
+        futures::stream::unfold(
+            out_rx,
+            |mut rx| async move { rx.recv().await.map(|b| (Ok::<Bytes, Infallible>(b), rx)) },
+        );
+    let mut r = Response::new(Body::from_stream(stream));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+    r
+}

@@ -1,0 +1,938 @@
+//! Conformance suite: one test per API behaviour the hub (and its tests) rely on, each stating what
+//! kube-apiserver does. Runs against the `sim` API emulator by default and, unchanged, against a
+//! real API server when `KARPENTER_HUB_CONFORMANCE_KUBECONFIG` points at a kubeconfig (1.33+).
+//!
+//! Rules that keep it honest on a real server: every test works in its own scratch namespace
+//! (`conf-<test>-<random>`) and deletes it at the end; cluster-scoped objects get unique names and
+//! are deleted; assertions never compare whole objects (servers add fields: managedFields,
+//! defaults); anything a controller does asynchronously (garbage collection, namespace deletion,
+//! PDB status) is waited for with a bounded timeout. A test that passes only on the emulator is a
+//! bug in the emulator or in the test.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
+use kube::core::GroupVersionKind;
+use kube::{Client, Discovery};
+use serde_json::{Value, json};
+use sim::apiserver::{ApiServer, ApiServerConfig};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where the suite runs: the emulator or a real server, and the scratch namespace of one test.
+struct Target {
+    client: Client,
+    ns: String,
+    real: bool,
+    _server: Option<ApiServer>,
+}
+
+fn suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    format!("{:x}{:x}", t % 0xfffff, N.fetch_add(1, Ordering::Relaxed))
+}
+
+async fn target(test: &str) -> Target {
+    let (client, server, real) = match std::env::var("KARPENTER_HUB_CONFORMANCE_KUBECONFIG") {
+        Ok(path) if !path.is_empty() => {
+            let kc = kube::config::Kubeconfig::read_from(&path).expect("read kubeconfig");
+            let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("kubeconfig");
+            // kube retries 429/503 by default (for minutes): the tests want to see them.
+            cfg.default_retry = false;
+            (Client::try_from(cfg).expect("client"), None, true)
+        }
+        _ => {
+            let s =
+                ApiServer::start(ApiServerConfig::new(format!("conformance-{test}"))).await.expect("start emulator");
+            let mut cfg = s.client_config();
+            cfg.default_retry = false;
+            (Client::try_from(cfg).expect("client"), Some(s), false)
+        }
+    };
+    let ns = format!("conf-{}-{}", test.replace('_', "-").chars().take(40).collect::<String>(), suffix());
+    let api: Api<Namespace> = Api::all(client.clone());
+    api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+        .await
+        .expect("create scratch namespace");
+    Target { client, ns, real, _server: server }
+}
+
+impl Target {
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    async fn cleanup(self) {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let _ = api.delete(&self.ns, &DeleteParams::default()).await;
+    }
+}
+
+fn cm(name: &str, data: Value) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": data})).unwrap()
+}
+
+fn pod(name: &str, labels: Value) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    }))
+    .unwrap()
+}
+
+/// Polls `f` until it returns `Some`, for at most [`TIMEOUT`].
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = std::time::Instant::now();
+    let mut delay = Duration::from_millis(5);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(start.elapsed() < TIMEOUT, "timed out waiting for {what}");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(500));
+    }
+}
+
+fn api_err(r: Result<impl std::fmt::Debug, kube::Error>) -> kube::core::Status {
+    match r {
+        Err(kube::Error::Api(s)) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+// ------------------------------------------------------------------ a test CRD
+
+const WIDGET_CRD: &str = "widgets.conformance.karpenter.clever-cloud.com";
+
+fn widget_crd() -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": WIDGET_CRD},
+        "spec": {
+            "group": "conformance.karpenter.clever-cloud.com",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{
+                "name": "v1",
+                "served": true,
+                "storage": true,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+                    {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}
+                ],
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "spec": {
+                            "type": "object",
+                            "required": ["size"],
+                            "properties": {
+                                "size": {"type": "integer", "minimum": 1, "maximum": 10},
+                                "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
+                                "name": {"type": "string", "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "name is immutable"}]}
+                            }
+                        },
+                        "status": {
+                            "type": "object",
+                            "properties": {
+                                "observed": {"type": "integer"},
+                                "conditions": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
+                            }
+                        }
+                    }
+                }}
+            }]
+        }
+    }))
+    .unwrap()
+}
+
+/// Installs the Widget CRD if missing (never deleted on a real server: tests share it) and waits
+/// until it is served.
+async fn widgets(t: &Target) -> Api<DynamicObject> {
+    let crds: Api<CustomResourceDefinition> = Api::all(t.client.clone());
+    match crds.create(&PostParams::default(), &widget_crd()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("create CRD: {e}"),
+    }
+    eventually("Widget CRD established", || async {
+        let c = crds.get(WIDGET_CRD).await.ok()?;
+        let est = c.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
+        est.then_some(())
+    })
+    .await;
+    let gvk = GroupVersionKind::gvk("conformance.karpenter.clever-cloud.com", "v1", "Widget");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "widgets");
+    let api: Api<DynamicObject> = Api::namespaced_with(t.client.clone(), &t.ns, &ar);
+    // Served once a list succeeds (discovery can lag the Established condition on a real server).
+    eventually("widgets served", || async { api.list(&ListParams::default()).await.ok().map(|_| ()) }).await;
+    api
+}
+
+fn widget(name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "conformance.karpenter.clever-cloud.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+// ------------------------------------------------------------------ discovery
+
+/// kube-apiserver serves /version, /api, /apis and the group/version resource lists; a CRD's
+/// resource appears in discovery once the CRD is established.
+#[tokio::test]
+async fn discovery_serves_builtin_kinds_and_crds() {
+    let t = target("discovery").await;
+    let _ = widgets(&t).await;
+    let v = t.client.apiserver_version().await.unwrap();
+    assert_eq!(v.major, "1");
+    let discovery = Discovery::new(t.client.clone()).run().await.unwrap();
+    let mut found = std::collections::BTreeSet::new();
+    for group in discovery.groups() {
+        for (ar, caps) in group.recommended_resources() {
+            found.insert(format!("{}/{}", ar.group, ar.plural));
+            if ar.plural == "pods" && ar.group.is_empty() {
+                assert!(caps.subresources.iter().any(|(s, _)| s.plural == "pods/eviction" || s.plural == "eviction"));
+            }
+        }
+    }
+    for want in [
+        "/pods",
+        "/nodes",
+        "/namespaces",
+        "/secrets",
+        "/configmaps",
+        "/events",
+        "/serviceaccounts",
+        "apps/daemonsets",
+        "policy/poddisruptionbudgets",
+        "coordination.k8s.io/leases",
+        "rbac.authorization.k8s.io/clusterroles",
+        "apiextensions.k8s.io/customresourcedefinitions",
+        "conformance.karpenter.clever-cloud.com/widgets",
+    ] {
+        assert!(found.contains(want), "{want} not discovered");
+    }
+    t.cleanup().await;
+}
+
+// ------------------------------------------------------------------ create / get
+
+/// On create the server sets uid, creationTimestamp and resourceVersion; `generateName` gets a
+/// random 5-character suffix; a CR starts at generation 1.
+#[tokio::test]
+async fn create_sets_server_metadata_and_generate_name() {
+    let t = target("create").await;
+    let cms: Api<ConfigMap> = t.api();
+    let mut c = cm("", json!({"a": "1"}));
+    c.metadata.generate_name = Some("gen-".into());
+    let created = cms.create(&PostParams::default(), &c).await.unwrap();
+    let name = created.metadata.name.clone().unwrap();
+    assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
+    assert!(created.metadata.uid.is_some());
+    assert!(created.metadata.creation_timestamp.is_some());
+    assert!(created.metadata.resource_version.is_some());
+    assert_eq!(created.metadata.namespace.as_deref(), Some(t.ns.as_str()));
+    let w = widgets(&t).await;
+    let created = w.create(&PostParams::default(), &widget("w1", json!({"size": 2}))).await.unwrap();
+    assert_eq!(created.metadata.generation, Some(1));
+    // Schema defaults are applied.
+    assert_eq!(created.data["spec"]["color"], "red");
+    t.cleanup().await;
+}
+
+/// Creating an existing name is `409 AlreadyExists`; getting a missing one is `404 NotFound`.
+#[tokio::test]
+async fn create_existing_is_409_and_missing_is_404() {
+    let t = target("exists").await;
+    let cms: Api<ConfigMap> = t.api();
+    cms.create(&PostParams::default(), &cm("x", json!({}))).await.unwrap();
+    let s = api_err(cms.create(&PostParams::default(), &cm("x", json!({}))).await);
+    assert_eq!((s.code, s.reason.as_str()), (409, "AlreadyExists"));
+    let s = api_err(cms.get("missing").await);
+    assert_eq!((s.code, s.reason.as_str()), (404, "NotFound"));
+    assert_eq!(s.message, "configmaps \"missing\" not found");
+    // Creating in a namespace that does not exist is 404 too.
+    let other: Api<ConfigMap> = Api::namespaced(t.client.clone(), &format!("{}-none", t.ns));
+    let s = api_err(other.create(&PostParams::default(), &cm("x", json!({}))).await);
+    assert_eq!(s.code, 404);
+    t.cleanup().await;
+}
+
+// ------------------------------------------------------------------ update / concurrency
+
+/// An update carrying a stale resourceVersion is `409 Conflict`; a current one succeeds and bumps
+/// the resourceVersion; an update that changes nothing keeps it.
+#[tokio::test]
+async fn update_with_stale_resource_version_conflicts() {
+    let t = target("conflict").await;
+    let cms: Api<ConfigMap> = t.api();
+    let v1 = cms.create(&PostParams::default(), &cm("c", json!({"k": "1"}))).await.unwrap();
+    let mut v2 = v1.clone();
+    v2.data = Some([("k".to_string(), "2".to_string())].into());
+    let v2 = cms.replace("c", &PostParams::default(), &v2).await.unwrap();
+    assert_ne!(v1.metadata.resource_version, v2.metadata.resource_version);
+    let mut stale = v1.clone();
+    stale.data = Some([("k".to_string(), "3".to_string())].into());
+    let s = api_err(cms.replace("c", &PostParams::default(), &stale).await);
+    assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"));
+    assert!(s.message.contains("the object has been modified"), "{}", s.message);
+    // No-op update: same resourceVersion.
+    let v3 = cms.replace("c", &PostParams::default(), &v2).await.unwrap();
+    assert_eq!(v3.metadata.resource_version, v2.metadata.resource_version);
+    t.cleanup().await;
+}
+
+/// A merge patch with a stale `metadata.resourceVersion` is a 409 too (optimistic patch).
+#[tokio::test]
+async fn patch_with_stale_resource_version_conflicts() {
+    let t = target("patchrv").await;
+    let cms: Api<ConfigMap> = t.api();
+    let v1 = cms.create(&PostParams::default(), &cm("c", json!({"k": "1"}))).await.unwrap();
+    cms.patch("c", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "2"}}))).await.unwrap();
+    let p = json!({"metadata": {"resourceVersion": v1.metadata.resource_version}, "data": {"k": "3"}});
+    let s = api_err(cms.patch("c", &PatchParams::default(), &Patch::Merge(p)).await);
+    assert_eq!(s.code, 409);
+    t.cleanup().await;
+}
+
+// ------------------------------------------------------------------ patches
+
+/// JSON merge patch (RFC 7386) merges maps, replaces lists, and `null` deletes a key; JSON patch
+/// (RFC 6902) applies operations, and a failed `test` op rejects the whole patch (422).
+#[tokio::test]
+async fn merge_and_json_patches() {
+    let t = target("patches").await;
+    let cms: Api<ConfigMap> = t.api();
+    cms.create(&PostParams::default(), &cm("c", json!({"a": "1", "b": "2"}))).await.unwrap();
+    let out =
+        cms.patch("c", &PatchParams::default(), &Patch::Merge(json!({"data": {"a": null, "c": "3"}}))).await.unwrap();
+    let data = out.data.unwrap();
+    assert_eq!(data.get("a"), None);
+    assert_eq!(data.get("c").map(String::as_str), Some("3"));
+    let jp: json_patch::Patch = serde_json::from_value(
+        json!([{"op": "test", "path": "/data/b", "value": "2"}, {"op": "replace", "path": "/data/b", "value": "9"}]),
+    )
+    .unwrap();
+    let out = cms.patch("c", &PatchParams::default(), &Patch::<()>::Json(jp)).await.unwrap();
+    assert_eq!(out.data.unwrap().get("b").map(String::as_str), Some("9"));
+    let bad: json_patch::Patch = serde_json::from_value(
+        json!([{"op": "test", "path": "/data/b", "value": "2"}, {"op": "replace", "path": "/data/b", "value": "0"}]),
+    )
+    .unwrap();
+    let s = api_err(cms.patch("c", &PatchParams::default(), &Patch::<()>::Json(bad)).await);
+    assert_eq!(s.code, 422);
+    t.cleanup().await;
+}
+
+/// Strategic merge patch on built-in kinds: `metadata.finalizers` merges as a set and
+/// `$deleteFromPrimitiveList` removes entries; `status.conditions` merge by `type`; `spec.taints`
+/// (no patch strategy) is replaced whole.
+#[tokio::test]
+async fn strategic_merge_patch_on_nodes() {
+    let t = target("smp").await;
+    let nodes: Api<Node> = Api::all(t.client.clone());
+    let name = format!("conf-smp-{}", suffix());
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "finalizers": ["example.com/a"]},
+        "spec": {"taints": [{"key": "a", "effect": "NoSchedule"}]}
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let out = nodes
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({
+                "metadata": {"finalizers": ["example.com/b"]},
+                "spec": {"taints": [{"key": "b", "effect": "NoExecute"}]}
+            })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.metadata.finalizers.clone().unwrap(), vec!["example.com/a", "example.com/b"]);
+    let taints = out.spec.unwrap().taints.unwrap();
+    assert_eq!(taints.len(), 1);
+    assert_eq!(taints[0].key, "b");
+    nodes
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"status": {"conditions": [
+                {"type": "Ready", "status": "False", "reason": "Init"},
+                {"type": "MemoryPressure", "status": "False"}
+            ]}})),
+        )
+        .await
+        .unwrap();
+    let out = nodes
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Up"}]}})),
+        )
+        .await
+        .unwrap();
+    let conds = out.status.unwrap().conditions.unwrap();
+    assert_eq!(conds.len(), 2, "{conds:?}");
+    assert!(conds.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let out = nodes
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Strategic(
+                json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["example.com/a", "example.com/b"]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert!(out.metadata.finalizers.unwrap_or_default().is_empty());
+    nodes.delete(&name, &DeleteParams::default()).await.unwrap();
+    t.cleanup().await;
+}
+
+/// Strategic merge patch is not supported for custom resources: `415 UnsupportedMediaType`.
+#[tokio::test]
+async fn strategic_merge_patch_on_custom_resources_is_415() {
+    let t = target("smpcr").await;
+    let w = widgets(&t).await;
+    w.create(&PostParams::default(), &widget("w", json!({"size": 1}))).await.unwrap();
+    let s = api_err(w.patch("w", &PatchParams::default(), &Patch::Strategic(json!({"spec": {"size": 2}}))).await);
+    assert_eq!(s.code, 415);
+    t.cleanup().await;
+}
+
+// ------------------------------------------------------------------ selectors and pagination
+
+/// Lists honour label selectors (=, !=, in, notin, exists, !exists) and the field selectors
+/// metadata.name / metadata.namespace (all kinds), spec.nodeName and status.phase (pods); an
+/// unsupported field label is `400 BadRequest`.
+#[tokio::test]
+async fn list_with_label_and_field_selectors() {
+    let t = target("selectors").await;
+    let pods: Api<Pod> = t.api();
+    for (n, app) in [("a", "web"), ("b", "web"), ("c", "db")] {
+        pods.create(&PostParams::default(), &pod(n, json!({"app": app}))).await.unwrap();
+    }
+    let names = |l: kube::core::ObjectList<Pod>| -> Vec<String> {
+        let mut v: Vec<String> = l.items.into_iter().filter_map(|p| p.metadata.name).collect();
+        v.sort();
+        v
+    };
+    let l = pods.list(&ListParams::default().labels("app=web")).await.unwrap();
+    assert_eq!(names(l), ["a", "b"]);
+    let l = pods.list(&ListParams::default().labels("app notin (web)")).await.unwrap();
+    assert_eq!(names(l), ["c"]);
+    let l = pods.list(&ListParams::default().labels("app,!missing")).await.unwrap();
+    assert_eq!(names(l), ["a", "b", "c"]);
+    let l = pods.list(&ListParams::default().fields("metadata.name=b")).await.unwrap();
+    assert_eq!(names(l), ["b"]);
+    let l = pods.list(&ListParams::default().fields(&format!("metadata.namespace={}", t.ns))).await.unwrap();
+    assert_eq!(l.items.len(), 3);
+    let l = pods.list(&ListParams::default().fields("spec.nodeName=")).await.unwrap();
+    assert_eq!(l.items.len(), 3, "unscheduled pods have an empty nodeName");
+    let l = pods.list(&ListParams::default().fields("status.phase=Pending")).await.unwrap();
+    assert_eq!(l.items.len(), 3);
+    let l = pods.list(&ListParams::default().fields("status.phase!=Pending")).await.unwrap();
+    assert_eq!(l.items.len(), 0);
+    let s = api_err(pods.list(&ListParams::default().fields("spec.bogus=x")).await);
+    assert_eq!(s.code, 400);
+    t.cleanup().await;
+}
+
+/// `limit` returns at most that many items and a `continue` token; following the tokens yields
+/// every object exactly once; the list's resourceVersion stays the first page's.
+#[tokio::test]
+async fn list_pagination_with_limit_and_continue() {
+    let t = target("paging").await;
+    let cms: Api<ConfigMap> = t.api();
+    for i in 0..7 {
+        cms.create(&PostParams::default(), &cm(&format!("c{i}"), json!({}))).await.unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut token: Option<String> = None;
+    let mut pages = 0;
+    let mut rv = None;
+    loop {
+        let mut lp = ListParams::default().limit(3);
+        if let Some(c) = &token {
+            lp = lp.continue_token(c);
+        }
+        let l = cms.list(&lp).await.unwrap();
+        pages += 1;
+        assert!(l.items.len() <= 3);
+        if rv.is_none() {
+            rv = l.metadata.resource_version.clone();
+        } else {
+            assert_eq!(rv, l.metadata.resource_version);
+        }
+        seen.extend(l.items.into_iter().filter_map(|c| c.metadata.name).filter(|n| n.starts_with('c')));
+        match l.metadata.continue_ {
+            Some(c) if !c.is_empty() => token = Some(c),
+            _ => break,
+        }
+    }
+    // kube-root-ca.crt may exist on a real server: only our seven count.
+    seen.sort();
+    assert_eq!(seen, (0..7).map(|i| format!("c{i}")).collect::<Vec<_>>());
+    assert!(pages >= 3);
+    t.cleanup().await;
+}
+
+// ------------------------------------------------------------------ watch
+
+async fn next_event<S>(stream: &mut S) -> WatchEvent<ConfigMap>
+where
+    S: futures::Stream<Item = Result<WatchEvent<ConfigMap>, kube::Error>> + Unpin,
+{
+    tokio::time::timeout(TIMEOUT, stream.next()).await.expect("watch event in time").expect("stream open").unwrap()
+}
+
+/// A watch from a list's resourceVersion delivers every later change in order (ADDED, MODIFIED,
+/// DELETED) and nothing from before.
+#[tokio::test]
+async fn watch_from_list_resource_version_sees_later_changes_in_order() {
+    let t = target("watch").await;
+    let cms: Api<ConfigMap> = t.api();
+    cms.create(&PostParams::default(), &cm("before", json!({}))).await.unwrap();
+    let rv = cms.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut stream = cms.watch(&WatchParams::default().timeout(60), &rv).await.unwrap().boxed();
+    cms.create(&PostParams::default(), &cm("w", json!({"k": "1"}))).await.unwrap();
+    cms.patch("w", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "2"}}))).await.unwrap();
+    cms.delete("w", &DeleteParams::default()).await.unwrap();
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        match next_event(&mut stream).await {
+            WatchEvent::Added(c) => got.push(("ADDED", c.metadata.name.unwrap())),
+            WatchEvent::Modified(c) => got.push(("MODIFIED", c.metadata.name.unwrap())),
+            WatchEvent::Deleted(c) => got.push(("DELETED", c.metadata.name.unwrap())),
+            WatchEvent::Bookmark(_) => {}
+            WatchEvent::Error(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(got, [("ADDED", "w".into()), ("MODIFIED", "w".into()), ("DELETED", "w".into())]);
+    t.cleanup().await;
+}
+
+/// A watch from a resourceVersion older than the server's history ends at once with an ERROR
+/// event carrying `410 Gone` (reason Expired): the client must re-list.
+#[tokio::test]
+async fn watch_from_too_old_resource_version_is_410_gone() {
+    let t = target("gone").await;
+    let cms: Api<ConfigMap> = t.api();
+    let mut stream = cms.watch(&WatchParams::default().timeout(30), "1").await.unwrap().boxed();
+    match next_event(&mut stream).await {
+        WatchEvent::Error(e) => assert_eq!(e.code, 410),
+        other => panic!("expected 410, got {other:?}"),
+    }
+    t.cleanup().await;
+}
+
+/// With `allowWatchBookmarks`, the server sends BOOKMARK events carrying only a resourceVersion,
+/// at the latest about 2 s before the watch's timeout.
+#[tokio::test]
+async fn watch_bookmarks_when_allowed() {
+    let t = target("bookmarks").await;
+    let cms: Api<ConfigMap> = t.api();
+    let rv = cms.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut stream =
+        cms.watch(&WatchParams { bookmarks: true, ..WatchParams::default().timeout(4) }, &rv).await.unwrap().boxed();
+    let mut bookmark = None;
+    while let Some(ev) = tokio::time::timeout(TIMEOUT, stream.next()).await.expect("stream ends in time") {
+        if let WatchEvent::Bookmark(b) = ev.unwrap() {
+            bookmark = Some(b);
+        }
+    }
+    let b = bookmark.expect("a bookmark before the watch timed out");
+    assert!(!b.metadata.resource_version.is_empty());
+    t.cleanup().await;
+}
+
+/// A label-selected watch turns an object leaving the selector into DELETED and one entering it
+/// into ADDED (the watch cache's behaviour).
+#[tokio::test]
+async fn watch_with_selector_reports_objects_entering_and_leaving() {
+    let t = target("watchsel").await;
+    let cms: Api<ConfigMap> = t.api();
+    let mut c = cm("m", json!({}));
+    c.metadata.labels = Some([("sel".to_string(), "yes".to_string())].into());
+    cms.create(&PostParams::default(), &c).await.unwrap();
+    let rv = cms.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut stream = cms.watch(&WatchParams::default().labels("sel=yes").timeout(60), &rv).await.unwrap().boxed();
+    cms.patch("m", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"sel": "no"}}})))
+        .await
+        .unwrap();
+    cms.patch("m", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"sel": "yes"}}})))
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        match next_event(&mut stream).await {
+            WatchEvent::Added(_) => got.push("ADDED"),
+            WatchEvent::Deleted(_) => got.push("DELETED"),
+            WatchEvent::Modified(_) => got.push("MODIFIED"),
+            _ => {}
+        }
+    }
+    assert_eq!(got, ["DELETED", "ADDED"]);
+    t.cleanup().await;
+}
+
+/// kube-runtime's watcher (list + watch) converges on the current state.
+#[tokio::test]
+async fn runtime_watcher_initial_list_and_updates() {
+    let t = target("watcher").await;
+    let cms: Api<ConfigMap> = t.api();
+    cms.create(&PostParams::default(), &cm("one", json!({}))).await.unwrap();
+    let stream = kube::runtime::watcher(cms.clone(), kube::runtime::watcher::Config::default());
+    let mut stream = Box::pin(stream);
+    let mut init_done = false;
+    let mut seen_two = false;
+    let created = tokio::spawn({
+        let cms = cms.clone();
+        async move { cms.create(&PostParams::default(), &cm("two", json!({}))).await }
+    });
+    while !(init_done && seen_two) {
+        let ev = tokio::time::timeout(TIMEOUT, stream.try_next()).await.expect("in time").unwrap().unwrap();
+        match ev {
+            kube::runtime::watcher::Event::InitDone => init_done = true,
+            kube::runtime::watcher::Event::Apply(c) | kube::runtime::watcher::Event::InitApply(c)
+                if c.metadata.name.as_deref() == Some("two") =>
+            {
+                seen_two = true;
+            }
+            _ => {}
+        }
+    }
+    created.await.unwrap().unwrap();
+    t.cleanup().await;
+}
+
+// ------------------------------------------------------------------ delete, finalizers, GC
+
+/// Deleting an object with finalizers only sets deletionTimestamp (the object stays, readable);
+/// removing the last finalizer deletes it. No new finalizer may be added meanwhile.
+#[tokio::test]
+async fn finalizers_hold_deletion_until_removed() {
+    let t = target("finalizers").await;
+    let cms: Api<ConfigMap> = t.api();
+    let mut c = cm("f", json!({}));
+    c.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    cms.create(&PostParams::default(), &c).await.unwrap();
+    cms.delete("f", &DeleteParams::default()).await.unwrap();
+    let held = cms.get("f").await.unwrap();
+    assert!(held.metadata.deletion_timestamp.is_some());
+    let s = api_err(
+        cms.patch(
+            "f",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold", "example.com/new"]}})),
+        )
+        .await,
+    );
+    assert_eq!(s.code, 422);
+    cms.patch("f", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await.unwrap();
+    eventually("deleted after the last finalizer", || async {
+        matches!(cms.get("f").await, Err(kube::Error::Api(s)) if s.code == 404).then_some(())
+    })
+    .await;
+    t.cleanup().await;
+}
+
+/// A delete with a UID precondition that does not match is `409 Conflict`.
+#[tokio::test]
+async fn delete_precondition_mismatch_conflicts() {
+    let t = target("precond").await;
+    let cms: Api<ConfigMap> = t.api();
+    cms.create(&PostParams::default(), &cm("p", json!({}))).await.unwrap();
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some("00000000-0000-0000-0000-000000000000".into()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    let s = api_err(cms.delete("p", &dp).await);
+    assert_eq!(s.code, 409);
+    assert!(cms.get("p").await.is_ok());
+    t.cleanup().await;
+}
+
+/// The garbage collector deletes dependents whose ownerReference points at a deleted owner
+/// (background propagation), and leaves them with `propagationPolicy: Orphan`.
+#[tokio::test]
+async fn owner_reference_cascade() {
+    let t = target("gc").await;
+    let cms: Api<ConfigMap> = t.api();
+    for (owner, child) in [("owner1", "child1"), ("owner2", "child2")] {
+        let o = cms.create(&PostParams::default(), &cm(owner, json!({}))).await.unwrap();
+        let mut c = cm(child, json!({}));
+        c.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: owner.into(),
+            uid: o.metadata.uid.unwrap(),
+            ..Default::default()
+        }]);
+        cms.create(&PostParams::default(), &c).await.unwrap();
+    }
+    cms.delete("owner1", &DeleteParams::background()).await.unwrap();
+    cms.delete("owner2", &DeleteParams::orphan()).await.unwrap();
+    eventually("child1 collected", || async {
+        matches!(cms.get("child1").await, Err(kube::Error::Api(s)) if s.code == 404).then_some(())
+    })
+    .await;
+    let orphan = eventually("child2 orphaned", || async {
+        let c = cms.get("child2").await.ok()?;
+        c.metadata.owner_references.as_ref().is_none_or(|r| r.is_empty()).then_some(c)
+    })
+    .await;
+    assert!(orphan.metadata.deletion_timestamp.is_none());
+    t.cleanup().await;
+}
+
+/// Deleting a namespace marks it Terminating, deletes everything in it, then removes it.
+#[tokio::test]
+async fn namespace_deletion_removes_its_contents() {
+    let t = target("nsdel").await;
+    let ns = format!("{}-x", t.ns);
+    let nss: Api<Namespace> = Api::all(t.client.clone());
+    nss.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+        .await
+        .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    cms.create(&PostParams::default(), &cm("inside", json!({}))).await.unwrap();
+    nss.delete(&ns, &DeleteParams::default()).await.unwrap();
+    eventually("namespace gone", || async {
+        matches!(nss.get(&ns).await, Err(kube::Error::Api(s)) if s.code == 404).then_some(())
+    })
+    .await;
+    let s = api_err(cms.get("inside").await);
+    assert_eq!(s.code, 404);
+    t.cleanup().await;
+}
+
+// ------------------------------------------------------------------ status and generation
+
+/// For a kind with a status subresource: writes to the main resource ignore status, writes to
+/// /status ignore everything but status; `metadata.generation` moves only on spec changes.
+#[tokio::test]
+async fn status_subresource_and_generation() {
+    let t = target("status").await;
+    let w = widgets(&t).await;
+    let mut obj = widget("g", json!({"size": 1}));
+    obj.data["status"] = json!({"observed": 5});
+    let created = w.create(&PostParams::default(), &obj).await.unwrap();
+    assert!(created.data.get("status").is_none_or(|s| s.get("observed").is_none()), "status dropped on create");
+    let out = w
+        .patch("g", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 2}, "status": {"observed": 1}})))
+        .await
+        .unwrap();
+    assert_eq!(out.metadata.generation, Some(2));
+    assert!(out.data.get("status").is_none_or(|s| s.get("observed").is_none()));
+    let out = w
+        .patch_status(
+            "g",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": 3}, "status": {"observed": 2}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.data["status"]["observed"], 2);
+    assert_eq!(out.data["spec"]["size"], 2);
+    assert_eq!(out.metadata.generation, Some(2));
+    let out = w
+        .patch("g", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})))
+        .await
+        .unwrap();
+    assert_eq!(out.metadata.generation, Some(2), "metadata changes keep the generation");
+    t.cleanup().await;
+}
+
+/// Custom resources are validated against the CRD's OpenAPI schema (required, min/max, enum) and
+/// its CEL rules (including transition rules): `422 Invalid` with field causes.
+#[tokio::test]
+async fn crd_schema_and_cel_validation() {
+    let t = target("crdvalid").await;
+    let w = widgets(&t).await;
+    let s = api_err(w.create(&PostParams::default(), &widget("bad", json!({"size": 11, "color": "green"}))).await);
+    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+    let causes = s.details.unwrap().causes;
+    assert!(causes.iter().any(|c| c.field == "spec.size"), "{causes:?}");
+    assert!(causes.iter().any(|c| c.field == "spec.color"), "{causes:?}");
+    let s = api_err(w.create(&PostParams::default(), &widget("bad", json!({}))).await);
+    assert_eq!(s.code, 422);
+    w.create(&PostParams::default(), &widget("ok", json!({"size": 1, "name": "a"}))).await.unwrap();
+    let s = api_err(w.patch("ok", &PatchParams::default(), &Patch::Merge(json!({"spec": {"name": "b"}}))).await);
+    assert_eq!(s.code, 422);
+    assert!(s.message.contains("name is immutable"), "{}", s.message);
+    t.cleanup().await;
+}
+
+// ------------------------------------------------------------------ pods: binding, eviction, graceful deletion
+
+/// `pods/binding` sets spec.nodeName; binding an already bound pod is `409 Conflict`.
+#[tokio::test]
+async fn pod_binding() {
+    let t = target("binding").await;
+    let pods: Api<Pod> = t.api();
+    pods.create(&PostParams::default(), &pod("p", json!({}))).await.unwrap();
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"}});
+    let req = http_post(&format!("/api/v1/namespaces/{}/pods/p/binding", t.ns), &binding);
+    let r = t.client.request_text(req).await;
+    assert!(r.is_ok(), "{r:?}");
+    let p = pods.get("p").await.unwrap();
+    assert_eq!(p.spec.unwrap().node_name.as_deref(), Some("node-a"));
+    let req = http_post(&format!("/api/v1/namespaces/{}/pods/p/binding", t.ns), &binding);
+    let s = api_err(t.client.request_text(req).await);
+    assert_eq!(s.code, 409);
+    t.cleanup().await;
+}
+
+fn http_post(path: &str, body: &Value) -> http::Request<Vec<u8>> {
+    http::Request::post(path)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(body).unwrap())
+        .unwrap()
+}
+
+/// `pods/eviction` is refused with `429 TooManyRequests` when a PodDisruptionBudget allows no
+/// disruption, and deletes the pod when no budget covers it (or the budget allows it).
+#[tokio::test]
+async fn eviction_honours_pod_disruption_budgets() {
+    let t = target("eviction").await;
+    let pods: Api<Pod> = t.api();
+    let pdbs: Api<PodDisruptionBudget> = t.api();
+    for n in ["guarded-1", "guarded-2"] {
+        pods.create(&PostParams::default(), &pod(n, json!({"app": "guarded"}))).await.unwrap();
+        // Mark Running and Ready, as a kubelet would.
+        pods.patch_status(
+            n,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})),
+        )
+        .await
+        .unwrap();
+    }
+    pods.create(&PostParams::default(), &pod("free", json!({"app": "free"}))).await.unwrap();
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "guard"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    eventually("PDB status computed", || async {
+        let p = pdbs.get("guard").await.ok()?;
+        (p.status?.disruptions_allowed == 1).then_some(())
+    })
+    .await;
+    let evict = kube::api::EvictParams::default();
+    pods.evict("free", &evict).await.unwrap();
+    pods.evict("guarded-1", &evict).await.unwrap();
+    eventually("PDB exhausted", || async {
+        let p = pdbs.get("guard").await.ok()?;
+        (p.status?.disruptions_allowed == 0).then_some(())
+    })
+    .await;
+    let s = api_err(pods.evict("guarded-2", &evict).await);
+    assert_eq!((s.code, s.reason.as_str()), (429, "TooManyRequests"));
+    assert!(pods.get("guarded-2").await.unwrap().metadata.deletion_timestamp.is_none());
+    eventually("free pod gone", || async {
+        matches!(pods.get("free").await, Err(kube::Error::Api(s)) if s.code == 404).then_some(())
+    })
+    .await;
+    t.cleanup().await;
+}
+
+/// Deleting a pod bound to a node is graceful: deletionTimestamp and deletionGracePeriodSeconds
+/// are set and the pod stays until deleted with grace 0 (the kubelet's job); an unbound pod goes
+/// at once.
+#[tokio::test]
+async fn bound_pod_deletion_is_graceful() {
+    let t = target("graceful").await;
+    let pods: Api<Pod> = t.api();
+    let mut p = pod("bound", json!({}));
+    p.spec.as_mut().unwrap().node_name = Some(format!("conf-nonexistent-{}", suffix()));
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    pods.create(&PostParams::default(), &pod("unbound", json!({}))).await.unwrap();
+    pods.delete("unbound", &DeleteParams::default()).await.unwrap();
+    let s = api_err(pods.get("unbound").await);
+    assert_eq!(s.code, 404);
+    pods.delete("bound", &DeleteParams::default()).await.unwrap();
+    let held = pods.get("bound").await.unwrap();
+    assert!(held.metadata.deletion_timestamp.is_some());
+    assert_eq!(held.metadata.deletion_grace_period_seconds, Some(30));
+    pods.delete("bound", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
+    eventually("bound pod gone after grace 0", || async {
+        matches!(pods.get("bound").await, Err(kube::Error::Api(s)) if s.code == 404).then_some(())
+    })
+    .await;
+    t.cleanup().await;
+}
+
+/// Pods are created Pending with a QoS class; the server defaults the NoExecute tolerations for
+/// not-ready/unreachable nodes (DefaultTolerationSeconds) and the scheduler name.
+#[tokio::test]
+async fn pod_create_defaults() {
+    let t = target("poddefaults").await;
+    let pods: Api<Pod> = t.api();
+    let p = pods.create(&PostParams::default(), &pod("d", json!({}))).await.unwrap();
+    let status = p.status.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    assert_eq!(status.qos_class.as_deref(), Some("BestEffort"));
+    let spec = p.spec.unwrap();
+    assert_eq!(spec.scheduler_name.as_deref(), Some("default-scheduler"));
+    let tol = spec.tolerations.unwrap();
+    assert!(
+        tol.iter()
+            .any(|t| t.key.as_deref() == Some("node.kubernetes.io/not-ready") && t.toleration_seconds == Some(300))
+    );
+    t.cleanup().await;
+}
+
+/// Server-side apply creates a missing object and updates an existing one (field manager given).
+#[tokio::test]
+async fn server_side_apply_creates_and_updates() {
+    let t = target("apply").await;
+    let cms: Api<ConfigMap> = t.api();
+    let pp = PatchParams::apply("conformance");
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "1"}});
+    cms.patch("a", &pp, &Patch::Apply(&body)).await.unwrap();
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "2"}});
+    let out = cms.patch("a", &pp, &Patch::Apply(&body)).await.unwrap();
+    assert_eq!(out.data.unwrap().get("k").map(String::as_str), Some("2"));
+    t.cleanup().await;
+}
+
+/// Emulator-only: `real` is reported so a reader of the output knows which server ran.
+#[tokio::test]
+async fn reports_target() {
+    let t = target("target").await;
+    eprintln!("conformance target: {}", if t.real { "real API server" } else { "sim emulator" });
+    t.cleanup().await;
+}
