@@ -108,6 +108,9 @@ pub struct SimCkeConfig {
     /// Whether groups awaiting their verdict are judged together: each counts the others still in
     /// flight, so concurrent creations can be rejected together (clever-cloud.md §2.2 gotcha 2).
     pub judge_concurrently: bool,
+    /// When set, a group that is deleted while refused for quota (or before its first verdict)
+    /// keeps its quota reservation this long after it is gone (clever-cloud.md §2.2 gotcha 3).
+    pub reservation_leak: Option<Duration>,
     /// Create → verdict (accepted or rejected). Measured 1–3 s.
     pub verdict_delay: DelayRange,
     /// Acceptance → Node `<group>-node<i>` created (joined, not Ready yet).
@@ -146,6 +149,7 @@ impl Default for SimCkeConfig {
             flavors: SimFlavor::builtins(),
             quota: QuotaConfig::default(),
             judge_concurrently: true,
+            reservation_leak: None,
             verdict_delay: DelayRange::fixed(s(1)),
             node_join_delay: DelayRange::fixed(s(25)),
             node_ready_delay: DelayRange::fixed(s(5)),

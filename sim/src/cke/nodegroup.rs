@@ -94,6 +94,8 @@ pub struct GroupTracker {
     orphans: HashMap<String, DateTime<Utc>>,
     /// Groups the controller made vanish (by name), for reporting.
     vanished: Vec<String>,
+    /// Quota reservations left behind by gone groups, and until when they count.
+    leaks: Vec<(Usage, DateTime<Utc>)>,
 }
 
 #[derive(Debug)]
@@ -113,6 +115,9 @@ struct Track {
     extra_seen: HashMap<String, DateTime<Utc>>,
     /// Nodes whose deletion was requested.
     deleting: HashSet<String>,
+    /// The group's quota reservation, while it is refused or still in its first reconcile: what
+    /// stays reserved for a while once the group is gone (`reservation_leak`).
+    leaky: Option<Usage>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -141,6 +146,7 @@ impl Track {
             joins: BTreeMap::new(),
             extra_seen: HashMap::new(),
             deleting: HashSet::new(),
+            leaky: None,
         }
     }
 }
@@ -245,9 +251,12 @@ pub fn plan(
     // Groups still awaiting their verdict when the pass begins.
     let mut in_flight: HashMap<&str, Usage> = HashMap::new();
     for g in &groups {
-        let Some(usage) = group_usage(cfg, g) else { continue };
         let uid = g.metadata.uid.as_deref().unwrap_or_default();
-        match g.verdict() {
+        let track = tracker.groups.entry(uid.to_string()).or_insert_with(|| Track::new(now));
+        let Some(usage) = group_usage(cfg, g) else { continue };
+        let verdict = g.verdict();
+        track.leaky = matches!(verdict, Verdict::Pending | Verdict::QuotaRejected(_)).then_some(usage);
+        match verdict {
             Verdict::Accepted => workers = workers.plus(usage, 1),
             Verdict::Pending if g.metadata.deletion_timestamp.is_none() => {
                 in_flight.insert(uid, usage);
@@ -256,15 +265,27 @@ pub fn plan(
         }
     }
 
-    // Forget groups that are gone.
+    // Forget groups that are gone; refused or unreconciled ones may leave their reservation behind.
     let live: HashSet<&str> = groups.iter().filter_map(|g| g.metadata.uid.as_deref()).collect();
-    tracker.groups.retain(|uid, _| live.contains(uid.as_str()));
+    let leaks = &mut tracker.leaks;
+    tracker.groups.retain(|uid, track| {
+        let keep = live.contains(uid.as_str());
+        if let (false, Some(usage), Some(d)) = (keep, track.leaky, cfg.reservation_leak) {
+            leaks.push((usage, after(now, d)));
+        }
+        keep
+    });
+    leaks.retain(|(_, until)| *until > now);
+    for (usage, until) in leaks.iter() {
+        workers = workers.plus(*usage, 1);
+        out.wake(*until);
+    }
 
     let mut accepted_this_pass: HashSet<String> = HashSet::new();
     for g in &groups {
         let uid = g.metadata.uid.clone().unwrap_or_default();
         let name = g.metadata.name.clone().unwrap_or_default();
-        let track = tracker.groups.entry(uid.clone()).or_insert_with(|| Track::new(now));
+        let Some(track) = tracker.groups.get_mut(&uid) else { continue };
         let group_nodes: Vec<&Node> = nodes_by_group.get(name.as_str()).cloned().unwrap_or_default();
 
         if g.metadata.deletion_timestamp.is_some() {
@@ -822,6 +843,39 @@ mod tests {
         w.nodes.clear();
         w.step(3);
         assert_eq!(w.nodes.len(), 1);
+    }
+
+    #[test]
+    fn refused_groups_can_leave_their_reservation_behind() {
+        let cfg = SimCkeConfig { reservation_leak: Some(Duration::from_secs(300)), ..SimCkeConfig::default() };
+        let mut w = World::new(cfg);
+        w.groups.push(group("big", "L", 0));
+        w.step(0);
+        w.step(1);
+        assert!(w.group("big").unwrap().is_quota_rejected());
+        // The hub deletes the refused group: its 24 GB stay reserved for 5 minutes.
+        delete(&mut w.groups, "big");
+        w.step(2);
+        w.step(3);
+        assert!(w.group("big").is_none());
+        w.groups.push(group("small", "2XS", 10));
+        w.step(10);
+        w.step(11);
+        assert_eq!(
+            w.group("small").unwrap().verdict(),
+            Verdict::QuotaRejected(Some("Quota exceeded: RAM max: limit = 40.0 GB | actual = 52.0 GB".into()))
+        );
+        // Once the leak expires, the same request passes.
+        delete(&mut w.groups, "small");
+        w.step(12);
+        w.step(13);
+        let p = w.step(14);
+        assert!(p.wake_at.is_some(), "wakes when the leaks expire");
+        w.step(320);
+        w.groups.push(group("later", "2XS", 320));
+        w.step(320);
+        w.step(321);
+        assert!(w.group("later").unwrap().is_accepted());
     }
 
     #[test]
