@@ -243,3 +243,23 @@ async fn checks(client: &Client, namespace: &str) {
     let patch = json!({"metadata": {"labels": {"touched": "yes"}}});
     api.patch("big", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
 }
+
+/// Runs always: the configuration the opt-in test registers calls the URL with the CA, for the
+/// scratch namespace only, and keeps every other setting of the committed one.
+#[test]
+fn the_registered_configuration_points_at_the_url_and_stays_in_its_namespace() {
+    let config = webhook_configuration("e2e", "https://192.0.2.7:4443", "PEM", "scratch");
+    assert_eq!(config.metadata.name.as_deref(), Some("e2e"));
+    assert!(config.metadata.annotations.is_none(), "no cert-manager injection");
+    let hooks = config.webhooks.unwrap();
+    assert_eq!(hooks.len(), Kind::ALL.len());
+    for (hook, kind) in hooks.iter().zip(Kind::ALL) {
+        assert!(hook.client_config.service.is_none());
+        assert_eq!(hook.client_config.url.as_deref(), Some(format!("https://192.0.2.7:4443{}", kind.path()).as_str()));
+        assert_eq!(hook.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()), Some(&b"PEM"[..]));
+        let selector = hook.namespace_selector.as_ref().unwrap();
+        assert_eq!(selector.match_labels.as_ref().unwrap()["kubernetes.io/metadata.name"], "scratch");
+        assert_eq!(hook.failure_policy.as_deref(), Some("Fail"));
+        assert!(hook.match_conditions.as_ref().is_some_and(|c| !c.is_empty()));
+    }
+}
