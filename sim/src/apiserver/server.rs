@@ -21,7 +21,7 @@ use super::resources::Resource;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::{self, ApiError};
 use super::store::{DeleteOptions, Event, EventType, Sub, meta_str};
-use super::{Shared, lock, table};
+use super::{Shared, lock, openapi, table};
 
 /// Accepts TLS connections until shutdown. While the cluster is unreachable, new connections are
 /// closed at once and open ones are cut.
@@ -78,6 +78,9 @@ enum Route {
     Group(String),
     GroupVersion(String, String),
     Resource(ResPath),
+    OpenApiV2,
+    OpenApiV3,
+    OpenApiV3Gv(String, String),
     NotFound,
 }
 
@@ -127,6 +130,10 @@ fn route(path: &str) -> Route {
         ["apis", g] => Route::Group(g.to_string()),
         ["apis", g, v] => Route::GroupVersion(g.to_string(), v.to_string()),
         ["apis", g, v, rest @ ..] => res(g, v, rest),
+        ["openapi", "v2"] => Route::OpenApiV2,
+        ["openapi", "v3"] => Route::OpenApiV3,
+        ["openapi", "v3", "api", v] => Route::OpenApiV3Gv(String::new(), v.to_string()),
+        ["openapi", "v3", "apis", g, v] => Route::OpenApiV3Gv(g.to_string(), v.to_string()),
         _ => Route::NotFound,
     }
 }
@@ -278,6 +285,28 @@ async fn handle(
             None => error_response(&ApiError::not_found_path()),
         },
         Route::NotFound => error_response(&ApiError::not_found_path()),
+        Route::OpenApiV2 => {
+            let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+            if accept.contains("protobuf") {
+                // An empty protobuf message is a valid, empty openapi_v2.Document.
+                let mut r = Response::new(Body::empty());
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/com.github.proto-openapi.spec.v2.v1.0+protobuf"),
+                );
+                r
+            } else {
+                json_response(200, &openapi::v2_json())
+            }
+        }
+        Route::OpenApiV3 => {
+            let st = lock(&shared.store);
+            json_response(200, &openapi::v3_root(&st.registry, st.rv))
+        }
+        Route::OpenApiV3Gv(g, v) => match openapi::v3_group_version(&lock(&shared.store).registry, &g, &v) {
+            Some(doc) => json_response(200, &doc),
+            None => error_response(&ApiError::not_found_path()),
+        },
         Route::Resource(p) => {
             let res = lock(&shared.store).registry.get(&p.group, &p.version, &p.plural);
             let Some(res) = res else { return error_response(&ApiError::not_found_path()) };
@@ -425,6 +454,21 @@ async fn resource_request(
         Some(_) => return Err(ApiError::not_found_path()),
     };
     let now = shared.clock.now();
+    // fieldValidation=Strict: unknown fields of a custom resource are a 400 (kube-apiserver's
+    // "strict decoding error"); built-in kinds are not checked (no schemas here).
+    if q.get("fieldValidation").is_some_and(|v| v == "Strict")
+        && let Some(schema) = &res.schema
+        && matches!(verb, "create" | "update" | "patch")
+        && p.sub.is_none()
+        && let Ok(v) = serde_json::from_slice::<Value>(body)
+        && v.is_object()
+    {
+        let unknown = schema.unknown_fields(&v);
+        if !unknown.is_empty() {
+            let list: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+            return Err(ApiError::bad_request(format!("strict decoding error: {}", list.join(", "))));
+        }
+    }
     let render_one = |obj: &Arc<Value>, code: u16| -> Response {
         let obj = present(res, obj);
         if table {
