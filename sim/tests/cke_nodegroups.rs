@@ -65,6 +65,17 @@ async fn a_nodegroup_becomes_a_ready_node_with_cke_labels_and_flavor_capacity() 
     })
     .await;
 
+    // Its kubelet heartbeats through a Lease that keeps being renewed.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(w.client.clone(), "kube-node-lease");
+    let renew_time = |l: &k8s_openapi::api::coordination::v1::Lease| l.spec.as_ref().and_then(|s| s.renew_time.clone());
+    let lease = w.until("node lease", SEC, || async { leases.get_opt("ng-a-node0").await.unwrap() }).await;
+    assert_eq!(lease.spec.as_ref().unwrap().holder_identity.as_deref(), Some("ng-a-node0"));
+    let first = renew_time(&lease).unwrap();
+    w.until("lease renewed", SEC, || async {
+        leases.get_opt("ng-a-node0").await.unwrap().filter(|l| renew_time(l).is_some_and(|t| t.0 > first.0))
+    })
+    .await;
+
     // Nothing else appeared: the two control-plane nodes and this one.
     assert_eq!(w.node_names().await, ["control-plane-0", "control-plane-1", "ng-a-node0"]);
     let cp = w.node("control-plane-0").await.unwrap();

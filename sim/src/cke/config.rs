@@ -125,6 +125,10 @@ pub struct SimCkeConfig {
     pub pod_start_delay: DelayRange,
     /// Pod deletion requested on a simulated node → pod gone (graceful termination).
     pub pod_termination_delay: DelayRange,
+    /// Renewal period of the simulated kubelets' heartbeat Leases (`kube-node-lease/<node>`,
+    /// 40 s duration as kubelets use); `None`: no Leases. A real API server's node lifecycle
+    /// controller marks a node without heartbeats unreachable.
+    pub node_lease_interval: Option<Duration>,
     /// Vanish rules, evaluated once when a group is accepted (first match that fires wins).
     pub vanish: Vec<VanishRule>,
     /// The control plane.
@@ -157,6 +161,7 @@ impl Default for SimCkeConfig {
             empty_group_removal_delay: DelayRange::fixed(s(1)),
             pod_start_delay: DelayRange::fixed(s(1)),
             pod_termination_delay: DelayRange::fixed(s(1)),
+            node_lease_interval: Some(s(10)),
             vanish: Vec::new(),
             control_plane: ControlPlane::default(),
             nodegroups: true,

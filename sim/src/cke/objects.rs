@@ -397,6 +397,28 @@ pub fn qos_class(pod: &k8s_openapi::api::core::v1::Pod) -> &'static str {
     }
 }
 
+/// Namespace of the kubelets' heartbeat Leases.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// A kubelet's heartbeat Lease for a node (`kube-node-lease/<node>`, owned by the Node so it goes
+/// with it), renewed at `now`.
+pub fn node_lease(node: &str, node_uid: &str, duration: std::time::Duration, now: DateTime<Utc>) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": node,
+            "namespace": NODE_LEASE_NAMESPACE,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}],
+        },
+        "spec": {
+            "holderIdentity": node,
+            "leaseDurationSeconds": duration.as_secs().max(1),
+            "renewTime": now.to_rfc3339_opts(SecondsFormat::Micros, true),
+        },
+    })
+}
+
 /// The `PodScheduled=False, reason=Unschedulable` condition kube-scheduler writes.
 pub fn unschedulable_condition(message: &str, now: DateTime<Utc>) -> Value {
     json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
@@ -497,6 +519,17 @@ mod tests {
         assert_eq!(alloc["pods"].0, "110");
         let ready = status.conditions.as_ref().unwrap().iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!(ready.status, "False");
+    }
+
+    #[test]
+    fn node_lease_shape() {
+        let lease = node_lease("n", "u", std::time::Duration::from_secs(40), t0());
+        let lease: k8s_openapi::api::coordination::v1::Lease = serde_json::from_value(lease).unwrap();
+        assert_eq!(lease.metadata.namespace.as_deref(), Some("kube-node-lease"));
+        let spec = lease.spec.unwrap();
+        assert_eq!(spec.holder_identity.as_deref(), Some("n"));
+        assert_eq!(spec.lease_duration_seconds, Some(40));
+        assert!(spec.renew_time.is_some());
     }
 
     #[test]

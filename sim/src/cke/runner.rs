@@ -17,6 +17,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use crds::nodegroup::NodeGroup;
 use futures::{StreamExt, stream};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -216,11 +217,18 @@ async fn run_inner(
         });
     }
     if cfg.kubelet {
-        let (ctx, nodes, pods) = (ctx(), nodes.clone(), pods.clone());
+        let (kubelet_ctx, kubelet_nodes, kubelet_pods) = (ctx(), nodes.clone(), pods.clone());
         let flags = vec![nodes_synced.clone(), pods_synced.clone()];
         tasks.spawn(async move {
-            if synced(&ctx.token, "kubelet", flags).await {
-                kubelet_loop(ctx, nodes, pods).await;
+            if synced(&kubelet_ctx.token, "kubelet", flags).await {
+                kubelet_loop(kubelet_ctx, kubelet_nodes, kubelet_pods).await;
+            }
+        });
+        let (lease_ctx, lease_nodes) = (ctx(), nodes.clone());
+        let flags = vec![nodes_synced.clone()];
+        tasks.spawn(async move {
+            if synced(&lease_ctx.token, "node leases", flags).await {
+                lease_loop(lease_ctx, lease_nodes).await;
             }
         });
     }
@@ -448,6 +456,77 @@ async fn kubelet_loop(ctx: LoopCtx, nodes: Store<Node>, pods: Store<Pod>) {
         if !waiter.wait(&ctx.shared.poke_kubelet, &ctx.token, plan.wake_at, failed).await {
             return;
         }
+    }
+}
+
+/// Renews the heartbeat Lease of every simulated node each `node_lease_interval` of clock time.
+async fn lease_loop(ctx: LoopCtx, nodes: Store<Node>) {
+    const LEASE_DURATION: Duration = Duration::from_secs(40);
+    loop {
+        let interval = ctx.shared.config().node_lease_interval;
+        if let Some(interval) = interval {
+            let now = ctx.clock.now();
+            let live: Vec<(String, String)> = nodes
+                .state()
+                .iter()
+                .filter(|n| kubelet::is_simulated(n) && n.metadata.deletion_timestamp.is_none())
+                .filter_map(|n| Some((n.metadata.name.clone()?, n.metadata.uid.clone()?)))
+                .collect();
+            let failures = stream::iter(live)
+                .map(|(name, uid)| {
+                    let client = ctx.client.clone();
+                    async move { renew_lease(&client, &name, &uid, LEASE_DURATION, now).await.err().map(|e| (name, e)) }
+                })
+                .buffer_unordered(WRITE_CONCURRENCY)
+                .filter_map(|failure| async move { failure })
+                .collect::<Vec<_>>()
+                .await;
+            for (node, error) in failures {
+                warn!(%node, %error, "simulated kubelet: node lease renewal failed");
+            }
+            let next = now + chrono::Duration::from_std(interval).unwrap_or(chrono::Duration::MAX);
+            tokio::select! {
+                () = ctx.token.cancelled() => return,
+                () = ctx.clock.sleep_until(next) => {}
+            }
+        } else {
+            // Renewals off: look again later (the setting can change at run time).
+            tokio::select! {
+                () = ctx.token.cancelled() => return,
+                () = ctx.clock.sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+}
+
+/// Renews (or creates) a node's heartbeat Lease.
+async fn renew_lease(
+    client: &Client,
+    node: &str,
+    uid: &str,
+    duration: Duration,
+    now: DateTime<Utc>,
+) -> Result<(), kube::Error> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), objects::NODE_LEASE_NAMESPACE);
+    let object = objects::node_lease(node, uid, duration, now);
+    let patch = json!({"spec": object.get("spec").cloned().unwrap_or(Value::Null)});
+    match leases.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => {
+            let lease: Lease = match serde_json::from_value(object) {
+                Ok(l) => l,
+                Err(error) => {
+                    warn!(%node, %error, "simulated kubelet: built an invalid Lease (bug)");
+                    return Ok(());
+                }
+            };
+            match leases.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        Err(e) => Err(e),
     }
 }
 
