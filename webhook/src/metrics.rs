@@ -7,6 +7,7 @@
 //! | `karpenter_hub_webhook_warnings_total` | `kind` | warnings returned |
 //! | `karpenter_hub_webhook_request_duration_seconds` | `kind` | time from body received to answer, lookups included |
 //! | `karpenter_hub_webhook_certificate_reloads_total` | `outcome` (`success`, `failure`) | certificate pairs read after a change on disk |
+//! | `karpenter_hub_webhook_lookups_total` | `kind` (of the object read), `outcome` (`found`, `missing`, `unchecked`) | reads of referenced objects; `unchecked` = failed, timed out or disabled, the check became a warning |
 
 use std::time::Duration;
 
@@ -59,6 +60,33 @@ impl EncodeLabelValue for ReloadOutcome {
     }
 }
 
+/// How a lookup of a referenced object ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LookupOutcome {
+    /// The object exists.
+    Found,
+    /// The API server said it does not exist.
+    Missing,
+    /// Not read: failed, timed out, or lookups are off.
+    Unchecked,
+}
+
+impl EncodeLabelValue for LookupOutcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.write_str(match self {
+            LookupOutcome::Found => "found",
+            LookupOutcome::Missing => "missing",
+            LookupOutcome::Unchecked => "unchecked",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct LookupLabels {
+    kind: Kind,
+    outcome: LookupOutcome,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RequestLabels {
     kind: Kind,
@@ -91,6 +119,7 @@ pub struct Metrics {
     warnings: Family<KindLabels, Counter>,
     latency: HistogramFamily,
     reloads: Family<ReloadLabels, Counter>,
+    lookups: Family<LookupLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -108,6 +137,7 @@ impl Metrics {
         let warnings = Family::<KindLabels, Counter>::default();
         let latency: HistogramFamily = Family::new_with_constructor(latency_histogram);
         let reloads = Family::<ReloadLabels, Counter>::default();
+        let lookups = Family::<LookupLabels, Counter>::default();
         registry.register("requests", "Admission reviews answered, by kind and outcome", requests.clone());
         registry.register("denials", "Admission reviews denied, by kind", denials.clone());
         registry.register("warnings", "Admission warnings returned, by kind", warnings.clone());
@@ -117,6 +147,7 @@ impl Metrics {
             latency.clone(),
         );
         registry.register("certificate_reloads", "Serving certificate reloads after a change on disk", reloads.clone());
+        registry.register("lookups", "Reads of referenced objects, by kind read and outcome", lookups.clone());
         for kind in Kind::ALL {
             for outcome in [Outcome::Allowed, Outcome::Denied, Outcome::Invalid] {
                 let _ = requests.get_or_create(&RequestLabels { kind, outcome });
@@ -128,7 +159,12 @@ impl Metrics {
         for outcome in [ReloadOutcome::Success, ReloadOutcome::Failure] {
             let _ = reloads.get_or_create(&ReloadLabels { outcome });
         }
-        Metrics { registry, requests, denials, warnings, latency, reloads }
+        for kind in [Kind::CleverNodeClass, Kind::FlavorCatalog] {
+            for outcome in [LookupOutcome::Found, LookupOutcome::Missing, LookupOutcome::Unchecked] {
+                let _ = lookups.get_or_create(&LookupLabels { kind, outcome });
+            }
+        }
+        Metrics { registry, requests, denials, warnings, latency, reloads, lookups }
     }
 
     /// Records one answered review.
@@ -146,6 +182,11 @@ impl Metrics {
     /// Records a certificate reload.
     pub fn reload(&self, outcome: ReloadOutcome) {
         self.reloads.get_or_create(&ReloadLabels { outcome }).inc();
+    }
+
+    /// Records a lookup of a referenced object of `kind`.
+    pub fn lookup(&self, kind: Kind, outcome: LookupOutcome) {
+        self.lookups.get_or_create(&LookupLabels { kind, outcome }).inc();
     }
 
     /// The OpenMetrics text exposition.

@@ -11,12 +11,16 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crds::admission::Lookup;
 use crds::{CleverNodeClass, FlavorCatalog};
 use kube::Api;
 use serde::de::DeserializeOwned;
+
+use crate::metrics::{LookupOutcome, Metrics};
+use crate::review::Kind;
 
 /// A lookup in progress.
 pub type LookupFuture<'a, T> = Pin<Box<dyn Future<Output = Lookup<T>> + Send + 'a>>;
@@ -158,6 +162,48 @@ impl References for ApiReferences {
 
     fn flavor_catalog<'a>(&'a self, namespace: &'a str, name: &'a str) -> LookupFuture<'a, FlavorCatalog> {
         Box::pin(self.get(namespace, name))
+    }
+}
+
+/// Counts every lookup of `inner` by kind and outcome (`karpenter_hub_webhook_lookups_total`): a
+/// rising `unchecked` count means cross-object checks are only warnings (RBAC, API server, timeout).
+#[derive(Debug)]
+pub struct Metered {
+    inner: Arc<dyn References>,
+    metrics: Arc<Metrics>,
+}
+
+impl Metered {
+    /// Counts the lookups of `inner` into `metrics`.
+    pub fn new(inner: Arc<dyn References>, metrics: Arc<Metrics>) -> Self {
+        Metered { inner, metrics }
+    }
+
+    fn count<T>(&self, kind: Kind, lookup: &Lookup<T>) {
+        let outcome = match lookup {
+            Lookup::Found(_) => LookupOutcome::Found,
+            Lookup::Missing => LookupOutcome::Missing,
+            Lookup::Unchecked(_) => LookupOutcome::Unchecked,
+        };
+        self.metrics.lookup(kind, outcome);
+    }
+}
+
+impl References for Metered {
+    fn node_class<'a>(&'a self, namespace: &'a str, name: &'a str) -> LookupFuture<'a, CleverNodeClass> {
+        Box::pin(async move {
+            let lookup = self.inner.node_class(namespace, name).await;
+            self.count(Kind::CleverNodeClass, &lookup);
+            lookup
+        })
+    }
+
+    fn flavor_catalog<'a>(&'a self, namespace: &'a str, name: &'a str) -> LookupFuture<'a, FlavorCatalog> {
+        Box::pin(async move {
+            let lookup = self.inner.flavor_catalog(namespace, name).await;
+            self.count(Kind::FlavorCatalog, &lookup);
+            lookup
+        })
     }
 }
 

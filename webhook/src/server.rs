@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::metrics::{self, Metrics, Outcome};
-use crate::references::References;
+use crate::references::{Metered, References};
 use crate::review::{self, Kind};
 use crate::tls::{CertificateError, CertificateFiles, ReloadingCertificate};
 
@@ -226,6 +226,7 @@ pub async fn start(
     let certificate = Arc::new(ReloadingCertificate::load(settings.certificate.clone(), provider.clone())?);
     let tls = crate::tls::server_config(certificate.clone(), provider)?;
     let ready = Arc::new(AtomicBool::new(true));
+    let references = Arc::new(Metered::new(references, metrics.clone()));
     let state = AppState { references, metrics: metrics.clone(), ready: ready.clone() };
     let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();

@@ -111,6 +111,9 @@ async fn allowed_denied_and_warned_reviews() {
         "karpenter_hub_webhook_requests_total{kind=\"NodePool\",outcome=\"denied\"} 2",
         "karpenter_hub_webhook_denials_total{kind=\"NodePool\"} 2",
         "karpenter_hub_webhook_request_duration_seconds_count{kind=\"NodePool\"} 3",
+        "karpenter_hub_webhook_lookups_total{kind=\"CleverNodeClass\",outcome=\"found\"} 3",
+        "karpenter_hub_webhook_lookups_total{kind=\"FlavorCatalog\",outcome=\"found\"} 4",
+        "karpenter_hub_webhook_lookups_total{kind=\"FlavorCatalog\",outcome=\"missing\"} 1",
     ] {
         assert!(text.contains(line), "missing {line} in\n{text}");
     }
