@@ -20,7 +20,8 @@ use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};
 
 use super::config::{GroupSelector, SimCkeConfig, rng};
-use super::objects::{self, FINALIZER, MAX_NODE_COUNT, NodeSpecInput, SIMULATED_ANNOTATION};
+use super::kubelet::is_simulated;
+use super::objects::{self, FINALIZER, MAX_NODE_COUNT, NodeSpecInput};
 use super::quota::{QuotaVerdict, Usage, judge};
 
 /// A write the NodeGroup controller wants made.
@@ -239,12 +240,15 @@ pub fn plan(
         created(a).cmp(&created(b)).then_with(|| a.metadata.name.cmp(&b.metadata.name))
     });
 
-    let nodes_by_group: HashMap<&str, Vec<&Node>> = nodes.iter().fold(HashMap::new(), |mut m, n| {
-        if let Some(g) = n.metadata.labels.as_ref().and_then(|l| l.get(labels::CLEVER_NODEGROUP)) {
-            m.entry(g.as_str()).or_default().push(n);
-        }
-        m
-    });
+    // The Nodes CKE made for each group (a hand-made Node carrying the label is not CKE's to delete
+    // or wait for).
+    let nodes_by_group: HashMap<&str, Vec<&Node>> =
+        nodes.iter().filter(|n| is_simulated(n)).fold(HashMap::new(), |mut m, n| {
+            if let Some(g) = n.metadata.labels.as_ref().and_then(|l| l.get(labels::CLEVER_NODEGROUP)) {
+                m.entry(g.as_str()).or_default().push(n);
+            }
+            m
+        });
 
     // Quota accounting: accepted groups hold their VMs until fully gone (terminating included).
     let mut workers = Usage::default();
@@ -379,7 +383,7 @@ pub fn plan(
     let names: HashSet<&str> = groups.iter().filter_map(|g| g.metadata.name.as_deref()).collect();
     let mut orphans_now = HashSet::new();
     for n in nodes {
-        let simulated = n.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(SIMULATED_ANNOTATION));
+        let simulated = is_simulated(n);
         let Some(group) = n.metadata.labels.as_ref().and_then(|l| l.get(labels::CLEVER_NODEGROUP)) else { continue };
         let Some(node_name) = n.metadata.name.as_deref() else { continue };
         if !simulated || names.contains(group.as_str()) || n.metadata.deletion_timestamp.is_some() {
@@ -876,6 +880,25 @@ mod tests {
         w.step(320);
         w.step(321);
         assert!(w.group("later").unwrap().is_accepted());
+    }
+
+    #[test]
+    fn hand_made_nodes_with_the_group_label_are_left_alone() {
+        let mut w = World::new(SimCkeConfig::instant());
+        w.groups.push(group("ng", "2XS", 0));
+        w.step(0);
+        w.step(1);
+        let mut fake = w.nodes[0].clone();
+        fake.metadata.name = Some("decoy".into());
+        fake.metadata.annotations = None;
+        w.nodes.push(fake);
+        delete(&mut w.groups, "ng");
+        for s in 2..6 {
+            w.step(s);
+        }
+        assert!(w.group("ng").is_none(), "the group does not wait for a Node CKE did not make");
+        let names: Vec<_> = w.nodes.iter().filter_map(|n| n.metadata.name.clone()).collect();
+        assert_eq!(names, ["decoy"]);
     }
 
     #[test]
