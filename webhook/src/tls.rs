@@ -6,9 +6,9 @@
 //! place, a rename over it, and the symlink swap of a Kubernetes Secret volume (`tls.crt ->
 //! ..data/tls.crt`, `..data -> ..2026_11_23_...`, where only `..data` changes) — which inotify
 //! watches on the file itself miss. A new pair is served only if it parses and the key matches the
-//! certificate; otherwise the previous pair stays, the failure is logged once per distinct pair and
-//! counted, and the next change is tried again (a cert written before its key becomes good one tick
-//! later).
+//! certificate. A changed pair that is not usable is read again after a short settle time (a poll
+//! caught mid-replacement then sees the finished pair); if it still is not, the previous pair stays,
+//! the failure is logged once per distinct pair and counted, and the next change is tried again.
 //!
 //! Only TLS 1.2 and 1.3 are offered (rustls implements nothing older), with the ring provider.
 
@@ -28,6 +28,8 @@ use crate::metrics::{Metrics, ReloadOutcome};
 
 /// Largest certificate or key file read (a chain is a few KiB).
 pub const MAX_PEM_BYTES: u64 = 1024 * 1024;
+/// How long a poll waits before reading a changed but unusable pair again.
+pub const SETTLE: Duration = Duration::from_millis(100);
 
 /// Why a certificate pair cannot be served.
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +120,9 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>, CertificateError> {
     std::fs::read(path).map_err(read_error)
 }
 
+/// The bytes of a certificate file and of a key file.
+type PemPair = (Vec<u8>, Vec<u8>);
+
 /// What one poll found.
 #[derive(Debug)]
 pub enum Poll {
@@ -135,7 +140,7 @@ pub struct ReloadingCertificate {
     provider: Arc<CryptoProvider>,
     current: RwLock<Arc<CertifiedKey>>,
     /// The bytes of the pair last tried (served or refused), to try each change once.
-    last_tried: Mutex<(Vec<u8>, Vec<u8>)>,
+    last_tried: Mutex<PemPair>,
 }
 
 impl fmt::Debug for ReloadingCertificate {
@@ -164,33 +169,52 @@ impl ReloadingCertificate {
     }
 
     /// Reads the files and serves the new pair if they changed and it is good.
+    ///
+    /// A changed pair that cannot be served is read once more after [`SETTLE`]: a poll that lands
+    /// in the middle of a replacement (the certificate written, the key not yet; the old directory
+    /// of a Secret volume removed between the two reads) then sees the finished pair instead of
+    /// reporting a failure.
     pub fn poll(&self) -> Poll {
-        let read = read_bounded(&self.files.cert).and_then(|cert| Ok((cert, read_bounded(&self.files.key)?)));
-        let (cert, key) = match read {
-            Ok(pair) => pair,
-            // A file missing mid-swap, or unreadable: keep serving; report it only once per state.
-            Err(error) => {
-                let mut last = self.last_tried.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                if last.0.is_empty() && last.1.is_empty() {
-                    return Poll::Unchanged;
-                }
-                *last = (Vec::new(), Vec::new());
-                return Poll::Rejected(error);
+        let (read, built) = self.attempt();
+        if self.already_tried(read.as_ref()) {
+            return Poll::Unchanged;
+        }
+        let (read, built) = match built {
+            Ok(pair) => (read, Ok(pair)),
+            Err(_) => {
+                std::thread::sleep(SETTLE);
+                self.attempt()
             }
         };
-        {
-            let mut last = self.last_tried.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            if last.0 == cert && last.1 == key {
-                return Poll::Unchanged;
-            }
-            *last = (cert.clone(), key.clone());
-        }
-        match certified_key(&self.files, &cert, &key, &self.provider) {
+        *self.last_tried.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            read.unwrap_or((Vec::new(), Vec::new()));
+        match built {
             Ok(pair) => {
                 *self.current.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(pair);
                 Poll::Reloaded
             }
             Err(error) => Poll::Rejected(error),
+        }
+    }
+
+    /// Reads both files and builds the pair: the bytes (when both could be read) and the outcome.
+    fn attempt(&self) -> (Option<PemPair>, Result<CertifiedKey, CertificateError>) {
+        let read = read_bounded(&self.files.cert).and_then(|cert| Ok((cert, read_bounded(&self.files.key)?)));
+        match read {
+            Ok((cert, key)) => {
+                let built = certified_key(&self.files, &cert, &key, &self.provider);
+                (Some((cert, key)), built)
+            }
+            Err(error) => (None, Err(error)),
+        }
+    }
+
+    /// Whether these bytes are what the last poll already tried (an unreadable state counts once).
+    fn already_tried(&self, read: Option<&PemPair>) -> bool {
+        let last = self.last_tried.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match read {
+            Some((cert, key)) => last.0 == *cert && last.1 == *key,
+            None => last.0.is_empty() && last.1.is_empty(),
         }
     }
 
