@@ -160,7 +160,7 @@ pub fn plan(
         let rv = node.metadata.resource_version.as_deref();
         if !is_ready(node) {
             let seen = *tracker.node_seen.entry(uid.to_string()).or_insert(now);
-            let due = after(seen, cfg.node_ready_delay.draw(cfg.seed, &format!("{name}/ready/{uid}")));
+            let due = after(seen, cfg.node_ready_delay.draw(cfg.seed, &format!("{name}/ready")));
             if now < due {
                 out.wake(due);
             } else {
@@ -209,7 +209,7 @@ pub fn plan(
         if pod.metadata.deletion_timestamp.is_some() || orphan {
             leaving_now.insert(uid.to_string());
             let seen = *tracker.pod_leaving.entry(uid.to_string()).or_insert(now);
-            let due = after(seen, cfg.pod_termination_delay.draw(cfg.seed, &format!("{uid}/terminate")));
+            let due = after(seen, cfg.pod_termination_delay.draw(cfg.seed, &format!("{namespace}/{name}/terminate")));
             if now < due {
                 out.wake(due);
             } else {
@@ -229,13 +229,13 @@ pub fn plan(
         }
         bound_now.insert(uid.to_string());
         let seen = *tracker.pod_bound.entry(uid.to_string()).or_insert(now);
-        let due = after(seen, cfg.pod_start_delay.draw(cfg.seed, &format!("{uid}/start")));
+        let due = after(seen, cfg.pod_start_delay.draw(cfg.seed, &format!("{namespace}/{name}/start")));
         if now < due {
             out.wake(due);
             continue;
         }
         let host_ip = internal_ip(node).unwrap_or_default();
-        let pod_ip = objects::ip(cfg.seed, &format!("pod/{uid}"), 100);
+        let pod_ip = objects::ip(cfg.seed, &format!("pod/{namespace}/{name}"), 100);
         let status = objects::pod_running_status(pod, &host_ip, &pod_ip, now);
         out.push(
             tracker,

@@ -293,7 +293,7 @@ pub fn plan(
         let group_nodes: Vec<&Node> = nodes_by_group.get(name.as_str()).cloned().unwrap_or_default();
 
         if g.metadata.deletion_timestamp.is_some() {
-            plan_deletion(cfg, now, g, &name, &uid, &group_nodes, track, &mut out);
+            plan_deletion(cfg, now, g, &name, &group_nodes, track, &mut out);
             continue;
         }
 
@@ -309,7 +309,7 @@ pub fn plan(
 
         match g.verdict() {
             Verdict::Pending => {
-                let due = after(track.first_seen, cfg.verdict_delay.draw(cfg.seed, &format!("{uid}/verdict")));
+                let due = after(track.first_seen, cfg.verdict_delay.draw(cfg.seed, &format!("{name}/verdict")));
                 if now < due {
                     if g.status.as_ref().and_then(|s| s.conditions.as_ref()).is_none_or(Vec::is_empty) {
                         out.actions.push(GroupAction::PatchStatus {
@@ -342,7 +342,7 @@ pub fn plan(
                         accepted_this_pass.insert(uid.clone());
                         track.accepted_at = Some(now);
                         track.at_quota_edge = total.ram_gb == cfg.quota.limit.ram_gb;
-                        let id = objects::upstream_id(cfg.seed, &uid);
+                        let id = objects::upstream_id(cfg.seed, &name);
                         out.actions.push(GroupAction::PatchStatus {
                             group: name.clone(),
                             status: Box::new(objects::status_accepted(g, now, 0, &id)),
@@ -368,7 +368,7 @@ pub fn plan(
                 {
                     let id = status
                         .and_then(|s| s.upstream_id.clone())
-                        .unwrap_or_else(|| objects::upstream_id(cfg.seed, &uid));
+                        .unwrap_or_else(|| objects::upstream_id(cfg.seed, &name));
                     out.actions.push(GroupAction::PatchStatus {
                         group: name.clone(),
                         status: Box::new(objects::status_accepted(g, now, present, &id)),
@@ -421,7 +421,7 @@ fn plan_accepted(
         track.vanish_decided = true;
         for (i, rule) in cfg.vanish.iter().enumerate() {
             if selector_matches(&rule.selector, g, track.at_quota_edge) {
-                let draw = rng(cfg.seed, &format!("{uid}/vanish/{i}")).next_f64();
+                let draw = rng(cfg.seed, &format!("{name}/vanish/{i}")).next_f64();
                 if draw < rule.probability {
                     track.vanish_at = Some(after(accepted_at, rule.after));
                     break;
@@ -531,7 +531,6 @@ fn plan_deletion(
     now: DateTime<Utc>,
     g: &NodeGroup,
     name: &str,
-    uid: &str,
     group_nodes: &[&Node],
     track: &mut Track,
     out: &mut GroupPlan,
@@ -551,7 +550,7 @@ fn plan_deletion(
         // A group whose VM exists (or is being created) takes the teardown delay.
         let has_vm = !group_nodes.is_empty() || track.joins.values().any(|j| j.created || j.seen);
         let delay = if has_vm { cfg.node_removal_delay } else { cfg.empty_group_removal_delay };
-        after(seen, delay.draw(cfg.seed, &format!("{uid}/teardown")))
+        after(seen, delay.draw(cfg.seed, &format!("{name}/teardown")))
     });
     if now < due {
         out.wake(due);

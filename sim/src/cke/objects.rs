@@ -185,9 +185,10 @@ pub fn status_terminating(group: &NodeGroup, now: DateTime<Utc>) -> NodeGroupSta
     status
 }
 
-/// An upstream id for a group (`nodegroup_` + a UUID-shaped value drawn from the seed).
-pub fn upstream_id(seed: u64, uid: &str) -> String {
-    let mut r = rng(seed, &format!("{uid}/upstream"));
+/// An upstream id for a group (`nodegroup_` + a UUID-shaped value drawn from the seed and the
+/// group's name).
+pub fn upstream_id(seed: u64, group: &str) -> String {
+    let mut r = rng(seed, &format!("{group}/upstream"));
     let (a, b) = (r.next_u64(), r.next_u64());
     format!(
         "nodegroup_{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
@@ -337,14 +338,18 @@ pub fn pod_running_status(
     let now = timestamp(now);
     let cond = |t: &str| json!({"type": t, "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
     let spec = pod.spec.as_ref();
-    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let key = format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    );
     let containers: Vec<Value> = spec
         .map(|s| s.containers.as_slice())
         .unwrap_or(&[])
         .iter()
         .map(|c| {
             let image = c.image.clone().unwrap_or_default();
-            let id = format!("{:016x}", rng(0, &format!("{uid}/{}", c.name)).next_u64());
+            let id = format!("{:016x}", rng(0, &format!("{key}/{}", c.name)).next_u64());
             json!({
                 "name": c.name, "image": image, "imageID": "", "containerID": format!("containerd://{id}"),
                 "ready": true, "started": true, "restartCount": 0,
