@@ -138,7 +138,7 @@ async fn without_lookups_cross_object_checks_are_warnings() {
 async fn bad_bodies_get_400_or_a_well_formed_denial() {
     let h = Harness::start_with("bad", Arc::new(NoReferences), |s| {
         s.max_body_bytes = 64 * 1024;
-        s.request_timeout = Duration::from_millis(500);
+        s.request_timeout = Duration::from_secs(1);
     })
     .await;
     let client = h.client(false);
@@ -288,12 +288,13 @@ async fn certificate_rotation_is_observed_by_a_client() {
 
 #[tokio::test]
 async fn probes_on_the_plain_address_and_graceful_shutdown() {
-    /// Answers every lookup after a delay, so a request is in flight during shutdown.
-    #[derive(Debug)]
-    struct Slow;
+    /// Answers every lookup after a delay, so a request is in flight during shutdown; says when one began.
+    #[derive(Debug, Default)]
+    struct Slow(std::sync::atomic::AtomicBool);
     impl References for Slow {
         fn node_class<'a>(&'a self, _: &'a str, _: &'a str) -> webhook::references::LookupFuture<'a, CleverNodeClass> {
             Box::pin(async {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(400)).await;
                 crds::admission::Lookup::Missing
             })
@@ -306,8 +307,8 @@ async fn probes_on_the_plain_address_and_graceful_shutdown() {
             Box::pin(async { crds::admission::Lookup::Missing })
         }
     }
-    let h =
-        Harness::start_with("shutdown", Arc::new(Slow), |s| s.probe_address = Some(([127, 0, 0, 1], 0).into())).await;
+    let slow = Arc::new(Slow::default());
+    let h = Harness::start_with("shutdown", slow.clone(), |s| s.probe_address = Some(([127, 0, 0, 1], 0).into())).await;
     let probe = format!("http://{}", h.server.probe_address().unwrap());
     let plain = h.client(false);
     assert_eq!(plain.get(format!("{probe}/livez")).send().await.unwrap().status(), 200);
@@ -321,7 +322,11 @@ async fn probes_on_the_plain_address_and_graceful_shutdown() {
         let client = client.clone();
         async move { post(&client, &url, &review("NodePool", "CREATE", node_pool("p", json!([])), None)).await }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    eventually("the review to be in flight", || {
+        let slow = slow.clone();
+        async move { slow.0.load(std::sync::atomic::Ordering::SeqCst) }
+    })
+    .await;
     let address = h.server.address();
     let Harness { server, dir: _dir, .. } = h;
     let started = std::time::Instant::now();
