@@ -92,12 +92,15 @@ pub enum Decision {
     },
 }
 
-/// Whether a pod is waiting for this binder: no node, default scheduler, not being deleted, not finished.
+/// Whether a pod is waiting for this binder: no node, default scheduler, no scheduling gate, not
+/// being deleted, not finished.
 pub fn is_pending_for_binder(pod: &Pod) -> bool {
     let Some(spec) = pod.spec.as_ref() else { return false };
     let no_node = spec.node_name.as_deref().is_none_or(str::is_empty);
     let ours = spec.scheduler_name.as_deref().is_none_or(|s| s.is_empty() || s == DEFAULT_SCHEDULER);
-    no_node && ours && pod.metadata.deletion_timestamp.is_none() && !is_terminal(pod)
+    // kube-scheduler leaves pods with scheduling gates alone until the gates are removed.
+    let gated = spec.scheduling_gates.as_ref().is_some_and(|g| !g.is_empty());
+    no_node && ours && !gated && pod.metadata.deletion_timestamp.is_none() && !is_terminal(pod)
 }
 
 /// Whether a pod has finished (`Succeeded` or `Failed`): it holds no resources any more.
@@ -832,7 +835,8 @@ mod tests {
         let other_sched = pod("o", "1", "1Gi", json!({"spec": {"schedulerName": "custom"}}));
         let done = pod("d", "1", "1Gi", json!({"status": {"phase": "Succeeded"}}));
         let deleting = pod("x", "1", "1Gi", json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}));
-        assert!(decide(&nodes, &[other_sched, done, deleting]).is_empty());
+        let gated = pod("g", "1", "1Gi", json!({"spec": {"schedulingGates": [{"name": "example.com/wait"}]}}));
+        assert!(decide(&nodes, &[other_sched, done, deleting, gated]).is_empty());
     }
 
     #[test]
