@@ -936,3 +936,92 @@ async fn reports_target() {
     eprintln!("conformance target: {}", if t.real { "real API server" } else { "sim emulator" });
     t.cleanup().await;
 }
+
+// ------------------------------------------------------------------ tables, streaming lists, events
+
+/// `Accept: application/json;as=Table;v=v1;g=meta.k8s.io` returns a Table: Name first, then the
+/// CRD's additionalPrinterColumns (JSONPath evaluated per row), as `kubectl get` shows them.
+#[tokio::test]
+async fn table_output_has_crd_printer_columns() {
+    let t = target("table").await;
+    let w = widgets(&t).await;
+    w.create(&PostParams::default(), &widget("tw", json!({"size": 4}))).await.unwrap();
+    w.patch_status(
+        "tw",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})),
+    )
+    .await
+    .unwrap();
+    let req =
+        http::Request::get(format!("/apis/conformance.karpenter.clever-cloud.com/v1/namespaces/{}/widgets", t.ns))
+            .header("accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
+            .body(Vec::new())
+            .unwrap();
+    let table: Value = t.client.request(req).await.unwrap();
+    assert_eq!(table["kind"], "Table");
+    let cols: Vec<&str> =
+        table["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(cols, ["Name", "Size", "Ready"]);
+    let row = &table["rows"][0]["cells"];
+    assert_eq!(row[0], "tw");
+    assert_eq!(row[1], 4);
+    assert_eq!(row[2], "True");
+    t.cleanup().await;
+}
+
+/// A streaming list (`sendInitialEvents=true`, `resourceVersionMatch=NotOlderThan`) sends the current
+/// objects as ADDED, then a BOOKMARK annotated `k8s.io/initial-events-end`, then changes.
+#[tokio::test]
+async fn streaming_list_watcher() {
+    let t = target("streaming").await;
+    let cms: Api<ConfigMap> = t.api();
+    cms.create(&PostParams::default(), &cm("s1", json!({}))).await.unwrap();
+    let mut stream =
+        Box::pin(kube::runtime::watcher(cms.clone(), kube::runtime::watcher::Config::default().streaming_lists()));
+    let mut saw_s1 = false;
+    loop {
+        match tokio::time::timeout(TIMEOUT, stream.try_next()).await.expect("in time").unwrap().unwrap() {
+            kube::runtime::watcher::Event::InitApply(c) if c.metadata.name.as_deref() == Some("s1") => saw_s1 = true,
+            kube::runtime::watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert!(saw_s1);
+    cms.create(&PostParams::default(), &cm("s2", json!({}))).await.unwrap();
+    loop {
+        if let kube::runtime::watcher::Event::Apply(c) =
+            tokio::time::timeout(TIMEOUT, stream.try_next()).await.expect("in time").unwrap().unwrap()
+            && c.metadata.name.as_deref() == Some("s2")
+        {
+            break;
+        }
+    }
+    t.cleanup().await;
+}
+
+/// kube-runtime's event Recorder creates an events.k8s.io/v1 Event, and a repeat becomes a
+/// merge patch of the same Event with a `series` count.
+#[tokio::test]
+async fn events_recorder_creates_and_counts() {
+    let t = target("events").await;
+    let cms: Api<ConfigMap> = t.api();
+    let c = cms.create(&PostParams::default(), &cm("evented", json!({}))).await.unwrap();
+    let recorder = kube::runtime::events::Recorder::new(t.client.clone(), "karpenter-hub-conformance".into());
+    let reference = kube::Resource::object_ref(&c, &());
+    let ev = kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Normal,
+        reason: "Tested".into(),
+        note: Some("conformance".into()),
+        action: "Test".into(),
+        secondary: None,
+    };
+    recorder.publish(&ev, &reference).await.unwrap();
+    recorder.publish(&ev, &reference).await.unwrap();
+    let events: Api<k8s_openapi::api::events::v1::Event> = t.api();
+    let list = events.list(&ListParams::default()).await.unwrap();
+    let ours: Vec<_> = list.items.iter().filter(|e| e.reason.as_deref() == Some("Tested")).collect();
+    assert_eq!(ours.len(), 1);
+    assert_eq!(ours[0].series.as_ref().map(|s| s.count), Some(2));
+    t.cleanup().await;
+}

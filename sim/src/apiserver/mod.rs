@@ -11,6 +11,7 @@
 //! What is simplified, and how, is written down in `docs/emulator.md`.
 
 mod faults;
+mod object;
 mod openapi;
 mod patch;
 mod resources;

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+#[cfg(test)]
 use serde_json::Value;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -125,9 +126,14 @@ impl LabelSelector {
     }
 
     /// Whether `obj`'s `metadata.labels` satisfy every requirement.
+    #[cfg(test)]
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = obj.get("metadata").and_then(|m| m.get("labels"));
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        self.matches_with(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
+    }
+
+    /// Whether the labels `get` returns satisfy every requirement.
+    pub fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.reqs.iter().all(|r| match r {
             Req::Eq(k, v) => get(k) == Some(v.as_str()),
             Req::Ne(k, v) => get(k) != Some(v.as_str()),
@@ -169,8 +175,14 @@ impl FieldSelector {
         self.reqs.is_empty()
     }
 
+    #[cfg(test)]
     pub fn matches(&self, obj: &Value) -> bool {
-        self.reqs.iter().all(|(f, eq, v)| (super::resources::field_string(obj, f) == *v) == *eq)
+        self.matches_with(|f| super::resources::field_string(obj, f))
+    }
+
+    /// Whether the fields `get` returns satisfy every term.
+    pub fn matches_with(&self, get: impl Fn(&str) -> String) -> bool {
+        self.reqs.iter().all(|(f, eq, v)| (get(f) == *v) == *eq)
     }
 }
 

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::broadcast::error::RecvError;
 
+use super::object::Stored;
 use super::patch::PatchType;
 use super::resources::Resource;
 use super::selectors::{FieldSelector, LabelSelector};
@@ -433,6 +434,17 @@ fn present(res: &Resource, obj: &Arc<Value>) -> Arc<Value> {
     }
 }
 
+/// The stored bytes as served at the requested version.
+fn present_raw<'a>(res: &Resource, obj: &'a Stored) -> std::borrow::Cow<'a, [u8]> {
+    if res.schema.is_some() && obj.sum.api_version != res.api_version() {
+        let mut o = obj.value();
+        o["apiVersion"] = json!(res.api_version());
+        std::borrow::Cow::Owned(serde_json::to_vec(&o).unwrap_or_default())
+    } else {
+        std::borrow::Cow::Borrowed(&obj.raw)
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn resource_request(
     shared: &Arc<Shared>,
@@ -503,7 +515,7 @@ async fn resource_request(
                 meta["remainingItemCount"] = json!(r);
             }
             if table {
-                let items: Vec<Arc<Value>> = list.items.iter().map(|o| present(res, o)).collect();
+                let items: Vec<Arc<Value>> = list.items.iter().map(|o| present(res, &Arc::new(o.value()))).collect();
                 let t = table::table(res, &items, meta, true, q.get("includeObject").map_or("", String::as_str), now);
                 return Ok(json_response(200, &t));
             }
@@ -583,14 +595,15 @@ async fn resource_request(
             let list = st.list(res, ns, &labels, &fields, None, None)?;
             let mut deleted = Vec::new();
             for o in &list.items {
-                let n = meta_str(o, "name").unwrap_or("").to_string();
-                let ons = meta_str(o, "namespace").map(String::from);
+                let n = o.sum.name.clone();
+                let ons = Some(o.sum.namespace.clone()).filter(|n| !n.is_empty());
                 if let Ok(d) = st.delete(res, ons.as_deref(), &n, &DeleteOptions::default()) {
                     deleted.push(d);
                 }
             }
             let rv = st.rv;
             drop(st);
+            let deleted: Vec<Arc<Stored>> = deleted.iter().map(|d| Arc::new(Stored::new(d, &[]))).collect();
             Ok(list_response(res, &deleted, &json!({"resourceVersion": rv.to_string()})))
         }
         _ => Err(ApiError::method_not_allowed()),
@@ -626,7 +639,7 @@ fn field_selector(res: &Resource, q: &BTreeMap<String, String>) -> Result<FieldS
 }
 
 /// Renders a list without cloning items: `{"kind":"PodList","apiVersion":"v1","metadata":…,"items":[…]}`.
-fn list_response(res: &Resource, items: &[Arc<Value>], meta: &Value) -> Response {
+fn list_response(res: &Resource, items: &[Arc<Stored>], meta: &Value) -> Response {
     let mut buf = Vec::with_capacity(256 + items.len() * 1024);
     buf.extend_from_slice(b"{\"kind\":");
     let _ = serde_json::to_writer(&mut buf, &format!("{}List", res.kind));
@@ -639,7 +652,7 @@ fn list_response(res: &Resource, items: &[Arc<Value>], meta: &Value) -> Response
         if i > 0 {
             buf.push(b',');
         }
-        let _ = serde_json::to_writer(&mut buf, &*present(res, o));
+        buf.extend_from_slice(&present_raw(res, o));
     }
     buf.extend_from_slice(b"]}");
     let mut r = Response::new(Body::from(buf));
@@ -656,15 +669,15 @@ struct WatchFilter {
 }
 
 impl WatchFilter {
-    fn matches(&self, obj: &Value) -> bool {
-        self.ns.as_deref().is_none_or(|ns| meta_str(obj, "namespace") == Some(ns))
-            && self.labels.matches(obj)
-            && self.fields.matches(obj)
+    fn matches(&self, obj: &Stored) -> bool {
+        self.ns.as_deref().is_none_or(|ns| obj.sum.namespace == ns)
+            && self.labels.matches_with(|k| obj.label(k))
+            && self.fields.matches_with(|f| obj.field(f))
     }
 
     /// The event this watcher gets for a change, with selector transitions turned into
     /// ADDED/DELETED like the watch cache does.
-    fn convert(&self, ev: &Event) -> Option<(EventType, Arc<Value>)> {
+    fn convert(&self, ev: &Event) -> Option<(EventType, Arc<Stored>)> {
         if ev.key != self.res.key() {
             return None;
         }
@@ -677,9 +690,9 @@ impl WatchFilter {
                 (true, true) => Some((EventType::Modified, ev.object.clone())),
                 (false, true) => Some((EventType::Added, ev.object.clone())),
                 (true, false) => {
-                    let mut o = ev.prev.as_ref().map(|p| (**p).clone()).unwrap_or_default();
+                    let mut o = ev.prev.as_ref().map(|p| p.value()).unwrap_or_default();
                     o["metadata"]["resourceVersion"] = json!(ev.rv.to_string());
-                    Some((EventType::Deleted, Arc::new(o)))
+                    Some((EventType::Deleted, Arc::new(Stored::new(&o, &[]))))
                 }
                 (false, false) => None,
             },
@@ -688,11 +701,15 @@ impl WatchFilter {
 }
 
 fn event_line(ty: &str, obj: &Value) -> Bytes {
-    let mut buf = Vec::with_capacity(512);
+    event_line_raw(ty, &serde_json::to_vec(obj).unwrap_or_default())
+}
+
+fn event_line_raw(ty: &str, obj: &[u8]) -> Bytes {
+    let mut buf = Vec::with_capacity(obj.len() + 32);
     buf.extend_from_slice(b"{\"type\":\"");
     buf.extend_from_slice(ty.as_bytes());
     buf.extend_from_slice(b"\",\"object\":");
-    let _ = serde_json::to_writer(&mut buf, obj);
+    buf.extend_from_slice(obj);
     buf.extend_from_slice(b"}\n");
     Bytes::from(buf)
 }
@@ -753,14 +770,15 @@ fn watch(shared: Arc<Shared>, res: Arc<Resource>, p: &ResPath, q: &BTreeMap<Stri
     let clock = shared.clock.clone();
     tokio::spawn(async move {
         let mut headers_sent = false;
-        let mut render = |ty: &str, obj: &Value| -> Bytes {
+        let mut render = |ty: &str, obj: &Stored| -> Bytes {
             if table {
-                let meta = json!({"resourceVersion": meta_str(obj, "resourceVersion")});
-                let t = table::table(&res, &[Arc::new(obj.clone())], meta, !headers_sent, &include_object, clock.now());
+                let obj = present(&res, &Arc::new(obj.value()));
+                let meta = json!({"resourceVersion": meta_str(&obj, "resourceVersion")});
+                let t = table::table(&res, &[obj], meta, !headers_sent, &include_object, clock.now());
                 headers_sent = true;
                 event_line(ty, &t)
             } else {
-                event_line(ty, obj)
+                event_line_raw(ty, &present_raw(&res, obj))
             }
         };
         if let Some(e) = gone {
@@ -775,7 +793,7 @@ fn watch(shared: Arc<Shared>, res: Arc<Resource>, p: &ResPath, q: &BTreeMap<Stri
             event_line("BOOKMARK", &json!({"kind": res.kind, "apiVersion": res.api_version(), "metadata": meta}))
         };
         for o in &initial {
-            if tx.send(render("ADDED", &present(&res, o))).await.is_err() {
+            if tx.send(render("ADDED", o)).await.is_err() {
                 return;
             }
         }
@@ -786,7 +804,7 @@ fn watch(shared: Arc<Shared>, res: Arc<Resource>, p: &ResPath, q: &BTreeMap<Stri
         for ev in &backlog {
             last_rv = last_rv.max(ev.rv);
             if let Some((ty, o)) = filter.convert(ev)
-                && tx.send(render(ty.as_str(), &present(&res, &o))).await.is_err()
+                && tx.send(render(ty.as_str(), &o)).await.is_err()
             {
                 return;
             }
@@ -806,7 +824,7 @@ fn watch(shared: Arc<Shared>, res: Arc<Resource>, p: &ResPath, q: &BTreeMap<Stri
                         if ev.rv <= last_rv { continue; }
                         last_rv = ev.rv;
                         if let Some((ty, o)) = filter.convert(&ev)
-                            && tx.send(render(ty.as_str(), &present(&res, &o))).await.is_err()
+                            && tx.send(render(ty.as_str(), &o)).await.is_err()
                         {
                             return;
                         }

@@ -15,6 +15,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use super::object::Stored;
 use super::patch::{self, PatchType};
 use super::resources::{Registry, Resource};
 use super::selectors::{FieldSelector, LabelSelector};
@@ -49,9 +50,9 @@ pub(crate) struct Event {
     pub rv: u64,
     pub key: ResKey,
     pub ty: EventType,
-    pub object: Arc<Value>,
+    pub object: Arc<Stored>,
     /// The previous version (for selector transitions).
-    pub prev: Option<Arc<Value>>,
+    pub prev: Option<Arc<Stored>>,
 }
 
 /// Options of a delete.
@@ -77,7 +78,7 @@ impl DeleteOptions {
 /// The result of a list.
 #[derive(Debug)]
 pub(crate) struct ListResult {
-    pub items: Vec<Arc<Value>>,
+    pub items: Vec<Arc<Stored>>,
     pub rv: u64,
     pub continue_token: Option<String>,
     pub remaining: Option<u64>,
@@ -88,7 +89,7 @@ pub(crate) struct ListResult {
 pub(crate) struct State {
     pub rv: u64,
     pub registry: Registry,
-    objects: HashMap<ResKey, BTreeMap<ObjKey, Arc<Value>>>,
+    objects: HashMap<ResKey, BTreeMap<ObjKey, Arc<Stored>>>,
     history: VecDeque<Arc<Event>>,
     history_cap: usize,
     /// Oldest resourceVersion a watch may start from (everything after it is in the history).
@@ -228,20 +229,25 @@ impl State {
         format!("{:016x}{:016x}", self.rng.next_u64(), self.rng.next_u64())
     }
 
-    fn table(&self, key: &ResKey) -> Option<&BTreeMap<ObjKey, Arc<Value>>> {
-        self.objects.get(key)
+    fn stored(&self, key: &ResKey, ns: &str, name: &str) -> Option<&Arc<Stored>> {
+        self.objects.get(key).and_then(|t| t.get(&(ns.to_string(), name.to_string())))
     }
 
     pub fn lookup(&self, res: &Resource, ns: &str, name: &str) -> Option<Arc<Value>> {
-        self.table(&res.key()).and_then(|t| t.get(&(ns.to_string(), name.to_string()))).cloned()
+        self.lookup_key(&res.key(), ns, name)
     }
 
     fn lookup_key(&self, key: &ResKey, ns: &str, name: &str) -> Option<Arc<Value>> {
-        self.objects.get(key).and_then(|t| t.get(&(ns.to_string(), name.to_string()))).cloned()
+        self.stored(key, ns, name).map(|s| Arc::new(s.value()))
+    }
+
+    /// The selectable fields kept in the summary of objects of `key`.
+    fn selectable(&self, key: &ResKey) -> Vec<String> {
+        self.registry.any_version(&key.0, &key.1).map(|r| r.selectable.clone()).unwrap_or_default()
     }
 
     /// Objects of a resource (in a namespace, or all), in key order.
-    pub fn objects_of<'a>(&'a self, key: &ResKey, ns: Option<&'a str>) -> impl Iterator<Item = &'a Arc<Value>> + 'a {
+    pub fn objects_of<'a>(&'a self, key: &ResKey, ns: Option<&'a str>) -> impl Iterator<Item = &'a Arc<Stored>> + 'a {
         self.objects
             .get(key)
             .into_iter()
@@ -254,7 +260,7 @@ impl State {
 
     // ---------------------------------------------------------------- commit primitives
 
-    fn emit(&mut self, key: &ResKey, ty: EventType, object: Arc<Value>, prev: Option<Arc<Value>>) {
+    fn emit(&mut self, key: &ResKey, ty: EventType, object: Arc<Stored>, prev: Option<Arc<Stored>>) {
         let ev = Arc::new(Event { rv: self.rv, key: key.clone(), ty, object, prev });
         self.history.push_back(ev.clone());
         while self.history.len() > self.history_cap {
@@ -269,22 +275,23 @@ impl State {
     fn put(&mut self, key: &ResKey, ns: &str, name: &str, mut obj: Value) -> Arc<Value> {
         self.rv += 1;
         meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(self.rv.to_string()));
-        let obj = Arc::new(obj);
-        let prev = self.objects.entry(key.clone()).or_default().insert((ns.to_string(), name.to_string()), obj.clone());
+        let stored = Arc::new(Stored::new(&obj, &self.selectable(key)));
+        let prev =
+            self.objects.entry(key.clone()).or_default().insert((ns.to_string(), name.to_string()), stored.clone());
         let ty = if prev.is_some() { EventType::Modified } else { EventType::Added };
-        self.emit(key, ty, obj.clone(), prev);
-        obj
+        self.emit(key, ty, stored, prev);
+        Arc::new(obj)
     }
 
     /// Removes the object under a new resourceVersion and emits DELETED.
     fn remove(&mut self, key: &ResKey, ns: &str, name: &str) -> Option<Arc<Value>> {
         let prev = self.objects.get_mut(key)?.remove(&(ns.to_string(), name.to_string()))?;
         self.rv += 1;
-        let mut obj = (*prev).clone();
+        let mut obj = prev.value();
         meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(self.rv.to_string()));
-        let obj = Arc::new(obj);
-        self.emit(key, EventType::Deleted, obj.clone(), Some(prev));
-        Some(obj)
+        let stored = Arc::new(Stored::new(&obj, &self.selectable(key)));
+        self.emit(key, EventType::Deleted, stored, Some(prev));
+        Some(Arc::new(obj))
     }
 
     // ---------------------------------------------------------------- reads
@@ -319,7 +326,7 @@ impl State {
         let mut more = false;
         let mut remaining = 0u64;
         if let Some(table) = self.objects.get(&res.key()) {
-            let iter: Box<dyn Iterator<Item = (&ObjKey, &Arc<Value>)>> = match (&start, ns) {
+            let iter: Box<dyn Iterator<Item = (&ObjKey, &Arc<Stored>)>> = match (&start, ns) {
                 (Some(s), _) => Box::new(
                     table.range::<ObjKey, _>((std::ops::Bound::Excluded(s.clone()), std::ops::Bound::Unbounded)),
                 ),
@@ -335,7 +342,7 @@ impl State {
                     }
                     continue;
                 }
-                if !labels.matches(v) || !fields.matches(v) {
+                if !labels.matches_with(|k| v.label(k)) || !fields.matches_with(|f| v.field(f)) {
                     continue;
                 }
                 if let Some(l) = limit
@@ -960,8 +967,7 @@ impl State {
         let mut dependents = Vec::new();
         for (key, table) in &self.objects {
             for ((ns, name), obj) in table {
-                let refs = obj.pointer("/metadata/ownerReferences").and_then(Value::as_array);
-                if refs.is_some_and(|r| r.iter().any(|o| o.get("uid").and_then(Value::as_str) == Some(uid))) {
+                if obj.sum.owners.iter().any(|o| o == uid) {
                     dependents.push((key.clone(), ns.clone(), name.clone()));
                 }
             }
@@ -992,7 +998,7 @@ impl State {
     }
 
     fn uid_exists(&self, uid: &str) -> bool {
-        !uid.is_empty() && self.objects.values().any(|t| t.values().any(|o| meta_str(o, "uid") == Some(uid)))
+        !uid.is_empty() && self.objects.values().any(|t| t.values().any(|o| o.sum.uid == uid))
     }
 
     /// The namespace controller: deletes every object in a terminating namespace.
@@ -1019,7 +1025,7 @@ impl State {
         let terminating: Vec<String> = self
             .objects
             .get(&key)
-            .map(|t| t.iter().filter(|(_, o)| being_deleted(o)).map(|((_, n), _)| n.clone()).collect())
+            .map(|t| t.iter().filter(|(_, o)| o.sum.deleting).map(|((_, n), _)| n.clone()).collect())
             .unwrap_or_default();
         for ns in terminating {
             let empty = self.objects.iter().all(|(k, t)| k == &key || !t.keys().any(|(n, _)| *n == ns));
@@ -1058,10 +1064,7 @@ impl State {
                     .objects
                     .get(&key)
                     .map(|t| {
-                        t.iter()
-                            .filter(|(_, p)| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node.as_str()))
-                            .map(|(k, _)| k.clone())
-                            .collect()
+                        t.iter().filter(|(_, p)| p.field("spec.nodeName") == node).map(|(k, _)| k.clone()).collect()
                     })
                     .unwrap_or_default();
                 if let Some(pods) = self.registry.get("", "v1", "pods") {
@@ -1184,8 +1187,12 @@ impl State {
             return Ok(());
         }
         let pdb_key = ("policy".to_string(), "poddisruptionbudgets".to_string());
-        let matching: Vec<Arc<Value>> =
-            self.objects_of(&pdb_key, Some(ns)).filter(|pdb| pdb_selects(pdb, &pod)).cloned().collect();
+        let labels = pod.pointer("/metadata/labels");
+        let matching: Vec<Arc<Value>> = self
+            .objects_of(&pdb_key, Some(ns))
+            .map(|s| Arc::new(s.value()))
+            .filter(|pdb| pdb_selects(pdb, |k| labels.and_then(|l| l.get(k)).and_then(Value::as_str)))
+            .collect();
         if matching.len() > 1 {
             return Err(ApiError::internal(
                 "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
@@ -1224,15 +1231,15 @@ impl State {
         let mut expected = 0i64;
         let mut healthy = 0i64;
         for p in self.objects_of(&pods_key, Some(ns)) {
-            if !pdb_selects(pdb, p) {
+            if !pdb_selects(pdb, |k| p.label(k)) {
                 continue;
             }
-            let phase = p.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
+            let phase = p.field("status.phase");
             if phase == "Succeeded" || phase == "Failed" {
                 continue;
             }
             expected += 1;
-            if pod_ready(p) && !being_deleted(p) {
+            if p.sum.ready && !p.sum.deleting {
                 healthy += 1;
             }
         }
@@ -1281,7 +1288,7 @@ impl State {
     /// Keeps PDB statuses current (the disruption controller), writing only when they change.
     fn refresh_pdbs(&mut self, ns: &str) {
         let key = ("policy".to_string(), "poddisruptionbudgets".to_string());
-        let pdbs: Vec<Arc<Value>> = self.objects_of(&key, Some(ns)).cloned().collect();
+        let pdbs: Vec<Arc<Value>> = self.objects_of(&key, Some(ns)).map(|s| Arc::new(s.value())).collect();
         for pdb in pdbs {
             let status = self.pdb_status(&pdb);
             if pdb.get("status") != Some(&status) {
@@ -1319,10 +1326,8 @@ fn pod_ready(p: &Value) -> bool {
 
 /// Whether a PDB's `spec.selector` (matchLabels + matchExpressions) selects the pod. An empty
 /// selector selects every pod of the namespace (policy/v1).
-fn pdb_selects(pdb: &Value, pod: &Value) -> bool {
+fn pdb_selects<'a>(pdb: &Value, get: impl Fn(&str) -> Option<&'a str>) -> bool {
     let Some(sel) = pdb.pointer("/spec/selector") else { return false };
-    let labels = pod.pointer("/metadata/labels");
-    let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
     let ml_ok =
         sel.get("matchLabels").and_then(Value::as_object).is_none_or(|m| m.iter().all(|(k, v)| get(k) == v.as_str()));
     let me_ok = sel.get("matchExpressions").and_then(Value::as_array).is_none_or(|es| {
