@@ -69,3 +69,42 @@ async fn converges_despite_failed_writes_and_dropped_watches() {
     assert_eq!(w.node_names().await, ["control-plane-0", "control-plane-1", "ng-node0"], "no duplicate nodes");
     w.stop().await;
 }
+
+#[tokio::test]
+async fn starts_up_through_failing_writes() {
+    // Half the writes fail from the very start: installing the CRD and creating the control plane
+    // are retried instead of stopping the simulator.
+    let server =
+        sim::apiserver::ApiServer::start(sim::apiserver::ApiServerConfig::new("flaky").with_seed(5)).await.unwrap();
+    server.faults().set_error(ErrorFault {
+        rate: 0.5,
+        status: 503,
+        verbs: ["create", "patch"].map(String::from).to_vec(),
+        resources: Vec::new(),
+    });
+    let cke = sim::cke::SimCke::new(server.client(), SimCkeConfig::instant()).spawn();
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(server.client());
+    let deadline = tokio::time::Instant::now() + cke_support::WALL_TIMEOUT;
+    loop {
+        let ready = nodes
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|n| {
+                node_ready(n)
+                    && n.status.as_ref().and_then(|s| s.capacity.as_ref()).is_some_and(|c| c.contains_key("cpu"))
+            })
+            .count();
+        if ready == 2 {
+            break;
+        }
+        assert!(!cke.is_finished(), "the simulator gave up");
+        assert!(tokio::time::Instant::now() < deadline, "control plane never came up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(server.faults().injected_errors() > 0);
+    cke.stop().await.unwrap();
+    server.shutdown().await;
+}

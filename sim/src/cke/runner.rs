@@ -185,7 +185,7 @@ async fn run_inner(
         ensure_crd(&client, &token).await?;
     }
     if cfg.control_plane.create_nodes {
-        ensure_control_plane(&client, &cfg, &clock).await?;
+        ensure_control_plane(&client, &cfg, &clock, &token).await?;
     }
 
     let mut tasks = JoinSet::new();
@@ -608,7 +608,8 @@ async fn exec_group(client: &Client, action: &GroupAction) -> Result<(), kube::E
 }
 
 /// Creates a Node with its status; writes the status separately when the server dropped it on
-/// create. An existing Node of that name counts as created.
+/// create. An existing Node of that name counts as created (its status completed if it is one of
+/// the simulator's and lacks it).
 async fn create_node(nodes: &Api<Node>, name: &str, object: &Value) -> Result<(), kube::Error> {
     let node: Node = match serde_json::from_value(object.clone()) {
         Ok(n) => n,
@@ -620,7 +621,15 @@ async fn create_node(nodes: &Api<Node>, name: &str, object: &Value) -> Result<()
     };
     let created = match nodes.create(&PostParams::default(), &node).await {
         Ok(created) => created,
-        Err(kube::Error::Api(s)) if s.is_already_exists() => return Ok(()),
+        // Made earlier (a retry after a failed status write, or a previous run): finish it if it
+        // is ours.
+        Err(kube::Error::Api(s)) if s.is_already_exists() => {
+            let existing = nodes.get(name).await?;
+            if !kubelet::is_simulated(&existing) {
+                return Ok(());
+            }
+            existing
+        }
         Err(e) => return Err(e),
     };
     let has_capacity = created.status.as_ref().and_then(|s| s.capacity.as_ref()).is_some_and(|c| !c.is_empty());
@@ -707,10 +716,19 @@ async fn ensure_crd(client: &Client, token: &CancellationToken) -> Result<(), Ck
         return Ok(());
     }
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    match crds.create(&PostParams::default(), &crds::nodegroup::test_crd()).await {
-        Ok(_) => info!("simulated CKE: stand-in NodeGroup CRD installed"),
-        Err(kube::Error::Api(s)) if s.is_already_exists() => {}
-        Err(e) => return Err(e.into()),
+    let crd = crds::nodegroup::test_crd();
+    let installed = with_retries(token, "install the NodeGroup CRD", || async {
+        match crds.create(&PostParams::default(), &crd).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(false),
+            Err(e) => Err(e),
+        }
+    })
+    .await?;
+    match installed {
+        Some(true) => info!("simulated CKE: stand-in NodeGroup CRD installed"),
+        Some(false) => {}
+        None => return Ok(()), // cancelled
     }
     let deadline = tokio::time::Instant::now() + CRD_WAIT;
     loop {
@@ -728,7 +746,12 @@ async fn ensure_crd(client: &Client, token: &CancellationToken) -> Result<(), Ck
 }
 
 /// Creates the control-plane Nodes (Ready from the start, schedulable, role `control-plane`).
-async fn ensure_control_plane(client: &Client, cfg: &SimCkeConfig, clock: &Clock) -> Result<(), CkeError> {
+async fn ensure_control_plane(
+    client: &Client,
+    cfg: &SimCkeConfig,
+    clock: &Clock,
+    token: &CancellationToken,
+) -> Result<(), CkeError> {
     let Some(flavor) = cfg.flavor(&cfg.control_plane.flavor) else {
         warn!(flavor = %cfg.control_plane.flavor, "simulated CKE: unknown control-plane flavor, no control-plane Nodes");
         return Ok(());
@@ -750,7 +773,38 @@ async fn ensure_control_plane(client: &Client, cfg: &SimCkeConfig, clock: &Clock
         if let Err(source) = serde_json::from_value::<Node>(object.clone()) {
             return Err(CkeError::Build { what: format!("Node {name}"), source });
         }
-        create_node(&nodes, &name, &object).await?;
+        let what = format!("create control-plane Node {name}");
+        if with_retries(token, &what, || create_node(&nodes, &name, &object)).await?.is_none() {
+            return Ok(()); // cancelled
+        }
     }
     Ok(())
+}
+
+/// Start-up attempts of one write before giving up: an API failing for a while (injected faults,
+/// a server starting) must not stop the simulator.
+const STARTUP_ATTEMPTS: u32 = 20;
+
+/// Runs `f` until it succeeds, at most [`STARTUP_ATTEMPTS`] times, [`RETRY_AFTER`] apart; `None`
+/// when cancelled meanwhile.
+async fn with_retries<T, F, Fut>(token: &CancellationToken, what: &str, mut f: F) -> Result<Option<T>, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let mut attempt = 1;
+    loop {
+        match f().await {
+            Ok(v) => return Ok(Some(v)),
+            Err(error) if attempt < STARTUP_ATTEMPTS => {
+                warn!(what, attempt, %error, "simulated CKE start-up: retrying");
+                attempt += 1;
+                tokio::select! {
+                    () = token.cancelled() => return Ok(None),
+                    () = tokio::time::sleep(RETRY_AFTER) => {}
+                }
+            }
+            Err(error) => return Err(error),
+        }
+    }
 }
