@@ -7,6 +7,7 @@
 //! | `karpenter_hub_webhook_warnings_total` | `kind` | warnings returned |
 //! | `karpenter_hub_webhook_request_duration_seconds` | `kind` | time from body received to answer, lookups included |
 //! | `karpenter_hub_webhook_certificate_reloads_total` | `outcome` (`success`, `failure`) | certificate pairs read after a change on disk |
+//! | `karpenter_hub_webhook_certificate_expiry_timestamp_seconds` | — | `notAfter` of the served certificate (Unix seconds) |
 //! | `karpenter_hub_webhook_lookups_total` | `kind` (of the object read), `outcome` (`found`, `missing`, `unchecked`) | reads of referenced objects; `unchecked` = failed, timed out or disabled, the check became a warning |
 
 use std::time::Duration;
@@ -16,6 +17,7 @@ use std::fmt::Write;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -120,6 +122,7 @@ pub struct Metrics {
     latency: HistogramFamily,
     reloads: Family<ReloadLabels, Counter>,
     lookups: Family<LookupLabels, Counter>,
+    expiry: Gauge,
 }
 
 impl Default for Metrics {
@@ -138,6 +141,7 @@ impl Metrics {
         let latency: HistogramFamily = Family::new_with_constructor(latency_histogram);
         let reloads = Family::<ReloadLabels, Counter>::default();
         let lookups = Family::<LookupLabels, Counter>::default();
+        let expiry = Gauge::default();
         registry.register("requests", "Admission reviews answered, by kind and outcome", requests.clone());
         registry.register("denials", "Admission reviews denied, by kind", denials.clone());
         registry.register("warnings", "Admission warnings returned, by kind", warnings.clone());
@@ -148,6 +152,11 @@ impl Metrics {
         );
         registry.register("certificate_reloads", "Serving certificate reloads after a change on disk", reloads.clone());
         registry.register("lookups", "Reads of referenced objects, by kind read and outcome", lookups.clone());
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "When the served certificate expires (notAfter, Unix seconds)",
+            expiry.clone(),
+        );
         for kind in Kind::ALL {
             for outcome in [Outcome::Allowed, Outcome::Denied, Outcome::Invalid] {
                 let _ = requests.get_or_create(&RequestLabels { kind, outcome });
@@ -164,7 +173,7 @@ impl Metrics {
                 let _ = lookups.get_or_create(&LookupLabels { kind, outcome });
             }
         }
-        Metrics { registry, requests, denials, warnings, latency, reloads, lookups }
+        Metrics { registry, requests, denials, warnings, latency, reloads, lookups, expiry }
     }
 
     /// Records one answered review.
@@ -182,6 +191,11 @@ impl Metrics {
     /// Records a certificate reload.
     pub fn reload(&self, outcome: ReloadOutcome) {
         self.reloads.get_or_create(&ReloadLabels { outcome }).inc();
+    }
+
+    /// Records when the served certificate expires (0 when unknown).
+    pub fn certificate_expiry(&self, not_after: Option<i64>) {
+        self.expiry.set(not_after.unwrap_or(0));
     }
 
     /// Records a lookup of a referenced object of `kind`.

@@ -224,6 +224,7 @@ pub async fn start(
 ) -> Result<Running, ServerError> {
     let metrics = Arc::new(Metrics::new());
     let certificate = Arc::new(ReloadingCertificate::load(settings.certificate.clone(), provider.clone())?);
+    metrics.certificate_expiry(certificate.expiry());
     let tls = crate::tls::server_config(certificate.clone(), provider)?;
     let ready = Arc::new(AtomicBool::new(true));
     let references = Arc::new(Metered::new(references, metrics.clone()));

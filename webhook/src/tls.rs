@@ -120,6 +120,82 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>, CertificateError> {
     std::fs::read(path).map_err(read_error)
 }
 
+/// The `notAfter` of a DER certificate, in Unix seconds: enough X.509 to report when the served
+/// certificate expires (a rotation that keeps failing leaves the old pair in place until then).
+pub fn not_after(der: &[u8]) -> Option<i64> {
+    let (0x30, certificate, _) = tlv(der)? else { return None };
+    let (0x30, tbs, _) = tlv(certificate)? else { return None };
+    let mut rest = tbs;
+    // version [0] EXPLICIT is optional; then serialNumber, signature, issuer.
+    let (tag, _, after) = tlv(rest)?;
+    if tag == 0xa0 {
+        rest = after;
+    }
+    for _ in 0..3 {
+        rest = tlv(rest)?.2;
+    }
+    let (0x30, validity, _) = tlv(rest)? else { return None };
+    let (_, _, after_not_before) = tlv(validity)?;
+    let (tag, time, _) = tlv(after_not_before)?;
+    der_time(tag, time)
+}
+
+/// One DER element at the start of `input`: (tag, content, what follows).
+fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (length, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let count = usize::from(first & 0x7f);
+        if count == 0 || count > 4 || rest.len() < count {
+            return None;
+        }
+        let (bytes, rest) = rest.split_at(count);
+        (bytes.iter().fold(0usize, |length, b| (length << 8) | usize::from(*b)), rest)
+    };
+    if rest.len() < length {
+        return None;
+    }
+    let (content, rest) = rest.split_at(length);
+    Some((tag, content, rest))
+}
+
+/// UTCTime (`YYMMDDHHMMSSZ`, tag 0x17) or GeneralizedTime (`YYYYMMDDHHMMSSZ`, tag 0x18), in Unix seconds.
+fn der_time(tag: u8, time: &[u8]) -> Option<i64> {
+    let digits = time.strip_suffix(b"Z")?;
+    if !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| -> Option<i64> {
+        digits.get(range)?.iter().try_fold(0i64, |n, d| Some(n * 10 + i64::from(d - b'0')))
+    };
+    let (year, rest) = match (tag, digits.len()) {
+        (0x17, 12) => {
+            let yy = number(0..2)?;
+            (if yy < 50 { 2000 + yy } else { 1900 + yy }, 2)
+        }
+        (0x18, 14) => (number(0..4)?, 4),
+        _ => return None,
+    };
+    let field = |i: usize| number(rest + 2 * i..rest + 2 * i + 2);
+    let (month, day, hour, minute, second) = (field(0)?, field(1)?, field(2)?, field(3)?, field(4)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    Some(days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = if year >= 0 { year } else { year - 399 } / 400;
+    let year_of_era = year - era * 400;
+    let day_of_year = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
 /// The bytes of a certificate file and of a key file.
 type PemPair = (Vec<u8>, Vec<u8>);
 
@@ -161,6 +237,11 @@ impl ReloadingCertificate {
             current: RwLock::new(Arc::new(pair)),
             last_tried: Mutex::new((cert, key)),
         })
+    }
+
+    /// When the served certificate expires (Unix seconds), if its leaf can be read.
+    pub fn expiry(&self) -> Option<i64> {
+        self.current().cert.first().and_then(|leaf| not_after(leaf))
     }
 
     /// The pair served now.
@@ -242,7 +323,9 @@ impl ReloadingCertificate {
                 Poll::Unchanged => {}
                 Poll::Reloaded => {
                     metrics.reload(ReloadOutcome::Success);
-                    tracing::info!(cert = %self.files.cert.display(), "serving certificate reloaded");
+                    let expiry = self.expiry();
+                    metrics.certificate_expiry(expiry);
+                    tracing::info!(cert = %self.files.cert.display(), not_after = ?expiry, "serving certificate reloaded");
                 }
                 Poll::Rejected(error) => {
                     metrics.reload(ReloadOutcome::Failure);
@@ -330,6 +413,31 @@ mod tests {
         assert!(matches!(c.poll(), Poll::Rejected(CertificateError::Key { .. })));
         assert_eq!(leaf(&c), served);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn not_after_reads_utc_and_generalized_times() {
+        for ((y, m, d), expected) in
+            [((2031, 5, 17), 1_936_742_400), ((2060, 1, 1), 2_840_140_800), ((1999, 12, 31), 946_598_400)]
+        {
+            let mut params = rcgen::CertificateParams::new(vec!["a".to_string()]).unwrap();
+            params.not_after = rcgen::date_time_ymd(y, m, d);
+            let key = rcgen::KeyPair::generate().unwrap();
+            let cert = params.self_signed(&key).unwrap();
+            assert_eq!(not_after(cert.der()), Some(expected), "{y}-{m}-{d}");
+        }
+        assert_eq!(not_after(b""), None);
+        assert_eq!(not_after(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]), None);
+        assert_eq!(der_time(0x17, b"991231235960Z"), Some(946_598_400 + 86_399 + 1));
+        assert_eq!(der_time(0x17, b"9912312359Z"), None);
+        assert_eq!(der_time(0x18, b"20311301000000Z"), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn not_after_never_panics(der in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let _ = not_after(&der);
+        }
     }
 
     #[test]

@@ -259,7 +259,7 @@ async fn certificate_rotation_is_observed_by_a_client() {
     assert_eq!(served(client.clone(), h.url("/livez")).await, h.leaf_der);
 
     // A new pair from the same CA: new connections get it, no restart.
-    let (cert, key, new_der) = h.ca.issue(&["localhost"]);
+    let (cert, key, new_der) = h.ca.issue_until(&["localhost"], Some((2031, 5, 17)));
     std::fs::write(h.dir.path().join("tls.key.tmp"), key).unwrap();
     std::fs::write(h.dir.path().join("tls.crt.tmp"), cert).unwrap();
     std::fs::rename(h.dir.path().join("tls.key.tmp"), h.dir.path().join("tls.key")).unwrap();
@@ -283,6 +283,9 @@ async fn certificate_rotation_is_observed_by_a_client() {
     assert_eq!(served(client.clone(), h.url("/livez")).await, new_der);
     let text = client.get(h.url("/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(text.contains("karpenter_hub_webhook_certificate_reloads_total{outcome=\"success\"} 1"), "{text}");
+    // The expiry gauge follows the served certificate (an alert can watch it when rotations keep failing).
+    assert_eq!(webhook::tls::not_after(&new_der), Some(1_936_742_400));
+    assert!(text.contains("karpenter_hub_webhook_certificate_expiry_timestamp_seconds 1936742400\n"), "{text}");
     h.server.shutdown().await.unwrap();
 }
 

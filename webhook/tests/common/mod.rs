@@ -38,7 +38,15 @@ impl Ca {
 
     /// A leaf for `names` (DNS names or IP addresses): (cert PEM, key PEM, cert DER).
     pub fn issue(&self, names: &[&str]) -> (String, String, Vec<u8>) {
-        let params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        self.issue_until(names, None)
+    }
+
+    /// As [`Ca::issue`], valid until the given (year, month, day) when set.
+    pub fn issue_until(&self, names: &[&str], until: Option<(i32, u8, u8)>) -> (String, String, Vec<u8>) {
+        let mut params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        if let Some((year, month, day)) = until {
+            params.not_after = rcgen::date_time_ymd(year, month, day);
+        }
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         (cert.pem(), key.serialize_pem(), cert.der().to_vec())
