@@ -135,7 +135,8 @@ async fn binder_binds_fitting_pods_marks_the_rest_unschedulable_and_kubelet_runs
     assert_eq!(
         message,
         "0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't match Pod's node affinity/selector. \
-         preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+         preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, 2 Preemption is not \
+         helpful for scheduling."
     );
     let too_big = w.pods(NS).get("too-big").await.unwrap();
     assert!(node_name(&too_big).is_none());

@@ -506,23 +506,34 @@ impl<'a> Snapshot<'a> {
 }
 
 /// kube-scheduler's `FitError` message: `0/N nodes are available: <count reason, …>.` with the
-/// reasons sorted, then its preemption suffix; `no nodes available to schedule pods` when there is no
-/// node at all.
+/// reasons sorted, then its preemption summary (`No preemption victims found for incoming pod` for
+/// nodes short of resources or blocked by pod anti-affinity, which evicting pods could fix but the
+/// binder never does; `Preemption is not helpful for scheduling` for the others);
+/// `no nodes available to schedule pods` when there is no node at all.
 pub fn unschedulable_message(node_count: usize, failures: &[FitFailure]) -> String {
     if node_count == 0 {
         return "no nodes available to schedule pods".to_string();
     }
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut preemption: BTreeMap<&str, usize> = BTreeMap::new();
     for f in failures {
         for reason in f.reasons() {
             *counts.entry(reason).or_default() += 1;
         }
+        let resolvable =
+            matches!(f, FitFailure::Insufficient(_) | FitFailure::TooManyPods | FitFailure::PodAntiAffinity);
+        let summary = if resolvable {
+            "No preemption victims found for incoming pod"
+        } else {
+            "Preemption is not helpful for scheduling"
+        };
+        *preemption.entry(summary).or_default() += 1;
     }
-    let reasons: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    let join = |m: Vec<String>| m.join(", ");
+    let reasons = join(counts.iter().map(|(r, n)| format!("{n} {r}")).collect());
+    let preemption = join(preemption.iter().map(|(r, n)| format!("{n} {r}")).collect());
     format!(
-        "0/{node_count} nodes are available: {}. preemption: 0/{node_count} nodes are available: \
-         {node_count} Preemption is not helpful for scheduling.",
-        reasons.join(", ")
+        "0/{node_count} nodes are available: {reasons}. preemption: 0/{node_count} nodes are available: {preemption}."
     )
 }
 
@@ -643,7 +654,7 @@ mod tests {
         assert_eq!(
             message,
             "0/2 nodes are available: 2 Insufficient cpu, 1 Insufficient memory. preemption: 0/2 nodes are \
-             available: 2 Preemption is not helpful for scheduling."
+             available: 2 No preemption victims found for incoming pod."
         );
     }
 
