@@ -2,12 +2,12 @@
 //!
 //! | route | method | answer |
 //! |---|---|---|
-//! | `/validate/clevernodeclasses`, `/validate/flavorcatalogs`, `/validate/nodepools` | POST | an AdmissionReview response, or 400 for a body that is not a review |
+//! | `/validate/clevernodeclasses`, `/validate/flavorcatalogs`, `/validate/nodepools` | POST | an AdmissionReview response, or 400 for a body that is not a review, too large or unreadable |
 //! | `/livez` | GET | 200 while the process serves |
 //! | `/readyz` | GET | 200 when serving, 503 once shutdown began (so endpoints drop the pod first) |
 //! | `/metrics` | GET | OpenMetrics text |
 //!
-//! Bounds: request bodies over `max_body_bytes` get 413 before being read whole; a request (body
+//! Bounds: request bodies over `max_body_bytes` get 400 before being read whole; a request (body
 //! read included) taking longer than `request_timeout` gets 408; a TLS handshake must finish within
 //! `handshake_timeout` and the first request arrive within `request_timeout`. Probes and metrics can
 //! also be served over plain HTTP on a second address (`probe_address`), for kubelet probes and
@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
@@ -104,14 +105,17 @@ struct AppState {
     references: Arc<dyn References>,
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
+    max_body_bytes: usize,
 }
 
 /// The admission routes, probes and metrics, without TLS: the service the listeners serve.
 fn router(state: AppState, max_body_bytes: usize, request_timeout: Duration) -> Router {
     let mut routes = Router::new();
     for kind in Kind::ALL {
-        routes = routes
-            .route(kind.path(), post(move |State(state): State<AppState>, body: Bytes| validate(state, kind, body)));
+        routes = routes.route(
+            kind.path(),
+            post(move |State(state): State<AppState>, body: Result<Bytes, BytesRejection>| validate(state, kind, body)),
+        );
     }
     routes
         .merge(probes())
@@ -131,8 +135,22 @@ async fn bounded(State(timeout): State<Duration>, request: Request, next: Next) 
     }
 }
 
-async fn validate(state: AppState, kind: Kind, body: Bytes) -> Response {
+async fn validate(state: AppState, kind: Kind, body: Result<Bytes, BytesRejection>) -> Response {
     let started = Instant::now();
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => {
+            // Too large (checked against Content-Length first, then while reading), or unreadable.
+            let why = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                format!("the body is larger than {} bytes (--max-body-bytes)", state.max_body_bytes)
+            } else {
+                format!("the body could not be read: {rejection}")
+            };
+            state.metrics.observe(kind, Outcome::Invalid, 0, started.elapsed());
+            tracing::info!(%kind, error = %why, "refused a body");
+            return (StatusCode::BAD_REQUEST, format!("{why}\n")).into_response();
+        }
+    };
     match review::review(kind, &body, state.references.as_ref()).await {
         Ok(answer) => {
             let outcome = if answer.allowed { Outcome::Allowed } else { Outcome::Denied };
@@ -228,7 +246,12 @@ pub async fn start(
     let tls = crate::tls::server_config(certificate.clone(), provider)?;
     let ready = Arc::new(AtomicBool::new(true));
     let references = Arc::new(Metered::new(references, metrics.clone()));
-    let state = AppState { references, metrics: metrics.clone(), ready: ready.clone() };
+    let state = AppState {
+        references,
+        metrics: metrics.clone(),
+        ready: ready.clone(),
+        max_body_bytes: settings.max_body_bytes,
+    };
     let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();
 

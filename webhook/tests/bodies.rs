@@ -168,7 +168,7 @@ proptest! {
     }
 }
 
-/// The same over HTTPS: every answer is a 200 with a review, a 400, or a 413; the server survives.
+/// The same over HTTPS: every answer is a 200 with a review or a 400 (too large included); the server survives.
 #[test]
 fn arbitrary_bodies_over_https() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -194,7 +194,6 @@ fn arbitrary_bodies_over_https() {
                     prop_assert!(v["response"]["allowed"].is_boolean());
                 }
                 400 => prop_assert!(!bytes.is_empty()),
-                413 => prop_assert!(body.len() > 4096),
                 other => prop_assert!(false, "status {}", other),
             }
             Ok(())
