@@ -30,6 +30,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 /// Where the suite runs: the emulator or a real server, and the scratch namespace of one test.
 struct Target {
     client: Client,
+    config: kube::Config,
     ns: String,
     real: bool,
     _server: Option<ApiServer>,
@@ -43,28 +44,29 @@ fn suffix() -> String {
 }
 
 async fn target(test: &str) -> Target {
-    let (client, server, real) = match std::env::var("KARPENTER_HUB_CONFORMANCE_KUBECONFIG") {
+    let (config, server, real) = match std::env::var("KARPENTER_HUB_CONFORMANCE_KUBECONFIG") {
         Ok(path) if !path.is_empty() => {
             let kc = kube::config::Kubeconfig::read_from(&path).expect("read kubeconfig");
             let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("kubeconfig");
             // kube retries 429/503 by default (for minutes): the tests want to see them.
             cfg.default_retry = false;
-            (Client::try_from(cfg).expect("client"), None, true)
+            (cfg, None, true)
         }
         _ => {
             let s =
                 ApiServer::start(ApiServerConfig::new(format!("conformance-{test}"))).await.expect("start emulator");
             let mut cfg = s.client_config();
             cfg.default_retry = false;
-            (Client::try_from(cfg).expect("client"), Some(s), false)
+            (cfg, Some(s), false)
         }
     };
+    let client = Client::try_from(config.clone()).expect("client");
     let ns = format!("conf-{}-{}", test.replace('_', "-").chars().take(40).collect::<String>(), suffix());
     let api: Api<Namespace> = Api::all(client.clone());
     api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
         .await
         .expect("create scratch namespace");
-    Target { client, ns, real, _server: server }
+    Target { client, config, ns, real, _server: server }
 }
 
 impl Target {
@@ -1023,5 +1025,62 @@ async fn events_recorder_creates_and_counts() {
     let ours: Vec<_> = list.items.iter().filter(|e| e.reason.as_deref() == Some("Tested")).collect();
     assert_eq!(ours.len(), 1);
     assert_eq!(ours[0].series.as_ref().map(|s| s.count), Some(2));
+    t.cleanup().await;
+}
+
+// ------------------------------------------------------------------ RBAC
+
+/// A service account's token (TokenRequest) authenticates; RBAC lets it do what a RoleBinding
+/// grants (here: get/list ConfigMaps and create pods/eviction in its namespace) and answers
+/// `403 Forbidden` for anything else.
+#[tokio::test]
+async fn rbac_limits_service_account_tokens() {
+    let t = target("rbac").await;
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = t.api();
+    sas.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "limited"}})).unwrap())
+        .await
+        .unwrap();
+    let roles: Api<k8s_openapi::api::rbac::v1::Role> = t.api();
+    roles
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "read-cm"}, "rules": [
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]},
+                {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}
+            ]}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let rbs: Api<k8s_openapi::api::rbac::v1::RoleBinding> = t.api();
+    rbs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "read-cm"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-cm"},
+            "subjects": [{"kind": "ServiceAccount", "name": "limited", "namespace": t.ns}]
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let tr: k8s_openapi::api::authentication::v1::TokenRequest = sas
+        .create_token_request("limited", &PostParams::default(), &serde_json::from_value(json!({"spec": {}})).unwrap())
+        .await
+        .unwrap();
+    let token = tr.status.unwrap().token;
+    let mut cfg = t.config.clone();
+    cfg.auth_info = kube::config::AuthInfo { token: Some(token.into()), ..Default::default() };
+    let limited = Client::try_from(cfg).unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(limited.clone(), &t.ns);
+    // Roles take effect at once in the emulator, within a moment on a real server.
+    eventually("role effective", || async { cms.list(&ListParams::default()).await.ok() }).await;
+    let s = api_err(cms.create(&PostParams::default(), &cm("nope", json!({}))).await);
+    assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
+    assert!(s.message.contains(&format!("system:serviceaccount:{}:limited", t.ns)), "{}", s.message);
+    let pods: Api<Pod> = Api::namespaced(limited.clone(), &t.ns);
+    assert_eq!(api_err(pods.list(&ListParams::default()).await).code, 403);
+    let nodes: Api<Node> = Api::all(limited);
+    assert_eq!(api_err(nodes.list(&ListParams::default()).await).code, 403);
     t.cleanup().await;
 }

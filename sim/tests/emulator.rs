@@ -293,6 +293,16 @@ async fn service_account_tokens_authenticate() {
     let tr: serde_json::Value = client.request(req).await.unwrap();
     let token = tr["status"]["token"].as_str().unwrap().to_string();
     let as_sa: Api<ConfigMap> = Api::default_namespaced(s.client_with_token(&token));
+    // Authenticated, but RBAC grants nothing yet: 403, not 401.
+    assert_eq!(api_code(as_sa.list(&ListParams::default()).await), 403);
+    let crbs: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(client.clone());
+    let crb = serde_json::from_value(json!({
+        "metadata": {"name": "default-admin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "default"}]
+    }))
+    .unwrap();
+    crbs.create(&PostParams::default(), &crb).await.unwrap();
     as_sa.list(&ListParams::default()).await.unwrap();
     // A token Secret gets its token filled in, usable as well.
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::default_namespaced(client);

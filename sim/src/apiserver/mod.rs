@@ -14,6 +14,7 @@ mod faults;
 mod object;
 mod openapi;
 mod patch;
+mod rbac;
 mod resources;
 mod selectors;
 mod server;

@@ -22,7 +22,7 @@ use super::resources::Resource;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::{self, ApiError};
 use super::store::{DeleteOptions, Event, EventType, Sub, meta_str};
-use super::{Shared, lock, openapi, table};
+use super::{Shared, lock, openapi, rbac, table};
 
 /// Accepts TLS connections until shutdown. While the cluster is unreachable, new connections are
 /// closed at once and open ones are cut.
@@ -246,9 +246,30 @@ async fn handle(
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
     let admin = shared.token.read().map(|t| t.clone()).unwrap_or_default();
-    let known = token == admin || lock(&shared.store).minted_tokens.contains_key(token);
-    if shared.faults.unauthorized() || !known {
+    let service_account = if token == admin {
+        None
+    } else {
+        match lock(&shared.store).minted_tokens.get(token) {
+            Some(sa) => Some(rbac::ServiceAccount::parse(sa)),
+            None => return error_response(&ApiError::unauthorized()),
+        }
+    };
+    if shared.faults.unauthorized() {
         return error_response(&ApiError::unauthorized());
+    }
+    // RBAC for minted service-account tokens.
+    if let (Some(sa), Route::Resource(p)) = (&service_account, &route) {
+        let attrs = rbac::Attributes {
+            verb,
+            group: &p.group,
+            resource: &p.plural,
+            subresource: p.sub.as_deref(),
+            namespace: p.ns.as_deref().or(if p.plural == "namespaces" { p.name.as_deref() } else { None }),
+            name: p.name.as_deref(),
+        };
+        if let Err(e) = rbac::authorize(&lock(&shared.store), sa, &attrs) {
+            return error_response(&e);
+        }
     }
     if !matches!(route, Route::Health)
         && let Some(code) = shared.faults.injected_error(verb, &resource)

@@ -194,6 +194,14 @@ impl State {
             minted_tokens: BTreeMap::new(),
             ca_pem: String::new(),
         };
+        if let Some(cr) = s.registry.get("rbac.authorization.k8s.io", "v1", "clusterroles") {
+            let _ = s.create(
+                &cr,
+                None,
+                json!({"metadata": {"name": "cluster-admin", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+                       "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}]}),
+            );
+        }
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             if let Some(res) = s.registry.get("", "v1", "namespaces") {
                 let _ = s.create(&res, None, json!({"metadata": {"name": ns}}));
