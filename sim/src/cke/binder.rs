@@ -35,6 +35,9 @@ pub enum BinderAction {
         uid: String,
         /// Message.
         message: String,
+        /// `lastTransitionTime` to keep (RFC 3339) when the pod was already `PodScheduled=False`:
+        /// kube-scheduler moves it only when the status changes.
+        since: Option<String>,
     },
 }
 
@@ -61,6 +64,13 @@ fn scheduled_condition(pod: &Pod) -> Option<(&str, Option<&str>, Option<&str>)> 
     let conditions = pod.status.as_ref()?.conditions.as_deref()?;
     let c = conditions.iter().find(|c| c.type_ == "PodScheduled")?;
     Some((c.status.as_str(), c.reason.as_deref(), c.message.as_deref()))
+}
+
+/// When the pod became `PodScheduled=False`, if it is.
+fn unscheduled_since(pod: &Pod) -> Option<String> {
+    let conditions = pod.status.as_ref()?.conditions.as_deref()?;
+    let c = conditions.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+    Some(c.last_transition_time.as_ref()?.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
 }
 
 /// One binder pass: binds what fits, marks the rest.
@@ -111,7 +121,8 @@ pub fn plan(_now: DateTime<Utc>, nodes: &[Node], pods: &[Pod], tracker: &mut Bin
                     continue;
                 }
                 tracker.marked.insert(uid.clone(), (rv, message.clone()));
-                actions.push(BinderAction::Unschedulable { namespace, name, uid, message });
+                let since = unscheduled_since(pod);
+                actions.push(BinderAction::Unschedulable { namespace, name, uid, message, since });
             }
         }
     }
@@ -168,6 +179,33 @@ mod tests {
         });
         let a = plan(t(), &nodes, &pods, &mut tr);
         assert!(a.iter().any(|x| matches!(x, BinderAction::Bind { name, .. } if name == "p1")));
+    }
+
+    #[test]
+    fn a_new_message_keeps_the_transition_time() {
+        let mut tr = BinderTracker::default();
+        let mut p = pod("p", "1");
+        p.status = Some(
+            serde_json::from_value(json!({"conditions": [{"type": "PodScheduled", "status": "False",
+                "reason": "Unschedulable", "message": "old", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
+            .unwrap(),
+        );
+        let a = plan(
+            t(),
+            &[node("a")],
+            &[pod("big", "3"), p.clone()].map(|mut x| {
+                x.spec.as_mut().unwrap().containers[0].resources =
+                    serde_json::from_value(json!({"requests": {"cpu": "3"}})).unwrap();
+                x
+            }),
+            &mut tr,
+        );
+        assert!(
+            a.iter().any(|x| matches!(x, BinderAction::Unschedulable { name, since: Some(s), .. }
+            if name == "p" && s == "2026-01-01T00:00:00Z")),
+            "{a:?}"
+        );
+        assert!(a.iter().any(|x| matches!(x, BinderAction::Unschedulable { name, since: None, .. } if name == "big")));
     }
 
     #[test]

@@ -424,10 +424,12 @@ pub fn node_lease(node: &str, node_uid: &str, duration: std::time::Duration, now
     })
 }
 
-/// The `PodScheduled=False, reason=Unschedulable` condition kube-scheduler writes.
-pub fn unschedulable_condition(message: &str, now: DateTime<Utc>) -> Value {
+/// The `PodScheduled=False, reason=Unschedulable` condition kube-scheduler writes; `since` keeps an
+/// earlier transition time (the pod was already unschedulable), else `now`.
+pub fn unschedulable_condition(message: &str, since: Option<&str>, now: DateTime<Utc>) -> Value {
+    let transition = since.map_or_else(|| timestamp(now), str::to_string);
     json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-           "lastProbeTime": null, "lastTransitionTime": timestamp(now)})
+           "lastProbeTime": null, "lastTransitionTime": transition})
 }
 
 #[cfg(test)]

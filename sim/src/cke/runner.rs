@@ -697,9 +697,10 @@ async fn exec_binder(client: &Client, action: &BinderAction, now: DateTime<Utc>)
                 Err(e) => return Err(e),
             }
         }
-        BinderAction::Unschedulable { namespace, name, message, .. } => {
+        BinderAction::Unschedulable { namespace, name, message, since, .. } => {
             let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-            let patch = json!({"status": {"conditions": [objects::unschedulable_condition(message, now)]}});
+            let patch =
+                json!({"status": {"conditions": [objects::unschedulable_condition(message, since.as_deref(), now)]}});
             ignore_not_found(pods.patch_status(name, &pp, &Patch::Merge(&patch)).await)?;
             debug!(%namespace, pod = %name, %message, "simulated binder: pod unschedulable");
         }
