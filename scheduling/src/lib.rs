@@ -10,6 +10,7 @@ pub mod hostports;
 pub mod instance_types;
 pub mod intern;
 pub mod model;
+pub mod repack;
 pub mod requirements;
 pub mod resources;
 pub mod solve;
@@ -22,3 +23,5 @@ pub mod testkit;
 
 #[cfg(test)]
 mod checklist;
+#[cfg(test)]
+mod proptests;

@@ -27,6 +27,9 @@ use crate::topology::{self, Domains, Kind, PodConstraint, Refused, Topology};
 pub fn solve(input: &Input) -> Decision {
     let mut s = Solver::new(input);
     s.run();
+    if input.settings.repack {
+        s.repack();
+    }
     s.finish()
 }
 
@@ -1113,6 +1116,122 @@ impl<'a> Solver<'a> {
 
     // ----- finishing ---------------------------------------------------------------------------
 
+    /// Re-packs the claims holding only unconstrained pods (see [`crate::repack`]), group by group
+    /// (same pool, same requirements), keeping the result only when cheaper. Pools with limits and
+    /// requirements with minValues are left alone, so limits stay exact and options keep their count.
+    fn repack(&mut self) {
+        let mut groups: Vec<(usize, Requirements, Vec<usize>)> = Vec::new();
+        for (ci, claim) in self.claims.iter().enumerate() {
+            let pool = &self.pools[claim.pool];
+            if pool.remaining.is_limited()
+                || pool.remaining.nodes.is_some()
+                || claim.reqs.iter().any(|(_, s)| s.min_values().is_some())
+            {
+                continue;
+            }
+            let free = claim.pods.iter().all(|&p| {
+                let c = &self.classes[self.pod_class[p]];
+                !c.has_topology && c.host_ports.is_empty()
+            });
+            if !free {
+                continue;
+            }
+            match groups.iter_mut().find(|(pi, reqs, _)| *pi == claim.pool && *reqs == claim.reqs) {
+                Some((_, _, list)) => list.push(ci),
+                None => groups.push((claim.pool, claim.reqs.clone(), vec![ci])),
+            }
+        }
+        let mut replaced: Vec<usize> = Vec::new();
+        let mut added: Vec<Claim> = Vec::new();
+        for (pi, reqs, claims) in groups {
+            let pool = &self.pools[pi];
+            let table = &pool.table;
+            let mut mask = table.requirement_mask(&reqs, &self.ints);
+            table.retain_offerings(&mut mask, &reqs, &self.ints);
+            let types: Vec<usize> = mask.iter().collect();
+            if types.is_empty() || types.len() > crate::repack::MAX_TYPES {
+                continue;
+            }
+            let prices: Vec<f64> = types.iter().map(|&i| table.price_under(i, &reqs, &self.ints)).collect();
+            let bins: Vec<crate::repack::Bin> = types
+                .iter()
+                .zip(&prices)
+                .map(|(&i, &price)| crate::repack::Bin {
+                    room: table.types[i].allocatable.saturating_sub(pool.groups[table.types[i].ds_group].overhead),
+                    price,
+                })
+                .collect();
+            let pods: Vec<usize> = claims.iter().flat_map(|&c| self.claims[c].pods.iter().copied()).collect();
+            let items: Vec<Resources> = pods.iter().map(|&p| self.input.pods[p].requests).collect();
+            // Cheapest type holding the items, per node: what finishing would launch.
+            let cheapest = |used: &Resources| -> Option<(f64, Bits)> {
+                let mut fit = Bits::empty(table.len());
+                let mut best = f64::INFINITY;
+                for (k, &i) in types.iter().enumerate() {
+                    if (*used + pool.groups[table.types[i].ds_group].overhead).fits(&table.types[i].allocatable) {
+                        fit.set(i);
+                        best = best.min(prices[k]);
+                    }
+                }
+                best.is_finite().then_some((best, fit))
+            };
+            let old: f64 = claims.iter().filter_map(|&c| cheapest(&self.claims[c].used)).map(|(p, _)| p).sum();
+            let mut best: Option<(f64, Vec<PackedNode>)> = None;
+            for packed in
+                [crate::repack::pack(&items, &bins), crate::repack::pack_ffd(&items, &bins)].into_iter().flatten()
+            {
+                let mut nodes = Vec::new();
+                let mut cost = 0.0;
+                for (_, idx) in packed {
+                    let members: Vec<usize> = idx.iter().map(|&k| pods[k]).collect();
+                    let used = members.iter().fold(Resources::ZERO, |a, &p| a + self.input.pods[p].requests);
+                    let Some((price, fit)) = cheapest(&used) else {
+                        cost = f64::INFINITY;
+                        break;
+                    };
+                    cost += price;
+                    nodes.push((members, used, fit));
+                }
+                if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+                    best = Some((cost, nodes));
+                }
+            }
+            let Some((new_cost, new_claims)) = best else { continue };
+            if new_cost + 1e-9 >= old {
+                continue;
+            }
+            replaced.extend(claims.iter().copied());
+            for (members, used, fit) in new_claims {
+                let headroom = table.max_headroom(&fit, |g| pool.groups[g].overhead).saturating_sub(used);
+                let hostname = self.ints.val(&format!("hostname-placeholder-r{:04}", added.len()));
+                added.push(Claim {
+                    pool: pi,
+                    reqs: reqs.clone(),
+                    types: fit,
+                    used,
+                    ports: Vec::new(),
+                    hostname,
+                    pods: members,
+                    headroom,
+                    min_values_relaxed: false,
+                });
+            }
+        }
+        if replaced.is_empty() {
+            return;
+        }
+        replaced.sort_unstable();
+        let mut kept: Vec<Claim> = Vec::new();
+        for (ci, c) in std::mem::take(&mut self.claims).into_iter().enumerate() {
+            if replaced.binary_search(&ci).is_err() {
+                kept.push(c);
+            }
+        }
+        kept.extend(added);
+        self.claims = kept;
+        self.claim_order = (0..self.claims.len()).collect();
+    }
+
     fn finish(mut self) -> Decision {
         let mut decision = Decision::default();
         let max_types = self.input.settings.max_instance_types.max(1);
@@ -1288,6 +1407,9 @@ fn keep_type(
     }
     Ok((price, group))
 }
+
+/// A re-packed node: its pods, their requests, the types holding them.
+type PackedNode = (Vec<usize>, Resources, Bits);
 
 fn refresh_limits(pool: &mut PoolCtx) {
     if !pool.remaining.is_limited() {

@@ -1,0 +1,208 @@
+//! Properties of every decision on random inputs: each pod is decided exactly once; every placed pod
+//! really fits (claims: every option's allocatable holds the pods; existing nodes: their remaining
+//! room); no pool limit is exceeded, `nodes` counted exactly; host ports and hostname
+//! anti-affinity hold on every claim.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use proptest::prelude::*;
+
+use crate::model::{DaemonSet, Input, Limits, Operator, Pod, TaintEffect};
+use crate::testkit::*;
+use crate::{hostports, solve};
+use crds::labels::{HOSTNAME, INSTANCE_TYPE, ZONE};
+
+const FLAVORS: [&str; 6] = ["2XS", "XS", "S", "M", "L", "XL"];
+
+#[derive(Debug, Clone)]
+struct PodSpec {
+    cpu: i64,
+    mem_mi: i64,
+    kind: u8,
+    group: u8,
+}
+
+fn pod_spec() -> impl Strategy<Value = PodSpec> {
+    (0i64..9000, 0i64..20_000, 0u8..8, 0u8..3).prop_map(|(cpu, mem_mi, kind, group)| PodSpec {
+        cpu,
+        mem_mi,
+        kind,
+        group,
+    })
+}
+
+#[derive(Debug, Clone)]
+struct PoolSpec {
+    weight: i32,
+    flavors: u8,
+    nodes: Option<i64>,
+    cpu: Option<i64>,
+    used_nodes: i64,
+    tainted: bool,
+}
+
+fn pool_spec() -> impl Strategy<Value = PoolSpec> {
+    (0i32..3, 1u8..64, proptest::option::of(0i64..6), proptest::option::of(0i64..60), 0i64..3, any::<bool>()).prop_map(
+        |(weight, flavors, nodes, cpu, used_nodes, tainted)| PoolSpec {
+            weight: weight * 10,
+            flavors,
+            nodes,
+            cpu: cpu.map(|c| c * 1000),
+            used_nodes,
+            tainted,
+        },
+    )
+}
+
+fn build(pools: &[PoolSpec], pods: &[PodSpec], nodes: u8, ds: bool, zones: bool) -> Input {
+    let pools = pools
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mut p = pool(&format!("pool-{i}"));
+            if zones {
+                p.instance_types = flavors_3_zones();
+            }
+            p.weight = s.weight;
+            let allowed: Vec<&str> =
+                FLAVORS.iter().enumerate().filter(|(b, _)| s.flavors & (1 << b) != 0).map(|(_, f)| *f).collect();
+            p.requirements = vec![req(INSTANCE_TYPE, Operator::In, &allowed)];
+            p.limits = Limits { nodes: s.nodes, cpu_millis: s.cpu, ..Limits::default() };
+            p.usage.nodes = s.used_nodes;
+            p.usage.resources.cpu_millis = s.used_nodes * 4000;
+            if s.tainted {
+                p.taints = vec![taint("dedicated", Some("x"), TaintEffect::NoSchedule)];
+            }
+            p
+        })
+        .collect();
+    let pods: Vec<Pod> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mut p = pod(&format!("p{i:03}"), s.cpu, s.mem_mi * MI);
+            let app = format!("app-{}", s.group);
+            p.labels = labels_of(&[("app", &app)]);
+            match s.kind {
+                1 => p.constraints.pod_anti_affinity = vec![term(HOSTNAME, &[("app", &app)])],
+                2 => p.constraints.host_ports = vec![host_port(8080 + i32::from(s.group), "TCP")],
+                3 => {
+                    p.constraints.topology_spread =
+                        vec![spread(ZONE, 1, crate::model::WhenUnsatisfiable::DoNotSchedule, &[("app", &app)])]
+                }
+                4 => p.constraints.tolerations = vec![toleration("dedicated", Some("x"))],
+                5 => p.constraints.pod_affinity = vec![term(HOSTNAME, &[("app", &app)])],
+                _ => {}
+            }
+            p
+        })
+        .collect();
+    let nodes = (0..nodes)
+        .map(|i| {
+            node_of(&format!("node-{i}"), FLAVORS[usize::from(i) % 6], vec![running(&format!("r{i}"), 1500, GI, &[])])
+        })
+        .collect();
+    let daemonsets = if ds {
+        vec![DaemonSet { namespace: "kube-system".into(), name: "agent".into(), pod: pod("agent", 200, 256 * MI) }]
+    } else {
+        Vec::new()
+    };
+    Input { pools, pods, nodes, daemonsets, ..Input::default() }
+}
+
+fn check(input: &Input) {
+    let d = solve(input);
+    // Each pod decided exactly once.
+    let mut seen = vec![0u8; input.pods.len()];
+    for c in &d.new_claims {
+        for &p in &c.pods {
+            seen[p] += 1;
+        }
+    }
+    for a in &d.existing {
+        for &p in &a.pods {
+            seen[p] += 1;
+        }
+    }
+    for u in &d.unschedulable {
+        seen[u.pod] += 1;
+        assert!(!u.reason.is_empty());
+    }
+    assert!(seen.iter().all(|&n| n == 1), "{seen:?}");
+    // Claims: every option holds the pods plus (at least) the minimum DaemonSet overhead.
+    for c in &d.new_claims {
+        let pool = input.pools.iter().find(|p| p.name == c.nodepool).unwrap();
+        let sum = c.pods.iter().fold(crds::quantity::Resources::ZERO, |acc, &p| acc + input.pods[p].requests);
+        assert!(
+            c.requests.fits(
+                &(sum + input.daemonsets.iter().fold(crds::quantity::Resources::ZERO, |a, d| a + d.pod.requests))
+            )
+        );
+        assert!(!c.instance_types.is_empty());
+        for o in &c.instance_types {
+            let t = pool.instance_types.iter().find(|t| t.name == o.name).unwrap();
+            assert!(c.requests.fits(&t.allocatable), "{} does not hold {:?}", o.name, c.requests);
+        }
+        assert!(c.instance_types.windows(2).all(|w| w[0].price <= w[1].price));
+        // Host ports and hostname anti-affinity hold within the claim.
+        for (i, &a) in c.pods.iter().enumerate() {
+            for &b in &c.pods[i + 1..] {
+                let (pa, pb) = (&input.pods[a], &input.pods[b]);
+                assert!(hostports::first_clash(&pa.constraints.host_ports, &pb.constraints.host_ports).is_none());
+                let anti = |x: &Pod, y: &Pod| !x.constraints.pod_anti_affinity.is_empty() && x.labels == y.labels;
+                assert!(!anti(pa, pb) && !anti(pb, pa), "{} and {} share a claim", pa.name, pb.name);
+            }
+        }
+    }
+    // Existing nodes: running pods + new pods within allocatable.
+    for a in &d.existing {
+        let n = &input.nodes[a.node];
+        let sum = n
+            .pods
+            .iter()
+            .map(|p| p.requests)
+            .chain(a.pods.iter().map(|&p| input.pods[p].requests))
+            .fold(crds::quantity::Resources::ZERO, |x, y| x + y);
+        assert!(sum.fits(&n.allocatable), "{} overcommitted", n.name);
+    }
+    // Limits: nodes exact, cpu with the largest option of each claim.
+    for p in &input.pools {
+        let claims: Vec<_> = d.new_claims.iter().filter(|c| c.nodepool == p.name).collect();
+        if let Some(max) = p.limits.nodes {
+            assert!(
+                p.usage.nodes + i64::try_from(claims.len()).unwrap() <= max.max(p.usage.nodes),
+                "{}: node limit",
+                p.name
+            );
+        }
+        if let Some(max) = p.limits.cpu_millis {
+            let largest: i64 = claims
+                .iter()
+                .map(|c| {
+                    c.instance_types
+                        .iter()
+                        .map(|o| p.instance_types.iter().find(|t| t.name == o.name).unwrap().capacity.cpu_millis)
+                        .max()
+                        .unwrap_or(0)
+                })
+                .sum();
+            if !claims.is_empty() {
+                assert!(p.usage.resources.cpu_millis + largest <= max, "{}: cpu limit", p.name);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn decisions_are_sound(
+        pools in proptest::collection::vec(pool_spec(), 0..4),
+        pods in proptest::collection::vec(pod_spec(), 0..60),
+        nodes in 0u8..4,
+        ds in any::<bool>(),
+        zones in any::<bool>(),
+    ) {
+        check(&build(&pools, &pods, nodes, ds, zones));
+    }
+}
