@@ -88,10 +88,15 @@ fn cm(name: &str, data: Value) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": data})).unwrap()
 }
 
+/// A pod no scheduler of a real cluster picks up (its scheduler does not exist), so it stays
+/// Pending and unbound unless a test binds it.
 fn pod(name: &str, labels: Value) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": name, "labels": labels},
-        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+        "spec": {
+            "schedulerName": "karpenter-hub-conformance-none",
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
+        }
     }))
     .unwrap()
 }
@@ -378,9 +383,9 @@ async fn strategic_merge_patch_on_nodes() {
         .await
         .unwrap();
     assert_eq!(out.metadata.finalizers.clone().unwrap(), vec!["example.com/a", "example.com/b"]);
+    // (A real node lifecycle controller may add its own not-ready taint to this kubelet-less node.)
     let taints = out.spec.unwrap().taints.unwrap();
-    assert_eq!(taints.len(), 1);
-    assert_eq!(taints[0].key, "b");
+    assert!(taints.iter().any(|t| t.key == "b") && !taints.iter().any(|t| t.key == "a"), "{taints:?}");
     nodes
         .patch_status(
             &name,
@@ -903,7 +908,9 @@ async fn bound_pod_deletion_is_graceful() {
 async fn pod_create_defaults() {
     let t = target("poddefaults").await;
     let pods: Api<Pod> = t.api();
-    let p = pods.create(&PostParams::default(), &pod("d", json!({}))).await.unwrap();
+    let mut d = pod("d", json!({}));
+    d.spec.as_mut().unwrap().scheduler_name = None;
+    let p = pods.create(&PostParams::default(), &d).await.unwrap();
     let status = p.status.unwrap();
     assert_eq!(status.phase.as_deref(), Some("Pending"));
     assert_eq!(status.qos_class.as_deref(), Some("BestEffort"));

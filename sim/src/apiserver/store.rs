@@ -1406,3 +1406,88 @@ fn decode_continue(token: &str) -> Result<(u64, ObjKey), ApiError> {
     let (ns, name) = start.split_once('/').ok_or_else(bad)?;
     Ok((rv, (ns.to_string(), name.to_string())))
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn state(seed: u64) -> State {
+        let (tx, _) = broadcast::channel(64);
+        State::new(Clock::manual_default(), seed, 100, tx)
+    }
+
+    fn res(st: &State, group: &str, plural: &str) -> Arc<Resource> {
+        st.registry.any_version(group, plural).unwrap()
+    }
+
+    #[test]
+    fn generated_names_and_uids_follow_the_seed() {
+        let mut a = state(9);
+        let mut b = state(9);
+        let cms = res(&a, "", "configmaps");
+        let body = json!({"metadata": {"generateName": "x-"}});
+        let (oa, _) = a.create(&cms, Some("default"), body.clone()).unwrap();
+        let (ob, _) = b.create(&cms, Some("default"), body).unwrap();
+        assert_eq!(meta_str(&oa, "name"), meta_str(&ob, "name"));
+        assert_eq!(meta_str(&oa, "uid"), meta_str(&ob, "uid"));
+        let name = meta_str(&oa, "name").unwrap();
+        assert!(name.starts_with("x-") && name.len() == 7);
+    }
+
+    #[test]
+    fn qos_classes() {
+        assert_eq!(qos_class(&json!({"containers": [{"name": "c"}]})), "BestEffort");
+        let g = json!({"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]});
+        assert_eq!(qos_class(&g), "Guaranteed");
+        let b = json!({"containers": [{"resources": {"requests": {"cpu": "1"}}}]});
+        assert_eq!(qos_class(&b), "Burstable");
+    }
+
+    #[test]
+    fn pdb_status_counts_ready_matching_pods() {
+        let mut st = state(1);
+        let pods = res(&st, "", "pods");
+        let pdbs = res(&st, "policy", "poddisruptionbudgets");
+        for (n, ready) in [("a", true), ("b", true), ("c", false)] {
+            let mut p =
+                json!({"metadata": {"name": n, "labels": {"app": "x"}}, "spec": {"containers": [{"name": "c"}]}});
+            if ready {
+                p["status"] = json!({"conditions": [{"type": "Ready", "status": "True"}]});
+            }
+            st.create(&pods, Some("default"), p.clone()).unwrap();
+            if ready {
+                st.update(&pods, Some("default"), n, p, Sub::Status).unwrap();
+            }
+        }
+        st.create(
+            &pdbs,
+            Some("default"),
+            json!({"metadata": {"name": "p"}, "spec": {"maxUnavailable": "50%", "selector": {"matchLabels": {"app": "x"}}}}),
+        )
+        .unwrap();
+        let pdb = st.get(&pdbs, "default", "p").unwrap();
+        // 3 expected, 50% of 3 rounded up = 2 may be unavailable: 1 desired healthy; 2 healthy.
+        assert_eq!(pdb["status"]["expectedPods"], 3);
+        assert_eq!(pdb["status"]["currentHealthy"], 2);
+        assert_eq!(pdb["status"]["desiredHealthy"], 1);
+        assert_eq!(pdb["status"]["disruptionsAllowed"], 1);
+        st.evict("default", "a", &json!({})).unwrap();
+        let err = st.evict("default", "b", &json!({})).unwrap_err();
+        assert_eq!(err.code, 429);
+        // The unready pod may go: the budget is met without it.
+        st.evict("default", "c", &json!({})).unwrap();
+    }
+
+    #[test]
+    fn history_window_answers_gone() {
+        let mut st = state(1);
+        let cms = res(&st, "", "configmaps");
+        let start = st.rv;
+        for i in 0..150 {
+            st.create(&cms, Some("default"), json!({"metadata": {"name": format!("c{i}")}})).unwrap();
+        }
+        assert_eq!(st.history_since(start).unwrap_err().code, 410);
+        assert_eq!(st.history_since(st.rv - 10).unwrap().len(), 10);
+    }
+}
