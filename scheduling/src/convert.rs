@@ -816,3 +816,140 @@ fn limits_of(p: &NodePool, obj: &str) -> Result<Limits, ConvertError> {
     }
     Ok(l)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pool() -> NodePool {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodePool",
+            "metadata": {"name": "default", "namespace": "demo"},
+            "spec": {"clusterName": "c1", "template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"},
+                "requirements": []}}}
+        }))
+        .unwrap()
+    }
+
+    fn pod(name: &str, extra: serde_json::Value) -> K8sPod {
+        let mut v = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}}}]}});
+        merge(&mut v, extra);
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+        match (a, b) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (a, b) => *a = b,
+        }
+    }
+
+    fn unschedulable() -> serde_json::Value {
+        json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}})
+    }
+
+    fn names(c: &Converted) -> Vec<String> {
+        c.input.pods.iter().map(|p| p.name.clone()).collect()
+    }
+
+    fn convert(snapshot: &Snapshot, rule: PendingRule) -> Converted {
+        build_input(snapshot, "c1", rule, Settings::default()).unwrap()
+    }
+
+    #[test]
+    fn c33_only_unschedulable_and_not_nominated_pods_are_provisionable() {
+        let snap = Snapshot {
+            node_pools: vec![pool()],
+            pods: vec![
+                pod("pending", unschedulable()),
+                pod("no-condition", json!({})),
+                pod(
+                    "nominated",
+                    json!({"status": {"nominatedNodeName": "n1", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}),
+                ),
+            ],
+            ..Snapshot::default()
+        };
+        assert_eq!(names(&convert(&snap, PendingRule::Unschedulable)), vec!["pending"]);
+        // plan counts every unbound pod, but still not one being preempted for.
+        assert_eq!(names(&convert(&snap, PendingRule::Unbound)), vec!["pending", "no-condition"]);
+    }
+
+    #[test]
+    fn c34_c35_restricted_keys_and_opt_out() {
+        let snap = Snapshot {
+            node_pools: vec![pool()],
+            pods: vec![
+                pod("hostname", json!({"spec": {"nodeSelector": {"kubernetes.io/hostname": "n1"}}})),
+                pod(
+                    "fields",
+                    json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}}}),
+                ),
+                pod(
+                    "opt-out",
+                    json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "DoesNotExist"}]}]}}}}}),
+                ),
+                pod("ok", json!({})),
+            ],
+            ..Snapshot::default()
+        };
+        let c = convert(&snap, PendingRule::Unbound);
+        assert_eq!(names(&c), vec!["ok"]);
+        assert!(c.notes.iter().any(|n| n.contains("hostname") && n.contains("restricted")), "{:?}", c.notes);
+        assert!(c.notes.iter().any(|n| n.contains("fields") && n.contains("matchFields")), "{:?}", c.notes);
+        assert!(!c.notes.iter().any(|n| n.contains("opt-out")), "{:?}", c.notes);
+    }
+
+    #[test]
+    fn c32_c89_c90_pods_of_leaving_nodes() {
+        let node: K8sNode = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "old", "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {"taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]},
+            "status": {"capacity": {"cpu": "6", "memory": "7937580Ki", "pods": "110"}}}))
+        .unwrap();
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "db", "namespace": "shop"}, "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "db"}}}}))
+        .unwrap();
+        let snap = Snapshot {
+            node_pools: vec![pool()],
+            nodes: vec![node],
+            pods: vec![
+                pod("web", json!({"spec": {"nodeName": "old"}})),
+                pod("db", json!({"metadata": {"labels": {"app": "db"}}, "spec": {"nodeName": "old"}})),
+                pod(
+                    "kept",
+                    json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}, "spec": {"nodeName": "old"}}),
+                ),
+                pod(
+                    "agent",
+                    json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u"}]}, "spec": {"nodeName": "old"}}),
+                ),
+            ],
+            pdbs: vec![pdb],
+            ..Snapshot::default()
+        };
+        let c = convert(&snap, PendingRule::Unschedulable);
+        assert_eq!(names(&c), vec!["web"]);
+        assert!(c.input.nodes.is_empty(), "a leaving node is no capacity");
+    }
+
+    #[test]
+    fn errors_name_object_and_field() {
+        let snap = Snapshot {
+            node_pools: vec![pool()],
+            pods: vec![pod("bad", json!({"spec": {"tolerations": [{"key": "x", "operator": "Maybe"}]}}))],
+            ..Snapshot::default()
+        };
+        let e = build_input(&snap, "c1", PendingRule::Unbound, Settings::default()).unwrap_err();
+        assert_eq!(e.object, "Pod shop/bad");
+        assert_eq!(e.field, "spec.tolerations[0].operator");
+    }
+}
