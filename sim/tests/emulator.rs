@@ -162,6 +162,45 @@ async fn unreachable_cluster_fails_fast_and_recovers() {
 }
 
 #[tokio::test]
+async fn blackholed_cluster_hangs_requests_until_cleared() {
+    let s = ApiServer::start(ApiServerConfig::new("faults-blackhole")).await.unwrap();
+    let mut cfg = s.client_config();
+    cfg.read_timeout = Some(Duration::from_millis(300));
+    let cms: Api<ConfigMap> = Api::default_namespaced(Client::try_from(cfg).unwrap());
+    cms.list(&ListParams::default()).await.unwrap();
+    s.faults().set_blackhole(true);
+    let t = Instant::now();
+    assert!(cms.list(&ListParams::default()).await.is_err(), "the client's read timeout fires");
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    // A held request completes once the black hole is cleared.
+    let patient: Api<ConfigMap> = Api::default_namespaced(s.client());
+    let held = tokio::spawn(async move { patient.list(&ListParams::default()).await.map(|l| l.items.len()) });
+    s.faults().set_blackhole(false);
+    tokio::time::timeout(TIMEOUT, held).await.unwrap().unwrap().unwrap();
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn version_and_health_are_public_but_bad_tokens_are_not() {
+    let s = ApiServer::start(ApiServerConfig::new("public")).await.unwrap();
+    let http = |token: Option<&str>, path: &str| {
+        let mut cfg = s.client_config();
+        cfg.auth_info = Default::default();
+        if let Some(t) = token {
+            cfg.auth_info.token = Some(t.to_string().into());
+        }
+        let client = Client::try_from(cfg).unwrap();
+        let req = http::Request::get(path.to_string()).body(Vec::new()).unwrap();
+        async move { client.request_text(req).await }
+    };
+    assert!(http(None, "/version").await.is_ok());
+    assert!(http(None, "/readyz").await.is_ok());
+    assert!(http(None, "/api/v1/namespaces").await.is_err());
+    assert!(http(Some("bad"), "/version").await.is_err());
+    s.shutdown().await;
+}
+
+#[tokio::test]
 async fn dropped_watches_resume_from_the_last_resource_version_without_relisting() {
     let s = ApiServer::start(ApiServerConfig::new("faults-watch")).await.unwrap();
     let cms: Api<ConfigMap> = Api::default_namespaced(s.client());

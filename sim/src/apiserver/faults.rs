@@ -48,6 +48,8 @@ pub(crate) struct FaultState {
     unauthorized: AtomicBool,
     /// `true` while the cluster is unreachable; connections watch it and drop.
     pub(crate) unreachable: tokio::sync::watch::Sender<bool>,
+    /// `true` while requests are accepted but never answered.
+    pub(crate) blackhole: tokio::sync::watch::Sender<bool>,
     /// Bumped to end every open watch stream.
     pub(crate) watch_drops: tokio::sync::watch::Sender<u64>,
     injected: AtomicU64,
@@ -61,6 +63,7 @@ impl FaultState {
             latency_us: AtomicU64::new(0),
             unauthorized: AtomicBool::new(false),
             unreachable: tokio::sync::watch::Sender::new(false),
+            blackhole: tokio::sync::watch::Sender::new(false),
             watch_drops: tokio::sync::watch::Sender::new(0),
             injected: AtomicU64::new(0),
         }
@@ -134,6 +137,12 @@ impl Faults {
         self.state.unreachable.send_replace(unreachable);
     }
 
+    /// Requests are accepted but not answered while `true` (a black-holed network path or a hung
+    /// apiserver): clients run into their own timeouts. Held requests proceed once cleared.
+    pub fn set_blackhole(&self, on: bool) {
+        self.state.blackhole.send_replace(on);
+    }
+
     /// Whether the cluster is currently unreachable.
     pub fn is_unreachable(&self) -> bool {
         *self.state.unreachable.borrow()
@@ -150,11 +159,12 @@ impl Faults {
         self.state.unauthorized.store(false, Ordering::Relaxed);
     }
 
-    /// Clears every fault (errors, latency, unreachability, expired credentials).
+    /// Clears every fault (errors, latency, unreachability, black hole, expired credentials).
     pub fn clear(&self) {
         self.clear_errors();
         self.set_latency(Duration::ZERO);
         self.set_unreachable(false);
+        self.set_blackhole(false);
         self.restore_credentials();
     }
 }

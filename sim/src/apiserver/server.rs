@@ -239,14 +239,17 @@ async fn handle(
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    // Authentication.
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
+    let mut blackhole = shared.faults.blackhole.subscribe();
+    if *blackhole.borrow() {
+        let _ = blackhole.wait_for(|b| !*b).await;
+    }
+    // Authentication. Without credentials, /version and the health endpoints are public (as with
+    // kube-apiserver's anonymous access and system:public-info-viewer); a bad token is always 401.
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let token = authorization.and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
     let admin = shared.token.read().map(|t| t.clone()).unwrap_or_default();
-    let service_account = if token == admin {
+    let public = authorization.is_none() && matches!(route, Route::Version | Route::Health);
+    let service_account = if token == admin || public {
         None
     } else {
         match lock(&shared.store).minted_tokens.get(token) {
