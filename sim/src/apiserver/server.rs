@@ -182,6 +182,13 @@ fn parse_body(body: &Bytes, yaml_ok: bool) -> Result<Value, ApiError> {
     if body.is_empty() {
         return Ok(json!({}));
     }
+    if body.starts_with(b"k8s\0") {
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml",
+        ));
+    }
     match serde_json::from_slice::<Value>(body) {
         Ok(v) => Ok(v),
         Err(e) if yaml_ok => {
