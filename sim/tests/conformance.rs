@@ -1091,3 +1091,31 @@ async fn rbac_limits_service_account_tokens() {
     assert_eq!(api_err(nodes.list(&ListParams::default()).await).code, 403);
     t.cleanup().await;
 }
+
+/// Metadata-only requests (`as=PartialObjectMetadata`) return `PartialObjectMetadata` objects and
+/// lists (kube's `list_metadata`, `metadata_watcher`): just the metadata, no spec or data.
+#[tokio::test]
+async fn metadata_only_list_get_and_watch() {
+    let t = target("metadata").await;
+    let cms: Api<ConfigMap> = t.api();
+    cms.create(&PostParams::default(), &cm("m1", json!({"big": "x"}))).await.unwrap();
+    let list = cms.list_metadata(&ListParams::default()).await.unwrap();
+    let m1 = list.items.iter().find(|o| o.metadata.name.as_deref() == Some("m1")).expect("m1 listed");
+    assert_eq!(m1.types.as_ref().map(|t| t.kind.as_str()), Some("PartialObjectMetadata"));
+    let one = cms.get_metadata("m1").await.unwrap();
+    assert!(one.metadata.uid.is_some());
+    let metas: Api<kube::core::PartialObjectMeta<ConfigMap>> = Api::namespaced(t.client.clone(), &t.ns);
+    let mut stream = Box::pin(kube::runtime::watcher(metas, kube::runtime::watcher::Config::default()));
+    cms.create(&PostParams::default(), &cm("m2", json!({}))).await.unwrap();
+    loop {
+        match tokio::time::timeout(TIMEOUT, stream.try_next()).await.expect("in time").unwrap().unwrap() {
+            kube::runtime::watcher::Event::Apply(o) | kube::runtime::watcher::Event::InitApply(o)
+                if o.metadata.name.as_deref() == Some("m2") =>
+            {
+                break;
+            }
+            _ => {}
+        }
+    }
+    t.cleanup().await;
+}

@@ -202,6 +202,23 @@ fn parse_body(body: &Bytes, yaml_ok: bool) -> Result<Value, ApiError> {
     }
 }
 
+/// `Accept: application/json;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1` (metadata-only
+/// clients such as kube's `metadata_watcher`).
+fn wants_metadata(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.split(',').next().unwrap_or("").contains("as=PartialObjectMetadata"))
+}
+
+fn partial(obj: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or(json!({})),
+    })
+}
+
 fn wants_table(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
@@ -512,9 +529,12 @@ async fn resource_request(
             return Err(ApiError::bad_request(format!("strict decoding error: {}", list.join(", "))));
         }
     }
+    let metadata_only = wants_metadata(headers);
     let render_one = |obj: &Arc<Value>, code: u16| -> Response {
         let obj = present(res, obj);
-        if table {
+        if metadata_only {
+            json_response(code, &partial(&obj))
+        } else if table {
             let meta = json!({"resourceVersion": meta_str(&obj, "resourceVersion")});
             json_response(
                 code,
@@ -525,7 +545,7 @@ async fn resource_request(
         }
     };
     match (verb, p.sub.as_deref()) {
-        ("watch", _) => Ok(watch(shared.clone(), res.clone(), p, q, table)),
+        ("watch", _) => Ok(watch(shared.clone(), res.clone(), p, q, table, metadata_only)),
         ("get", None) | ("get", Some("status")) => {
             let obj = lock(&shared.store).get(res, ns.unwrap_or(""), name)?;
             Ok(render_one(&obj, 200))
@@ -549,6 +569,13 @@ async fn resource_request(
                 let items: Vec<Arc<Value>> = list.items.iter().map(|o| present(res, &Arc::new(o.value()))).collect();
                 let t = table::table(res, &items, meta, true, q.get("includeObject").map_or("", String::as_str), now);
                 return Ok(json_response(200, &t));
+            }
+            if metadata_only {
+                let items: Vec<Value> = list.items.iter().map(|o| partial(&o.value())).collect();
+                return Ok(json_response(
+                    200,
+                    &json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": items}),
+                ));
             }
             Ok(list_response(res, &list.items, &meta))
         }
@@ -745,7 +772,14 @@ fn event_line_raw(ty: &str, obj: &[u8]) -> Bytes {
     Bytes::from(buf)
 }
 
-fn watch(shared: Arc<Shared>, res: Arc<Resource>, p: &ResPath, q: &BTreeMap<String, String>, table: bool) -> Response {
+fn watch(
+    shared: Arc<Shared>,
+    res: Arc<Resource>,
+    p: &ResPath,
+    q: &BTreeMap<String, String>,
+    table: bool,
+    metadata_only: bool,
+) -> Response {
     let labels = match LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str)) {
         Ok(l) => l,
         Err(e) => return error_response(&ApiError::bad_request(e)),
@@ -802,7 +836,9 @@ fn watch(shared: Arc<Shared>, res: Arc<Resource>, p: &ResPath, q: &BTreeMap<Stri
     tokio::spawn(async move {
         let mut headers_sent = false;
         let mut render = |ty: &str, obj: &Stored| -> Bytes {
-            if table {
+            if metadata_only {
+                event_line(ty, &partial(&obj.value()))
+            } else if table {
                 let obj = present(&res, &Arc::new(obj.value()));
                 let meta = json!({"resourceVersion": meta_str(&obj, "resourceVersion")});
                 let t = table::table(&res, &[obj], meta, !headers_sent, &include_object, clock.now());
