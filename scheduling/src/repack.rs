@@ -108,6 +108,15 @@ fn times(s: &Resources, k: i64) -> Resources {
 /// Packs `items` (pod requests) into nodes: `(bin index, item indices)` per node, or `None` when some
 /// item fits no bin.
 pub fn pack(items: &[Resources], bins: &[Bin]) -> Option<Vec<(usize, Vec<usize>)>> {
+    pack_with(items, bins, false)
+}
+
+/// [`pack`], filling each node by value density (see [`fill`]).
+pub fn pack_balanced(items: &[Resources], bins: &[Bin]) -> Option<Vec<(usize, Vec<usize>)>> {
+    pack_with(items, bins, true)
+}
+
+fn pack_with(items: &[Resources], bins: &[Bin], balanced: bool) -> Option<Vec<(usize, Vec<usize>)>> {
     if items.is_empty() {
         return Some(Vec::new());
     }
@@ -130,46 +139,82 @@ pub fn pack(items: &[Resources], bins: &[Bin]) -> Option<Vec<(usize, Vec<usize>)
     let mut left = items.len();
     let mut out = Vec::new();
     while left > 0 {
-        let mut best: Option<(f64, f64, usize)> = None;
+        let mut best: Option<(f64, f64, usize, Takes)> = None;
         for (b, bin) in bins.iter().enumerate() {
-            let mut room = bin.room;
-            let mut v = 0.0;
-            let mut n = 0i64;
-            for (s, sv, list) in &shapes {
-                if list.is_empty() {
-                    continue;
-                }
-                let k = fit_count(&room, s).min(i64::try_from(list.len()).unwrap_or(i64::MAX));
-                if k > 0 {
-                    room = room.saturating_sub(times(s, k));
-                    v += sv * k as f64;
-                    n += k;
-                }
-            }
-            if n == 0 {
+            let (takes, v) = fill(bin, &shapes, balanced);
+            if takes.is_empty() {
                 continue;
             }
             let score = bin.price / v.max(1e-300);
-            if best.is_none_or(|(bs, bv, _)| score < bs || (score == bs && v > bv)) {
-                best = Some((score, v, b));
+            if best.as_ref().is_none_or(|(bs, bv, ..)| score < *bs || (score == *bs && v > *bv)) {
+                best = Some((score, v, b, takes));
             }
         }
-        let (_, _, b) = best?;
-        let mut room = bins[b].room;
+        let (_, _, b, takes) = best?;
         let mut taken = Vec::new();
-        for (s, _, list) in &mut shapes {
-            let k = fit_count(&room, s).min(i64::try_from(list.len()).unwrap_or(i64::MAX));
-            if k > 0 {
-                room = room.saturating_sub(times(s, k));
-                let at = list.len() - usize::try_from(k).unwrap_or(0);
-                taken.extend(list.drain(at..));
-            }
+        for (si, k) in takes {
+            let list = &mut shapes[si].2;
+            let at = list.len() - usize::try_from(k).unwrap_or(0).min(list.len());
+            taken.extend(list.drain(at..));
         }
         left -= taken.len();
         taken.sort_unstable();
         out.push((b, taken));
     }
     Some(out)
+}
+
+/// `(shape index, count)` taken by one node.
+type Takes = Vec<(usize, i64)>;
+
+/// What one node of `bin` would take from the remaining shapes: `(shape, count)` and their value.
+/// Plain: shapes in value order, as many of each as fit. Balanced: one pod at a time, from the
+/// memory-heavy or the cpu-heavy end, whichever keeps cpu and memory filling together.
+fn fill(bin: &Bin, shapes: &[(Resources, f64, Vec<usize>)], balanced: bool) -> (Takes, f64) {
+    let mut room = bin.room;
+    let mut takes: Takes = Vec::new();
+    let mut v = 0.0;
+    let mut left: Vec<i64> = shapes.iter().map(|(_, _, l)| i64::try_from(l.len()).unwrap_or(i64::MAX)).collect();
+    if !balanced {
+        for (si, (s, sv, _)) in shapes.iter().enumerate() {
+            let k = fit_count(&room, s).min(left[si]);
+            if k > 0 {
+                room = room.saturating_sub(times(s, k));
+                v += sv * k as f64;
+                takes.push((si, k));
+            }
+        }
+        return (takes, v);
+    }
+    // Two-pointer balance: shapes ordered by how memory-heavy they are relative to the node; add
+    // from the memory-heavy end while memory is the less filled resource, else from the cpu-heavy end.
+    let full = vec3(&bin.room);
+    let tilt = |s: &Resources| {
+        let x = vec3(s);
+        let c = if full[0] > 0.0 { x[0] / full[0] } else { 0.0 };
+        let m = if full[1] > 0.0 { x[1] / full[1] } else { 0.0 };
+        (m + 1e-12) / (c + 1e-12)
+    };
+    let mut by_tilt: Vec<usize> = (0..shapes.len()).collect();
+    by_tilt.sort_by(|&a, &b| tilt(&shapes[a].0).total_cmp(&tilt(&shapes[b].0)).then(a.cmp(&b)));
+    let (mut used_c, mut used_m) = (0.0f64, 0.0f64);
+    loop {
+        let memory_first = used_m / full[1].max(1.0) < used_c / full[0].max(1.0);
+        let mut iter: Box<dyn Iterator<Item = &usize>> =
+            if memory_first { Box::new(by_tilt.iter().rev()) } else { Box::new(by_tilt.iter()) };
+        let Some(&si) = iter.find(|&&si| left[si] > 0 && fit_count(&room, &shapes[si].0) > 0) else { break };
+        let s = &shapes[si].0;
+        room = room.saturating_sub(*s);
+        used_c += s.cpu_millis as f64;
+        used_m += s.memory_bytes as f64;
+        v += shapes[si].1;
+        left[si] -= 1;
+        match takes.iter_mut().find(|(x, _)| *x == si) {
+            Some(t) => t.1 += 1,
+            None => takes.push((si, 1)),
+        }
+    }
+    (takes, v)
 }
 
 /// First-fit decreasing (cpu, then memory) into open nodes; an item that fits none opens the cheapest
@@ -229,6 +274,18 @@ mod tests {
         let p = pack(&items, &bins).unwrap_or_default();
         assert_eq!(p.len(), 4);
         assert!(p.iter().all(|(b, items)| *b == 0 && items.len() == 4));
+    }
+
+    #[test]
+    fn balanced_fill_pairs_cpu_heavy_with_memory_heavy_pods() {
+        // One 8-CPU/8-GiB type: 8 pods of (1 CPU, 0) and 8 of (0, 1 GiB) fit exactly in one node
+        // when mixed, and the balanced fill finds it.
+        let bins = [bin(8000, 8, 1.0)];
+        let mut items = vec![r(1000, 0); 8];
+        items.extend(vec![r(0, 1); 8]);
+        let p = pack_balanced(&items, &bins).unwrap_or_default();
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].1.len(), 16);
     }
 
     #[test]

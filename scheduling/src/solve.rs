@@ -1177,8 +1177,13 @@ impl<'a> Solver<'a> {
             };
             let old: f64 = claims.iter().filter_map(|&c| cheapest(&self.claims[c].used)).map(|(p, _)| p).sum();
             let mut best: Option<(f64, Vec<PackedNode>)> = None;
-            for packed in
-                [crate::repack::pack(&items, &bins), crate::repack::pack_ffd(&items, &bins)].into_iter().flatten()
+            for packed in [
+                crate::repack::pack(&items, &bins),
+                crate::repack::pack_balanced(&items, &bins),
+                crate::repack::pack_ffd(&items, &bins),
+            ]
+            .into_iter()
+            .flatten()
             {
                 let mut nodes = Vec::new();
                 let mut cost = 0.0;
