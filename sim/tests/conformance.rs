@@ -143,7 +143,7 @@ fn widget_crd() -> CustomResourceDefinition {
                 "name": "v1",
                 "served": true,
                 "storage": true,
-                "subresources": {"status": {}},
+                "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.size", "statusReplicasPath": ".status.observed"}},
                 "additionalPrinterColumns": [
                     {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
                     {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}
@@ -179,11 +179,12 @@ fn widget_crd() -> CustomResourceDefinition {
 /// until it is served.
 async fn widgets(t: &Target) -> Api<DynamicObject> {
     let crds: Api<CustomResourceDefinition> = Api::all(t.client.clone());
-    match crds.create(&PostParams::default(), &widget_crd()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("create CRD: {e}"),
-    }
+    // Server-side apply: creates it, or brings an older copy (from an earlier run) up to date.
+    let pp = PatchParams::apply("karpenter-hub-conformance").force();
+    let mut crd = serde_json::to_value(widget_crd()).unwrap();
+    crd["apiVersion"] = json!("apiextensions.k8s.io/v1");
+    crd["kind"] = json!("CustomResourceDefinition");
+    crds.patch(WIDGET_CRD, &pp, &Patch::Apply(&crd)).await.expect("apply CRD");
     eventually("Widget CRD established", || async {
         let c = crds.get(WIDGET_CRD).await.ok()?;
         let est = c.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
@@ -1117,5 +1118,23 @@ async fn metadata_only_list_get_and_watch() {
             _ => {}
         }
     }
+    t.cleanup().await;
+}
+
+/// A CRD's scale subresource maps `spec.replicas`/`status.replicas` of an `autoscaling/v1` Scale to
+/// the declared paths; writing the Scale writes the object.
+#[tokio::test]
+async fn crd_scale_subresource() {
+    let t = target("scale").await;
+    let w = widgets(&t).await;
+    w.create(&PostParams::default(), &widget("sc", json!({"size": 2}))).await.unwrap();
+    w.patch_status("sc", &PatchParams::default(), &Patch::Merge(json!({"status": {"observed": 2}}))).await.unwrap();
+    let scale = w.get_scale("sc").await.unwrap();
+    assert_eq!(scale.spec.unwrap().replicas, Some(2));
+    assert_eq!(scale.status.unwrap().replicas, 2);
+    w.patch_scale("sc", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 5}}))).await.unwrap();
+    let obj = w.get("sc").await.unwrap();
+    assert_eq!(obj.data["spec"]["size"], 5);
+    assert_eq!(obj.metadata.generation, Some(2));
     t.cleanup().await;
 }

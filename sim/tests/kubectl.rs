@@ -114,6 +114,8 @@ async fn kubectl_get_apply_label_delete() {
         k.apply_yaml(&["apply"], &changed);
         let json = k.ok(&["get", "configmap", "settings", "-o", "json"]);
         assert!(json.contains("\"a\": \"2\""), "{json}");
+        let described = k.ok(&["describe", "pod", "web"]);
+        assert!(described.contains("node-a") && described.contains("Events:"), "{described}");
         k.ok(&["label", "pod", "web", "tier=frontend"]);
         let shown = k.ok(&["get", "pods", "-l", "tier=frontend", "--show-labels"]);
         assert!(shown.contains("web") && shown.contains("tier=frontend"), "{shown}");

@@ -47,6 +47,8 @@ pub(crate) struct Resource {
     pub status_schema: Option<Arc<CrdSchema>>,
     /// Name of the CRD that defines this resource.
     pub crd: Option<String>,
+    /// The scale subresource's (specReplicasPath, statusReplicasPath, labelSelectorPath).
+    pub scale: Option<(String, String, Option<String>)>,
 }
 
 impl Resource {
@@ -352,6 +354,7 @@ impl Registry {
                 schema: None,
                 status_schema: None,
                 crd: None,
+                scale: None,
             });
         }
         r
@@ -456,6 +459,9 @@ impl Registry {
                 schema: Some(Arc::new(schema)),
                 status_schema: status_schema.map(Arc::new),
                 crd: Some(name.clone()),
+                scale: v.subresources.as_ref().and_then(|s| s.scale.as_ref()).map(|s| {
+                    (s.spec_replicas_path.clone(), s.status_replicas_path.clone(), s.label_selector_path.clone())
+                }),
             });
         }
         if errs.is_empty() { Ok(out) } else { Err(errs) }

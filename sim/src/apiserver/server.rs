@@ -612,6 +612,38 @@ async fn resource_request(
             out["status"] = json!({"token": token, "expirationTimestamp": exp});
             Ok(json_response(201, &out))
         }
+        ("get", Some("scale")) => {
+            let obj = lock(&shared.store).get(res, ns.unwrap_or(""), name)?;
+            Ok(json_response(200, &to_scale(res, &obj)))
+        }
+        ("update", Some("scale")) | ("patch", Some("scale")) => {
+            let mut st = lock(&shared.store);
+            let obj = st.get(res, ns.unwrap_or(""), name)?;
+            let mut scale = to_scale(res, &obj);
+            let body_v = parse_body(body, false)?;
+            if verb == "update" {
+                scale = body_v;
+            } else {
+                let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+                match PatchType::from_content_type(ct) {
+                    Some(PatchType::Json) => {
+                        super::patch::json_patch(&mut scale, &body_v).map_err(|e| ApiError::new(422, "Invalid", e))?
+                    }
+                    Some(_) => super::patch::merge_patch(&mut scale, &body_v),
+                    None => return Err(ApiError::unsupported_media_type(ct)),
+                }
+            }
+            let replicas = scale.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+            let Some((spec_path, _, _)) = &res.scale else { return Err(ApiError::not_found_path()) };
+            let mut next = (*obj).clone();
+            set_path(&mut next, spec_path, json!(replicas));
+            if let Some(rv) = scale.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+                next["metadata"]["resourceVersion"] = json!(rv);
+            }
+            let (o, w) = st.update(res, ns, name, next, Sub::Main)?;
+            drop(st);
+            Ok(with_warnings(json_response(200, &to_scale(res, &o)), &w))
+        }
         ("update", None) | ("update", Some("status")) | ("update", Some("finalize")) => {
             let obj = parse_body(body, false)?;
             let mut st = lock(&shared.store);
@@ -665,6 +697,48 @@ async fn resource_request(
             Ok(list_response(res, &deleted, &json!({"resourceVersion": rv.to_string()})))
         }
         _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// The `autoscaling/v1` Scale of a custom resource (paths from the CRD's scale subresource).
+fn to_scale(res: &Resource, obj: &Value) -> Value {
+    let get = |path: &str| {
+        let p = format!("/{}", path.trim_start_matches('.').replace('.', "/"));
+        obj.pointer(&p).cloned()
+    };
+    let (spec, status, selector) = res.scale.clone().unwrap_or_default();
+    let mut out = json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": meta_str(obj, "name"),
+            "namespace": meta_str(obj, "namespace"),
+            "uid": meta_str(obj, "uid"),
+            "resourceVersion": meta_str(obj, "resourceVersion"),
+            "creationTimestamp": meta_str(obj, "creationTimestamp"),
+        },
+        "spec": {"replicas": get(&spec).unwrap_or(json!(0))},
+        "status": {"replicas": get(&status).unwrap_or(json!(0))},
+    });
+    if let Some(sel) = selector.and_then(|p| get(&p)) {
+        out["status"]["selector"] = sel;
+    }
+    out
+}
+
+/// Sets `.a.b.c` in `obj`, creating maps on the way.
+fn set_path(obj: &mut Value, path: &str, v: Value) {
+    let mut cur = obj;
+    let parts: Vec<&str> = path.trim_start_matches('.').split('.').collect();
+    for (i, part) in parts.iter().enumerate() {
+        if !cur.is_object() {
+            *cur = json!({});
+        }
+        if i + 1 == parts.len() {
+            cur[*part] = v;
+            return;
+        }
+        cur = &mut cur[*part];
     }
 }
 
