@@ -114,6 +114,15 @@ async fn kubectl_get_apply_label_delete() {
         k.apply_yaml(&["apply"], &changed);
         let json = k.ok(&["get", "configmap", "settings", "-o", "json"]);
         assert!(json.contains("\"a\": \"2\""), "{json}");
+        // Generators send protobuf bodies.
+        k.ok(&["create", "namespace", "made-by-generator"]);
+        k.ok(&["create", "configmap", "gen-cm", "-n", "made-by-generator", "--from-literal=k=v"]);
+        k.ok(&["create", "secret", "generic", "gen-secret", "-n", "made-by-generator", "--from-literal=p=s"]);
+        k.ok(&["create", "serviceaccount", "gen-sa", "-n", "made-by-generator"]);
+        let cm = k.ok(&["get", "configmap", "gen-cm", "-n", "made-by-generator", "-o", "jsonpath={.data.k}"]);
+        assert_eq!(cm, "v");
+        let sec = k.ok(&["get", "secret", "gen-secret", "-n", "made-by-generator", "-o", "jsonpath={.data.p}"]);
+        assert_eq!(sec, "cw==");
         let described = k.ok(&["describe", "pod", "web"]);
         assert!(described.contains("node-a") && described.contains("Events:"), "{described}");
         k.ok(&["label", "pod", "web", "tier=frontend"]);
@@ -223,8 +232,7 @@ async fn kubectl_installs_the_crds_and_applies_the_examples() {
         for f in &files {
             let name = f.file_name().unwrap().to_string_lossy().to_string();
             let ns = format!("ex-{}", name.trim_end_matches(".yaml"));
-            // (`kubectl create namespace` sends protobuf, which the emulator does not speak.)
-            k.apply_yaml(&["apply"], &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"));
+            k.ok(&["create", "namespace", &ns]);
             log += &k.ok(&["apply", "-n", &ns, "-f", &f.to_string_lossy()]);
         }
         let pools = k.ok(&["get", "nodepools", "-A"]);

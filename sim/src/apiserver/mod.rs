@@ -14,6 +14,7 @@ mod faults;
 mod object;
 mod openapi;
 mod patch;
+mod protobuf;
 mod rbac;
 mod resources;
 mod selectors;

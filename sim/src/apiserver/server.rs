@@ -183,6 +183,9 @@ fn parse_body(body: &Bytes, yaml_ok: bool) -> Result<Value, ApiError> {
         return Ok(json!({}));
     }
     if body.starts_with(b"k8s\0") {
+        if let Some(v) = super::protobuf::decode(body) {
+            return Ok(v);
+        }
         return Err(ApiError::new(
             415,
             "UnsupportedMediaType",
