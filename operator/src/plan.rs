@@ -1,5 +1,6 @@
 //! `karpenter-hub plan`: the offline dry run. Reads ordinary multi-document manifests (NodePool,
-//! CleverNodeClass, FlavorCatalog, NodeClaim, Node, Pod, DaemonSet, PodDisruptionBudget; `List`s
+//! CleverNodeClass, FlavorCatalog, NodeClaim, Node, Pod, DaemonSet, PodDisruptionBudget,
+//! PersistentVolumeClaim, StorageClass; `List`s
 //! of them), treats unbound non-DaemonSet pods as pending, runs the same scheduling core as the
 //! operator and prints the decision as a table or as JSON (a stable interface, see `docs/plan.md`).
 //!
@@ -12,7 +13,7 @@ use std::path::PathBuf;
 
 use crds::catalog::round4;
 use crds::quantity::{format_bytes, format_count, format_millis_cpu};
-use scheduling::convert::{ConvertError, PendingRule, Snapshot, build_input};
+use scheduling::convert::{ConvertError, PendingRule, Snapshot, Volumes, build_input_with_volumes};
 use scheduling::model::Settings;
 use serde::Serialize;
 use serde_json::Value;
@@ -139,9 +140,18 @@ pub struct Plan {
     pub notes: Vec<String>,
 }
 
+/// What the manifests hold: the scheduling snapshot and the storage objects.
+#[derive(Debug, Clone, Default)]
+pub struct Manifests {
+    /// Hub and workload objects.
+    pub snapshot: Snapshot,
+    /// PVCs and StorageClasses, when any were given (pods' volumes are checked only then).
+    pub volumes: Volumes,
+}
+
 /// Reads manifests into a snapshot. `sources` are `(name, text)`; notes tell what was skipped.
-pub fn read_snapshot(sources: &[(String, String)]) -> Result<(Snapshot, Vec<String>), PlanError> {
-    let mut snap = Snapshot::default();
+pub fn read_snapshot(sources: &[(String, String)]) -> Result<(Manifests, Vec<String>), PlanError> {
+    let mut snap = Manifests::default();
     let mut notes = Vec::new();
     for (file, text) in sources {
         let docs: Vec<Value> = serde_saphyr::from_multiple(text)
@@ -154,7 +164,7 @@ pub fn read_snapshot(sources: &[(String, String)]) -> Result<(Snapshot, Vec<Stri
 }
 
 fn add_document(
-    snap: &mut Snapshot,
+    snap: &mut Manifests,
     notes: &mut Vec<String>,
     file: &str,
     index: usize,
@@ -187,21 +197,28 @@ fn add_document(
                 add_document(snap, notes, file, index, item)?;
             }
         }
-        ("NodePool", true) => snap.node_pools.push(typed(doc).map_err(fail)?),
-        ("CleverNodeClass", true) => snap.node_classes.push(typed(doc).map_err(fail)?),
-        ("FlavorCatalog", true) => snap.flavor_catalogs.push(typed(doc).map_err(fail)?),
-        ("NodeClaim", true) => snap.node_claims.push(typed(doc).map_err(fail)?),
-        ("Node", false) => snap.nodes.push(typed(doc).map_err(fail)?),
-        ("Pod", false) => snap.pods.push(typed(doc).map_err(fail)?),
-        ("DaemonSet", false) => snap.daemonsets.push(typed(doc).map_err(fail)?),
-        ("PodDisruptionBudget", false) => snap.pdbs.push(typed(doc).map_err(fail)?),
+        ("NodePool", true) => snap.snapshot.node_pools.push(typed(doc).map_err(fail)?),
+        ("CleverNodeClass", true) => snap.snapshot.node_classes.push(typed(doc).map_err(fail)?),
+        ("FlavorCatalog", true) => snap.snapshot.flavor_catalogs.push(typed(doc).map_err(fail)?),
+        ("NodeClaim", true) => snap.snapshot.node_claims.push(typed(doc).map_err(fail)?),
+        ("Node", false) => snap.snapshot.nodes.push(typed(doc).map_err(fail)?),
+        ("Pod", false) => snap.snapshot.pods.push(typed(doc).map_err(fail)?),
+        ("DaemonSet", false) => snap.snapshot.daemonsets.push(typed(doc).map_err(fail)?),
+        ("PodDisruptionBudget", false) => snap.snapshot.pdbs.push(typed(doc).map_err(fail)?),
+        ("PersistentVolumeClaim", false) => {
+            snap.volumes.pvcs.get_or_insert_with(Vec::new).push(typed(doc).map_err(fail)?)
+        }
+        ("StorageClass", false) => {
+            snap.volumes.storage_classes.get_or_insert_with(Vec::new).push(typed(doc).map_err(fail)?);
+        }
         _ => notes.push(format!("{file}: document {index} ({api_version} {kind}{name}) skipped: not read by plan")),
     }
     Ok(())
 }
 
 /// Plans for one cluster.
-pub fn plan(snapshot: &Snapshot, cluster: Option<&str>, mut notes: Vec<String>) -> Result<Plan, PlanError> {
+pub fn plan(manifests: &Manifests, cluster: Option<&str>, mut notes: Vec<String>) -> Result<Plan, PlanError> {
+    let snapshot = &manifests.snapshot;
     let cluster = match cluster {
         Some(c) => c.to_string(),
         None => {
@@ -213,7 +230,8 @@ pub fn plan(snapshot: &Snapshot, cluster: Option<&str>, mut notes: Vec<String>) 
             }
         }
     };
-    let converted = build_input(snapshot, &cluster, PendingRule::Unbound, Settings::default())?;
+    let converted =
+        build_input_with_volumes(snapshot, &manifests.volumes, &cluster, PendingRule::Unbound, Settings::default())?;
     notes.extend(converted.notes);
     let input = converted.input;
     let decision = scheduling::solve(&input);

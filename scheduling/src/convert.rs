@@ -12,11 +12,13 @@ use crds::catalog::{Catalog, DEFAULT_ZONE, InstanceType};
 use crds::quantity::{Resources, parse_quantity};
 use crds::{CleverNodeClass, FlavorCatalog, NodeClaim, NodePool, labels};
 use k8s_openapi::api::apps::v1::DaemonSet as K8sDaemonSet;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::core::v1::{
     Node as K8sNode, NodeSelectorRequirement as K8sNodeReq, Pod as K8sPod, PodSpec, Taint as K8sTaint,
     Toleration as K8sToleration,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as K8sSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -60,6 +62,16 @@ pub struct Snapshot {
     pub daemonsets: Vec<K8sDaemonSet>,
     /// PodDisruptionBudgets of the workload cluster.
     pub pdbs: Vec<PodDisruptionBudget>,
+}
+
+/// The storage objects of a workload cluster, for the volume checks of §3.2 (pods with invalid
+/// volumes are not provisioned). `None`: not listed, so not checked.
+#[derive(Debug, Clone, Default)]
+pub struct Volumes {
+    /// PersistentVolumeClaims.
+    pub pvcs: Option<Vec<PersistentVolumeClaim>>,
+    /// StorageClasses.
+    pub storage_classes: Option<Vec<StorageClass>>,
 }
 
 /// How pending pods are recognised.
@@ -125,6 +137,17 @@ fn node_marked_for_deletion(n: &K8sNode) -> bool {
 /// `cluster`; the caller keeps only Ready pools in the operator, `plan` takes them all.
 pub fn build_input(
     snapshot: &Snapshot,
+    cluster: &str,
+    rule: PendingRule,
+    settings: Settings,
+) -> Result<Converted, ConvertError> {
+    build_input_with_volumes(snapshot, &Volumes::default(), cluster, rule, settings)
+}
+
+/// [`build_input`], with the volume checks of §3.2 over the storage objects given.
+pub fn build_input_with_volumes(
+    snapshot: &Snapshot,
+    volumes: &Volumes,
     cluster: &str,
     rule: PendingRule,
     settings: Settings,
@@ -255,7 +278,8 @@ pub fn build_input(
                 if rule == PendingRule::Unschedulable && !unschedulable_by_scheduler(p) {
                     continue;
                 }
-                match provisionable(spec) {
+                let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+                match provisionable(spec).and_volumes(|| invalid_volume(spec, ns, volumes)) {
                     Provisionable::Yes => out.input.pods.push(pod_from(p, &obj)?),
                     Provisionable::OptOut => {}
                     Provisionable::Ignored(why) => out.notes.push(format!("{obj}: ignored, {why}")),
@@ -321,6 +345,65 @@ enum Provisionable {
     Yes,
     OptOut,
     Ignored(String),
+}
+
+impl Provisionable {
+    fn and_volumes(self, check: impl FnOnce() -> Option<String>) -> Provisionable {
+        match self {
+            Provisionable::Yes => check().map_or(Provisionable::Yes, Provisionable::Ignored),
+            other => other,
+        }
+    }
+}
+
+/// The first invalid volume of a pod (§3.2 3): missing PVC, PVC deleting or `Lost`, unbound PVC
+/// without a storage class or with one that does not exist, or whose class binds `Immediate`.
+fn invalid_volume(spec: &PodSpec, namespace: &str, volumes: &Volumes) -> Option<String> {
+    let pvcs = volumes.pvcs.as_ref()?;
+    for v in spec.volumes.iter().flatten() {
+        let Some(claim) = v.persistent_volume_claim.as_ref().map(|c| c.claim_name.as_str()) else { continue };
+        let pvc = pvcs.iter().find(|c| {
+            c.metadata.name.as_deref() == Some(claim)
+                && c.metadata.namespace.as_deref().unwrap_or("default") == namespace
+        });
+        let Some(pvc) = pvc else {
+            return Some(format!("volume {}: PersistentVolumeClaim {claim} not found", v.name));
+        };
+        if pvc.metadata.deletion_timestamp.is_some() {
+            return Some(format!("volume {}: PersistentVolumeClaim {claim} is being deleted", v.name));
+        }
+        if pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost") {
+            return Some(format!("volume {}: PersistentVolumeClaim {claim} is Lost", v.name));
+        }
+        let bound = pvc.spec.as_ref().and_then(|s| s.volume_name.as_deref()).is_some_and(|n| !n.is_empty());
+        if bound {
+            continue;
+        }
+        let Some(classes) = &volumes.storage_classes else { continue };
+        let class_name = pvc.spec.as_ref().and_then(|s| s.storage_class_name.clone()).or_else(|| {
+            classes
+                .iter()
+                .find(|c| {
+                    c.metadata.annotations.as_ref().and_then(|a| a.get("storageclass.kubernetes.io/is-default-class"))
+                        == Some(&"true".to_string())
+                })
+                .and_then(|c| c.metadata.name.clone())
+        });
+        let Some(class_name) = class_name.filter(|c| !c.is_empty()) else {
+            return Some(format!("volume {}: unbound PersistentVolumeClaim {claim} has no storage class", v.name));
+        };
+        match classes.iter().find(|c| c.metadata.name.as_deref() == Some(class_name.as_str())) {
+            None => return Some(format!("volume {}: StorageClass {class_name} of {claim} not found", v.name)),
+            Some(c) if c.volume_binding_mode.as_deref() != Some("WaitForFirstConsumer") => {
+                return Some(format!(
+                    "volume {}: unbound PersistentVolumeClaim {claim} uses the Immediate StorageClass {class_name}",
+                    v.name
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    None
 }
 
 fn is_restricted_for_pods(key: &str) -> bool {
@@ -939,6 +1022,26 @@ mod tests {
         let c = convert(&snap, PendingRule::Unschedulable);
         assert_eq!(names(&c), vec!["web"]);
         assert!(c.input.nodes.is_empty(), "a leaving node is no capacity");
+    }
+
+    #[test]
+    fn c36_missing_pvc() {
+        let with_pvc = json!({"spec": {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "gone"}}]}});
+        let snap = Snapshot {
+            node_pools: vec![pool()],
+            pods: vec![pod("broken", with_pvc), pod("fine", json!({}))],
+            ..Snapshot::default()
+        };
+        // Not listed: not checked.
+        assert_eq!(names(&convert(&snap, PendingRule::Unbound)).len(), 2);
+        let volumes = Volumes { pvcs: Some(Vec::new()), storage_classes: None };
+        let c = build_input_with_volumes(&snap, &volumes, "c1", PendingRule::Unbound, Settings::default()).unwrap();
+        assert_eq!(names(&c), vec!["fine"]);
+        assert!(
+            c.notes.iter().any(|n| n.contains("broken") && n.contains("PersistentVolumeClaim gone not found")),
+            "{:?}",
+            c.notes
+        );
     }
 
     #[test]
