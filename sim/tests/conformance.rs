@@ -1138,3 +1138,49 @@ async fn crd_scale_subresource() {
     assert_eq!(obj.metadata.generation, Some(2));
     t.cleanup().await;
 }
+
+/// Posting a CRD makes its resource served (list works once Established); deleting the CRD
+/// removes its objects and stops serving the resource (list is `404 NotFound`), which is how a
+/// client tells that an API (e.g. NodeGroups) is not served.
+#[tokio::test]
+async fn crd_lifecycle_serves_and_unserves_the_resource() {
+    let t = target("crdlife").await;
+    let id = suffix();
+    let plural = format!("gadgets{id}");
+    let singular = format!("gadget{id}");
+    let group = "conformance.karpenter.clever-cloud.com";
+    let name = format!("{plural}.{group}");
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "group": group,
+            "scope": "Cluster",
+            "names": {"plural": plural, "kind": format!("Gadget{id}"), "singular": singular},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))
+    .unwrap();
+    let kind = crd.spec.names.kind.clone();
+    let crds: Api<CustomResourceDefinition> = Api::all(t.client.clone());
+    let gvk = GroupVersionKind::gvk(group, "v1", &kind);
+    let ar = ApiResource::from_gvk_with_plural(&gvk, &plural);
+    let api: Api<DynamicObject> = Api::all_with(t.client.clone(), &ar);
+    assert_eq!(api_err(api.list(&ListParams::default()).await).code, 404, "not served before the CRD exists");
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    eventually("served", || async { api.list(&ListParams::default()).await.ok().map(|_| ()) }).await;
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": kind, "metadata": {"name": "one"}, "anything": {"goes": true}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &obj).await.unwrap();
+    crds.delete(&name, &DeleteParams::default()).await.unwrap();
+    eventually("unserved", || async {
+        matches!(api.list(&ListParams::default()).await, Err(kube::Error::Api(s)) if s.code == 404).then_some(())
+    })
+    .await;
+    eventually("CRD gone", || async {
+        matches!(crds.get(&name).await, Err(kube::Error::Api(s)) if s.code == 404).then_some(())
+    })
+    .await;
+    t.cleanup().await;
+}
