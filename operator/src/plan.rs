@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use crds::catalog::round4;
 use crds::quantity::{format_bytes, format_count, format_millis_cpu};
 use scheduling::convert::{ConvertError, PendingRule, Snapshot, Volumes, build_input_with_volumes};
-use scheduling::model::Settings;
+use scheduling::model::{MinValuesPolicy, PreferencePolicy, Settings};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -39,6 +39,48 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
     pub output: Format,
+    /// `respect` treats preferred affinities and `ScheduleAnyway` spreads as requirements until
+    /// relaxed; `ignore` drops them (the hub-wide preference policy).
+    #[arg(long, value_enum, default_value_t = PreferenceArg::Respect)]
+    pub preference_policy: PreferenceArg,
+    /// `strict` fails a claim whose options would fall below a `minValues`; `best-effort` lowers it.
+    #[arg(long, value_enum, default_value_t = MinValuesArg::Strict)]
+    pub min_values_policy: MinValuesArg,
+}
+
+/// `--preference-policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PreferenceArg {
+    /// Preferences act as requirements until relaxed.
+    Respect,
+    /// Preferences are dropped.
+    Ignore,
+}
+
+/// `--min-values-policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MinValuesArg {
+    /// Placement fails.
+    Strict,
+    /// minValues is lowered to what remains.
+    BestEffort,
+}
+
+impl PlanArgs {
+    /// The scheduler settings the flags select.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            preference_policy: match self.preference_policy {
+                PreferenceArg::Respect => PreferencePolicy::Respect,
+                PreferenceArg::Ignore => PreferencePolicy::Ignore,
+            },
+            min_values_policy: match self.min_values_policy {
+                MinValuesArg::Strict => MinValuesPolicy::Strict,
+                MinValuesArg::BestEffort => MinValuesPolicy::BestEffort,
+            },
+            ..Settings::default()
+        }
+    }
 }
 
 /// Why a plan cannot be made, naming the document and the field.
@@ -217,7 +259,17 @@ fn add_document(
 }
 
 /// Plans for one cluster.
-pub fn plan(manifests: &Manifests, cluster: Option<&str>, mut notes: Vec<String>) -> Result<Plan, PlanError> {
+pub fn plan(manifests: &Manifests, cluster: Option<&str>, notes: Vec<String>) -> Result<Plan, PlanError> {
+    plan_with(manifests, cluster, Settings::default(), notes)
+}
+
+/// [`plan`] with explicit scheduler settings.
+pub fn plan_with(
+    manifests: &Manifests,
+    cluster: Option<&str>,
+    settings: Settings,
+    mut notes: Vec<String>,
+) -> Result<Plan, PlanError> {
     let snapshot = &manifests.snapshot;
     let cluster = match cluster {
         Some(c) => c.to_string(),
@@ -230,8 +282,7 @@ pub fn plan(manifests: &Manifests, cluster: Option<&str>, mut notes: Vec<String>
             }
         }
     };
-    let converted =
-        build_input_with_volumes(snapshot, &manifests.volumes, &cluster, PendingRule::Unbound, Settings::default())?;
+    let converted = build_input_with_volumes(snapshot, &manifests.volumes, &cluster, PendingRule::Unbound, settings)?;
     notes.extend(converted.notes);
     let input = converted.input;
     let decision = scheduling::solve(&input);
@@ -353,7 +404,7 @@ pub fn run(args: &PlanArgs) -> Result<String, PlanError> {
         sources.push((name, text));
     }
     let (snapshot, notes) = read_snapshot(&sources)?;
-    let plan = plan(&snapshot, args.cluster.as_deref(), notes)?;
+    let plan = plan_with(&snapshot, args.cluster.as_deref(), args.settings(), notes)?;
     for n in &plan.notes {
         eprintln!("note: {n}");
     }

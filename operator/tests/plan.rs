@@ -132,6 +132,15 @@ fn the_binary_prints_json_and_tables() {
     assert_eq!(v["totalPricePerHour"], 0.0611);
     let out = std::process::Command::new(bin).args(["plan", "-f"]).arg(&scenario).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("NODEPOOL"));
+    // 85: the same minValues scenario as 84 under BestEffort gives options L, XL.
+    let min_values = repo().join("examples/plan/c84-min-values.yaml");
+    let out = std::process::Command::new(bin)
+        .args(["plan", "-o", "json", "--min-values-policy", "best-effort", "-f"])
+        .arg(&min_values)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["nodeClaims"][0]["instanceTypes"], serde_json::json!(["L", "XL"]));
     let bad = std::env::temp_dir().join("karpenter-hub-plan-bad.yaml");
     fs::write(&bad, "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, resources: {requests: {memory: 1GB}}}]}\n").unwrap();
     let out = std::process::Command::new(bin).args(["plan", "-f"]).arg(&bad).output().unwrap();
