@@ -215,4 +215,13 @@ mod tests {
         assert_eq!(v["data"]["k"], "v");
         assert!(decode(b"k8s\0\xff").is_none());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bodies_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
+            let mut body = b"k8s\0".to_vec();
+            body.extend(bytes);
+            let _ = decode(&body);
+        }
+    }
 }

@@ -223,4 +223,17 @@ mod tests {
         assert!(FieldSelector::parse("spec.nodeName=").unwrap().matches(&json!({"spec": {}})));
         assert!(FieldSelector::parse("foo").is_err());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_selectors_never_panic(s in "\\PC{0,40}") {
+            let o = json!({"metadata": {"labels": {"a": "b"}}});
+            if let Ok(l) = LabelSelector::parse(&s) {
+                let _ = l.matches(&o);
+            }
+            if let Ok(f) = FieldSelector::parse(&s) {
+                let _ = f.matches(&o);
+            }
+        }
+    }
 }

@@ -443,7 +443,9 @@ impl State {
             }
             // Like the apiserver, a generated name that collides is an AlreadyExists the client retries.
             let suffix = self.random_suffix();
-            name = format!("{}{}", &prefix[..prefix.len().min(58)], suffix);
+            // names.SimpleNameGenerator: the prefix is cut to 58 characters, then 5 random ones.
+            let cut = prefix.char_indices().nth(58).map_or(prefix.len(), |(i, _)| i);
+            name = format!("{}{}", &prefix[..cut], suffix);
         }
         if meta_str(&obj, "resourceVersion").is_some_and(|rv| !rv.is_empty()) {
             return Err(ApiError::internal("resourceVersion should not be set on objects to be created"));
@@ -1433,6 +1435,17 @@ mod tests {
         assert_eq!(meta_str(&oa, "uid"), meta_str(&ob, "uid"));
         let name = meta_str(&oa, "name").unwrap();
         assert!(name.starts_with("x-") && name.len() == 7);
+    }
+
+    #[test]
+    fn long_and_non_ascii_generate_names_do_not_panic() {
+        let mut st = state(2);
+        let cms = res(&st, "", "configmaps");
+        let long = "a".repeat(80);
+        let (o, _) = st.create(&cms, Some("default"), json!({"metadata": {"generateName": long}})).unwrap();
+        assert_eq!(meta_str(&o, "name").unwrap().len(), 63);
+        let err = st.create(&cms, Some("default"), json!({"metadata": {"generateName": "é".repeat(70)}})).unwrap_err();
+        assert_eq!(err.code, 422);
     }
 
     #[test]
