@@ -12,11 +12,11 @@ use crds::catalog::{Catalog, DEFAULT_ZONE, InstanceType};
 use crds::quantity::{Resources, parse_quantity};
 use crds::{CleverNodeClass, FlavorCatalog, NodeClaim, NodePool, labels};
 use k8s_openapi::api::apps::v1::DaemonSet as K8sDaemonSet;
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::core::v1::{
     Node as K8sNode, NodeSelectorRequirement as K8sNodeReq, Pod as K8sPod, PodSpec, Taint as K8sTaint,
     Toleration as K8sToleration,
 };
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as K8sSelector, ObjectMeta};
@@ -72,6 +72,8 @@ pub struct Volumes {
     pub pvcs: Option<Vec<PersistentVolumeClaim>>,
     /// StorageClasses.
     pub storage_classes: Option<Vec<StorageClass>>,
+    /// PersistentVolumes (their node affinity constrains where pods using them may go).
+    pub pvs: Option<Vec<PersistentVolume>>,
 }
 
 /// How pending pods are recognised.
@@ -256,7 +258,9 @@ pub fn build_input_with_volumes(
                         .push(format!("{obj}: stays on leaving node {node} ({why}); no capacity is launched for it"));
                     continue;
                 }
-                out.input.pods.push(pod_from(p, &obj)?);
+                let mut pod = pod_from(p, &obj)?;
+                pod.constraints.volume_requirements = volume_topology(spec, &ns, volumes);
+                out.input.pods.push(pod);
             }
             Some(node) => {
                 if let Some(&i) = node_index.get(node) {
@@ -280,7 +284,11 @@ pub fn build_input_with_volumes(
                 }
                 let ns = p.metadata.namespace.as_deref().unwrap_or("default");
                 match provisionable(spec).and_volumes(|| invalid_volume(spec, ns, volumes)) {
-                    Provisionable::Yes => out.input.pods.push(pod_from(p, &obj)?),
+                    Provisionable::Yes => {
+                        let mut pod = pod_from(p, &obj)?;
+                        pod.constraints.volume_requirements = volume_topology(spec, ns, volumes);
+                        out.input.pods.push(pod);
+                    }
                     Provisionable::OptOut => {}
                     Provisionable::Ignored(why) => out.notes.push(format!("{obj}: ignored, {why}")),
                 }
@@ -354,6 +362,92 @@ impl Provisionable {
             other => other,
         }
     }
+}
+
+/// Node requirements from a pod's volumes (§3.12): a bound PV's node affinity (hostname terms
+/// ignored), an unbound PVC's StorageClass `allowedTopologies`; several volumes combine as the cross
+/// product of their alternatives (at most 16). Empty: unconstrained.
+fn volume_topology(spec: &PodSpec, namespace: &str, volumes: &Volumes) -> Vec<Vec<NodeSelectorRequirement>> {
+    const MAX_ALTERNATIVES: usize = 16;
+    let mut combos: Vec<Vec<NodeSelectorRequirement>> = vec![Vec::new()];
+    let in_req = |key: &str, values: Vec<String>| NodeSelectorRequirement {
+        key: key.to_string(),
+        operator: Operator::In,
+        values,
+        min_values: None,
+    };
+    for v in spec.volumes.iter().flatten() {
+        let Some(claim) = v.persistent_volume_claim.as_ref().map(|c| c.claim_name.as_str()) else { continue };
+        let Some(pvc) = volumes.pvcs.iter().flatten().find(|c| {
+            c.metadata.name.as_deref() == Some(claim)
+                && c.metadata.namespace.as_deref().unwrap_or("default") == namespace
+        }) else {
+            continue;
+        };
+        let alts: Vec<Vec<NodeSelectorRequirement>> = match pvc.spec.as_ref().and_then(|s| s.volume_name.as_deref()) {
+            Some(pv_name) if !pv_name.is_empty() => {
+                let pv = volumes.pvs.iter().flatten().find(|p| p.metadata.name.as_deref() == Some(pv_name));
+                let terms = pv
+                    .and_then(|p| p.spec.as_ref())
+                    .and_then(|s| s.node_affinity.as_ref())
+                    .and_then(|a| a.required.as_ref())
+                    .map(|r| r.node_selector_terms.clone())
+                    .unwrap_or_default();
+                terms
+                    .iter()
+                    .filter_map(|t| {
+                        let reqs: Vec<NodeSelectorRequirement> = t
+                            .match_expressions
+                            .iter()
+                            .flatten()
+                            .filter(|e| e.key != labels::HOSTNAME)
+                            .filter_map(|e| {
+                                Some(NodeSelectorRequirement {
+                                    key: e.key.clone(),
+                                    operator: operator(&e.operator)?,
+                                    values: e.values.clone().unwrap_or_default(),
+                                    min_values: None,
+                                })
+                            })
+                            .collect();
+                        (!reqs.is_empty()).then_some(reqs)
+                    })
+                    .collect()
+            }
+            _ => {
+                let class_name = pvc.spec.as_ref().and_then(|s| s.storage_class_name.as_deref());
+                let class = volumes.storage_classes.iter().flatten().find(|c| c.metadata.name.as_deref() == class_name);
+                class
+                    .and_then(|c| c.allowed_topologies.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .map(|t| {
+                        t.match_label_expressions
+                            .iter()
+                            .flatten()
+                            .map(|e| in_req(&e.key, e.values.clone()))
+                            .collect::<Vec<_>>()
+                    })
+                    .filter(|r| !r.is_empty())
+                    .collect()
+            }
+        };
+        if alts.is_empty() {
+            continue;
+        }
+        let mut next = Vec::new();
+        for c in &combos {
+            for a in &alts {
+                if next.len() < MAX_ALTERNATIVES {
+                    let mut both = c.clone();
+                    both.extend(a.iter().cloned());
+                    next.push(both);
+                }
+            }
+        }
+        combos = next;
+    }
+    if combos.iter().all(Vec::is_empty) { Vec::new() } else { combos }
 }
 
 /// The first invalid volume of a pod (§3.2 3): missing PVC, PVC deleting or `Lost`, unbound PVC
@@ -1034,7 +1128,7 @@ mod tests {
         };
         // Not listed: not checked.
         assert_eq!(names(&convert(&snap, PendingRule::Unbound)).len(), 2);
-        let volumes = Volumes { pvcs: Some(Vec::new()), storage_classes: None };
+        let volumes = Volumes { pvcs: Some(Vec::new()), ..Volumes::default() };
         let c = build_input_with_volumes(&snap, &volumes, "c1", PendingRule::Unbound, Settings::default()).unwrap();
         assert_eq!(names(&c), vec!["fine"]);
         assert!(
@@ -1042,6 +1136,38 @@ mod tests {
             "{:?}",
             c.notes
         );
+    }
+
+    #[test]
+    fn bound_volumes_pin_the_zone() {
+        let pvc: PersistentVolumeClaim =
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": "shop"}, "spec": {"volumeName": "pv-1"}}))
+            .unwrap();
+        let pv: PersistentVolume = serde_json::from_value(json!({"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": "pv-1"}, "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["b"]},
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]}}}}))
+        .unwrap();
+        let mut p = pool();
+        p.spec.template.spec.requirements = Vec::new();
+        let snap = Snapshot {
+            node_pools: vec![p],
+            pods: vec![pod(
+                "db",
+                json!({"spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}}),
+            )],
+            ..Snapshot::default()
+        };
+        let volumes = Volumes { pvcs: Some(vec![pvc]), pvs: Some(vec![pv]), ..Volumes::default() };
+        let mut c = build_input_with_volumes(&snap, &volumes, "c1", PendingRule::Unbound, Settings::default()).unwrap();
+        let alts = &c.input.pods[0].constraints.volume_requirements;
+        assert_eq!(alts.len(), 1);
+        assert_eq!(alts[0].len(), 1, "hostname terms are ignored");
+        c.input.pools[0].instance_types = crate::testkit::flavors_3_zones();
+        let d = crate::solve(&c.input);
+        let zone = d.new_claims[0].requirements.iter().find(|r| r.key == labels::ZONE).unwrap();
+        assert_eq!(zone.values, vec!["b"]);
     }
 
     #[test]

@@ -282,6 +282,10 @@ pub struct Constraints {
     pub topology_spread: Vec<SpreadConstraint>,
     /// Host ports.
     pub host_ports: Vec<HostPort>,
+    /// Node requirements from the pod's volumes (a bound PV's node affinity, an unbound PVC's
+    /// `allowedTopologies`), OR'ed alternatives; empty: none. They constrain the node only, never the
+    /// pod's own topology eligibility (§3.12).
+    pub volume_requirements: Vec<Vec<NodeSelectorRequirement>>,
 }
 
 impl Constraints {

@@ -88,6 +88,8 @@ struct Class {
     preferred: Vec<Requirements>,
     tolerations: Vec<Toleration>,
     host_ports: Vec<HostPort>,
+    /// Volume requirement alternatives (node side only); empty: none.
+    volume_alts: Vec<Requirements>,
     /// Own constraints by kind, soft ones ranked by weight.
     spreads: Vec<PodConstraint>,
     affinities: Vec<PodConstraint>,
@@ -475,6 +477,7 @@ impl<'a> Solver<'a> {
             preferred,
             tolerations: c.tolerations.clone(),
             host_ports: c.host_ports.clone(),
+            volume_alts: c.volume_requirements.iter().map(|alt| Requirements::from_api(alt, ints)).collect(),
             spreads: Vec::new(),
             affinities: Vec::new(),
             antis: Vec::new(),
@@ -768,6 +771,9 @@ impl<'a> Solver<'a> {
         }
         let strict = &c.strict[r.term.min(c.strict.len() - 1)];
         strict.matches_labels(&n.labels, &self.ints).map_err(|e| e.describe(&self.ints, &[]))?;
+        if !c.volume_alts.is_empty() && !c.volume_alts.iter().any(|a| a.matches_labels(&n.labels, &self.ints).is_ok()) {
+            return Err("the node is outside the topology of the pod's volumes".into());
+        }
         for pc in active {
             let g = &self.topo.groups[pc.group];
             let v = if g.id.key == self.hostname_key { Some(n.hostname) } else { label_of(&n.labels, g.id.key) };
@@ -786,6 +792,7 @@ impl<'a> Solver<'a> {
         Ok(())
     }
 
+    /// Claim acceptance (§3.7), once per volume alternative: the first that fits wins.
     #[allow(clippy::too_many_arguments)]
     fn claim_accepts(
         &self,
@@ -799,6 +806,51 @@ impl<'a> Solver<'a> {
         class: usize,
         r: Relax,
         working: &Requirements,
+        active: &[PodConstraint],
+    ) -> Result<Accepted, String> {
+        let alts = &self.classes[class].volume_alts;
+        if alts.is_empty() {
+            return self
+                .claim_accepts_one(pi, reqs, types, used, ports, hostname, pod, class, r, working, true, active);
+        }
+        let mut last = String::new();
+        for alt in alts {
+            let with_volume = working.intersect(alt, &self.ints);
+            match self.claim_accepts_one(
+                pi,
+                reqs,
+                types,
+                used,
+                ports,
+                hostname,
+                pod,
+                class,
+                r,
+                &with_volume,
+                false,
+                active,
+            ) {
+                Ok(acc) => return Ok(acc),
+                Err(e) => last = format!("with the topology of its volumes: {e}"),
+            }
+        }
+        Err(last)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn claim_accepts_one(
+        &self,
+        pi: usize,
+        reqs: &Requirements,
+        types: &Bits,
+        used: Resources,
+        ports: &[HostPort],
+        hostname: Val,
+        pod: &Pod,
+        class: usize,
+        r: Relax,
+        working: &Requirements,
+        cached: bool,
         active: &[PodConstraint],
     ) -> Result<Accepted, String> {
         let pool = &self.pools[pi];
@@ -820,7 +872,7 @@ impl<'a> Solver<'a> {
         };
         let mut new_types = types.clone();
         if !working.is_empty() {
-            match self.mask_cache.get(&(class, r, pi)) {
+            match self.mask_cache.get(&(class, r, pi)).filter(|_| cached) {
                 Some(m) => new_types.and_with(m),
                 None => new_types.and_with(&pool.table.requirement_mask(working, &self.ints)),
             }
