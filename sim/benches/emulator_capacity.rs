@@ -142,6 +142,25 @@ async fn main() {
         }
         watches.push(t.elapsed());
     }
+    // Steady churn: every pod's status patched twice (as kubelets do), which fills each cluster's
+    // watch history with new object versions.
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for s in &servers {
+        let papi: Api<Pod> = Api::namespaced(s.client(), "default");
+        tasks.push(tokio::spawn(async move {
+            for round in 0..2 {
+                for i in 0..pods {
+                    let patch = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}], "podIP": format!("10.0.{round}.{}", i % 250)}});
+                    papi.patch_status(&format!("app-{i}"), &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let churn_time = t.elapsed();
     let rss_end = rss_mib();
     let per_cluster = (rss_filled - rss0) / clusters as f64;
 
@@ -154,10 +173,12 @@ async fn main() {
         ("RSS before (MiB)", rss0),
         ("RSS after start (MiB)", rss_started),
         ("RSS after fill (MiB)", rss_filled),
-        ("RSS at end (MiB)", rss_end),
+        ("RSS after churn (MiB)", rss_end),
         ("RSS per cluster, filled (MiB)", per_cluster),
         ("LIST all pods of a cluster, median (ms)", median(lists).as_secs_f64() * 1000.0),
         ("watch initial events of a cluster, median (ms)", median(watches).as_secs_f64() * 1000.0),
+        ("churn: 2 status patches per pod (s)", churn_time.as_secs_f64()),
+        ("churn: patches per second", (2 * pods * clusters) as f64 / churn_time.as_secs_f64()),
     ];
     for (k, v) in rows {
         println!("{k:<44} {v:>12.2}");

@@ -99,7 +99,7 @@ impl ApiServerConfig {
             seed: 0,
             crds: Vec::new(),
             clock: Clock::real(),
-            watch_history: 10_000,
+            watch_history: 4_000,
             bookmark_interval: Duration::from_secs(60),
             watch_timeout: Duration::from_secs(1800),
         }
