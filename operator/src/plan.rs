@@ -1,6 +1,6 @@
 //! `karpenter-hub plan`: the offline dry run. Reads ordinary multi-document manifests (NodePool,
 //! CleverNodeClass, FlavorCatalog, NodeClaim, Node, Pod, DaemonSet, PodDisruptionBudget,
-//! PersistentVolumeClaim, PersistentVolume, StorageClass; `List`s
+//! PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode; `List`s
 //! of them), treats unbound non-DaemonSet pods as pending, runs the same scheduling core as the
 //! operator and prints the decision as a table or as JSON (a stable interface, see `docs/plan.md`).
 //!
@@ -250,6 +250,7 @@ fn add_document(
         ("PersistentVolumeClaim", false) => {
             snap.volumes.pvcs.get_or_insert_with(Vec::new).push(typed(doc).map_err(fail)?)
         }
+        ("CSINode", false) => snap.volumes.csinodes.get_or_insert_with(Vec::new).push(typed(doc).map_err(fail)?),
         ("PersistentVolume", false) => snap.volumes.pvs.get_or_insert_with(Vec::new).push(typed(doc).map_err(fail)?),
         ("StorageClass", false) => {
             snap.volumes.storage_classes.get_or_insert_with(Vec::new).push(typed(doc).map_err(fail)?);

@@ -687,3 +687,23 @@ fn c91_unmanaged_node_with_room() {
     assert!(s.claims.is_empty());
     assert_eq!(s.existing.len(), 1);
 }
+
+// ---- §3.12 CSI attach limits (no numbered item) -------------------------------------------------
+
+#[test]
+fn csi_attach_limits_of_existing_nodes() {
+    let mut r = running("db-0", 100, 0, &[]);
+    r.csi_volumes = vec![("csi.example".into(), "default/a".into())];
+    let mut n = node_of("n1", "XL", vec![r]);
+    n.csi_limits = [("csi.example".to_string(), 1)].into();
+    let mut shared = pod("shares-a", 100, 0);
+    shared.csi_volumes = vec![("csi.example".into(), "default/a".into())];
+    let mut other = pod("needs-b", 100, 0);
+    other.csi_volumes = vec![("csi.example".into(), "default/b".into())];
+    let mut i = input(vec![pool("default")], vec![shared, other]);
+    i.nodes = vec![n];
+    let (_, s) = run(&i);
+    // A claim already attached counts once; a second one exceeds the limit.
+    assert_eq!(s.existing, vec![("n1".to_string(), vec!["shares-a".to_string()])]);
+    assert_eq!(s.claim_pods, vec![vec!["needs-b"]]);
+}

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as K8sSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -74,6 +74,8 @@ pub struct Volumes {
     pub storage_classes: Option<Vec<StorageClass>>,
     /// PersistentVolumes (their node affinity constrains where pods using them may go).
     pub pvs: Option<Vec<PersistentVolume>>,
+    /// CSINodes: attach limits of existing nodes per CSI driver.
+    pub csinodes: Option<Vec<CSINode>>,
 }
 
 /// How pending pods are recognised.
@@ -185,6 +187,16 @@ pub fn build_input_with_volumes(
             u.resources += existing.capacity;
             u.nodes += 1;
         }
+        let mut existing = existing;
+        if let Some(csinode) =
+            volumes.csinodes.iter().flatten().find(|c| c.metadata.name.as_deref() == Some(name.as_str()))
+        {
+            for d in &csinode.spec.drivers {
+                if let Some(count) = d.allocatable.as_ref().and_then(|a| a.count) {
+                    existing.csi_limits.insert(d.name.clone(), i64::from(count));
+                }
+            }
+        }
         node_index.insert(name, out.input.nodes.len());
         out.input.nodes.push(existing);
     }
@@ -260,11 +272,13 @@ pub fn build_input_with_volumes(
                 }
                 let mut pod = pod_from(p, &obj)?;
                 pod.constraints.volume_requirements = volume_topology(spec, &ns, volumes);
+                pod.csi_volumes = csi_volumes(spec, &ns, volumes);
                 out.input.pods.push(pod);
             }
             Some(node) => {
                 if let Some(&i) = node_index.get(node) {
-                    let running = running_from(p, &obj)?;
+                    let mut running = running_from(p, &obj)?;
+                    running.csi_volumes = csi_volumes(spec, &ns, volumes);
                     out.input.nodes[i].pods.push(running);
                 }
             }
@@ -287,6 +301,7 @@ pub fn build_input_with_volumes(
                     Provisionable::Yes => {
                         let mut pod = pod_from(p, &obj)?;
                         pod.constraints.volume_requirements = volume_topology(spec, ns, volumes);
+                        pod.csi_volumes = csi_volumes(spec, ns, volumes);
                         out.input.pods.push(pod);
                     }
                     Provisionable::OptOut => {}
@@ -448,6 +463,47 @@ fn volume_topology(spec: &PodSpec, namespace: &str, volumes: &Volumes) -> Vec<Ve
         combos = next;
     }
     if combos.iter().all(Vec::is_empty) { Vec::new() } else { combos }
+}
+
+/// The CSI volumes of a pod: `(driver, namespace/claim)` for each PVC whose bound PV is a CSI volume,
+/// or, unbound, whose StorageClass names the provisioner.
+fn csi_volumes(spec: &PodSpec, namespace: &str, volumes: &Volumes) -> Vec<(String, String)> {
+    if volumes.csinodes.is_none() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for v in spec.volumes.iter().flatten() {
+        let Some(claim) = v.persistent_volume_claim.as_ref().map(|c| c.claim_name.as_str()) else { continue };
+        let Some(pvc) = volumes.pvcs.iter().flatten().find(|c| {
+            c.metadata.name.as_deref() == Some(claim)
+                && c.metadata.namespace.as_deref().unwrap_or("default") == namespace
+        }) else {
+            continue;
+        };
+        let driver = match pvc.spec.as_ref().and_then(|s| s.volume_name.as_deref()).filter(|n| !n.is_empty()) {
+            Some(pv_name) => volumes
+                .pvs
+                .iter()
+                .flatten()
+                .find(|p| p.metadata.name.as_deref() == Some(pv_name))
+                .and_then(|p| p.spec.as_ref())
+                .and_then(|s| s.csi.as_ref())
+                .map(|c| c.driver.clone()),
+            None => {
+                let class_name = pvc.spec.as_ref().and_then(|s| s.storage_class_name.as_deref());
+                volumes
+                    .storage_classes
+                    .iter()
+                    .flatten()
+                    .find(|c| c.metadata.name.as_deref() == class_name)
+                    .map(|c| c.provisioner.clone())
+            }
+        };
+        if let Some(d) = driver {
+            out.push((d, format!("{namespace}/{claim}")));
+        }
+    }
+    out
 }
 
 /// The first invalid volume of a pod (§3.2 3): missing PVC, PVC deleting or `Lost`, unbound PVC
@@ -793,6 +849,7 @@ fn pod_from_spec(
         requests,
         extended,
         constraints: constraints_from(spec, obj, base)?,
+        csi_volumes: Vec::new(),
     })
 }
 
@@ -822,6 +879,7 @@ fn running_from(p: &K8sPod, obj: &str) -> Result<RunningPod, ConvertError> {
         host_ports: pod.constraints.host_ports,
         daemonset,
         anti_affinity: pod.constraints.pod_anti_affinity,
+        csi_volumes: Vec::new(),
     })
 }
 
@@ -871,6 +929,7 @@ fn node_from(
         managed,
         initialized,
         nodepool: pool,
+        csi_limits: BTreeMap::new(),
     })
 }
 
@@ -932,6 +991,7 @@ fn in_flight<'a>(
         managed: true,
         initialized: false,
         nodepool: pool,
+        csi_limits: BTreeMap::new(),
     })
 }
 
@@ -1168,6 +1228,51 @@ mod tests {
         let d = crate::solve(&c.input);
         let zone = d.new_claims[0].requirements.iter().find(|r| r.key == labels::ZONE).unwrap();
         assert_eq!(zone.values, vec!["b"]);
+    }
+
+    #[test]
+    fn csi_limits_and_volumes_are_read() {
+        let node: K8sNode =
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+            "status": {"capacity": {"cpu": "16", "memory": "32Gi", "pods": "110"}}}))
+            .unwrap();
+        let csinode: CSINode = serde_json::from_value(json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+            "metadata": {"name": "n1"}, "spec": {"drivers": [{"name": "csi.example", "nodeID": "n1", "allocatable": {"count": 1}}]}}))
+        .unwrap();
+        let pvc = |name: &str| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": name, "namespace": "shop"}, "spec": {"volumeName": format!("pv-{name}")}}))
+            .unwrap()
+        };
+        let pv = |name: &str| -> PersistentVolume {
+            serde_json::from_value(
+                json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": format!("pv-{name}")},
+                "spec": {"csi": {"driver": "csi.example", "volumeHandle": name}}}),
+            )
+            .unwrap()
+        };
+        let uses =
+            |claim: &str| json!({"spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]}});
+        let mut running = pod("db-0", uses("a"));
+        running.spec.as_mut().unwrap().node_name = Some("n1".into());
+        let snap = Snapshot {
+            node_pools: vec![pool()],
+            nodes: vec![node],
+            pods: vec![running, pod("db-1", uses("b"))],
+            ..Snapshot::default()
+        };
+        let volumes = Volumes {
+            pvcs: Some(vec![pvc("a"), pvc("b")]),
+            pvs: Some(vec![pv("a"), pv("b")]),
+            csinodes: Some(vec![csinode]),
+            ..Volumes::default()
+        };
+        let c = build_input_with_volumes(&snap, &volumes, "c1", PendingRule::Unbound, Settings::default()).unwrap();
+        assert_eq!(c.input.nodes[0].csi_limits.get("csi.example"), Some(&1));
+        assert_eq!(c.input.nodes[0].pods[0].csi_volumes, vec![("csi.example".to_string(), "shop/a".to_string())]);
+        let d = crate::solve(&c.input);
+        assert!(d.existing.is_empty(), "the attach limit keeps db-1 off n1");
+        assert_eq!(d.new_claims.len(), 1);
     }
 
     #[test]

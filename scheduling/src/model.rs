@@ -318,6 +318,8 @@ pub struct Pod {
     pub extended: BTreeMap<String, i64>,
     /// Constraints.
     pub constraints: Constraints,
+    /// CSI volumes it mounts: `(driver, namespace/claim)` (attach limits of existing nodes, §3.12).
+    pub csi_volumes: Vec<(String, String)>,
 }
 
 impl Pod {
@@ -346,6 +348,8 @@ pub struct RunningPod {
     pub anti_affinity: Vec<PodAffinityTerm>,
     /// Counted by topology: not terminal, not terminating.
     pub counted: bool,
+    /// CSI volumes it mounts: `(driver, namespace/claim)`.
+    pub csi_volumes: Vec<(String, String)>,
 }
 
 /// Existing capacity: a node, or an in-flight claim without one.
@@ -371,6 +375,8 @@ pub struct ExistingNode {
     pub initialized: bool,
     /// Pool of a managed node.
     pub nodepool: Option<String>,
+    /// CSI attach limits per driver (`CSINode.spec.drivers[].allocatable.count`); absent: unlimited.
+    pub csi_limits: BTreeMap<String, i64>,
 }
 
 /// A DaemonSet, as the pod it would put on every compatible node.

@@ -125,6 +125,8 @@ struct NodeState {
     remaining: Resources,
     ports: Vec<HostPort>,
     pods: Vec<usize>,
+    /// CSI claims attached per driver (existing + planned), a claim counting once.
+    volumes: BTreeMap<String, std::collections::BTreeSet<String>>,
 }
 
 struct Claim {
@@ -352,9 +354,13 @@ impl<'a> Solver<'a> {
             };
             let mut used = Resources::ZERO;
             let mut ports = Vec::new();
+            let mut volumes: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
             for p in &n.pods {
                 used += p.requests;
                 ports.extend(p.host_ports.iter().cloned());
+                for (driver, claim) in &p.csi_volumes {
+                    volumes.entry(driver.clone()).or_default().insert(claim.clone());
+                }
             }
             let mut missing_ds = Resources::ZERO;
             for d in ds {
@@ -365,7 +371,16 @@ impl<'a> Solver<'a> {
                 }
             }
             let remaining = n.allocatable.saturating_sub(used).saturating_sub(missing_ds.floored_at_zero());
-            self.nodes.push(NodeState { input: i, labels: lbls, hostname, taints, remaining, ports, pods: Vec::new() });
+            self.nodes.push(NodeState {
+                input: i,
+                labels: lbls,
+                hostname,
+                taints,
+                remaining,
+                ports,
+                pods: Vec::new(),
+                volumes,
+            });
         }
     }
 
@@ -769,6 +784,19 @@ impl<'a> Solver<'a> {
         if let Some(port) = hostports::first_clash(&c.host_ports, &n.ports) {
             return Err(format!("host port {} in use", hostports::describe(port)));
         }
+        let limits = &self.input.nodes[n.input].csi_limits;
+        for (driver, limit) in limits {
+            let wanted: Vec<&String> = pod.csi_volumes.iter().filter(|(d, _)| d == driver).map(|(_, c)| c).collect();
+            if wanted.is_empty() {
+                continue;
+            }
+            let attached = n.volumes.get(driver);
+            let new = wanted.iter().filter(|c| attached.is_none_or(|a| !a.contains(**c))).count();
+            let total = attached.map_or(0, std::collections::BTreeSet::len) + new;
+            if i64::try_from(total).unwrap_or(i64::MAX) > *limit {
+                return Err(format!("CSI driver {driver} attach limit {limit} reached"));
+            }
+        }
         let strict = &c.strict[r.term.min(c.strict.len() - 1)];
         strict.matches_labels(&n.labels, &self.ints).map_err(|e| e.describe(&self.ints, &[]))?;
         if !c.volume_alts.is_empty() && !c.volume_alts.iter().any(|a| a.matches_labels(&n.labels, &self.ints).is_ok()) {
@@ -1096,6 +1124,9 @@ impl<'a> Solver<'a> {
         n.remaining = n.remaining.saturating_sub(pod.requests);
         n.ports.extend(self.classes[class].host_ports.iter().cloned());
         n.pods.push(p);
+        for (driver, claim) in &pod.csi_volumes {
+            n.volumes.entry(driver.clone()).or_default().insert(claim.clone());
+        }
         if self.classes[class].has_topology {
             let n = &self.nodes[ni];
             let c = &self.classes[class];
