@@ -1184,3 +1184,27 @@ async fn crd_lifecycle_serves_and_unserves_the_resource() {
     .await;
     t.cleanup().await;
 }
+
+/// `dryRun=All` on create, patch and delete returns what the write would produce (validated like
+/// a real write) and stores nothing.
+#[tokio::test]
+async fn dry_run_writes_store_nothing() {
+    let t = target("dryrun").await;
+    let cms: Api<ConfigMap> = t.api();
+    let pp = PostParams { dry_run: true, ..Default::default() };
+    let out = cms.create(&pp, &cm("dry", json!({"k": "1"}))).await.unwrap();
+    assert_eq!(out.metadata.name.as_deref(), Some("dry"));
+    assert_eq!(api_err(cms.get("dry").await).code, 404);
+    cms.create(&PostParams::default(), &cm("real", json!({"k": "1"}))).await.unwrap();
+    let dry_patch = PatchParams { dry_run: true, ..Default::default() };
+    let out = cms.patch("real", &dry_patch, &Patch::Merge(json!({"data": {"k": "2"}}))).await.unwrap();
+    assert_eq!(out.data.unwrap()["k"], "2");
+    assert_eq!(cms.get("real").await.unwrap().data.unwrap()["k"], "1");
+    cms.delete("real", &DeleteParams { dry_run: true, ..Default::default() }).await.unwrap();
+    assert!(cms.get("real").await.is_ok());
+    // Validation still applies.
+    let w = widgets(&t).await;
+    let s = api_err(w.create(&pp, &widget("bad", json!({"size": 0}))).await);
+    assert_eq!(s.code, 422);
+    t.cleanup().await;
+}

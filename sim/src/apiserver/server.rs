@@ -584,19 +584,19 @@ async fn resource_request(
         }
         ("create", None) => {
             let obj = parse_body(body, false)?;
-            let mut st = lock(&shared.store);
-            let (o, w) = if dry_run { dry_create(&st, res, ns, obj)? } else { st.create(res, ns, obj)? };
+            let mut st = write_store(shared, dry_run);
+            let (o, w) = st.create(res, ns, obj)?;
             drop(st);
             Ok(with_warnings(render_one(&o, 201), &w))
         }
         ("create", Some("binding")) => {
             let b = parse_body(body, false)?;
-            lock(&shared.store).bind(ns.unwrap_or(""), name, &b)?;
+            write_store(shared, dry_run).bind(ns.unwrap_or(""), name, &b)?;
             Ok(json_response(201, &status::success(201)))
         }
         ("create", Some("eviction")) => {
             let b = parse_body(body, false)?;
-            lock(&shared.store).evict(ns.unwrap_or(""), name, &b)?;
+            write_store(shared, dry_run).evict(ns.unwrap_or(""), name, &b)?;
             Ok(json_response(201, &status::success(201)))
         }
         ("create", Some("token")) => {
@@ -620,7 +620,7 @@ async fn resource_request(
             Ok(json_response(200, &to_scale(res, &obj)))
         }
         ("update", Some("scale")) | ("patch", Some("scale")) => {
-            let mut st = lock(&shared.store);
+            let mut st = write_store(shared, dry_run);
             let obj = st.get(res, ns.unwrap_or(""), name)?;
             let mut scale = to_scale(res, &obj);
             let body_v = parse_body(body, false)?;
@@ -649,7 +649,7 @@ async fn resource_request(
         }
         ("update", None) | ("update", Some("status")) | ("update", Some("finalize")) => {
             let obj = parse_body(body, false)?;
-            let mut st = lock(&shared.store);
+            let mut st = write_store(shared, dry_run);
             let (o, w) = st.update(res, ns, name, obj, sub)?;
             drop(st);
             Ok(with_warnings(render_one(&o, 200), &w))
@@ -663,28 +663,30 @@ async fn resource_request(
                 ));
             }
             let patch = parse_body(body, ty == PatchType::Apply)?;
-            let mut st = lock(&shared.store);
+            let mut st = write_store(shared, dry_run);
             let (o, w, created) = st.patch(res, ns, name, ty, &patch, sub)?;
             drop(st);
             Ok(with_warnings(render_one(&o, if created { 201 } else { 200 }), &w))
         }
         ("delete", None) => {
-            let opts = if body.is_empty() { json!({}) } else { parse_body(body, false)? };
-            let mut opts = DeleteOptions::from_value(&opts);
+            let raw = if body.is_empty() { json!({}) } else { parse_body(body, false)? };
+            // DeleteOptions may carry dryRun in the body.
+            let dry_run = dry_run || raw.get("dryRun").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+            let mut opts = DeleteOptions::from_value(&raw);
             if let Some(g) = q.get("gracePeriodSeconds").and_then(|g| g.parse().ok()) {
                 opts.grace_period = Some(g);
             }
             if let Some(pp) = q.get("propagationPolicy") {
                 opts.propagation = Some(pp.clone());
             }
-            let o = lock(&shared.store).delete(res, ns, name, &opts)?;
+            let o = write_store(shared, dry_run).delete(res, ns, name, &opts)?;
             Ok(render_one(&o, 200))
         }
         ("deletecollection", None) => {
             let labels = LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str))
                 .map_err(ApiError::bad_request)?;
             let fields = field_selector(res, q)?;
-            let mut st = lock(&shared.store);
+            let mut st = write_store(shared, dry_run);
             let list = st.list(res, ns, &labels, &fields, None, None)?;
             let mut deleted = Vec::new();
             for o in &list.items {
@@ -701,6 +703,35 @@ async fn resource_request(
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// The store locked for a write; with `dry_run` (a `dryRun=All` request) the write is computed and
+/// validated but not stored. The flag is cleared when the guard drops.
+struct WriteGuard<'a>(std::sync::MutexGuard<'a, super::store::State>);
+
+impl std::ops::Deref for WriteGuard<'_> {
+    type Target = super::store::State;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for WriteGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        self.0.dry_run = false;
+    }
+}
+
+fn write_store(shared: &Shared, dry_run: bool) -> WriteGuard<'_> {
+    let mut g = lock(&shared.store);
+    g.dry_run = dry_run;
+    WriteGuard(g)
 }
 
 /// The `autoscaling/v1` Scale of a custom resource (paths from the CRD's scale subresource).
@@ -743,21 +774,6 @@ fn set_path(obj: &mut Value, path: &str, v: Value) {
         }
         cur = &mut cur[*part];
     }
-}
-
-fn dry_create(
-    st: &super::store::State,
-    res: &Arc<Resource>,
-    _ns: Option<&str>,
-    obj: Value,
-) -> Result<(Arc<Value>, Vec<String>), ApiError> {
-    // Validation only: run the schema if there is one; nothing is stored.
-    let _ = st;
-    if let Some(schema) = &res.schema {
-        let a = schema.create(&obj).map_err(|e| ApiError::invalid(&e))?;
-        return Ok((Arc::new(a.object), a.warnings));
-    }
-    Ok((Arc::new(obj), Vec::new()))
 }
 
 fn field_selector(res: &Resource, q: &BTreeMap<String, String>) -> Result<FieldSelector, ApiError> {

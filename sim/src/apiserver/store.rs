@@ -101,6 +101,8 @@ pub(crate) struct State {
     pub minted_tokens: BTreeMap<String, String>,
     /// The cluster CA, for token Secrets' `ca.crt`.
     pub ca_pem: String,
+    /// While set (a `dryRun` request), writes are computed and validated but not stored.
+    pub dry_run: bool,
 }
 
 fn meta(obj: &Value) -> Option<&Map<String, Value>> {
@@ -193,6 +195,7 @@ impl State {
             events,
             minted_tokens: BTreeMap::new(),
             ca_pem: String::new(),
+            dry_run: false,
         };
         if let Some(cr) = s.registry.get("rbac.authorization.k8s.io", "v1", "clusterroles") {
             let _ = s.create(
@@ -281,6 +284,14 @@ impl State {
 
     /// Stores `obj` under a new resourceVersion and emits ADDED/MODIFIED.
     fn put(&mut self, key: &ResKey, ns: &str, name: &str, mut obj: Value) -> Arc<Value> {
+        if self.dry_run {
+            // Validated and computed, not stored: the current resourceVersion, no event.
+            let rv = meta_str(&obj, "resourceVersion").unwrap_or("").to_string();
+            if rv.is_empty() {
+                meta_mut(&mut obj).remove("resourceVersion");
+            }
+            return Arc::new(obj);
+        }
         self.rv += 1;
         meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(self.rv.to_string()));
         let stored = Arc::new(Stored::new(&obj, &self.selectable(key)));
@@ -293,6 +304,9 @@ impl State {
 
     /// Removes the object under a new resourceVersion and emits DELETED.
     fn remove(&mut self, key: &ResKey, ns: &str, name: &str) -> Option<Arc<Value>> {
+        if self.dry_run {
+            return self.stored(key, ns, name).map(|s| Arc::new(s.value()));
+        }
         let prev = self.objects.get_mut(key)?.remove(&(ns.to_string(), name.to_string()))?;
         self.rv += 1;
         let mut obj = prev.value();
@@ -484,6 +498,9 @@ impl State {
             None
         };
         let stored = self.put(&res.key(), &ns, &name, obj);
+        if self.dry_run {
+            return Ok((stored, warnings));
+        }
         if let Some(rs) = crd_resources {
             for r in rs {
                 self.registry.insert(r);
@@ -787,6 +804,9 @@ impl State {
             return Ok((old, warnings));
         }
         let stored = self.put(&res.key(), &ns, name, obj);
+        if self.dry_run {
+            return Ok((stored, warnings));
+        }
         if let Some(rs) = crd_resources {
             self.registry.remove_crd(name);
             for r in rs {
@@ -922,6 +942,9 @@ impl State {
                     o.insert("status".into(), json!({"phase": "Terminating"}));
                 }
                 let stored = self.put(&res.key(), "", name, obj);
+                if self.dry_run {
+                    return Ok(stored);
+                }
                 self.empty_namespace(name);
                 self.finalize_namespaces();
                 return Ok(self.lookup(res, "", name).unwrap_or(stored));
@@ -945,7 +968,9 @@ impl State {
                 return Ok(self.finish_delete(res, &ns, name).unwrap_or(old));
             }
             let stored = self.put(&res.key(), &ns, name, obj);
-            self.after_write(res, &ns, &stored);
+            if !self.dry_run {
+                self.after_write(res, &ns, &stored);
+            }
             return Ok(stored);
         }
         let orphan = opts.propagation.as_deref() == Some("Orphan");
@@ -961,6 +986,9 @@ impl State {
     fn remove_and_collect(&mut self, res: &Resource, ns: &str, name: &str, orphan: bool) -> Option<Arc<Value>> {
         let key = res.key();
         let removed = self.remove(&key, ns, name)?;
+        if self.dry_run {
+            return Some(removed);
+        }
         let uid = meta_str(&removed, "uid").unwrap_or("").to_string();
         self.after_delete(res, ns, &removed);
         self.collect_dependents(&uid, orphan);
