@@ -11,6 +11,7 @@ pub mod launch;
 pub mod lifecycle;
 pub mod metrics;
 pub mod nodeclass;
+pub mod nodepool;
 pub mod ownership;
 pub mod plan;
 pub mod provisioning;

@@ -8,7 +8,7 @@ use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 use kube::{Client, Config, config::KubeConfigOptions};
 use tokio_util::sync::CancellationToken;
 
-use crate::{capacity, gc, hub, kubeconfig, lifecycle, metrics, nodeclass, provisioning, registry};
+use crate::{capacity, gc, hub, kubeconfig, lifecycle, metrics, nodeclass, nodepool, provisioning, registry};
 
 /// Flags of `karpenter-hub run` (each also read from the environment).
 #[derive(Debug, Clone, clap::Args)]
@@ -127,6 +127,7 @@ pub async fn run_with(
     }
     tasks.spawn(lifecycle::run(hub.clone(), shutdown.clone()));
     tasks.spawn(nodeclass::run(hub.clone(), shutdown.clone()));
+    tasks.spawn(nodepool::run(hub.clone(), shutdown.clone()));
     tasks.spawn(provisioning::run(hub.clone(), shutdown.clone()));
     tasks.spawn(gc::sweep::run(hub.clone(), shutdown.clone()));
     tasks.spawn(metrics.clone().follow(registry.clone(), shutdown.clone()));

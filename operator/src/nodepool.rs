@@ -1,0 +1,139 @@
+//! The NodePool status controller (hub.md §4, karpenter-semantics §1.4): `ClusterReachable` with the
+//! registry's reason for the pool's cluster, `NodeClassReady`, the root `Ready`, and the pool's
+//! usage (`resources`, `nodes`) summed over its claims.
+//!
+//! Owns: NodePool status. Must not: change specs or act on claims.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
+use kube::{
+    Api, ResourceExt,
+    api::{ListParams, Patch, PatchParams},
+    runtime::{Controller, controller::Action, watcher},
+};
+use serde_json::json;
+
+use crate::{
+    conditions::{self, FALSE, TRUE, UNKNOWN},
+    hub::Hub,
+    registry::{ClusterKey, Phase},
+};
+use crds::{CleverNodeClass, NodeClaim, NodePool, labels, quantity::Resources};
+
+pub const CLUSTER_REACHABLE: &str = "ClusterReachable";
+pub const NODECLASS_READY: &str = "NodeClassReady";
+pub const READY: &str = "Ready";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
+    let pools: Api<NodePool> = Api::all(hub.mgmt.clone());
+    let claims: Api<NodeClaim> = Api::all(hub.mgmt.clone());
+    let cluster_changes =
+        futures::stream::unfold(
+            hub.registry.changes(),
+            |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) },
+        );
+    Controller::new(pools, watcher::Config::default())
+        .watches(claims, watcher::Config::default(), |claim| {
+            let ns = claim.namespace()?;
+            let pool = claim.labels().get(labels::NODEPOOL)?.clone();
+            Some(kube::runtime::reflector::ObjectRef::new(&pool).within(&ns))
+        })
+        .reconcile_all_on(cluster_changes)
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(10)), hub)
+        .for_each(|_| async {})
+        .await;
+}
+
+async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> {
+    let ns = pool.namespace().unwrap_or_default();
+    let name = pool.name_any();
+    let key = ClusterKey::new(ns.clone(), pool.spec.cluster_name.clone());
+    let cluster = hub.registry.status(&key);
+    let synced = hub.registry.connection(&key).is_some_and(|c| c.is_synced());
+    let now = Timestamp::now();
+    let generation = pool.metadata.generation;
+    let mut conds = pool.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    let reachable = cluster.phase == Phase::Connected && synced;
+    let message = if cluster.phase == Phase::SecretMissing {
+        format!("cluster {} is not registered: {}", key.name, cluster.message)
+    } else {
+        cluster.message.clone()
+    };
+    conditions::set(
+        &mut conds,
+        CLUSTER_REACHABLE,
+        if reachable { TRUE } else { FALSE },
+        cluster.phase.reason(),
+        &message,
+        generation,
+        now,
+    );
+    let class_name = &pool.spec.template.spec.node_class_ref.name;
+    let class = Api::<CleverNodeClass>::namespaced(hub.mgmt.clone(), &ns).get_opt(class_name).await?;
+    let (class_status, class_reason, class_message) = match &class {
+        None => (FALSE, "NodeClassNotFound", format!("CleverNodeClass {ns}/{class_name} does not exist")),
+        Some(c) => match conditions::get(c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(), READY)
+        {
+            Some(r) if r.status == TRUE => (TRUE, "NodeClassReady", String::new()),
+            Some(r) => (FALSE, "NodeClassNotReady", r.message.clone()),
+            None => (UNKNOWN, "AwaitingReconciliation", format!("CleverNodeClass {ns}/{class_name} has no status yet")),
+        },
+    };
+    conditions::set(&mut conds, NODECLASS_READY, class_status, class_reason, &class_message, generation, now);
+    let ready = conditions::is_true(&conds, CLUSTER_REACHABLE) && conditions::is_true(&conds, NODECLASS_READY);
+    let why: Vec<String> = conds
+        .iter()
+        .filter(|c| c.type_ != READY && c.status != TRUE && !c.message.is_empty())
+        .map(|c| c.message.clone())
+        .collect();
+    conditions::set(
+        &mut conds,
+        READY,
+        if ready { TRUE } else { FALSE },
+        if ready { "Ready" } else { "NotReady" },
+        &why.join("; "),
+        generation,
+        now,
+    );
+
+    // Usage: Σ capacity of the pool's claims that are not being deleted.
+    let claims = Api::<NodeClaim>::namespaced(hub.mgmt.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{}={name}", labels::NODEPOOL)))
+        .await?
+        .items;
+    let mut total = Resources::ZERO;
+    let mut nodes = 0i64;
+    for c in claims.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
+        nodes += 1;
+        if let Some(cap) = c.status.as_ref().and_then(|s| s.capacity.as_ref())
+            && let Ok(r) = Resources::from_resource_list(cap)
+        {
+            total = total.saturating_add(r);
+        }
+    }
+    let resources: BTreeMap<String, _> = total.to_resource_list();
+    let status = json!({
+        "conditions": conds,
+        "resources": resources,
+        "nodes": nodes,
+        "nodeClassObservedGeneration": class.as_ref().and_then(|c| c.metadata.generation),
+    });
+    let current = serde_json::to_value(&pool.status).unwrap_or_default();
+    let changed = ["conditions", "resources", "nodes"].iter().any(|k| current.get(*k) != status.get(*k));
+    if changed {
+        Api::<NodePool>::namespaced(hub.mgmt.clone(), &ns)
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
+            .await?;
+        tracing::debug!(namespace = %ns, nodepool = %name, ready, cluster = %key, "nodepool status updated");
+    }
+    Ok(Action::requeue(Duration::from_secs(60)))
+}
