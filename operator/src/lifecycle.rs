@@ -388,6 +388,11 @@ pub async fn instance_types(hub: &Hub, ns: &str, class: &CleverNodeClass) -> Res
                 .await
                 .map_err(|e| format!("reading FlavorCatalog {ns}/{}: {e}", r.name))?
                 .ok_or_else(|| format!("FlavorCatalog {ns}/{} does not exist", r.name))?;
+            // The webhook's rules, re-checked: a catalogue stored without the webhook (or before a
+            // rule existed) must not price or size a node wrongly.
+            if let Some(denial) = crds::admission::validate_flavor_catalog(&fc, None).denial_message() {
+                return Err(format!("FlavorCatalog {ns}/{} is refused: {denial}", r.name));
+            }
             crds::catalog::merge(&Catalog::builtin().flavors, &fc.spec.flavors)
                 .map_err(|e| format!("FlavorCatalog {ns}/{} is invalid: {e}", r.name))?
         }
