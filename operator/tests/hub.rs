@@ -145,3 +145,33 @@ async fn a_crash_during_launch_leaves_no_duplicate_and_no_leak() {
     }
     world.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_the_kubeconfig_secret_stops_the_cluster_but_deletes_nothing() {
+    let mut world = World::start(&[("team-a", "alpha")], |i| quick_cke(i as u64)).await.unwrap();
+    apply_example(&world, 0).await;
+    world.start_hub();
+    scale(&world, 0, 1, "500m", "1Gi").await.unwrap();
+    wait_for("pod running", Duration::from_secs(60), || async { running(&world, 0).await == 1 }).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(world.mgmt.client(), "team-a");
+    secrets.delete("alpha-kubeconfig", &Default::default()).await.unwrap();
+    let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), "team-a");
+    wait_for("ClusterReachable=False/SecretMissing", Duration::from_secs(30), || async {
+        pools.get("default").await.ok().and_then(|p| p.status).is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "ClusterReachable" && c.status == "False" && c.reason == "SecretMissing")
+        })
+    })
+    .await;
+    // No mass deletion because a Secret vanished: the claim and its NodeGroup stay.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let claims =
+        Api::<NodeClaim>::namespaced(world.mgmt.client(), "team-a").list(&ListParams::default()).await.unwrap();
+    let groups = Api::<NodeGroup>::all(world.clusters[0].client()).list(&ListParams::default()).await.unwrap();
+    assert_eq!(claims.items.len(), 1);
+    assert!(claims.items[0].metadata.deletion_timestamp.is_none());
+    assert_eq!(groups.items.len(), 1);
+    assert!(groups.items[0].metadata.deletion_timestamp.is_none());
+    world.shutdown().await;
+}
