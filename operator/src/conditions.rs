@@ -70,6 +70,17 @@ pub fn set(
     }
 }
 
+/// Set the root condition `root` (e.g. `Ready`): True when every other condition is True, else
+/// False with the non-empty messages of those that are not. Returns whether it is True.
+pub fn set_root(conditions: &mut Vec<Condition>, root: &str, observed_generation: Option<i64>, now: Timestamp) -> bool {
+    let blocking: Vec<&Condition> = conditions.iter().filter(|c| c.type_ != root && c.status != TRUE).collect();
+    let ready = blocking.is_empty();
+    let why = blocking.iter().map(|c| c.message.as_str()).filter(|m| !m.is_empty()).collect::<Vec<_>>().join("; ");
+    let (status, reason) = if ready { (TRUE, root.to_string()) } else { (FALSE, format!("Not{root}")) };
+    set(conditions, root, status, &reason, &why, observed_generation, now);
+    ready
+}
+
 /// Remove a condition; returns whether it was there.
 pub fn remove(conditions: &mut Vec<Condition>, type_: &str) -> bool {
     let before = conditions.len();
@@ -106,6 +117,25 @@ mod tests {
         );
         assert!(is_true(&c, "Launched"));
         assert!(remove(&mut c, "Launched") && c.is_empty());
+    }
+
+    #[test]
+    fn the_root_condition_is_true_only_when_every_other_is() {
+        let t0 = Timestamp::from_second(1_800_000_000).unwrap();
+        let mut c = Vec::new();
+        set(&mut c, "A", TRUE, "A", "", None, t0);
+        set(&mut c, "B", FALSE, "Broken", "b is broken", None, t0);
+        set(&mut c, "C", UNKNOWN, "Waiting", "", None, t0);
+        assert!(!set_root(&mut c, "Ready", None, t0));
+        let ready = get(&c, "Ready").unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str(), ready.message.as_str()),
+            (FALSE, "NotReady", "b is broken")
+        );
+        set(&mut c, "B", TRUE, "B", "", None, t0);
+        set(&mut c, "C", TRUE, "C", "", None, t0);
+        assert!(set_root(&mut c, "Ready", None, t0));
+        assert_eq!(get(&c, "Ready").unwrap().reason, "Ready");
     }
 
     #[test]

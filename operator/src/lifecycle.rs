@@ -19,7 +19,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
+    api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{Controller, controller::Action, wait::await_condition, watcher},
 };
 use serde_json::json;
@@ -104,10 +104,7 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
     }
     if !obj.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER) {
         // Before anything launches, so a deleted claim always passes through termination.
-        let mut finalizers = obj.finalizers().to_vec();
-        finalizers.push(labels::TERMINATION_FINALIZER.to_string());
-        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
-        c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&with_finalizer(obj.as_ref(), true))).await?;
         return Ok(Action::await_change());
     }
     let Some(conn) = hub.registry.connection(&c.key).filter(|c| c.is_synced()) else {
@@ -559,10 +556,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
             })
             .await?;
             // The rejected group frees nothing; delete it now (never a group still in its first reconcile).
-            let dp = DeleteParams {
-                preconditions: group.uid().map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
-                ..DeleteParams::default()
-            };
+            let dp = ownership::delete_exactly(&group);
             if let Err(e) = groups.delete(&group_name, &dp).await {
                 tracing::debug!(cluster = %c.key, nodegroup = %group_name, error = %e, "deleting the rejected NodeGroup failed; GC will retry");
             }
@@ -576,6 +570,17 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
             Ok(Launched { flavor, offering_zone: zone, capacity_type: "on-demand".into(), instance_type: it })
         }
     }
+}
+
+/// A merge patch adding or removing the termination finalizer, guarded by the object's
+/// resourceVersion so a concurrent change to the list makes it fail and retry instead of being lost.
+fn with_finalizer<K: Resource>(obj: &K, present: bool) -> serde_json::Value {
+    let mut finalizers: Vec<String> =
+        obj.finalizers().iter().filter(|f| *f != labels::TERMINATION_FINALIZER).cloned().collect();
+    if present {
+        finalizers.push(labels::TERMINATION_FINALIZER.to_string());
+    }
+    json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}})
 }
 
 fn to_map(r: &Resources) -> std::collections::BTreeMap<String, Quantity> {
@@ -607,10 +612,7 @@ async fn terminate(c: &Claim<'_>, hub: &Hub) -> Result<Action, Error> {
             Ownership::Owned { claim, uid }
                 if claim == c.name && Some(uid.as_str()) == c.obj.metadata.uid.as_deref() =>
             {
-                let dp = DeleteParams {
-                    preconditions: g.uid().map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
-                    ..DeleteParams::default()
-                };
+                let dp = ownership::delete_exactly(&g);
                 match groups.delete(&group_name, &dp).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
@@ -647,9 +649,7 @@ async fn terminate(c: &Claim<'_>, hub: &Hub) -> Result<Action, Error> {
             || node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
                 == Some(ownership::provider_id(&group_name).as_str());
         if ours && node.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER) {
-            let remaining: Vec<_> =
-                node.finalizers().iter().filter(|f| *f != labels::TERMINATION_FINALIZER).cloned().collect();
-            let patch = json!({"metadata": {"finalizers": remaining, "resourceVersion": node.resource_version()}});
+            let patch = with_finalizer(node.as_ref(), false);
             match nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
                 Ok(_) | Err(kube::Error::Api(_)) => {}
                 Err(e) => return Err(e.into()),
@@ -669,10 +669,7 @@ async fn terminate(c: &Claim<'_>, hub: &Hub) -> Result<Action, Error> {
     ) {
         write_status(c, status).await?;
     }
-    let remaining: Vec<_> =
-        c.obj.finalizers().iter().filter(|f| *f != labels::TERMINATION_FINALIZER).cloned().collect();
-    let patch = json!({"metadata": {"finalizers": remaining, "resourceVersion": c.obj.resource_version()}});
-    match c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+    match c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&with_finalizer(c.obj, false))).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => return Err(e.into()),

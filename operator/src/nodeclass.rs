@@ -39,11 +39,7 @@ pub enum Error {
 pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
     let classes: Api<CleverNodeClass> = Api::all(hub.mgmt.clone());
     // A cluster connecting or failing changes NodeGroupAPIServed: re-check every class then.
-    let cluster_changes =
-        futures::stream::unfold(
-            hub.registry.changes(),
-            |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) },
-        );
+    let cluster_changes = hub.registry.change_stream();
     Controller::new(classes, watcher::Config::default())
         .reconcile_all_on(cluster_changes)
         .graceful_shutdown_on(shutdown.cancelled_owned())
@@ -101,18 +97,7 @@ async fn reconcile(class: Arc<CleverNodeClass>, hub: Arc<Hub>) -> Result<Action,
     };
     let (status, reason, message) = api_served(&clusters);
     conditions::set(&mut conds, NODEGROUP_API_SERVED, status, reason, &message, generation, now);
-    let ready = conditions::is_true(&conds, VALIDATION_SUCCEEDED) && conditions::is_true(&conds, NODEGROUP_API_SERVED);
-    let why =
-        conds.iter().filter(|c| c.type_ != READY && c.status != TRUE).map(|c| c.message.clone()).collect::<Vec<_>>();
-    conditions::set(
-        &mut conds,
-        READY,
-        if ready { TRUE } else { FALSE },
-        if ready { "Ready" } else { "NotReady" },
-        &why.join("; "),
-        generation,
-        now,
-    );
+    let ready = conditions::set_root(&mut conds, READY, generation, now);
     if class.status.as_ref().map(|s| &s.conditions) != Some(&conds) {
         let api: Api<CleverNodeClass> = Api::namespaced(hub.mgmt.clone(), &ns);
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": {"conditions": conds}})))

@@ -35,11 +35,7 @@ pub enum Error {
 pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
     let pools: Api<NodePool> = Api::all(hub.mgmt.clone());
     let claims: Api<NodeClaim> = Api::all(hub.mgmt.clone());
-    let cluster_changes =
-        futures::stream::unfold(
-            hub.registry.changes(),
-            |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) },
-        );
+    let cluster_changes = hub.registry.change_stream();
     Controller::new(pools, watcher::Config::default())
         .watches(claims, watcher::Config::default(), |claim| {
             let ns = claim.namespace()?;
@@ -89,21 +85,7 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
         },
     };
     conditions::set(&mut conds, NODECLASS_READY, class_status, class_reason, &class_message, generation, now);
-    let ready = conditions::is_true(&conds, CLUSTER_REACHABLE) && conditions::is_true(&conds, NODECLASS_READY);
-    let why: Vec<String> = conds
-        .iter()
-        .filter(|c| c.type_ != READY && c.status != TRUE && !c.message.is_empty())
-        .map(|c| c.message.clone())
-        .collect();
-    conditions::set(
-        &mut conds,
-        READY,
-        if ready { TRUE } else { FALSE },
-        if ready { "Ready" } else { "NotReady" },
-        &why.join("; "),
-        generation,
-        now,
-    );
+    let ready = conditions::set_root(&mut conds, READY, generation, now);
 
     // Usage: Σ capacity of the pool's claims that are not being deleted.
     let claims = Api::<NodeClaim>::namespaced(hub.mgmt.clone(), &ns)

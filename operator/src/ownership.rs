@@ -112,6 +112,19 @@ pub fn nodegroup_spec_labels(
         .collect()
 }
 
+/// Delete parameters that remove only this incarnation of `obj` (a UID precondition): an object
+/// deleted and recreated under the same name since it was read is never touched.
+pub fn delete_exactly<K: kube::Resource>(obj: &K) -> kube::api::DeleteParams {
+    kube::api::DeleteParams {
+        preconditions: obj
+            .meta()
+            .uid
+            .clone()
+            .map(|uid| kube::api::Preconditions { uid: Some(uid), resource_version: None }),
+        ..kube::api::DeleteParams::default()
+    }
+}
+
 /// What the ownership proof says about one NodeGroup, for this hub and namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ownership {

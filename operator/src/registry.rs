@@ -212,6 +212,12 @@ impl Registry {
         self.inner.changes.subscribe()
     }
 
+    /// A stream yielding once per change of any cluster, for controllers that re-check every object
+    /// when a cluster connects or fails (`Controller::reconcile_all_on`).
+    pub fn change_stream(&self) -> impl futures::Stream<Item = ()> + Send + use<> {
+        futures::stream::unfold(self.changes(), |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) })
+    }
+
     /// Watch registration Secrets until `shutdown`, then stop every cluster.
     pub async fn run(&self, mgmt: Client, shutdown: CancellationToken) -> Result<(), RegistryError> {
         let secrets: Api<Secret> = match &self.inner.settings.namespace {

@@ -7,10 +7,7 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use k8s_openapi::jiff::Timestamp;
-use kube::{
-    Api, ResourceExt,
-    api::{DeleteParams, ListParams, Preconditions},
-};
+use kube::{Api, ResourceExt, api::ListParams};
 use tokio_util::sync::CancellationToken;
 
 use super::{
@@ -110,10 +107,7 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
         };
         match judge_orphan(view, &proof, &claim) {
             Verdict::Collect { why } => {
-                let dp = DeleteParams {
-                    preconditions: live.uid().map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
-                    ..DeleteParams::default()
-                };
+                let dp = ownership::delete_exactly(&live);
                 match groups_api.delete(&name, &dp).await {
                     Ok(_) => {
                         tracing::info!(cluster = %key, nodegroup = %name, why = %why, "GarbageCollected: deleted orphaned NodeGroup");
@@ -158,10 +152,7 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
         };
         if let Verdict::Collect { why } = judge_vanished(view, &live) {
             let name = c.name_any();
-            let dp = DeleteParams {
-                preconditions: c.uid().map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
-                ..DeleteParams::default()
-            };
+            let dp = ownership::delete_exactly(c);
             if let Err(e) = claims_api.delete(&name, &dp).await {
                 tracing::warn!(cluster = %key, nodeclaim = %name, error = %e, "deleting vanished claim failed");
                 continue;
