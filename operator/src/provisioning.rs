@@ -14,7 +14,6 @@ use std::{
     time::Duration,
 };
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, Resource, ResourceExt,
     api::{ListParams, PostParams},
@@ -31,7 +30,7 @@ use crate::{
 };
 use crds::{CleverNodeClass, FlavorCatalog, NodeClaim, NodePool, labels};
 use scheduling::{
-    convert::{PendingRule, Snapshot, build_input},
+    convert::{PendingRule, Snapshot, build_input, triggers_provisioning},
     model::{NewClaim, Settings},
 };
 
@@ -73,19 +72,6 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
     }
 }
 
-/// A pod the scheduler gave up on: unbound, `PodScheduled=False/Unschedulable`, not terminal, not
-/// being deleted, not a DaemonSet's (karpenter-semantics §3.2; the scheduling core applies the rest).
-pub fn is_provisionable(pod: &Pod) -> bool {
-    let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
-    let terminal = matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
-    let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
-    let unschedulable = pod.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
-    });
-    !bound && !terminal && !daemon && pod.metadata.deletion_timestamp.is_none() && unschedulable
-}
-
 async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken) {
     let mut batcher = Batcher::default();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
@@ -100,7 +86,7 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
         };
         let now = tokio::time::Instant::now();
         for pod in conn.cache.pods.state() {
-            if is_provisionable(&pod)
+            if triggers_provisioning(&pod)
                 && let Some(uid) = pod.uid()
             {
                 batcher.trigger(&uid, now);

@@ -129,6 +129,21 @@ fn unschedulable_by_scheduler(p: &K8sPod) -> bool {
     })
 }
 
+/// Whether an unbound pod is one the operator's round would take as pending (§3.2 under
+/// [`PendingRule::Unschedulable`]): the trigger of the batch window, with the same tests as
+/// [`build_input`] so a trigger never opens a round that has nothing to place.
+pub fn triggers_provisioning(p: &K8sPod) -> bool {
+    let bound = p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+    let nominated = p.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()).is_some_and(|n| !n.is_empty());
+    !bound
+        && !is_daemonset_pod(&p.metadata)
+        && !is_static_pod(&p.metadata)
+        && !is_terminal(p)
+        && p.metadata.deletion_timestamp.is_none()
+        && !nominated
+        && unschedulable_by_scheduler(p)
+}
+
 fn node_marked_for_deletion(n: &K8sNode) -> bool {
     n.metadata.deletion_timestamp.is_some()
         || n.spec
@@ -1059,6 +1074,40 @@ fn limits_of(p: &NodePool, obj: &str) -> Result<Limits, ConvertError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    #[allow(clippy::expect_used)]
+    fn only_pods_the_scheduler_gave_up_on_trigger_provisioning() {
+        let pod = |extra: serde_json::Value| -> K8sPod {
+            let mut v = json!({
+                "metadata": {"name": "p", "namespace": "default"},
+                "spec": {"containers": [{"name": "c"}]},
+                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+            });
+            json_patch_merge(&mut v, extra);
+            serde_json::from_value(v).expect("a pod")
+        };
+        assert!(triggers_provisioning(&pod(json!({}))));
+        assert!(!triggers_provisioning(&pod(json!({"spec": {"nodeName": "n"}}))));
+        assert!(!triggers_provisioning(&pod(json!({"status": {"conditions": []}}))));
+        assert!(!triggers_provisioning(&pod(json!({"status": {"nominatedNodeName": "n"}}))));
+        assert!(!triggers_provisioning(&pod(json!({"status": {"phase": "Failed"}}))));
+        assert!(!triggers_provisioning(&pod(json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}))));
+        assert!(!triggers_provisioning(&pod(
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]}})
+        )));
+    }
+
+    fn json_patch_merge(target: &mut serde_json::Value, patch: serde_json::Value) {
+        match (target, patch) {
+            (serde_json::Value::Object(t), serde_json::Value::Object(p)) => {
+                for (k, v) in p {
+                    json_patch_merge(t.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (t, p) => *t = p,
+        }
+    }
 
     fn pool() -> NodePool {
         serde_json::from_value(json!({
