@@ -11,7 +11,10 @@ use std::{
     time::Duration,
 };
 
-use k8s_openapi::{api::core::v1::ConfigMap, jiff::Timestamp};
+use k8s_openapi::{
+    api::core::v1::{ConfigMap, ObjectReference},
+    jiff::Timestamp,
+};
 use kube::{
     Api, Client,
     api::{Patch, PatchParams, PostParams},
@@ -21,6 +24,7 @@ use tokio::sync::Mutex;
 
 use crate::{
     capacity::{self, CapacityState},
+    metrics::Metrics,
     registry::{ClusterKey, Registry},
 };
 
@@ -28,6 +32,10 @@ use crate::{
 pub const MANAGER: &str = "karpenter-hub";
 /// ConfigMap data key holding a cluster's [`CapacityState`] as JSON.
 pub const CAPACITY_KEY: &str = "state";
+/// The same reason on the same object is published at most once per this window (clever-cloud.md §8).
+pub const EVENT_DEDUPE: Duration = Duration::from_secs(120);
+/// The window of the warnings re-emitted at every sweep (refused GC, external resizes).
+pub const EVENT_DEDUPE_LONG: Duration = Duration::from_secs(3600);
 
 /// Hub-wide settings (flags of `karpenter-hub run`).
 #[derive(Debug, Clone)]
@@ -64,7 +72,9 @@ pub struct Hub {
     pub registry: Registry,
     pub settings: Settings,
     pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
     capacity: std::sync::Mutex<BTreeMap<ClusterKey, CapacityState>>,
+    events: std::sync::Mutex<EventDedupe>,
     gates: std::sync::Mutex<BTreeMap<ClusterKey, Arc<Mutex<()>>>>,
 }
 
@@ -75,14 +85,16 @@ impl std::fmt::Debug for Hub {
 }
 
 impl Hub {
-    pub fn new(mgmt: Client, registry: Registry, settings: Settings) -> Arc<Self> {
+    pub fn new(mgmt: Client, registry: Registry, settings: Settings, metrics: Arc<Metrics>) -> Arc<Self> {
         let recorder = Recorder::new(mgmt.clone(), Reporter { controller: MANAGER.to_string(), instance: None });
         Arc::new(Self {
             mgmt,
             registry,
             settings,
             recorder,
+            metrics,
             capacity: std::sync::Mutex::new(BTreeMap::new()),
+            events: std::sync::Mutex::new(EventDedupe::default()),
             gates: std::sync::Mutex::new(BTreeMap::new()),
         })
     }
@@ -125,6 +137,7 @@ impl Hub {
         let mut state = self.capacity(key).await?;
         change(&mut state);
         state.prune(now);
+        Metrics::set(&self.metrics.cooldown_flavors, key, state.unavailable(now).count() as i64);
         self.capacity.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone(), state.clone());
         let api: Api<ConfigMap> = Api::namespaced(self.mgmt.clone(), &key.namespace);
         let json = serde_json::to_string(&state).unwrap_or_else(|_| "{}".to_string());
@@ -159,29 +172,98 @@ impl Hub {
         Ok(state)
     }
 
-    /// Publish an event, logging (not failing) when the API refuses it.
-    pub async fn event(
-        &self,
-        reference: &k8s_openapi::api::core::v1::ObjectReference,
-        warning: bool,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
-        let ev = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
-            reason: reason.to_string(),
-            note: Some(note.chars().take(1000).collect()),
-            action: action.to_string(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, reference).await {
-            tracing::debug!(error = %e, reason, "publishing an event failed");
+    /// Publish an event in the management cluster (deduplicated by reason and object), logging,
+    /// not failing, when the API refuses it.
+    pub async fn event(&self, reference: &ObjectReference, warning: bool, reason: &str, action: &str, note: String) {
+        if self.first_in_window(reference, reason, EVENT_DEDUPE) {
+            publish(&self.recorder, reference, event(warning, reason, action, note)).await;
+        }
+    }
+
+    /// Publish an event about a workload-cluster object (a NodeGroup's land in `default`) through
+    /// that cluster's client, deduplicated over `window`.
+    pub async fn workload_event(&self, client: &Client, reference: &ObjectReference, ev: Event, window: Duration) {
+        if self.first_in_window(reference, &ev.reason, window) {
+            let recorder = Recorder::new(client.clone(), Reporter { controller: MANAGER.to_string(), instance: None });
+            publish(&recorder, reference, ev).await;
+        }
+    }
+
+    fn first_in_window(&self, reference: &ObjectReference, reason: &str, window: Duration) -> bool {
+        let key = format!(
+            "{}/{}/{}/{}/{reason}",
+            reference.kind.as_deref().unwrap_or_default(),
+            reference.namespace.as_deref().unwrap_or_default(),
+            reference.name.as_deref().unwrap_or_default(),
+            reference.uid.as_deref().unwrap_or_default(),
+        );
+        self.events.lock().unwrap_or_else(PoisonError::into_inner).first_in_window(
+            key,
+            std::time::Instant::now(),
+            window,
+        )
+    }
+}
+
+/// Remembers when each (object, reason) was last published, to publish it once per window.
+#[derive(Debug, Default)]
+pub struct EventDedupe {
+    last: BTreeMap<String, std::time::Instant>,
+}
+
+impl EventDedupe {
+    /// Whether an event under `key` may be published at `now`; records it if so.
+    pub fn first_in_window(&mut self, key: String, now: std::time::Instant, window: Duration) -> bool {
+        // Forget what no window can suppress any more, so the map stays small.
+        self.last.retain(|_, t| now.saturating_duration_since(*t) < EVENT_DEDUPE_LONG);
+        match self.last.get(&key) {
+            Some(t) if now.saturating_duration_since(*t) < window => false,
+            _ => {
+                self.last.insert(key, now);
+                true
+            }
         }
     }
 }
 
+/// An event to publish (the note is bounded: events are not logs).
+pub fn event(warning: bool, reason: &str, action: &str, note: String) -> Event {
+    Event {
+        type_: if warning { EventType::Warning } else { EventType::Normal },
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1000).collect()),
+        action: action.to_string(),
+        secondary: None,
+    }
+}
+
+async fn publish(recorder: &Recorder, reference: &ObjectReference, ev: Event) {
+    if let Err(e) = recorder.publish(&ev, reference).await {
+        tracing::debug!(error = %e, reason = %ev.reason, "publishing an event failed");
+    }
+}
 /// Name of the ConfigMap holding a cluster's capacity memory.
 pub fn capacity_configmap(key: &ClusterKey) -> String {
     format!("{}-karpenter-hub-capacity", key.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_reason_on_the_same_object_is_published_once_per_window() {
+        let mut d = EventDedupe::default();
+        let t0 = std::time::Instant::now();
+        assert!(d.first_in_window("NodeClaim/a/x//Quota".into(), t0, EVENT_DEDUPE));
+        assert!(!d.first_in_window("NodeClaim/a/x//Quota".into(), t0 + Duration::from_secs(60), EVENT_DEDUPE));
+        // Another object or another reason is not suppressed.
+        assert!(d.first_in_window("NodeClaim/a/y//Quota".into(), t0, EVENT_DEDUPE));
+        assert!(d.first_in_window("NodeClaim/a/x//Vanished".into(), t0, EVENT_DEDUPE));
+        assert!(d.first_in_window("NodeClaim/a/x//Quota".into(), t0 + Duration::from_secs(121), EVENT_DEDUPE));
+        // The long window holds for an hour.
+        assert!(d.first_in_window("NodeGroup//g//Refused".into(), t0, EVENT_DEDUPE_LONG));
+        assert!(!d.first_in_window("NodeGroup//g//Refused".into(), t0 + Duration::from_secs(3000), EVENT_DEDUPE_LONG));
+        assert!(d.first_in_window("NodeGroup//g//Refused".into(), t0 + Duration::from_secs(3601), EVENT_DEDUPE_LONG));
+    }
 }

@@ -17,5 +17,6 @@ pub mod plan;
 pub mod provisioning;
 pub mod registration;
 pub mod registry;
+pub mod reporting;
 pub mod run;
 pub mod sandbox;

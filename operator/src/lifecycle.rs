@@ -28,6 +28,7 @@ use crate::{
     conditions::{self, FALSE, TRUE, UNKNOWN},
     hub::Hub,
     launch::{self, LaunchError},
+    metrics::{CatalogLabels, Metrics, PoolLabels, PoolReasonLabels},
     ownership::{self, ClaimIdentity, Ownership},
     registration::{self, NodeMatch},
     registry::{ClusterKey, Connection},
@@ -86,6 +87,18 @@ impl Claim<'_> {
     fn reference(&self) -> ObjectReference {
         self.obj.object_ref(&())
     }
+
+    fn pool(&self) -> PoolLabels {
+        PoolLabels {
+            cluster: self.key.to_string(),
+            nodepool: self.obj.labels().get(labels::NODEPOOL).cloned().unwrap_or_default(),
+        }
+    }
+
+    fn disrupted(&self, reason: &str) -> PoolReasonLabels {
+        let PoolLabels { cluster, nodepool } = self.pool();
+        PoolReasonLabels { cluster, nodepool, reason: reason.to_string() }
+    }
 }
 
 async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> {
@@ -126,6 +139,13 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
     let mut changed = false;
     let mut requeue = Duration::from_secs(60);
     match registration::find_node(nodes.iter().map(|n| n.as_ref()), &provider_id) {
+        NodeMatch::NotFound if instance_gone(&hub, &conn, &group).await? => {
+            return instance_lost(&c, &hub, status, &group, now).await;
+        }
+        NodeMatch::NotFound if conditions::is_true(&status.conditions, REGISTERED) => {
+            // The Node went away but its group is still there (CKE replacing it): wait, keep Registered.
+            requeue = Duration::from_secs(2);
+        }
         NodeMatch::NotFound => {
             changed |= conditions::set(
                 &mut status.conditions,
@@ -159,6 +179,7 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
                 }
                 status.node_name = Some(node.name_any());
                 changed |= conditions::set(&mut status.conditions, REGISTERED, TRUE, "Registered", "", observed, now);
+                hub.metrics.nodes_created.get(&c.pool()).inc();
                 tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node.name_any(), "node registered");
                 requeue = Duration::from_secs(1);
             } else {
@@ -212,6 +233,7 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
         && conditions::age(&status.conditions, REGISTERED, now).is_some_and(|a| a >= hub.settings.registration_ttl)
     {
         tracing::warn!(cluster = %c.key, nodeclaim = %c.name, reason = "registration_timeout", "node did not register in time; deleting the claim");
+        hub.metrics.nodeclaims_disrupted.get(&c.disrupted("registration_timeout")).inc();
         hub.event(
             &c.reference(),
             true,
@@ -277,6 +299,7 @@ async fn launch_claim(
     }
     if conditions::age(&status.conditions, LAUNCHED, now).is_some_and(|a| a >= hub.settings.launch_ttl) {
         tracing::warn!(cluster = %c.key, nodeclaim = %c.name, reason = "launch_timeout", "claim did not launch in time; deleting it");
+        hub.metrics.nodeclaims_disrupted.get(&c.disrupted("launch_timeout")).inc();
         hub.event(
             &c.reference(),
             true,
@@ -387,11 +410,18 @@ pub async fn instance_types(hub: &Hub, ns: &str, class: &CleverNodeClass) -> Res
                 .ok_or_else(|| format!("FlavorCatalog {ns}/{} does not exist", r.name))?;
             // The webhook's rules, re-checked: a catalogue stored without the webhook (or before a
             // rule existed) must not price or size a node wrongly.
+            let invalid = hub
+                .metrics
+                .catalog_invalid
+                .get_or_create_owned(&CatalogLabels { flavorcatalog: format!("{ns}/{}", r.name) });
             if let Some(denial) = crds::admission::validate_flavor_catalog(&fc, None).denial_message() {
+                invalid.set(1);
                 return Err(format!("FlavorCatalog {ns}/{} is refused: {denial}", r.name));
             }
-            crds::catalog::merge(&Catalog::builtin().flavors, &fc.spec.flavors)
-                .map_err(|e| format!("FlavorCatalog {ns}/{} is invalid: {e}", r.name))?
+            let merged = crds::catalog::merge(&Catalog::builtin().flavors, &fc.spec.flavors)
+                .map_err(|e| format!("FlavorCatalog {ns}/{} is invalid: {e}", r.name));
+            invalid.set(i64::from(merged.is_err()));
+            merged?
         }
     };
     Ok(catalog.instance_types(&hub.settings.zone))
@@ -463,7 +493,11 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
             );
             let gate = hub.launch_gate(&c.key);
             let _one_at_a_time = gate.lock().await;
-            let created = match groups.create(&PostParams::default(), &desired).await {
+            let created = match hub
+                .metrics
+                .cloudprovider(&c.key, "create", groups.create(&PostParams::default(), &desired))
+                .await
+            {
                 Ok(g) => g,
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     let Some(g) = groups.get_opt(&group_name).await? else {
@@ -498,9 +532,10 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
                     Some(Verdict::Pending)
                 }
                 Err(_) => {
+                    Metrics::inc(&hub.metrics.acceptance_timeouts, &c.key);
                     hub.event(
                         &c.reference(),
-                        false,
+                        true,
                         "NodeGroupAcceptanceTimeout",
                         "Launch",
                         format!(
@@ -517,6 +552,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
     };
     let zone = hub.settings.zone.clone();
     let Some(it) = types.iter().find(|t| t.name == flavor).cloned() else {
+        Metrics::inc(&hub.metrics.unknown_flavor_lookups, &c.key);
         return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
             "flavor {flavor} is not in the catalogue"
         ))));
@@ -526,6 +562,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
             // Seen, then gone: confirm with an uncached read.
             if groups.get_opt(&group_name).await?.is_none() {
                 hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity)).await?;
+                Metrics::inc(&hub.metrics.vanished, &c.key);
                 hub.event(
                     &c.reference(),
                     true,
@@ -542,6 +579,15 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
         }
         Some(Verdict::QuotaRejected(message)) => {
             let message = message.unwrap_or_else(|| "quota exceeded".to_string());
+            Metrics::inc(&hub.metrics.quota_rejections, &c.key);
+            hub.event(
+                &c.reference(),
+                true,
+                "NodeGroupQuotaExceeded",
+                "Launch",
+                format!("CKE refused NodeGroup {group_name} (flavor {flavor}): {message}"),
+            )
+            .await;
             let types_flavors: Vec<_> = types
                 .iter()
                 .map(|t| crds::catalog::Flavor {
@@ -557,7 +603,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
             .await?;
             // The rejected group frees nothing; delete it now (never a group still in its first reconcile).
             let dp = ownership::delete_exactly(&group);
-            if let Err(e) = groups.delete(&group_name, &dp).await {
+            if let Err(e) = hub.metrics.cloudprovider(&c.key, "delete", groups.delete(&group_name, &dp)).await {
                 tracing::debug!(cluster = %c.key, nodegroup = %group_name, error = %e, "deleting the rejected NodeGroup failed; GC will retry");
             }
             tracing::warn!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, message = %message, "CKE refused the NodeGroup for quota; flavor cooling down");
@@ -570,6 +616,53 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
             Ok(Launched { flavor, offering_zone: zone, capacity_type: "on-demand".into(), instance_type: it })
         }
     }
+}
+
+/// Whether a launched claim's NodeGroup is gone: absent from the cache *and* from an uncached read
+/// (clever-cloud.md §3.7: a group whose labels were stripped is never read as vanished), or
+/// terminating without the claim being deleted.
+async fn instance_gone(hub: &Hub, conn: &Connection, group: &str) -> Result<bool, Error> {
+    if group.is_empty() {
+        return Ok(false);
+    }
+    if conn.cache.nodegroups.state().iter().any(|g| g.name_any() == group && !g.is_terminating()) {
+        return Ok(false);
+    }
+    let groups: Api<NodeGroup> = Api::all(conn.client.clone());
+    let live = hub.metrics.cloudprovider(&conn.key, "get", groups.get_opt(group)).await?;
+    Ok(live.is_none_or(|g| g.is_terminating()))
+}
+
+/// The claim's NodeGroup went away without the hub deleting it. Before registration it is a
+/// vanish (clever-cloud.md §3.7): counted, cool-down armed, event; either way the claim is deleted
+/// so its pods are re-planned at once instead of at the registration timeout.
+async fn instance_lost(
+    c: &Claim<'_>,
+    hub: &Hub,
+    status: NodeClaimStatus,
+    group: &str,
+    now: Timestamp,
+) -> Result<Action, Error> {
+    if conditions::is_true(&status.conditions, REGISTERED) {
+        tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group, "instance gone: NodeGroup and Node are gone; deleting the claim");
+    } else {
+        let flavor = c.obj.labels().get(labels::INSTANCE_TYPE).cloned().unwrap_or_default();
+        if !flavor.is_empty() {
+            hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity)).await?;
+        }
+        Metrics::inc(&hub.metrics.vanished, &c.key);
+        tracing::warn!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group, flavor = %flavor, "NodeGroupVanished: the NodeGroup disappeared before its node registered; deleting the claim so its pods are re-planned");
+        hub.event(
+            &c.reference(),
+            true,
+            "NodeGroupVanished",
+            "Register",
+            format!("NodeGroup {group} disappeared before its node registered; the claim is replaced"),
+        )
+        .await;
+    }
+    c.api.delete(&c.name, &DeleteParams::default()).await?;
+    Ok(Action::await_change())
 }
 
 /// A merge patch adding or removing the termination finalizer, guarded by the object's
@@ -613,7 +706,7 @@ async fn terminate(c: &Claim<'_>, hub: &Hub) -> Result<Action, Error> {
                 if claim == c.name && Some(uid.as_str()) == c.obj.metadata.uid.as_deref() =>
             {
                 let dp = ownership::delete_exactly(&g);
-                match groups.delete(&group_name, &dp).await {
+                match hub.metrics.cloudprovider(&c.key, "delete", groups.delete(&group_name, &dp)).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                     Err(e) => return Err(e.into()),
@@ -670,7 +763,9 @@ async fn terminate(c: &Claim<'_>, hub: &Hub) -> Result<Action, Error> {
         write_status(c, status).await?;
     }
     match c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&with_finalizer(c.obj, false))).await {
-        Ok(_) => {}
+        Ok(_) => {
+            hub.metrics.nodeclaims_terminated.get(&c.pool()).inc();
+        }
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => return Err(e.into()),
     }

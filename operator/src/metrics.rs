@@ -6,44 +6,189 @@
 //! cluster label is `<namespace>/<name>`, never a server URL or a token).
 
 use std::{
+    collections::BTreeSet,
     net::SocketAddr,
     sync::{
-        Arc, Mutex, PoisonError,
-        atomic::{AtomicBool, Ordering},
+        Mutex, PoisonError,
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
 };
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
-    metrics::{counter::Counter, family::Family, gauge::Gauge},
-    registry::Registry as PromRegistry,
+    metrics::{
+        counter::Counter,
+        family::{Family, MetricConstructor},
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::{Metric, Registry as PromRegistry},
 };
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-use crate::registry::{Phase, Registry};
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct ClusterLabels {
     pub cluster: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct PhaseLabels {
     pub cluster: String,
     pub phase: String,
 }
 
-/// Every metric of the process.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub cluster: String,
+    pub nodepool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct PoolReasonLabels {
+    pub cluster: String,
+    pub nodepool: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct PoolResourceLabels {
+    pub cluster: String,
+    pub nodepool: String,
+    pub resource_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct MethodLabels {
+    pub cluster: String,
+    pub method: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct MethodErrorLabels {
+    pub cluster: String,
+    pub method: String,
+    pub error: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct CatalogLabels {
+    pub flavorcatalog: String,
+}
+
+/// Label sets that belong to one workload cluster, so its series can go when it is removed.
+pub trait PerCluster {
+    fn cluster(&self) -> &str;
+}
+
+macro_rules! per_cluster {
+    ($($t:ty),*) => {$(impl PerCluster for $t { fn cluster(&self) -> &str { &self.cluster } })*};
+}
+per_cluster!(
+    ClusterLabels,
+    PhaseLabels,
+    PoolLabels,
+    PoolReasonLabels,
+    PoolResourceLabels,
+    MethodLabels,
+    MethodErrorLabels
+);
+
+/// A metric family that remembers its label sets, so every series of a removed cluster can be
+/// dropped (prometheus-client's `Family` can only remove a set it is given).
+#[derive(Debug)]
+pub struct Tracked<L, M, C = fn() -> M> {
+    family: Family<L, M, C>,
+    seen: Mutex<BTreeSet<L>>,
+}
+
+impl<L, M> Default for Tracked<L, M>
+where
+    L: Clone + std::hash::Hash + Eq + Ord,
+    M: Default,
+{
+    fn default() -> Self {
+        Self { family: Family::default(), seen: Mutex::new(BTreeSet::new()) }
+    }
+}
+
+impl<L, M, C> Tracked<L, M, C>
+where
+    L: Clone + std::hash::Hash + Eq + Ord + PerCluster,
+    M: Clone,
+    C: MetricConstructor<M>,
+{
+    fn with_constructor(c: C) -> Self {
+        Self { family: Family::new_with_constructor(c), seen: Mutex::new(BTreeSet::new()) }
+    }
+
+    /// The series of `labels` (created at 0 the first time).
+    pub fn get(&self, labels: &L) -> M {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner).insert(labels.clone());
+        self.family.get_or_create_owned(labels)
+    }
+
+    /// Drop every series of `cluster`.
+    pub fn forget(&self, cluster: &str) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.retain(|l| {
+            if l.cluster() == cluster {
+                self.family.remove(l);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    fn family(&self) -> Family<L, M, C>
+    where
+        C: Clone,
+    {
+        self.family.clone()
+    }
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+type Buckets = fn() -> Histogram;
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 14))
+}
+
+/// Every metric of the process. Karpenter's names where Karpenter has the metric (with a `cluster`
+/// label added), `karpenter_hub_` for the CKE provider's and the hub's own (clever-cloud.md §8).
+/// Counters are registered without `_total`; the encoder appends it.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Mutex<PromRegistry>,
     /// 1 while the cluster is connected and synced.
-    pub cluster_connected: Family<ClusterLabels, Gauge>,
+    pub cluster_connected: Tracked<ClusterLabels, Gauge>,
     /// 1 for the cluster's current connection phase, 0 for the others.
-    pub cluster_phase: Family<PhaseLabels, Gauge>,
+    pub cluster_phase: Tracked<PhaseLabels, Gauge>,
     /// Connection state changes seen (reconnects, rotations, failures).
-    pub cluster_transitions: Family<ClusterLabels, Counter>,
+    pub cluster_transitions: Tracked<ClusterLabels, Counter>,
+    pub nodeclaims_created: Tracked<PoolReasonLabels, Counter>,
+    pub nodeclaims_terminated: Tracked<PoolLabels, Counter>,
+    pub nodeclaims_disrupted: Tracked<PoolReasonLabels, Counter>,
+    pub nodes_created: Tracked<PoolLabels, Counter>,
+    pub nodepool_usage: Tracked<PoolResourceLabels, FloatGauge>,
+    pub nodepool_limit: Tracked<PoolResourceLabels, FloatGauge>,
+    pub scheduling_duration: Tracked<ClusterLabels, Histogram, Buckets>,
+    pub cloudprovider_duration: Tracked<MethodLabels, Histogram, Buckets>,
+    pub cloudprovider_errors: Tracked<MethodErrorLabels, Counter>,
+    pub acceptance_timeouts: Tracked<ClusterLabels, Counter>,
+    pub quota_rejections: Tracked<ClusterLabels, Counter>,
+    pub vanished: Tracked<ClusterLabels, Counter>,
+    pub external_resizes: Tracked<ClusterLabels, Gauge>,
+    pub gc_reaped: Tracked<ClusterLabels, Counter>,
+    pub gc_refused: Tracked<ClusterLabels, Gauge>,
+    pub cooldown_flavors: Tracked<ClusterLabels, Gauge>,
+    pub unmanaged: Tracked<ClusterLabels, Gauge>,
+    pub unknown_flavor_lookups: Tracked<ClusterLabels, Counter>,
+    /// 1 while a FlavorCatalog cannot be used (label `flavorcatalog`: `<namespace>/<name>`).
+    pub catalog_invalid: Family<CatalogLabels, Gauge>,
     pub ready: AtomicBool,
 }
 
@@ -53,34 +198,178 @@ impl Default for Metrics {
     }
 }
 
+fn register<L, M, C>(r: &mut PromRegistry, name: &str, help: &str, t: &Tracked<L, M, C>)
+where
+    L: Clone + std::hash::Hash + Eq + Ord + PerCluster + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
+    M: Clone + Metric,
+    C: MetricConstructor<M> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    Family<L, M, C>: Metric,
+{
+    r.register(name, help, t.family());
+}
+
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = PromRegistry::default();
-        let cluster_connected = Family::<ClusterLabels, Gauge>::default();
-        let cluster_phase = Family::<PhaseLabels, Gauge>::default();
-        let cluster_transitions = Family::<ClusterLabels, Counter>::default();
-        registry.register(
+        let mut r = PromRegistry::default();
+        let m = Self {
+            registry: Mutex::new(PromRegistry::default()),
+            cluster_connected: Tracked::default(),
+            cluster_phase: Tracked::default(),
+            cluster_transitions: Tracked::default(),
+            nodeclaims_created: Tracked::default(),
+            nodeclaims_terminated: Tracked::default(),
+            nodeclaims_disrupted: Tracked::default(),
+            nodes_created: Tracked::default(),
+            nodepool_usage: Tracked::default(),
+            nodepool_limit: Tracked::default(),
+            scheduling_duration: Tracked::with_constructor(latency_histogram as Buckets),
+            cloudprovider_duration: Tracked::with_constructor(latency_histogram as Buckets),
+            cloudprovider_errors: Tracked::default(),
+            acceptance_timeouts: Tracked::default(),
+            quota_rejections: Tracked::default(),
+            vanished: Tracked::default(),
+            external_resizes: Tracked::default(),
+            gc_reaped: Tracked::default(),
+            gc_refused: Tracked::default(),
+            cooldown_flavors: Tracked::default(),
+            unmanaged: Tracked::default(),
+            unknown_flavor_lookups: Tracked::default(),
+            catalog_invalid: Family::default(),
+            ready: AtomicBool::new(false),
+        };
+        register(
+            &mut r,
             "karpenter_hub_cluster_connected",
             "Whether the workload cluster is connected and its watches synced",
-            cluster_connected.clone(),
+            &m.cluster_connected,
         );
-        registry.register(
+        register(
+            &mut r,
             "karpenter_hub_cluster_phase",
             "Connection phase of the workload cluster (1 for the current one)",
-            cluster_phase.clone(),
+            &m.cluster_phase,
         );
-        registry.register(
+        register(
+            &mut r,
             "karpenter_hub_cluster_transitions",
             "Connection state changes of the workload cluster",
-            cluster_transitions.clone(),
+            &m.cluster_transitions,
         );
-        Self {
-            registry: Mutex::new(registry),
-            cluster_connected,
-            cluster_phase,
-            cluster_transitions,
-            ready: AtomicBool::new(false),
-        }
+        register(
+            &mut r,
+            "karpenter_nodeclaims_created",
+            "NodeClaims created, by reason and owning NodePool",
+            &m.nodeclaims_created,
+        );
+        register(
+            &mut r,
+            "karpenter_nodeclaims_terminated",
+            "NodeClaims terminated, by owning NodePool",
+            &m.nodeclaims_terminated,
+        );
+        register(
+            &mut r,
+            "karpenter_nodeclaims_disrupted",
+            "NodeClaims disrupted, by reason and owning NodePool",
+            &m.nodeclaims_disrupted,
+        );
+        register(
+            &mut r,
+            "karpenter_nodes_created",
+            "Nodes registered to a NodeClaim, by owning NodePool",
+            &m.nodes_created,
+        );
+        register(
+            &mut r,
+            "karpenter_nodepools_usage",
+            "Resources provisioned by the NodePool, by resource type",
+            &m.nodepool_usage,
+        );
+        register(
+            &mut r,
+            "karpenter_nodepools_limit",
+            "Resource limits of the NodePool, by resource type",
+            &m.nodepool_limit,
+        );
+        register(
+            &mut r,
+            "karpenter_provisioner_scheduling_duration_seconds",
+            "Duration of one provisioning decision",
+            &m.scheduling_duration,
+        );
+        register(
+            &mut r,
+            "karpenter_cloudprovider_duration_seconds",
+            "Duration of NodeGroup API calls, by method",
+            &m.cloudprovider_duration,
+        );
+        register(
+            &mut r,
+            "karpenter_cloudprovider_errors",
+            "Failed NodeGroup API calls, by method and error",
+            &m.cloudprovider_errors,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_nodegroup_acceptance_timeouts",
+            "Launches that got no CKE verdict in time and went on optimistically",
+            &m.acceptance_timeouts,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_nodegroup_quota_rejections",
+            "Fresh quota rejections by CKE (fast-fails in back-off excluded)",
+            &m.quota_rejections,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_nodegroup_vanished",
+            "NodeGroups that disappeared after launch before registration",
+            &m.vanished,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_nodegroup_external_resizes",
+            "Owned NodeGroups with nodeCount != 1 at the last sweep",
+            &m.external_resizes,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_gc_reaped_nodegroups",
+            "Orphaned owned NodeGroups deleted by garbage collection",
+            &m.gc_reaped,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_gc_refused_nodegroups",
+            "NodeGroups garbage collection refused to delete at the last sweep",
+            &m.gc_refused,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_nodegroup_cooldown_flavors",
+            "Flavors cooling down after a CKE refusal",
+            &m.cooldown_flavors,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_nodegroup_unmanaged",
+            "NodeGroups this hub does not own, at the last sweep",
+            &m.unmanaged,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_instancetype_unknown_flavor_lookups",
+            "Lookups of flavors missing from the catalogue",
+            &m.unknown_flavor_lookups,
+        );
+        r.register(
+            "karpenter_hub_instancetype_flavors_config_invalid",
+            "1 while a FlavorCatalog cannot be used",
+            m.catalog_invalid.clone(),
+        );
+        *m.registry.lock().unwrap_or_else(PoisonError::into_inner) = r;
+        m
     }
 
     /// The Prometheus text exposition.
@@ -93,53 +382,86 @@ impl Metrics {
         out
     }
 
-    /// Mirror the registry's cluster states into the gauges until `shutdown`.
-    pub async fn follow(self: Arc<Self>, registry: Registry, shutdown: CancellationToken) {
-        const PHASES: [Phase; 7] = [
-            Phase::SecretMissing,
-            Phase::InvalidKubeconfig,
-            Phase::Unauthorized,
-            Phase::Unreachable,
-            Phase::NodeGroupApiNotServed,
-            Phase::Syncing,
-            Phase::Connected,
-        ];
-        let mut changes = registry.changes();
-        let mut last: std::collections::BTreeMap<String, Phase> = Default::default();
-        loop {
-            let clusters = registry.clusters();
-            let names: std::collections::BTreeSet<String> = clusters.iter().map(ToString::to_string).collect();
-            // A removed cluster's series disappear with it (hub.md §3 "Removal").
-            for gone in last.keys().filter(|k| !names.contains(*k)).cloned().collect::<Vec<_>>() {
-                last.remove(&gone);
-                self.cluster_connected.remove(&ClusterLabels { cluster: gone.clone() });
-                self.cluster_transitions.remove(&ClusterLabels { cluster: gone.clone() });
-                for p in PHASES {
-                    self.cluster_phase.remove(&PhaseLabels { cluster: gone.clone(), phase: p.reason().to_string() });
-                }
-            }
-            for key in clusters {
-                let name = key.to_string();
-                let status = registry.status(&key);
-                let synced = registry.connection(&key).is_some_and(|c| c.is_synced());
-                let labels = ClusterLabels { cluster: name.clone() };
-                self.cluster_connected
-                    .get_or_create(&labels)
-                    .set(i64::from(status.phase == Phase::Connected && synced));
-                for p in PHASES {
-                    self.cluster_phase
-                        .get_or_create(&PhaseLabels { cluster: name.clone(), phase: p.reason().to_string() })
-                        .set(i64::from(p == status.phase));
-                }
-                if last.insert(name, status.phase) != Some(status.phase) {
-                    self.cluster_transitions.get_or_create(&labels).inc();
-                }
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                r = changes.changed() => if r.is_err() { return },
-            }
+    /// A cluster just registered: its counters and gauges start at 0 so `increase()` alerts see
+    /// the first event (clever-cloud.md §8).
+    pub fn cluster_registered(&self, cluster: &str) {
+        let l = ClusterLabels { cluster: cluster.to_string() };
+        for c in [
+            &self.acceptance_timeouts,
+            &self.quota_rejections,
+            &self.vanished,
+            &self.gc_reaped,
+            &self.unknown_flavor_lookups,
+        ] {
+            c.get(&l);
         }
+        for g in
+            [&self.external_resizes, &self.gc_refused, &self.cooldown_flavors, &self.unmanaged, &self.cluster_connected]
+        {
+            g.get(&l);
+        }
+        self.cluster_transitions.get(&l);
+    }
+
+    /// A cluster was removed: every one of its series goes with it (hub.md §3 "Removal").
+    pub fn cluster_removed(&self, cluster: &str) {
+        self.cluster_connected.forget(cluster);
+        self.cluster_phase.forget(cluster);
+        self.cluster_transitions.forget(cluster);
+        self.nodeclaims_created.forget(cluster);
+        self.nodeclaims_terminated.forget(cluster);
+        self.nodeclaims_disrupted.forget(cluster);
+        self.nodes_created.forget(cluster);
+        self.nodepool_usage.forget(cluster);
+        self.nodepool_limit.forget(cluster);
+        self.scheduling_duration.forget(cluster);
+        self.cloudprovider_duration.forget(cluster);
+        self.cloudprovider_errors.forget(cluster);
+        for t in [
+            &self.acceptance_timeouts,
+            &self.quota_rejections,
+            &self.vanished,
+            &self.gc_reaped,
+            &self.unknown_flavor_lookups,
+        ] {
+            t.forget(cluster);
+        }
+        for g in [&self.external_resizes, &self.gc_refused, &self.cooldown_flavors, &self.unmanaged] {
+            g.forget(cluster);
+        }
+    }
+
+    /// Shorthand for a per-cluster counter.
+    pub fn inc(family: &Tracked<ClusterLabels, Counter>, cluster: &impl std::fmt::Display) {
+        family.get(&ClusterLabels { cluster: cluster.to_string() }).inc();
+    }
+
+    /// Shorthand for a per-cluster gauge.
+    pub fn set(family: &Tracked<ClusterLabels, Gauge>, cluster: &impl std::fmt::Display, v: i64) {
+        family.get(&ClusterLabels { cluster: cluster.to_string() }).set(v);
+    }
+
+    /// Time a NodeGroup API call, counting its failures by HTTP status or transport error.
+    pub async fn cloudprovider<T>(
+        &self,
+        cluster: &impl std::fmt::Display,
+        method: &str,
+        call: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, kube::Error> {
+        let start = std::time::Instant::now();
+        let r = call.await;
+        let cluster = cluster.to_string();
+        self.cloudprovider_duration
+            .get(&MethodLabels { cluster: cluster.clone(), method: method.to_string() })
+            .observe(start.elapsed().as_secs_f64());
+        if let Err(e) = &r {
+            let error = match e {
+                kube::Error::Api(s) => s.reason.clone(),
+                _ => "Transport".to_string(),
+            };
+            self.cloudprovider_errors.get(&MethodErrorLabels { cluster, method: method.to_string(), error }).inc();
+        }
+        r
     }
 }
 
@@ -174,8 +496,55 @@ mod tests {
     #[test]
     fn metrics_render_with_cluster_labels() {
         let m = Metrics::new();
-        m.cluster_connected.get_or_create(&ClusterLabels { cluster: "team-a/prod".into() }).set(1);
+        m.cluster_connected.get(&ClusterLabels { cluster: "team-a/prod".into() }).set(1);
         let text = m.render();
         assert!(text.contains("karpenter_hub_cluster_connected{cluster=\"team-a/prod\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn a_registered_cluster_starts_at_zero_and_a_removed_one_leaves_no_series() {
+        let m = Metrics::new();
+        m.cluster_registered("team-a/prod");
+        m.cluster_registered("team-b/dev");
+        let text = m.render();
+        assert!(text.contains("karpenter_hub_nodegroup_quota_rejections_total{cluster=\"team-a/prod\"} 0"), "{text}");
+        assert!(text.contains("karpenter_hub_gc_refused_nodegroups{cluster=\"team-a/prod\"} 0"), "{text}");
+        m.nodeclaims_created
+            .get(&PoolReasonLabels {
+                cluster: "team-a/prod".into(),
+                nodepool: "default".into(),
+                reason: "provisioning".into(),
+            })
+            .inc();
+        Metrics::inc(&m.quota_rejections, &"team-a/prod");
+        let text = m.render();
+        assert!(text.contains("karpenter_nodeclaims_created_total{cluster=\"team-a/prod\",nodepool=\"default\",reason=\"provisioning\"} 1"), "{text}");
+        assert!(text.contains("karpenter_hub_nodegroup_quota_rejections_total{cluster=\"team-a/prod\"} 1"), "{text}");
+        m.cluster_removed("team-a/prod");
+        let text = m.render();
+        assert!(!text.contains("team-a/prod"), "{text}");
+        assert!(text.contains("team-b/dev"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn nodegroup_api_calls_are_timed_and_failures_counted_by_reason() {
+        let m = Metrics::new();
+        let ok: Result<u8, kube::Error> = m.cloudprovider(&"a/b", "create", async { Ok(1) }).await;
+        assert!(ok.is_ok());
+        let status = kube::core::Status::failure("quota", "Forbidden").with_code(403);
+        let err: Result<u8, kube::Error> =
+            m.cloudprovider(&"a/b", "create", async { Err(kube::Error::Api(Box::new(status))) }).await;
+        assert!(err.is_err());
+        let text = m.render();
+        assert!(
+            text.contains(
+                "karpenter_cloudprovider_errors_total{cluster=\"a/b\",method=\"create\",error=\"Forbidden\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("karpenter_cloudprovider_duration_seconds_count{cluster=\"a/b\",method=\"create\"} 2"),
+            "{text}"
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::{
-    Api, ResourceExt,
+    Api, Resource, ResourceExt,
     api::{ListParams, Patch, PatchParams},
     runtime::{Controller, controller::Action, watcher},
 };
@@ -18,6 +18,7 @@ use serde_json::json;
 use crate::{
     conditions::{self, FALSE, TRUE, UNKNOWN},
     hub::Hub,
+    metrics::PoolResourceLabels,
     registry::{ClusterKey, Phase},
 };
 use crds::{CleverNodeClass, NodeClaim, NodePool, labels, quantity::Resources};
@@ -58,6 +59,7 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
     let now = Timestamp::now();
     let generation = pool.metadata.generation;
     let mut conds = pool.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    let before = conditions::get(&conds, CLUSTER_REACHABLE).map(|c| (c.status.clone(), c.reason.clone()));
     let reachable = cluster.phase == Phase::Connected && synced;
     let message = if cluster.phase == Phase::SecretMissing {
         format!("cluster {} is not registered: {}", key.name, cluster.message)
@@ -73,6 +75,17 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
         generation,
         now,
     );
+    if let Some(now_reachable) = conditions::get(&conds, CLUSTER_REACHABLE)
+        && before.as_ref() != Some(&(now_reachable.status.clone(), now_reachable.reason.clone()))
+    {
+        // hub.md §4: the pool's users see their cluster's state changes as events too.
+        let note = if message.is_empty() {
+            format!("cluster {}: {}", key.name, now_reachable.reason)
+        } else {
+            format!("cluster {}: {}: {message}", key.name, now_reachable.reason)
+        };
+        hub.event(&pool.object_ref(&()), !reachable, &now_reachable.reason, "Connect", note).await;
+    }
     let class_name = &pool.spec.template.spec.node_class_ref.name;
     let class = Api::<CleverNodeClass>::namespaced(hub.mgmt.clone(), &ns).get_opt(class_name).await?;
     let (class_status, class_reason, class_message) = match &class {
@@ -100,6 +113,24 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
             && let Ok(r) = Resources::from_resource_list(cap)
         {
             total = total.saturating_add(r);
+        }
+    }
+    let labels = |resource_type: &str| PoolResourceLabels {
+        cluster: key.to_string(),
+        nodepool: name.clone(),
+        resource_type: resource_type.to_string(),
+    };
+    let m = &hub.metrics;
+    m.nodepool_usage.get(&labels("cpu")).set(total.cpu_millis as f64 / 1000.0);
+    m.nodepool_usage.get(&labels("memory")).set(total.memory_bytes as f64);
+    m.nodepool_usage.get(&labels("nodes")).set(nodes as f64);
+    if let Some(limits) = pool.spec.limits.as_ref().and_then(|l| Resources::from_resource_list(l).ok()) {
+        let declared = |k: &str| pool.spec.limits.as_ref().is_some_and(|l| l.contains_key(k));
+        if declared("cpu") {
+            m.nodepool_limit.get(&labels("cpu")).set(limits.cpu_millis as f64 / 1000.0);
+        }
+        if declared("memory") {
+            m.nodepool_limit.get(&labels("memory")).set(limits.memory_bytes as f64);
         }
     }
     let resources: BTreeMap<String, _> = total.to_resource_list();

@@ -26,9 +26,11 @@ use crate::{
     batcher::Batcher,
     conditions,
     hub::Hub,
+    metrics::{ClusterLabels, PoolReasonLabels},
     registry::{ClusterKey, Connection},
 };
 use crds::{CleverNodeClass, FlavorCatalog, NodeClaim, NodePool, labels};
+use k8s_openapi::jiff::Timestamp;
 use scheduling::{
     convert::{PendingRule, Snapshot, build_input, triggers_provisioning},
     model::{NewClaim, Settings},
@@ -152,11 +154,26 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
     for note in &converted.notes {
         tracing::debug!(cluster = %key, note = %note, "scheduling input note");
     }
-    let input = converted.input;
+    let mut input = converted.input;
     if input.pods.is_empty() {
         return Ok(0);
     }
+    // CKE's refusals (clever-cloud.md §3.5): no new claims while the cluster backs off, and flavors
+    // cooling down are not offered, so the decision picks another flavor.
+    let capacity = hub.capacity(key).await?;
+    let now = Timestamp::now();
+    if let Some(left) = capacity.backoff_remaining(now) {
+        tracing::debug!(cluster = %key, pods = input.pods.len(), seconds = left.as_secs(), "creation back-off after a CKE refusal; pods wait");
+        return Ok(0);
+    }
+    let cooling: BTreeSet<String> = capacity.unavailable(now).map(str::to_string).collect();
+    mark_unavailable(&mut input, &cooling);
+    let started = std::time::Instant::now();
     let decision = scheduling::solve(&input);
+    hub.metrics
+        .scheduling_duration
+        .get(&ClusterLabels { cluster: key.to_string() })
+        .observe(started.elapsed().as_secs_f64());
     for u in &decision.unschedulable {
         tracing::info!(cluster = %key, pod = %input.pods[u.pod].key(), reason = %u.reason, "pod cannot be scheduled");
     }
@@ -172,6 +189,14 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
         match api.create(&PostParams::default(), &nc).await {
             Ok(_) => {
                 created += 1;
+                hub.metrics
+                    .nodeclaims_created
+                    .get(&PoolReasonLabels {
+                        cluster: key.to_string(),
+                        nodepool: claim.nodepool.clone(),
+                        reason: "provisioning".to_string(),
+                    })
+                    .inc();
                 tracing::info!(
                     cluster = %key, nodeclaim = %name, nodepool = %claim.nodepool,
                     flavor = claim.instance_types.first().map(|o| o.name.as_str()).unwrap_or_default(),
@@ -190,6 +215,20 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
         tracing::debug!(cluster = %key, pods = nominated, "pods expected on existing or in-flight capacity");
     }
     Ok(created)
+}
+
+/// Take the offerings of flavors CKE refused recently out of every pool's catalogue.
+pub fn mark_unavailable(input: &mut scheduling::Input, flavors: &BTreeSet<String>) {
+    if flavors.is_empty() {
+        return;
+    }
+    for it in input.pools.iter_mut().flat_map(|p| p.instance_types.iter_mut()) {
+        if flavors.contains(&it.name) {
+            for o in &mut it.offerings {
+                o.available = false;
+            }
+        }
+    }
 }
 
 /// The NodeClaim for a decided claim (karpenter-semantics §1.5). Its name is derived from the pool
@@ -242,4 +281,33 @@ pub fn node_claim(pool: &NodePool, claim: &NewClaim, key: &ClusterKey, pods: &[S
         }
     });
     serde_json::from_value(value).map_err(|e| Error::Build(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use scheduling::testkit::{GI, input, pod, pool};
+
+    fn first_flavor(input: &scheduling::Input) -> String {
+        let d = scheduling::solve(input);
+        d.new_claims[0].instance_types[0].name.clone()
+    }
+
+    #[test]
+    fn a_flavor_cooling_down_is_not_chosen_and_the_next_cheapest_is() {
+        let mut i = input(vec![pool("default")], vec![pod("p", 1000, GI)]);
+        assert_eq!(first_flavor(&i), "2XS");
+        mark_unavailable(&mut i, &BTreeSet::from(["2XS".to_string()]));
+        assert_eq!(first_flavor(&i), "XS");
+        let d = scheduling::solve(&i);
+        assert!(d.new_claims[0].instance_types.iter().all(|t| t.name != "2XS"), "2XS must not even be a candidate");
+    }
+
+    #[test]
+    fn nothing_cooling_down_changes_nothing() {
+        let mut i = input(vec![pool("default")], vec![pod("p", 1000, GI)]);
+        let before = format!("{:?}", i.pools);
+        mark_unavailable(&mut i, &BTreeSet::new());
+        assert_eq!(before, format!("{:?}", i.pools));
+    }
 }

@@ -8,7 +8,9 @@ use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 use kube::{Client, Config, config::KubeConfigOptions};
 use tokio_util::sync::CancellationToken;
 
-use crate::{capacity, gc, hub, kubeconfig, lifecycle, metrics, nodeclass, nodepool, provisioning, registry};
+use crate::{
+    capacity, gc, hub, kubeconfig, lifecycle, metrics, nodeclass, nodepool, provisioning, registry, reporting,
+};
 
 /// Flags of `karpenter-hub run` (each also read from the environment).
 #[derive(Debug, Clone, clap::Args)]
@@ -114,7 +116,7 @@ pub async fn run_with(
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
     let registry = registry::Registry::new(registry_settings);
-    let hub = hub::Hub::new(mgmt.clone(), registry.clone(), hub_settings);
+    let hub = hub::Hub::new(mgmt.clone(), registry.clone(), hub_settings, metrics.clone());
     tracing::info!(hub_id = %hub.settings.hub_id, "starting the hub");
     let mut tasks = tokio::task::JoinSet::new();
     {
@@ -130,7 +132,7 @@ pub async fn run_with(
     tasks.spawn(nodepool::run(hub.clone(), shutdown.clone()));
     tasks.spawn(provisioning::run(hub.clone(), shutdown.clone()));
     tasks.spawn(gc::sweep::run(hub.clone(), shutdown.clone()));
-    tasks.spawn(metrics.clone().follow(registry.clone(), shutdown.clone()));
+    tasks.spawn(reporting::run(hub.clone(), shutdown.clone()));
     metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
     shutdown.cancelled().await;
     metrics.ready.store(false, std::sync::atomic::Ordering::Relaxed);

@@ -75,6 +75,8 @@ pub struct World {
     hub: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
     pub hub_settings: hub::Settings,
     pub registry_settings: registry::Settings,
+    /// The metrics of the running hub (a fresh set at every start, as a new process would have).
+    pub metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for World {
@@ -119,6 +121,7 @@ impl World {
                 reconnect_max: Duration::from_secs(5),
                 ..registry::Settings::default()
             },
+            metrics: Arc::new(Metrics::new()),
         };
         for (i, (ns, name)) in clusters.iter().enumerate() {
             let server = ApiServer::start(ApiServerConfig::workload(*name).with_seed(i as u64 + 1))
@@ -180,10 +183,16 @@ impl World {
     /// Start the hub against this world (or restart it after [`World::stop_hub`]).
     pub fn start_hub(&mut self) {
         let token = CancellationToken::new();
-        let (mgmt, hs, rs, stop) =
-            (self.mgmt.client(), self.hub_settings.clone(), self.registry_settings.clone(), token.clone());
+        self.metrics = Arc::new(Metrics::new());
+        let (mgmt, hs, rs, stop, metrics) = (
+            self.mgmt.client(),
+            self.hub_settings.clone(),
+            self.registry_settings.clone(),
+            token.clone(),
+            self.metrics.clone(),
+        );
         let handle = tokio::spawn(async move {
-            if let Err(e) = run::run_with(mgmt, hs, rs, Arc::new(Metrics::new()), stop).await {
+            if let Err(e) = run::run_with(mgmt, hs, rs, metrics, stop).await {
                 tracing::error!(error = %e, "hub stopped");
             }
         });

@@ -5,47 +5,11 @@
 use std::{collections::BTreeSet, time::Duration};
 
 use crds::{NodeClaim, NodeGroup, NodePool};
-use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt, api::ListParams};
 use operator::sandbox::{World, quick_cke, scale};
-use serde_json::Value;
 
-const EXAMPLE: &str = include_str!("../../examples/general-purpose.yaml");
-
-async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn apply_example(world: &World, i: usize) {
-    let c = &world.clusters[i];
-    let name = c.name.clone();
-    world
-        .apply_yaml("general-purpose.yaml", EXAMPLE, &c.namespace, |doc| {
-            if doc.get("kind").and_then(Value::as_str) == Some("NodePool") {
-                doc["spec"]["clusterName"] = Value::String(name.clone());
-            }
-        })
-        .await
-        .unwrap();
-}
-
-async fn running(world: &World, i: usize) -> usize {
-    Api::<Pod>::namespaced(world.clusters[i].client(), "default")
-        .list(&ListParams::default())
-        .await
-        .map(|l| {
-            l.items.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).count()
-        })
-        .unwrap_or(0)
-}
+mod common;
+use common::{apply_example, running, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_clusters_get_the_cheapest_fitting_nodes_and_one_nodegroup_per_claim() {
@@ -173,5 +137,129 @@ async fn removing_the_kubeconfig_secret_stops_the_cluster_but_deletes_nothing() 
     assert!(claims.items[0].metadata.deletion_timestamp.is_none());
     assert_eq!(groups.items.len(), 1);
     assert!(groups.items[0].metadata.deletion_timestamp.is_none());
+    world.shutdown().await;
+}
+
+/// Events of the management cluster about an object of `kind` named `name` in `ns`, as
+/// (reason, note) pairs.
+async fn events_about(world: &World, ns: &str, kind: &str, name: &str) -> Vec<(String, String)> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(world.mgmt.client(), ns);
+    events
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter(|e| {
+                    e.regarding
+                        .as_ref()
+                        .is_some_and(|r| r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name))
+                })
+                .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodegroup_that_vanishes_before_registration_is_replaced_within_seconds_by_another_flavor() {
+    use sim::cke::config::{GroupSelector, VanishRule};
+    // Every accepted group vanishes 300 ms after acceptance, long before its node joins (1.5-3 s).
+    let mut world = World::start(&[("team-a", "alpha")], |i| {
+        let mut c = quick_cke(i as u64);
+        c.vanish =
+            vec![VanishRule { selector: GroupSelector::All, probability: 1.0, after: Duration::from_millis(300) }];
+        c
+    })
+    .await
+    .unwrap();
+    // A short creation back-off so the replacement follows at once; the cool-down stays 3 min.
+    world.hub_settings.capacity.backoff = Duration::from_millis(500);
+    world.hub_settings.capacity.max_backoff = Duration::from_secs(1);
+    apply_example(&world, 0).await;
+    world.start_hub();
+    // 5Gi does not fit a 2XS: the first choice is an XS.
+    scale(&world, 0, 1, "1", "5Gi").await.unwrap();
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), "team-a");
+    let xs = |c: &NodeClaim| c.labels().get("node.kubernetes.io/instance-type").map(String::as_str) == Some("XS");
+    wait_for("a launched XS claim", Duration::from_secs(30), || async {
+        claims.list(&ListParams::default()).await.is_ok_and(|l| l.items.iter().any(xs))
+    })
+    .await;
+    let first_claim = claims.list(&ListParams::default()).await.unwrap().items.into_iter().find(xs).unwrap();
+    let (first, first_uid) = (first_claim.name_any(), first_claim.uid());
+    // Detected by the lifecycle within seconds (the GC sweep's period is 2 min).
+    let started = tokio::time::Instant::now();
+    wait_for("the vanished claim gone", Duration::from_secs(15), || async {
+        claims.get_opt(&first).await.is_ok_and(|c| c.is_none_or(|c| c.uid() != first_uid))
+    })
+    .await;
+    let detected = started.elapsed();
+    assert!(detected < Duration::from_secs(15), "{detected:?}");
+    wait_for("NodeGroupVanished event", Duration::from_secs(10), || async {
+        events_about(&world, "team-a", "NodeClaim", &first).await.iter().any(|(r, _)| r == "NodeGroupVanished")
+    })
+    .await;
+    // The replacement avoids the flavor cooling down.
+    wait_for("a replacement claim with another flavor", Duration::from_secs(30), || async {
+        claims.list(&ListParams::default()).await.is_ok_and(|l| {
+            l.items.iter().any(|c| {
+                c.uid() != first_uid && c.labels().get("node.kubernetes.io/instance-type").is_some_and(|f| f != "XS")
+            })
+        })
+    })
+    .await;
+    let text = world.metrics.render();
+    let vanished = text
+        .lines()
+        .find(|l| l.starts_with("karpenter_hub_nodegroup_vanished_total{cluster=\"team-a/alpha\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_default();
+    assert!(vanished >= 1.0, "{text}");
+    world.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_state_changes_show_as_events_on_the_secret_and_the_nodepool_and_as_metrics() {
+    let mut world = World::start(&[("team-a", "alpha")], |i| quick_cke(i as u64)).await.unwrap();
+    apply_example(&world, 0).await;
+    world.start_hub();
+    wait_for("Connected event on the Secret", Duration::from_secs(30), || async {
+        events_about(&world, "team-a", "Secret", "alpha-kubeconfig").await.iter().any(|(r, _)| r == "Connected")
+    })
+    .await;
+    wait_for("Connected event on the NodePool", Duration::from_secs(30), || async {
+        events_about(&world, "team-a", "NodePool", "default").await.iter().any(|(r, _)| r == "Connected")
+    })
+    .await;
+    scale(&world, 0, 1, "500m", "1Gi").await.unwrap();
+    wait_for("pod running", Duration::from_secs(60), || async { running(&world, 0).await == 1 }).await;
+    // The cluster goes dark: the Secret and the pool say why.
+    world.clusters[0].server.faults().set_unreachable(true);
+    wait_for("Unreachable event on the Secret", Duration::from_secs(30), || async {
+        events_about(&world, "team-a", "Secret", "alpha-kubeconfig").await.iter().any(|(r, _)| r == "Unreachable")
+    })
+    .await;
+    wait_for("Unreachable event on the NodePool", Duration::from_secs(30), || async {
+        events_about(&world, "team-a", "NodePool", "default").await.iter().any(|(r, _)| r == "Unreachable")
+    })
+    .await;
+    let text = world.metrics.render();
+    for want in [
+        "karpenter_hub_cluster_connected{cluster=\"team-a/alpha\"} 0",
+        "karpenter_hub_cluster_phase{cluster=\"team-a/alpha\",phase=\"Unreachable\"} 1",
+        "karpenter_nodeclaims_created_total{cluster=\"team-a/alpha\",nodepool=\"default\",reason=\"provisioning\"} 1",
+        "karpenter_nodes_created_total{cluster=\"team-a/alpha\",nodepool=\"default\"} 1",
+        "karpenter_hub_nodegroup_quota_rejections_total{cluster=\"team-a/alpha\"} 0",
+        "karpenter_cloudprovider_duration_seconds_count{cluster=\"team-a/alpha\",method=\"create\"} 1",
+    ] {
+        assert!(text.contains(want), "missing {want} in:\n{text}");
+    }
+    world.clusters[0].server.faults().set_unreachable(false);
+    wait_for("connected again", Duration::from_secs(30), || async {
+        world.metrics.render().contains("karpenter_hub_cluster_connected{cluster=\"team-a/alpha\"} 1")
+    })
+    .await;
     world.shutdown().await;
 }

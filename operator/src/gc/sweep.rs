@@ -6,8 +6,9 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::{Api, ResourceExt, api::ListParams};
+use kube::{Api, Resource, ResourceExt, api::ListParams};
 use tokio_util::sync::CancellationToken;
 
 use super::{
@@ -16,8 +17,9 @@ use super::{
 };
 use crate::{
     conditions,
-    hub::Hub,
+    hub::{EVENT_DEDUPE, EVENT_DEDUPE_LONG, Hub},
     lifecycle::{LAUNCHED, REGISTERED},
+    metrics::Metrics,
     ownership::{self, Ownership},
     registry::{ClusterKey, Connection},
 };
@@ -75,8 +77,19 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
             _ => {}
         }
     }
-    for g in &out.resized {
-        tracing::warn!(cluster = %key, nodegroup = %g, "NodeGroupExternallyResized: nodeCount is not 1; check the cluster's autoscalingEnabled and who holds nodegroups/scale. The hub never scales it back.");
+    let m = &hub.metrics;
+    Metrics::set(&m.unmanaged, key, out.foreign as i64);
+    Metrics::set(&m.external_resizes, key, out.resized.len() as i64);
+    let now_capacity = hub.capacity(key).await.map(|s| s.unavailable(now).count()).unwrap_or_default();
+    Metrics::set(&m.cooldown_flavors, key, now_capacity as i64);
+    for g in groups.iter().filter(|g| out.resized.contains(&g.name_any())) {
+        let note = format!(
+            "NodeGroup {} has nodeCount {} instead of 1: check the cluster's autoscalingEnabled and who holds nodegroups/scale; the hub never scales it back and does not track its extra nodes",
+            g.name_any(),
+            g.spec.node_count
+        );
+        tracing::warn!(cluster = %key, nodegroup = %g.name_any(), node_count = g.spec.node_count, "NodeGroupExternallyResized: {note}");
+        report(hub, conn, g, true, "NodeGroupExternallyResized", note, EVENT_DEDUPE_LONG).await;
     }
 
     let candidates = orphan_candidates(view, &groups, hub_id, &key.namespace, now, |name| {
@@ -111,6 +124,9 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
                 match groups_api.delete(&name, &dp).await {
                     Ok(_) => {
                         tracing::info!(cluster = %key, nodegroup = %name, why = %why, "GarbageCollected: deleted orphaned NodeGroup");
+                        Metrics::inc(&m.gc_reaped, key);
+                        let note = format!("deleted orphaned NodeGroup {name}: {why}");
+                        report(hub, conn, &live, false, "GarbageCollected", note, EVENT_DEDUPE).await;
                         out.groups_collected.push(name);
                     }
                     Err(e) => {
@@ -120,6 +136,10 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
             }
             Verdict::Refuse { why } => {
                 tracing::warn!(cluster = %key, nodegroup = %name, why = %why, "GarbageCollectionRefused: NodeGroup carries this hub's labels but fails the ownership proof; kept");
+                let note = format!(
+                    "NodeGroup {name} carries this hub's labels but fails the ownership proof ({why}); kept, never deleted: remove the labels or delete it by hand"
+                );
+                report(hub, conn, &live, true, "GarbageCollectionRefused", note, EVENT_DEDUPE_LONG).await;
                 out.refused.push(name);
             }
             Verdict::Keep => {}
@@ -165,8 +185,50 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
                 }
             }
             tracing::warn!(cluster = %key, nodeclaim = %name, nodegroup = %group, why = %why, "NodeGroupVanished: deleted the claim so its pods are re-planned");
+            Metrics::inc(&m.vanished, key);
+            hub.event(
+                &c.object_ref(&()),
+                true,
+                "NodeGroupVanished",
+                "GarbageCollect",
+                format!("NodeGroup {group} is gone ({why}); the claim is replaced"),
+            )
+            .await;
             out.claims_collected.push(name);
         }
     }
+    Metrics::set(&m.gc_refused, key, out.refused.len() as i64);
     Ok(out)
+}
+
+/// An event on a NodeGroup (in the workload cluster's `default` namespace) mirrored onto its
+/// NodePool, since management users may not read the workload cluster (clever-cloud.md §8).
+async fn report(
+    hub: &Hub,
+    conn: &Connection,
+    group: &NodeGroup,
+    warning: bool,
+    reason: &str,
+    note: String,
+    window: Duration,
+) {
+    let reference = ObjectReference {
+        api_version: Some(NodeGroup::api_version(&()).to_string()),
+        kind: Some("NodeGroup".to_string()),
+        name: group.metadata.name.clone(),
+        uid: group.metadata.uid.clone(),
+        ..Default::default()
+    };
+    let ev = crate::hub::event(warning, reason, "GarbageCollect", note.clone());
+    hub.workload_event(&conn.client, &reference, ev, window).await;
+    if let Some(pool) = group.labels().get(labels::HUB_NODEPOOL).or_else(|| group.labels().get(labels::NODEPOOL)) {
+        let pool_ref = ObjectReference {
+            api_version: Some(crds::NodePool::api_version(&()).to_string()),
+            kind: Some("NodePool".to_string()),
+            namespace: Some(conn.key.namespace.clone()),
+            name: Some(pool.clone()),
+            ..Default::default()
+        };
+        hub.event(&pool_ref, warning, reason, "GarbageCollect", format!("cluster {}: {note}", conn.key.name)).await;
+    }
 }
