@@ -29,7 +29,8 @@ use crate::{
     metrics::{ClusterLabels, PoolReasonLabels},
     registry::{ClusterKey, Connection},
 };
-use crds::{CleverNodeClass, FlavorCatalog, NodeClaim, NodePool, labels};
+use crds::{CleverNodeClass, FlavorCatalog, NodeClaim, NodePool, labels, quantity::Resources};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use scheduling::{
     convert::{PendingRule, Snapshot, build_input, triggers_provisioning},
@@ -168,6 +169,9 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
     }
     let cooling: BTreeSet<String> = capacity.unavailable(now).map(str::to_string).collect();
     mark_unavailable(&mut input, &cooling);
+    for (flavor, e) in correct_from_nodes(&mut input, &snapshot.nodes) {
+        tracing::debug!(cluster = %key, flavor = %flavor, error = %e, "observed node capacity ignored");
+    }
     let started = std::time::Instant::now();
     let decision = scheduling::solve(&input);
     hub.metrics
@@ -231,6 +235,37 @@ pub fn mark_unavailable(input: &mut scheduling::Input, flavors: &BTreeSet<String
     }
 }
 
+/// Runtime self-correction of the catalogue (clever-cloud.md §4): the first Ready-reported worker
+/// Node of each flavor gives that flavor its real capacity and allocatable in every pool. Returns
+/// the observations refused (too far from the catalogue), for the log.
+pub fn correct_from_nodes(input: &mut scheduling::Input, nodes: &[Node]) -> Vec<(String, String)> {
+    let mut observed: BTreeMap<String, (Resources, Resources)> = BTreeMap::new();
+    for node in nodes {
+        let labels = node.labels();
+        let Some(flavor) = labels.get(labels::CLEVER_FLAVOR).or_else(|| labels.get(labels::INSTANCE_TYPE)) else {
+            continue;
+        };
+        let Some(status) = node.status.as_ref() else { continue };
+        let (Some(cap), Some(alloc)) = (status.capacity.as_ref(), status.allocatable.as_ref()) else { continue };
+        let (Ok(cap), Ok(alloc)) = (Resources::from_resource_list(cap), Resources::from_resource_list(alloc)) else {
+            continue;
+        };
+        if cap.cpu_millis > 0 && cap.memory_bytes > 0 {
+            observed.entry(flavor.clone()).or_insert((cap, alloc));
+        }
+    }
+    let mut refused = Vec::new();
+    for it in input.pools.iter_mut().flat_map(|p| p.instance_types.iter_mut()) {
+        if let Some((cap, alloc)) = observed.get(&it.name)
+            && let Err(e) = it.observe(*cap, *alloc)
+            && !refused.iter().any(|(f, _)| f == &it.name)
+        {
+            refused.push((it.name.clone(), e.to_string()));
+        }
+    }
+    refused
+}
+
 /// The NodeClaim for a decided claim (karpenter-semantics §1.5). Its name is derived from the pool
 /// and the pods it was made for, so a retried create is idempotent.
 pub fn node_claim(pool: &NodePool, claim: &NewClaim, key: &ClusterKey, pods: &[String]) -> Result<NodeClaim, Error> {
@@ -284,6 +319,7 @@ pub fn node_claim(pool: &NodePool, claim: &NewClaim, key: &ClusterKey, pods: &[S
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use scheduling::testkit::{GI, input, pod, pool};
@@ -301,6 +337,32 @@ mod tests {
         assert_eq!(first_flavor(&i), "XS");
         let d = scheduling::solve(&i);
         assert!(d.new_claims[0].instance_types.iter().all(|t| t.name != "2XS"), "2XS must not even be a candidate");
+    }
+
+    fn worker(flavor: &str, cpu: &str, memory: &str, alloc_memory: &str) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("n-{flavor}"), "labels": {labels::CLEVER_FLAVOR: flavor}},
+            "status": {
+                "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
+                "allocatable": {"cpu": cpu, "memory": alloc_memory, "pods": "110"},
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn observed_node_capacity_corrects_the_catalogue_and_absurd_reports_are_refused() {
+        let mut i = input(vec![pool("default")], vec![pod("p", 1000, GI)]);
+        let before = i.pools[0].instance_types.iter().find(|t| t.name == "XS").unwrap().allocatable;
+        // An XS whose kubelet reports less allocatable memory than the catalogue assumed.
+        let nodes = vec![worker("XS", "6", "7937580Ki", "6Gi"), worker("2XS", "400", "1Ti", "1Ti")];
+        let refused = correct_from_nodes(&mut i, &nodes);
+        let xs = i.pools[0].instance_types.iter().find(|t| t.name == "XS").unwrap();
+        assert_eq!(xs.allocatable.memory_bytes, 6 * GI, "was {before:?}");
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert_eq!(refused[0].0, "2XS");
+        let two_xs = i.pools[0].instance_types.iter().find(|t| t.name == "2XS").unwrap();
+        assert!(two_xs.capacity.cpu_millis < 400_000, "the absurd report is not applied");
     }
 
     #[test]
