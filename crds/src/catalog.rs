@@ -449,6 +449,53 @@ impl Catalog {
     }
 }
 
+/// Why a node class is served the base catalogue instead of its `FlavorCatalog`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CatalogProblem {
+    /// The referenced catalogue does not exist (yet).
+    Missing { name: String },
+    /// It exists but fails the admission rules or the merge; every override is dropped.
+    Invalid { name: String, reason: String },
+}
+
+impl fmt::Display for CatalogProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CatalogProblem::Missing { name } => {
+                write!(f, "FlavorCatalog {name} does not exist; the built-in catalogue is served until it does")
+            }
+            CatalogProblem::Invalid { name, reason } => write!(
+                f,
+                "FlavorCatalog {name} cannot be used ({reason}); the built-in catalogue is served until it is fixed"
+            ),
+        }
+    }
+}
+
+/// The catalogue served to a node class (§5 "A bad catalogue never crashes the hub"): `base` with
+/// the referenced `FlavorCatalog` merged on when it exists and passes the webhook's rules, else
+/// `base` alone and the problem to report. One function for every caller, so the scheduling
+/// decision and the launch always see the same flavors.
+pub fn served(
+    base: &Catalog,
+    reference: Option<&str>,
+    found: Option<&crate::FlavorCatalog>,
+) -> (Catalog, Option<CatalogProblem>) {
+    let Some(name) = reference else {
+        return (base.clone(), None);
+    };
+    let Some(fc) = found else {
+        return (base.clone(), Some(CatalogProblem::Missing { name: name.to_string() }));
+    };
+    if let Some(denial) = crate::admission::validate_flavor_catalog(fc, None).denial_message() {
+        return (base.clone(), Some(CatalogProblem::Invalid { name: name.to_string(), reason: denial }));
+    }
+    match merge(&base.flavors, &fc.spec.flavors) {
+        Ok(c) => (c, None),
+        Err(e) => (base.clone(), Some(CatalogProblem::Invalid { name: name.to_string(), reason: e.to_string() })),
+    }
+}
+
 /// Serves `base` with a `FlavorCatalog`'s `spec.flavors` applied (§5).
 ///
 /// Validates first ([`validate_overrides`]); an invalid list is an error and the caller serves the
@@ -786,6 +833,38 @@ fn base_labels(name: &str) -> BTreeMap<String, String> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+
+    fn fc(flavors: serde_json::Value) -> crate::FlavorCatalog {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "FlavorCatalog",
+            "metadata": {"name": "fc", "namespace": "a"}, "spec": {"flavors": flavors}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn served_merges_a_good_catalogue_and_falls_back_to_the_base_otherwise() {
+        let base = Catalog::builtin();
+        assert_eq!(served(&base, None, None), (base.clone(), None));
+        let (c, p) = served(&base, Some("fc"), None);
+        assert_eq!(c, base);
+        assert_eq!(p, Some(CatalogProblem::Missing { name: "fc".into() }));
+        let good = fc(serde_json::json!([{"name": "M", "priceHourly": 0.1}]));
+        let (c, p) = served(&base, Some("fc"), Some(&good));
+        assert_eq!(p, None);
+        assert_eq!(c.get("M").unwrap().price_hourly, 0.1);
+        // A new flavor without a price would enter at 0 EUR/h: the whole catalogue is refused.
+        let bad = fc(serde_json::json!([{"name": "M", "priceHourly": 0.1}, {"name": "HUGE", "cpu": 64}]));
+        let (c, p) = served(&base, Some("fc"), Some(&bad));
+        assert_eq!(c, base, "every override is dropped, not just the bad entry");
+        match p {
+            Some(CatalogProblem::Invalid { name, reason }) => {
+                assert_eq!(name, "fc");
+                assert!(reason.contains("spec.flavors[1]"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
     use super::*;
     use proptest::prelude::*;
 

@@ -73,7 +73,21 @@ pub fn set(
 /// Set the root condition `root` (e.g. `Ready`): True when every other condition is True, else
 /// False with the non-empty messages of those that are not. Returns whether it is True.
 pub fn set_root(conditions: &mut Vec<Condition>, root: &str, observed_generation: Option<i64>, now: Timestamp) -> bool {
-    let blocking: Vec<&Condition> = conditions.iter().filter(|c| c.type_ != root && c.status != TRUE).collect();
+    set_root_except(conditions, root, &[], observed_generation, now)
+}
+
+/// [`set_root`] ignoring the `informational` condition types (they explain, they never block).
+pub fn set_root_except(
+    conditions: &mut Vec<Condition>,
+    root: &str,
+    informational: &[&str],
+    observed_generation: Option<i64>,
+    now: Timestamp,
+) -> bool {
+    let blocking: Vec<&Condition> = conditions
+        .iter()
+        .filter(|c| c.type_ != root && c.status != TRUE && !informational.contains(&c.type_.as_str()))
+        .collect();
     let ready = blocking.is_empty();
     let why = blocking.iter().map(|c| c.message.as_str()).filter(|m| !m.is_empty()).collect::<Vec<_>>().join("; ");
     let (status, reason) = if ready { (TRUE, root.to_string()) } else { (FALSE, format!("Not{root}")) };

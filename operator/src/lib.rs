@@ -4,6 +4,7 @@
 pub mod batcher;
 pub mod capacity;
 pub mod conditions;
+pub mod flavorcatalog;
 pub mod gc;
 pub mod hub;
 pub mod kubeconfig;

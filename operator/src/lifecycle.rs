@@ -28,7 +28,7 @@ use crate::{
     conditions::{self, FALSE, TRUE, UNKNOWN},
     hub::Hub,
     launch::{self, LaunchError},
-    metrics::{CatalogLabels, Metrics, PoolLabels, PoolReasonLabels},
+    metrics::{Metrics, PoolLabels, PoolReasonLabels},
     ownership::{self, ClaimIdentity, Ownership},
     registration::{self, NodeMatch},
     registry::{ClusterKey, Connection},
@@ -397,33 +397,19 @@ impl From<kube::Error> for Failure {
     }
 }
 
-/// The instance types a node class offers: the built-in catalogue with its FlavorCatalog merged on.
+/// The instance types a node class offers: the built-in catalogue with its FlavorCatalog merged on,
+/// or the built-in alone while the reference dangles or the catalogue is refused (clever-cloud.md
+/// §5; the FlavorCatalog and node class controllers report it). Errors only when it cannot be read.
 pub async fn instance_types(hub: &Hub, ns: &str, class: &CleverNodeClass) -> Result<Vec<InstanceType>, String> {
-    let catalog = match &class.spec.flavor_catalog_ref {
-        None => Catalog::builtin(),
-        Some(r) => {
-            let api: Api<FlavorCatalog> = Api::namespaced(hub.mgmt.clone(), ns);
-            let fc = api
-                .get_opt(&r.name)
-                .await
-                .map_err(|e| format!("reading FlavorCatalog {ns}/{}: {e}", r.name))?
-                .ok_or_else(|| format!("FlavorCatalog {ns}/{} does not exist", r.name))?;
-            // The webhook's rules, re-checked: a catalogue stored without the webhook (or before a
-            // rule existed) must not price or size a node wrongly.
-            let invalid = hub
-                .metrics
-                .catalog_invalid
-                .get_or_create_owned(&CatalogLabels { flavorcatalog: format!("{ns}/{}", r.name) });
-            if let Some(denial) = crds::admission::validate_flavor_catalog(&fc, None).denial_message() {
-                invalid.set(1);
-                return Err(format!("FlavorCatalog {ns}/{} is refused: {denial}", r.name));
-            }
-            let merged = crds::catalog::merge(&Catalog::builtin().flavors, &fc.spec.flavors)
-                .map_err(|e| format!("FlavorCatalog {ns}/{} is invalid: {e}", r.name));
-            invalid.set(i64::from(merged.is_err()));
-            merged?
-        }
+    let reference = class.spec.flavor_catalog_ref.as_ref().map(|r| r.name.as_str());
+    let found = match reference {
+        None => None,
+        Some(name) => Api::<FlavorCatalog>::namespaced(hub.mgmt.clone(), ns)
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading FlavorCatalog {ns}/{name}: {e}"))?,
     };
+    let (catalog, _problem) = crds::catalog::served(&Catalog::builtin(), reference, found.as_ref());
     Ok(catalog.instance_types(&hub.settings.zone))
 }
 

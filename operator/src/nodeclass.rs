@@ -1,6 +1,8 @@
 //! The CleverNodeClass status controller (clever-cloud.md §7.2): `ValidationSucceeded` from the same
 //! admission rules the webhook applies, `NodeGroupAPIServed` from the clusters whose NodePools use
-//! the class, and the root `Ready` that launches require.
+//! the class, the root `Ready` that launches require, and the informational
+//! `FlavorCatalogResolved` (False while its catalogue reference dangles or is refused: the built-in
+//! catalogue is served meanwhile).
 //!
 //! Owns: the status of node classes. Must not: block on a cluster (it reads the registry's published
 //! state), or change the spec.
@@ -12,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, ResourceExt,
     api::{ListParams, Patch, PatchParams},
-    runtime::{Controller, controller::Action, watcher},
+    runtime::{Controller, WatchStreamExt, controller::Action, watcher},
 };
 use serde_json::json;
 
@@ -24,11 +26,13 @@ use crate::{
 use crds::{
     CleverNodeClass, FlavorCatalog, NodePool,
     admission::{Lookup, validate_node_class},
+    catalog::CatalogProblem,
 };
 
 pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
 pub const NODEGROUP_API_SERVED: &str = "NodeGroupAPIServed";
 pub const READY: &str = "Ready";
+pub const FLAVOR_CATALOG_RESOLVED: &str = "FlavorCatalogResolved";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -40,8 +44,12 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
     let classes: Api<CleverNodeClass> = Api::all(hub.mgmt.clone());
     // A cluster connecting or failing changes NodeGroupAPIServed: re-check every class then.
     let cluster_changes = hub.registry.change_stream();
+    // A catalogue created, fixed or broken changes FlavorCatalogResolved of the classes using it.
+    let catalog_changes = watcher(Api::<FlavorCatalog>::all(hub.mgmt.clone()), watcher::Config::default())
+        .touched_objects()
+        .filter_map(|r| async move { r.ok().map(|_| ()) });
     Controller::new(classes, watcher::Config::default())
-        .reconcile_all_on(cluster_changes)
+        .reconcile_all_on(futures::stream::select(cluster_changes, catalog_changes))
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(10)), hub)
         .for_each(|_| async {})
@@ -97,7 +105,31 @@ async fn reconcile(class: Arc<CleverNodeClass>, hub: Arc<Hub>) -> Result<Action,
     };
     let (status, reason, message) = api_served(&clusters);
     conditions::set(&mut conds, NODEGROUP_API_SERVED, status, reason, &message, generation, now);
-    let ready = conditions::set_root(&mut conds, READY, generation, now);
+    // Informational (clever-cloud.md §5): a dangling or refused catalogue does not block launches,
+    // the built-in catalogue is served meanwhile, but the class says so.
+    let reference = class.spec.flavor_catalog_ref.as_ref().map(|r| r.name.as_str());
+    let found = match &catalog {
+        Lookup::Found(fc) => Some(fc),
+        _ => None,
+    };
+    let unchecked = matches!(catalog, Lookup::Unchecked(_));
+    match crds::catalog::served(&crds::catalog::Catalog::builtin(), reference, found) {
+        _ if reference.is_none() => {
+            conditions::remove(&mut conds, FLAVOR_CATALOG_RESOLVED);
+        }
+        _ if unchecked => {}
+        (_, None) => {
+            conditions::set(&mut conds, FLAVOR_CATALOG_RESOLVED, TRUE, "FlavorCatalogServed", "", generation, now);
+        }
+        (_, Some(problem)) => {
+            let reason = match problem {
+                CatalogProblem::Missing { .. } => "FlavorCatalogNotFound",
+                CatalogProblem::Invalid { .. } => "FlavorCatalogInvalid",
+            };
+            conditions::set(&mut conds, FLAVOR_CATALOG_RESOLVED, FALSE, reason, &problem.to_string(), generation, now);
+        }
+    }
+    let ready = conditions::set_root_except(&mut conds, READY, &[FLAVOR_CATALOG_RESOLVED], generation, now);
     if class.status.as_ref().map(|s| &s.conditions) != Some(&conds) {
         let api: Api<CleverNodeClass> = Api::namespaced(hub.mgmt.clone(), &ns);
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": {"conditions": conds}})))

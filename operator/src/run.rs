@@ -9,7 +9,8 @@ use kube::{Client, Config, config::KubeConfigOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    capacity, gc, hub, kubeconfig, lifecycle, metrics, nodeclass, nodepool, provisioning, registry, reporting,
+    capacity, flavorcatalog, gc, hub, kubeconfig, lifecycle, metrics, nodeclass, nodepool, provisioning, registry,
+    reporting,
 };
 
 /// Flags of `karpenter-hub run` (each also read from the environment).
@@ -129,6 +130,7 @@ pub async fn run_with(
     }
     tasks.spawn(lifecycle::run(hub.clone(), shutdown.clone()));
     tasks.spawn(nodeclass::run(hub.clone(), shutdown.clone()));
+    tasks.spawn(flavorcatalog::run(hub.clone(), shutdown.clone()));
     tasks.spawn(nodepool::run(hub.clone(), shutdown.clone()));
     tasks.spawn(provisioning::run(hub.clone(), shutdown.clone()));
     tasks.spawn(gc::sweep::run(hub.clone(), shutdown.clone()));

@@ -263,3 +263,67 @@ async fn cluster_state_changes_show_as_events_on_the_secret_and_the_nodepool_and
     .await;
     world.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dangling_catalogue_reference_serves_the_built_ins_and_says_so_until_the_catalogue_exists() {
+    use crds::{CleverNodeClass, FlavorCatalog};
+    let mut world = World::start(&[("team-a", "alpha")], |i| quick_cke(i as u64)).await.unwrap();
+    let name = world.clusters[0].name.clone();
+    world
+        .apply_yaml("general-purpose.yaml", common::EXAMPLE, "team-a", |doc| {
+            match doc.get("kind").and_then(serde_json::Value::as_str) {
+                Some("NodePool") => doc["spec"]["clusterName"] = serde_json::Value::String(name.clone()),
+                Some("CleverNodeClass") => doc["spec"]["flavorCatalogRef"] = serde_json::json!({"name": "prices"}),
+                _ => {}
+            }
+        })
+        .await
+        .unwrap();
+    world.start_hub();
+    let classes: Api<CleverNodeClass> = Api::namespaced(world.mgmt.client(), "team-a");
+    let condition = |c: &CleverNodeClass, t: &str| {
+        c.status.as_ref().and_then(|s| s.conditions.iter().find(|x| x.type_ == t).cloned())
+    };
+    wait_for("FlavorCatalogResolved=False", Duration::from_secs(30), || async {
+        classes.get("default").await.ok().and_then(|c| condition(&c, "FlavorCatalogResolved")).is_some_and(|c| {
+            c.status == "False" && c.reason == "FlavorCatalogNotFound" && c.message.contains("built-in")
+        })
+    })
+    .await;
+    // Informational: the class stays Ready and nodes are provisioned from the built-in catalogue.
+    let class = classes.get("default").await.unwrap();
+    assert_eq!(condition(&class, "Ready").unwrap().status, "True");
+    scale(&world, 0, 1, "500m", "1Gi").await.unwrap();
+    wait_for("pod running", Duration::from_secs(60), || async { running(&world, 0).await == 1 }).await;
+    // The catalogue arrives: it is Ready with its flavor count and the class resolves it.
+    let fc: FlavorCatalog = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "FlavorCatalog",
+        "metadata": {"name": "prices", "namespace": "team-a"},
+        "spec": {"flavors": [{"name": "M", "priceHourly": 0.12}]}
+    }))
+    .unwrap();
+    let catalogs: Api<FlavorCatalog> = Api::namespaced(world.mgmt.client(), "team-a");
+    catalogs.create(&Default::default(), &fc).await.unwrap();
+    wait_for("FlavorCatalog Ready with 6 flavors", Duration::from_secs(30), || async {
+        catalogs.get("prices").await.ok().and_then(|c| c.status).is_some_and(|s| {
+            s.flavor_count == Some(6) && s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+    })
+    .await;
+    wait_for("FlavorCatalogResolved=True", Duration::from_secs(30), || async {
+        classes
+            .get("default")
+            .await
+            .ok()
+            .and_then(|c| condition(&c, "FlavorCatalogResolved"))
+            .is_some_and(|c| c.status == "True")
+    })
+    .await;
+    assert!(
+        world
+            .metrics
+            .render()
+            .contains("karpenter_hub_instancetype_flavors_config_invalid{flavorcatalog=\"team-a/prices\"} 0")
+    );
+    world.shutdown().await;
+}

@@ -1027,28 +1027,18 @@ fn pool_types(
         notes.push(format!("{obj}: CleverNodeClass {class_name} not found; the built-in flavors are used"));
         return (Catalog::builtin().instance_types(DEFAULT_ZONE), BTreeMap::new());
     };
-    let base = Catalog::builtin();
-    let catalog = match &class.spec.flavor_catalog_ref {
-        None => base,
-        Some(r) => {
-            match snapshot.flavor_catalogs.iter().find(|f| f.metadata.name.as_deref() == Some(r.name.as_str())) {
-                None => {
-                    notes.push(format!("{obj}: FlavorCatalog {} not found; the built-in flavors are used", r.name));
-                    base
-                }
-                Some(fc) => match crds::catalog::merge(&base.flavors, &fc.spec.flavors) {
-                    Ok(c) => {
-                        notes.extend(c.warnings.iter().map(|w| format!("FlavorCatalog {}: {w}", r.name)));
-                        c
-                    }
-                    Err(e) => {
-                        notes.push(format!("FlavorCatalog {}: {e}; the built-in flavors are used", r.name));
-                        base
-                    }
-                },
-            }
-        }
-    };
+    let reference = class.spec.flavor_catalog_ref.as_ref().map(|r| r.name.as_str());
+    let found = reference.and_then(|name| {
+        snapshot.flavor_catalogs.iter().find(|f| {
+            f.metadata.name.as_deref() == Some(name)
+                && (ns.is_none() || f.metadata.namespace.as_deref() == ns || f.metadata.namespace.is_none())
+        })
+    });
+    let (catalog, problem) = crds::catalog::served(&Catalog::builtin(), reference, found);
+    if let Some(problem) = problem {
+        notes.push(format!("{obj}: {problem}"));
+    }
+    notes.extend(catalog.warnings.iter().map(|w| format!("{obj}: FlavorCatalog: {w}")));
     (catalog.instance_types(DEFAULT_ZONE), class.spec.labels.clone())
 }
 
