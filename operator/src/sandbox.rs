@@ -452,6 +452,10 @@ pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(
             p.running == down && p.pending == 0
         })
         .await?;
+        let _ = writeln!(
+            out,
+            "The nodes stay as they are: consolidation (disruption) is not built yet, so an under-used node is not replaced."
+        );
     }
     let _ = writeln!(out, "\nSummary:");
     let mut total = 0.0;
