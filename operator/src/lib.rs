@@ -9,6 +9,7 @@ pub mod gc;
 pub mod hub;
 pub mod kubeconfig;
 pub mod launch;
+pub mod leader;
 pub mod lifecycle;
 pub mod metrics;
 pub mod nodeclass;

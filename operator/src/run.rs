@@ -9,8 +9,8 @@ use kube::{Client, Config, config::KubeConfigOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    capacity, flavorcatalog, gc, hub, kubeconfig, lifecycle, metrics, nodeclass, nodepool, provisioning, registry,
-    reporting,
+    capacity, flavorcatalog, gc, hub, kubeconfig, leader, lifecycle, metrics, nodeclass, nodepool, provisioning,
+    registry, reporting,
 };
 
 /// Flags of `karpenter-hub run` (each also read from the environment).
@@ -38,6 +38,13 @@ pub struct RunArgs {
     /// Seconds between health probes of each workload cluster.
     #[arg(long, env = "KARPENTER_HUB_PROBE_INTERVAL", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub probe_interval_seconds: u64,
+    /// Run only while holding the Lease `karpenter-hub-<hub-id>` (one active replica, standbys ready
+    /// to take over). `--leader-elect=false` only for a single replica you are sure of.
+    #[arg(long, env = "KARPENTER_HUB_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub leader_elect: bool,
+    /// Namespace of the leader election Lease (default: $POD_NAMESPACE, else `karpenter-hub`).
+    #[arg(long, env = "KARPENTER_HUB_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
     /// Seconds a flavor refused by CKE is not offered again in that cluster.
     #[arg(long, env = "KARPENTER_HUB_FLAVOR_COOLDOWN", default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub flavor_cooldown_seconds: u64,
@@ -91,6 +98,8 @@ pub enum RunError {
     Client(#[from] kube::Error),
     #[error("cannot serve metrics: {0}")]
     Metrics(#[from] std::io::Error),
+    #[error("lost the leader election Lease {0}; stopping so a standby replica takes over")]
+    LostLeadership(String),
 }
 
 /// The management cluster's client from `--kubeconfig` or the environment.
@@ -150,7 +159,50 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
     mgmt.apiserver_version().await?;
     let metrics = Arc::new(metrics::Metrics::new());
     let server = tokio::spawn(metrics::serve(metrics.clone(), args.metrics_addr, shutdown.clone()));
-    run_with(mgmt, args.hub_settings(), args.registry_settings(), metrics, shutdown).await?;
+    if args.leader_elect {
+        let namespace = args
+            .leader_election_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|n| !n.is_empty()))
+            .unwrap_or_else(|| "karpenter-hub".to_string());
+        let lease = format!("karpenter-hub-{}", args.hub_id);
+        let identity = format!(
+            "{}-{}",
+            std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")).unwrap_or_else(|_| "karpenter-hub".into()),
+            std::process::id()
+        );
+        let elector = leader::Elector::new(mgmt.clone(), &namespace, &lease, &identity, leader::Timings::default());
+        if !elector.acquire(&shutdown).await {
+            return Ok(());
+        }
+        let (lost, stop) = (CancellationToken::new(), CancellationToken::new());
+        let keeper = {
+            let (elector, lost, stop) = (elector.clone(), lost.clone(), stop.clone());
+            tokio::spawn(async move { elector.keep(lost, stop).await })
+        };
+        // The controllers stop on shutdown or as soon as the Lease cannot be kept.
+        let controllers = CancellationToken::new();
+        {
+            let (controllers, shutdown, lost) = (controllers.clone(), shutdown.clone(), lost.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = shutdown.cancelled() => {}
+                    () = lost.cancelled() => {}
+                }
+                controllers.cancel();
+            });
+        }
+        run_with(mgmt, args.hub_settings(), args.registry_settings(), metrics, controllers).await?;
+        stop.cancel();
+        let _ = keeper.await;
+        if lost.is_cancelled() {
+            return Err(RunError::LostLeadership(format!("{namespace}/{lease}")));
+        }
+        // Stopped acting: hand over at once instead of letting the Lease expire.
+        elector.release().await;
+    } else {
+        run_with(mgmt, args.hub_settings(), args.registry_settings(), metrics, shutdown.clone()).await?;
+    }
     if let Ok(Err(e)) = server.await {
         return Err(e.into());
     }
