@@ -238,7 +238,7 @@ impl Registry {
                 Some(Err(e)) => tracing::warn!(error = %e, "kubeconfig Secret watch failed; retrying"),
                 Some(Ok(watcher::Event::Init)) => listed = Some(Vec::new()),
                 Some(Ok(watcher::Event::InitApply(s))) => {
-                    if let Some(key) = self.apply(&mgmt, &s)
+                    if let Some(key) = self.apply(&mgmt, &s, &shutdown)
                         && let Some(l) = listed.as_mut()
                     {
                         l.push(key);
@@ -255,7 +255,7 @@ impl Registry {
                     }
                 }
                 Some(Ok(watcher::Event::Apply(s))) => {
-                    self.apply(&mgmt, &s);
+                    self.apply(&mgmt, &s, &shutdown);
                 }
                 Some(Ok(watcher::Event::Delete(s))) => {
                     if let Some(key) = registration_key(&s) {
@@ -271,7 +271,9 @@ impl Registry {
     }
 
     /// Start or restart the cluster a Secret registers. Returns its key when the Secret is a registration.
-    fn apply(&self, mgmt: &Client, secret: &Secret) -> Option<ClusterKey> {
+    /// The cluster's task runs under a child of `shutdown`, so it ends with the hub even when
+    /// [`Registry::run`] itself is aborted rather than left through its own shutdown path.
+    fn apply(&self, mgmt: &Client, secret: &Secret, shutdown: &CancellationToken) -> Option<ClusterKey> {
         let key = registration_key(secret)?;
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
         if let Some(e) = self.inner.clusters.read().unwrap_or_else(PoisonError::into_inner).get(&key)
@@ -281,7 +283,7 @@ impl Registry {
         }
         let bytes: Option<SecretSlice<u8>> =
             secret.data.as_ref().and_then(|d| d.get(KUBECONFIG_KEY)).map(|b| SecretSlice::from(b.0.clone()));
-        let cancel = CancellationToken::new();
+        let cancel = shutdown.child_token();
         let (status_tx, status_rx) = watch::channel(ClusterStatus::new(Phase::Syncing, "connecting"));
         let (conn_tx, conn_rx) = watch::channel(None);
         let replaced = self.inner.clusters.write().unwrap_or_else(PoisonError::into_inner).insert(
@@ -358,6 +360,39 @@ mod tests {
         assert_eq!(registration_key(&secret("prod-kubeconfig", Some("prod"))), Some(ClusterKey::new("team-a", "prod")));
         assert_eq!(registration_key(&secret("prod-kubeconfig", None)), None);
         assert_eq!(registration_key(&secret("prod-ca", Some("prod"))), None);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cluster_tasks_end_with_the_hub_even_when_the_registry_task_is_aborted() {
+        use kube::api::PostParams;
+        use sim::apiserver::{ApiServer, ApiServerConfig};
+        let mgmt = ApiServer::start(ApiServerConfig::new("management")).await.unwrap();
+        let workload = ApiServer::start(ApiServerConfig::workload("alpha")).await.unwrap();
+        let mut s = secret("alpha-kubeconfig", Some("alpha"));
+        s.metadata.namespace = Some("default".into());
+        let kubeconfig = serde_json::to_vec(&workload.kubeconfig()).unwrap();
+        s.data = Some(BTreeMap::from([(KUBECONFIG_KEY.to_string(), k8s_openapi::ByteString(kubeconfig))]));
+        Api::<Secret>::namespaced(mgmt.client(), "default").create(&PostParams::default(), &s).await.unwrap();
+        let registry = Registry::new(Settings::default());
+        let shutdown = CancellationToken::new();
+        let (r, client, stop) = (registry.clone(), mgmt.client(), shutdown.clone());
+        let task = tokio::spawn(async move { r.run(client, stop).await });
+        let key = ClusterKey::new("default", "alpha");
+        let until = |connected: bool| {
+            let registry = registry.clone();
+            let key = key.clone();
+            async move {
+                while registry.connection(&key).is_some_and(|c| c.is_synced()) != connected {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), until(true)).await.expect("the cluster connects");
+        // A crash of the registry's own task, then the hub's shutdown.
+        task.abort();
+        let _ = task.await;
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), until(false)).await.expect("the cluster's task outlived the hub");
     }
 
     #[test]
