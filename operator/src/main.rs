@@ -40,6 +40,9 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out_dir: Option<PathBuf>,
     },
+    /// Onboard a workload cluster from an admin kubeconfig: apply the hub's workload RBAC, mint a
+    /// least-privilege kubeconfig, check it, and write `<cluster>-kubeconfig` in the management cluster.
+    Register(operator::register::RegisterArgs),
     /// Offline dry run: read manifests (NodePools, node classes, catalogues, NodeClaims, Nodes, Pods,
     /// DaemonSets, PDBs) and print the NodeClaims the hub would create for the pending pods.
     Plan(operator::plan::PlanArgs),
@@ -141,6 +144,16 @@ fn main() -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(yaml.as_bytes()).context("writing to stdout")?;
         }
         Command::Crds { out_dir: Some(dir) } => write_crds(&dir)?,
+        Command::Register(args) => {
+            init_logs(LogFormat::Text);
+            let secret =
+                runtime()?.block_on(async move { operator::register::register(&args).await.map(|s| (s, args)) });
+            let (secret, args) = secret?;
+            println!(
+                "Registered cluster {} in namespace {}: Secret {secret} holds a least-privilege kubeconfig.\nNext: point a NodePool at it (spec.clusterName: {}) and watch `kubectl get nodepools -n {}`.",
+                args.cluster, args.namespace, args.cluster, args.namespace
+            );
+        }
         Command::Plan(args) => {
             let out = operator::plan::run(&args)?;
             std::io::stdout().lock().write_all(out.as_bytes()).context("writing to stdout")?;

@@ -14,10 +14,10 @@ use std::{
     time::Duration,
 };
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::{
     Api, Client, ResourceExt,
-    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, ListParams, PostParams},
 };
 use serde_json::{Value, json};
 use sim::{
@@ -26,7 +26,7 @@ use sim::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{hub, metrics::Metrics, registry, run};
+use crate::{hub, manifests, metrics::Metrics, registry, run};
 use crds::{NodeClaim, NodeGroup};
 
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +37,8 @@ pub enum SandboxError {
     Kube(#[from] kube::Error),
     #[error("{file}: {message}")]
     Manifest { file: String, message: String },
+    #[error(transparent)]
+    Apply(#[from] manifests::ManifestError),
     #[error("writing {path}: {message}")]
     Write { path: String, message: String },
     #[error("{0}")]
@@ -225,10 +227,8 @@ impl World {
         ns: &str,
         edit: impl Fn(&mut Value),
     ) -> Result<usize, SandboxError> {
-        let docs: Vec<Value> = serde_saphyr::from_multiple(text)
-            .map_err(|e| SandboxError::Manifest { file: file.to_string(), message: e.to_string() })?;
         let mut applied = 0;
-        for mut doc in docs.into_iter().filter(|d| !d.is_null()) {
+        for mut doc in manifests::documents(file, text)? {
             edit(&mut doc);
             apply_value(&self.mgmt.client(), &doc, ns, file).await?;
             applied += 1;
@@ -267,40 +267,12 @@ impl World {
 }
 
 async fn ensure_namespace(client: &Client, ns: &str) -> Result<(), SandboxError> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    if api.get_opt(ns).await?.is_none() {
-        let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap_or_default();
-        match api.create(&PostParams::default(), &obj).await {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
+    Ok(manifests::ensure_namespace(client, ns).await?)
 }
 
-/// Create or merge one object given as JSON.
+/// Create or merge one object given as JSON (see [`manifests::apply_value`]).
 pub async fn apply_value(client: &Client, doc: &Value, ns: &str, file: &str) -> Result<(), SandboxError> {
-    let bad = |m: &str| SandboxError::Manifest { file: file.to_string(), message: m.to_string() };
-    let api_version =
-        doc.get("apiVersion").and_then(Value::as_str).ok_or_else(|| bad("a document has no apiVersion"))?;
-    let kind = doc.get("kind").and_then(Value::as_str).ok_or_else(|| bad("a document has no kind"))?;
-    let name =
-        doc.pointer("/metadata/name").and_then(Value::as_str).ok_or_else(|| bad("a document has no metadata.name"))?;
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
-    let cluster_scoped = matches!(kind, "Namespace" | "Node" | "NodeGroup" | "ClusterRole" | "ClusterRoleBinding");
-    let api: Api<DynamicObject> =
-        if cluster_scoped { Api::all_with(client.clone(), &ar) } else { Api::namespaced_with(client.clone(), ns, &ar) };
-    let obj: DynamicObject = serde_json::from_value(doc.clone()).map_err(|e| bad(&format!("{kind} {name}: {e}")))?;
-    match api.create(&PostParams::default(), &obj).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            api.patch(name, &PatchParams::default(), &Patch::Merge(doc)).await?;
-            Ok(())
-        }
-        Err(kube::Error::Api(s)) => Err(bad(&format!("{kind} {name} was refused: {}", s.message))),
-        Err(e) => Err(e.into()),
-    }
+    Ok(manifests::apply_value(client, doc, ns, file).await?)
 }
 
 /// One line of progress for one cluster.
