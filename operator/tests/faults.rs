@@ -606,9 +606,6 @@ async fn vanished_claim(world: &OldWorld, like: &NodeClaim) -> (String, String, 
 /// alpha stops answering while the hub's cache holds an orphan of alpha's; beta's orphan is still
 /// collected as soon as beta (re)connects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug in operator/src/gc/sweep.rs run(): clusters are swept one after the other, and a sweep \
-            of a hung cluster waits on its live NodeGroup read for the client's read timeout (kube's \
-            default, 295 s), so no other cluster is swept meanwhile"]
 async fn a_hung_cluster_does_not_hold_up_garbage_collection_of_the_others() {
     let mut world = OldWorld::start(&[("team-a", "alpha"), ("team-b", "beta")]).await;
     world.start_hub();

@@ -42,20 +42,41 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
     let mut changes = hub.registry.changes();
     let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // One sweep in flight per cluster, each in its own task: a hung cluster (reads waiting on
+    // kube's 295 s read timeout) must not hold back the others' sweeps (hub.md §3 "Isolation").
+    let mut in_flight: BTreeMap<ClusterKey, tokio::task::JoinHandle<()>> = BTreeMap::new();
     loop {
         tokio::select! {
-            () = shutdown.cancelled() => return,
+            () = shutdown.cancelled() => break,
             _ = tick.tick() => {}
-            r = changes.changed() => if r.is_err() { return },
+            r = changes.changed() => if r.is_err() { break },
         }
+        in_flight.retain(|_, h| !h.is_finished());
         for key in hub.registry.clusters() {
-            let Some(conn) = hub.registry.connection(&key).filter(|c| c.is_synced()) else { continue };
-            match sweep(&hub, &conn, &key, Timestamp::now()).await {
-                Ok(o) if o != Outcome::default() => tracing::info!(cluster = %key, ?o, "garbage collection sweep"),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(cluster = %key, error = %e, "garbage collection skipped: listing failed"),
+            if in_flight.contains_key(&key) {
+                continue;
             }
+            let Some(conn) = hub.registry.connection(&key).filter(|c| c.is_synced()) else { continue };
+            let (hub, stop) = (hub.clone(), shutdown.clone());
+            let task_key = key.clone();
+            let handle = tokio::spawn(async move {
+                let key = task_key;
+                let sweep = tokio::time::timeout(PERIOD, sweep(&hub, &conn, &key, Timestamp::now()));
+                tokio::select! {
+                    () = stop.cancelled() => {}
+                    r = sweep => match r {
+                        Ok(Ok(o)) if o != Outcome::default() => tracing::info!(cluster = %key, ?o, "garbage collection sweep"),
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => tracing::warn!(cluster = %key, error = %e, "garbage collection skipped: listing failed"),
+                        Err(_) => tracing::warn!(cluster = %key, "garbage collection sweep gave up after {PERIOD:?}; the cluster is slow or hung"),
+                    },
+                }
+            });
+            in_flight.insert(key, handle);
         }
+    }
+    for (_, h) in in_flight {
+        h.abort();
     }
 }
 
