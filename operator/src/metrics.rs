@@ -73,6 +73,12 @@ pub struct MethodErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub cluster: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct CatalogLabels {
     pub flavorcatalog: String,
 }
@@ -88,6 +94,7 @@ macro_rules! per_cluster {
 per_cluster!(
     ClusterLabels,
     PhaseLabels,
+    ResultLabels,
     PoolLabels,
     PoolReasonLabels,
     PoolResourceLabels,
@@ -169,6 +176,10 @@ pub struct Metrics {
     pub cluster_phase: Tracked<PhaseLabels, Gauge>,
     /// Connection state changes seen (reconnects, rotations, failures).
     pub cluster_transitions: Tracked<ClusterLabels, Counter>,
+    /// Health probes by result (`ok`, `failed`, `unauthorized`).
+    pub cluster_probes: Tracked<ResultLabels, Counter>,
+    /// Watch errors after which the watcher restarted.
+    pub watch_restarts: Tracked<ClusterLabels, Counter>,
     pub nodeclaims_created: Tracked<PoolReasonLabels, Counter>,
     pub nodeclaims_terminated: Tracked<PoolLabels, Counter>,
     pub nodeclaims_disrupted: Tracked<PoolReasonLabels, Counter>,
@@ -216,6 +227,8 @@ impl Metrics {
             cluster_connected: Tracked::default(),
             cluster_phase: Tracked::default(),
             cluster_transitions: Tracked::default(),
+            cluster_probes: Tracked::default(),
+            watch_restarts: Tracked::default(),
             nodeclaims_created: Tracked::default(),
             nodeclaims_terminated: Tracked::default(),
             nodeclaims_disrupted: Tracked::default(),
@@ -254,6 +267,18 @@ impl Metrics {
             "karpenter_hub_cluster_transitions",
             "Connection state changes of the workload cluster",
             &m.cluster_transitions,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_cluster_probes",
+            "Health probes of the workload cluster, by result",
+            &m.cluster_probes,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_cluster_watch_restarts",
+            "Watch errors after which a watch of the workload cluster restarted",
+            &m.watch_restarts,
         );
         register(
             &mut r,
@@ -401,6 +426,7 @@ impl Metrics {
             g.get(&l);
         }
         self.cluster_transitions.get(&l);
+        self.watch_restarts.get(&l);
     }
 
     /// A cluster was removed: every one of its series goes with it (hub.md §3 "Removal").
@@ -408,6 +434,8 @@ impl Metrics {
         self.cluster_connected.forget(cluster);
         self.cluster_phase.forget(cluster);
         self.cluster_transitions.forget(cluster);
+        self.cluster_probes.forget(cluster);
+        self.watch_restarts.forget(cluster);
         self.nodeclaims_created.forget(cluster);
         self.nodeclaims_terminated.forget(cluster);
         self.nodeclaims_disrupted.forget(cluster);

@@ -155,6 +155,7 @@ pub struct Registry {
 
 struct Inner {
     settings: Settings,
+    metrics: Arc<crate::metrics::Metrics>,
     clusters: RwLock<BTreeMap<ClusterKey, Entry>>,
     /// Bumped on every status or connection change of any cluster, so controllers can wake up.
     changes: watch::Sender<u64>,
@@ -168,8 +169,18 @@ impl fmt::Debug for Registry {
 
 impl Registry {
     pub fn new(settings: Settings) -> Self {
+        Self::with_metrics(settings, Arc::new(crate::metrics::Metrics::new()))
+    }
+
+    /// A registry whose connections report probe results and watch restarts into `metrics`.
+    pub fn with_metrics(settings: Settings, metrics: Arc<crate::metrics::Metrics>) -> Self {
         Self {
-            inner: Arc::new(Inner { settings, clusters: RwLock::new(BTreeMap::new()), changes: watch::channel(0).0 }),
+            inner: Arc::new(Inner {
+                settings,
+                metrics,
+                clusters: RwLock::new(BTreeMap::new()),
+                changes: watch::channel(0).0,
+            }),
         }
     }
 
@@ -299,6 +310,7 @@ impl Registry {
             key: key.clone(),
             kubeconfig: bytes,
             settings: self.inner.settings.clone(),
+            metrics: self.inner.metrics.clone(),
             mgmt: mgmt.clone(),
             status: status_tx,
             connection: conn_tx,

@@ -125,7 +125,7 @@ pub async fn run_with(
     metrics: Arc<metrics::Metrics>,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
-    let registry = registry::Registry::new(registry_settings);
+    let registry = registry::Registry::with_metrics(registry_settings, metrics.clone());
     let hub = hub::Hub::new(mgmt.clone(), registry.clone(), hub_settings, metrics.clone());
     tracing::info!(hub_id = %hub.settings.hub_id, "starting the hub");
     let mut tasks = tokio::task::JoinSet::new();

@@ -256,6 +256,12 @@ async fn cluster_state_changes_show_as_events_on_the_secret_and_the_nodepool_and
     ] {
         assert!(text.contains(want), "missing {want} in:\n{text}");
     }
+    for want in [
+        "karpenter_hub_cluster_probes_total{cluster=\"team-a/alpha\",result=\"ok\"}",
+        "karpenter_hub_cluster_probes_total{cluster=\"team-a/alpha\",result=\"failed\"}",
+    ] {
+        assert!(text.contains(want), "missing {want} in:\n{text}");
+    }
     world.clusters[0].server.faults().set_unreachable(false);
     wait_for("connected again", Duration::from_secs(30), || async {
         world.metrics.render().contains("karpenter_hub_cluster_connected{cluster=\"team-a/alpha\"} 1")

@@ -93,6 +93,7 @@ pub(super) struct Task {
     pub kubeconfig: Option<SecretSlice<u8>>,
     pub settings: Settings,
     pub mgmt: Client,
+    pub metrics: Arc<crate::metrics::Metrics>,
     pub status: watch::Sender<ClusterStatus>,
     pub connection: watch::Sender<Option<Arc<Connection>>>,
     pub changes: watch::Sender<u64>,
@@ -280,6 +281,7 @@ impl Task {
             tokio::select! {
                 () = self.cancel.cancelled() => return Ended::Cancelled,
                 Some(e) = failures.recv() => {
+                    crate::metrics::Metrics::inc(&self.metrics.watch_restarts, &self.key);
                     let s = classify(&e, &server);
                     if s.phase == Phase::Unauthorized {
                         return Ended::Retry(s);
@@ -287,7 +289,7 @@ impl Task {
                     // Other watch errors are retried by the watcher itself; the probe judges health.
                     tracing::debug!(cluster = %self.key, error = %e, "watch error; the watcher retries");
                 }
-                _ = ticker.tick() => match self.probe(&client, &server).await {
+                _ = ticker.tick() => match self.counted_probe(&client, &server).await {
                     Ok(()) => consecutive = 0,
                     Err(s) if s.phase == Phase::Unauthorized => return Ended::Retry(s),
                     Err(s) => {
@@ -300,6 +302,21 @@ impl Task {
                 },
             }
         }
+    }
+
+    /// A health probe, counted by result (`karpenter_hub_cluster_probes_total`).
+    async fn counted_probe(&self, client: &Client, server: &str) -> Result<(), ClusterStatus> {
+        let r = self.probe(client, server).await;
+        let result = match &r {
+            Ok(()) => "ok",
+            Err(s) if s.phase == Phase::Unauthorized => "unauthorized",
+            Err(_) => "failed",
+        };
+        self.metrics
+            .cluster_probes
+            .get(&crate::metrics::ResultLabels { cluster: self.key.to_string(), result: result.to_string() })
+            .inc();
+        r
     }
 
     async fn probe(&self, client: &Client, server: &str) -> Result<(), ClusterStatus> {
