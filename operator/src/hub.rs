@@ -11,16 +11,20 @@ use std::{
     time::Duration,
 };
 
+use crds::{NodeClaim, NodePool};
+use futures::StreamExt;
 use k8s_openapi::{
     api::core::v1::{ConfigMap, ObjectReference},
     jiff::Timestamp,
 };
+use kube::runtime::{WatchStreamExt, reflector, reflector::Store, watcher};
 use kube::{
     Api, Client,
     api::{Patch, PatchParams, PostParams},
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     capacity::{self, CapacityState},
@@ -66,6 +70,81 @@ impl Default for Settings {
     }
 }
 
+/// Watch caches of the management cluster shared by the controllers that would otherwise LIST
+/// periodically (garbage collection, node class status): a steady fleet costs watches only.
+/// Readers that act on absence re-read live; the caches only narrow the candidates.
+#[derive(Clone)]
+pub struct MgmtCache {
+    pub claims: Store<NodeClaim>,
+    pub pools: Store<NodePool>,
+    ready: tokio::sync::watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for MgmtCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MgmtCache")
+            .field("claims", &self.claims.len())
+            .field("pools", &self.pools.len())
+            .field("ready", &self.is_ready())
+            .finish()
+    }
+}
+
+impl MgmtCache {
+    /// Start the watches; they stop with `shutdown`.
+    pub fn start(mgmt: &Client, shutdown: &CancellationToken) -> Self {
+        let claims = spawn_reflector(Api::<NodeClaim>::all(mgmt.clone()), shutdown);
+        let pools = spawn_reflector(Api::<NodePool>::all(mgmt.clone()), shutdown);
+        let (tx, ready) = tokio::sync::watch::channel(false);
+        let (c, p) = (claims.clone(), pools.clone());
+        tokio::spawn(async move {
+            // One waiter per store (kube's Store wakes one waiter at a time).
+            if c.wait_until_ready().await.is_ok() && p.wait_until_ready().await.is_ok() {
+                let _ = tx.send(true);
+            }
+        });
+        Self { claims, pools, ready }
+    }
+
+    /// Whether every cache has listed once. Before that, absence means nothing.
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// NodeClaims of a namespace.
+    pub fn claims_in(&self, ns: &str) -> Vec<Arc<NodeClaim>> {
+        self.claims.state().into_iter().filter(|c| c.metadata.namespace.as_deref() == Some(ns)).collect()
+    }
+
+    /// NodePools of a namespace.
+    pub fn pools_in(&self, ns: &str) -> Vec<Arc<NodePool>> {
+        self.pools.state().into_iter().filter(|p| p.metadata.namespace.as_deref() == Some(ns)).collect()
+    }
+}
+
+fn spawn_reflector<K>(api: Api<K>, shutdown: &CancellationToken) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                next = stream.next() => match next {
+                    None => return,
+                    Some(Err(e)) => tracing::debug!(kind = %K::kind(&()), error = %e, "management watch error; retrying"),
+                    Some(Ok(_)) => {}
+                },
+            }
+        }
+    });
+    store
+}
+
 /// Everything a controller needs. Cheap to share (`Arc`).
 pub struct Hub {
     pub mgmt: Client,
@@ -73,6 +152,7 @@ pub struct Hub {
     pub settings: Settings,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
+    pub cache: MgmtCache,
     capacity: std::sync::Mutex<BTreeMap<ClusterKey, CapacityState>>,
     events: std::sync::Mutex<EventDedupe>,
     gates: std::sync::Mutex<BTreeMap<ClusterKey, Arc<Mutex<()>>>>,
@@ -85,7 +165,13 @@ impl std::fmt::Debug for Hub {
 }
 
 impl Hub {
-    pub fn new(mgmt: Client, registry: Registry, settings: Settings, metrics: Arc<Metrics>) -> Arc<Self> {
+    pub fn new(
+        mgmt: Client,
+        registry: Registry,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+        cache: MgmtCache,
+    ) -> Arc<Self> {
         let recorder = Recorder::new(mgmt.clone(), Reporter { controller: MANAGER.to_string(), instance: None });
         Arc::new(Self {
             mgmt,
@@ -93,6 +179,7 @@ impl Hub {
             settings,
             recorder,
             metrics,
+            cache,
             capacity: std::sync::Mutex::new(BTreeMap::new()),
             events: std::sync::Mutex::new(EventDedupe::default()),
             gates: std::sync::Mutex::new(BTreeMap::new()),

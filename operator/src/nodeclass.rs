@@ -13,7 +13,7 @@ use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, ResourceExt,
-    api::{ListParams, Patch, PatchParams},
+    api::{Patch, PatchParams},
     runtime::{Controller, WatchStreamExt, controller::Action, watcher},
 };
 use serde_json::json;
@@ -49,6 +49,11 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
         .touched_objects()
         .filter_map(|r| async move { r.ok().map(|_| ()) });
     Controller::new(classes, watcher::Config::default())
+        // A pool starting (or stopping) to use a class changes the clusters it is checked against.
+        .watches(Api::<NodePool>::all(hub.mgmt.clone()), watcher::Config::default(), |pool| {
+            let ns = pool.namespace()?;
+            Some(kube::runtime::reflector::ObjectRef::new(&pool.spec.template.spec.node_class_ref.name).within(&ns))
+        })
         .reconcile_all_on(futures::stream::select(cluster_changes, catalog_changes))
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(10)), hub)
@@ -83,9 +88,9 @@ async fn reconcile(class: Arc<CleverNodeClass>, hub: Arc<Hub>) -> Result<Action,
         },
     };
     let verdict = validate_node_class(&class, None, catalog.as_ref());
-    let pools = Api::<NodePool>::namespaced(hub.mgmt.clone(), &ns).list(&ListParams::default()).await?;
+    // From the shared watch cache: a periodic re-check must not LIST (performance.md B4).
+    let pools = hub.cache.pools_in(&ns);
     let mut clusters: Vec<(ClusterKey, Phase)> = pools
-        .items
         .iter()
         .filter(|p| p.spec.template.spec.node_class_ref.name == name)
         .map(|p| {

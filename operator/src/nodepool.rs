@@ -37,11 +37,24 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
     let pools: Api<NodePool> = Api::all(hub.mgmt.clone());
     let claims: Api<NodeClaim> = Api::all(hub.mgmt.clone());
     let cluster_changes = hub.registry.change_stream();
-    Controller::new(pools, watcher::Config::default())
+    let controller = Controller::new(pools, watcher::Config::default());
+    let pools_store = controller.store();
+    controller
         .watches(claims, watcher::Config::default(), |claim| {
             let ns = claim.namespace()?;
             let pool = claim.labels().get(labels::NODEPOOL)?.clone();
             Some(kube::runtime::reflector::ObjectRef::new(&pool).within(&ns))
+        })
+        // A node class turning Ready or not changes NodeClassReady of the pools using it.
+        .watches(Api::<CleverNodeClass>::all(hub.mgmt.clone()), watcher::Config::default(), move |class| {
+            let ns = class.namespace();
+            let name = class.name_any();
+            pools_store
+                .state()
+                .into_iter()
+                .filter(|p| p.namespace() == ns && p.spec.template.spec.node_class_ref.name == name)
+                .map(|p| kube::runtime::reflector::ObjectRef::from_obj(p.as_ref()))
+                .collect::<Vec<_>>()
         })
         .reconcile_all_on(cluster_changes)
         .graceful_shutdown_on(shutdown.cancelled_owned())
@@ -148,5 +161,7 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
             .await?;
         tracing::debug!(namespace = %ns, nodepool = %name, ready, cluster = %key, "nodepool status updated");
     }
-    Ok(Action::requeue(Duration::from_secs(60)))
+    // Every input is watched (pool, its claims, its class, the registry): no periodic re-check,
+    // so a steady fleet costs no LIST (performance.md B4).
+    Ok(Action::await_change())
 }

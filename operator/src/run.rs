@@ -126,7 +126,8 @@ pub async fn run_with(
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
     let registry = registry::Registry::with_metrics(registry_settings, metrics.clone());
-    let hub = hub::Hub::new(mgmt.clone(), registry.clone(), hub_settings, metrics.clone());
+    let cache = hub::MgmtCache::start(&mgmt, &shutdown);
+    let hub = hub::Hub::new(mgmt.clone(), registry.clone(), hub_settings, metrics.clone(), cache);
     tracing::info!(hub_id = %hub.settings.hub_id, "starting the hub");
     let mut tasks = tokio::task::JoinSet::new();
     {

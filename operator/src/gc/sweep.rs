@@ -8,7 +8,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::{Api, Resource, ResourceExt, api::ListParams};
+use kube::{Api, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use super::{
@@ -24,6 +24,13 @@ use crate::{
     registry::{ClusterKey, Connection},
 };
 use crds::{NodeClaim, NodeGroup, labels};
+
+/// Why a sweep did nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    #[error("the management cache of NodeClaims has not synced yet")]
+    NotSynced,
+}
 
 /// Period of the safety sweep.
 pub const PERIOD: Duration = Duration::from_secs(120);
@@ -67,7 +74,7 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
                     r = sweep => match r {
                         Ok(Ok(o)) if o != Outcome::default() => tracing::info!(cluster = %key, ?o, "garbage collection sweep"),
                         Ok(Ok(_)) => {}
-                        Ok(Err(e)) => tracing::warn!(cluster = %key, error = %e, "garbage collection skipped: listing failed"),
+                        Ok(Err(e)) => tracing::warn!(cluster = %key, error = %e, "garbage collection skipped"),
                         Err(_) => tracing::warn!(cluster = %key, "garbage collection sweep gave up after {PERIOD:?}; the cluster is slow or hung"),
                     },
                 }
@@ -80,12 +87,17 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
     }
 }
 
-/// One sweep of one cluster. Errors only when the claims cannot be listed (then nothing is done).
-pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestamp) -> Result<Outcome, kube::Error> {
+/// One sweep of one cluster. Errors (and does nothing) while the management cache of NodeClaims
+/// has not listed once: missing data is never evidence of absence.
+pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestamp) -> Result<Outcome, SweepError> {
     let mut out = Outcome::default();
     let hub_id = &hub.settings.hub_id;
+    if !hub.cache.is_ready() {
+        return Err(SweepError::NotSynced);
+    }
     let claims_api: Api<NodeClaim> = Api::namespaced(hub.mgmt.clone(), &key.namespace);
-    let claims = claims_api.list(&ListParams::default()).await?.items;
+    // The cache narrows the candidates; every absence is confirmed by a live read below.
+    let claims: Vec<NodeClaim> = hub.cache.claims_in(&key.namespace).iter().map(|c| c.as_ref().clone()).collect();
     let view = ClusterView { connected: true, synced: conn.is_synced(), lists_ok: true };
     let by_name: BTreeMap<String, &NodeClaim> = claims.iter().map(|c| (c.name_any(), c)).collect();
     let groups: Vec<NodeGroup> = conn.cache.nodegroups.state().iter().map(|g| g.as_ref().clone()).collect();
