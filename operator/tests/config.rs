@@ -22,6 +22,7 @@ use k8s_openapi::{
     api::{
         apps::v1::Deployment,
         authentication::v1::TokenRequest,
+        coordination::v1::Lease,
         core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount},
         events::v1::Event,
         rbac::v1::ClusterRoleBinding,
@@ -33,7 +34,7 @@ use kube::{
     api::{DeleteParams, ListParams, PostParams},
 };
 use operator::{
-    hub,
+    hub, leader,
     metrics::Metrics,
     registry,
     run::{self, RunArgs},
@@ -100,8 +101,8 @@ fn the_manifests_are_namespace_agnostic_and_the_deployment_lines_up_with_the_bin
     }
     let deployment: Deployment = one("deployment.yaml", "Deployment");
     let spec = deployment.spec.unwrap();
-    assert_eq!(spec.replicas, Some(1), "no leader election yet: one replica");
-    assert_eq!(spec.strategy.and_then(|s| s.type_).as_deref(), Some("Recreate"), "never two hubs at once");
+    let replicas = spec.replicas.unwrap_or(1);
+    let strategy = spec.strategy.clone().unwrap_or_default();
     let pod = spec.template.spec.unwrap();
     let sa: ServiceAccount = one("rbac.yaml", "ServiceAccount");
     assert_eq!(pod.service_account_name.as_deref(), Some(sa.name_any().as_str()));
@@ -112,6 +113,31 @@ fn the_manifests_are_namespace_agnostic_and_the_deployment_lines_up_with_the_bin
         .unwrap_or_else(|e| panic!("deployment.yaml args do not parse as `karpenter-hub run` flags: {e}"))
         .args;
     assert!(parsed.kubeconfig.is_none(), "in cluster, the hub uses its ServiceAccount");
+    if replicas > 1 {
+        assert!(parsed.leader_elect, "{replicas} replicas need leader election");
+        // Only the leader is Ready: a rollout that may not take one down would never finish.
+        let unavailable = strategy.rolling_update.clone().and_then(|r| r.max_unavailable);
+        assert!(
+            strategy.type_.as_deref() == Some("Recreate") || unavailable == Some(IntOrString::Int(1)),
+            "{strategy:?}"
+        );
+    } else {
+        assert_eq!(strategy.type_.as_deref(), Some("Recreate"), "a single hub is replaced, never doubled");
+    }
+    if parsed.leader_elect {
+        // The Lease lives in the pod's namespace, where rbac.yaml's Role grants it.
+        let env = container.env.clone().unwrap_or_default();
+        let from = |name: &str| {
+            env.iter()
+                .find(|e| e.name == name)
+                .and_then(|e| e.value_from.as_ref())
+                .and_then(|v| v.field_ref.as_ref())
+                .map(|f| f.field_path.clone())
+        };
+        assert!(parsed.leader_election_namespace.is_none(), "the Lease follows the namespace applied into");
+        assert_eq!(from("POD_NAMESPACE").as_deref(), Some("metadata.namespace"));
+        assert_eq!(from("POD_NAME").as_deref(), Some("metadata.name"));
+    }
     let port = container.ports.as_ref().unwrap().iter().find(|p| p.name.as_deref() == Some("http-metrics")).unwrap();
     assert_eq!(i32::from(parsed.metrics_addr.port()), port.container_port);
     for (probe, path) in [(&container.liveness_probe, "/healthz"), (&container.readiness_probe, "/readyz")] {
@@ -122,14 +148,21 @@ fn the_manifests_are_namespace_agnostic_and_the_deployment_lines_up_with_the_bin
     // Every binding names the ServiceAccount of its file, in the documented namespace.
     for file in ["rbac.yaml", WORKLOAD_FILE] {
         let sa: ServiceAccount = one(file, "ServiceAccount");
-        for doc in documents(&dir().join(file)).into_iter().filter(|d| d["kind"] == "ClusterRoleBinding") {
-            let binding: ClusterRoleBinding = serde_json::from_value(doc).unwrap();
-            for s in binding.subjects.unwrap() {
+        let bindings = documents(&dir().join(file))
+            .into_iter()
+            .filter(|d| d["kind"] == "ClusterRoleBinding" || d["kind"] == "RoleBinding")
+            .collect::<Vec<_>>();
+        assert!(!bindings.is_empty(), "{file} binds nothing");
+        for doc in bindings {
+            let subjects: Vec<k8s_openapi::api::rbac::v1::Subject> =
+                serde_json::from_value(doc["subjects"].clone()).unwrap();
+            for s in subjects {
                 assert_eq!(
                     (s.kind.as_str(), s.name.as_str(), s.namespace.as_deref()),
                     ("ServiceAccount", sa.name_any().as_str(), Some(NAMESPACE)),
-                    "{file}: {}",
-                    binding.metadata.name.clone().unwrap_or_default()
+                    "{file}: {} {}",
+                    doc["kind"],
+                    doc["metadata"]["name"]
                 );
             }
         }
@@ -144,7 +177,7 @@ fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(doc: &Value) ->
 /// survive a round trip through its Kubernetes type unchanged.
 #[test]
 fn every_document_is_exactly_a_kubernetes_object_of_its_kind() {
-    use k8s_openapi::api::rbac::v1::ClusterRole;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
     for f in yaml_files() {
         for doc in documents(&f) {
             let kind = doc["kind"].as_str().unwrap_or_default().to_string();
@@ -153,6 +186,8 @@ fn every_document_is_exactly_a_kubernetes_object_of_its_kind() {
                 "Secret" => round_trip::<Secret>(&doc),
                 "ClusterRole" => round_trip::<ClusterRole>(&doc),
                 "ClusterRoleBinding" => round_trip::<ClusterRoleBinding>(&doc),
+                "Role" => round_trip::<Role>(&doc),
+                "RoleBinding" => round_trip::<RoleBinding>(&doc),
                 "Deployment" => round_trip::<Deployment>(&doc),
                 other => panic!("{}: kind {other} is not checked here; add it", f.display()),
             };
@@ -292,6 +327,19 @@ async fn the_hub_runs_with_exactly_the_rbac_of_config_hub() {
         .status
         .unwrap()
         .token;
+    // Leader election as that identity: acquire (create), renew (update), release (update).
+    let elector = leader::Elector::new(
+        mgmt.client_with_token(&token),
+        NAMESPACE,
+        "karpenter-hub-default",
+        "config-test",
+        leader::Timings::default(),
+    );
+    assert!(elector.try_hold().await.unwrap(), "the Lease is acquired");
+    assert!(elector.try_hold().await.unwrap(), "the Lease is renewed");
+    elector.release().await;
+    let lease = Api::<Lease>::namespaced(mgmt.client(), NAMESPACE).get("karpenter-hub-default").await.unwrap();
+    assert_eq!(lease.spec.and_then(|s| s.holder_identity), None, "the Lease is released");
     register(&mgmt.client(), "team-a", "alpha", workload_identity(&alpha).await).await;
     register(&mgmt.client(), "team-b", "beta", workload_identity(&beta).await).await;
 

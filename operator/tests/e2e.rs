@@ -959,3 +959,40 @@ async fn the_install_steps_are_idempotent() {
         s.shutdown().await;
     }
 }
+
+/// A run that fails (here: nothing plays the NodeGroups, so no node ever comes) still removes what
+/// it created — namespaces, pods, claims and the NodeGroups the hub made — and says what failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_still_cleans_up_after_itself() {
+    let mgmt = ApiServer::start(ApiServerConfig::management("e2e-management")).await.unwrap();
+    let alpha = ApiServer::start(ApiServerConfig::workload("e2e-alpha").with_seed(1)).await.unwrap();
+    let dir = scratch("e2e-failed");
+    let (mgmt_path, alpha_path) = (dir.join("management.kubeconfig"), dir.join("alpha.kubeconfig"));
+    mgmt.write_kubeconfig(&mgmt_path).unwrap();
+    alpha.write_kubeconfig(&alpha_path).unwrap();
+    let cfg = E2e {
+        mgmt_kubeconfig: mgmt_path,
+        workload_kubeconfigs: vec![alpha_path],
+        // The binder marks the pods unschedulable (so the hub provisions), but nothing serves NodeGroups.
+        sim_cke: Some(vec![SimCkeConfig { nodegroups: false, ..operator::sandbox::quick_cke(1) }]),
+        deadlines: Deadlines { running: Duration::from_secs(5), ..Deadlines::emulated() },
+        run_id: new_run_id(),
+    };
+    let e = format!("{:#}", run_e2e(&cfg).await.unwrap_err());
+    println!("{e}");
+    assert!(e.contains("timed out") && e.contains("Running"), "{e}");
+    assert!(!e.contains("cleanup:"), "cleanup went cleanly: {e}");
+    // The hub had launched a NodeGroup that never got a node: the cleanup had it deleted.
+    assert!(alpha.requests().count("create", "nodegroups") >= 1, "{:?}", alpha.requests().snapshot());
+    assert!(alpha.requests().count("delete", "nodegroups") >= 1, "{:?}", alpha.requests().snapshot());
+    let lp = ListParams::default();
+    let namespaces = Api::<Namespace>::all(mgmt.client()).list(&lp).await.unwrap().items;
+    assert!(!namespaces.iter().any(|n| n.labels().get(RUN_LABEL) == Some(&cfg.run_id)), "management namespaces left");
+    let namespaces = Api::<Namespace>::all(alpha.client()).list(&lp).await.unwrap().items;
+    assert!(!namespaces.iter().any(|n| n.labels().get(RUN_LABEL) == Some(&cfg.run_id)), "workload namespace left");
+    assert!(Api::<NodeClaim>::all(mgmt.client()).list(&lp).await.unwrap().items.is_empty());
+    assert!(Api::<NodeGroup>::all(alpha.client()).list(&lp).await.unwrap().items.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+    mgmt.shutdown().await;
+    alpha.shutdown().await;
+}
