@@ -269,11 +269,20 @@ impl Hub {
 
     /// Publish an event about a workload-cluster object (a NodeGroup's land in `default`) through
     /// that cluster's client, deduplicated over `window`.
-    pub async fn workload_event(&self, client: &Client, reference: &ObjectReference, ev: Event, window: Duration) {
-        if self.first_in_window(reference, &ev.reason, window) {
-            let recorder = Recorder::new(client.clone(), Reporter { controller: MANAGER.to_string(), instance: None });
-            publish(&recorder, reference, ev).await;
+    /// Returns whether it was published (not deduplicated), so callers log it once per window too.
+    pub async fn workload_event(
+        &self,
+        client: &Client,
+        reference: &ObjectReference,
+        ev: Event,
+        window: Duration,
+    ) -> bool {
+        if !self.first_in_window(reference, &ev.reason, window) {
+            return false;
         }
+        let recorder = Recorder::new(client.clone(), Reporter { controller: MANAGER.to_string(), instance: None });
+        publish(&recorder, reference, ev).await;
+        true
     }
 
     fn first_in_window(&self, reference: &ObjectReference, reason: &str, window: Duration) -> bool {

@@ -115,14 +115,31 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
     Metrics::set(&m.external_resizes, key, out.resized.len() as i64);
     let now_capacity = hub.capacity(key).await.map(|s| s.unavailable(now).count()).unwrap_or_default();
     Metrics::set(&m.cooldown_flavors, key, now_capacity as i64);
+    // clever-cloud.md §3.9: another Karpenter (the in-cluster provider) also manages this cluster.
+    for g in groups.iter().filter(|g| {
+        g.labels().get(labels::IN_CLUSTER_MANAGED).map(String::as_str) == Some("true")
+            && matches!(ownership::prove(g, hub_id, &key.namespace), Ownership::Foreign)
+    }) {
+        let note = format!(
+            "NodeGroup {} is managed by the in-cluster Karpenter provider ({}=true): two autoscalers on one cluster fight over capacity; the hub never touches it",
+            g.name_any(),
+            labels::IN_CLUSTER_MANAGED
+        );
+        // Only on the group: its pool labels name another autoscaler's pools, not ours.
+        let ev = crate::hub::event(true, "ForeignAutoscalerDetected", "GarbageCollect", note.clone());
+        if hub.workload_event(&conn.client, &nodegroup_ref(g), ev, EVENT_DEDUPE_LONG).await {
+            tracing::warn!(cluster = %key, nodegroup = %g.name_any(), "ForeignAutoscalerDetected: {note}");
+        }
+    }
     for g in groups.iter().filter(|g| out.resized.contains(&g.name_any())) {
         let note = format!(
             "NodeGroup {} has nodeCount {} instead of 1: check the cluster's autoscalingEnabled and who holds nodegroups/scale; the hub never scales it back and does not track its extra nodes",
             g.name_any(),
             g.spec.node_count
         );
-        tracing::warn!(cluster = %key, nodegroup = %g.name_any(), node_count = g.spec.node_count, "NodeGroupExternallyResized: {note}");
-        report(hub, conn, g, true, "NodeGroupExternallyResized", note, EVENT_DEDUPE_LONG).await;
+        if report(hub, conn, g, true, "NodeGroupExternallyResized", note.clone(), EVENT_DEDUPE_LONG).await {
+            tracing::warn!(cluster = %key, nodegroup = %g.name_any(), node_count = g.spec.node_count, "NodeGroupExternallyResized: {note}");
+        }
     }
 
     let candidates = orphan_candidates(view, &groups, hub_id, &key.namespace, now, |name| {
@@ -159,7 +176,7 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
                         tracing::info!(cluster = %key, nodegroup = %name, why = %why, "GarbageCollected: deleted orphaned NodeGroup");
                         Metrics::inc(&m.gc_reaped, key);
                         let note = format!("deleted orphaned NodeGroup {name}: {why}");
-                        report(hub, conn, &live, false, "GarbageCollected", note, EVENT_DEDUPE).await;
+                        let _ = report(hub, conn, &live, false, "GarbageCollected", note, EVENT_DEDUPE).await;
                         out.groups_collected.push(name);
                     }
                     Err(e) => {
@@ -168,11 +185,12 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
                 }
             }
             Verdict::Refuse { why } => {
-                tracing::warn!(cluster = %key, nodegroup = %name, why = %why, "GarbageCollectionRefused: NodeGroup carries this hub's labels but fails the ownership proof; kept");
                 let note = format!(
                     "NodeGroup {name} carries this hub's labels but fails the ownership proof ({why}); kept, never deleted: remove the labels or delete it by hand"
                 );
-                report(hub, conn, &live, true, "GarbageCollectionRefused", note, EVENT_DEDUPE_LONG).await;
+                if report(hub, conn, &live, true, "GarbageCollectionRefused", note, EVENT_DEDUPE_LONG).await {
+                    tracing::warn!(cluster = %key, nodegroup = %name, why = %why, "GarbageCollectionRefused: NodeGroup carries this hub's labels but fails the ownership proof; kept");
+                }
                 out.refused.push(name);
             }
             Verdict::Keep => {}
@@ -244,16 +262,10 @@ async fn report(
     reason: &str,
     note: String,
     window: Duration,
-) {
-    let reference = ObjectReference {
-        api_version: Some(NodeGroup::api_version(&()).to_string()),
-        kind: Some("NodeGroup".to_string()),
-        name: group.metadata.name.clone(),
-        uid: group.metadata.uid.clone(),
-        ..Default::default()
-    };
+) -> bool {
+    let reference = nodegroup_ref(group);
     let ev = crate::hub::event(warning, reason, "GarbageCollect", note.clone());
-    hub.workload_event(&conn.client, &reference, ev, window).await;
+    let published = hub.workload_event(&conn.client, &reference, ev, window).await;
     if let Some(pool) = group.labels().get(labels::HUB_NODEPOOL).or_else(|| group.labels().get(labels::NODEPOOL)) {
         let pool_ref = ObjectReference {
             api_version: Some(crds::NodePool::api_version(&()).to_string()),
@@ -263,5 +275,16 @@ async fn report(
             ..Default::default()
         };
         hub.event(&pool_ref, warning, reason, "GarbageCollect", format!("cluster {}: {note}", conn.key.name)).await;
+    }
+    published
+}
+
+fn nodegroup_ref(group: &NodeGroup) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(NodeGroup::api_version(&()).to_string()),
+        kind: Some("NodeGroup".to_string()),
+        name: group.metadata.name.clone(),
+        uid: group.metadata.uid.clone(),
+        ..Default::default()
     }
 }
