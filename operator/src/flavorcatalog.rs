@@ -36,7 +36,7 @@ pub enum Error {
 }
 
 pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
-    let catalogs: Api<FlavorCatalog> = Api::all(hub.mgmt.clone());
+    let catalogs: Api<FlavorCatalog> = hub.scoped();
     Controller::new(catalogs, watcher::Config::default())
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(10)), hub)

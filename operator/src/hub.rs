@@ -55,6 +55,8 @@ pub struct Settings {
     /// How long a launch waits for CKE's verdict before going on optimistically (15 s).
     pub verdict_timeout: Duration,
     pub capacity: capacity::Policy,
+    /// Serve only this namespace of the management cluster (`--namespace`); all when `None`.
+    pub namespace: Option<String>,
 }
 
 impl Default for Settings {
@@ -66,6 +68,7 @@ impl Default for Settings {
             registration_ttl: Duration::from_secs(900),
             verdict_timeout: Duration::from_secs(15),
             capacity: capacity::Policy::default(),
+            namespace: None,
         }
     }
 }
@@ -92,9 +95,9 @@ impl std::fmt::Debug for MgmtCache {
 
 impl MgmtCache {
     /// Start the watches; they stop with `shutdown`.
-    pub fn start(mgmt: &Client, shutdown: &CancellationToken) -> Self {
-        let claims = spawn_reflector(Api::<NodeClaim>::all(mgmt.clone()), shutdown);
-        let pools = spawn_reflector(Api::<NodePool>::all(mgmt.clone()), shutdown);
+    pub fn start(mgmt: &Client, namespace: Option<&str>, shutdown: &CancellationToken) -> Self {
+        let claims = spawn_reflector(scoped::<NodeClaim>(mgmt, namespace), shutdown);
+        let pools = spawn_reflector(scoped::<NodePool>(mgmt, namespace), shutdown);
         let (tx, ready) = tokio::sync::watch::channel(false);
         let (c, p) = (claims.clone(), pools.clone());
         tokio::spawn(async move {
@@ -119,6 +122,17 @@ impl MgmtCache {
     /// NodePools of a namespace.
     pub fn pools_in(&self, ns: &str) -> Vec<Arc<NodePool>> {
         self.pools.state().into_iter().filter(|p| p.metadata.namespace.as_deref() == Some(ns)).collect()
+    }
+}
+
+/// `K` in `namespace`, or in every namespace.
+pub fn scoped<K>(mgmt: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(mgmt.clone(), ns),
+        None => Api::all(mgmt.clone()),
     }
 }
 
@@ -184,6 +198,15 @@ impl Hub {
             events: std::sync::Mutex::new(EventDedupe::default()),
             gates: std::sync::Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// `K` in the hub's namespace (`--namespace`), or in every namespace: every management watch
+    /// goes through this, so a namespaced hub never serves another namespace's pools.
+    pub fn scoped<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        scoped(&self.mgmt, self.settings.namespace.as_deref())
     }
 
     /// The launch gate of a cluster: CKE's quota engine judges concurrent creations together, so

@@ -58,7 +58,7 @@ pub enum Error {
 
 /// Run the controller until `shutdown`.
 pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
-    let claims: Api<NodeClaim> = Api::all(hub.mgmt.clone());
+    let claims: Api<NodeClaim> = hub.scoped();
     Controller::new(claims, watcher::Config::default())
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, hub)

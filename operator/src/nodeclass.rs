@@ -41,16 +41,16 @@ pub enum Error {
 }
 
 pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
-    let classes: Api<CleverNodeClass> = Api::all(hub.mgmt.clone());
+    let classes: Api<CleverNodeClass> = hub.scoped();
     // A cluster connecting or failing changes NodeGroupAPIServed: re-check every class then.
     let cluster_changes = hub.registry.change_stream();
     // A catalogue created, fixed or broken changes FlavorCatalogResolved of the classes using it.
-    let catalog_changes = watcher(Api::<FlavorCatalog>::all(hub.mgmt.clone()), watcher::Config::default())
+    let catalog_changes = watcher(hub.scoped::<FlavorCatalog>(), watcher::Config::default())
         .touched_objects()
         .filter_map(|r| async move { r.ok().map(|_| ()) });
     Controller::new(classes, watcher::Config::default())
         // A pool starting (or stopping) to use a class changes the clusters it is checked against.
-        .watches(Api::<NodePool>::all(hub.mgmt.clone()), watcher::Config::default(), |pool| {
+        .watches(hub.scoped::<NodePool>(), watcher::Config::default(), |pool| {
             let ns = pool.namespace()?;
             Some(kube::runtime::reflector::ObjectRef::new(&pool.spec.template.spec.node_class_ref.name).within(&ns))
         })

@@ -34,8 +34,8 @@ pub enum Error {
 }
 
 pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
-    let pools: Api<NodePool> = Api::all(hub.mgmt.clone());
-    let claims: Api<NodeClaim> = Api::all(hub.mgmt.clone());
+    let pools: Api<NodePool> = hub.scoped();
+    let claims: Api<NodeClaim> = hub.scoped();
     let cluster_changes = hub.registry.change_stream();
     let controller = Controller::new(pools, watcher::Config::default());
     let pools_store = controller.store();
@@ -46,7 +46,7 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
             Some(kube::runtime::reflector::ObjectRef::new(&pool).within(&ns))
         })
         // A node class turning Ready or not changes NodeClassReady of the pools using it.
-        .watches(Api::<CleverNodeClass>::all(hub.mgmt.clone()), watcher::Config::default(), move |class| {
+        .watches(hub.scoped::<CleverNodeClass>(), watcher::Config::default(), move |class| {
             let ns = class.namespace();
             let name = class.name_any();
             pools_store

@@ -23,7 +23,8 @@ pub struct RunArgs {
     /// cluster must use different ids.
     #[arg(long, env = "KARPENTER_HUB_ID", default_value = "default", value_parser = parse_hub_id)]
     pub hub_id: String,
-    /// Only serve NodePools and kubeconfig Secrets of this namespace (default: all namespaces).
+    /// Only serve this namespace of the management cluster: its kubeconfig Secrets, NodePools, node
+    /// classes, catalogues and NodeClaims (default: all namespaces).
     #[arg(long, env = "KARPENTER_HUB_NAMESPACE")]
     pub namespace: Option<String>,
     /// Accept kubeconfigs with `insecure-skip-tls-verify` or plain http:// servers (not recommended).
@@ -69,6 +70,7 @@ impl RunArgs {
     pub fn hub_settings(&self) -> hub::Settings {
         hub::Settings {
             hub_id: self.hub_id.clone(),
+            namespace: self.namespace.clone(),
             capacity: capacity::Policy {
                 cooldown: Duration::from_secs(self.flavor_cooldown_seconds),
                 ..capacity::Policy::default()
@@ -126,7 +128,7 @@ pub async fn run_with(
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
     let registry = registry::Registry::with_metrics(registry_settings, metrics.clone());
-    let cache = hub::MgmtCache::start(&mgmt, &shutdown);
+    let cache = hub::MgmtCache::start(&mgmt, hub_settings.namespace.as_deref(), &shutdown);
     let hub = hub::Hub::new(mgmt.clone(), registry.clone(), hub_settings, metrics.clone(), cache);
     tracing::info!(hub_id = %hub.settings.hub_id, "starting the hub");
     let mut tasks = tokio::task::JoinSet::new();

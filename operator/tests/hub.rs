@@ -333,3 +333,26 @@ async fn a_dangling_catalogue_reference_serves_the_built_ins_and_says_so_until_t
     );
     world.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_scoped_to_one_namespace_leaves_the_others_alone() {
+    let mut world = World::start(&[("team-a", "alpha"), ("team-b", "beta")], |i| quick_cke(i as u64)).await.unwrap();
+    world.hub_settings.namespace = Some("team-a".into());
+    world.registry_settings.namespace = Some("team-a".into());
+    apply_example(&world, 0).await;
+    apply_example(&world, 1).await;
+    world.start_hub();
+    scale(&world, 0, 1, "500m", "1Gi").await.unwrap();
+    scale(&world, 1, 1, "500m", "1Gi").await.unwrap();
+    wait_for("team-a's pod running", Duration::from_secs(60), || async { running(&world, 0).await == 1 }).await;
+    let pools_b: Api<NodePool> = Api::namespaced(world.mgmt.client(), "team-b");
+    let pool_b = pools_b.get("default").await.unwrap();
+    assert!(pool_b.status.is_none_or(|s| s.conditions.is_empty()), "another namespace's pool is never written");
+    let classes_b: Api<crds::CleverNodeClass> = Api::namespaced(world.mgmt.client(), "team-b");
+    assert!(classes_b.get("default").await.unwrap().status.is_none_or(|s| s.conditions.is_empty()));
+    let claims_b =
+        Api::<NodeClaim>::namespaced(world.mgmt.client(), "team-b").list(&ListParams::default()).await.unwrap();
+    assert!(claims_b.items.is_empty());
+    assert_eq!(running(&world, 1).await, 0);
+    world.shutdown().await;
+}
