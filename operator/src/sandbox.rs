@@ -7,14 +7,13 @@
 //! goes through the Kubernetes API, so what works here works against real API servers.
 
 use std::{
-    collections::BTreeMap,
     io::Write,
     path::{Path, PathBuf},
     sync::Arc,
     time::Duration,
 };
 
-use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, PostParams},
@@ -160,25 +159,7 @@ impl World {
 
     /// Write `<cluster>-kubeconfig` with arbitrary bytes (tests use it for hostile kubeconfigs).
     pub async fn put_secret(&self, ns: &str, cluster: &str, bytes: &[u8]) -> Result<(), SandboxError> {
-        let api: Api<Secret> = Api::namespaced(self.mgmt.client(), ns);
-        let name = format!("{cluster}-kubeconfig");
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {registry::CLUSTER_NAME_LABEL: cluster}},
-            "type": "cluster.x-k8s.io/secret",
-        }))
-        .map_err(|e| SandboxError::Start(e.to_string()))?;
-        let mut secret = secret;
-        secret.data =
-            Some(BTreeMap::from([(registry::KUBECONFIG_KEY.to_string(), k8s_openapi::ByteString(bytes.to_vec()))]));
-        match api.get_opt(&name).await? {
-            None => {
-                api.create(&PostParams::default(), &secret).await?;
-            }
-            Some(old) => {
-                secret.metadata.resource_version = old.resource_version();
-                api.replace(&name, &PostParams::default(), &secret).await?;
-            }
-        }
+        crate::register::write_secret(&self.mgmt.client(), ns, cluster, bytes.to_vec()).await?;
         Ok(())
     }
 
