@@ -27,6 +27,8 @@ pub struct ClusterView {
     pub synced: bool,
     /// The last list of NodeGroups and NodeClaims succeeded.
     pub lists_ok: bool,
+    /// Objects younger than this are never collected ([`MIN_AGE`] unless configured).
+    pub min_age: Duration,
 }
 
 impl ClusterView {
@@ -82,7 +84,9 @@ pub fn orphan_candidates<'a>(
     }
     groups
         .iter()
-        .filter(|g| !g.is_terminating() && old_enough(g.metadata.creation_timestamp.as_ref().map(|t| t.0), now))
+        .filter(|g| {
+            !g.is_terminating() && old_enough(g.metadata.creation_timestamp.as_ref().map(|t| t.0), now, view.min_age)
+        })
         .filter_map(|g| match prove(g, hub_id, namespace) {
             Ownership::Foreign => None,
             Ownership::Owned { claim, uid } if cached_claim_uid(&claim).as_deref() == Some(uid.as_str()) => None,
@@ -129,7 +133,7 @@ pub fn is_vanish_candidate(view: ClusterView, claim: &ClaimFacts, now: Timestamp
         && !claim.deleting
         && claim.launched
         && !claim.registered
-        && old_enough(claim.created, now)
+        && old_enough(claim.created, now, view.min_age)
 }
 
 /// The verdict on a vanish candidate once its group has been read live.
@@ -142,9 +146,9 @@ pub fn judge_vanished(view: ClusterView, group: &LiveGroup) -> Verdict {
     }
 }
 
-fn old_enough(created: Option<Timestamp>, now: Timestamp) -> bool {
+fn old_enough(created: Option<Timestamp>, now: Timestamp, min_age: Duration) -> bool {
     // No creation time means an object we cannot date: never old enough.
-    created.is_some_and(|c| now.duration_since(c).as_secs() >= MIN_AGE.as_secs() as i64)
+    created.is_some_and(|c| now.duration_since(c).as_secs() >= min_age.as_secs() as i64)
 }
 
 #[cfg(test)]
@@ -157,7 +161,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use kube::api::ObjectMeta;
 
-    const OK: ClusterView = ClusterView { connected: true, synced: true, lists_ok: true };
+    const OK: ClusterView = ClusterView { connected: true, synced: true, lists_ok: true, min_age: MIN_AGE };
 
     fn now() -> Timestamp {
         "2026-11-23T10:00:00Z".parse().unwrap()

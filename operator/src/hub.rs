@@ -57,6 +57,10 @@ pub struct Settings {
     pub capacity: capacity::Policy,
     /// Serve only this namespace of the management cluster (`--namespace`); all when `None`.
     pub namespace: Option<String>,
+    /// Garbage collection never touches an object younger than this (clever-cloud.md §3.8: 2 min).
+    pub gc_min_age: Duration,
+    /// Period of the garbage-collection safety sweep (2 min).
+    pub gc_period: Duration,
 }
 
 impl Default for Settings {
@@ -69,6 +73,8 @@ impl Default for Settings {
             verdict_timeout: Duration::from_secs(15),
             capacity: capacity::Policy::default(),
             namespace: None,
+            gc_min_age: crate::gc::MIN_AGE,
+            gc_period: crate::gc::sweep::PERIOD,
         }
     }
 }

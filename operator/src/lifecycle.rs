@@ -433,11 +433,28 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
     }
     let types =
         instance_types(hub, &c.ns, &class).await.map_err(|e| Failure::Launch(LaunchError::InsufficientCapacity(e)))?;
-    let capacity = hub.capacity(&c.key).await?;
     let group_name = ownership::nodegroup_name(&hub.settings.hub_id, &c.ns, &c.name);
     let groups: Api<NodeGroup> = Api::all(conn.client.clone());
+    // CKE's quota engine judges concurrent creations together (clever-cloud.md §3.4 step 5): one
+    // NodeGroup of a cluster awaits its verdict at a time. Held until the verdict below.
+    let gate = hub.launch_gate(&c.key);
+    let _one_at_a_time = gate.lock_owned().await;
+    // Waiting may have outlived the claim, and the controller's copy may lag: re-read it live, so a
+    // claim already deleted never creates (or re-judges) a group.
+    match c.api.get_opt(&c.name).await? {
+        Some(live) if live.uid() == c.obj.uid() && live.metadata.deletion_timestamp.is_none() => {}
+        _ => return Err(Failure::Pending(Duration::from_secs(1))),
+    }
+    // Read after the wait: a refusal judged meanwhile must be seen by this launch.
+    let capacity = hub.capacity(&c.key).await?;
     let existing = groups.get_opt(&group_name).await?;
     let (flavor, group) = match existing {
+        Some(g) if g.is_terminating() => {
+            // Ours being deleted (a refusal handled by an earlier pass): nothing to adopt.
+            return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
+                "NodeGroup {group_name} is being deleted"
+            ))));
+        }
         Some(g) => {
             // A restart after the create: adopt only our own group, described by its own flavor.
             let flavor = launch::adopt(&g, &hub.settings.hub_id, &c.ns, c.obj).map_err(Failure::Launch)?;
@@ -477,8 +494,6 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
                 c.obj.labels(),
                 &crds::drift::nodeclass_hash(&class.spec),
             );
-            let gate = hub.launch_gate(&c.key);
-            let _one_at_a_time = gate.lock().await;
             let created = match hub
                 .metrics
                 .cloudprovider(&c.key, "create", groups.create(&PostParams::default(), &desired))
@@ -604,6 +619,27 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
     }
 }
 
+/// Release the hub's finalizer on the Nodes of a NodeGroup that is going (clever-cloud.md §3.6:
+/// waiting for the group to disappear first deadlocks with CKE's own finalizer). Used by
+/// termination and by garbage collection after it reaps an orphan.
+pub async fn release_node_finalizers(conn: &Connection, group_name: &str) -> Result<(), kube::Error> {
+    let nodes: Api<Node> = Api::all(conn.client.clone());
+    for node in conn.cache.nodes.state() {
+        let ours = node.labels().get(labels::CLEVER_NODEGROUP).map(String::as_str) == Some(group_name)
+            || node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+                == Some(ownership::provider_id(group_name).as_str());
+        if ours && node.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER) {
+            let patch = with_finalizer(node.as_ref(), false);
+            match nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+                // Gone or changed meanwhile: the next pass sees the new state.
+                Ok(_) | Err(kube::Error::Api(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Whether a launched claim's NodeGroup is gone: absent from the cache *and* from an uncached read
 /// (clever-cloud.md §3.7: a group whose labels were stripped is never read as vanished), or
 /// terminating without the claim being deleted.
@@ -722,19 +758,7 @@ async fn terminate(c: &Claim<'_>, hub: &Hub) -> Result<Action, Error> {
         return Ok(Action::requeue(Duration::from_secs(2)));
     }
     // The group is going: release our Node finalizer so CKE's finalizer can delete the Node.
-    let nodes: Api<Node> = Api::all(conn.client.clone());
-    for node in conn.cache.nodes.state() {
-        let ours = node.labels().get(labels::CLEVER_NODEGROUP) == Some(&group_name)
-            || node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
-                == Some(ownership::provider_id(&group_name).as_str());
-        if ours && node.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER) {
-            let patch = with_finalizer(node.as_ref(), false);
-            match nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-                Ok(_) | Err(kube::Error::Api(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
+    release_node_finalizers(&conn, &group_name).await?;
     let now = Timestamp::now();
     let mut status = c.obj.status.clone().unwrap_or_default();
     if conditions::set(

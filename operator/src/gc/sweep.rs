@@ -47,7 +47,8 @@ pub struct Outcome {
 
 pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
     let mut changes = hub.registry.changes();
-    let mut tick = tokio::time::interval(PERIOD);
+    let period = hub.settings.gc_period;
+    let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // One sweep in flight per cluster, each in its own task: a hung cluster (reads waiting on
     // kube's 295 s read timeout) must not hold back the others' sweeps (hub.md §3 "Isolation").
@@ -68,14 +69,14 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
             let task_key = key.clone();
             let handle = tokio::spawn(async move {
                 let key = task_key;
-                let sweep = tokio::time::timeout(PERIOD, sweep(&hub, &conn, &key, Timestamp::now()));
+                let sweep = tokio::time::timeout(period, sweep(&hub, &conn, &key, Timestamp::now()));
                 tokio::select! {
                     () = stop.cancelled() => {}
                     r = sweep => match r {
                         Ok(Ok(o)) if o != Outcome::default() => tracing::info!(cluster = %key, ?o, "garbage collection sweep"),
                         Ok(Ok(_)) => {}
                         Ok(Err(e)) => tracing::warn!(cluster = %key, error = %e, "garbage collection skipped"),
-                        Err(_) => tracing::warn!(cluster = %key, "garbage collection sweep gave up after {PERIOD:?}; the cluster is slow or hung"),
+                        Err(_) => tracing::warn!(cluster = %key, "garbage collection sweep gave up after {period:?}; the cluster is slow or hung"),
                     },
                 }
             });
@@ -98,7 +99,8 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
     let claims_api: Api<NodeClaim> = Api::namespaced(hub.mgmt.clone(), &key.namespace);
     // The cache narrows the candidates; every absence is confirmed by a live read below.
     let claims: Vec<NodeClaim> = hub.cache.claims_in(&key.namespace).iter().map(|c| c.as_ref().clone()).collect();
-    let view = ClusterView { connected: true, synced: conn.is_synced(), lists_ok: true };
+    let view =
+        ClusterView { connected: true, synced: conn.is_synced(), lists_ok: true, min_age: hub.settings.gc_min_age };
     let by_name: BTreeMap<String, &NodeClaim> = claims.iter().map(|c| (c.name_any(), c)).collect();
     let groups: Vec<NodeGroup> = conn.cache.nodegroups.state().iter().map(|g| g.as_ref().clone()).collect();
     let groups_api: Api<NodeGroup> = Api::all(conn.client.clone());
@@ -175,6 +177,10 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
                     Ok(_) => {
                         tracing::info!(cluster = %key, nodegroup = %name, why = %why, "GarbageCollected: deleted orphaned NodeGroup");
                         Metrics::inc(&m.gc_reaped, key);
+                        // No claim is left to terminate it: free its Node for CKE, or it hangs.
+                        if let Err(e) = crate::lifecycle::release_node_finalizers(conn, &name).await {
+                            tracing::warn!(cluster = %key, nodegroup = %name, error = %e, "releasing the reaped group's node finalizer failed; the next sweep retries");
+                        }
                         let note = format!("deleted orphaned NodeGroup {name}: {why}");
                         let _ = report(hub, conn, &live, false, "GarbageCollected", note, EVENT_DEDUPE).await;
                         out.groups_collected.push(name);
@@ -196,6 +202,8 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
             Verdict::Keep => {}
         }
     }
+
+    release_stuck_nodes(conn, hub_id, &groups, &claims).await;
 
     for c in claims.iter().filter(|c| c.spec.cluster_name == key.name) {
         let conds = c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
@@ -286,5 +294,44 @@ fn nodegroup_ref(group: &NodeGroup) -> ObjectReference {
         name: group.metadata.name.clone(),
         uid: group.metadata.uid.clone(),
         ..Default::default()
+    }
+}
+
+/// Nodes being deleted that still carry the hub's finalizer although no claim will ever terminate
+/// them (their claim is gone, their owned group going): release the finalizer, or the Node and
+/// CKE's NodeGroup wait on each other forever. This also retries a release that failed after a reap.
+async fn release_stuck_nodes(conn: &Connection, hub_id: &str, groups: &[NodeGroup], claims: &[NodeClaim]) {
+    for node in conn.cache.nodes.state() {
+        if node.metadata.deletion_timestamp.is_none()
+            || !node.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER)
+        {
+            continue;
+        }
+        let Some(group) = node.labels().get(labels::CLEVER_NODEGROUP).cloned().or_else(|| {
+            node.spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .and_then(|p| ownership::parse_provider_id(p).ok().map(str::to_string))
+        }) else {
+            continue;
+        };
+        // Only our own group, proven by its labels: another Karpenter uses the same finalizer name.
+        let group_going = groups.iter().find(|g| g.name_any() == group).is_some_and(|g| {
+            g.is_terminating() && matches!(ownership::prove(g, hub_id, &conn.key.namespace), Ownership::Owned { .. })
+        });
+        let provider_id = ownership::provider_id(&group);
+        let claimed = claims
+            .iter()
+            .any(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id.as_str()));
+        if group_going && !claimed {
+            match crate::lifecycle::release_node_finalizers(conn, &group).await {
+                Ok(()) => {
+                    tracing::info!(cluster = %conn.key, node = %node.name_any(), nodegroup = %group, "released the finalizer of a node no claim owns any more")
+                }
+                Err(e) => {
+                    tracing::warn!(cluster = %conn.key, node = %node.name_any(), error = %e, "releasing a stuck node's finalizer failed")
+                }
+            }
+        }
     }
 }
