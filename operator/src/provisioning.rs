@@ -179,7 +179,21 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
         .get(&ClusterLabels { cluster: key.to_string() })
         .observe(started.elapsed().as_secs_f64());
     for u in &decision.unschedulable {
-        tracing::info!(cluster = %key, pod = %input.pods[u.pod].key(), reason = %u.reason, "pod cannot be scheduled");
+        let pod = &input.pods[u.pod];
+        // Where the pod's owner looks (`kubectl describe pod`), once per pod and reason window.
+        let reference = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".to_string()),
+            kind: Some("Pod".to_string()),
+            namespace: Some(pod.namespace.clone()),
+            name: Some(pod.name.clone()),
+            uid: Some(pod.uid.clone()),
+            ..Default::default()
+        };
+        let note = format!("karpenter-hub cannot provision a node for this pod: {}", u.reason);
+        let ev = crate::hub::event(true, "FailedScheduling", "Provision", note);
+        if hub.workload_event(&conn.client, &reference, ev, crate::hub::EVENT_DEDUPE).await {
+            tracing::info!(cluster = %key, pod = %pod.key(), reason = %u.reason, "pod cannot be scheduled");
+        }
     }
     let api: Api<NodeClaim> = Api::namespaced(hub.mgmt.clone(), ns);
     let mut created = 0;

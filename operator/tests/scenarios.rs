@@ -582,6 +582,19 @@ async fn the_cpu_limit_caps_the_pool_and_a_dedicated_pool_takes_only_tolerating_
     })
     .await;
     assert_one_group_per_claim(&world, 0).await;
+    // The Pending pod says why where its owner looks (`kubectl describe pod`).
+    let pod_events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(world.clusters[0].client(), "default");
+    let why: Vec<String> = pod_events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("FailedScheduling"))
+        .filter(|e| e.regarding.as_ref().is_some_and(|r| r.kind.as_deref() == Some("Pod")))
+        .map(|e| e.note.unwrap_or_default())
+        .collect();
+    assert!(why.iter().any(|n| n.contains("limit")), "a FailedScheduling event names the limit: {why:?}");
 
     // team-dedicated
     wait_in(&world, 1, "team-dedicated: the tolerating pod running", NODE_UP, || async {
