@@ -8,7 +8,6 @@
 
 use std::{
     collections::BTreeMap,
-    fs,
     io::Write,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
@@ -44,6 +43,9 @@ use serde_json::{Value, json};
 use sim::apiserver::{ApiServer, ApiServerConfig};
 use tokio_util::sync::CancellationToken;
 
+mod common;
+use common::{documents, wait_for, yaml_files};
+
 /// The namespace the bindings' subjects name (and the docs install into).
 const NAMESPACE: &str = "karpenter-hub";
 const WORKLOAD_FILE: &str = "workload-rbac.yaml";
@@ -51,25 +53,6 @@ const EXAMPLE: &str = include_str!("../../examples/general-purpose.yaml");
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("config/hub")
-}
-
-fn yaml_files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = fs::read_dir(dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
-        .collect();
-    files.sort();
-    files
-}
-
-fn documents(path: &Path) -> Vec<Value> {
-    let text = fs::read_to_string(path).unwrap();
-    serde_saphyr::from_multiple::<Value>(&text)
-        .unwrap_or_else(|e| panic!("{}: not valid YAML: {e}", path.display()))
-        .into_iter()
-        .filter(|v| !v.is_null())
-        .collect()
 }
 
 fn one<T: serde::de::DeserializeOwned>(file: &str, kind: &str) -> T {
@@ -89,7 +72,7 @@ struct Run {
 
 #[test]
 fn the_manifests_are_namespace_agnostic_and_the_deployment_lines_up_with_the_binary() {
-    let files = yaml_files();
+    let files = yaml_files(&dir());
     let names: Vec<String> = files.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
     for want in ["rbac.yaml", "deployment.yaml", WORKLOAD_FILE] {
         assert!(names.iter().any(|n| n == want), "config/hub/{want} is missing: {names:?}");
@@ -178,7 +161,7 @@ fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(doc: &Value) ->
 #[test]
 fn every_document_is_exactly_a_kubernetes_object_of_its_kind() {
     use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
-    for f in yaml_files() {
+    for f in yaml_files(&dir()) {
         for doc in documents(&f) {
             let kind = doc["kind"].as_str().unwrap_or_default().to_string();
             let back = match kind.as_str() {
@@ -213,18 +196,6 @@ impl Write for Captured {
     }
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
-    }
-}
-
-async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -313,7 +284,7 @@ async fn the_hub_runs_with_exactly_the_rbac_of_config_hub() {
     let beta = ApiServer::start(ApiServerConfig::workload("beta").with_seed(2)).await.unwrap();
     create_namespace(&mgmt.client(), NAMESPACE).await;
     let mut applied = 0;
-    for f in yaml_files().iter().filter(|f| !f.ends_with(WORKLOAD_FILE)) {
+    for f in yaml_files(&dir()).iter().filter(|f| !f.ends_with(WORKLOAD_FILE)) {
         applied += apply_file(&mgmt.client(), f).await;
     }
     assert!(applied >= 5, "{applied} objects applied");

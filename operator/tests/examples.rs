@@ -7,37 +7,13 @@
 //! and deletes that namespace at the end (the CRDs stay: deleting them would delete user objects).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{
-    collections::BTreeMap,
-    fs,
-    path::{Path, PathBuf},
-};
+use std::{collections::BTreeMap, fs, path::Path};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn yaml_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
-        .collect();
-    files.sort();
-    files
-}
-
-fn documents(path: &Path) -> Vec<Value> {
-    let text = fs::read_to_string(path).unwrap();
-    serde_saphyr::from_multiple::<Value>(&text)
-        .unwrap_or_else(|e| panic!("{}: not valid YAML: {e}", path.display()))
-        .into_iter()
-        .filter(|v| !v.is_null())
-        .collect()
-}
+mod common;
+use common::{documents, repo, yaml_files};
 
 fn expectation(path: &Path) -> String {
     let text = fs::read_to_string(path).unwrap();

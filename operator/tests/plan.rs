@@ -5,23 +5,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use operator::plan::{Plan, plan, read_snapshot, to_json};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn yaml_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
-        .collect();
-    files.sort();
-    files
-}
+mod common;
+use common::{repo, yaml_files};
 
 fn plan_files(files: &[(String, String)]) -> Plan {
     let (snap, notes) = read_snapshot(files).unwrap_or_else(|e| panic!("{e}"));

@@ -1,7 +1,11 @@
 //! Helpers shared by the operator's end-to-end tests on the simulated world.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, api::ListParams};
@@ -46,4 +50,30 @@ pub async fn running(world: &World, i: usize) -> usize {
             l.items.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).count()
         })
         .unwrap_or(0)
+}
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// The `.yaml`/`.yml` files directly in `dir`, sorted.
+pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The non-empty documents of a YAML file.
+pub fn documents(path: &Path) -> Vec<Value> {
+    let text = fs::read_to_string(path).unwrap();
+    serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap_or_else(|e| panic!("{}: not valid YAML: {e}", path.display()))
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect()
 }
