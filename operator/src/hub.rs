@@ -175,6 +175,8 @@ pub struct Hub {
     pub cache: MgmtCache,
     capacity: std::sync::Mutex<BTreeMap<ClusterKey, CapacityState>>,
     events: std::sync::Mutex<EventDedupe>,
+    health: std::sync::Mutex<BTreeMap<(String, String), crate::registration::RegistrationHealth>>,
+    class_generations: std::sync::Mutex<BTreeMap<(String, String), i64>>,
     gates: std::sync::Mutex<BTreeMap<ClusterKey, Arc<Mutex<()>>>>,
 }
 
@@ -202,6 +204,8 @@ impl Hub {
             cache,
             capacity: std::sync::Mutex::new(BTreeMap::new()),
             events: std::sync::Mutex::new(EventDedupe::default()),
+            health: std::sync::Mutex::new(BTreeMap::new()),
+            class_generations: std::sync::Mutex::new(BTreeMap::new()),
             gates: std::sync::Mutex::new(BTreeMap::new()),
         })
     }
@@ -213,6 +217,52 @@ impl Hub {
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
     {
         scoped(&self.mgmt, self.settings.namespace.as_deref())
+    }
+
+    /// Record a launch outcome of a NodePool (karpenter-semantics §6.4); in memory, as upstream.
+    pub fn record_registration(&self, ns: &str, pool: &str, registered: bool) {
+        let generations = self
+            .cache
+            .pools
+            .state()
+            .into_iter()
+            .find(|p| p.metadata.namespace.as_deref() == Some(ns) && p.metadata.name.as_deref() == Some(pool));
+        let Some(p) = generations else { return };
+        let class_gen = self.class_generation(ns, &p.spec.template.spec.node_class_ref.name);
+        self.health
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((ns.to_string(), pool.to_string()))
+            .or_default()
+            .record(registered, (p.metadata.generation, class_gen));
+    }
+
+    /// The registration health of a NodePool under the given (pool, class) generations.
+    pub fn registration_healthy(&self, ns: &str, pool: &str, generations: (Option<i64>, Option<i64>)) -> Option<bool> {
+        self.health
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((ns.to_string(), pool.to_string()))
+            .or_default()
+            .healthy(generations)
+    }
+
+    fn class_generation(&self, ns: &str, class: &str) -> Option<i64> {
+        self.class_generations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(ns.to_string(), class.to_string()))
+            .copied()
+    }
+
+    /// Remember a node class's generation (the NodePool controller reads classes anyway).
+    pub fn observe_class_generation(&self, ns: &str, class: &str, generation: Option<i64>) {
+        if let Some(g) = generation {
+            self.class_generations
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert((ns.to_string(), class.to_string()), g);
+        }
     }
 
     /// The launch gate of a cluster: CKE's quota engine judges concurrent creations together, so

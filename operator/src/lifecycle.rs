@@ -180,6 +180,7 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
                 status.node_name = Some(node.name_any());
                 changed |= conditions::set(&mut status.conditions, REGISTERED, TRUE, "Registered", "", observed, now);
                 hub.metrics.nodes_created.get(&c.pool()).inc();
+                hub.record_registration(&c.ns, &c.pool().nodepool, true);
                 tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node.name_any(), "node registered");
                 requeue = Duration::from_secs(1);
             } else {
@@ -234,6 +235,7 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
     {
         tracing::warn!(cluster = %c.key, nodeclaim = %c.name, reason = "registration_timeout", "node did not register in time; deleting the claim");
         hub.metrics.nodeclaims_disrupted.get(&c.disrupted("registration_timeout")).inc();
+        hub.record_registration(&c.ns, &c.pool().nodepool, false);
         hub.event(
             &c.reference(),
             true,
@@ -300,6 +302,7 @@ async fn launch_claim(
     if conditions::age(&status.conditions, LAUNCHED, now).is_some_and(|a| a >= hub.settings.launch_ttl) {
         tracing::warn!(cluster = %c.key, nodeclaim = %c.name, reason = "launch_timeout", "claim did not launch in time; deleting it");
         hub.metrics.nodeclaims_disrupted.get(&c.disrupted("launch_timeout")).inc();
+        hub.record_registration(&c.ns, &c.pool().nodepool, false);
         hub.event(
             &c.reference(),
             true,

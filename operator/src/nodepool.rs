@@ -1,6 +1,7 @@
 //! The NodePool status controller (hub.md §4, karpenter-semantics §1.4): `ClusterReachable` with the
-//! registry's reason for the pool's cluster, `NodeClassReady`, the root `Ready`, and the pool's
-//! usage (`resources`, `nodes`) summed over its claims.
+//! registry's reason for the pool's cluster, `NodeClassReady`, `ValidationSucceeded`, the
+//! informational `NodeRegistrationHealthy`, the root `Ready`, and the pool's usage (`resources`,
+//! `nodes`) summed over its claims.
 //!
 //! Owns: NodePool status. Must not: change specs or act on claims.
 
@@ -21,11 +22,18 @@ use crate::{
     metrics::PoolResourceLabels,
     registry::{ClusterKey, Phase},
 };
-use crds::{CleverNodeClass, NodeClaim, NodePool, labels, quantity::Resources};
+use crds::{
+    CleverNodeClass, NodeClaim, NodePool,
+    admission::{Lookup, NodePoolReferences, validate_node_pool},
+    labels,
+    quantity::Resources,
+};
 
 pub const CLUSTER_REACHABLE: &str = "ClusterReachable";
 pub const NODECLASS_READY: &str = "NodeClassReady";
 pub const READY: &str = "Ready";
+pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -111,7 +119,31 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
         },
     };
     conditions::set(&mut conds, NODECLASS_READY, class_status, class_reason, &class_message, generation, now);
-    let ready = conditions::set_root(&mut conds, READY, generation, now);
+    // The webhook's rules, re-checked: a pool stored without the webhook must say what is wrong.
+    let references = NodePoolReferences {
+        node_class: class.as_ref().map_or(Lookup::Missing, Lookup::Found),
+        flavor_catalog: Lookup::Unchecked("not read by the status controller".to_string()),
+        base: None,
+    };
+    match validate_node_pool(&pool, None, references).denial_message() {
+        None => conditions::set(&mut conds, VALIDATION_SUCCEEDED, TRUE, "ValidationSucceeded", "", generation, now),
+        Some(m) => conditions::set(&mut conds, VALIDATION_SUCCEEDED, FALSE, "ValidationFailed", &m, generation, now),
+    };
+    // Informational (karpenter-semantics §6.4): recent launches of this pool failing to register.
+    let class_generation = class.as_ref().and_then(|c| c.metadata.generation);
+    hub.observe_class_generation(&ns, class_name, class_generation);
+    let (health, health_reason, health_message) =
+        match hub.registration_healthy(&ns, &name, (generation, class_generation)) {
+            None => (UNKNOWN, "AwaitingRegistration", "no launch of this pool since it or its node class changed"),
+            Some(true) => (TRUE, "NodeRegistrationHealthy", ""),
+            Some(false) => (
+                FALSE,
+                "RegistrationFailed",
+                "at least half of the pool's recent launches did not register a node in time",
+            ),
+        };
+    conditions::set(&mut conds, NODE_REGISTRATION_HEALTHY, health, health_reason, health_message, generation, now);
+    let ready = conditions::set_root_except(&mut conds, READY, &[NODE_REGISTRATION_HEALTHY], generation, now);
 
     // Usage: Σ capacity of the pool's claims that are not being deleted.
     let claims = Api::<NodeClaim>::namespaced(hub.mgmt.clone(), &ns)

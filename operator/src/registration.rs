@@ -276,3 +276,80 @@ mod tests {
         assert_eq!(initialization_blocker(&n, &c).unwrap().0, "NodeNotReady");
     }
 }
+
+/// Registration health of one NodePool (karpenter-semantics §6.4): the last [`HEALTH_WINDOW`]
+/// launch outcomes. Informational only; it never blocks provisioning.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegistrationHealth {
+    outcomes: std::collections::VecDeque<bool>,
+    /// (pool generation, node class generation) the outcomes were recorded under.
+    generations: (Option<i64>, Option<i64>),
+}
+
+/// Outcomes kept per pool.
+pub const HEALTH_WINDOW: usize = 4;
+
+impl RegistrationHealth {
+    /// Record a registration (`true`) or a launch/registration timeout (`false`).
+    pub fn record(&mut self, registered: bool, generations: (Option<i64>, Option<i64>)) {
+        self.reset_if_changed(generations);
+        if self.outcomes.len() == HEALTH_WINDOW {
+            self.outcomes.pop_front();
+        }
+        self.outcomes.push_back(registered);
+    }
+
+    /// `None` (Unknown) with no outcome since the pool or its class last changed; `Some(false)`
+    /// when at least half of the recent outcomes failed; else `Some(true)`.
+    pub fn healthy(&mut self, generations: (Option<i64>, Option<i64>)) -> Option<bool> {
+        self.reset_if_changed(generations);
+        if self.outcomes.is_empty() {
+            return None;
+        }
+        let failures = self.outcomes.iter().filter(|ok| !**ok).count();
+        Some(failures * 2 < self.outcomes.len())
+    }
+
+    fn reset_if_changed(&mut self, generations: (Option<i64>, Option<i64>)) {
+        if self.generations != generations {
+            self.outcomes.clear();
+            self.generations = generations;
+        }
+    }
+}
+
+#[cfg(test)]
+mod health_tests {
+    use super::*;
+
+    const G: (Option<i64>, Option<i64>) = (Some(1), Some(1));
+
+    #[test]
+    fn half_or_more_failures_of_the_last_four_is_unhealthy() {
+        let mut h = RegistrationHealth::default();
+        assert_eq!(h.healthy(G), None);
+        h.record(false, G);
+        assert_eq!(h.healthy(G), Some(false));
+        h.record(true, G);
+        assert_eq!(h.healthy(G), Some(false), "1 of 2 failed: 50 %");
+        h.record(true, G);
+        assert_eq!(h.healthy(G), Some(true));
+        for _ in 0..2 {
+            h.record(false, G);
+        }
+        assert_eq!(h.healthy(G), Some(false), "2 of the last 4 failed");
+        for _ in 0..3 {
+            h.record(true, G);
+        }
+        assert_eq!(h.healthy(G), Some(true), "the old failures left the window");
+    }
+
+    #[test]
+    fn a_changed_pool_or_class_starts_over_unknown() {
+        let mut h = RegistrationHealth::default();
+        h.record(false, G);
+        assert_eq!(h.healthy((Some(2), Some(1))), None);
+        h.record(false, (Some(2), Some(1)));
+        assert_eq!(h.healthy((Some(2), Some(2))), None);
+    }
+}

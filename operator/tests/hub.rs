@@ -46,6 +46,19 @@ async fn several_clusters_get_the_cheapest_fitting_nodes_and_one_nodegroup_per_c
         let labels = groups[0].labels();
         assert_eq!(labels.get("karpenter.clever-cloud.com/nodeclaim"), Some(&claims[0].name_any()));
         assert_eq!(labels.get("karpenter.clever-cloud.com/nodeclaim-namespace"), Some(&c.namespace));
+        // The pool's conditions: valid, its class Ready, its cluster reachable, its launches registering.
+        let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), &c.namespace);
+        wait_for("NodeRegistrationHealthy=True", Duration::from_secs(20), || async {
+            pools.get("default").await.ok().and_then(|p| p.status).is_some_and(|s| {
+                s.conditions.iter().any(|c| c.type_ == "NodeRegistrationHealthy" && c.status == "True")
+            })
+        })
+        .await;
+        let status = pools.get("default").await.unwrap().status.unwrap();
+        for t in ["ValidationSucceeded", "NodeClassReady", "ClusterReachable", "Ready"] {
+            let cond = status.conditions.iter().find(|c| c.type_ == t).unwrap_or_else(|| panic!("no {t}"));
+            assert_eq!(cond.status, "True", "{t}: {}", cond.message);
+        }
     }
     world.shutdown().await;
 }
