@@ -20,7 +20,7 @@ use k8s_openapi::{
 use kube::{
     Api, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
-    runtime::{Controller, controller::Action, wait::await_condition, watcher},
+    runtime::{Controller, controller::Action, reflector::ObjectRef, wait::await_condition, watcher},
 };
 use serde_json::json;
 
@@ -59,7 +59,19 @@ pub enum Error {
 /// Run the controller until `shutdown`.
 pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
     let claims: Api<NodeClaim> = hub.scoped();
+    // A Node or NodeGroup changing in a workload cluster wakes the claim launched as that group
+    // (a deleted Node, a vanished group, a node joining) without waiting for its periodic check.
+    let cache = hub.cache.clone();
+    let touched = hub.registry.touched().filter_map(move |t| {
+        let provider_id = ownership::provider_id(&t.group);
+        let claim = cache.claims_in(&t.cluster.namespace).into_iter().find(|c| {
+            c.spec.cluster_name == t.cluster.name
+                && c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id.as_str())
+        });
+        std::future::ready(claim.map(|c| ObjectRef::from_obj(c.as_ref())))
+    });
     Controller::new(claims, watcher::Config::default())
+        .reconcile_on(touched)
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, hub)
         .for_each(|r| async move {
@@ -169,19 +181,32 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
                 now,
             );
         }
+        NodeMatch::One(node) if node.metadata.deletion_timestamp.is_some() => {
+            // karpenter-semantics §5.2: deleting the Node deletes its claim; termination then
+            // deletes the NodeGroup and releases the Node (a user's `kubectl delete node`, or CKE
+            // removing the node of a group that went away).
+            tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node.name_any(), "node is being deleted; deleting its claim");
+            c.api.delete(&c.name, &DeleteParams::default()).await?;
+            return Ok(Action::await_change());
+        }
         NodeMatch::One(node) => {
             if !conditions::is_true(&status.conditions, REGISTERED) {
                 let desired = registration::registered_node(node, c.obj);
-                if &desired != node {
+                let first = &desired != node;
+                if first {
                     let nodes: Api<Node> = Api::all(conn.client.clone());
                     // `replace` carries the resourceVersion: a concurrent change makes it fail and retry.
                     nodes.replace(&node.name_any(), &PostParams::default(), &desired).await?;
                 }
                 status.node_name = Some(node.name_any());
                 changed |= conditions::set(&mut status.conditions, REGISTERED, TRUE, "Registered", "", observed, now);
-                hub.metrics.nodes_created.get(&c.pool()).inc();
-                hub.record_registration(&c.ns, &c.pool().nodepool, true);
-                tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node.name_any(), "node registered");
+                // Counted by the pass that registered the Node; a pass reading a claim status that
+                // lags behind (the Node change wakes it) only writes the condition.
+                if first {
+                    hub.metrics.nodes_created.get(&c.pool()).inc();
+                    hub.record_registration(&c.ns, &c.pool().nodepool, true);
+                    tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node.name_any(), "node registered");
+                }
                 requeue = Duration::from_secs(1);
             } else {
                 match registration::initialization_blocker(node, c.obj) {

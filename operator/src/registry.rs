@@ -159,6 +159,7 @@ struct Inner {
     clusters: RwLock<BTreeMap<ClusterKey, Entry>>,
     /// Bumped on every status or connection change of any cluster, so controllers can wake up.
     changes: watch::Sender<u64>,
+    touched: tokio::sync::broadcast::Sender<connection::Touched>,
 }
 
 impl fmt::Debug for Registry {
@@ -180,8 +181,24 @@ impl Registry {
                 metrics,
                 clusters: RwLock::new(BTreeMap::new()),
                 changes: watch::channel(0).0,
+                touched: tokio::sync::broadcast::channel(1024).0,
             }),
         }
+    }
+
+    /// Nodes and NodeGroups changing in any cluster (lossy under bursts: the periodic checks of
+    /// the controllers remain the backstop).
+    pub fn touched(&self) -> impl futures::Stream<Item = connection::Touched> + Send + use<> {
+        let rx = self.inner.touched.subscribe();
+        futures::stream::unfold(rx, |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(t) => return Some((t, rx)),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
     }
 
     /// Registered clusters, sorted.
@@ -315,6 +332,7 @@ impl Registry {
             status: status_tx,
             connection: conn_tx,
             changes: self.inner.changes.clone(),
+            touched: self.inner.touched.clone(),
             cancel,
         };
         tokio::spawn(task.run());

@@ -369,3 +369,30 @@ async fn a_hub_scoped_to_one_namespace_leaves_the_others_alone() {
     assert_eq!(running(&world, 1).await, 0);
     world.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_node_deletes_its_claim_and_nodegroup_and_nothing_hangs() {
+    use k8s_openapi::api::core::v1::Node;
+    let mut world = World::start(&[("team-a", "alpha")], |i| quick_cke(i as u64)).await.unwrap();
+    apply_example(&world, 0).await;
+    world.start_hub();
+    scale(&world, 0, 1, "500m", "1Gi").await.unwrap();
+    wait_for("pod running", Duration::from_secs(60), || async { running(&world, 0).await == 1 }).await;
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), "team-a");
+    let claim = claims.list(&ListParams::default()).await.unwrap().items.remove(0);
+    let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone()).unwrap();
+    let nodes: Api<Node> = Api::all(world.clusters[0].client());
+    let groups: Api<NodeGroup> = Api::all(world.clusters[0].client());
+    nodes.delete(&node_name, &Default::default()).await.unwrap();
+    wait_for("claim, group and node gone", Duration::from_secs(30), || async {
+        let claim_gone = claims.get_opt(&claim.name_any()).await.unwrap().is_none_or(|c| c.uid() != claim.uid());
+        let node_gone = nodes.get_opt(&node_name).await.unwrap().is_none();
+        let groups_left = groups.list(&ListParams::default()).await.unwrap().items;
+        let group_gone = !groups_left
+            .iter()
+            .any(|g| g.annotations().get("karpenter.clever-cloud.com/nodeclaim-uid") == claim.uid().as_ref());
+        claim_gone && node_gone && group_gone
+    })
+    .await;
+    world.shutdown().await;
+}

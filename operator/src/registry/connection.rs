@@ -97,6 +97,7 @@ pub(super) struct Task {
     pub status: watch::Sender<ClusterStatus>,
     pub connection: watch::Sender<Option<Arc<Connection>>>,
     pub changes: watch::Sender<u64>,
+    pub touched: tokio::sync::broadcast::Sender<Touched>,
     pub cancel: CancellationToken,
 }
 
@@ -237,11 +238,25 @@ impl Task {
         let (failures_tx, mut failures) = mpsc::channel::<kube::Error>(16);
         let (synced_tx, synced_rx) = watch::channel(false);
         let cache = WorkloadCache {
-            pods: spawn_cache(Api::all(client.clone()), trim_pod, &watches, &failures_tx, &self.key),
-            nodes: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key),
-            nodegroups: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key),
-            daemonsets: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key),
-            pdbs: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key),
+            pods: spawn_cache(Api::all(client.clone()), trim_pod, &watches, &failures_tx, &self.key, None),
+            nodes: spawn_cache(
+                Api::all(client.clone()),
+                trim_meta,
+                &watches,
+                &failures_tx,
+                &self.key,
+                Some((self.touched.clone(), node_group)),
+            ),
+            nodegroups: spawn_cache(
+                Api::all(client.clone()),
+                trim_meta,
+                &watches,
+                &failures_tx,
+                &self.key,
+                Some((self.touched.clone(), |g: &NodeGroup| g.metadata.name.clone())),
+            ),
+            daemonsets: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key, None),
+            pdbs: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key, None),
         };
         let conn = Arc::new(Connection {
             key: self.key.clone(),
@@ -372,6 +387,7 @@ fn spawn_cache<K>(
     cancel: &CancellationToken,
     failures: &mpsc::Sender<kube::Error>,
     key: &ClusterKey,
+    touched: Option<TouchedHook<K>>,
 ) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
@@ -389,7 +405,15 @@ where
                 () = cancel.cancelled() => return,
                 next = stream.next() => match next {
                     None => return,
-                    Some(Ok(_)) => {}
+                    Some(Ok(ev)) => {
+                        // Changes (not the initial listing) of the objects claims depend on.
+                        if let (Some((tx, group_of)), watcher::Event::Apply(obj) | watcher::Event::Delete(obj)) =
+                            (&touched, &ev)
+                            && let Some(group) = group_of(obj)
+                        {
+                            let _ = tx.send(Touched { cluster: key.clone(), group });
+                        }
+                    }
                     Some(Err(e)) => {
                         tracing::debug!(cluster = %key, kind, error = %e, "watch error");
                         if let Some(e) = into_client_error(e) {
@@ -401,6 +425,27 @@ where
         }
     });
     store
+}
+
+/// Where a cache announces changes, and how it names the NodeGroup an object belongs to.
+type TouchedHook<K> = (tokio::sync::broadcast::Sender<Touched>, fn(&K) -> Option<String>);
+
+/// A Node or NodeGroup of a workload cluster changed: the NodeGroup it belongs to, so the claim
+/// launched as that group is reconciled at once instead of at its next periodic check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Touched {
+    pub cluster: ClusterKey,
+    pub group: String,
+}
+
+/// The NodeGroup a Node belongs to: CKE's label, else the provider ID the hub stamped.
+fn node_group(node: &Node) -> Option<String> {
+    node.metadata.labels.as_ref().and_then(|l| l.get(crds::labels::CLEVER_NODEGROUP)).cloned().or_else(|| {
+        node.spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|p| crate::ownership::parse_provider_id(p).ok().map(str::to_string))
+    })
 }
 
 fn into_client_error(e: watcher::Error) -> Option<kube::Error> {
