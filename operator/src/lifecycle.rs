@@ -46,6 +46,7 @@ pub const REGISTERED: &str = "Registered";
 pub const INITIALIZED: &str = "Initialized";
 pub const READY: &str = "Ready";
 pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+pub const CONSISTENT_STATE_FOUND: &str = "ConsistentStateFound";
 
 /// What stops a reconcile; retried with the controller's back-off.
 #[derive(Debug, thiserror::Error)]
@@ -237,7 +238,29 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
                         );
                         tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node.name_any(), "node initialized");
                     }
-                    None => {}
+                    None => {
+                        // karpenter-semantics §6.6: the node CKE made has the shape we paid for.
+                        let verdict = registration::consistency(node, c.obj);
+                        let (st, reason, message) = match &verdict {
+                            Ok(()) => (TRUE, "ConsistentStateFound", String::new()),
+                            Err(why) => (FALSE, "ConsistencyCheckFailed", why.clone()),
+                        };
+                        if conditions::set(
+                            &mut status.conditions,
+                            CONSISTENT_STATE_FOUND,
+                            st,
+                            reason,
+                            &message,
+                            observed,
+                            now,
+                        ) {
+                            changed = true;
+                            if let Err(why) = verdict {
+                                tracing::warn!(cluster = %c.key, nodeclaim = %c.name, node = %node.name_any(), why = %why, "node shape differs from its flavor");
+                                hub.event(&c.reference(), true, "FailedConsistencyCheck", "Check", why).await;
+                            }
+                        }
+                    }
                 }
             }
         }

@@ -353,3 +353,60 @@ mod health_tests {
         assert_eq!(h.healthy((Some(2), Some(2))), None);
     }
 }
+
+/// The consistency check of an initialized claim (karpenter-semantics §6.6): the Node's capacity
+/// must be at least 90 % of the claim's for every resource the claim states. `Err` names the first
+/// short resource.
+pub fn consistency(node: &Node, claim: &NodeClaim) -> Result<(), String> {
+    let Some(expected) = claim.status.as_ref().and_then(|s| s.capacity.as_ref()) else { return Ok(()) };
+    let Some(actual) = node.status.as_ref().and_then(|s| s.capacity.as_ref()) else { return Ok(()) };
+    let (Ok(expected), Ok(actual)) = (
+        crds::quantity::Resources::from_resource_list(expected),
+        crds::quantity::Resources::from_resource_list(actual),
+    ) else {
+        return Ok(());
+    };
+    let short = |name: &str, want: i64, got: i64| -> Result<(), String> {
+        // got < 90 % of want, in integers.
+        if want > 0 && got.saturating_mul(10) < want.saturating_mul(9) {
+            Err(format!("node {name} capacity {got} is below 90 % of the {want} expected for its flavor"))
+        } else {
+            Ok(())
+        }
+    };
+    short("cpu (millicores)", expected.cpu_millis, actual.cpu_millis)?;
+    short("memory (bytes)", expected.memory_bytes, actual.memory_bytes)?;
+    short("pods", expected.pods, actual.pods)
+}
+
+#[cfg(test)]
+mod consistency_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn node(cpu: &str, memory: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n"},
+            "status": {"capacity": {"cpu": cpu, "memory": memory, "pods": "110"}}
+        }))
+        .unwrap()
+    }
+
+    fn claim() -> NodeClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c", "namespace": "a"},
+            "spec": {"clusterName": "x", "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "d"}, "requirements": []},
+            "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_node_within_ten_percent_is_consistent_and_a_smaller_one_is_not() {
+        assert!(consistency(&node("4", "7.5Gi"), &claim()).is_ok());
+        let e = consistency(&node("4", "6Gi"), &claim()).unwrap_err();
+        assert!(e.contains("memory"), "{e}");
+        assert!(consistency(&node("3", "8Gi"), &claim()).unwrap_err().contains("cpu"));
+    }
+}

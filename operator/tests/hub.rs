@@ -54,6 +54,17 @@ async fn several_clusters_get_the_cheapest_fitting_nodes_and_one_nodegroup_per_c
             })
         })
         .await;
+        let claim_api: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &c.namespace);
+        let claim_name = claims[0].name_any();
+        wait_for("ConsistentStateFound=True", Duration::from_secs(20), || async {
+            claim_api
+                .get(&claim_name)
+                .await
+                .ok()
+                .and_then(|c| c.status)
+                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "ConsistentStateFound" && c.status == "True"))
+        })
+        .await;
         let status = pools.get("default").await.unwrap().status.unwrap();
         for t in ["ValidationSucceeded", "NodeClassReady", "ClusterReachable", "Ready"] {
             let cond = status.conditions.iter().find(|c| c.type_ == t).unwrap_or_else(|| panic!("no {t}"));
