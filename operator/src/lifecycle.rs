@@ -84,7 +84,13 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
 }
 
 fn error_policy(claim: Arc<NodeClaim>, e: &Error, _: Arc<Hub>) -> Action {
-    tracing::warn!(nodeclaim = %claim.name_any(), namespace = claim.namespace().unwrap_or_default(), error = %e, "reconcile failed; retrying");
+    let ns = claim.namespace().unwrap_or_default();
+    if matches!(e, Error::Kube(kube::Error::Api(s)) if s.code == 409) {
+        // Optimistic concurrency doing its job (e.g. the kubelet updated the Node meanwhile): retry soon.
+        tracing::debug!(nodeclaim = %claim.name_any(), namespace = %ns, error = %e, "write conflict; retrying");
+        return Action::requeue(Duration::from_millis(500));
+    }
+    tracing::warn!(nodeclaim = %claim.name_any(), namespace = %ns, error = %e, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }
 
