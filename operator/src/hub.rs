@@ -221,13 +221,15 @@ impl Hub {
 
     /// Record a launch outcome of a NodePool (karpenter-semantics §6.4); in memory, as upstream.
     pub fn record_registration(&self, ns: &str, pool: &str, registered: bool) {
-        let generations = self
+        let Some(p) = self
             .cache
             .pools
             .state()
             .into_iter()
-            .find(|p| p.metadata.namespace.as_deref() == Some(ns) && p.metadata.name.as_deref() == Some(pool));
-        let Some(p) = generations else { return };
+            .find(|p| p.metadata.namespace.as_deref() == Some(ns) && p.metadata.name.as_deref() == Some(pool))
+        else {
+            return;
+        };
         let class_gen = self.class_generation(ns, &p.spec.template.spec.node_class_ref.name);
         self.health
             .lock()

@@ -113,25 +113,43 @@ async fn reconcile(class: Arc<CleverNodeClass>, hub: Arc<Hub>) -> Result<Action,
     // Informational (clever-cloud.md §5): a dangling or refused catalogue does not block launches,
     // the built-in catalogue is served meanwhile, but the class says so.
     let reference = class.spec.flavor_catalog_ref.as_ref().map(|r| r.name.as_str());
-    let found = match &catalog {
-        Lookup::Found(fc) => Some(fc),
-        _ => None,
-    };
-    let unchecked = matches!(catalog, Lookup::Unchecked(_));
-    match crds::catalog::served(&crds::catalog::Catalog::builtin(), reference, found) {
-        _ if reference.is_none() => {
+    match (reference, &catalog) {
+        (None, _) => {
             conditions::remove(&mut conds, FLAVOR_CATALOG_RESOLVED);
         }
-        _ if unchecked => {}
-        (_, None) => {
-            conditions::set(&mut conds, FLAVOR_CATALOG_RESOLVED, TRUE, "FlavorCatalogServed", "", generation, now);
-        }
-        (_, Some(problem)) => {
-            let reason = match problem {
-                CatalogProblem::Missing { .. } => "FlavorCatalogNotFound",
-                CatalogProblem::Invalid { .. } => "FlavorCatalogInvalid",
+        // Could not read it: keep what was last known.
+        (Some(_), Lookup::Unchecked(_)) => {}
+        (Some(_), lookup) => {
+            let found = match lookup {
+                Lookup::Found(fc) => Some(fc),
+                _ => None,
             };
-            conditions::set(&mut conds, FLAVOR_CATALOG_RESOLVED, FALSE, reason, &problem.to_string(), generation, now);
+            match crds::catalog::served(&crds::catalog::Catalog::builtin(), reference, found).1 {
+                None => conditions::set(
+                    &mut conds,
+                    FLAVOR_CATALOG_RESOLVED,
+                    TRUE,
+                    "FlavorCatalogServed",
+                    "",
+                    generation,
+                    now,
+                ),
+                Some(problem) => {
+                    let reason = match problem {
+                        CatalogProblem::Missing { .. } => "FlavorCatalogNotFound",
+                        CatalogProblem::Invalid { .. } => "FlavorCatalogInvalid",
+                    };
+                    conditions::set(
+                        &mut conds,
+                        FLAVOR_CATALOG_RESOLVED,
+                        FALSE,
+                        reason,
+                        &problem.to_string(),
+                        generation,
+                        now,
+                    )
+                }
+            };
         }
     }
     let ready = conditions::set_root_except(&mut conds, READY, &[FLAVOR_CATALOG_RESOLVED], generation, now);

@@ -53,6 +53,17 @@ pub fn parse_provider_id(id: &str) -> Result<&str, ForeignProviderId> {
     }
 }
 
+/// The NodeGroup a Node belongs to: CKE's `clever-cloud.com/nodegroup` label, else the provider ID
+/// the hub stamped.
+pub fn node_group(node: &k8s_openapi::api::core::v1::Node) -> Option<String> {
+    node.metadata.labels.as_ref().and_then(|l| l.get(labels::CLEVER_NODEGROUP)).cloned().or_else(|| {
+        node.spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|p| parse_provider_id(p).ok().map(str::to_string))
+    })
+}
+
 /// Who the hub is and which claim a NodeGroup is written for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimIdentity<'a> {

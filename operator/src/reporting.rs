@@ -5,10 +5,7 @@
 //! Owns: following the registry's changes into metrics and Secret events. Must not: put anything
 //! from the kubeconfig in an event or a label (the message is the registry's, already scrubbed).
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    sync::Arc,
-};
+use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use tokio_util::sync::CancellationToken;
@@ -107,10 +104,9 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
             hub.event(&secret_ref(key), is_warning(status.phase), status.phase.reason(), "Connect", note).await;
         }
         // Synced is not a phase change of its own: refresh the gauge on every change.
-        let keys: BTreeSet<&ClusterKey> = now.keys().collect();
-        for key in keys {
+        for (key, status) in &now {
             let synced = hub.registry.connection(key).is_some_and(|c| c.is_synced());
-            let connected = now.get(key).is_some_and(|s| s.phase == Phase::Connected) && synced;
+            let connected = status.phase == Phase::Connected && synced;
             m.cluster_connected.get(&ClusterLabels { cluster: key.to_string() }).set(i64::from(connected));
         }
         tokio::select! {

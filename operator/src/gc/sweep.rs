@@ -98,10 +98,10 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
     }
     let claims_api: Api<NodeClaim> = Api::namespaced(hub.mgmt.clone(), &key.namespace);
     // The cache narrows the candidates; every absence is confirmed by a live read below.
-    let claims: Vec<NodeClaim> = hub.cache.claims_in(&key.namespace).iter().map(|c| c.as_ref().clone()).collect();
+    let claims: Vec<Arc<NodeClaim>> = hub.cache.claims_in(&key.namespace);
     let view =
         ClusterView { connected: true, synced: conn.is_synced(), lists_ok: true, min_age: hub.settings.gc_min_age };
-    let by_name: BTreeMap<String, &NodeClaim> = claims.iter().map(|c| (c.name_any(), c)).collect();
+    let by_name: BTreeMap<String, &NodeClaim> = claims.iter().map(|c| (c.name_any(), c.as_ref())).collect();
     let groups: Vec<NodeGroup> = conn.cache.nodegroups.state().iter().map(|g| g.as_ref().clone()).collect();
     let groups_api: Api<NodeGroup> = Api::all(conn.client.clone());
 
@@ -231,7 +231,7 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
         };
         if let Verdict::Collect { why } = judge_vanished(view, &live) {
             let name = c.name_any();
-            let dp = ownership::delete_exactly(c);
+            let dp = ownership::delete_exactly(c.as_ref());
             if let Err(e) = claims_api.delete(&name, &dp).await {
                 tracing::warn!(cluster = %key, nodeclaim = %name, error = %e, "deleting vanished claim failed");
                 continue;
@@ -300,21 +300,14 @@ fn nodegroup_ref(group: &NodeGroup) -> ObjectReference {
 /// Nodes being deleted that still carry the hub's finalizer although no claim will ever terminate
 /// them (their claim is gone, their owned group going): release the finalizer, or the Node and
 /// CKE's NodeGroup wait on each other forever. This also retries a release that failed after a reap.
-async fn release_stuck_nodes(conn: &Connection, hub_id: &str, groups: &[NodeGroup], claims: &[NodeClaim]) {
+async fn release_stuck_nodes(conn: &Connection, hub_id: &str, groups: &[NodeGroup], claims: &[Arc<NodeClaim>]) {
     for node in conn.cache.nodes.state() {
         if node.metadata.deletion_timestamp.is_none()
             || !node.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER)
         {
             continue;
         }
-        let Some(group) = node.labels().get(labels::CLEVER_NODEGROUP).cloned().or_else(|| {
-            node.spec
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .and_then(|p| ownership::parse_provider_id(p).ok().map(str::to_string))
-        }) else {
-            continue;
-        };
+        let Some(group) = ownership::node_group(&node) else { continue };
         // Only our own group, proven by its labels: another Karpenter uses the same finalizer name.
         let group_going = groups.iter().find(|g| g.name_any() == group).is_some_and(|g| {
             g.is_terminating() && matches!(ownership::prove(g, hub_id, &conn.key.namespace), Ownership::Owned { .. })

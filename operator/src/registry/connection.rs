@@ -245,7 +245,7 @@ impl Task {
                 &watches,
                 &failures_tx,
                 &self.key,
-                Some((self.touched.clone(), node_group)),
+                Some((self.touched.clone(), crate::ownership::node_group)),
             ),
             nodegroups: spawn_cache(
                 Api::all(client.clone()),
@@ -436,16 +436,6 @@ type TouchedHook<K> = (tokio::sync::broadcast::Sender<Touched>, fn(&K) -> Option
 pub struct Touched {
     pub cluster: ClusterKey,
     pub group: String,
-}
-
-/// The NodeGroup a Node belongs to: CKE's label, else the provider ID the hub stamped.
-fn node_group(node: &Node) -> Option<String> {
-    node.metadata.labels.as_ref().and_then(|l| l.get(crds::labels::CLEVER_NODEGROUP)).cloned().or_else(|| {
-        node.spec
-            .as_ref()
-            .and_then(|s| s.provider_id.as_deref())
-            .and_then(|p| crate::ownership::parse_provider_id(p).ok().map(str::to_string))
-    })
 }
 
 fn into_client_error(e: watcher::Error) -> Option<kube::Error> {
