@@ -173,12 +173,18 @@ impl Taint {
 }
 
 /// Schema of a resource map (`cpu: "8"`, `memory: 16Gi`, `nodes: 3`): non-negative quantities.
+///
+/// The values are bounded (`maxLength`) because kube-apiserver estimates the cost of the CEL rule
+/// from the largest value the schema allows: `string(x)` on an unbounded int-or-string is charged
+/// as a traversal of a whole request, and 32 of those exceed the per-rule budget, so a real API
+/// server refuses the CRD. 64 characters hold any quantity a node or a limit can have.
 pub(crate) fn resource_map(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
         "maxProperties": 32,
         "additionalProperties": {
             "x-kubernetes-int-or-string": true,
+            "maxLength": 64,
             "pattern": QUANTITY_PATTERN
         },
         "x-kubernetes-validations": [{
