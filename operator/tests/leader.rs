@@ -1,11 +1,12 @@
-//! Leader election against the management emulator: one leader at a time, a standby takes over
-//! when the leader releases the Lease or stops renewing it, and a deposed leader learns it.
+//! Leader election: one leader at a time, a standby takes over when the leader releases the Lease or
+//! stops renewing it, and a deposed leader learns it. The same scenario runs against the management
+//! emulator and against a real kube-apiserver (envtest; skipped visibly without `KUBEBUILDER_ASSETS`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Namespace};
-use kube::{Api, api::PostParams};
+use kube::{Api, Client, api::PostParams};
 use operator::leader::{Elector, Timings};
 use sim::apiserver::{ApiServer, ApiServerConfig};
 use tokio_util::sync::CancellationToken;
@@ -16,8 +17,8 @@ const FAST: Timings = Timings {
     retry_period: Duration::from_millis(200),
 };
 
-async fn holder(server: &ApiServer) -> Option<String> {
-    Api::<Lease>::namespaced(server.client(), "karpenter-hub")
+async fn holder(client: &Client, ns: &str) -> Option<String> {
+    Api::<Lease>::namespaced(client.clone(), ns)
         .get_opt("karpenter-hub-default")
         .await
         .unwrap()
@@ -26,22 +27,34 @@ async fn holder(server: &ApiServer) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_leader_at_a_time_and_a_standby_takes_over() {
+async fn one_leader_at_a_time_and_a_standby_takes_over_on_the_emulator() {
     let server = ApiServer::start(ApiServerConfig::management("management")).await.unwrap();
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "karpenter-hub"}})).unwrap();
-    Api::<Namespace>::all(server.client()).create(&PostParams::default(), &ns).await.unwrap();
-    let a = Elector::new(server.client(), "karpenter-hub", "karpenter-hub-default", "a", FAST);
-    let b = Elector::new(server.client(), "karpenter-hub", "karpenter-hub-default", "b", FAST);
+    one_leader_at_a_time_and_a_standby_takes_over(server.client(), "karpenter-hub").await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_at_a_time_and_a_standby_takes_over_on_a_real_api_server() {
+    let cp = envtest::shared_or_skip!("leader");
+    let ns = format!("karpenter-hub-{}", std::process::id());
+    one_leader_at_a_time_and_a_standby_takes_over(cp.client().await.unwrap(), &ns).await;
+}
+
+async fn one_leader_at_a_time_and_a_standby_takes_over(client: Client, ns: &str) {
+    let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+    let a = Elector::new(client.clone(), ns, "karpenter-hub-default", "a", FAST);
+    let b = Elector::new(client.clone(), ns, "karpenter-hub-default", "b", FAST);
 
     let never = CancellationToken::new();
     assert!(a.acquire(&never).await);
-    assert_eq!(holder(&server).await.as_deref(), Some("a"));
+    assert_eq!(holder(&client, ns).await.as_deref(), Some("a"));
     assert!(!b.try_hold().await.unwrap(), "a live Lease of another replica is not taken");
 
     // A releases (graceful stop): B takes over at its next attempt, without waiting for expiry.
     a.release().await;
     assert!(b.try_hold().await.unwrap());
-    assert_eq!(holder(&server).await.as_deref(), Some("b"));
+    assert_eq!(holder(&client, ns).await.as_deref(), Some("b"));
 
     // B leads and renews; A, standing by, cannot take it while B renews.
     let (b_lost, b_stop) = (CancellationToken::new(), CancellationToken::new());
@@ -60,11 +73,11 @@ async fn one_leader_at_a_time_and_a_standby_takes_over() {
     let a_wait = CancellationToken::new();
     assert!(tokio::time::timeout(Duration::from_secs(10), a.acquire(&a_wait)).await.unwrap());
     assert!(started.elapsed() >= Duration::from_secs(1), "not before the Lease expired");
-    assert_eq!(holder(&server).await.as_deref(), Some("a"));
+    assert_eq!(holder(&client, ns).await.as_deref(), Some("a"));
 
     // ...and B, coming back, learns at its next renewal that it was deposed.
     let (lost, stop) = (CancellationToken::new(), CancellationToken::new());
     tokio::time::timeout(Duration::from_secs(5), b.keep(lost.clone(), stop)).await.unwrap();
     assert!(lost.is_cancelled());
-    server.shutdown().await;
+    let _ = Api::<Namespace>::all(client).delete(ns, &Default::default()).await;
 }
