@@ -1,5 +1,9 @@
-//! Opt-in: a real API server calls the webhook through a ValidatingWebhookConfiguration (url +
-//! caBundle) and admits or denies as documented.
+//! A real API server calls the webhook through a ValidatingWebhookConfiguration (url + caBundle)
+//! and admits or denies as documented (docs/webhook.md, "Tested on a real API server").
+//!
+//! Runs in every `cargo test` on an envtest control plane (`KUBEBUILDER_ASSETS`; a visible skip
+//! without it, a failure under `KARPENTER_HUB_REQUIRE_ENVTEST=1`). To run it against a cluster of
+//! your own instead:
 //!
 //! ```sh
 //! KARPENTER_HUB_WEBHOOK_E2E_KUBECONFIG=~/.kube/config \
@@ -8,16 +12,22 @@
 //! ```
 //!
 //! `KARPENTER_HUB_WEBHOOK_E2E_HOST` is an address of this machine the API server can reach (an IP
-//! or DNS name; default `127.0.0.1`, right when the API server runs on this host). The test serves
-//! the webhook in-process on that address with a generated certificate for it and real API lookups,
-//! server-side applies the CRDs from `crds/`, creates a scratch namespace and a
-//! ValidatingWebhookConfiguration built from `config/webhook/` but pointed at the URL and limited
-//! to that namespace, checks the verdicts, then deletes both (the CRDs stay: deleting them would
-//! delete user objects). Without the variable the test passes without doing anything.
+//! or DNS name; default `127.0.0.1`, right when the API server runs on this host, as envtest's
+//! does). The test serves the webhook in-process on that address only, with a generated
+//! certificate for it and real API lookups, server-side applies the CRDs from `crds/`, creates a
+//! scratch namespace and a ValidatingWebhookConfiguration built from `config/webhook/` but pointed
+//! at the URL and limited to that namespace, checks the verdicts, then deletes both (the CRDs stay:
+//! deleting them would delete user objects).
+//!
+//! What a real server does and an in-process review cannot show: the CRD's schema and CEL rules
+//! run *before* validating webhooks, so an object the CRD refuses never reaches the webhook (the
+//! user sees the CRD's message); `matchConditions` keep metadata-only updates away from it; and
+//! with `failurePolicy: Fail` a webhook that is down refuses every reviewed write, except in a
+//! namespace labelled `karpenter.clever-cloud.com/admission-webhook=disabled`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,10 +35,10 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{ValidatingWebhookConfiguration, WebhookClientConfig};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
+use webhook::metrics::Metrics;
 use webhook::references::ApiReferences;
 use webhook::review::Kind;
 use webhook::server::Settings;
@@ -36,6 +46,10 @@ use webhook::server::Settings;
 const KUBECONFIG: &str = "KARPENTER_HUB_WEBHOOK_E2E_KUBECONFIG";
 const HOST: &str = "KARPENTER_HUB_WEBHOOK_E2E_HOST";
 const MANAGER: &str = "karpenter-hub-webhook-e2e";
+/// The namespace label that exempts a namespace from the webhook (config/webhook/).
+const EXEMPT_LABEL: &str = "karpenter.clever-cloud.com/admission-webhook";
+/// How long a change of webhook configuration or a stopped webhook may take to show.
+const SETTLE: Duration = Duration::from_secs(60);
 
 fn repo() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
@@ -50,6 +64,7 @@ async fn client(path: &str) -> Client {
 
 async fn apply_crds(client: &Client) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut names = Vec::new();
     for entry in std::fs::read_dir(repo().join("crds")).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_none_or(|e| e != "yaml") {
@@ -58,10 +73,45 @@ async fn apply_crds(client: &Client) {
         let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let name = crd.metadata.name.clone().unwrap();
         api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd)).await.unwrap();
+        names.push(name);
+    }
+    // Established before anything is created through them.
+    for name in names {
+        wait_for(&format!("CRD {name} Established"), SETTLE, || async {
+            let crd = api.get(&name).await.map_err(|e| e.to_string())?;
+            let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+            match conditions.iter().any(|c| c.type_ == "Established" && c.status == "True") {
+                true => Ok(()),
+                false => Err(format!("{conditions:?}")),
+            }
+        })
+        .await;
     }
 }
 
-/// The committed configuration, pointed at `base_url` with `ca`, limited to `namespace`.
+/// Polls `probe` every 250 ms until it is Ok; panics with `what` and the last state after `timeout`.
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match probe().await {
+            Ok(v) => return v,
+            Err(last) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "timed out after {timeout:?} waiting for {what}: {last}"
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+}
+
+/// The committed configuration, pointed at `base_url` with `ca`, limited to `namespace` (on top of
+/// its own exemption selector, which stays).
 fn webhook_configuration(name: &str, base_url: &str, ca: &str, namespace: &str) -> ValidatingWebhookConfiguration {
     let text = std::fs::read_to_string(repo().join("config/webhook/validating-webhook-configuration.yaml")).unwrap();
     let mut config: ValidatingWebhookConfiguration = serde_saphyr::from_str(&text).unwrap();
@@ -74,10 +124,11 @@ fn webhook_configuration(name: &str, base_url: &str, ca: &str, namespace: &str) 
             ca_bundle: Some(ByteString(ca.as_bytes().to_vec())),
             service: None,
         };
-        hook.namespace_selector = Some(LabelSelector {
-            match_labels: Some([("kubernetes.io/metadata.name".to_string(), namespace.to_string())].into()),
-            match_expressions: None,
-        });
+        let selector = hook.namespace_selector.get_or_insert_with(Default::default);
+        selector
+            .match_labels
+            .get_or_insert_with(Default::default)
+            .insert("kubernetes.io/metadata.name".to_string(), namespace.to_string());
     }
     config
 }
@@ -104,18 +155,44 @@ async fn create(client: &Client, kind: Kind, namespace: &str, value: Value, dry_
     dynamic_api(client, kind, namespace).create(&params, &object).await.map(|_| ()).map_err(|e| e.to_string())
 }
 
-#[tokio::test]
+/// Admission reviews the webhook has answered so far (every kind, every outcome).
+fn reviews(metrics: &Metrics) -> u64 {
+    metrics
+        .encode()
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("karpenter_hub_webhook_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// The address the webhook listens on: `host` itself (an IP, or the first address a name resolves
+/// to), never every interface.
+async fn listen_address(host: &str) -> SocketAddr {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return SocketAddr::new(ip, 0);
+    }
+    tokio::net::lookup_host((host, 0))
+        .await
+        .unwrap()
+        .next()
+        .unwrap_or_else(|| panic!("{HOST}={host} resolves to nothing"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_api_server_admits_and_denies_through_the_webhook() {
-    let Ok(kubeconfig) = std::env::var(KUBECONFIG) else {
-        eprintln!("skipped: set {KUBECONFIG} (and {HOST}) to run against a real API server");
-        return;
-    };
     let _ = rustls::crypto::CryptoProvider::install_default(rustls::crypto::ring::default_provider());
-    let host = std::env::var(HOST).unwrap_or_else(|_| "127.0.0.1".to_string());
-    let client = client(&kubeconfig).await;
+    let (client, host) = match std::env::var(KUBECONFIG) {
+        Ok(path) => (client(&path).await, std::env::var(HOST).unwrap_or_else(|_| "127.0.0.1".to_string())),
+        Err(_) => {
+            let cp = envtest::shared_or_skip!("webhook-e2e");
+            (cp.client().await.unwrap(), "127.0.0.1".to_string())
+        }
+    };
+    let started = std::time::Instant::now();
     apply_crds(&client).await;
 
-    // Certificate for the host, server on all interfaces.
+    // A serving certificate for the host, the server on that address only.
     let dir = std::env::temp_dir().join(format!("karpenter-hub-webhook-e2e-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let ca_pem = {
@@ -129,7 +206,7 @@ async fn a_real_api_server_admits_and_denies_through_the_webhook() {
         std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
         ca.pem()
     };
-    let mut settings = Settings::new(([0, 0, 0, 0], 0).into(), dir.join("tls.crt"), dir.join("tls.key"));
+    let mut settings = Settings::new(listen_address(&host).await, dir.join("tls.crt"), dir.join("tls.key"));
     settings.shutdown_grace = Duration::from_secs(2);
     let references = Arc::new(ApiReferences::new(client.clone(), Duration::from_secs(2)));
     let server =
@@ -156,20 +233,25 @@ async fn a_real_api_server_admits_and_denies_through_the_webhook() {
 
     let checks = {
         let (client, namespace) = (client.clone(), namespace.clone());
-        tokio::spawn(async move { checks(&client, &namespace).await })
+        tokio::spawn(async move {
+            checks(&client, &namespace, server.metrics()).await;
+            // Last: the webhook goes down, and the real server applies the failure policy.
+            server.shutdown().await.unwrap();
+            webhook_down(&client, &namespace).await;
+        })
     };
     let outcome = checks.await;
 
     let _ = configs.delete(&config_name, &DeleteParams::default()).await;
     let _ = namespaces.delete(&namespace, &DeleteParams::default()).await;
-    server.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     if let Err(error) = outcome {
         std::panic::resume_unwind(error.into_panic());
     }
+    eprintln!("webhook through a real API server: {:.1}s", started.elapsed().as_secs_f64());
 }
 
-async fn checks(client: &Client, namespace: &str) {
+async fn checks(client: &Client, namespace: &str, metrics: &Metrics) {
     let free = object(
         "FlavorCatalog",
         "free",
@@ -177,17 +259,15 @@ async fn checks(client: &Client, namespace: &str) {
         json!({"flavors": [{"name": "FREE", "cpu": 2, "memoryKi": 2097152, "priceHourly": 0}]}),
     );
     // The configuration takes effect within seconds: wait until the webhook answers.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    wait_for("the webhook to answer through the API server", SETTLE, || async {
         match create(client, Kind::FlavorCatalog, namespace, free.clone(), true).await {
-            Err(message) if message.contains("must not be free") => break,
-            other => {
-                assert!(tokio::time::Instant::now() < deadline, "the webhook never answered: last {other:?}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
+            Err(message) if message.contains("must not be free") => Ok(()),
+            other => Err(format!("{other:?}")),
         }
-    }
-    // Denied with the field and the fix, through the API server.
+    })
+    .await;
+    // Denied with the field and the fix, through the API server (a free flavor is valid for the
+    // CRD's schema: only the webhook refuses it).
     let message = create(client, Kind::FlavorCatalog, namespace, free, false).await.unwrap_err();
     assert!(message.contains("denied the request"), "{message}");
     assert!(message.contains("spec.flavors[0].priceHourly: a new flavor must not be free"), "{message}");
@@ -226,13 +306,27 @@ async fn checks(client: &Client, namespace: &str) {
 
     // Denied by a cross-object check: no flavor of the class's catalogue is called XYZ.
     let message = create(client, Kind::NodePool, namespace, pool("nothing", "XYZ"), false).await.unwrap_err();
-    assert!(message.contains("excludes every flavor"), "{message}");
+    assert!(message.contains("denied the request") && message.contains("excludes every flavor"), "{message}");
 
-    // Denied by a check the CRD cannot express: a label key the hub would drop from NodeGroups.
+    // Denied by a check the CRD cannot express: a class name too long for the label the hub stamps.
+    let long = "a".repeat(64);
+    let class = object("CleverNodeClass", &long, namespace, json!({"labels": {"team": "a"}}));
+    let message = create(client, Kind::CleverNodeClass, namespace, class, false).await.unwrap_err();
+    assert!(message.contains("denied the request"), "{message}");
+    assert!(message.contains("metadata.name") && message.contains("choose a shorter name"), "{message}");
+
+    // The CRD's CEL rules run before validating webhooks: an object the CRD refuses never reaches
+    // the webhook, and the user reads the CRD's message (the webhook has the same rule, unseen here).
+    let before = reviews(metrics);
     let class =
         object("CleverNodeClass", "dropped", namespace, json!({"labels": {"node-role.kubernetes.io/worker": ""}}));
     let message = create(client, Kind::CleverNodeClass, namespace, class, false).await.unwrap_err();
-    assert!(message.contains("spec.labels[node-role.kubernetes.io/worker]"), "{message}");
+    assert!(message.contains("label keys containing kubernetes.io/ are set by the hub at registration"), "{message}");
+    assert!(!message.contains("denied the request"), "the CRD refuses it, not the webhook: {message}");
+    let message = create(client, Kind::NodePool, namespace, pool_with_hostname(namespace), false).await.unwrap_err();
+    assert!(message.contains("is Invalid") || message.contains("is invalid"), "{message}");
+    assert!(!message.contains("denied the request"), "the CRD refuses it, not the webhook: {message}");
+    assert_eq!(reviews(metrics), before, "objects the CRD refuses are never sent to the webhook");
 
     // An update that changes the spec is reviewed too.
     let api = dynamic_api(client, Kind::NodePool, namespace);
@@ -240,12 +334,64 @@ async fn checks(client: &Client, namespace: &str) {
     let error = api.patch("big", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap_err().to_string();
     assert!(error.contains("excludes every flavor"), "{error}");
     // A metadata-only update skips the webhook (matchConditions) and is allowed.
+    let before = reviews(metrics);
     let patch = json!({"metadata": {"labels": {"touched": "yes"}}});
     api.patch("big", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    assert_eq!(reviews(metrics), before, "a metadata-only update is not sent to the webhook");
 }
 
-/// Runs always: the configuration the opt-in test registers calls the URL with the CA, for the
-/// scratch namespace only, and keeps every other setting of the committed one.
+/// A NodePool whose requirement the CRD refuses (the hostname key; karpenter-semantics §1.1).
+fn pool_with_hostname(namespace: &str) -> Value {
+    object(
+        "NodePool",
+        "hostname",
+        namespace,
+        json!({
+            "clusterName": "prod-paris",
+            "template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"},
+                "requirements": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["a"]}]
+            }},
+        }),
+    )
+}
+
+/// `failurePolicy: Fail` with the webhook stopped: reviewed writes are refused by the API server,
+/// metadata-only updates still go through, and the exemption label lets a namespace write again.
+async fn webhook_down(client: &Client, namespace: &str) {
+    let catalog =
+        |name: &str| object("FlavorCatalog", name, namespace, json!({"flavors": [{"name": "M", "priceHourly": 0.2}]}));
+    // Dry runs until the server's connections to the stopped webhook are gone (they are reviewed too).
+    wait_for("the API server to see the webhook down", SETTLE, || async {
+        match create(client, Kind::FlavorCatalog, namespace, catalog("while-down"), true).await {
+            Err(message) if message.contains("failed calling webhook") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let message = create(client, Kind::FlavorCatalog, namespace, catalog("while-down"), false).await.unwrap_err();
+    assert!(message.contains("failed calling webhook"), "failurePolicy Fail refuses what it cannot check: {message}");
+    assert!(message.contains("flavorcatalogs.validate.karpenter.clever-cloud.com"), "{message}");
+
+    let api = dynamic_api(client, Kind::NodePool, namespace);
+    let patch = json!({"spec": {"limits": {"cpu": "100"}}});
+    let error = api.patch("big", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap_err().to_string();
+    assert!(error.contains("failed calling webhook"), "{error}");
+    let patch = json!({"metadata": {"labels": {"touched": "while-down"}}});
+    api.patch("big", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+
+    // The documented emergency exemption.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let patch = json!({"metadata": {"labels": {EXEMPT_LABEL: "disabled"}}});
+    namespaces.patch(namespace, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    wait_for("the exempted namespace to accept writes with the webhook down", SETTLE, || async {
+        create(client, Kind::FlavorCatalog, namespace, catalog("exempted"), false).await
+    })
+    .await;
+}
+
+/// Runs always: the configuration the test registers calls the URL with the CA, for the scratch
+/// namespace only, and keeps every other setting of the committed one.
 #[test]
 fn the_registered_configuration_points_at_the_url_and_stays_in_its_namespace() {
     let config = webhook_configuration("e2e", "https://192.0.2.7:4443", "PEM", "scratch");
@@ -259,6 +405,8 @@ fn the_registered_configuration_points_at_the_url_and_stays_in_its_namespace() {
         assert_eq!(hook.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()), Some(&b"PEM"[..]));
         let selector = hook.namespace_selector.as_ref().unwrap();
         assert_eq!(selector.match_labels.as_ref().unwrap()["kubernetes.io/metadata.name"], "scratch");
+        let exemption = selector.match_expressions.as_ref().unwrap();
+        assert!(exemption.iter().any(|e| e.key == EXEMPT_LABEL && e.operator == "NotIn"), "{exemption:?}");
         assert_eq!(hook.failure_policy.as_deref(), Some("Fail"));
         assert!(hook.match_conditions.as_ref().is_some_and(|c| !c.is_empty()));
     }
