@@ -1,17 +1,32 @@
 //! `karpenter-hub register` on the simulated world: the workload RBAC is applied with the admin
 //! kubeconfig, and the hub then provisions using only the minted least-privilege identity — which
 //! proves the shipped workload RBAC grants everything the hub calls.
+//!
+//! And on real API servers (envtest control planes, in every `cargo test`; a visible skip without
+//! `KUBEBUILDER_ASSETS`): a workload plane whose controller manager's token controller fills the
+//! ServiceAccount token Secret, and a management plane receiving the registration Secret. There the
+//! minted identity is exercised call by call against kube-apiserver's own RBAC: every call the hub
+//! makes works, and what it must never do is refused with 403.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crds::NodeGroup;
-use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, api::ListParams};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::{Api, Client, Resource, ResourceExt, api::ListParams};
 use operator::{
     register::{RegisterArgs, register},
     sandbox::{World, quick_cke, scale},
 };
+use secrecy::ExposeSecret;
+use serde::de::DeserializeOwned;
+use serde_json::json;
 
 mod common;
 use common::{apply_example, running, wait_for};
@@ -93,4 +108,264 @@ async fn registering_with_an_unusable_kubeconfig_names_the_file_and_writes_nothi
     let secrets = Api::<Secret>::namespaced(world.mgmt.client(), "team-a");
     assert!(secrets.get_opt("beta-kubeconfig").await.unwrap().is_none());
     world.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// On real API servers.
+
+/// Eight hex digits from the clock: names of this run never collide with an earlier one.
+fn unique() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("{:08x}", (nanos as u32) ^ std::process::id())
+}
+
+/// The stand-in NodeGroup CRD installed (as on a CKE cluster) and served.
+async fn serve_nodegroups(client: &Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for file in crds::crd::testing_crds() {
+        match api.create(&PostParams::default(), &file.crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("installing the NodeGroup CRD: {e}"),
+        }
+    }
+    wait_for("nodegroups.api.clever-cloud.com served", Duration::from_secs(30), || async {
+        Api::<NodeGroup>::all(client.clone()).list(&ListParams::default().limit(1)).await.is_ok()
+    })
+    .await;
+}
+
+/// A client for the kubeconfig text.
+async fn client_for(kubeconfig: &str) -> Client {
+    let kc = kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
+    config.default_retry = false;
+    Client::try_from(config).unwrap()
+}
+
+/// Ok, or the HTTP status code of the refusal (anything else than an API refusal panics).
+fn code<T>(what: &str, r: Result<T, kube::Error>) -> Result<T, u16> {
+    match r {
+        Ok(v) => Ok(v),
+        Err(kube::Error::Api(s)) => Err(s.code),
+        Err(e) => panic!("{what}: not an API answer: {e}"),
+    }
+}
+
+#[track_caller]
+fn allowed<T>(what: &str, r: Result<T, kube::Error>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("the hub's identity must be allowed to {what}: {e}"),
+    }
+}
+
+#[track_caller]
+fn forbidden<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) {
+    match r {
+        Err(kube::Error::Api(s)) if s.code == 403 => {}
+        other => panic!("the hub's identity must be forbidden to {what}, got {other:?}"),
+    }
+}
+
+/// A watch from resourceVersion 0 delivers its first event (the API server's synthetic ADDED of an
+/// existing object), or the refusal's status code.
+async fn first_watch_event<K>(api: &Api<K>) -> Result<(), u16>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+{
+    let stream = code("watch", api.watch(&WatchParams::default().timeout(10), "0").await)?;
+    let mut stream = stream.boxed();
+    match tokio::time::timeout(Duration::from_secs(15), stream.try_next()).await {
+        Ok(Ok(Some(WatchEvent::Added(_)))) => Ok(()),
+        Ok(Ok(Some(WatchEvent::Error(s)))) => Err(s.code),
+        Ok(Err(kube::Error::Api(s))) => Err(s.code),
+        other => panic!("watch {}: unexpected first answer {other:?}", K::plural(&Default::default())),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_real_api_servers_register_mints_an_identity_that_can_do_what_the_hub_needs_and_nothing_else() {
+    let workload = envtest::shared_or_skip!("register-workload");
+    let mgmt = envtest::shared_or_skip!("register-mgmt");
+    assert!(workload.has_controller_manager(), "the token controller fills the ServiceAccount token Secret");
+    let admin = workload.client().await.unwrap();
+    let mgmt_admin = mgmt.client().await.unwrap();
+    serve_nodegroups(&admin).await;
+    let id = unique();
+    let (team, hub_ns, scratch_ns) = (format!("team-{id}"), format!("karpenter-hub-{id}"), format!("apps-{id}"));
+    for (client, ns) in [(&mgmt_admin, &team), (&admin, &scratch_ns)] {
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    }
+
+    let args = RegisterArgs {
+        cluster: format!("w-{id}"),
+        namespace: team.clone(),
+        workload_kubeconfig: workload.kubeconfig_path().to_path_buf(),
+        workload_context: None,
+        kubeconfig: Some(mgmt.kubeconfig_path().to_path_buf()),
+        workload_namespace: hub_ns.clone(),
+        server: None,
+    };
+    let started = Instant::now();
+    let secret_name = register(&args).await.unwrap_or_else(|e| panic!("register on a real API server: {e}"));
+    let first = started.elapsed();
+    assert_eq!(secret_name, format!("w-{id}-kubeconfig"));
+    // Idempotent: a second run converges on the same objects.
+    register(&args).await.unwrap();
+    eprintln!(
+        "register on envtest: {:.1}s, again {:.1}s",
+        first.as_secs_f64(),
+        (started.elapsed() - first).as_secs_f64()
+    );
+
+    // The Secret in the management cluster: labelled for the registry, the minted kubeconfig only.
+    let secret = Api::<Secret>::namespaced(mgmt_admin.clone(), &team).get(&secret_name).await.unwrap();
+    assert_eq!(secret.type_.as_deref(), Some("cluster.x-k8s.io/secret"));
+    assert_eq!(secret.labels().get(operator::registry::CLUSTER_NAME_LABEL), Some(&args.cluster));
+    let kubeconfig = String::from_utf8(secret.data.unwrap()[operator::registry::KUBECONFIG_KEY].0.clone()).unwrap();
+    let admin_kc = workload.kubeconfig().unwrap();
+    let admin_token =
+        admin_kc.auth_infos[0].auth_info.as_ref().unwrap().token.as_ref().unwrap().expose_secret().to_string();
+    assert!(!kubeconfig.contains(&admin_token), "the admin credentials are never copied");
+    assert!(kubeconfig.contains(workload.server()), "the hub reaches the workload API server the admin used");
+    let as_hub = client_for(&kubeconfig).await;
+
+    // Who the minted identity is, according to the real server.
+    let review = k8s_openapi::api::authentication::v1::SelfSubjectReview::default();
+    let me = Api::<k8s_openapi::api::authentication::v1::SelfSubjectReview>::all(as_hub.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap();
+    let me = serde_json::to_value(me).unwrap();
+    assert_eq!(me["status"]["userInfo"]["username"], format!("system:serviceaccount:{hub_ns}:karpenter-hub"), "{me}");
+
+    // World objects made by the admin: a Node, a pod on it, a NodeGroup.
+    let admin_nodes: Api<Node> = Api::all(admin.clone());
+    let node_name = format!("node-{id}");
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": node_name}})).unwrap();
+    admin_nodes.create(&PostParams::default(), &node).await.unwrap();
+    let admin_pods: Api<Pod> = Api::namespaced(admin.clone(), &scratch_ns);
+    let pod = |name: &str| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]},
+        }))
+        .unwrap()
+    };
+    for name in ["evicted", "kept"] {
+        admin_pods.create(&PostParams::default(), &pod(name)).await.unwrap();
+    }
+
+    // Everything the hub does in a workload cluster (config/hub/workload-rbac.yaml).
+    let lp = ListParams::default();
+    let groups: Api<NodeGroup> = Api::all(as_hub.clone());
+    let group: NodeGroup = serde_json::from_value(json!({
+        "apiVersion": "api.clever-cloud.com/v1", "kind": "NodeGroup",
+        "metadata": {"name": format!("ng-{id}")}, "spec": {"flavor": "XS", "nodeCount": 1},
+    }))
+    .unwrap();
+    let created = allowed("create NodeGroups", groups.create(&PostParams::default(), &group).await);
+    allowed("get NodeGroups", groups.get(&created.name_any()).await);
+    allowed("list NodeGroups", groups.list(&lp).await);
+    assert_eq!(first_watch_event(&groups).await, Ok(()), "the hub's identity must be allowed to watch NodeGroups");
+    forbidden(
+        "patch NodeGroups (it never resizes)",
+        groups
+            .patch(&created.name_any(), &PatchParams::default(), &Patch::Merge(json!({"spec": {"nodeCount": 2}})))
+            .await,
+    );
+    let nodes: Api<Node> = Api::all(as_hub.clone());
+    allowed("list Nodes", nodes.list(&lp).await);
+    assert_eq!(first_watch_event(&nodes).await, Ok(()), "the hub's identity must be allowed to watch Nodes");
+    let patch = json!({"metadata": {"labels": {"karpenter.sh/registered": "true"}}});
+    allowed("patch Nodes", nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(&patch)).await);
+    let mut live = admin_nodes.get(&node_name).await.unwrap();
+    live.spec.get_or_insert_with(Default::default).provider_id = Some(format!("clevercloud://ng-{id}"));
+    allowed("update Nodes", nodes.replace(&node_name, &PostParams::default(), &live).await);
+    let pods: Api<Pod> = Api::all(as_hub.clone());
+    allowed("list Pods", pods.list(&lp).await);
+    assert_eq!(first_watch_event(&pods).await, Ok(()), "the hub's identity must be allowed to watch Pods");
+    let ns_pods: Api<Pod> = Api::namespaced(as_hub.clone(), &scratch_ns);
+    allowed("evict Pods (pods/eviction)", ns_pods.evict("evicted", &EvictParams::default()).await);
+    allowed("list DaemonSets", Api::<DaemonSet>::all(as_hub.clone()).list(&lp).await);
+    allowed("list PodDisruptionBudgets", Api::<PodDisruptionBudget>::all(as_hub.clone()).list(&lp).await);
+    let event: Event = serde_json::from_value(json!({
+        "metadata": {"name": format!("ng-{id}.e2e")},
+        "eventTime": chrono_now(),
+        "reportingController": "karpenter.clever-cloud.com/hub",
+        "reportingInstance": "e2e",
+        "action": "Launch",
+        "reason": "Launched",
+        "type": "Normal",
+        "note": "register test",
+        "regarding": {"apiVersion": "api.clever-cloud.com/v1", "kind": "NodeGroup", "name": format!("ng-{id}")},
+    }))
+    .unwrap();
+    let events: Api<Event> = Api::namespaced(as_hub.clone(), "default");
+    allowed("create events.k8s.io Events", events.create(&PostParams::default(), &event).await);
+    let patch = json!({"series": {"count": 2, "lastObservedTime": chrono_now()}});
+    allowed(
+        "patch events.k8s.io Events",
+        events.patch(&format!("ng-{id}.e2e"), &PatchParams::default(), &Patch::Merge(&patch)).await,
+    );
+    allowed(
+        "delete NodeGroups",
+        groups
+            .delete(
+                &created.name_any(),
+                &DeleteParams::default()
+                    .preconditions(kube::api::Preconditions { uid: created.uid(), resource_version: None }),
+            )
+            .await,
+    );
+
+    // What it must never do.
+    forbidden("list Secrets", Api::<Secret>::all(as_hub.clone()).list(&lp).await);
+    forbidden(
+        "read its own token Secret",
+        Api::<Secret>::namespaced(as_hub.clone(), &hub_ns).get("karpenter-hub-token").await,
+    );
+    assert_eq!(first_watch_event(&Api::<Secret>::all(as_hub.clone())).await, Err(403), "watching Secrets");
+    forbidden("list ConfigMaps", Api::<ConfigMap>::all(as_hub.clone()).list(&lp).await);
+    forbidden(
+        "delete Pods (only evictions, which honour PDBs)",
+        ns_pods.delete("kept", &DeleteParams::default()).await,
+    );
+    forbidden("create Pods", ns_pods.create(&PostParams::default(), &pod("mine")).await);
+    forbidden("delete Nodes", nodes.delete(&node_name, &DeleteParams::default()).await);
+    forbidden(
+        "delete Namespaces",
+        Api::<Namespace>::all(as_hub.clone()).delete(&scratch_ns, &DeleteParams::default()).await,
+    );
+    forbidden(
+        "delete CRDs",
+        Api::<CustomResourceDefinition>::all(as_hub.clone())
+            .delete("nodegroups.api.clever-cloud.com", &DeleteParams::default())
+            .await,
+    );
+
+    // The eviction really happened, the refused delete really did not.
+    wait_for("the evicted pod gone", Duration::from_secs(30), || async {
+        admin_pods.get_opt("evicted").await.unwrap().is_none()
+    })
+    .await;
+    assert!(admin_pods.get_opt("kept").await.unwrap().is_some());
+    assert!(admin_nodes.get_opt(&node_name).await.unwrap().is_some());
+
+    let _ = admin_nodes.delete(&node_name, &DeleteParams::default()).await;
+    for (client, ns) in [(&mgmt_admin, &team), (&admin, &scratch_ns), (&admin, &hub_ns)] {
+        let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::default()).await;
+    }
+}
+
+/// Now in the MicroTime format the events API wants.
+fn chrono_now() -> String {
+    serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now()))
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_string()
 }
