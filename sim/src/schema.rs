@@ -74,7 +74,13 @@ impl CrdSchema {
             return Err(vec![format!("spec.versions: Not found: {}", gofmt::quote(version))]);
         };
         let vpath: FPath = Some(format!("spec.versions[{i}]"));
-        let base = errors::child(&errors::child(&vpath, "schema"), "openAPIV3Schema");
+        // The apiserver validates the internal CRD, where a schema shared by every version is hoisted
+        // to `spec.validation` (always so with a single version): errors are reported there.
+        let base = if spec.versions.iter().all(|x| x.schema == v.schema) {
+            Some("spec.validation.openAPIV3Schema".to_string())
+        } else {
+            errors::child(&errors::child(&vpath, "schema"), "openAPIV3Schema")
+        };
         let Some(schema) = v.schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref()) else {
             return Err(vec![FieldError::required(&base, "schemas are required").to_string()]);
         };

@@ -105,7 +105,7 @@ fn derived_crd_rejections_read_like_the_apiserver() {
         schema.admit_create(&probe(json!({"clusterName": "prod", "labels": {"kubernetes.io/x": "y"}}))).unwrap_err();
     assert_eq!(
         e.to_string(),
-        r#"Probe.karpenter.clever-cloud.com "default" is invalid: spec.labels: Invalid value: "object": reserved"#
+        r#"Probe.karpenter.clever-cloud.com "default" is invalid: spec.labels: Invalid value: reserved"#
     );
     let e = schema
         .admit_create(&probe(json!({"clusterName": "prod", "items": [{"name": "a"}, {"name": "a"}]})))
@@ -118,7 +118,7 @@ fn derived_crd_rejections_read_like_the_apiserver() {
     renamed["spec"]["clusterName"] = json!("staging");
     assert_eq!(
         schema.admit_update(&renamed, &old).unwrap_err().to_string(),
-        r#"Probe.karpenter.clever-cloud.com "default" is invalid: spec.clusterName: Invalid value: "string": clusterName is immutable"#
+        r#"Probe.karpenter.clever-cloud.com "default" is invalid: spec.clusterName: Invalid value: "staging": clusterName is immutable"#
     );
 }
 

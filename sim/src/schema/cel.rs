@@ -82,20 +82,16 @@ impl Rule {
 
     /// The rule rendered like Go's `%#v` of `apiextensions.ValidationRule` (the bad value of rule errors).
     pub(crate) fn go_struct(&self) -> String {
-        let reason = match &self.reason {
-            Some(r) => format!("(*apiextensions.FieldValueErrorReason)({})", super::gofmt::quote(r)),
-            None => "(*apiextensions.FieldValueErrorReason)(nil)".to_string(),
-        };
-        let old = match self.optional_old_self {
-            Some(b) => format!("(*bool)({b})"),
-            None => "(*bool)(nil)".to_string(),
-        };
+        // ErrorBody prints the rule struct as JSON, fields in declaration order, nil pointers as null.
+        let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+        let reason = self.reason.as_deref().map(q).unwrap_or_else(|| "null".into());
+        let old = self.optional_old_self.map(|b| b.to_string()).unwrap_or_else(|| "null".into());
         format!(
-            "apiextensions.ValidationRule{{Rule:{}, Message:{}, MessageExpression:{}, Reason:{reason}, FieldPath:{}, OptionalOldSelf:{old}}}",
-            super::gofmt::quote(&self.rule),
-            super::gofmt::quote(&self.message),
-            super::gofmt::quote(&self.message_expression),
-            super::gofmt::quote(&self.field_path),
+            r#"{{"Rule":{},"Message":{},"MessageExpression":{},"Reason":{reason},"FieldPath":{},"OptionalOldSelf":{old}}}"#,
+            q(&self.rule),
+            q(&self.message),
+            q(&self.message_expression),
+            q(&self.field_path),
         )
     }
 }
@@ -272,7 +268,12 @@ const KNOWN_FUNCTIONS: &[&str] = &[
 /// Parses an expression and runs the static checks the cel crate leaves to evaluation time.
 fn compile_expression(src: &str, is_rule: bool) -> Result<Program, String> {
     let what = if is_rule { "compilation failed" } else { "messageExpression compilation failed" };
-    let program = Program::compile(src).map_err(|e| format!("{what}: ERROR: <input>: {e}"))?;
+    // The parser's message already reads `ERROR: <input>:1:17: ...`; cel-go indents the source lines.
+    let program = Program::compile(src).map_err(|e| {
+        let e = e.to_string();
+        let e = if e.starts_with("ERROR: <input>:") { e } else { format!("ERROR: <input>: {e}") };
+        format!("{what}: {}", e.replace("\n| ", "\n | "))
+    })?;
     let mut scope = vec!["self".to_string(), "oldSelf".to_string()];
     check_expr(program.expression(), &mut scope).map_err(|e| format!("{what}: ERROR: <input>: {e}"))?;
     Ok(program)
@@ -770,12 +771,19 @@ fn validate_expressions(
             } else {
                 message_expression(rule, &ctx)
             }
-            .unwrap_or_else(|| rule.message_or_default());
+            ;
+            // Kubernetes 1.36 prints the failing value itself: scalars as they are, objects and lists
+            // omitted; a messageExpression's message is expected to embed the value, so none is printed.
+            let shown = match (&detail, v) {
+                (Some(_), _) | (None, Value::Object(_) | Value::Array(_)) => BadValue::Omit,
+                (None, other) => BadValue::Json(other.clone()),
+            };
+            let detail = detail.unwrap_or_else(|| rule.message_or_default());
             let fe = match rule.reason.as_deref() {
                 Some("FieldValueForbidden") => FieldError::forbidden(&field, detail),
                 Some("FieldValueRequired") => FieldError::required(&field, detail),
-                Some("FieldValueDuplicate") => FieldError::new(ErrorType::Duplicate, &field, ty.clone(), ""),
-                _ => FieldError::invalid(&field, ty.clone(), detail),
+                Some("FieldValueDuplicate") => FieldError::new(ErrorType::Duplicate, &field, BadValue::Json(v.clone()), ""),
+                _ => FieldError::invalid(&field, shown, detail),
             };
             if !rule.uses_old_self && ratchet.should_ratchet() {
                 walk.warnings.push(fe.to_string());
@@ -803,6 +811,9 @@ fn execution_error_text(e: &ExecutionError) -> String {
         ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
         ExecutionError::NoSuchOverload => "no such overload".to_string(),
         ExecutionError::UndeclaredReference(r) => format!("no such attribute: {r}"),
+        // cel-go says only "division by zero" / "modulus by zero" (the cel crate adds the operand).
+        ExecutionError::DivisionByZero(_) => "division by zero".to_string(),
+        ExecutionError::RemainderByZero(_) => "modulus by zero".to_string(),
         other => {
             let t = other.to_string();
             let mut c = t.chars();

@@ -54,7 +54,9 @@ fn scalar(kind: DeclKind, min_size: i64, max: i64) -> Decl {
 /// `SchemaDeclType(node, isResourceRoot)`; `None` where CEL has no type for the schema.
 pub(crate) fn decl(node: &Node, resource_root: bool) -> Option<Decl> {
     if node.int_or_string {
-        return Some(scalar(DeclKind::Dyn, 1, MAX_REQUEST_SIZE_BYTES - 2));
+        // Bounded by maxLength (in code points, up to 4 bytes each) when the schema has one.
+        let max = node.max_length.map(|m| m.max(0).saturating_mul(4)).unwrap_or(MAX_REQUEST_SIZE_BYTES - 2);
+        return Some(scalar(DeclKind::Dyn, 1, max));
     }
     match node.ty.as_str() {
         "array" => {
@@ -215,13 +217,61 @@ fn from_decl(d: &Decl, cost: Range) -> Est<'_> {
 
 /// Estimates the cost range of `expr` with `self` (and `oldSelf`) of type `root`.
 pub(crate) fn estimate(expr: &Expression, root: &Decl) -> Range {
-    let mut c = Coster { root, scopes: HashMap::new() };
+    let mut c = Coster { root, scopes: HashMap::new(), undefined: None };
     c.cost(expr).cost
+}
+
+/// The first field a rule selects on an object type that does not declare it: cel-go's checker
+/// refuses such a rule (`undefined field 'b'`), so the apiserver refuses the CRD.
+pub(crate) fn undefined_field(expr: &Expression, root: &Decl) -> Option<String> {
+    let mut c = Coster { root, scopes: HashMap::new(), undefined: None };
+    c.cost(expr);
+    c.undefined
+}
+
+/// Whether `expr` certainly yields something other than a bool (cel-go's checker refuses such a rule
+/// with "cel expression must evaluate to a bool"). Only what the coarse typing here can tell: literals,
+/// arithmetic, conversions, strings, lists, maps, objects and non-boolean schema fields.
+pub(crate) fn not_bool(expr: &Expression, root: &Decl) -> bool {
+    match &expr.expr {
+        Expr::Literal(l) => !matches!(l, LiteralValue::Boolean(_)),
+        Expr::Call(call)
+            if matches!(
+                call.func_name.as_str(),
+                "_+_"
+                    | "_-_"
+                    | "_*_"
+                    | "_/_"
+                    | "_%_"
+                    | "-_"
+                    | "size"
+                    | "int"
+                    | "uint"
+                    | "double"
+                    | "string"
+                    | "bytes"
+                    | "duration"
+                    | "timestamp"
+            ) =>
+        {
+            true
+        }
+        _ => {
+            let mut c = Coster { root, scopes: HashMap::new(), undefined: None };
+            let est = c.cost(expr);
+            match est.ty {
+                Ty::String | Ty::Bytes | Ty::List | Ty::Map | Ty::Object => true,
+                Ty::Scalar => est.decl.is_some_and(|d| !matches!(d.kind, DeclKind::Bool | DeclKind::Dyn)),
+                Ty::Dyn => false,
+            }
+        }
+    }
 }
 
 struct Coster<'d> {
     root: &'d Decl,
     scopes: HashMap<String, Vec<Est<'d>>>,
+    undefined: Option<String>,
 }
 
 impl<'d> Coster<'d> {
@@ -250,6 +300,12 @@ impl<'d> Coster<'d> {
             }
             Expr::Select(sel) => {
                 let operand = self.cost(&sel.operand);
+                if let Some(DeclKind::Object(fields)) = operand.decl.map(|d| &d.kind)
+                    && !fields.contains_key(&sel.field)
+                    && self.undefined.is_none()
+                {
+                    self.undefined = Some(sel.field.clone());
+                }
                 if sel.test {
                     return Est {
                         cost: operand.cost.add(Range::fixed(1)),
@@ -437,54 +493,133 @@ impl<'d> Coster<'d> {
             "startsWith" | "endsWith" if target.is_some() => scalar(
                 a(0).map(|x| Self::size(&x)).unwrap_or(UNKNOWN).factor(STRING_TRAVERSAL_COST_FACTOR).add(arg_sum),
             ),
-            "matches" | "find" | "findAll" if target.is_some() => {
-                let t = target_est.map(|t| Self::size(&t)).unwrap_or(UNKNOWN).add(Range::fixed(1));
-                let t = if name == "matches" { t } else { target_est.map(|t| Self::size(&t)).unwrap_or(UNKNOWN) };
-                let regex = a(0).map(|x| Self::size(&x)).unwrap_or(UNKNOWN).factor(REGEX_STRING_LENGTH_COST_FACTOR);
-                let cost = t.factor(STRING_TRAVERSAL_COST_FACTOR).mul(regex).add(arg_sum);
-                match name {
-                    "matches" => scalar(cost),
-                    "find" => Est { cost, size: target_est.map(|t| Self::size(&t)), decl: None, ty: Ty::String },
-                    _ => Est { cost, size: target_est.map(|t| Self::size(&t)), decl: None, ty: Ty::List },
+            // Kubernetes' library estimator (apiserver/pkg/cel/library), consulted before cel-go's own.
+            "lowerAscii" | "upperAscii" | "trim" | "substring" if target_est.is_some() => {
+                let size = target_est.map(|t| Self::size(&t)).unwrap_or(UNKNOWN);
+                Est {
+                    cost: size.factor(STRING_TRAVERSAL_COST_FACTOR).add(arg_sum),
+                    size: Some(size),
+                    decl: None,
+                    ty: Ty::String,
                 }
             }
-            "lowerAscii" | "upperAscii" | "trim" | "substring" | "replace" | "url" | "isURL" | "quantity"
-            | "isQuantity" | "ip" | "isIP" | "cidr" | "isCIDR" | "semver" | "isSemver" | "reverse" | "charAt" => {
-                // The Kubernetes libraries cost these as one traversal of the string.
-                let subject = target_est.or(a(0));
-                let size = subject.map(|s| Self::size(&s)).unwrap_or(UNKNOWN);
-                let ty = match name {
-                    "lowerAscii" | "upperAscii" | "trim" | "substring" | "replace" | "reverse" | "charAt" => Ty::String,
-                    _ => Ty::Scalar,
-                };
-                let sz = if ty == Ty::String { Some(size) } else { Some(Range::fixed(1)) };
-                Est { cost: size.factor(STRING_TRAVERSAL_COST_FACTOR).add(arg_sum), size: sz, decl: None, ty }
+            "url" if target.is_none() && args.len() == 1 => {
+                let size = a(0).map(|x| Self::size(&x)).unwrap_or(UNKNOWN);
+                scalar(size.factor(STRING_TRAVERSAL_COST_FACTOR).add(arg_sum))
             }
-            "split" | "join" => {
-                let subject = target_est.or(a(0));
-                let size = subject.map(|s| Self::size(&s)).unwrap_or(UNKNOWN);
-                let ty = if name == "split" { Ty::List } else { Ty::String };
-                Est { cost: size.factor(STRING_TRAVERSAL_COST_FACTOR).add(arg_sum), size: Some(size), decl: None, ty }
-            }
-            "indexOf" | "lastIndexOf" if target_est.is_some_and(|t| t.ty == Ty::String) => {
-                let t = target_est.map(|t| Self::size(&t)).unwrap_or(UNKNOWN).factor(STRING_TRAVERSAL_COST_FACTOR);
-                let s = a(0).map(|x| Self::size(&x)).unwrap_or(UNKNOWN).factor(STRING_TRAVERSAL_COST_FACTOR);
-                scalar(t.mul(s).add(arg_sum))
-            }
-            "isSorted" | "sum" | "max" | "min" | "indexOf" | "lastIndexOf" | "distinct" | "flatten" | "sort"
-                if target_est.is_some_and(|t| t.ty == Ty::List) =>
-            {
+            "replace" if target_est.is_some() && args.len() >= 2 => {
                 let size = target_est.map(|t| Self::size(&t)).unwrap_or(UNKNOWN);
-                scalar(size.add(arg_sum))
+                let from = a(0).map(|x| Self::size(&x)).unwrap_or(UNKNOWN);
+                let with = a(1).map(|x| Self::size(&x)).unwrap_or(UNKNOWN);
+                // The longest result: the smallest pieces replaced by the largest replacement.
+                let max = if from.min == 0 {
+                    size.max.saturating_add(1).saturating_mul(with.max).saturating_add(size.max)
+                } else if with.max <= from.min {
+                    size.max
+                } else {
+                    size.max.div_ceil(from.min).saturating_mul(with.max)
+                };
+                Est {
+                    cost: size.factor(2.0 * STRING_TRAVERSAL_COST_FACTOR).add(arg_sum),
+                    size: Some(Range { min: 0, max }),
+                    decl: None,
+                    ty: Ty::String,
+                }
+            }
+            "split" if target_est.is_some() => {
+                let size = target_est.map(|t| Self::size(&t)).unwrap_or(UNKNOWN);
+                let max = match args.get(1).map(|x| &x.expr) {
+                    Some(Expr::Literal(LiteralValue::Int(n))) => u64::try_from(n.inner().to_owned()).unwrap_or(0),
+                    _ => size.max,
+                };
+                Est {
+                    cost: size.factor(2.0 * STRING_TRAVERSAL_COST_FACTOR).add(arg_sum),
+                    size: Some(Range { min: 0, max }),
+                    decl: None,
+                    ty: Ty::List,
+                }
+            }
+            "join" if target_est.is_some() => {
+                let list = target_est.map(|t| Self::size(&t)).unwrap_or(UNKNOWN);
+                // The elements' size is known only for a list read from the schema.
+                let elem = target_est
+                    .and_then(|t| t.decl)
+                    .and_then(Decl::elem)
+                    .map(|d| Range { min: 0, max: d.max_elements.max(0) as u64 })
+                    .unwrap_or(UNKNOWN);
+                let mut size = list.mul(elem);
+                if let Some(sep) = a(0).map(|x| Self::size(&x)) {
+                    let seps = Range { min: list.min.saturating_sub(1), max: list.max.saturating_sub(1) };
+                    size = size.add(sep.mul(seps));
+                }
+                Est {
+                    cost: size.factor(STRING_TRAVERSAL_COST_FACTOR).add(arg_sum),
+                    size: Some(size),
+                    decl: None,
+                    ty: Ty::String,
+                }
+            }
+            "find" | "findAll" if target_est.is_some() => {
+                let size = target_est.map(|t| Self::size(&t)).unwrap_or(UNKNOWN);
+                let t = size.add(Range::fixed(1)).factor(STRING_TRAVERSAL_COST_FACTOR);
+                let regex = a(0).map(|x| Self::size(&x)).unwrap_or(UNKNOWN).factor(REGEX_STRING_LENGTH_COST_FACTOR);
+                let ty = if name == "find" { Ty::String } else { Ty::List };
+                Est { cost: t.mul(regex).add(arg_sum), size: Some(Range { min: 0, max: size.max }), decl: None, ty }
+            }
+            "matches" if target_est.is_some() => {
+                let t = target_est.map(|t| Self::size(&t)).unwrap_or(UNKNOWN).add(Range::fixed(1));
+                let regex = a(0).map(|x| Self::size(&x)).unwrap_or(UNKNOWN).factor(REGEX_STRING_LENGTH_COST_FACTOR);
+                scalar(t.factor(STRING_TRAVERSAL_COST_FACTOR).mul(regex).add(arg_sum))
+            }
+            "isSorted" | "sum" | "max" | "min" | "indexOf" | "lastIndexOf" if target_est.is_some() => {
+                let t = target_est.unwrap_or(Est { cost: Range::fixed(0), size: None, decl: None, ty: Ty::Dyn });
+                let size = Self::size(&t);
+                let est = if t.ty == Ty::List {
+                    // One comparison per element, plus a traversal of string elements.
+                    let elem = t.decl.and_then(Decl::elem);
+                    let per = match elem {
+                        Some(d) if matches!(d.kind, DeclKind::String | DeclKind::Bytes) => Range::fixed(1).add(
+                            Range { min: 0, max: d.max_elements.max(0) as u64 }.factor(STRING_TRAVERSAL_COST_FACTOR),
+                        ),
+                        Some(_) => Range::fixed(1),
+                        // A list built by the rule: cel-go does not know its elements' type here.
+                        None => Range::fixed(1),
+                    };
+                    size.mul(per)
+                } else {
+                    size.factor(STRING_TRAVERSAL_COST_FACTOR)
+                };
+                scalar(est.add(arg_sum))
             }
             "sets.contains" | "sets.equivalent" | "sets.intersects" => {
                 let l = a(0).map(|x| Self::size(&x)).unwrap_or(UNKNOWN);
                 let r = a(1).map(|x| Self::size(&x)).unwrap_or(UNKNOWN);
                 scalar(l.mul(r).add(arg_sum))
             }
-            "size" | "int" | "uint" | "double" | "string" | "bytes" | "timestamp" | "duration" => {
-                scalar(Range::fixed(1).add(arg_sum))
+            // cel-go's conversions: `string(bytes)` and `bytes(string)` traverse their argument; on a
+            // dyn argument (an int-or-string) every overload is possible and the estimate covers them all.
+            "string" | "bytes" if args.len() == 1 => {
+                let arg = a(0).unwrap_or(Est { cost: Range::fixed(0), size: None, decl: None, ty: Ty::Dyn });
+                let size = Self::size(&arg);
+                let traversal = size.factor(STRING_TRAVERSAL_COST_FACTOR);
+                let (ty, converting) = match name {
+                    "string" => (Ty::String, arg.ty == Ty::Bytes),
+                    _ => (Ty::Bytes, arg.ty == Ty::String),
+                };
+                let result = |s: Range| match name {
+                    "string" => Range { min: s.min / 4, max: s.max },
+                    _ => Range { min: s.min, max: s.max.saturating_mul(4) },
+                };
+                let (cost, size) = if converting {
+                    (traversal, Some(result(size)))
+                } else if arg.ty == Ty::Dyn {
+                    (traversal.union(Range::fixed(1)), Some(result(size)))
+                } else {
+                    (Range::fixed(1), None)
+                };
+                Est { cost: cost.add(arg_sum), size, decl: None, ty }
             }
+            "size" | "int" | "uint" | "double" | "timestamp" | "duration" => scalar(Range::fixed(1).add(arg_sum)),
             _ => scalar(Range::fixed(1).add(arg_sum)),
         };
         Est { cost: base.add(est.cost), ..est }

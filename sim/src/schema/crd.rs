@@ -679,7 +679,7 @@ fn openapi_schema(
                 "object" if str_of(is, "x-kubernetes-map-type") != "atomic" => {
                     schema_errs.push(FieldError::invalid(
                         &errors::child(&ip, "x-kubernetes-map-type"),
-                        BadValue::Raw("(*string)(nil)".into()),
+                        BadValue::Json(Value::Null),
                         "must be atomic as item of a list with x-kubernetes-list-type=set",
                     ));
                 }
@@ -698,12 +698,7 @@ fn openapi_schema(
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let keys_value = || {
-        BadValue::Raw(format!(
-            "[]string{{{}}}",
-            map_keys.iter().map(|k| super::gofmt::quote(k)).collect::<Vec<_>>().join(", ")
-        ))
-    };
+    let keys_value = || BadValue::Json(Value::Array(map_keys.iter().map(|k| Value::String(k.to_string())).collect()));
     if !map_keys.is_empty() {
         match list_type {
             None => schema_errs.push(FieldError::required(
@@ -882,8 +877,16 @@ fn openapi_schema(
             Some(card) => c.saturating_mul(card),
             None => c.saturating_mul(decl.as_ref().map(|d| cost::max_cardinality(d.min_size)).unwrap_or(1)),
         };
+        let undefined = match (&rule.program, &decl) {
+            (Ok(p), Some(d)) => cost::undefined_field(p.expression(), d)
+                .map(|f| format!("compilation failed: ERROR: <input>: undefined field '{f}'"))
+                .or_else(|| {
+                    cost::not_bool(p.expression(), d).then(|| "cel expression must evaluate to a bool".to_string())
+                }),
+            _ => None,
+        };
         let rule_cost = match (&rule.program, &decl) {
-            (Ok(p), Some(d)) => cost::estimate(p.expression(), d).max,
+            (Ok(p), Some(d)) if undefined.is_none() => cost::estimate(p.expression(), d).max,
             _ => 0,
         };
         let c = if rule_cost == 0 { 0 } else { expression_cost(rule_cost) };
@@ -901,7 +904,11 @@ fn openapi_schema(
             Err(detail) => {
                 cel_errs.push(FieldError::invalid(&rule_path, BadValue::Raw(rule.go_struct()), detail.clone()));
             }
-            Ok(_) => {}
+            Ok(_) => {
+                if let Some(detail) = &undefined {
+                    cel_errs.push(FieldError::invalid(&rule_path, BadValue::Raw(rule.go_struct()), detail.clone()));
+                }
+            }
         }
         match &rule.message_program {
             Some(Err(detail)) => {

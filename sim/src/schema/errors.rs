@@ -183,15 +183,15 @@ impl fmt::Display for FieldError {
     }
 }
 
-/// How `ErrorBody` prints a `BadValue` holding decoded JSON.
+/// How `ErrorBody` (apimachinery as of Kubernetes 1.34+) prints a `BadValue` holding decoded JSON:
+/// simple types with `%v`, strings with `%q`, nil and composite values as JSON (`null`,
+/// `{"port":80}`), as kube-apiserver 1.36 answers.
 fn render_value(v: &Value) -> String {
     match v {
-        // A nil BadValue becomes the string "null", which is then printed with %q.
-        Value::Null => "\"null\"".into(),
         Value::Bool(b) => b.to_string(),
         Value::Number(n) => gofmt::num_v(gofmt::go_num(n)),
         Value::String(s) => gofmt::quote(s),
-        other => gofmt::sharp_v(other),
+        other => gofmt::go_json(other),
     }
 }
 
@@ -262,14 +262,8 @@ mod tests {
             FieldError::not_supported(&p, &json!("x"), &["a", "b"]).body(),
             r#"Unsupported value: "x": supported values: "a", "b""#
         );
-        assert_eq!(
-            FieldError::duplicate(&p, &json!({"name": "a"})).body(),
-            r#"Duplicate value: map[string]interface {}{"name":"a"}"#
-        );
-        assert_eq!(
-            FieldError::invalid_json(&None, &Value::Null, "x").to_string(),
-            r#"<nil>: Invalid value: "null": x"#
-        );
+        assert_eq!(FieldError::duplicate(&p, &json!({"name": "a"})).body(), r#"Duplicate value: {"name":"a"}"#);
+        assert_eq!(FieldError::invalid_json(&None, &Value::Null, "x").to_string(), r#"<nil>: Invalid value: null: x"#);
     }
 
     #[test]

@@ -90,6 +90,18 @@ fn is_dns1035_label(v: &str) -> Vec<String> {
     errs
 }
 
+/// Label keys: kube-apiserver 1.36 words these like qualified names, but names them "a valid label
+/// key" and lists its examples with `,  or ` (as it answers; see the differential corpus).
+fn is_label_key(v: &str) -> Vec<String> {
+    is_qualified_name(v)
+        .into_iter()
+        .map(|m| {
+            m.replace("a qualified name must", "a valid label key must")
+                .replace("'MyName' or 'my.name' or '123-abc'", "'MyName',  or 'my.name',  or '123-abc'")
+        })
+        .collect()
+}
+
 pub(crate) fn is_qualified_name(v: &str) -> Vec<String> {
     let mut errs = Vec::new();
     let parts: Vec<&str> = v.split('/').collect();
@@ -230,7 +242,7 @@ pub(crate) fn validate_object_meta(
 fn validate_labels(meta: &Map<String, Value>, p: &FPath) -> Vec<FieldError> {
     let mut errs = Vec::new();
     for (k, v) in string_map(meta, "labels") {
-        for m in is_qualified_name(&k) {
+        for m in is_label_key(&k) {
             errs.push(FieldError::invalid_str(p, &k, m));
         }
         for m in is_valid_label_value(&v) {
@@ -269,10 +281,10 @@ fn validate_finalizers(meta: &Map<String, Value>, p: &FPath) -> Vec<FieldError> 
         }
     }
     if finalizers.contains(&"orphan") && finalizers.contains(&"foregroundDeletion") {
-        let list: Vec<String> = finalizers.iter().map(|f| gofmt::quote(f)).collect();
+        let list = finalizers.iter().map(|f| Value::String(f.to_string())).collect();
         errs.push(FieldError::invalid(
             p,
-            BadValue::Raw(format!("[]string{{{}}}", list.join(", "))),
+            BadValue::Json(Value::Array(list)),
             "finalizer orphan and foregroundDeletion cannot be both set",
         ));
     }

@@ -224,6 +224,33 @@ fn string_check(node: &Node, data: &Value, path: &str, out: &mut Vec<OaError>) {
     }
 }
 
+/// `IsValueValidAgainstRange`: the value, printed the way Go prints it, must parse as the schema's
+/// type and format (an integer, an int32...). Reported as a plain error, so rooted at the object.
+fn range_check(node: &Node, n: GoNum, path: &str, out: &mut Vec<OaError>) {
+    let Some(ty) = node.types.first() else { return };
+    let text = match n {
+        GoNum::Int(i) => i.to_string(),
+        // strconv.FormatFloat(f, 'f', -1, 64): no exponent, shortest representation.
+        GoNum::Float(f) => format!("{f}"),
+    };
+    let fits = match (ty.as_str(), node.format.as_str()) {
+        ("integer", "int32") => text.parse::<i32>().is_ok(),
+        ("integer", "uint32") => text.parse::<u32>().is_ok(),
+        ("integer", "uint64") => text.parse::<u64>().is_ok(),
+        ("integer", _) => text.parse::<i64>().is_ok(),
+        (_, "float" | "float32") => n.as_f64().abs() <= f64::from(f32::MAX),
+        _ => true,
+    };
+    if !fits {
+        let message = if node.format.is_empty() {
+            format!("Checked value must be of type {ty} (default format) in {path}")
+        } else {
+            format!("Checked value must be of type {ty} with format {} in {path}", node.format)
+        };
+        out.push(OaError::new(Code::Composite, path, None, message));
+    }
+}
+
 fn number_check(node: &Node, n: GoNum, data: &Value, path: &str, out: &mut Vec<OaError>) {
     let bound = |b: f64| -> String {
         // Integers are compared with the bound truncated to int64, and print it that way.
@@ -232,6 +259,7 @@ fn number_check(node: &Node, n: GoNum, data: &Value, path: &str, out: &mut Vec<O
             GoNum::Float(_) => gofmt::float_v(b),
         }
     };
+    range_check(node, n, path, out);
     let mut res = Vec::new();
     if let Some(m) = node.multiple_of {
         let fails = match n {
@@ -602,7 +630,11 @@ mod tests {
         assert!(errs(s.clone(), json!({"spec": {"replicas": 3.0}})).is_empty(), "integral floats are integers");
         assert_eq!(
             errs(s, json!({"spec": {"replicas": 1.5}})),
-            vec![r#"spec.replicas: Invalid value: "number": spec.replicas in body must be of type integer: "number""#]
+            vec![
+                r#"spec.replicas: Invalid value: "number": spec.replicas in body must be of type integer: "number""#,
+                // kube-openapi's range check, a plain error: no field path (as kube-apiserver 1.36 answers).
+                r#"<nil>: Invalid value: "": Checked value must be of type integer (default format) in spec.replicas"#
+            ]
         );
     }
 
