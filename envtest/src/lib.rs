@@ -111,11 +111,14 @@ pub struct Options {
     /// Run `kube-controller-manager` (garbage collection, namespace deletion, PDB status,
     /// service-account tokens) when the assets have it. Default: true.
     pub controller_manager: bool,
+    /// More kube-apiserver flags, after envtest's own (a later flag wins), e.g.
+    /// `--etcd-compaction-interval=2s` for a test that needs etcd history compacted. Default: none.
+    pub apiserver_args: Vec<String>,
 }
 
 impl Options {
     pub fn new(name: impl Into<String>) -> Self {
-        Self { name: name.into(), controller_manager: true }
+        Self { name: name.into(), controller_manager: true, apiserver_args: Vec::new() }
     }
 }
 
@@ -344,7 +347,7 @@ impl ControlPlane {
             &dir.join("etcd.log"),
             (!keep).then_some(dir.as_path()),
         )?;
-        let apiserver_args = [
+        let mut apiserver_args = vec![
             "--bind-address=127.0.0.1".to_string(),
             "--advertise-address=127.0.0.1".to_string(),
             format!("--secure-port={api_port}"),
@@ -363,6 +366,7 @@ impl ControlPlane {
             // creating its `default` ServiceAccount (envtest disables it for the same reason).
             "--disable-admission-plugins=ServiceAccount".to_string(),
         ];
+        apiserver_args.extend(options.apiserver_args.iter().cloned());
         let apiserver = supervise(
             "kube-apiserver",
             &assets.binary("kube-apiserver"),
@@ -533,6 +537,13 @@ impl ControlPlane {
     /// test of this test binary (tests isolate themselves by namespace and unique names). Stopped
     /// when the test process exits.
     pub fn shared(name: &str) -> Result<&'static ControlPlane, Error> {
+        Self::shared_with(&Options::new(name))
+    }
+
+    /// [`ControlPlane::shared`] with options of its own (e.g. more kube-apiserver flags), shared by
+    /// name: the first caller's options start it, later callers get that plane whatever they pass.
+    pub fn shared_with(options: &Options) -> Result<&'static ControlPlane, Error> {
+        let name = options.name.as_str();
         type Slot = &'static OnceLock<Result<&'static ControlPlane, String>>;
         static SHARED: OnceLock<Mutex<BTreeMap<String, Slot>>> = OnceLock::new();
         let slot: Slot = {
@@ -542,9 +553,7 @@ impl ControlPlane {
         // Missing binaries are a configuration fact, not a failed start: say so every time.
         let assets = Assets::from_env()?;
         let started = slot.get_or_init(|| {
-            ControlPlane::start_with(&assets, &Options::new(name))
-                .map(|cp| &*Box::leak(Box::new(cp)))
-                .map_err(|e| e.to_string())
+            ControlPlane::start_with(&assets, options).map(|cp| &*Box::leak(Box::new(cp))).map_err(|e| e.to_string())
         });
         match started {
             Ok(cp) => Ok(cp),

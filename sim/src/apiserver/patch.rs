@@ -81,7 +81,8 @@ fn is_primitive_merge(field: &str) -> bool {
 }
 
 /// Strategic merge patch for the built-in kinds (`$patch`, `$retainKeys`,
-/// `$deleteFromPrimitiveList/…`, `$setElementOrder/…` honoured; order directives ignored).
+/// `$deleteFromPrimitiveList/…` and `$setElementOrder/…` honoured). Merged lists come out in
+/// kube-apiserver's order (see [`normalize_order`]).
 pub(crate) fn strategic_merge(target: &mut Value, patch: &Value) {
     match (target.as_object_mut(), patch.as_object()) {
         (Some(t), Some(p)) => merge_map(t, p),
@@ -125,17 +126,23 @@ fn merge_map(t: &mut Map<String, Value>, p: &Map<String, Value>) {
             t.remove(k);
             continue;
         }
+        let order = p.get(&format!("$setElementOrder/{k}")).and_then(Value::as_array).map(Vec::as_slice);
         match (t.get_mut(k), v) {
             (Some(Value::Object(to)), Value::Object(po)) => merge_map(to, po),
             (Some(Value::Array(ta)), Value::Array(pa)) if merge_key(k).is_some() => {
-                merge_list(ta, pa, merge_key(k).unwrap_or("name"))
+                let key = merge_key(k).unwrap_or("name");
+                let live = ta.clone();
+                merge_list(ta, pa, key);
+                *ta = normalize_order(std::mem::take(ta), order.unwrap_or(pa), &live, Some(key));
             }
             (Some(Value::Array(ta)), Value::Array(pa)) if is_primitive_merge(k) => {
+                let live = ta.clone();
                 for x in pa {
                     if !ta.contains(x) {
                         ta.push(x.clone());
                     }
                 }
+                *ta = normalize_order(std::mem::take(ta), order.unwrap_or(pa), &live, None);
             }
             _ => {
                 t.insert(k.clone(), strip_directives(v));
@@ -149,6 +156,42 @@ fn merge_map(t: &mut Map<String, Value>, p: &Map<String, Value>) {
             ta.retain(|x| !del.contains(x));
         }
     }
+}
+
+/// Orders a merged list as kube-apiserver's strategic merge does (apimachinery's
+/// `normalizeElementOrder`): the items named by the patch (or its `$setElementOrder`) in the
+/// patch's order, the others in their live order, and the two interleaved so that two live items
+/// keep their live order; an item new to the list goes before the live-only items that follow it.
+/// So a patch adding finalizer `b` to `[a]` gives `[b, a]`. Items are identified by `key` (maps)
+/// or by value (scalars).
+fn normalize_order(merged: Vec<Value>, order: &[Value], live: &[Value], key: Option<&str>) -> Vec<Value> {
+    let id = |v: &Value| -> Option<Value> {
+        match key {
+            Some(k) => v.get(k).cloned(),
+            None => Some(v.clone()),
+        }
+    };
+    let position = |list: &[Value], v: &Value| -> Option<usize> {
+        let want = id(v)?;
+        list.iter().position(|x| id(x).as_ref() == Some(&want))
+    };
+    let (mut patched, mut live_only): (Vec<Value>, Vec<Value>) =
+        merged.into_iter().partition(|v| position(order, v).is_some());
+    patched.sort_by_key(|v| position(order, v));
+    // Stable: items unknown to the live list (none expected) keep their place at the end.
+    live_only.sort_by_key(|v| position(live, v).unwrap_or(usize::MAX));
+    let mut out = Vec::with_capacity(patched.len() + live_only.len());
+    let (mut left, mut right) = (live_only.into_iter().peekable(), patched.into_iter().peekable());
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (Some(l), Some(r)) => matches!((position(live, l), position(live, r)), (Some(li), Some(ri)) if li < ri),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        out.extend(if take_left { left.next() } else { right.next() });
+    }
+    out
 }
 
 fn merge_list(t: &mut Vec<Value>, p: &[Value], key: &str) {
@@ -214,6 +257,30 @@ mod tests {
         assert_eq!(t["metadata"]["finalizers"], json!(["b"]));
         assert_eq!(t["spec"]["taints"], json!([{"key": "y", "effect": "NoExecute"}]));
         assert_eq!(t["status"]["conditions"], json!([{"type": "Ready", "status": "True"}]));
+    }
+
+    #[test]
+    fn strategic_merge_orders_lists_like_kube_apiserver() {
+        // New entries of the patch come before the live-only ones.
+        let mut t = json!({"metadata": {"finalizers": ["a"]}});
+        strategic_merge(&mut t, &json!({"metadata": {"finalizers": ["b"]}}));
+        assert_eq!(t["metadata"]["finalizers"], json!(["b", "a"]));
+        // Live entries named again keep their live order relative to the live-only ones.
+        let mut t = json!({"metadata": {"finalizers": ["a", "b", "c"]}});
+        strategic_merge(&mut t, &json!({"metadata": {"finalizers": ["c", "d"]}}));
+        assert_eq!(t["metadata"]["finalizers"], json!(["a", "b", "c", "d"]));
+        // Merge-key lists too; `$setElementOrder` gives the patched items' order.
+        let mut t = json!({"status": {"conditions": [{"type": "A", "status": "1"}, {"type": "B", "status": "1"}]}});
+        strategic_merge(&mut t, &json!({"status": {"conditions": [{"type": "C", "status": "1"}]}}));
+        let types: Vec<&str> =
+            t["status"]["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["C", "A", "B"]);
+        let mut t = json!({"spec": {"containers": [{"name": "x"}, {"name": "y"}]}});
+        strategic_merge(
+            &mut t,
+            &json!({"spec": {"$setElementOrder/containers": [{"name": "y"}, {"name": "x"}], "containers": [{"name": "y", "image": "i"}]}}),
+        );
+        assert_eq!(t["spec"]["containers"], json!([{"name": "y", "image": "i"}, {"name": "x"}]));
     }
 
     #[test]
