@@ -1,10 +1,13 @@
 //! Every manifest under `examples/` is accepted, and every one under `examples/invalid/` is rejected
 //! with the message its `# expect:` header names, by the CRD schemas and CEL rules alone (no webhook).
 //!
-//! Runs offline against the emulator's schema layer (`sim::schema`, which mirrors kube-apiserver),
-//! and unchanged against a real API server when `KARPENTER_HUB_CONFORMANCE_KUBECONFIG` names a
-//! kubeconfig: there it server-side applies `crds/`, dry-runs every example in a scratch namespace
-//! and deletes that namespace at the end (the CRDs stay: deleting them would delete user objects).
+//! Runs twice in every `cargo test`: against the emulator's schema layer (`sim::schema`, which
+//! mirrors kube-apiserver), and against a real kube-apiserver: the cluster named by
+//! `KARPENTER_HUB_CONFORMANCE_KUBECONFIG` when set, else the envtest control plane `examples`
+//! (`KUBEBUILDER_ASSETS`; a visible skip without it, a failure with `KARPENTER_HUB_REQUIRE_ENVTEST`).
+//! There it server-side applies `crds/`, dry-runs every example in a scratch namespace and deletes that
+//! namespace at the end (the CRDs stay: deleting them would delete user objects). Also: every CRD the
+//! project generates is applied to the real server and becomes Established.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{collections::BTreeMap, fs, path::Path};
@@ -94,33 +97,57 @@ mod remote {
         rt: tokio::runtime::Runtime,
     }
 
-    impl Remote {
-        pub fn connect(path: &str) -> Self {
-            let rt = tokio::runtime::Runtime::new().unwrap();
-            let namespace = format!("karpenter-hub-examples-{}", std::process::id());
-            let client = rt.block_on(async {
-                let kubeconfig = Kubeconfig::read_from(path).expect("reading KARPENTER_HUB_CONFORMANCE_KUBECONFIG");
+    /// The real API server of this run: the configured cluster, else the envtest plane `examples`;
+    /// `None` (after a visible skip message) when neither is available.
+    pub fn real_client(rt: &tokio::runtime::Runtime) -> Option<Client> {
+        if let Ok(path) = std::env::var("KARPENTER_HUB_CONFORMANCE_KUBECONFIG")
+            && !path.is_empty()
+        {
+            return Some(rt.block_on(async {
+                let kubeconfig = Kubeconfig::read_from(&path).expect("reading KARPENTER_HUB_CONFORMANCE_KUBECONFIG");
                 let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
-                let client = Client::try_from(config).unwrap();
-                let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-                for crd in committed_crds() {
-                    let name = crd.metadata.name.clone().unwrap();
-                    crds.patch(&name, &PatchParams::apply("karpenter-hub-examples").force(), &Patch::Apply(&crd))
-                        .await
-                        .unwrap_or_else(|e| panic!("the API server refused CRD {name}: {e}"));
-                    let established = kube::runtime::wait::conditions::is_crd_established();
-                    tokio::time::timeout(
-                        std::time::Duration::from_secs(30),
-                        kube::runtime::wait::await_condition(crds.clone(), &name, established),
-                    )
-                    .await
-                    .unwrap_or_else(|_| panic!("CRD {name} not Established after 30 s"))
-                    .unwrap();
-                }
+                Client::try_from(config).unwrap()
+            }));
+        }
+        match envtest::ControlPlane::shared("examples") {
+            Ok(cp) => Some(rt.block_on(cp.client()).expect("a client of the envtest control plane")),
+            Err(e) => {
+                envtest::skip(&envtest::current_test(), &e);
+                None
+            }
+        }
+    }
+
+    /// Server-side applies `crds` and waits until each is Established (30 s each at most).
+    pub async fn apply_crds(client: &Client, crds: &[CustomResourceDefinition]) {
+        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in crds {
+            let name = crd.metadata.name.clone().unwrap();
+            api.patch(&name, &PatchParams::apply("karpenter-hub-examples").force(), &Patch::Apply(crd))
+                .await
+                .unwrap_or_else(|e| panic!("the API server refused CRD {name}: {e}"));
+        }
+        for crd in crds {
+            let name = crd.metadata.name.clone().unwrap();
+            let established = kube::runtime::wait::conditions::is_crd_established();
+            tokio::time::timeout(
+                std::time::Duration::from_secs(30),
+                kube::runtime::wait::await_condition(api.clone(), &name, established),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("CRD {name} not Established after 30 s"))
+            .unwrap();
+        }
+    }
+
+    impl Remote {
+        pub fn connect(rt: tokio::runtime::Runtime, client: Client) -> Self {
+            let namespace = format!("karpenter-hub-examples-{}", std::process::id());
+            rt.block_on(async {
+                apply_crds(&client, &committed_crds()).await;
                 let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
                 let obj = serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}})).unwrap();
                 ns.create(&PostParams::default(), &obj).await.unwrap();
-                client
             });
             Self { client, namespace, rt }
         }
@@ -149,8 +176,7 @@ mod remote {
         fn create(&mut self, obj: &Value) -> Result<(), String> {
             let api = self.api(obj);
             let obj: DynamicObject = serde_json::from_value(obj.clone()).unwrap();
-            let pp = PostParams { dry_run: true, ..Default::default() };
-            self.rt.block_on(api.create(&pp, &obj)).map(|_| ()).map_err(Self::message)
+            self.rt.block_on(create(&api, &obj, true)).map(|_| ())
         }
 
         fn update(&mut self, obj: &Value, old: &Value) -> Result<(), String> {
@@ -158,12 +184,26 @@ mod remote {
             let old: DynamicObject = serde_json::from_value(old.clone()).unwrap();
             let mut new: DynamicObject = serde_json::from_value(obj.clone()).unwrap();
             self.rt.block_on(async {
-                let created = api.create(&PostParams::default(), &old).await.map_err(Self::message)?;
+                let created = create(&api, &old, false).await?;
                 new.metadata.resource_version = created.metadata.resource_version;
                 let pp = PostParams { dry_run: true, ..Default::default() };
                 let name = new.metadata.name.clone().unwrap_or_default();
                 api.replace(&name, &pp, &new).await.map(|_| ()).map_err(Self::message)
             })
+        }
+    }
+
+    /// A create, retried for up to 20 s while a freshly Established kind is not yet served (404).
+    async fn create(api: &Api<DynamicObject>, obj: &DynamicObject, dry_run: bool) -> Result<DynamicObject, String> {
+        let pp = PostParams { dry_run, ..Default::default() };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            match api.create(&pp, obj).await {
+                Err(kube::Error::Api(s)) if s.code == 404 && std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                other => return other.map_err(Remote::message),
+            }
         }
     }
 
@@ -175,16 +215,8 @@ mod remote {
     }
 }
 
-fn server() -> Box<dyn Server> {
-    match std::env::var("KARPENTER_HUB_CONFORMANCE_KUBECONFIG") {
-        Ok(path) if !path.is_empty() => Box::new(remote::Remote::connect(&path)),
-        _ => Box::new(Offline::new()),
-    }
-}
-
-#[test]
-fn examples_are_accepted_and_invalid_examples_rejected_with_their_message() {
-    let mut server = server();
+/// Every example, valid and invalid, submitted to `server`: the list of those not handled as documented.
+fn check_examples(server: &mut dyn Server) -> Vec<String> {
     let mut failures = vec![];
 
     let valid = yaml_files(&repo().join("examples"));
@@ -213,7 +245,9 @@ fn examples_are_accepted_and_invalid_examples_rejected_with_their_message() {
         }
     }
 
-    for path in yaml_files(&repo().join("examples/invalid/updates")) {
+    let updates = yaml_files(&repo().join("examples/invalid/updates"));
+    assert!(updates.len() >= 3, "expected the update examples under examples/invalid/updates/");
+    for path in updates {
         let expect = expectation(&path);
         let docs = documents(&path);
         assert_eq!(docs.len(), 2, "{}: an update example holds the object and its update", path.display());
@@ -229,8 +263,53 @@ fn examples_are_accepted_and_invalid_examples_rejected_with_their_message() {
             Err(_) => {}
         }
     }
+    failures
+}
 
+#[test]
+fn examples_are_handled_as_documented_by_the_emulator() {
+    let failures = check_examples(&mut Offline::new());
     assert!(failures.is_empty(), "{} example(s) not handled as documented:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn examples_are_handled_as_documented_by_a_real_api_server() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let Some(client) = remote::real_client(&rt) else { return };
+    let mut server = remote::Remote::connect(rt, client);
+    let failures = check_examples(&mut server);
+    assert!(failures.is_empty(), "{} example(s) not handled as documented:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn every_generated_crd_is_established_on_a_real_api_server() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let Some(client) = remote::real_client(&rt) else { return };
+    // What `karpenter-hub crds` prints (the hub's CRDs) and the committed test-only CRDs.
+    let mut crds: Vec<CustomResourceDefinition> =
+        serde_saphyr::from_multiple(&crds::crd::render_all().unwrap()).unwrap();
+    assert_eq!(crds.len(), 4, "the hub ships four CRDs");
+    crds.extend(crds::crd::testing_crds().into_iter().map(|f| f.crd));
+    rt.block_on(async {
+        remote::apply_crds(&client, &crds).await;
+        // Established, and serving: a list of each kind answers.
+        for crd in &crds {
+            let v = crd.spec.versions.iter().find(|v| v.storage).unwrap();
+            let gvk = kube::api::GroupVersionKind::gvk(&crd.spec.group, &v.name, &crd.spec.names.kind);
+            let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
+            let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(client.clone(), &ar);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            loop {
+                match api.list(&Default::default()).await {
+                    Ok(_) => break,
+                    Err(_) if std::time::Instant::now() < deadline => {
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    }
+                    Err(e) => panic!("{} is Established but not served: {e}", crd.metadata.name.clone().unwrap()),
+                }
+            }
+        }
+    });
 }
 
 #[test]
