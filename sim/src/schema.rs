@@ -424,8 +424,9 @@ impl CrdSchema {
     }
 
     fn invalid(&self, obj: &Value, errs: Vec<FieldError>) -> Invalid {
-        let qualified_kind =
-            if self.group.is_empty() { self.kind.clone() } else { format!("{}.{}", self.kind, self.group) };
+        // The Status names the kind the request's body declares (which may be the wrong one).
+        let kind = obj.get("kind").and_then(Value::as_str).filter(|k| !k.is_empty()).unwrap_or(&self.kind);
+        let qualified_kind = if self.group.is_empty() { kind.to_string() } else { format!("{kind}.{}", self.group) };
         let name =
             obj.get("metadata").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or_default().to_string();
         Invalid { qualified_kind, name, causes: errs.iter().map(FieldError::cause).collect() }
