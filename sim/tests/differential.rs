@@ -254,6 +254,21 @@ fn same(a: &Outcome, b: &Outcome) -> bool {
     }
 }
 
+/// The causes only one side gave, when both refused with causes (easier to read than two messages).
+fn cause_diff(a: &Outcome, b: &Outcome) -> String {
+    let (Err(a), Err(b)) = (a, b) else { return String::new() };
+    let (ka, kb) = (a.key().1, b.key().1);
+    if ka.is_empty() || kb.is_empty() {
+        return String::new();
+    }
+    let only = |x: &[String], y: &[String]| -> Vec<String> { x.iter().filter(|c| !y.contains(c)).cloned().collect() };
+    format!(
+        "\n    only from the emulator:       {:?}\n    only from kube-apiserver:     {:?}",
+        only(&ka, &kb),
+        only(&kb, &ka)
+    )
+}
+
 fn show(o: &Outcome) -> String {
     match o {
         Ok(()) => "accepted".into(),
@@ -501,9 +516,10 @@ async fn the_emulator_and_kube_apiserver_agree_on_the_corpus() {
         ));
         if !same(&em.crd, real_crd) {
             failures.push(format!(
-                "{what}: the emulator and kube-apiserver disagree\n    emulator:       {}\n    kube-apiserver: {}",
+                "{what}: the emulator and kube-apiserver disagree\n    emulator:       {}\n    kube-apiserver: {}{}",
                 show(&em.crd),
-                show(real_crd)
+                show(real_crd),
+                cause_diff(&em.crd, real_crd)
             ));
             continue;
         }
@@ -520,9 +536,10 @@ async fn the_emulator_and_kube_apiserver_agree_on_the_corpus() {
             failures.extend(check_expected("kube-apiserver", &what, &real, s.verdict, s.message.as_deref()));
             if !same(&emulated, &real) {
                 failures.push(format!(
-                    "{what}: the emulator and kube-apiserver disagree\n    emulator:       {}\n    kube-apiserver: {}",
+                    "{what}: the emulator and kube-apiserver disagree\n    emulator:       {}\n    kube-apiserver: {}{}",
                     show(&emulated),
-                    show(&real)
+                    show(&real),
+                    cause_diff(&emulated, &real)
                 ));
             }
         }

@@ -503,7 +503,10 @@ impl<'d> Coster<'d> {
                     ty: Ty::String,
                 }
             }
-            "url" if target.is_none() && args.len() == 1 => {
+            // Parsers of a string argument: one traversal (as kube-apiserver 1.36 estimates them).
+            "url" | "quantity" | "isQuantity" | "ip" | "isIP" | "cidr" | "isCIDR" | "semver" | "isSemver"
+                if target.is_none() && args.len() == 1 =>
+            {
                 let size = a(0).map(|x| Self::size(&x)).unwrap_or(UNKNOWN);
                 scalar(size.factor(STRING_TRAVERSAL_COST_FACTOR).add(arg_sum))
             }
