@@ -29,6 +29,10 @@
 //! (comma-separated), optional `KARPENTER_HUB_E2E_REAL_CKE=1`, `KARPENTER_HUB_E2E_SIM_NO_BINDER=1`
 //! (a real kube-scheduler binds pods; like `sim-cke --no-binder`), `KARPENTER_HUB_E2E_RUN_ID`.
 //! See docs/hub.md, "End-to-end test".
+//!
+//! In CI the same [`run_e2e`] runs on emulators and on two envtest control planes (real
+//! kube-apiserver, etcd and controller manager), the latter with the identity `karpenter-hub
+//! register` minted in the workload plane, under that plane's audit log.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -109,6 +113,10 @@ struct E2e {
     workload_kubeconfigs: Vec<PathBuf>,
     /// One simulated CKE configuration per workload cluster; `None`: CKE itself serves NodeGroups.
     sim_cke: Option<Vec<SimCkeConfig>>,
+    /// Per workload cluster, the kubeconfig its registration Secret holds (what the hub uses), when
+    /// it is not the workload kubeconfig itself, e.g. the least-privilege one `karpenter-hub
+    /// register` minted. The run itself always uses the workload kubeconfig.
+    hub_kubeconfigs: Option<Vec<PathBuf>>,
     deadlines: Deadlines,
     run_id: String,
 }
@@ -146,6 +154,7 @@ impl E2e {
             mgmt_kubeconfig: PathBuf::from(mgmt),
             workload_kubeconfigs,
             sim_cke,
+            hub_kubeconfigs: None,
             deadlines: Deadlines::envelope(),
             run_id,
         }))
@@ -182,6 +191,8 @@ struct Cluster {
     /// The NodePool's `clusterName` and the registration Secret's `<cluster>-kubeconfig`.
     name: String,
     kubeconfig: PathBuf,
+    /// What its registration Secret holds ([`E2e::hub_kubeconfigs`]; by default `kubeconfig`).
+    hub_kubeconfig: PathBuf,
     /// Management namespace holding its Secret, node class, NodePool and NodeClaims.
     mgmt_ns: String,
     client: Client,
@@ -391,7 +402,7 @@ async fn create_namespace(client: &Client, name: &str, run_id: &str) -> Result<(
 
 /// The registration Secret of hub.md §1, holding the kubeconfig file as it is.
 async fn register(mgmt: &Client, c: &Cluster, run_id: &str) -> Result<()> {
-    let bytes = std::fs::read(&c.kubeconfig).with_context(|| format!("reading {}", c.kubeconfig.display()))?;
+    let bytes = std::fs::read(&c.hub_kubeconfig).with_context(|| format!("reading {}", c.hub_kubeconfig.display()))?;
     let mut labels = run_labels(run_id);
     labels[registry::CLUSTER_NAME_LABEL] = Value::String(c.name.clone());
     let mut secret: Secret = serde_json::from_value(json!({
@@ -758,6 +769,7 @@ async fn run_e2e(cfg: &E2e) -> Result<Report> {
         clusters.push(Cluster {
             name: format!("w{i}"),
             kubeconfig: path.clone(),
+            hub_kubeconfig: cfg.hub_kubeconfigs.as_ref().and_then(|h| h.get(i)).unwrap_or(path).clone(),
             mgmt_ns: format!("{prefix}-{i}"),
             client,
             scenario: SCENARIOS[i % SCENARIOS.len()],
@@ -889,6 +901,7 @@ async fn the_end_to_end_run_passes_on_emulators_through_kubeconfig_files_only() 
         mgmt_kubeconfig: path(&mgmt),
         workload_kubeconfigs: vec![path(&alpha), path(&beta)],
         sim_cke: Some(vec![operator::sandbox::quick_cke(1), operator::sandbox::quick_cke(2)]),
+        hub_kubeconfigs: None,
         deadlines: Deadlines::emulated(),
         run_id: new_run_id(),
     };
@@ -914,6 +927,141 @@ async fn the_end_to_end_run_passes_on_emulators_through_kubeconfig_files_only() 
     }
 }
 
+/// The same [`run_e2e`] on real API servers in every CI run: a management envtest control plane and
+/// a workload one (kube-apiserver, etcd and the controller manager: garbage collection, namespace
+/// deletion, node lifecycle, ServiceAccount tokens), given as kubeconfig files, with the simulated
+/// CKE playing CKE on the workload plane. The hub serves the workload cluster with the
+/// least-privilege identity `karpenter-hub register` minted there, so kube-apiserver's own RBAC
+/// proves that `config/hub/workload-rbac.yaml` grants every call of the whole scenario.
+/// Owned planes, not shared ones: the run refuses a management cluster holding anyone else's
+/// NodePools, and the other tests of this binary must not see this hub's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_to_end_run_passes_on_real_api_servers_with_the_registered_identity() {
+    let start = |options: envtest::Options| match envtest::ControlPlane::start(&options) {
+        Ok(cp) => Some(cp),
+        Err(e) => {
+            envtest::skip(&envtest::current_test(), &e);
+            None
+        }
+    };
+    let started = Instant::now();
+    let Some(mgmt) = start(envtest::Options::new("e2e-mgmt")) else { return };
+    let dir = scratch("e2e-envtest");
+    let (policy, audit_log) = (dir.join("audit-policy.yaml"), dir.join("audit.log"));
+    std::fs::write(&policy, HUB_AUDIT_POLICY).unwrap();
+    let Some(workload) = start(envtest::Options {
+        apiserver_args: vec![
+            format!("--audit-policy-file={}", policy.display()),
+            format!("--audit-log-path={}", audit_log.display()),
+        ],
+        ..envtest::Options::new("e2e-workload")
+    }) else {
+        return;
+    };
+    let planes = started.elapsed();
+    let run_id = new_run_id();
+
+    // `karpenter-hub register` against the workload plane (it checks the minted identity on the
+    // NodeGroup API, so that API is served first, as on CKE); its Secret's kubeconfig is kept.
+    let registered = Instant::now();
+    let admin = workload.client().await.unwrap();
+    let d = Deadlines::emulated();
+    let w = Cluster {
+        name: "w0".into(),
+        kubeconfig: workload.kubeconfig_path().to_path_buf(),
+        hub_kubeconfig: workload.kubeconfig_path().to_path_buf(),
+        mgmt_ns: String::new(),
+        client: admin.clone(),
+        scenario: SCENARIOS[0],
+    };
+    ensure_nodegroup_api(&w, false, &d).await.unwrap();
+    let scratch_ns = format!("khub-e2e-{run_id}-register");
+    create_namespace(&mgmt.client().await.unwrap(), &scratch_ns, &run_id).await.unwrap();
+    let args = operator::register::RegisterArgs {
+        cluster: "w0".into(),
+        namespace: scratch_ns.clone(),
+        workload_kubeconfig: workload.kubeconfig_path().to_path_buf(),
+        workload_context: None,
+        kubeconfig: Some(mgmt.kubeconfig_path().to_path_buf()),
+        workload_namespace: "karpenter-hub".into(),
+        server: None,
+    };
+    let secret = operator::register::register(&args).await.unwrap_or_else(|e| panic!("register: {e}"));
+    let mgmt_client = mgmt.client().await.unwrap();
+    let secret = Api::<Secret>::namespaced(mgmt_client.clone(), &scratch_ns).get(&secret).await.unwrap();
+    let minted = dir.join("w0-minted.kubeconfig");
+    std::fs::write(&minted, &secret.data.unwrap()[registry::KUBECONFIG_KEY].0).unwrap();
+    Api::<Namespace>::all(mgmt_client.clone()).delete(&scratch_ns, &DeleteParams::default()).await.unwrap();
+    let registered = registered.elapsed();
+
+    let cfg = E2e {
+        mgmt_kubeconfig: mgmt.kubeconfig_path().to_path_buf(),
+        workload_kubeconfigs: vec![workload.kubeconfig_path().to_path_buf()],
+        sim_cke: Some(vec![operator::sandbox::quick_cke(1)]),
+        hub_kubeconfigs: Some(vec![minted]),
+        deadlines: d,
+        run_id,
+    };
+    let report = run_e2e(&cfg).await.unwrap_or_else(|e| panic!("end-to-end run on envtest: {e:#}"));
+    println!(
+        "control planes started in {:.1}s, registered in {:.1}s\n{report}",
+        planes.as_secs_f64(),
+        registered.as_secs_f64()
+    );
+    assert_eq!(report.nodegroups.len(), 1, "{report}");
+    assert!(report.nodegroups[0].ends_with("=XS"), "cheapest packing: one XS, {report}");
+    // Every call the hub made in the workload cluster went through the minted identity, and the
+    // real server's RBAC refused none of them (the audit log of the workload plane says so).
+    let audited = audited_requests(&audit_log);
+    println!("the hub's requests in the workload cluster (verb resource code: count): {audited:?}");
+    assert!(audited.keys().any(|k| k.starts_with("create nodegroups 201")), "{audited:?}");
+    assert!(audited.keys().any(|k| k.starts_with("delete nodegroups 200")), "{audited:?}");
+    let refused: Vec<&String> = audited.keys().filter(|k| k.ends_with(" 403") || k.ends_with(" 401")).collect();
+    assert!(refused.is_empty(), "requests of the hub refused by the real server's RBAC: {refused:?}");
+    // Nothing of the run is left, as the real servers show it.
+    let lp = ListParams::default();
+    let run_ns = |ns: &Namespace| ns.labels().get(RUN_LABEL) == Some(&cfg.run_id);
+    let namespaces = Api::<Namespace>::all(mgmt_client.clone()).list(&lp).await.unwrap().items;
+    assert!(!namespaces.iter().any(|ns| run_ns(ns) && ns.name_any() != scratch_ns), "management namespaces left");
+    assert!(Api::<NodeClaim>::all(mgmt_client).list(&lp).await.unwrap().items.is_empty());
+    assert!(Api::<NodeGroup>::all(admin.clone()).list(&lp).await.unwrap().items.is_empty());
+    let pods = Api::<Pod>::all(admin.clone()).list(&lp).await.unwrap().items;
+    assert!(!pods.iter().any(|p| p.labels().get(RUN_LABEL) == Some(&cfg.run_id)), "pods left");
+    let nodes = Api::<Node>::all(admin).list(&lp.labels(labels::CLEVER_NODEGROUP)).await.unwrap().items;
+    let nodes: Vec<String> = nodes.iter().map(ResourceExt::name_any).collect();
+    assert!(nodes.is_empty(), "Nodes of NodeGroups left: {nodes:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The audit policy of the workload plane: every request of the hub's identity, metadata only.
+const HUB_AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    users: [\"system:serviceaccount:karpenter-hub:karpenter-hub\"]
+  - level: None
+";
+
+/// The hub identity's requests in the audit log, by `verb resource[/subresource] code`.
+fn audited_requests(log: &Path) -> BTreeMap<String, u64> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut seen = BTreeMap::new();
+    for line in text.lines() {
+        let event: Value = serde_json::from_str(line).unwrap();
+        let r = &event["objectRef"];
+        let sub = r["subresource"].as_str().map(|s| format!("/{s}")).unwrap_or_default();
+        let key = format!(
+            "{} {}{sub} {}",
+            event["verb"].as_str().unwrap_or("?"),
+            r["resource"].as_str().unwrap_or("?"),
+            event["responseStatus"]["code"]
+        );
+        *seen.entry(key).or_default() += 1;
+    }
+    seen
+}
+
 /// The install steps alone, on bare emulators: CRDs created on a cluster without them, replaced on
 /// a second run; the NodeGroup CRD installed where missing, left alone where served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -930,6 +1078,7 @@ async fn the_install_steps_are_idempotent() {
     let cluster = |server: &ApiServer| Cluster {
         name: server.name().to_string(),
         kubeconfig: PathBuf::from(server.name()),
+        hub_kubeconfig: PathBuf::from(server.name()),
         mgmt_ns: String::new(),
         client: server.client(),
         scenario: SCENARIOS[0],
@@ -975,6 +1124,7 @@ async fn a_failed_run_still_cleans_up_after_itself() {
         workload_kubeconfigs: vec![alpha_path],
         // The binder marks the pods unschedulable (so the hub provisions), but nothing serves NodeGroups.
         sim_cke: Some(vec![SimCkeConfig { nodegroups: false, ..operator::sandbox::quick_cke(1) }]),
+        hub_kubeconfigs: None,
         deadlines: Deadlines { running: Duration::from_secs(5), ..Deadlines::emulated() },
         run_id: new_run_id(),
     };
