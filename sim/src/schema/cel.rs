@@ -83,7 +83,7 @@ impl Rule {
     /// The rule rendered like Go's `%#v` of `apiextensions.ValidationRule` (the bad value of rule errors).
     pub(crate) fn go_struct(&self) -> String {
         // ErrorBody prints the rule struct as JSON, fields in declaration order, nil pointers as null.
-        let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+        let q = super::gofmt::go_json_str;
         let reason = self.reason.as_deref().map(q).unwrap_or_else(|| "null".into());
         let old = self.optional_old_self.map(|b| b.to_string()).unwrap_or_else(|| "null".into());
         format!(

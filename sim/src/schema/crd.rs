@@ -856,11 +856,7 @@ fn openapi_schema(
             ));
         }
         if !fp.is_empty() && node.is_some_and(|n| cel::normalize_field_path(fp, n).is_none()) {
-            schema_errs.push(FieldError::invalid_str(
-                &errors::child(&rp, "fieldPath"),
-                fp,
-                "fieldPath must be a valid path",
-            ));
+            schema_errs.push(FieldError::invalid_str(&errors::child(&rp, "fieldPath"), fp, "must be a valid path"));
         }
     }
     // CEL compilation and cost, only for a clean subtree.

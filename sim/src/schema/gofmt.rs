@@ -118,6 +118,17 @@ pub(crate) fn sharp_v(v: &Value) -> String {
     }
 }
 
+/// `encoding/json` string encoding: like JSON, with `<`, `>`, `&`, U+2028 and U+2029 escaped (HTML-safe).
+pub(crate) fn go_json_str(s: &str) -> String {
+    serde_json::to_string(s)
+        .unwrap_or_default()
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029")
+}
+
 /// `encoding/json.Marshal` of a decoded JSON value (sorted keys, Go float formatting).
 pub(crate) fn go_json(v: &Value) -> String {
     match v {
@@ -127,13 +138,10 @@ pub(crate) fn go_json(v: &Value) -> String {
             GoNum::Int(i) => i.to_string(),
             GoNum::Float(f) => go_json_float(f),
         },
-        Value::String(s) => serde_json::to_string(s).unwrap_or_default(),
+        Value::String(s) => go_json_str(s),
         Value::Array(items) => format!("[{}]", items.iter().map(go_json).collect::<Vec<_>>().join(",")),
         Value::Object(map) => {
-            let inner: Vec<String> = map
-                .iter()
-                .map(|(k, v)| format!("{}:{}", serde_json::to_string(k).unwrap_or_default(), go_json(v)))
-                .collect();
+            let inner: Vec<String> = map.iter().map(|(k, v)| format!("{}:{}", go_json_str(k), go_json(v))).collect();
             format!("{{{}}}", inner.join(","))
         }
     }

@@ -364,7 +364,7 @@ fn compile_rejects_uncompilable_rules() {
     let errs = compile_err(json!({"type": "object", "x-kubernetes-validations": [{"rule": "self.a >"}]}));
     assert_eq!(errs.len(), 1);
     assert!(
-        errs[0].starts_with("spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule: Invalid value: {\"Rule\":\"self.a >\""),
+        errs[0].starts_with("spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule: Invalid value: {\"Rule\":\"self.a \\u003e\""),
         "{errs:?}"
     );
     assert!(errs[0].contains("compilation failed"));
