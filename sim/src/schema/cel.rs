@@ -282,7 +282,7 @@ fn compile_expression(src: &str, is_rule: bool) -> Result<Program, String> {
 fn check_expr(e: &Expression, scope: &mut Vec<String>) -> Result<(), String> {
     match &e.expr {
         Expr::Ident(name) => {
-            if name.starts_with('@') || scope.iter().any(|s| s == name) {
+            if name.starts_with('@') || scope.iter().any(|s| s == name) || TYPE_NAMES.contains(&name.as_str()) {
                 Ok(())
             } else {
                 Err(format!("undeclared reference to '{name}' (in container '')"))
@@ -572,11 +572,49 @@ fn dyn_identity(_ftx: &celcrate::FunctionContext, v: celcrate::Value) -> Result<
     Ok(v)
 }
 
+/// The type identifiers of CEL's standard environment (`type(self) == int`), which the cel crate lacks.
+const TYPE_NAMES: &[&str] = &["int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type"];
+
+/// A CEL type value: what `type(x)` returns and what `int`, `string`... name.
+#[derive(Debug, PartialEq, Eq)]
+struct CelType(&'static str);
+
+impl celcrate::objects::Opaque for CelType {
+    fn runtime_type_name(&self) -> &str {
+        "type"
+    }
+}
+
+/// `type(x)`.
+fn type_of(_ftx: &celcrate::FunctionContext, v: celcrate::Value) -> Result<celcrate::Value, ExecutionError> {
+    use celcrate::Value as V;
+    let name = match &v {
+        V::Int(_) => "int",
+        V::UInt(_) => "uint",
+        V::Float(_) => "double",
+        V::Bool(_) => "bool",
+        V::String(_) => "string",
+        V::Bytes(_) => "bytes",
+        V::List(_) => "list",
+        V::Map(_) => "map",
+        V::Null => "null_type",
+        V::Duration(_) => "google.protobuf.Duration",
+        V::Timestamp(_) => "google.protobuf.Timestamp",
+        V::Opaque(o) if o.runtime_type_name() == "type" => "type",
+        _ => "dyn",
+    };
+    Ok(V::Opaque(Arc::new(CelType(name))))
+}
+
 thread_local! {
     /// The cel crate's context is not `Sync`; one per thread, with Kubernetes' libraries registered once.
     static BASE: Context<'static> = {
         let mut ctx = Context::default().with_all();
         ctx.add_function("dyn", dyn_identity);
+        ctx.add_function("type", type_of);
+        for &t in TYPE_NAMES {
+            ctx.add_variable_from_value(t, celcrate::Value::Opaque(Arc::new(CelType(t))));
+        }
         ctx
     };
 }

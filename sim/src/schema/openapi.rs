@@ -227,7 +227,11 @@ fn string_check(node: &Node, data: &Value, path: &str, out: &mut Vec<OaError>) {
 /// `IsValueValidAgainstRange`: the value, printed the way Go prints it, must parse as the schema's
 /// type and format (an integer, an int32...). Reported as a plain error, so rooted at the object.
 fn range_check(node: &Node, n: GoNum, path: &str, out: &mut Vec<OaError>) {
-    let Some(ty) = node.types.first() else { return };
+    // Only for a single declared type: int-or-string values are not range-checked.
+    let [ty] = node.types.as_slice() else { return };
+    if node.int_or_string {
+        return;
+    }
     let text = match n {
         GoNum::Int(i) => i.to_string(),
         // strconv.FormatFloat(f, 'f', -1, 64): no exponent, shortest representation.
