@@ -221,8 +221,9 @@ pub(crate) fn estimate(expr: &Expression, root: &Decl) -> Range {
     c.cost(expr).cost
 }
 
-/// The first field a rule selects on an object type that does not declare it: cel-go's checker
-/// refuses such a rule (`undefined field 'b'`), so the apiserver refuses the CRD.
+/// The first type error cel-go's checker would find that the coarse typing here can see: a field the
+/// object type does not declare (`undefined field 'b'`), or a string function on a declared
+/// non-string (`found no matching overload for 'startsWith'`). The apiserver refuses such a CRD.
 pub(crate) fn undefined_field(expr: &Expression, root: &Decl) -> Option<String> {
     let mut c = Coster { root, scopes: HashMap::new(), undefined: None };
     c.cost(expr);
@@ -304,7 +305,7 @@ impl<'d> Coster<'d> {
                     && !fields.contains_key(&sel.field)
                     && self.undefined.is_none()
                 {
-                    self.undefined = Some(sel.field.clone());
+                    self.undefined = Some(format!("undefined field '{}'", sel.field));
                 }
                 if sel.test {
                     return Est {
@@ -418,6 +419,34 @@ impl<'d> Coster<'d> {
 
     fn call(&mut self, name: &str, target: Option<&Expression>, args: &[Expression]) -> Est<'d> {
         let args_est: Vec<Est<'d>> = args.iter().map(|a| self.cost(a)).collect();
+        // String-only member functions on a value the schema declares as something else: cel-go's
+        // checker finds no overload.
+        const STRING_ONLY: &[&str] = &[
+            "startsWith",
+            "endsWith",
+            "matches",
+            "lowerAscii",
+            "upperAscii",
+            "trim",
+            "split",
+            "replace",
+            "substring",
+            "charAt",
+            "find",
+            "findAll",
+            "contains",
+        ];
+        if STRING_ONLY.contains(&name)
+            && let Some(t) = target
+            && self.undefined.is_none()
+        {
+            let t = self.cost(t);
+            if let Some(d) = t.decl
+                && !matches!(d.kind, DeclKind::String | DeclKind::Dyn)
+            {
+                self.undefined = Some(format!("found no matching overload for '{name}'"));
+            }
+        }
         let arg_sum = args_est.iter().fold(Range::fixed(0), |acc, a| acc.add(a.cost));
         if name == "dyn"
             && let Some(a) = args_est.first()

@@ -875,7 +875,7 @@ fn openapi_schema(
         };
         let undefined = match (&rule.program, &decl) {
             (Ok(p), Some(d)) => cost::undefined_field(p.expression(), d)
-                .map(|f| format!("compilation failed: ERROR: <input>: undefined field '{f}'"))
+                .map(|f| format!("compilation failed: ERROR: <input>: {f}"))
                 .or_else(|| {
                     cost::not_bool(p.expression(), d).then(|| "cel expression must evaluate to a bool".to_string())
                 }),
