@@ -129,6 +129,9 @@ macro_rules! on_both_targets {
 }
 
 on_both_targets! {
+    delete_answers_a_status_or_the_object,
+    unknown_fields_of_built_in_kinds,
+    list_items_carry_type_meta_only_for_custom_resources,
     discovery_serves_builtin_kinds_and_crds,
     create_sets_server_metadata_and_generate_name,
     create_existing_is_409_and_missing_is_404,
@@ -502,7 +505,7 @@ async fn strategic_merge_patch_on_nodes(t: Target) {
         )
         .await
         .unwrap();
-    assert!(out.metadata.finalizers.unwrap_or_default().is_empty());
+    assert_eq!(out.metadata.finalizers, None, "an empty list of finalizers is not kept");
     nodes.delete(&name, &DeleteParams::default()).await.unwrap();
     t.cleanup().await;
 }
@@ -767,8 +770,95 @@ async fn delete_precondition_mismatch_conflicts(t: Target) {
         ..Default::default()
     };
     let s = api_err(cms.delete("p", &dp).await);
-    assert_eq!(s.code, 409);
+    assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"));
+    assert!(s.message.contains("does not match the UID in record"), "{}", s.message);
     assert!(cms.get("p").await.is_ok());
+    t.cleanup().await;
+}
+
+/// What a delete answers: a success Status naming the object when it is gone at once (most
+/// kinds), the object itself for pods, and the object with its deletionTimestamp when the delete
+/// only marks it (finalizers).
+async fn delete_answers_a_status_or_the_object(t: Target) {
+    let cms: Api<ConfigMap> = t.api();
+    let created = cms.create(&PostParams::default(), &cm("gone", json!({}))).await.unwrap();
+    let status = cms.delete("gone", &DeleteParams::default()).await.unwrap().right().expect("a Status, not the object");
+    assert_eq!(status.status, Some(kube::core::response::StatusSummary::Success));
+    let d = status.details.unwrap();
+    assert_eq!((d.name.as_str(), d.kind.as_str()), ("gone", "configmaps"));
+    assert_eq!(Some(d.uid), created.metadata.uid);
+    let mut held = cm("held", json!({}));
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    cms.create(&PostParams::default(), &held).await.unwrap();
+    let marked = cms.delete("held", &DeleteParams::default()).await.unwrap().left().expect("the object, not a Status");
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    cms.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await.unwrap();
+    let pods: Api<Pod> = t.api();
+    pods.create(&PostParams::default(), &pod("p", json!({}))).await.unwrap();
+    let deleted = pods.delete("p", &DeleteParams::default()).await.unwrap().left().expect("the pod, not a Status");
+    assert_eq!(deleted.metadata.name.as_deref(), Some("p"));
+    t.cleanup().await;
+}
+
+/// Fields a built-in kind does not have are dropped with a `Warning: unknown field` header, or
+/// refused with `fieldValidation=Strict` (400, strict decoding error); a Secret's data must be
+/// base64 (400).
+async fn unknown_fields_of_built_in_kinds(t: Target) {
+    let path = format!("/api/v1/namespaces/{}/configmaps", t.ns);
+    let body =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "u"}, "data": {"k": "v"}, "bogus": 1});
+    let send = |query: &'static str, body: Value| {
+        let client = t.client.clone();
+        let uri = format!("{path}{query}");
+        async move {
+            let req = http::Request::post(uri)
+                .header("content-type", "application/json")
+                .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+                .unwrap();
+            let resp = client.send(req).await.unwrap();
+            let warnings: Vec<String> =
+                resp.headers().get_all("warning").iter().map(|h| h.to_str().unwrap().to_string()).collect();
+            let code = resp.status().as_u16();
+            let body: Value = serde_json::from_slice(&resp.into_body().collect_bytes().await.unwrap()).unwrap();
+            (code, warnings, body)
+        }
+    };
+    let (code, _, status) = send("?fieldValidation=Strict", body.clone()).await;
+    assert_eq!((code, status["reason"].as_str()), (400, Some("BadRequest")), "{status}");
+    assert_eq!(
+        status["message"],
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"bogus\""
+    );
+    let (code, warnings, created) = send("", body).await;
+    assert_eq!(code, 201);
+    assert_eq!(warnings, [r#"299 - "unknown field \"bogus\"""#]);
+    assert!(created.get("bogus").is_none(), "{created}");
+    assert_eq!(created["data"]["k"], "v");
+    let bad = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {"k": "!!"}});
+    let s = api_err(t.client.request_text(http_post(&format!("/api/v1/namespaces/{}/secrets", t.ns), &bad)).await);
+    assert_eq!(s.code, 400);
+    assert!(s.message.contains("illegal base64 data"), "{}", s.message);
+    t.cleanup().await;
+}
+
+/// A list of a built-in kind carries apiVersion and kind once, not in each item; a list of a
+/// custom resource has them in every item too.
+async fn list_items_carry_type_meta_only_for_custom_resources(t: Target) {
+    let cms: Api<ConfigMap> = t.api();
+    cms.create(&PostParams::default(), &cm("typed", json!({}))).await.unwrap();
+    let w = widgets(&t).await;
+    w.create(&PostParams::default(), &widget("typed", json!({"size": 1}))).await.unwrap();
+    let get = |path: String| {
+        let client = t.client.clone();
+        async move { client.request::<Value>(http::Request::get(path).body(Vec::new()).unwrap()).await.unwrap() }
+    };
+    let list = get(format!("/api/v1/namespaces/{}/configmaps", t.ns)).await;
+    assert_eq!((list["kind"].as_str(), list["apiVersion"].as_str()), (Some("ConfigMapList"), Some("v1")));
+    let item = list["items"].as_array().unwrap().iter().find(|i| i["metadata"]["name"] == "typed").unwrap();
+    assert!(item.get("kind").is_none() && item.get("apiVersion").is_none(), "{item}");
+    let list = get(format!("/apis/conformance.karpenter.clever-cloud.com/v1/namespaces/{}/widgets", t.ns)).await;
+    assert_eq!(list["items"][0]["kind"], "Widget");
+    assert_eq!(list["items"][0]["apiVersion"], "conformance.karpenter.clever-cloud.com/v1");
     t.cleanup().await;
 }
 
@@ -987,6 +1077,26 @@ async fn pod_create_defaults(t: Target) {
         tol.iter()
             .any(|t| t.key.as_deref() == Some("node.kubernetes.io/not-ready") && t.toleration_seconds == Some(300))
     );
+    // A tagged image is pulled if not present.
+    assert_eq!(spec.containers[0].image_pull_policy.as_deref(), Some("IfNotPresent"));
+    assert_eq!(p.metadata.generation, Some(1), "pods have a generation (Kubernetes 1.34+)");
+    // Requests default to limits (what the scheduler, and the hub, count); an untagged image is
+    // always pulled.
+    let limited: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "limited"},
+        "spec": {
+            "schedulerName": "karpenter-hub-conformance-none",
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]
+        }
+    }))
+    .unwrap();
+    let p = pods.create(&PostParams::default(), &limited).await.unwrap();
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let requests = c.resources.as_ref().and_then(|r| r.requests.clone()).expect("requests defaulted");
+    assert_eq!(requests.get("cpu").map(|q| q.0.as_str()), Some("1"));
+    assert_eq!(requests.get("memory").map(|q| q.0.as_str()), Some("1Gi"));
+    assert_eq!(c.image_pull_policy.as_deref(), Some("Always"));
+    assert_eq!(p.status.unwrap().qos_class.as_deref(), Some("Guaranteed"));
     t.cleanup().await;
 }
 

@@ -10,6 +10,7 @@
 //!
 //! What is simplified, and how, is written down in `docs/emulator.md`.
 
+mod builtin;
 mod faults;
 mod object;
 mod openapi;

@@ -107,7 +107,8 @@ const BUILTINS: &[B] = &[
         namespaced: true,
         short: &["po"],
         sub: &["status", "binding", "eviction"],
-        generation: false,
+        // Since Kubernetes 1.34 (PodObservedGenerationTracking).
+        generation: true,
         selectable: &[
             "spec.nodeName",
             "spec.restartPolicy",

@@ -330,13 +330,13 @@ async fn handle(
                 }
                 json_response(200, &grp)
             }
-            None => error_response(&ApiError::not_found_path()),
+            None => page_not_found(),
         },
         Route::GroupVersion(g, v) => match resource_list(&shared, &g, &v) {
             Some(l) => json_response(200, &l),
-            None => error_response(&ApiError::not_found_path()),
+            None => page_not_found(),
         },
-        Route::NotFound => error_response(&ApiError::not_found_path()),
+        Route::NotFound => page_not_found(),
         Route::OpenApiV2 => {
             let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
             if accept.contains("protobuf") {
@@ -361,7 +361,13 @@ async fn handle(
         },
         Route::Resource(p) => {
             let res = lock(&shared.store).registry.get(&p.group, &p.version, &p.plural);
-            let Some(res) = res else { return error_response(&ApiError::not_found_path()) };
+            let Some(res) = res else {
+                // An unserved group/version is no API at all (Go's mux); a served one answers a Status.
+                if resource_list(&shared, &p.group, &p.version).is_none() {
+                    return page_not_found();
+                }
+                return error_response(&ApiError::not_found_path());
+            };
             if p.ns.is_some() && !res.namespaced {
                 return error_response(&ApiError::not_found_path());
             }
@@ -529,9 +535,36 @@ async fn resource_request(
         let unknown = schema.unknown_fields(&v);
         if !unknown.is_empty() {
             let list: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
-            return Err(ApiError::bad_request(format!("strict decoding error: {}", list.join(", "))));
+            return Err(ApiError::bad_request(format!(
+                "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+                list.join(", "),
+                kind = res.kind,
+                version = res.version
+            )));
         }
     }
+    // Unknown fields of a built-in kind: dropped with a warning, or refused when Strict.
+    let field_validation = q.get("fieldValidation").map_or("Warn", String::as_str);
+    let check_builtin = |v: &mut Value| -> Result<Vec<String>, ApiError> {
+        if res.schema.is_some() || p.sub.is_some() || field_validation == "Ignore" {
+            return Ok(Vec::new());
+        }
+        let Some(unknown) = super::builtin::unknown_fields(res, v) else { return Ok(Vec::new()) };
+        if unknown.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+        if field_validation == "Strict" {
+            return Err(ApiError::bad_request(format!(
+                "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+                list.join(", "),
+                kind = res.kind,
+                version = res.version
+            )));
+        }
+        super::builtin::prune(v, &unknown);
+        Ok(list)
+    };
     let metadata_only = wants_metadata(headers);
     let render_one = |obj: &Arc<Value>, code: u16| -> Response {
         let obj = present(res, obj);
@@ -583,11 +616,13 @@ async fn resource_request(
             Ok(list_response(res, &list.items, &meta))
         }
         ("create", None) => {
-            let obj = parse_body(body, false)?;
+            let mut obj = parse_body(body, false)?;
+            let mut warnings = check_builtin(&mut obj)?;
             let mut st = write_store(shared, dry_run);
             let (o, w) = st.create(res, ns, obj)?;
             drop(st);
-            Ok(with_warnings(render_one(&o, 201), &w))
+            warnings.extend(w);
+            Ok(with_warnings(render_one(&o, 201), &warnings))
         }
         ("create", Some("binding")) => {
             let b = parse_body(body, false)?;
@@ -613,6 +648,17 @@ async fn resource_request(
             out["metadata"] =
                 json!({"name": name, "namespace": ns, "creationTimestamp": null, "uid": sa.pointer("/metadata/uid")});
             out["status"] = json!({"token": token, "expirationTimestamp": exp});
+            // The spec as defaulted: the API server's audience, an hour, no bound object.
+            if !out["spec"].is_object() {
+                out["spec"] = json!({});
+            }
+            out["spec"]["expirationSeconds"] = json!(secs);
+            if out["spec"].get("audiences").is_none_or(|a| a.as_array().is_none_or(Vec::is_empty)) {
+                out["spec"]["audiences"] = json!(["https://kubernetes.default.svc.cluster.local"]);
+            }
+            if out["spec"].get("boundObjectRef").is_none() {
+                out["spec"]["boundObjectRef"] = Value::Null;
+            }
             Ok(json_response(201, &out))
         }
         ("get", Some("scale")) => {
@@ -630,10 +676,10 @@ async fn resource_request(
                 let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
                 match PatchType::from_content_type(ct) {
                     Some(PatchType::Json) => {
-                        super::patch::json_patch(&mut scale, &body_v).map_err(|e| ApiError::new(422, "Invalid", e))?
+                        super::patch::json_patch(&mut scale, &body_v).map_err(|_| ApiError::json_patch_failed())?
                     }
                     Some(_) => super::patch::merge_patch(&mut scale, &body_v),
-                    None => return Err(ApiError::unsupported_media_type(ct)),
+                    None => return Err(ApiError::unknown_patch_type()),
                 }
             }
             let replicas = scale.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
@@ -648,25 +694,38 @@ async fn resource_request(
             Ok(with_warnings(json_response(200, &to_scale(res, &o)), &w))
         }
         ("update", None) | ("update", Some("status")) | ("update", Some("finalize")) => {
-            let obj = parse_body(body, false)?;
+            let mut obj = parse_body(body, false)?;
+            let mut warnings = check_builtin(&mut obj)?;
             let mut st = write_store(shared, dry_run);
             let (o, w) = st.update(res, ns, name, obj, sub)?;
             drop(st);
-            Ok(with_warnings(render_one(&o, 200), &w))
+            warnings.extend(w);
+            Ok(with_warnings(render_one(&o, 200), &warnings))
         }
         ("patch", None) | ("patch", Some("status")) => {
             let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-            let ty = PatchType::from_content_type(ct).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
+            let ty = PatchType::from_content_type(ct).ok_or_else(ApiError::unknown_patch_type)?;
             if ty == PatchType::Apply && !q.contains_key("fieldManager") {
-                return Err(ApiError::bad_request(
-                    "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
-                ));
+                return Err(ApiError {
+                    details: Some(json!({"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [{
+                        "reason": "FieldValueRequired",
+                        "message": "Required value: is required for apply patch",
+                        "field": "fieldManager"
+                    }]})),
+                    ..ApiError::new(
+                        422,
+                        "Invalid",
+                        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+                    )
+                });
             }
-            let patch = parse_body(body, ty == PatchType::Apply)?;
+            let mut patch = parse_body(body, ty == PatchType::Apply)?;
+            let mut warnings = if ty == PatchType::Json { Vec::new() } else { check_builtin(&mut patch)? };
             let mut st = write_store(shared, dry_run);
             let (o, w, created) = st.patch(res, ns, name, ty, &patch, sub)?;
             drop(st);
-            Ok(with_warnings(render_one(&o, if created { 201 } else { 200 }), &w))
+            warnings.extend(w);
+            Ok(with_warnings(render_one(&o, if created { 201 } else { 200 }), &warnings))
         }
         ("delete", None) => {
             let raw = if body.is_empty() { json!({}) } else { parse_body(body, false)? };
@@ -680,7 +739,10 @@ async fn resource_request(
                 opts.propagation = Some(pp.clone());
             }
             let o = write_store(shared, dry_run).delete(res, ns, name, &opts)?;
-            Ok(render_one(&o, 200))
+            Ok(match deleted_status(res, &o) {
+                Some(status) => json_response(200, &status),
+                None => render_one(&o, 200),
+            })
         }
         ("deletecollection", None) => {
             let labels = LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str))
@@ -703,6 +765,39 @@ async fn resource_request(
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// kube-apiserver's answer for a path no API serves: plain text, not a Status.
+fn page_not_found() -> Response {
+    let mut r = Response::new(Body::from("404 page not found\n"));
+    *r.status_mut() = StatusCode::NOT_FOUND;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    r
+}
+
+/// What a delete answers when the object is gone at once: kube-apiserver's stores answer a
+/// success Status naming it, except those of pods, services and namespaces, which return the
+/// object (as does any delete that only marks the object, for finalizers or a grace period).
+fn deleted_status(res: &Resource, deleted: &Value) -> Option<Value> {
+    let returns_object = res.group.is_empty() && matches!(res.plural.as_str(), "pods" | "services" | "namespaces");
+    if returns_object || deleted.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()) {
+        return None;
+    }
+    let mut details = json!({
+        "name": meta_str(deleted, "name").unwrap_or(""),
+        "kind": res.plural,
+        "uid": meta_str(deleted, "uid").unwrap_or(""),
+    });
+    if !res.group.is_empty() {
+        details["group"] = json!(res.group);
+    }
+    let mut status = super::status::success(200);
+    if let Some(o) = status.as_object_mut() {
+        o.remove("code");
+        o.insert("details".into(), details);
+    }
+    Some(status)
 }
 
 /// The store locked for a write; with `dry_run` (a `dryRun=All` request) the write is computed and
@@ -783,7 +878,13 @@ fn field_selector(res: &Resource, q: &BTreeMap<String, String>) -> Result<FieldS
             || (f == "metadata.namespace" && res.namespaced)
             || res.selectable.iter().any(|s| s == f);
         if !ok {
-            return Err(ApiError::bad_request(format!("field label not supported: {f}")));
+            // Kinds with field selectors of their own (pods, nodes, custom resources) word it so;
+            // the others get the generic conversion's message.
+            return Err(ApiError::bad_request(if res.schema.is_none() && res.selectable.is_empty() {
+                format!("\"{f}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"")
+            } else {
+                format!("field label not supported: {f}")
+            }));
         }
     }
     Ok(fs)
@@ -799,11 +900,20 @@ fn list_response(res: &Resource, items: &[Arc<Stored>], meta: &Value) -> Respons
     buf.extend_from_slice(b",\"metadata\":");
     let _ = serde_json::to_writer(&mut buf, meta);
     buf.extend_from_slice(b",\"items\":[");
+    // kube-apiserver lists built-in kinds without each item's apiVersion and kind (custom
+    // resources keep theirs): a client must take them from the list.
+    let builtin = res.schema.is_none();
     for (i, o) in items.iter().enumerate() {
         if i > 0 {
             buf.push(b',');
         }
-        buf.extend_from_slice(&present_raw(res, o));
+        if builtin && let Ok(mut item) = serde_json::from_slice::<serde_json::Map<String, Value>>(&o.raw) {
+            item.remove("apiVersion");
+            item.remove("kind");
+            let _ = serde_json::to_writer(&mut buf, &item);
+        } else {
+            buf.extend_from_slice(&present_raw(res, o));
+        }
     }
     buf.extend_from_slice(b"]}");
     let mut r = Response::new(Body::from(buf));

@@ -93,10 +93,14 @@ impl ApiError {
             .iter()
             .map(|e| {
                 let (field, m) = e.split_once(": ").unwrap_or(("", e.as_str()));
-                json!({"reason": "FieldValueInvalid", "message": m, "field": field})
+                json!({"reason": cause_reason(m), "message": m, "field": field})
             })
             .collect();
-        let mut d = json!({"name": name, "kind": res.kind, "causes": causes});
+        let mut d = json!({"kind": res.kind, "causes": causes});
+        // A nameless object's details have no name (Go's omitempty).
+        if !name.is_empty() {
+            d["name"] = json!(name);
+        }
         if !res.group.is_empty() {
             d["group"] = json!(res.group);
         }
@@ -119,7 +123,42 @@ impl ApiError {
     }
 
     pub fn not_found_path() -> ApiError {
-        ApiError::new(404, "NotFound", "the server could not find the requested resource")
+        ApiError {
+            details: Some(json!({})),
+            ..ApiError::new(404, "NotFound", "the server could not find the requested resource")
+        }
+    }
+
+    /// A delete precondition (uid or resourceVersion) that does not hold; `what` is `UID` or
+    /// `ResourceVersion`. kube-apiserver names the kind here, not the resource.
+    pub fn precondition_failed(res: &Resource, name: &str, what: &str, wanted: &str, actual: &str) -> ApiError {
+        let hint = if what == "UID" {
+            "The object might have been deleted and then recreated"
+        } else {
+            "The object might have been modified"
+        };
+        let mut d = details(res, name);
+        d["kind"] = json!(res.kind);
+        ApiError {
+            details: Some(d),
+            ..ApiError::new(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{name}\": the {what} in the precondition ({wanted}) does not match the {what} in record ({actual}). {hint}",
+                    res.kind
+                ),
+            )
+        }
+    }
+
+    /// A JSON patch that does not apply (a failed `test`, a missing path): kube-apiserver's 422
+    /// says only this, whatever the operation.
+    pub fn json_patch_failed() -> ApiError {
+        ApiError {
+            details: Some(json!({})),
+            ..ApiError::new(422, "Invalid", "the server rejected our request due to an error in our request")
+        }
     }
 
     pub fn gone(msg: impl Into<String>) -> ApiError {
@@ -130,14 +169,21 @@ impl ApiError {
         ApiError::new(500, "InternalError", format!("Internal error occurred: {}", msg.into()))
     }
 
-    pub fn unsupported_media_type(ct: &str) -> ApiError {
+    /// A patch type the resource does not take (strategic merge on a custom resource).
+    pub fn unsupported_patch_type() -> ApiError {
         ApiError::new(
             415,
             "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {ct})"
-            ),
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
         )
+    }
+
+    /// A PATCH whose content type is no patch type at all.
+    pub fn unknown_patch_type() -> ApiError {
+        ApiError {
+            details: Some(json!({})),
+            ..ApiError::new(415, "UnsupportedMediaType", "415: Unsupported Media Type")
+        }
     }
 
     pub fn unauthorized() -> ApiError {
@@ -168,14 +214,31 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         });
+        // Errors without a reason (a plain Go error turned into a 500) have none in their Status.
+        if !self.reason.is_empty() {
+            s["reason"] = json!(self.reason);
+        }
         if let Some(d) = &self.details {
             s["details"] = d.clone();
         }
         s
     }
+}
+
+/// The reason of a field error's cause, from its message, as Go's `field.Error` types name them.
+fn cause_reason(message: &str) -> &'static str {
+    const REASONS: [(&str, &str); 7] = [
+        ("Required value", "FieldValueRequired"),
+        ("Forbidden", "FieldValueForbidden"),
+        ("Unsupported value", "FieldValueNotSupported"),
+        ("Duplicate value", "FieldValueDuplicate"),
+        ("Too long", "FieldValueTooLong"),
+        ("Too many", "FieldValueTooMany"),
+        ("Not found", "FieldValueNotFound"),
+    ];
+    REASONS.iter().find(|(prefix, _)| message.starts_with(prefix)).map_or("FieldValueInvalid", |(_, r)| r)
 }
 
 /// A success `Status` (binding, eviction, some deletes).

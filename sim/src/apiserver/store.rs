@@ -284,6 +284,7 @@ impl State {
 
     /// Stores `obj` under a new resourceVersion and emits ADDED/MODIFIED.
     fn put(&mut self, key: &ResKey, ns: &str, name: &str, mut obj: Value) -> Arc<Value> {
+        drop_empty_metadata(&mut obj);
         if self.dry_run {
             // Validated and computed, not stored: the current resourceVersion, no event.
             let rv = meta_str(&obj, "resourceVersion").unwrap_or("").to_string();
@@ -462,7 +463,8 @@ impl State {
             name = format!("{}{}", &prefix[..cut], suffix);
         }
         if meta_str(&obj, "resourceVersion").is_some_and(|rv| !rv.is_empty()) {
-            return Err(ApiError::internal("resourceVersion should not be set on objects to be created"));
+            // kube-apiserver answers a bare 500, without a reason.
+            return Err(ApiError::new(500, "", "resourceVersion should not be set on objects to be created"));
         }
         if res.namespaced {
             self.check_namespace(res, &ns, &name)?;
@@ -574,12 +576,14 @@ impl State {
                             }
                         }
                     }
-                    if let Some(cs) = s.get_mut("containers").and_then(Value::as_array_mut) {
+                    for list in ["initContainers", "containers"] {
+                        let Some(cs) = s.get_mut(list).and_then(Value::as_array_mut) else { continue };
                         for c in cs.iter_mut().filter_map(Value::as_object_mut) {
                             c.entry("terminationMessagePath").or_insert(json!("/dev/termination-log"));
                             c.entry("terminationMessagePolicy").or_insert(json!("File"));
-                            c.entry("imagePullPolicy").or_insert(json!("IfNotPresent"));
-                            c.entry("resources").or_insert(json!({}));
+                            let policy = default_pull_policy(c.get("image").and_then(Value::as_str).unwrap_or(""));
+                            c.entry("imagePullPolicy").or_insert(json!(policy));
+                            default_requests_from_limits(c.entry("resources").or_insert(json!({})));
                         }
                     }
                 }
@@ -600,9 +604,22 @@ impl State {
                 }
             }
             ("", "secrets") => {
+                use base64::Engine;
+                // Secret data is base64 (kube-apiserver fails to decode anything else: a 400).
+                let bad = o.get("data").and_then(Value::as_object).and_then(|d| {
+                    d.values().find_map(|v| {
+                        let text = v.as_str().unwrap_or_default();
+                        base64::engine::general_purpose::STANDARD.decode(text).err()
+                    })
+                });
+                if let Some(e) = bad {
+                    return Err(ApiError::bad_request(format!(
+                        "Secret in version \"v1\" cannot be handled as a Secret: {}",
+                        base64_error(&e)
+                    )));
+                }
                 o.entry("type").or_insert(json!("Opaque"));
                 if let Some(sd) = o.remove("stringData").and_then(|v| v.as_object().cloned()) {
-                    use base64::Engine;
                     let data = o.entry("data").or_insert_with(|| json!({}));
                     if let Some(d) = data.as_object_mut() {
                         for (k, v) in sd {
@@ -612,7 +629,14 @@ impl State {
                     }
                 }
             }
-            ("apps", "daemonsets") | ("policy", "poddisruptionbudgets") | ("", "persistentvolumeclaims") => {
+            ("policy", "poddisruptionbudgets") => {
+                // The zero status the disruption controller then fills in.
+                o.insert(
+                    "status".into(),
+                    json!({"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0, "expectedPods": 0}),
+                );
+            }
+            ("apps", "daemonsets") | ("", "persistentvolumeclaims") => {
                 o.insert("status".into(), json!({}));
             }
             ("apps", _) => {}
@@ -697,11 +721,17 @@ impl State {
                 }
             }
             _ if res.schema.is_some() => {
-                return Err(ApiError::invalid_fields(
+                // This one check names the resource (`widgets.example.com`), not the kind.
+                let mut e = ApiError::invalid_fields(
                     res,
                     name,
-                    &["metadata.resourceVersion: Invalid value: 0x0: must be specified for an update".to_string()],
-                ));
+                    &["metadata.resourceVersion: Invalid value: 0: must be specified for an update".to_string()],
+                );
+                e.message = e.message.replacen(&format!("{}.{}", res.kind, res.group), &res.qualified(), 1);
+                if let Some(d) = e.details.as_mut() {
+                    d["kind"] = json!(res.plural);
+                }
+                return Err(e);
             }
             _ => {
                 m.insert("resourceVersion".into(), Value::String(old_rv.clone()));
@@ -799,6 +829,7 @@ impl State {
             } else {
                 None
             };
+        drop_empty_metadata(&mut obj);
         // A no-op write changes nothing: same resourceVersion, no event.
         if obj == *old {
             return Ok((old, warnings));
@@ -858,10 +889,10 @@ impl State {
         let builtin = res.schema.is_none();
         match ty {
             PatchType::Merge => patch::merge_patch(&mut obj, body),
-            PatchType::Json => patch::json_patch(&mut obj, body).map_err(|e| ApiError::new(422, "Invalid", e))?,
+            PatchType::Json => patch::json_patch(&mut obj, body).map_err(|_| ApiError::json_patch_failed())?,
             PatchType::Strategic if builtin => patch::strategic_merge(&mut obj, body),
             PatchType::Strategic => {
-                return Err(ApiError::unsupported_media_type("application/strategic-merge-patch+json"));
+                return Err(ApiError::unsupported_patch_type());
             }
             PatchType::Apply => {
                 let mut applied = body.clone();
@@ -892,25 +923,17 @@ impl State {
         if let Some(uid) = &opts.precondition_uid
             && meta_str(&old, "uid") != Some(uid.as_str())
         {
-            return Err(ApiError::conflict(
-                res,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta_str(&old, "uid").unwrap_or("")
-                ),
-            ));
+            return Err(ApiError::precondition_failed(res, name, "UID", uid, meta_str(&old, "uid").unwrap_or("")));
         }
         if let Some(rv) = &opts.precondition_rv
             && meta_str(&old, "resourceVersion") != Some(rv.as_str())
         {
-            return Err(ApiError::conflict(
+            return Err(ApiError::precondition_failed(
                 res,
                 name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    meta_str(&old, "resourceVersion").unwrap_or("")
-                ),
+                "ResourceVersion",
+                rv,
+                meta_str(&old, "resourceVersion").unwrap_or(""),
             ));
         }
         let is_pod = res.group.is_empty() && res.plural == "pods";
@@ -963,6 +986,10 @@ impl State {
             let m = meta_mut(&mut obj);
             m.insert("deletionTimestamp".into(), json!(timestamp(when)));
             m.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            // A pod's graceful deletion is a change of its desired state: a new generation.
+            if is_pod && let Some(g) = m.get("generation").and_then(Value::as_i64) {
+                m.insert("generation".into(), json!(g + 1));
+            }
             if is_pod && grace == 0 && fins.is_empty() {
                 // Shortened to zero: deleted now.
                 return Ok(self.finish_delete(res, &ns, name).unwrap_or(old));
@@ -1189,13 +1216,16 @@ impl State {
             return Err(ApiError::conflict(&pods, name, "pod is being deleted, cannot be assigned to a host"));
         }
         if let Some(cur) = pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
-            return Err(ApiError::new(
-                409,
-                "Conflict",
-                format!(
-                    "Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{cur}\""
-                ),
-            ));
+            return Err(ApiError {
+                details: Some(json!({"name": name, "kind": "pods/binding"})),
+                ..ApiError::new(
+                    409,
+                    "Conflict",
+                    format!(
+                        "Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{cur}\""
+                    ),
+                )
+            });
         }
         let mut next = (*pod).clone();
         let now = self.now();
@@ -1386,6 +1416,59 @@ fn pdb_selects<'a>(pdb: &Value, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         })
     });
     ml_ok && me_ok
+}
+
+/// Go's wording of a base64 decoding error.
+fn base64_error(e: &base64::DecodeError) -> String {
+    match e {
+        base64::DecodeError::InvalidByte(i, _) | base64::DecodeError::InvalidLastSymbol(i, _) => {
+            format!("illegal base64 data at input byte {i}")
+        }
+        _ => "illegal base64 data at input byte 0".to_string(),
+    }
+}
+
+/// kube-apiserver's default pull policy: `Always` for an untagged or `:latest` image, else
+/// `IfNotPresent`.
+fn default_pull_policy(image: &str) -> &'static str {
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.split_once(':') {
+        Some((_, tag)) if tag != "latest" => "IfNotPresent",
+        _ => "Always",
+    }
+}
+
+/// A container's requests default to its limits, resource by resource (so a pod with limits only
+/// is scheduled, and classed Guaranteed, by them).
+fn default_requests_from_limits(resources: &mut Value) {
+    let Some(limits) = resources.get("limits").and_then(Value::as_object).cloned() else { return };
+    let Some(r) = resources.as_object_mut() else { return };
+    let requests = r.entry("requests").or_insert_with(|| json!({}));
+    if let Some(req) = requests.as_object_mut() {
+        for (k, v) in limits {
+            req.entry(k).or_insert(v);
+        }
+    }
+}
+
+/// Empty finalizers, labels, annotations and ownerReferences are not stored (Go's `omitempty`):
+/// removing the last finalizer leaves no `finalizers: []` behind.
+fn drop_empty_metadata(obj: &mut Value) {
+    let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) else { return };
+    for k in ["finalizers", "labels", "annotations", "ownerReferences"] {
+        let empty = match m.get(k) {
+            Some(Value::Array(a)) => a.is_empty(),
+            Some(Value::Object(o)) => o.is_empty(),
+            Some(Value::Null) => true,
+            _ => false,
+        };
+        if empty {
+            m.remove(k);
+        }
+    }
 }
 
 fn qos_class(spec: &Value) -> &'static str {

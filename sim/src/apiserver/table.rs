@@ -140,6 +140,11 @@ fn none(s: String) -> Value {
     if s.is_empty() { json!("<none>") } else { json!(s) }
 }
 
+/// A node-info cell, `<unknown>` when the kubelet has not reported it (kubectl's printer).
+fn unknown(v: String) -> Value {
+    if v.is_empty() { json!("<unknown>") } else { json!(v) }
+}
+
 fn cond_status(obj: &Value, path: &str, ty: &str) -> Option<String> {
     obj.pointer(path)?
         .as_array()?
@@ -181,7 +186,8 @@ fn builtin_cells(res: &Resource, obj: &Value, now: DateTime<Utc>) -> Vec<Value> 
         ("", "nodes") => {
             let mut status = match cond_status(obj, "/status/conditions", "Ready").as_deref() {
                 Some("True") => "Ready".to_string(),
-                _ => "NotReady".to_string(),
+                Some(_) => "NotReady".to_string(),
+                None => "Unknown".to_string(),
             };
             if p("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
                 status.push_str(",SchedulingDisabled");
@@ -208,9 +214,9 @@ fn builtin_cells(res: &Resource, obj: &Value, now: DateTime<Utc>) -> Vec<Value> 
                 json!(s(p("/status/nodeInfo/kubeletVersion"))),
                 none(addr("InternalIP")),
                 none(addr("ExternalIP")),
-                json!(s(p("/status/nodeInfo/osImage"))),
-                json!(s(p("/status/nodeInfo/kernelVersion"))),
-                json!(s(p("/status/nodeInfo/containerRuntimeVersion"))),
+                unknown(s(p("/status/nodeInfo/osImage"))),
+                unknown(s(p("/status/nodeInfo/kernelVersion"))),
+                unknown(s(p("/status/nodeInfo/containerRuntimeVersion"))),
             ]
         }
         ("", "namespaces") => vec![name, json!(s(p("/status/phase"))), age],
