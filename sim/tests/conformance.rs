@@ -1,13 +1,22 @@
-//! Conformance suite: one test per API behaviour the hub (and its tests) rely on, each stating what
-//! kube-apiserver does. Runs against the `sim` API emulator by default and, unchanged, against a
-//! real API server when `KARPENTER_HUB_CONFORMANCE_KUBECONFIG` points at a kubeconfig (1.33+).
+//! Conformance suite: one test body per API behaviour the hub (and its tests) rely on, each stating
+//! what kube-apiserver does, run on two targets by every `cargo test`:
+//! - `emulator::<behaviour>`: a fresh `sim` API emulator of its own;
+//! - `real::<behaviour>`: a real kube-apiserver. By default the envtest control plane this test
+//!   binary shares (etcd, kube-apiserver and kube-controller-manager from `KUBEBUILDER_ASSETS`,
+//!   started once, ~5 s; see [`envtest_options`]); without `KUBEBUILDER_ASSETS` each `real` test
+//!   says on stderr that it skipped, and fails instead under `KARPENTER_HUB_REQUIRE_ENVTEST=1` (CI).
+//!   `KARPENTER_HUB_CONFORMANCE_KUBECONFIG=<kubeconfig>` runs them on that cluster instead (1.34+,
+//!   an identity allowed to create namespaces, CRDs and a Node).
+//!
+//! `cargo test -p sim --test conformance real::` runs one target, `… <behaviour>` both of one test.
 //!
 //! Rules that keep it honest on a real server: every test works in its own scratch namespace
 //! (`conf-<test>-<random>`) and deletes it at the end; cluster-scoped objects get unique names and
 //! are deleted; assertions never compare whole objects (servers add fields: managedFields,
 //! defaults); anything a controller does asynchronously (garbage collection, namespace deletion,
-//! PDB status) is waited for with a bounded timeout. A test that passes only on the emulator is a
-//! bug in the emulator or in the test.
+//! PDB status, the `kube-root-ca.crt` ConfigMap of each namespace) is waited for with a bounded
+//! timeout or tolerated. A test that passes only on the emulator is a bug in the emulator or in the
+//! test.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
