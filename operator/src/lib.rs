@@ -1,6 +1,7 @@
 //! The hub's library: everything `karpenter-hub` runs, in modules named for what they do, so that
 //! integration tests and benchmarks drive the same code as the binary.
 
+pub mod apierror;
 pub mod batcher;
 pub mod capacity;
 pub mod conditions;
@@ -24,3 +25,4 @@ pub mod registry;
 pub mod reporting;
 pub mod run;
 pub mod sandbox;
+pub mod termination;

@@ -1,0 +1,125 @@
+//! Termination (karpenter-semantics §5): what a leaving node's drain does next, decided from plain
+//! facts. The NodeClaim controller (`crate::lifecycle`) gathers the facts (the node's pods, the
+//! claim's deadline annotation, when draining began, now), calls [`drain::decide`] and carries out
+//! the writes: evictions, forced deletions, the `Drained` condition, then the NodeGroup deletion.
+//!
+//! Owns: the drain order (§5.3), which pods block and which are left alone (§5.5), forced deletion
+//! at the deadline and its grace period (§5.4), when a drain is complete, when to look again, the
+//! eviction back-off and the deadline written on deletion (§5.1.1).
+//! Must not: do I/O, read a clock (time is passed in), or decide anything about NodeGroups (the
+//! ownership proof stays in `crate::ownership`).
+
+pub mod drain;
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+pub use drain::{Decision, Owner, PodFacts, PodRef, Skip, Wait, decide};
+
+/// Condition on the NodeClaim: drain finished (True) or under way (Unknown, reason `Draining`).
+pub const DRAINED: &str = "Drained";
+/// Reason of `Drained=Unknown` while pods are being evicted.
+pub const DRAINING: &str = "Draining";
+/// Value of the load-balancer exclusion label a leaving node gets.
+pub const EXCLUDE_FROM_LB_VALUE: &str = "karpenter";
+/// Event on the Node while pods are left that could not be evicted this pass.
+pub const FAILED_DRAINING: &str = "FailedDraining";
+/// Event on the pod's node for each successful eviction.
+pub const EVICTED: &str = "Evicted";
+
+/// A drain is never complete sooner than this after it began: pods bound just before the taint was
+/// seen get the time to show up (§5.2.5).
+pub const MIN_DRAIN: Duration = Duration::from_secs(5);
+/// How often a drain with pods left is looked at again.
+pub const DRAIN_REQUEUE: Duration = Duration::from_secs(1);
+/// A pod terminating for longer than this no longer holds the drain up (§5.5, "drainable").
+pub const STUCK_TERMINATING: Duration = Duration::from_secs(60);
+/// Grace period of a pod without `terminationGracePeriodSeconds` (the Kubernetes default).
+pub const DEFAULT_POD_GRACE: i64 = 30;
+
+/// The deadline to write on a claim being deleted (§5.1.1): `deletionTimestamp +
+/// terminationGracePeriod`, or `None` when there is nothing to write: no grace period, a deadline
+/// already written (never rewritten), or no deletion yet. An unparsable grace period is an error
+/// naming the value.
+pub fn deadline_to_write(
+    deletion: Option<Timestamp>,
+    termination_grace_period: Option<&str>,
+    existing_annotation: Option<&str>,
+) -> Result<Option<Timestamp>, String> {
+    if existing_annotation.is_some() {
+        return Ok(None);
+    }
+    let (Some(deleted), Some(tgp)) = (deletion, termination_grace_period) else {
+        return Ok(None);
+    };
+    let seconds = crds::admission::schedule::parse_duration(tgp, false)?.unwrap_or_default();
+    let seconds = i64::try_from(seconds).map_err(|_| format!("terminationGracePeriod {tgp:?} is too large"))?;
+    deleted
+        .checked_add(SignedDuration::from_secs(seconds))
+        .map(Some)
+        .map_err(|e| format!("terminationGracePeriod {tgp:?} goes past the representable time: {e}"))
+}
+
+/// The deadline the claim carries, if its annotation parses (an unparsable one counts as none, as
+/// Karpenter reads it).
+pub fn parse_deadline(annotation: Option<&str>) -> Option<Timestamp> {
+    annotation.and_then(|a| a.parse::<Timestamp>().ok())
+}
+
+/// Back-off before evicting a pod again after a refusal (429 from a PodDisruptionBudget): 100 ms
+/// doubling to 10 s (Appendix A, "eviction backoff"). `failures` counts the refusals so far (≥ 1).
+pub fn eviction_backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(10);
+    Duration::from_millis(100u64.saturating_mul(1 << exp)).min(Duration::from_secs(10))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn the_deadline_is_deletion_plus_the_grace_period() {
+        let d = deadline_to_write(Some(ts("2026-01-01T00:00:00Z")), Some("1h30m"), None).unwrap();
+        assert_eq!(d, Some(ts("2026-01-01T01:30:00Z")));
+    }
+
+    #[test]
+    fn an_existing_deadline_is_never_rewritten() {
+        let d = deadline_to_write(Some(ts("2026-01-01T00:00:00Z")), Some("1h"), Some("2030-01-01T00:00:00Z"));
+        assert_eq!(d, Ok(None));
+        // Even an unparsable one: it was written by someone, the hub does not overwrite it.
+        assert_eq!(deadline_to_write(Some(ts("2026-01-01T00:00:00Z")), Some("1h"), Some("junk")), Ok(None));
+    }
+
+    #[test]
+    fn no_grace_period_or_no_deletion_writes_nothing() {
+        assert_eq!(deadline_to_write(Some(ts("2026-01-01T00:00:00Z")), None, None), Ok(None));
+        assert_eq!(deadline_to_write(None, Some("1h"), None), Ok(None));
+    }
+
+    #[test]
+    fn a_bad_grace_period_is_an_error_naming_it() {
+        let e = deadline_to_write(Some(ts("2026-01-01T00:00:00Z")), Some("3 days"), None).unwrap_err();
+        assert!(e.contains("3 days"), "{e}");
+    }
+
+    #[test]
+    fn deadlines_parse_as_rfc3339_and_junk_counts_as_none() {
+        assert_eq!(parse_deadline(Some("2026-01-01T01:00:00Z")), Some(ts("2026-01-01T01:00:00Z")));
+        assert_eq!(parse_deadline(Some("tomorrow")), None);
+        assert_eq!(parse_deadline(None), None);
+    }
+
+    #[test]
+    fn eviction_backoff_doubles_from_100ms_to_10s() {
+        let got: Vec<u64> = (1..=10).map(|n| eviction_backoff(n).as_millis() as u64).collect();
+        assert_eq!(got, [100, 200, 400, 800, 1600, 3200, 6400, 10_000, 10_000, 10_000]);
+        assert_eq!(eviction_backoff(u32::MAX), Duration::from_secs(10));
+    }
+}
