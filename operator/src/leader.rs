@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
     apimachinery::pkg::apis::meta::v1::MicroTime,
@@ -17,6 +18,8 @@ use kube::{
     api::{ObjectMeta, PostParams},
 };
 use tokio_util::sync::CancellationToken;
+
+use crate::apierror::plain;
 
 /// Timings of the protocol (client-go's defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,29 +86,66 @@ pub fn spec_for(current: Option<&LeaseSpec>, me: &str, now: Timestamp, timings: 
     }
 }
 
+/// What ends a campaign for good: retrying cannot help, a person must act.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderError {
+    #[error(
+        "the leader election Lease's namespace {namespace} does not exist{why}: create it (kubectl create namespace {namespace}), name an existing one with --leader-election-namespace, or run a single replica with --leader-elect=false"
+    )]
+    NamespaceMissing {
+        namespace: String,
+        /// Why it was not created (empty when creating it was not ours to do).
+        why: String,
+    },
+}
+
+/// Whether a refusal says the Lease's namespace does not exist (not the Lease itself).
+pub fn namespace_missing(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404
+        && s.details.as_ref().is_some_and(|d| d.kind == "namespaces"))
+}
+
 /// A Lease-based elector for one hub id.
 #[derive(Clone)]
 pub struct Elector {
     api: Api<Lease>,
+    client: Client,
+    namespace: String,
     name: String,
     identity: String,
     timings: Timings,
+    create_namespace: bool,
 }
 
 impl std::fmt::Debug for Elector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Elector").field("lease", &self.name).field("identity", &self.identity).finish()
+        f.debug_struct("Elector")
+            .field("namespace", &self.namespace)
+            .field("lease", &self.name)
+            .field("identity", &self.identity)
+            .finish()
     }
 }
 
 impl Elector {
     pub fn new(client: Client, namespace: &str, name: &str, identity: &str, timings: Timings) -> Self {
         Self {
-            api: Api::namespaced(client, namespace),
+            api: Api::namespaced(client.clone(), namespace),
+            client,
+            namespace: namespace.to_string(),
             name: name.to_string(),
             identity: identity.to_string(),
             timings,
+            create_namespace: false,
         }
+    }
+
+    /// Create the Lease's namespace when it is missing (for a namespace nobody chose explicitly: a
+    /// hub run by hand against a cluster where it is not installed yet).
+    #[must_use]
+    pub fn creating_namespace(mut self, create: bool) -> Self {
+        self.create_namespace = create;
+        self
     }
 
     /// One attempt to acquire or renew. `Ok(true)` when we hold the Lease afterwards.
@@ -139,26 +179,88 @@ impl Elector {
         }
     }
 
-    /// Wait until we hold the Lease (or `shutdown`). Returns whether we lead.
+    /// Wait until we hold the Lease (or `shutdown`). Returns whether we lead; a campaign that
+    /// cannot succeed (see [`Elector::campaign`]) is logged and returns `false`.
     pub async fn acquire(&self, shutdown: &CancellationToken) -> bool {
+        match self.campaign(shutdown).await {
+            Ok(leading) => leading,
+            Err(e) => {
+                tracing::error!("{e}");
+                false
+            }
+        }
+    }
+
+    /// Wait until we hold the Lease: `Ok(true)`, or `Ok(false)` on `shutdown`. A missing namespace
+    /// is created when allowed ([`Elector::creating_namespace`]), else it ends the campaign with
+    /// what to do. Other failures are retried; each distinct one is logged once, not every retry.
+    pub async fn campaign(&self, shutdown: &CancellationToken) -> Result<bool, LeaderError> {
         let mut waiting_logged = false;
+        let mut creation_tried = false;
+        let mut last_error: Option<String> = None;
         loop {
             match self.try_hold().await {
                 Ok(true) => {
-                    tracing::info!(lease = %self.name, identity = %self.identity, "became the leader");
-                    return true;
+                    tracing::info!(lease = %self.name, namespace = %self.namespace, identity = %self.identity, "became the leader");
+                    return Ok(true);
                 }
                 Ok(false) if !waiting_logged => {
-                    tracing::info!(lease = %self.name, identity = %self.identity, "another replica leads; standing by");
+                    tracing::info!(lease = %self.name, namespace = %self.namespace, identity = %self.identity, "another replica leads; standing by");
                     waiting_logged = true;
                 }
                 Ok(false) => {}
-                Err(e) => tracing::warn!(lease = %self.name, error = %e, "leader election attempt failed"),
+                Err(e) if namespace_missing(&e) => {
+                    if !self.create_namespace || creation_tried {
+                        return Err(LeaderError::NamespaceMissing {
+                            namespace: self.namespace.clone(),
+                            why: String::new(),
+                        });
+                    }
+                    creation_tried = true;
+                    match self.create_namespace().await {
+                        Ok(()) => {
+                            tracing::info!(namespace = %self.namespace, "created namespace {} for the leader election Lease (it did not exist)", self.namespace);
+                            continue;
+                        }
+                        Err(e) => {
+                            return Err(LeaderError::NamespaceMissing {
+                                namespace: self.namespace.clone(),
+                                why: format!(" and creating it failed ({})", plain(&e)),
+                            });
+                        }
+                    }
+                }
+                Err(e) => {
+                    let error = plain(&e).to_string();
+                    if last_error.as_deref() == Some(error.as_str()) {
+                        tracing::debug!(lease = %self.name, namespace = %self.namespace, error, "leader election attempt failed again");
+                    } else {
+                        tracing::warn!(
+                            lease = %self.name, namespace = %self.namespace, error,
+                            "cannot take part in leader election yet; retrying every {} s (logged again only if the error changes)",
+                            self.timings.retry_period.as_secs_f64()
+                        );
+                        last_error = Some(error);
+                    }
+                }
             }
             tokio::select! {
-                () = shutdown.cancelled() => return false,
+                () = shutdown.cancelled() => return Ok(false),
                 () = tokio::time::sleep(self.timings.retry_period) => {}
             }
+        }
+    }
+
+    async fn create_namespace(&self) -> Result<(), kube::Error> {
+        let ns = Namespace {
+            metadata: ObjectMeta { name: Some(self.namespace.clone()), ..ObjectMeta::default() },
+            ..Namespace::default()
+        };
+        match Api::<Namespace>::all(self.client.clone()).create(&PostParams::default(), &ns).await {
+            // Created meanwhile by someone else: fine.
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
@@ -178,7 +280,7 @@ impl Elector {
                     lost.cancel();
                     return;
                 }
-                Err(e) => tracing::warn!(lease = %self.name, error = %e, "renewing the Lease failed"),
+                Err(e) => tracing::warn!(lease = %self.name, error = %plain(&e), "renewing the Lease failed"),
             }
             if last_ok.elapsed() >= self.timings.renew_deadline {
                 tracing::error!(lease = %self.name, "could not renew the Lease in time; stopping");
@@ -198,7 +300,7 @@ impl Elector {
                 spec.renew_time = None;
             }
             if let Err(e) = self.api.replace(&self.name, &PostParams::default(), &lease).await {
-                tracing::debug!(lease = %self.name, error = %e, "releasing the Lease failed; it will expire");
+                tracing::debug!(lease = %self.name, error = %plain(&e), "releasing the Lease failed; it will expire");
             }
         }
     }

@@ -9,8 +9,8 @@ use kube::{Client, Config, config::KubeConfigOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    capacity, flavorcatalog, gc, hub, kubeconfig, leader, lifecycle, metrics, nodeclass, nodepool, provisioning,
-    registry, reporting,
+    apierror::plain, capacity, flavorcatalog, gc, hub, kubeconfig, leader, lifecycle, metrics, nodeclass, nodepool,
+    provisioning, registry, reporting,
 };
 
 /// Flags of `karpenter-hub run` (each also read from the environment).
@@ -96,12 +96,23 @@ pub enum RunError {
     Kubeconfig { path: String, source: kube::config::KubeconfigError },
     #[error("cannot configure the management client: {0}")]
     Config(String),
-    #[error("cannot reach the management cluster: {0}")]
+    #[error("cannot reach the management cluster: {}", plain(.0))]
     Client(#[from] kube::Error),
     #[error("cannot serve metrics: {0}")]
     Metrics(#[from] std::io::Error),
     #[error("lost the leader election Lease {0}; stopping so a standby replica takes over")]
     LostLeadership(String),
+    #[error(transparent)]
+    Leader(#[from] leader::LeaderError),
+}
+
+/// The namespace of the leader election Lease, and whether someone chose it (flag, environment or
+/// the pod's own namespace) rather than it being the default of a hub run by hand.
+pub fn leader_election_namespace(flag: Option<&str>, pod_namespace: Option<&str>) -> (String, bool) {
+    match flag.filter(|n| !n.is_empty()).or(pod_namespace.filter(|n| !n.is_empty())) {
+        Some(ns) => (ns.to_string(), true),
+        None => ("karpenter-hub".to_string(), false),
+    }
 }
 
 /// The management cluster's client from `--kubeconfig` or the environment.
@@ -163,19 +174,20 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
     let metrics = Arc::new(metrics::Metrics::new());
     let server = tokio::spawn(metrics::serve(metrics.clone(), args.metrics_addr, shutdown.clone()));
     if args.leader_elect {
-        let namespace = args
-            .leader_election_namespace
-            .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|n| !n.is_empty()))
-            .unwrap_or_else(|| "karpenter-hub".to_string());
+        let pod_namespace = std::env::var("POD_NAMESPACE").ok();
+        let (namespace, chosen) =
+            leader_election_namespace(args.leader_election_namespace.as_deref(), pod_namespace.as_deref());
         let lease = format!("karpenter-hub-{}", args.hub_id);
         let identity = format!(
             "{}-{}",
             std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")).unwrap_or_else(|_| "karpenter-hub".into()),
             std::process::id()
         );
-        let elector = leader::Elector::new(mgmt.clone(), &namespace, &lease, &identity, leader::Timings::default());
-        if !elector.acquire(&shutdown).await {
+        // A namespace someone named and that does not exist is more likely a mistake than a wish:
+        // only the default one is created (a first run by hand, before installing the manifests).
+        let elector = leader::Elector::new(mgmt.clone(), &namespace, &lease, &identity, leader::Timings::default())
+            .creating_namespace(!chosen);
+        if !elector.campaign(&shutdown).await? {
             return Ok(());
         }
         let (lost, stop) = (CancellationToken::new(), CancellationToken::new());

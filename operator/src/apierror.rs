@@ -1,0 +1,45 @@
+//! Kubernetes API errors as a person reads them. kube's own `Display` of an API refusal appends the
+//! whole `Status { … }` in Rust debug form; logs and error messages use [`plain`] instead.
+
+use std::fmt;
+
+/// `e` without Rust debug formatting: for an API refusal, the server's message and its HTTP code
+/// and reason (`namespaces "x" not found (404 NotFound)`); anything else as kube prints it.
+pub fn plain(e: &kube::Error) -> Plain<'_> {
+    Plain(e)
+}
+
+/// See [`plain`].
+#[derive(Debug, Clone, Copy)]
+pub struct Plain<'a>(pub &'a kube::Error);
+
+impl fmt::Display for Plain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            kube::Error::Api(s) => {
+                let message = if s.message.is_empty() { "refused" } else { s.message.as_str() };
+                match (s.code, s.reason.is_empty()) {
+                    (0, true) => write!(f, "{message}"),
+                    (0, false) => write!(f, "{message} ({})", s.reason),
+                    (code, true) => write!(f, "{message} (HTTP {code})"),
+                    (code, false) => write!(f, "{message} ({code} {})", s.reason),
+                }
+            }
+            other => write!(f, "{other}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_api_refusal_reads_as_its_message_code_and_reason_without_debug_formatting() {
+        let status = kube::core::Status::failure("namespaces \"karpenter-hub\" not found", "NotFound").with_code(404);
+        let e = kube::Error::Api(status.boxed());
+        assert!(e.to_string().contains("Status {"), "kube's own Display dumps the Status: {e}");
+        let shown = plain(&e).to_string();
+        assert_eq!(shown, "namespaces \"karpenter-hub\" not found (404 NotFound)");
+    }
+}

@@ -1,0 +1,270 @@
+//! `karpenter-hub run` started as a person starts it: the binary, by hand, with a kubeconfig, its
+//! output going to a pipe (as to a file or a log collector). The same scenario runs against the
+//! management emulator and against a real kube-apiserver (envtest; a visible skip without
+//! `KUBEBUILDER_ASSETS`).
+//!
+//! - The leader election Lease's namespace, named with `--leader-election-namespace` but missing:
+//!   the hub stops at once with one line saying what to do, and creates nothing.
+//! - The default namespace (`karpenter-hub`, nobody chose it) missing and the identity may not
+//!   create namespaces: the same, saying why it was not created.
+//! - The default namespace missing, an identity that may create it: created, the hub leads.
+//! - In every case, no ANSI colour codes and no Rust debug formatting in what it writes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Namespace, ServiceAccount},
+    rbac::v1::{ClusterRole, ClusterRoleBinding},
+};
+use kube::{Api, Client, api::PostParams, config::Kubeconfig};
+use secrecy::SecretString;
+use serde_json::json;
+use sim::apiserver::{ApiServer, ApiServerConfig};
+
+/// A fresh directory for this scenario's kubeconfig files.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("karpenter-hub-run-binary-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write_kubeconfig(kc: &Kubeconfig, path: &Path) {
+    // JSON is YAML; the token is written in clear, as in any kubeconfig file.
+    let mut value = serde_json::to_value(kc).unwrap();
+    if let Some(users) = value.get_mut("users").and_then(|u| u.as_array_mut()) {
+        for (i, user) in users.iter_mut().enumerate() {
+            if let Some(token) = kc.auth_infos[i].auth_info.as_ref().and_then(|a| a.token.as_ref()) {
+                user["user"]["token"] = json!(secrecy::ExposeSecret::expose_secret(token));
+            }
+        }
+    }
+    std::fs::write(path, serde_json::to_string_pretty(&value).unwrap()).unwrap();
+}
+
+/// `kc` with its user's credentials replaced by `token`.
+fn with_token(kc: &Kubeconfig, token: &str) -> Kubeconfig {
+    let mut kc = kc.clone();
+    for named in &mut kc.auth_infos {
+        let auth = named.auth_info.get_or_insert_with(Default::default);
+        *auth = kube::config::AuthInfo { token: Some(SecretString::from(token.to_string())), ..Default::default() };
+    }
+    kc
+}
+
+/// The `karpenter-hub` binary with a clean environment (no `NO_COLOR`, no `POD_NAMESPACE`, no
+/// `RUST_LOG`: the defaults a person gets), stdout and stderr to pipes read line by line.
+struct Hub {
+    child: Child,
+    output: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Hub {
+    fn start(args: &[&str]) -> Hub {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_karpenter-hub"))
+            .args(args)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let output = Arc::new(Mutex::new(String::new()));
+        let mut readers = Vec::new();
+        let stdout: Box<dyn std::io::Read + Send> = Box::new(child.stdout.take().unwrap());
+        let stderr: Box<dyn std::io::Read + Send> = Box::new(child.stderr.take().unwrap());
+        for pipe in [stdout, stderr] {
+            let output = output.clone();
+            readers.push(std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    let mut out = output.lock().unwrap_or_else(PoisonError::into_inner);
+                    out.push_str(&line);
+                    out.push('\n');
+                }
+            }));
+        }
+        Hub { child, output, readers }
+    }
+
+    fn output(&self) -> String {
+        self.output.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Wait (bounded) until the output contains `text`.
+    async fn wait_for_output(&mut self, text: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.output().contains(text) {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("karpenter-hub exited ({status}) before writing {text:?}:\n{}", self.output());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "karpenter-hub did not write {text:?} within {timeout:?}:\n{}",
+                self.output()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Wait (bounded) for the process to exit; its status and everything it wrote.
+    async fn exit(mut self, timeout: Duration) -> (std::process::ExitStatus, String) {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("karpenter-hub did not exit within {timeout:?}:\n{}", self.output());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        for r in self.readers.drain(..) {
+            r.join().unwrap();
+        }
+        (status, self.output())
+    }
+
+    /// SIGTERM, as Kubernetes stops a pod.
+    fn terminate(&self) {
+        let ok = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status().unwrap();
+        assert!(ok.success());
+    }
+}
+
+/// What a person reads: no terminal escape codes, no Rust debug formatting.
+#[track_caller]
+fn readable(output: &str) {
+    assert!(!output.contains('\u{1b}'), "ANSI escape codes written to a pipe:\n{output}");
+    for debug in ["Status {", "Some(", "ErrorResponse {"] {
+        assert!(!output.contains(debug), "Rust debug formatting ({debug}) in the output:\n{output}");
+    }
+}
+
+/// An identity that may do everything with Leases but nothing with Namespaces: a ServiceAccount's
+/// token, bound by a ClusterRole.
+async fn lease_only_token(admin: &Client, tag: &str) -> String {
+    let home = format!("leaser-{tag}");
+    create_namespace(admin, &home).await;
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "leaser"}})).unwrap();
+    Api::<ServiceAccount>::namespaced(admin.clone(), &home).create(&PostParams::default(), &sa).await.unwrap();
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": format!("leases-{tag}")},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}],
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(admin.clone()).create(&PostParams::default(), &role).await.unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": format!("leases-{tag}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("leases-{tag}")},
+        "subjects": [{"kind": "ServiceAccount", "name": "leaser", "namespace": home}],
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone()).create(&PostParams::default(), &binding).await.unwrap();
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": []}})).unwrap();
+    Api::<ServiceAccount>::namespaced(admin.clone(), &home)
+        .create_token_request("leaser", &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+}
+
+async fn namespace_exists(client: &Client, name: &str) -> bool {
+    Api::<Namespace>::all(client.clone()).get_opt(name).await.unwrap().is_some()
+}
+
+/// The whole scenario against one management API server whose `karpenter-hub` namespace does not
+/// exist yet.
+async fn a_missing_lease_namespace_is_explained_once_or_created(admin: Client, admin_kc: Kubeconfig, tag: &str) {
+    assert!(!namespace_exists(&admin, "karpenter-hub").await, "the scenario starts without the namespace");
+    let dir = scratch(tag);
+    let admin_path = dir.join("admin.kubeconfig");
+    write_kubeconfig(&admin_kc, &admin_path);
+    let admin_arg = admin_path.to_str().unwrap();
+    let common = ["--metrics-addr", "127.0.0.1:0"];
+
+    // Named but missing: probably a typo; explained in one line, nothing created, exit non-zero.
+    let missing = format!("nowhere-{tag}");
+    let started = Instant::now();
+    let hub = Hub::start(
+        &[&["run", "--kubeconfig", admin_arg, "--leader-election-namespace", &missing][..], &common[..]].concat(),
+    );
+    let (status, output) = hub.exit(Duration::from_secs(30)).await;
+    eprintln!("a named missing namespace: exit after {:.1}s", started.elapsed().as_secs_f64());
+    assert!(!status.success(), "{output}");
+    readable(&output);
+    let about: Vec<&str> = output.lines().filter(|l| l.contains(&missing)).collect();
+    assert_eq!(about.len(), 1, "one line about the namespace:\n{output}");
+    eprintln!("{}", about[0]);
+    for what_to_do in [
+        format!("kubectl create namespace {missing}"),
+        "--leader-election-namespace".into(),
+        "--leader-elect=false".into(),
+    ] {
+        assert!(about[0].contains(&what_to_do), "the line says {what_to_do:?}: {}", about[0]);
+    }
+    assert!(!namespace_exists(&admin, &missing).await, "a namespace someone named is not created behind their back");
+
+    // The default namespace, an identity that may not create namespaces: why, and what to do.
+    let token = lease_only_token(&admin, tag).await;
+    let leaser_path = dir.join("leaser.kubeconfig");
+    write_kubeconfig(&with_token(&admin_kc, &token), &leaser_path);
+    let hub = Hub::start(&[&["run", "--kubeconfig", leaser_path.to_str().unwrap()][..], &common[..]].concat());
+    let (status, output) = hub.exit(Duration::from_secs(30)).await;
+    assert!(!status.success(), "{output}");
+    readable(&output);
+    let about: Vec<&str> = output.lines().filter(|l| l.contains("karpenter-hub does not exist")).collect();
+    assert_eq!(about.len(), 1, "one line about the namespace:\n{output}");
+    eprintln!("{}", about[0]);
+    assert!(about[0].contains("creating it failed") && about[0].contains("403"), "{}", about[0]);
+    assert!(about[0].contains("--leader-elect=false"), "{}", about[0]);
+    assert!(!namespace_exists(&admin, "karpenter-hub").await);
+
+    // The default namespace, an identity that may create it: it just works.
+    let started = Instant::now();
+    let mut hub = Hub::start(&[&["run", "--kubeconfig", admin_arg][..], &common[..]].concat());
+    hub.wait_for_output("became the leader", Duration::from_secs(30)).await;
+    eprintln!("the default namespace created and led after {:.1}s", started.elapsed().as_secs_f64());
+    assert!(namespace_exists(&admin, "karpenter-hub").await);
+    let lease = Api::<Lease>::namespaced(admin.clone(), "karpenter-hub").get("karpenter-hub-default").await.unwrap();
+    assert!(lease.spec.and_then(|s| s.holder_identity).is_some());
+    assert!(hub.output().contains("created namespace karpenter-hub"), "{}", hub.output());
+    hub.terminate();
+    let (status, output) = hub.exit(Duration::from_secs(30)).await;
+    assert!(status.success(), "a SIGTERM stops the hub cleanly:\n{output}");
+    readable(&output);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_lease_namespace_is_explained_once_or_created_on_the_emulator() {
+    let server = ApiServer::start(ApiServerConfig::management("management")).await.unwrap();
+    a_missing_lease_namespace_is_explained_once_or_created(server.client(), server.kubeconfig(), "emulator").await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_lease_namespace_is_explained_once_or_created_on_a_real_api_server() {
+    // A plane of its own: the scenario needs the default namespace `karpenter-hub` absent.
+    let cp = envtest::shared_or_skip!("run-binary");
+    let kc = cp.kubeconfig().unwrap();
+    a_missing_lease_namespace_is_explained_once_or_created(cp.client().await.unwrap(), kc, "real").await;
+}
