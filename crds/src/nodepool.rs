@@ -42,7 +42,7 @@ pub const DEFAULT_BUDGET_NODES: &str = "10%";
         description = "Workload cluster served"
     ),
     printcolumn(name = "NodeClass", type_ = "string", json_path = ".spec.template.spec.nodeClassRef.name"),
-    printcolumn(name = "Nodes", type_ = "string", json_path = ".status.resources.nodes"),
+    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.nodes"),
     printcolumn(name = "CPU", type_ = "string", json_path = ".status.resources.cpu"),
     printcolumn(name = "Memory", type_ = "string", json_path = ".status.resources.memory"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),

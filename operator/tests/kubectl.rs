@@ -1,0 +1,112 @@
+//! What `kubectl` shows a person, run for real against a real kube-apiserver (envtest; a visible
+//! skip without `KUBEBUILDER_ASSETS`) holding the hub's CRDs and objects whose status is written
+//! the way the hub writes it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{process::Command, time::Duration};
+
+use crds::NodePool;
+use k8s_openapi::{
+    api::core::v1::Namespace, apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api, Client,
+    api::{ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+mod common;
+use common::wait_for;
+
+async fn install_crds(client: &Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for file in crds::crd::hub_crds() {
+        match api.create(&PostParams::default(), &file.crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("installing {}: {e}", file.file_name),
+        }
+    }
+    wait_for("nodepools served", Duration::from_secs(30), || async {
+        Api::<NodePool>::all(client.clone()).list(&ListParams::default().limit(1)).await.is_ok()
+    })
+    .await;
+}
+
+/// `kubectl <args>` printing a table: one map per row, column name → cell ("" when empty). Cells
+/// are cut at the header's column offsets, as kubectl aligns them (an empty cell prints nothing).
+fn kubectl_table(kubeconfig: &std::path::Path, args: &[&str]) -> Vec<std::collections::BTreeMap<String, String>> {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running kubectl (it must be on PATH for this test): {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "kubectl {args:?}: {}{stdout}", String::from_utf8_lossy(&out.stderr));
+    eprintln!("kubectl {}\n{stdout}", args.join(" "));
+    let mut lines = stdout.lines();
+    let header = lines.next().unwrap_or_default();
+    let mut starts: Vec<(usize, String)> = Vec::new();
+    for (i, c) in header.char_indices() {
+        if c != ' ' && (i == 0 || header[..i].ends_with(' ')) {
+            let name: String = header[i..].chars().take_while(|c| *c != ' ').collect();
+            starts.push((i, name));
+        }
+    }
+    lines
+        .map(|line| {
+            starts
+                .iter()
+                .enumerate()
+                .map(|(k, (start, name))| {
+                    let end = starts.get(k + 1).map_or(line.len(), |(s, _)| (*s).min(line.len()));
+                    (name.clone(), line.get((*start).min(line.len())..end).unwrap_or_default().trim().to_string())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_nodepools_shows_the_nodes_and_resources_the_hub_writes_on_a_real_api_server() {
+    let cp = envtest::shared_or_skip!("kubectl");
+    let client = cp.client().await.unwrap();
+    install_crds(&client).await;
+    let ns = format!("kubectl-{}", std::process::id());
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+
+    let pools: Api<NodePool> = Api::namespaced(client.clone(), &ns);
+    let pool: NodePool = serde_json::from_value(json!({
+        "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodePool",
+        "metadata": {"name": "default"},
+        "spec": {
+            "clusterName": "prod-paris",
+            "template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"},
+                "requirements": [],
+            }},
+        },
+    }))
+    .unwrap();
+    pools.create(&PostParams::default(), &pool).await.unwrap();
+    // The status exactly as the hub's NodePool controller writes it (operator/src/nodepool.rs): two
+    // nodes, their summed capacity as a resource list.
+    let mut total = crds::quantity::Resources::ZERO;
+    total.cpu_millis = 4000;
+    total.memory_bytes = 8 << 30;
+    total.pods = 220;
+    let status = json!({"status": {"nodes": 2, "resources": total.to_resource_list()}});
+    pools.patch_status("default", &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+
+    let table = kubectl_table(cp.kubeconfig_path(), &["get", "nodepools", "-n", &ns]);
+    assert_eq!(table.len(), 1, "{table:?}");
+    let row = &table[0];
+    assert_eq!(row["NAME"], "default");
+    assert_eq!(row["CLUSTER"], "prod-paris");
+    assert_eq!(row["NODES"], "2", "{row:?}");
+    assert_eq!(row["CPU"], "4", "{row:?}");
+    assert_eq!(row["MEMORY"], "8Gi", "{row:?}");
+    let _ = Api::<Namespace>::all(client).delete(&ns, &Default::default()).await;
+}
