@@ -18,11 +18,13 @@ impl fmt::Display for Plain<'_> {
         match self.0 {
             kube::Error::Api(s) => {
                 let message = if s.message.is_empty() { "refused" } else { s.message.as_str() };
-                match (s.code, s.reason.is_empty()) {
+                // kube's placeholder when the body was not a Status (e.g. "404 page not found").
+                let reason = if s.reason == "Failed to parse error data" { "" } else { s.reason.as_str() };
+                match (s.code, reason.is_empty()) {
                     (0, true) => write!(f, "{message}"),
-                    (0, false) => write!(f, "{message} ({})", s.reason),
+                    (0, false) => write!(f, "{message} ({reason})"),
                     (code, true) => write!(f, "{message} (HTTP {code})"),
-                    (code, false) => write!(f, "{message} ({code} {})", s.reason),
+                    (code, false) => write!(f, "{message} ({code} {reason})"),
                 }
             }
             other => write!(f, "{other}"),
@@ -41,5 +43,8 @@ mod tests {
         assert!(e.to_string().contains("Status {"), "kube's own Display dumps the Status: {e}");
         let shown = plain(&e).to_string();
         assert_eq!(shown, "namespaces \"karpenter-hub\" not found (404 NotFound)");
+        // A body that was no Status (an unserved group): kube's placeholder reason is left out.
+        let status = kube::core::Status::failure("404 page not found", "Failed to parse error data").with_code(404);
+        assert_eq!(plain(&kube::Error::Api(status.boxed())).to_string(), "404 page not found (HTTP 404)");
     }
 }

@@ -4,6 +4,11 @@
 //! accept it and that it can list NodeGroups, then writes the `<cluster>-kubeconfig` Secret in the
 //! management cluster (hub.md §1).
 //!
+//! Everything that can be checked is checked before anything changes (both kubeconfigs usable, the
+//! management namespace there and the Secret writable, the workload cluster a CKE cluster, the
+//! RBAC applicable — by server-side dry runs), so a refusal leaves both clusters as they were; and
+//! every step converges, so running it again after a failure is safe.
+//!
 //! Owns: that sequence. Must not: copy the admin credentials anywhere, print the minted token, or
 //! write the Secret before the minted kubeconfig has been proven to work.
 
@@ -12,12 +17,12 @@ use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 use k8s_openapi::{ByteString, api::core::v1::Secret};
 use kube::{
     Api, Client, Config, ResourceExt,
-    api::{ListParams, PostParams},
+    api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
 };
 use serde_json::{Value, json};
 
-use crate::{kubeconfig, manifests, registry, run};
+use crate::{apierror::plain, kubeconfig, manifests, registry, run};
 use crds::NodeGroup;
 
 /// The workload-side RBAC, as shipped for people who apply it by hand.
@@ -59,13 +64,40 @@ fn parse_cluster(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-/// What stops a registration, each saying what to fix.
+/// What stops a registration, each saying what to fix. Those raised by the checks before any
+/// change say that nothing was changed.
 #[derive(Debug, thiserror::Error)]
 pub enum RegisterError {
-    #[error("cannot use the workload kubeconfig {path}: {message}")]
+    #[error("cannot use the workload kubeconfig {path}: {message}; nothing was changed")]
     WorkloadKubeconfig { path: String, message: String },
+    #[error(
+        "cannot reach the workload cluster with {path} ({message}): check the kubeconfig and its context; nothing was changed"
+    )]
+    WorkloadUnreachable { path: String, message: String },
+    #[error(
+        "the workload cluster of {path} serves no NodeGroups (api.clever-cloud.com/v1): is it a CKE cluster, and the right context? nothing was changed"
+    )]
+    NotCke { path: String },
+    #[error(
+        "the workload kubeconfig {path} may not apply {kind} {name} of the hub's workload RBAC ({message}): use a kubeconfig with admin rights on the workload cluster; nothing was changed"
+    )]
+    WorkloadRefused { path: String, kind: String, name: String, message: String },
+    #[error("the hub would refuse a kubeconfig for server {server}: {message}; nothing was changed")]
+    Server { server: String, message: String },
+    #[error(
+        "cannot reach the management cluster ({message}): check --kubeconfig (default: in-cluster, then $KUBECONFIG / ~/.kube/config); nothing was changed"
+    )]
+    ManagementUnreachable { message: String },
+    #[error(
+        "namespace {namespace} does not exist in the management cluster: create it (kubectl create namespace {namespace}) or name the namespace of the cluster's NodePools with -n; nothing was changed"
+    )]
+    ManagementNamespaceMissing { namespace: String },
+    #[error(
+        "the management kubeconfig may not write Secret {secret} in namespace {namespace} ({message}): it needs get, create and update on Secrets there; nothing was changed"
+    )]
+    ManagementRefused { namespace: String, secret: String, message: String },
     #[error("applying the workload RBAC: {0}")]
-    Rbac(#[from] manifests::ManifestError),
+    Rbac(manifests::ManifestError),
     #[error(
         "the token of ServiceAccount {namespace}/{SERVICE_ACCOUNT} did not appear in Secret {TOKEN_SECRET} within 30 s: is the token controller running in the workload cluster?"
     )]
@@ -78,8 +110,18 @@ pub enum RegisterError {
     Verify(String),
     #[error("management cluster: {0}")]
     Management(#[from] run::RunError),
-    #[error("Kubernetes API error: {0}")]
+    #[error("Kubernetes API error: {}", plain(.0))]
     Kube(#[from] kube::Error),
+}
+
+impl From<manifests::ManifestError> for RegisterError {
+    fn from(e: manifests::ManifestError) -> Self {
+        match e {
+            // Shown plainly, without kube's debug dump of the Status.
+            manifests::ManifestError::Kube(e) => RegisterError::Kube(e),
+            other => RegisterError::Rbac(other),
+        }
+    }
 }
 
 /// The RBAC documents with the ServiceAccount's namespace applied everywhere it appears.
@@ -113,16 +155,16 @@ pub fn minted_kubeconfig(cluster: &str, server: &str, ca_pem: &[u8], token: &str
     serde_json::to_string_pretty(&doc).unwrap_or_default()
 }
 
+/// What the checks established, for the steps that act.
+struct Checked {
+    admin: Client,
+    mgmt: Client,
+    server: String,
+}
+
 /// Register one workload cluster. Returns the Secret's name.
 pub async fn register(args: &RegisterArgs) -> Result<String, RegisterError> {
-    let path = args.workload_kubeconfig.display().to_string();
-    let bad = |message: String| RegisterError::WorkloadKubeconfig { path: path.clone(), message };
-    let admin_kc = Kubeconfig::read_from(&args.workload_kubeconfig).map_err(|e| bad(e.to_string()))?;
-    let options = KubeConfigOptions { context: args.workload_context.clone(), ..KubeConfigOptions::default() };
-    let admin_config = Config::from_custom_kubeconfig(admin_kc, &options).await.map_err(|e| bad(e.to_string()))?;
-    let server =
-        args.server.clone().unwrap_or_else(|| admin_config.cluster_url.to_string().trim_end_matches('/').to_string());
-    let admin = Client::try_from(admin_config).map_err(|e| bad(e.to_string()))?;
+    let Checked { admin, mgmt, server } = check(args).await?;
 
     let ns = &args.workload_namespace;
     manifests::ensure_namespace(&admin, ns).await?;
@@ -146,12 +188,133 @@ pub async fn register(args: &RegisterArgs) -> Result<String, RegisterError> {
     Api::<NodeGroup>::all(as_hub)
         .list(&ListParams::default().limit(1))
         .await
-        .map_err(|e| RegisterError::Verify(e.to_string()))?;
+        .map_err(|e| RegisterError::Verify(plain(&e).to_string()))?;
 
-    let mgmt = run::management_client(args.kubeconfig.as_ref()).await?;
     let name = write_secret(&mgmt, &args.namespace, &args.cluster, minted.into_bytes()).await?;
     tracing::info!(cluster = %args.cluster, namespace = %args.namespace, secret = %name, "cluster registered");
     Ok(name)
+}
+
+/// Everything that can be known before acting, checked without changing either cluster (reads and
+/// server-side dry runs, which the API server authorises, validates and admits like real writes).
+async fn check(args: &RegisterArgs) -> Result<Checked, RegisterError> {
+    let path = args.workload_kubeconfig.display().to_string();
+    let bad = |message: String| RegisterError::WorkloadKubeconfig { path: path.clone(), message };
+    let admin_kc = Kubeconfig::read_from(&args.workload_kubeconfig).map_err(|e| bad(e.to_string()))?;
+    let options = KubeConfigOptions { context: args.workload_context.clone(), ..KubeConfigOptions::default() };
+    let admin_config = Config::from_custom_kubeconfig(admin_kc, &options).await.map_err(|e| bad(e.to_string()))?;
+    let server =
+        args.server.clone().unwrap_or_else(|| admin_config.cluster_url.to_string().trim_end_matches('/').to_string());
+    let admin = Client::try_from(admin_config).map_err(|e| bad(e.to_string()))?;
+
+    // The server the hub will use must pass the hub's own policy (https, …): checked on a
+    // stand-in of the minted kubeconfig, before a token exists.
+    let stand_in = minted_kubeconfig(&args.cluster, &server, STAND_IN_CA, "stand-in");
+    kubeconfig::harden(stand_in.as_bytes(), kubeconfig::Policy::default())
+        .map_err(|e| RegisterError::Server { server: server.clone(), message: e.to_string() })?;
+
+    // The management side first: the Secret is the last write, and the most common mistake (a
+    // namespace not created yet) must not leave the workload cluster half set up.
+    let mgmt = run::management_client(args.kubeconfig.as_ref()).await?;
+    mgmt.apiserver_version()
+        .await
+        .map_err(|e| RegisterError::ManagementUnreachable { message: plain(&e).to_string() })?;
+    check_secret_writable(&mgmt, &args.namespace, &args.cluster).await?;
+
+    admin
+        .apiserver_version()
+        .await
+        .map_err(|e| RegisterError::WorkloadUnreachable { path: path.clone(), message: plain(&e).to_string() })?;
+    if let Err(e) = Api::<NodeGroup>::all(admin.clone()).list(&ListParams::default().limit(1)).await {
+        return Err(match e {
+            kube::Error::Api(s) if s.code == 404 => RegisterError::NotCke { path },
+            e => RegisterError::WorkloadUnreachable { path, message: plain(&e).to_string() },
+        });
+    }
+    let ns = &args.workload_namespace;
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+    let namespace_exists = dry_run_apply(&admin, &namespace, ns, &path).await?;
+    for doc in rbac_documents(ns)? {
+        // Objects of a namespace this run will create cannot be tried before it exists.
+        let in_missing_namespace = !namespace_exists && !manifests::is_cluster_scoped(kind_of(&doc));
+        if !in_missing_namespace {
+            dry_run_apply(&admin, &doc, ns, &path).await?;
+        }
+    }
+    Ok(Checked { admin, mgmt, server })
+}
+
+/// A syntactically valid CA for the stand-in kubeconfig (never used to connect).
+const STAND_IN_CA: &[u8] = b"-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n";
+
+fn kind_of(doc: &Value) -> &str {
+    doc.get("kind").and_then(Value::as_str).unwrap_or_default()
+}
+
+/// Whether the Secret could be created (or replaced) in the management namespace: a dry run.
+async fn check_secret_writable(mgmt: &Client, ns: &str, cluster: &str) -> Result<(), RegisterError> {
+    let api: Api<Secret> = Api::namespaced(mgmt.clone(), ns);
+    let secret = secret_object(cluster, Vec::new());
+    let name = secret.name_any();
+    let dry = PostParams { dry_run: true, ..PostParams::default() };
+    let refused = |e: kube::Error| match e {
+        kube::Error::Api(s) if s.code == 404 && s.details.as_ref().is_some_and(|d| d.kind == "namespaces") => {
+            RegisterError::ManagementNamespaceMissing { namespace: ns.to_string() }
+        }
+        kube::Error::Api(s) if s.code == 403 || s.code == 401 => RegisterError::ManagementRefused {
+            namespace: ns.to_string(),
+            secret: name.clone(),
+            message: plain(&kube::Error::Api(s)).to_string(),
+        },
+        e => RegisterError::ManagementUnreachable { message: plain(&e).to_string() },
+    };
+    match api.create(&dry, &secret).await {
+        Ok(_) => Ok(()),
+        // Registered before: it will be replaced.
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let old = api.get(&name).await.map_err(refused)?;
+            let mut secret = secret;
+            secret.metadata.resource_version = old.resource_version();
+            api.replace(&name, &dry, &secret).await.map(|_| ()).map_err(refused)
+        }
+        Err(e) => Err(refused(e)),
+    }
+}
+
+/// Dry run of what [`manifests::apply_value`] will do with `doc`: create, or merge into the
+/// existing object. `Ok(true)` when the object already exists.
+async fn dry_run_apply(client: &Client, doc: &Value, ns: &str, path: &str) -> Result<bool, RegisterError> {
+    let kind = kind_of(doc);
+    let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    let api_version = doc.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    let api: Api<DynamicObject> = if manifests::is_cluster_scoped(kind) {
+        Api::all_with(client.clone(), &ar)
+    } else {
+        Api::namespaced_with(client.clone(), ns, &ar)
+    };
+    let refused = |e: kube::Error| RegisterError::WorkloadRefused {
+        path: path.to_string(),
+        kind: kind.to_string(),
+        name: name.to_string(),
+        message: plain(&e).to_string(),
+    };
+    let obj: DynamicObject = serde_json::from_value(doc.clone()).map_err(|e| {
+        RegisterError::Rbac(manifests::ManifestError::Invalid {
+            file: "config/hub/workload-rbac.yaml".into(),
+            message: format!("{kind} {name}: {e}"),
+        })
+    })?;
+    match api.create(&PostParams { dry_run: true, ..PostParams::default() }, &obj).await {
+        Ok(_) => Ok(false),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let patch = PatchParams { dry_run: true, ..PatchParams::default() };
+            api.patch(name, &patch, &Patch::Merge(doc)).await.map_err(refused)?;
+            Ok(true)
+        }
+        Err(e) => Err(refused(e)),
+    }
 }
 
 /// The token and CA the token controller put in the ServiceAccount's token Secret.
@@ -173,20 +336,25 @@ async fn wait_for_token(secrets: &Api<Secret>) -> Option<(String, Vec<u8>)> {
     None
 }
 
-/// Create or replace the labelled `<cluster>-kubeconfig` Secret the registry watches.
-pub async fn write_secret(mgmt: &Client, ns: &str, cluster: &str, kubeconfig: Vec<u8>) -> Result<String, kube::Error> {
-    let api: Api<Secret> = Api::namespaced(mgmt.clone(), ns);
-    let name = format!("{cluster}-kubeconfig");
-    let mut secret = Secret {
+/// The labelled `<cluster>-kubeconfig` Secret the registry watches.
+fn secret_object(cluster: &str, kubeconfig: Vec<u8>) -> Secret {
+    Secret {
         metadata: kube::api::ObjectMeta {
-            name: Some(name.clone()),
+            name: Some(format!("{cluster}-kubeconfig")),
             labels: Some(BTreeMap::from([(registry::CLUSTER_NAME_LABEL.to_string(), cluster.to_string())])),
             ..Default::default()
         },
         type_: Some("cluster.x-k8s.io/secret".to_string()),
         data: Some(BTreeMap::from([(registry::KUBECONFIG_KEY.to_string(), ByteString(kubeconfig))])),
         ..Default::default()
-    };
+    }
+}
+
+/// Create or replace the labelled `<cluster>-kubeconfig` Secret the registry watches.
+pub async fn write_secret(mgmt: &Client, ns: &str, cluster: &str, kubeconfig: Vec<u8>) -> Result<String, kube::Error> {
+    let api: Api<Secret> = Api::namespaced(mgmt.clone(), ns);
+    let mut secret = secret_object(cluster, kubeconfig);
+    let name = secret.name_any();
     match api.get_opt(&name).await? {
         None => {
             api.create(&PostParams::default(), &secret).await?;

@@ -369,3 +369,118 @@ fn chrono_now() -> String {
         .unwrap()
         .to_string()
 }
+
+// ---------------------------------------------------------------------------------------------
+// Everything checked before anything changes; running again after a failure is safe.
+
+/// What a failed registration must have left alone in the workload cluster: no namespace for the
+/// hub's ServiceAccount, and the hub's ClusterRoleBinding (if another registration made it) not
+/// pointed at this run's ServiceAccount.
+async fn workload_untouched(admin: &Client, hub_ns: &str) {
+    assert!(
+        Api::<Namespace>::all(admin.clone()).get_opt(hub_ns).await.unwrap().is_none(),
+        "the hub's namespace {hub_ns} was created in the workload cluster before the checks"
+    );
+    let binding = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(admin.clone())
+        .get_opt("karpenter-hub")
+        .await
+        .unwrap();
+    let subjects = binding.and_then(|b| b.subjects).unwrap_or_default();
+    assert!(
+        subjects.iter().all(|s| s.namespace.as_deref() != Some(hub_ns)),
+        "the workload RBAC was applied before the checks: {subjects:?}"
+    );
+}
+
+#[track_caller]
+fn plain_and_actionable(e: &str, must_say: &[&str]) {
+    assert!(!e.contains("Status {") && !e.contains("Some("), "Rust debug formatting in: {e}");
+    assert!(e.contains("nothing was changed"), "{e}");
+    for s in must_say {
+        assert!(e.contains(s), "the error says {s:?}: {e}");
+    }
+}
+
+/// The scenario on one pair of clusters: `workload` a CKE cluster (NodeGroups served), `mgmt` the
+/// management cluster (no NodeGroups), both given by admin kubeconfig files.
+async fn checks_come_first_and_a_rerun_completes(
+    workload: (Client, std::path::PathBuf),
+    mgmt: (Client, std::path::PathBuf),
+    id: &str,
+) {
+    let (admin, workload_path) = workload;
+    let (mgmt_admin, mgmt_path) = mgmt;
+    let (team, hub_ns) = (format!("team-{id}"), format!("karpenter-hub-{id}"));
+    let args = RegisterArgs {
+        cluster: format!("w-{id}"),
+        namespace: team.clone(),
+        workload_kubeconfig: workload_path.clone(),
+        workload_context: None,
+        kubeconfig: Some(mgmt_path.clone()),
+        workload_namespace: hub_ns.clone(),
+        server: None,
+    };
+
+    // The management namespace does not exist yet: said plainly, with what to do, and the
+    // workload cluster is left as it was.
+    let e = register(&args).await.expect_err("the management namespace is missing").to_string();
+    eprintln!("{e}");
+    plain_and_actionable(
+        &e,
+        &[&format!("namespace {team} does not exist"), &format!("kubectl create namespace {team}")],
+    );
+    workload_untouched(&admin, &hub_ns).await;
+
+    // The management cluster given as the workload cluster (a wrong context): refused before
+    // anything is applied to it.
+    // (The management namespace now exists, so the NodeGroup check is the one that speaks.)
+    let wrong = RegisterArgs { workload_kubeconfig: mgmt_path.clone(), ..args.clone() };
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": team}})).unwrap();
+    Api::<Namespace>::all(mgmt_admin.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    let e = register(&wrong).await.expect_err("the management cluster is not a CKE cluster").to_string();
+    eprintln!("{e}");
+    plain_and_actionable(&e, &["serves no NodeGroups", "CKE cluster"]);
+    workload_untouched(&mgmt_admin, &hub_ns).await;
+    workload_untouched(&admin, &hub_ns).await;
+
+    // The namespace created, the same command again: it completes.
+    let name = register(&args).await.unwrap_or_else(|e| panic!("register after fixing the namespace: {e}"));
+    assert_eq!(name, format!("w-{id}-kubeconfig"));
+    let secret = Api::<Secret>::namespaced(mgmt_admin.clone(), &team).get(&name).await.unwrap();
+    assert_eq!(secret.labels().get(operator::registry::CLUSTER_NAME_LABEL), Some(&args.cluster));
+    assert!(Api::<Namespace>::all(admin.clone()).get_opt(&hub_ns).await.unwrap().is_some());
+    // And once more: converges, same Secret.
+    assert_eq!(register(&args).await.unwrap(), name);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn register_checks_everything_before_changing_anything_and_a_rerun_completes() {
+    let world = World::start(&[("team-a", "alpha")], |i| quick_cke(i as u64)).await.unwrap();
+    let dir = scratch("checks");
+    let paths = world.write_kubeconfigs(&dir).unwrap();
+    let mgmt_path = paths.iter().find(|p| p.ends_with("management.kubeconfig")).unwrap().clone();
+    let admin_path = paths.iter().find(|p| p.ends_with("alpha.kubeconfig")).unwrap().clone();
+    checks_come_first_and_a_rerun_completes(
+        (world.clusters[0].client(), admin_path),
+        (world.mgmt.client(), mgmt_path),
+        &unique(),
+    )
+    .await;
+    world.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_real_api_servers_register_checks_everything_before_changing_anything_and_a_rerun_completes() {
+    // A workload plane of its own: the hub's ClusterRoleBinding has one name per cluster, and the
+    // other real-server test of this file relies on it pointing at its ServiceAccount.
+    let workload = envtest::shared_or_skip!("register-checks-workload");
+    let mgmt = envtest::shared_or_skip!("register-mgmt");
+    let admin = workload.client().await.unwrap();
+    serve_nodegroups(&admin).await;
+    checks_come_first_and_a_rerun_completes(
+        (admin, workload.kubeconfig_path().to_path_buf()),
+        (mgmt.client().await.unwrap(), mgmt.kubeconfig_path().to_path_buf()),
+        &unique(),
+    )
+    .await;
+}
