@@ -6,20 +6,22 @@
 //! Owns: the reconcile loop and its API writes, each idempotent (deterministic NodeGroup name,
 //! adoption after a crash, optimistic concurrency on Nodes). Decisions come from [`crate::launch`],
 //! [`crate::registration`], [`crate::capacity`] and [`crate::ownership`].
+//! On deletion of a registered claim, its Node is drained first: [`crate::termination`] decides
+//! each pass, this controller gathers its facts and carries out its writes.
 //! Must not: act on a cluster that is not connected and synced, delete a NodeGroup that fails the
-//! ownership proof, or drain pods (termination's job).
+//! ownership proof, or decide which pods go (termination's job).
 
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use k8s_openapi::{
-    api::core::v1::{Node, ObjectReference},
+    api::core::v1::{Node, ObjectReference, Pod, Taint},
     apimachinery::pkg::api::resource::Quantity,
     jiff::Timestamp,
 };
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams, Preconditions},
     runtime::{Controller, controller::Action, reflector::ObjectRef, wait::await_condition, watcher},
 };
 use serde_json::json;
@@ -32,6 +34,7 @@ use crate::{
     ownership::{self, ClaimIdentity, Ownership},
     registration::{self, NodeMatch},
     registry::{ClusterKey, Connection},
+    termination::{self, Decision, PodFacts, PodRef},
 };
 use crds::{
     CleverNodeClass, FlavorCatalog, NodeClaim, NodeClaimStatus, NodeGroup,
@@ -769,6 +772,44 @@ async fn terminate(c: &Claim<'_>, hub: &Hub) -> Result<Action, Error> {
     let Some(conn) = hub.registry.connection(&c.key).filter(|c| c.is_synced()) else {
         return Ok(Action::requeue(Duration::from_secs(5)));
     };
+    // karpenter-semantics §5.1.1: the deadline, written once.
+    let annotation = c.obj.annotations().get(labels::TERMINATION_TIMESTAMP).cloned();
+    match termination::deadline_to_write(
+        c.obj.metadata.deletion_timestamp.as_ref().map(|t| t.0),
+        c.obj.spec.termination_grace_period.as_deref(),
+        annotation.as_deref(),
+    ) {
+        Ok(Some(deadline)) => {
+            let patch = json!({"metadata": {"annotations": {labels::TERMINATION_TIMESTAMP: deadline.to_string()}}});
+            c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            hub.event(
+                &c.reference(),
+                false,
+                "TerminationGracePeriodSet",
+                "Terminate",
+                format!("pods left on the node at {deadline} are deleted regardless of budgets"),
+            )
+            .await;
+            // The annotation change wakes the next pass, which reads it back.
+            return Ok(Action::await_change());
+        }
+        Ok(None) => {}
+        Err(why) => {
+            hub.event(&c.reference(), true, "InvalidTerminationGracePeriod", "Terminate", why).await;
+        }
+    }
+    let deadline = termination::parse_deadline(annotation.as_deref());
+    // Unregistered claims never drain (§5.1.2, §10.10 item 145); a Node already gone has nothing left.
+    let registered = c.obj.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, REGISTERED));
+    let provider_id = c.obj.status.as_ref().and_then(|s| s.provider_id.clone()).unwrap_or_default();
+    if registered && !provider_id.is_empty() {
+        let nodes = conn.cache.nodes.state();
+        if let NodeMatch::One(node) = registration::find_node(nodes.iter().map(|n| n.as_ref()), &provider_id)
+            && let Some(action) = drain_node(c, hub, &conn, node, deadline).await?
+        {
+            return Ok(action);
+        }
+    }
     let group_name = c
         .obj
         .status
@@ -838,4 +879,208 @@ async fn terminate(c: &Claim<'_>, hub: &Hub) -> Result<Action, Error> {
     }
     tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, "NodeClaim terminated");
     Ok(Action::await_change())
+}
+
+/// Eviction refusals per pod (cluster, namespace, name, UID): how many so far and when the next
+/// attempt may go. In memory on purpose: after a restart the first attempt simply comes sooner.
+type Refusals = std::collections::HashMap<(String, PodRef), (u32, std::time::Instant)>;
+static EVICTION_REFUSALS: std::sync::LazyLock<std::sync::Mutex<Refusals>> = std::sync::LazyLock::new(Default::default);
+
+fn refusals() -> std::sync::MutexGuard<'static, Refusals> {
+    EVICTION_REFUSALS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Drain the claim's Node (karpenter-semantics §5.2–5.4): taint and label it, mark the claim
+/// `Drained=Unknown(Draining)`, carry out one pass of [`termination::decide`], and once complete
+/// set `Drained=True`. Returns the action while draining, `None` once drained (the caller then
+/// deletes the NodeGroup). Every write is idempotent; the state lives in the API (taint, label,
+/// condition, the pods), so a restarted hub resumes where it was.
+async fn drain_node(
+    c: &Claim<'_>,
+    hub: &Hub,
+    conn: &Connection,
+    node: &Node,
+    deadline: Option<Timestamp>,
+) -> Result<Option<Action>, Error> {
+    let mut status = c.obj.status.clone().unwrap_or_default();
+    if conditions::is_true(&status.conditions, termination::DRAINED) {
+        return Ok(None);
+    }
+    let node_name = node.name_any();
+    let nodes: Api<Node> = Api::all(conn.client.clone());
+    let tainted = node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| {
+        ts.iter().any(|t| t.key == labels::DISRUPTED_TAINT && t.effect == "NoSchedule" && t.value.is_none())
+    });
+    let labelled =
+        node.labels().get(labels::EXCLUDE_FROM_LB).map(String::as_str) == Some(termination::EXCLUDE_FROM_LB_VALUE);
+    if !tainted || !labelled {
+        // Overwrite any taint of that key; the resourceVersion makes a concurrent change retry.
+        let mut taints: Vec<Taint> = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+        taints.retain(|t| t.key != labels::DISRUPTED_TAINT);
+        taints.push(Taint { key: labels::DISRUPTED_TAINT.into(), effect: "NoSchedule".into(), ..Taint::default() });
+        let patch = json!({
+            "metadata": {
+                "labels": {labels::EXCLUDE_FROM_LB: termination::EXCLUDE_FROM_LB_VALUE},
+                "resourceVersion": node.resource_version(),
+            },
+            "spec": {"taints": taints},
+        });
+        match nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => {}
+            // Gone meanwhile: nothing left to drain.
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node_name, "node tainted karpenter.sh/disrupted; draining");
+    }
+    let now = Timestamp::now();
+    let started = conditions::get(&status.conditions, termination::DRAINED)
+        .filter(|d| d.status == UNKNOWN && d.reason == termination::DRAINING)
+        .map(|d| d.last_transition_time.0);
+    if started.is_none() {
+        conditions::set(
+            &mut status.conditions,
+            termination::DRAINED,
+            UNKNOWN,
+            termination::DRAINING,
+            "",
+            c.obj.metadata.generation,
+            now,
+        );
+        write_status(c, status).await?;
+        // The status change wakes the next pass, which reads when draining began back.
+        return Ok(Some(Action::requeue(termination::DRAIN_REQUEUE)));
+    }
+    // The cache holds every pod of the workload cluster (trimmed); those bound to this node.
+    let pods: Vec<PodFacts> = conn
+        .cache
+        .pods
+        .state()
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name.as_str()))
+        .map(|p| PodFacts::from_pod(p))
+        .collect();
+    let decision = termination::decide(&pods, deadline, started, now);
+    carry_out(c, hub, conn, node, &decision).await;
+    if !decision.complete {
+        return Ok(Some(Action::requeue(decision.requeue.unwrap_or(termination::DRAIN_REQUEUE))));
+    }
+    conditions::set(&mut status.conditions, termination::DRAINED, TRUE, "Drained", "", c.obj.metadata.generation, now);
+    write_status(c, status).await?;
+    hub.metrics.nodes_drained.get(&c.pool()).inc();
+    tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node_name, "node drained");
+    // The next pass reads Drained=True back and deletes the NodeGroup (writing from this stale
+    // copy of the claim would undo the condition).
+    Ok(Some(Action::requeue(Duration::from_millis(100))))
+}
+
+/// The writes of one drain pass: forced deletions, then evictions (each with a UID precondition).
+/// Failures are reported and retried by the next pass, never fatal to it.
+async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node: &Node, decision: &Decision) {
+    let node_ref = node.object_ref(&());
+    let pod_ref = |p: &PodRef| ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(p.namespace.clone()),
+        name: Some(p.name.clone()),
+        uid: Some(p.uid.clone()),
+        ..ObjectReference::default()
+    };
+    let exactly = |p: &PodRef| Some(Preconditions { uid: Some(p.uid.clone()), resource_version: None });
+    let reason = "Forceful Termination";
+    for (p, grace) in &decision.force {
+        let pods: Api<Pod> = Api::namespaced(conn.client.clone(), &p.namespace);
+        let dp = DeleteParams {
+            grace_period_seconds: Some(u32::try_from(*grace).unwrap_or(u32::MAX)),
+            preconditions: exactly(p),
+            ..DeleteParams::default()
+        };
+        match pods.delete(&p.name, &dp).await {
+            Ok(_) => {
+                tracing::info!(cluster = %c.key, nodeclaim = %c.name, pod = %p, grace_seconds = grace, "termination grace period reached; pod deleted");
+                hub.metrics.pods_drained.get(&c.disrupted(reason)).inc();
+                let note = format!("deleted with a grace period of {grace}s: the node's termination grace period ends");
+                hub.workload_event(
+                    &conn.client,
+                    &pod_ref(p),
+                    crate::hub::event(true, "ForceDeleted", "Delete", note),
+                    crate::hub::EVENT_DEDUPE,
+                )
+                .await;
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => {
+                tracing::warn!(cluster = %c.key, nodeclaim = %c.name, pod = %p, error = %e, "deleting a pod at the termination deadline failed; retrying");
+            }
+        }
+    }
+    let now = std::time::Instant::now();
+    // Entries not refreshed for a minute belong to pods that went some other way (a refused pod is
+    // retried every 10 s at most).
+    refusals().retain(|_, (_, next)| *next + Duration::from_secs(60) > now);
+    for p in &decision.evict {
+        let key = (c.key.to_string(), p.clone());
+        if refusals().get(&key).is_some_and(|(_, next)| *next > now) {
+            continue;
+        }
+        let pods: Api<Pod> = Api::namespaced(conn.evictions.clone(), &p.namespace);
+        let ep = EvictParams {
+            delete_options: Some(DeleteParams { preconditions: exactly(p), ..DeleteParams::default() }),
+            ..EvictParams::default()
+        };
+        let result = pods.evict(&p.name, &ep).await;
+        let code = match &result {
+            Ok(_) => 200,
+            Err(kube::Error::Api(s)) => s.code,
+            Err(_) => 0,
+        };
+        hub.metrics
+            .eviction_requests
+            .get(&crate::metrics::ResultLabels { cluster: c.key.to_string(), result: code.to_string() })
+            .inc();
+        match result {
+            Ok(_) => {
+                refusals().remove(&key);
+                tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node.name_any(), pod = %p, "pod evicted");
+                hub.metrics.pods_drained.get(&c.disrupted(reason)).inc();
+                let note = format!("evicted from node {} (NodeClaim {})", node.name_any(), c.name);
+                hub.workload_event(
+                    &conn.client,
+                    &pod_ref(p),
+                    crate::hub::event(false, termination::EVICTED, "Evict", note),
+                    crate::hub::EVENT_DEDUPE,
+                )
+                .await;
+            }
+            // Already gone, or a newer pod of that name: done with this one.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                refusals().remove(&key);
+            }
+            // A PodDisruptionBudget refuses (429), or the pod has more than one (500 with that message).
+            Err(kube::Error::Api(s)) if s.code == 429 || s.message.contains("more than one PodDisruptionBudget") => {
+                let failures = {
+                    let mut r = refusals();
+                    let entry = r.entry(key).or_insert((0, now));
+                    entry.0 = entry.0.saturating_add(1);
+                    entry.1 = now + termination::eviction_backoff(entry.0);
+                    entry.0
+                };
+                let note = format!("cannot evict pod {p}: {}", s.message);
+                if hub
+                    .workload_event(
+                        &conn.client,
+                        &node_ref,
+                        crate::hub::event(true, termination::FAILED_DRAINING, "Drain", note),
+                        crate::hub::EVENT_DEDUPE,
+                    )
+                    .await
+                {
+                    tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node.name_any(), pod = %p, failures, message = %s.message, "eviction refused; backing off");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(cluster = %c.key, nodeclaim = %c.name, pod = %p, error = %e, "eviction failed; retrying");
+            }
+        }
+    }
 }

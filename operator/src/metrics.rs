@@ -184,6 +184,9 @@ pub struct Metrics {
     pub nodeclaims_terminated: Tracked<PoolLabels, Counter>,
     pub nodeclaims_disrupted: Tracked<PoolReasonLabels, Counter>,
     pub nodes_created: Tracked<PoolLabels, Counter>,
+    pub nodes_drained: Tracked<PoolLabels, Counter>,
+    pub pods_drained: Tracked<PoolReasonLabels, Counter>,
+    pub eviction_requests: Tracked<ResultLabels, Counter>,
     pub nodepool_usage: Tracked<PoolResourceLabels, FloatGauge>,
     pub nodepool_limit: Tracked<PoolResourceLabels, FloatGauge>,
     pub scheduling_duration: Tracked<ClusterLabels, Histogram, Buckets>,
@@ -233,6 +236,9 @@ impl Metrics {
             nodeclaims_terminated: Tracked::default(),
             nodeclaims_disrupted: Tracked::default(),
             nodes_created: Tracked::default(),
+            nodes_drained: Tracked::default(),
+            pods_drained: Tracked::default(),
+            eviction_requests: Tracked::default(),
             nodepool_usage: Tracked::default(),
             nodepool_limit: Tracked::default(),
             scheduling_duration: Tracked::with_constructor(latency_histogram as Buckets),
@@ -303,6 +309,24 @@ impl Metrics {
             "karpenter_nodes_created",
             "Nodes registered to a NodeClaim, by owning NodePool",
             &m.nodes_created,
+        );
+        register(
+            &mut r,
+            "karpenter_nodes_drained",
+            "Nodes drained before their NodeGroup was deleted, by owning NodePool",
+            &m.nodes_drained,
+        );
+        register(
+            &mut r,
+            "karpenter_pods_drained",
+            "Pods evicted or deleted at the deadline by node termination, by reason and owning NodePool",
+            &m.pods_drained,
+        );
+        register(
+            &mut r,
+            "karpenter_nodes_eviction_requests",
+            "Eviction requests made by node termination, by HTTP status code (result; 0: no answer)",
+            &m.eviction_requests,
         );
         register(
             &mut r,
@@ -440,6 +464,9 @@ impl Metrics {
         self.nodeclaims_terminated.forget(cluster);
         self.nodeclaims_disrupted.forget(cluster);
         self.nodes_created.forget(cluster);
+        self.nodes_drained.forget(cluster);
+        self.pods_drained.forget(cluster);
+        self.eviction_requests.forget(cluster);
         self.nodepool_usage.forget(cluster);
         self.nodepool_limit.forget(cluster);
         self.scheduling_duration.forget(cluster);

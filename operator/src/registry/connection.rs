@@ -61,6 +61,9 @@ impl std::fmt::Debug for WorkloadCache {
 pub struct Connection {
     pub key: ClusterKey,
     pub client: Client,
+    /// The same identity without kube's client-side retry of 429/503/504: an eviction refused by a
+    /// PodDisruptionBudget answers 429 by design, and termination backs off itself.
+    pub evictions: Client,
     pub cache: WorkloadCache,
     synced: watch::Receiver<bool>,
 }
@@ -184,7 +187,9 @@ impl Task {
                 }
             }
             Ok(None) => {}
-            Err(e) => tracing::debug!(cluster = %self.key, error = %e, "re-reading the kubeconfig Secret failed"),
+            Err(e) => {
+                tracing::debug!(cluster = %self.key, error = %crate::apierror::plain(&e), "re-reading the kubeconfig Secret failed")
+            }
         }
     }
 
@@ -216,7 +221,10 @@ impl Task {
         };
         // Connect fast or fail; reads keep kube's default (watches are long polls).
         config.connect_timeout = Some(self.settings.probe_timeout);
-        let client = match Client::try_from(config) {
+        let mut direct = config.clone();
+        direct.default_retry = false;
+        let evictions = Client::try_from(direct);
+        let client = match Client::try_from(config).and_then(|c| evictions.map(|e| (c, e))) {
             Ok(c) => c,
             Err(e) => {
                 return Ended::Fatal(ClusterStatus::new(
@@ -225,6 +233,7 @@ impl Task {
                 ));
             }
         };
+        let (client, evictions) = client;
         if let Err(s) = self.probe(&client, &server).await {
             return Ended::Retry(s);
         }
@@ -261,6 +270,7 @@ impl Task {
         let conn = Arc::new(Connection {
             key: self.key.clone(),
             client: client.clone(),
+            evictions,
             cache: cache.clone(),
             synced: synced_rx,
         });
@@ -302,7 +312,7 @@ impl Task {
                         return Ended::Retry(s);
                     }
                     // Other watch errors are retried by the watcher itself; the probe judges health.
-                    tracing::debug!(cluster = %self.key, error = %e, "watch error; the watcher retries");
+                    tracing::debug!(cluster = %self.key, error = %crate::apierror::plain(&e), "watch error; the watcher retries");
                 }
                 _ = ticker.tick() => match self.counted_probe(&client, &server).await {
                     Ok(()) => consecutive = 0,
@@ -348,7 +358,7 @@ impl Task {
 
 impl ClusterStatus {
     fn new_unreachable(server: &str, e: &kube::Error) -> Self {
-        ClusterStatus::new(Phase::Unreachable, format!("{server} is unreachable: {e}"))
+        ClusterStatus::new(Phase::Unreachable, format!("{server} is unreachable: {}", crate::apierror::plain(e)))
     }
 }
 
@@ -415,7 +425,7 @@ where
                         }
                     }
                     Some(Err(e)) => {
-                        tracing::debug!(cluster = %key, kind, error = %e, "watch error");
+                        tracing::debug!(cluster = %key, kind, error = %crate::apierror::plain_watch(&e), "watch error");
                         if let Some(e) = into_client_error(e) {
                             let _ = failures.try_send(e);
                         }

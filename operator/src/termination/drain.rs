@@ -261,7 +261,7 @@ fn signed(d: Duration) -> SignedDuration {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;

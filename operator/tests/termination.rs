@@ -1,0 +1,304 @@
+//! Termination end to end on the simulated world (karpenter-semantics §5, §10.10): deleting a
+//! NodeClaim drains its Node before the NodeGroup goes. The emulator answers evictions by
+//! PodDisruptionBudget (429 while the budget allows none) and its kubelet stand-in finishes a
+//! deleted pod 200 ms later, so what the hub does shows in the API: the taint, the label, the
+//! claim's `Drained` condition, pods going tier by tier, `FailedDraining` on the Node.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{collections::BTreeMap, time::Duration};
+
+use crds::{NodeClaim, NodeGroup, labels};
+use k8s_openapi::{
+    api::{
+        core::v1::{Node, Pod},
+        events::v1::Event,
+        policy::v1::PodDisruptionBudget,
+    },
+    jiff::Timestamp,
+};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use operator::sandbox::{World, quick_cke, scale};
+use serde_json::{Value, json};
+
+mod common;
+use common::{EXAMPLE, running, wait_for};
+
+const NODE_UP: Duration = Duration::from_secs(60);
+const DRAIN: Duration = Duration::from_secs(60);
+/// How long a negative ("still blocked") is watched: several drain passes (1 s each).
+const HOLD: Duration = Duration::from_secs(4);
+
+/// The cluster's NodePool from general-purpose.yaml, `edit`ed.
+async fn apply_pool(world: &World, edit: impl Fn(&mut Value)) {
+    let c = &world.clusters[0];
+    let name = c.name.clone();
+    world
+        .apply_yaml("general-purpose.yaml", EXAMPLE, &c.namespace, |doc| {
+            if doc.get("kind").and_then(Value::as_str) == Some("NodePool") {
+                doc["spec"]["clusterName"] = Value::String(name.clone());
+                edit(doc);
+            }
+        })
+        .await
+        .unwrap();
+}
+
+/// Poll `f` every 200 ms until it gives a value; panic naming `what` after `timeout`.
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One pod up on one new node: the claim and its Node's name once registered.
+async fn one_node(world: &World) -> (NodeClaim, String) {
+    scale(world, 0, 1, "500m", "1Gi").await.unwrap();
+    wait_for("the pod running", NODE_UP, || async { running(world, 0).await == 1 }).await;
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &world.clusters[0].namespace);
+    let claim = eventually("the claim registered", NODE_UP, || async {
+        let list = claims.list(&ListParams::default()).await.unwrap().items;
+        list.into_iter().find(|c| c.status.as_ref().is_some_and(|s| s.node_name.is_some()))
+    })
+    .await;
+    let node = claim.status.as_ref().and_then(|s| s.node_name.clone()).unwrap();
+    (claim, node)
+}
+
+/// A pod bound to `node` (no scheduler involved), `extra` merged into it.
+fn bound(name: &str, node: &str, extra: Value) -> Pod {
+    let mut v = json!({
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.example/app:1"}]}
+    });
+    merge(&mut v, extra);
+    serde_json::from_value(v).unwrap()
+}
+
+fn merge(into: &mut Value, from: Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+fn daemonset_owned() -> Value {
+    json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "5f0c8f3e-0000-4000-8000-000000000001", "controller": true}]}})
+}
+
+fn deleting_or_gone(pods: &[Pod], name: &str) -> bool {
+    pods.iter().find(|p| p.name_any() == name).is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+}
+
+fn condition(claim: &NodeClaim, type_: &str) -> Option<(String, String)> {
+    claim.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_).map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+async fn node_events(world: &World, node: &str, reason: &str) -> Vec<String> {
+    Api::<Event>::namespaced(world.clusters[0].client(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason) && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node)
+        })
+        .map(|e| e.note.unwrap_or_default())
+        .collect()
+}
+
+/// §10.10 items 135–138 and a hub restart mid-drain: the Node is tainted and labelled, pods go tier
+/// by tier (ordinary workload, DaemonSet, critical, critical DaemonSet), a PDB that allows nothing
+/// holds the drain (FailedDraining on the Node, Node and NodeGroup kept) across a restart of the
+/// hub until it is relaxed; a pod tolerating the taint is never evicted; then the Node and
+/// NodeGroup go and the claim is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_nodeclaim_drains_its_node_in_tier_order_within_budgets() {
+    let _ = tracing_subscriber::fmt().with_env_filter("operator=debug").with_test_writer().try_init();
+    let mut world = World::start(&[("team-a", "drain")], |i| quick_cke(i as u64)).await.unwrap();
+    apply_pool(&world, |_| {}).await;
+    world.start_hub();
+    let (claim, node) = one_node(&world).await;
+    let wl = world.clusters[0].client();
+    let pods: Api<Pod> = Api::namespaced(wl.clone(), "default");
+    let critical = json!({"spec": {"priorityClassName": "system-node-critical"}});
+    let mut critical_ds = daemonset_owned();
+    merge(&mut critical_ds, critical.clone());
+    for p in [
+        bound("guarded", &node, json!({})),
+        bound("agent", &node, daemonset_owned()),
+        bound("critical", &node, critical),
+        bound("critical-agent", &node, critical_ds),
+        bound(
+            "tolerating",
+            &node,
+            json!({"spec": {"tolerations": [{"key": labels::DISRUPTED_TAINT, "operator": "Exists", "effect": "NoSchedule"}]}}),
+        ),
+    ] {
+        pods.create(&PostParams::default(), &p).await.unwrap();
+    }
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(wl.clone(), "default");
+    let pdb = json!({"metadata": {"name": "guard"}, "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}}});
+    pdbs.create(&PostParams::default(), &serde_json::from_value(pdb).unwrap()).await.unwrap();
+    wait_for("the bound pods running", NODE_UP, || async { running(&world, 0).await == 6 }).await;
+
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &world.clusters[0].namespace);
+    let nodes: Api<Node> = Api::all(wl.clone());
+    let groups: Api<NodeGroup> = Api::all(wl.clone());
+    let group = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .unwrap()
+        .trim_start_matches("clevercloud://")
+        .to_string();
+    claims.delete(&claim.name_any(), &DeleteParams::default()).await.unwrap();
+
+    wait_for("the node tainted and labelled", DRAIN, || async {
+        nodes.get_opt(&node).await.unwrap().is_some_and(|n| {
+            let tainted = n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| {
+                ts.iter().any(|t| t.key == labels::DISRUPTED_TAINT && t.effect == "NoSchedule" && t.value.is_none())
+            });
+            tainted && n.labels().get(labels::EXCLUDE_FROM_LB).map(String::as_str) == Some("karpenter")
+        })
+    })
+    .await;
+    wait_for("Drained=Unknown(Draining)", DRAIN, || async {
+        claims.get_opt(&claim.name_any()).await.unwrap().and_then(|c| condition(&c, "Drained"))
+            == Some(("Unknown".into(), "Draining".into()))
+    })
+    .await;
+    wait_for("the ordinary pod evicted", DRAIN, || async {
+        deleting_or_gone(&pods.list(&ListParams::default()).await.unwrap().items, "web-0")
+    })
+    .await;
+    wait_for("FailedDraining on the node", DRAIN, || async {
+        !node_events(&world, &node, "FailedDraining").await.is_empty()
+    })
+    .await;
+    let note = node_events(&world, &node, "FailedDraining").await.join(" ");
+    assert!(note.contains("default/guarded"), "{note}");
+
+    // The budget holds the drain, across a restart of the hub: nothing of a later tier goes, and
+    // the Node and NodeGroup stay.
+    world.crash_hub().await;
+    world.start_hub();
+    let deadline = tokio::time::Instant::now() + HOLD;
+    while tokio::time::Instant::now() < deadline {
+        let list = pods.list(&ListParams::default()).await.unwrap().items;
+        for name in ["guarded", "agent", "critical", "critical-agent", "tolerating"] {
+            assert!(!deleting_or_gone(&list, name), "{name} went while the budget allowed nothing");
+        }
+        assert!(nodes.get_opt(&node).await.unwrap().is_some(), "the node went before its drain");
+        assert!(groups.get_opt(&group).await.unwrap().is_some_and(|g| g.metadata.deletion_timestamp.is_none()));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        world.clusters[0].server.requests().count("create", "pods/eviction") >= 2,
+        "the refused eviction is retried"
+    );
+
+    // Relax the budget: the tiers go in order, then the Node and the NodeGroup.
+    pdbs.patch("guard", &PatchParams::default(), &Patch::Merge(json!({"spec": {"maxUnavailable": 1}}))).await.unwrap();
+    let mut went: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
+    let start = tokio::time::Instant::now();
+    loop {
+        let list = pods.list(&ListParams::default()).await.unwrap().items;
+        let node_there = nodes.get_opt(&node).await.unwrap().is_some();
+        for name in ["guarded", "agent", "critical", "critical-agent", "tolerating"] {
+            if deleting_or_gone(&list, name) && !went.contains_key(name) {
+                went.insert(name.to_string(), tokio::time::Instant::now());
+                assert!(name != "tolerating" || !node_there, "the tolerating pod was evicted");
+            }
+        }
+        if !node_there && groups.get_opt(&group).await.unwrap().is_none() {
+            break;
+        }
+        assert!(start.elapsed() < DRAIN, "timed out draining; gone so far: {went:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let order = ["guarded", "agent", "critical", "critical-agent"];
+    for pair in order.windows(2) {
+        let (a, b) = (went.get(pair[0]), went.get(pair[1]));
+        assert!(a.is_some() && b.is_some() && a < b, "{} must go before {}: {went:?}", pair[0], pair[1]);
+    }
+    wait_for("the claim released", DRAIN, || async { claims.get_opt(&claim.name_any()).await.unwrap().is_none() })
+        .await;
+    world.shutdown().await;
+}
+
+/// §10.10 item 139 and §5.1.1: with a terminationGracePeriod the claim gets its deadline once; a
+/// do-not-disrupt pod is waited for until deadline − its grace, then deleted (not evicted) so it
+/// ends by the deadline, while an ordinary pod is evicted at once; then the node goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_do_not_disrupt_pod_is_deleted_at_the_termination_grace_period() {
+    let mut world = World::start(&[("team-a", "deadline")], |i| quick_cke(i as u64)).await.unwrap();
+    apply_pool(&world, |pool| pool["spec"]["template"]["spec"]["terminationGracePeriod"] = json!("10s")).await;
+    world.start_hub();
+    let (claim, node) = one_node(&world).await;
+    let wl = world.clusters[0].client();
+    let pods: Api<Pod> = Api::namespaced(wl.clone(), "default");
+    // An ordinary pod that ends within 3 s, and a protected one that ends within 2 s; the pod that
+    // brought the node up goes first (its default 30 s grace would be forced at once).
+    let precious = json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: "true"}}, "spec": {"terminationGracePeriodSeconds": 2}});
+    pods.create(&PostParams::default(), &bound("precious", &node, precious)).await.unwrap();
+    let ordinary = json!({"spec": {"terminationGracePeriodSeconds": 3}});
+    pods.create(&PostParams::default(), &bound("ordinary", &node, ordinary)).await.unwrap();
+    scale(&world, 0, 0, "500m", "1Gi").await.unwrap();
+    wait_for("the pods running", NODE_UP, || async { running(&world, 0).await == 2 }).await;
+
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &world.clusters[0].namespace);
+    let evictions_before = world.clusters[0].server.requests().count("create", "pods/eviction");
+    claims.delete(&claim.name_any(), &DeleteParams::default()).await.unwrap();
+    let name = claim.name_any();
+    let deadline: Timestamp = eventually("the deadline annotation", DRAIN, || async {
+        let c = claims.get_opt(&name).await.unwrap()?;
+        c.annotations().get(labels::TERMINATION_TIMESTAMP).map(|a| a.parse().unwrap())
+    })
+    .await;
+    let deleted: Timestamp = claims.get(&claim.name_any()).await.unwrap().metadata.deletion_timestamp.unwrap().0;
+    assert_eq!(deadline.duration_since(deleted).as_secs(), 10, "deletion + terminationGracePeriod");
+    let nodes: Api<Node> = Api::all(wl.clone());
+    let start = tokio::time::Instant::now();
+    let seen_going = loop {
+        let list = pods.list(&ListParams::default()).await.unwrap().items;
+        if deleting_or_gone(&list, "precious") {
+            break Timestamp::now();
+        }
+        assert!(nodes.get_opt(&node).await.unwrap().is_some(), "the node went with a do-not-disrupt pod on it");
+        assert!(start.elapsed() < DRAIN, "the do-not-disrupt pod was never deleted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Forced after deadline − 2 s (its grace), before the deadline.
+    let early = deadline.duration_since(seen_going).as_secs_f64();
+    assert!(early <= 2.0 && early > 0.0, "forced {early:.1}s before the deadline; expected just under 2 s");
+    // The annotation is never rewritten.
+    let c = claims.get_opt(&claim.name_any()).await.unwrap();
+    if let Some(c) = c {
+        assert_eq!(c.annotations().get(labels::TERMINATION_TIMESTAMP).unwrap().parse::<Timestamp>().unwrap(), deadline);
+    }
+    wait_for("node and claim gone", DRAIN, || async {
+        nodes.get_opt(&node).await.unwrap().is_none() && claims.get_opt(&claim.name_any()).await.unwrap().is_none()
+    })
+    .await;
+    // Only the ordinary pod was evicted; the protected one was deleted, never evicted.
+    let evictions = world.clusters[0].server.requests().count("create", "pods/eviction") - evictions_before;
+    assert_eq!(evictions, 1, "one eviction (the ordinary pod)");
+    world.shutdown().await;
+}
