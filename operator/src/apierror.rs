@@ -9,6 +9,27 @@ pub fn plain(e: &kube::Error) -> Plain<'_> {
     Plain(e)
 }
 
+/// `e` of a watch, plainly (see [`plain`]).
+pub fn plain_watch(e: &kube::runtime::watcher::Error) -> PlainWatch<'_> {
+    PlainWatch(e)
+}
+
+/// See [`plain_watch`].
+#[derive(Debug, Clone, Copy)]
+pub struct PlainWatch<'a>(pub &'a kube::runtime::watcher::Error);
+
+impl fmt::Display for PlainWatch<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use kube::runtime::watcher::Error;
+        match self.0 {
+            Error::InitialListFailed(e) => write!(f, "listing failed: {}", plain(e)),
+            Error::WatchStartFailed(e) => write!(f, "starting the watch failed: {}", plain(e)),
+            Error::WatchFailed(e) => write!(f, "the watch failed: {}", plain(e)),
+            other => write!(f, "{other}"),
+        }
+    }
+}
+
 /// See [`plain`].
 #[derive(Debug, Clone, Copy)]
 pub struct Plain<'a>(pub &'a kube::Error);

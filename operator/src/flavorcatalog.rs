@@ -31,7 +31,7 @@ pub const READY: &str = "Ready";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API error: {0}")]
+    #[error("Kubernetes API error: {}", crate::apierror::plain(.0))]
     Kube(#[from] kube::Error),
 }
 

@@ -156,7 +156,7 @@ where
                 () = stop.cancelled() => return,
                 next = stream.next() => match next {
                     None => return,
-                    Some(Err(e)) => tracing::debug!(kind = %K::kind(&()), error = %e, "management watch error; retrying"),
+                    Some(Err(e)) => tracing::debug!(kind = %K::kind(&()), error = %crate::apierror::plain_watch(&e), "management watch error; retrying"),
                     Some(Ok(_)) => {}
                 },
             }
@@ -416,7 +416,7 @@ pub fn event(warning: bool, reason: &str, action: &str, note: String) -> Event {
 
 async fn publish(recorder: &Recorder, reference: &ObjectReference, ev: Event) {
     if let Err(e) = recorder.publish(&ev, reference).await {
-        tracing::debug!(error = %e, reason = %ev.reason, "publishing an event failed");
+        tracing::debug!(error = %crate::apierror::plain(&e), reason = %ev.reason, "publishing an event failed");
     }
 }
 /// Name of the ConfigMap holding a cluster's capacity memory.

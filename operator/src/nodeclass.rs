@@ -36,7 +36,7 @@ pub const FLAVOR_CATALOG_RESOLVED: &str = "FlavorCatalogResolved";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API error: {0}")]
+    #[error("Kubernetes API error: {}", crate::apierror::plain(.0))]
     Kube(#[from] kube::Error),
 }
 

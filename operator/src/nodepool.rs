@@ -37,7 +37,7 @@ pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API error: {0}")]
+    #[error("Kubernetes API error: {}", crate::apierror::plain(.0))]
     Kube(#[from] kube::Error),
 }
 

@@ -40,7 +40,7 @@ use scheduling::{
 /// Errors of one round; logged, and the next window retries.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API error: {0}")]
+    #[error("Kubernetes API error: {}", crate::apierror::plain(.0))]
     Kube(#[from] kube::Error),
     #[error("building a NodeClaim: {0}")]
     Build(String),

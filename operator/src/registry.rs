@@ -136,7 +136,7 @@ impl Default for Settings {
 /// Errors that stop the registry itself (never a single cluster's problem).
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    #[error("watching kubeconfig Secrets in the management cluster failed: {0}")]
+    #[error("watching kubeconfig Secrets in the management cluster failed: {}", crate::apierror::plain_watch(.0))]
     Watch(#[from] watcher::Error),
 }
 
@@ -263,7 +263,9 @@ impl Registry {
             };
             match event {
                 None => break,
-                Some(Err(e)) => tracing::warn!(error = %e, "kubeconfig Secret watch failed; retrying"),
+                Some(Err(e)) => {
+                    tracing::warn!(error = %crate::apierror::plain_watch(&e), "kubeconfig Secret watch failed; retrying")
+                }
                 Some(Ok(watcher::Event::Init)) => listed = Some(Vec::new()),
                 Some(Ok(watcher::Event::InitApply(s))) => {
                     if let Some(key) = self.apply(&mgmt, &s, &shutdown)

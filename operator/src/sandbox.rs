@@ -32,7 +32,7 @@ use crds::{NodeClaim, NodeGroup};
 pub enum SandboxError {
     #[error("starting an API emulator: {0}")]
     Start(String),
-    #[error("Kubernetes API error: {0}")]
+    #[error("Kubernetes API error: {}", crate::apierror::plain(.0))]
     Kube(#[from] kube::Error),
     #[error("{file}: {message}")]
     Manifest { file: String, message: String },

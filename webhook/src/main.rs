@@ -12,8 +12,12 @@ use webhook::references::{ApiReferences, NoReferences, References};
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let filter = EnvFilter::try_new(&args.log).with_context(|| format!("invalid --log filter {:?}", args.log))?;
+    // Colours only for a person at a terminal (logs go to stdout): files, pipes and log collectors get plain text
+    // (and `NO_COLOR`, https://no-color.org, turns them off anywhere).
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stdout())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     match args.log_format {
-        LogFormat::Text => tracing_subscriber::fmt().with_env_filter(filter).init(),
+        LogFormat::Text => tracing_subscriber::fmt().with_env_filter(filter).with_ansi(colour).init(),
         LogFormat::Json => tracing_subscriber::fmt().json().with_env_filter(filter).init(),
     }
     // One crypto provider for the whole process: the server's and the kube client's TLS.
@@ -33,7 +37,7 @@ async fn main() -> anyhow::Result<()> {
     let running =
         webhook::server::start(args.settings(), references, provider).await.context("cannot start the webhook")?;
     shutdown_signal().await;
-    tracing::info!(grace = ?args.shutdown_grace, "shutting down");
+    tracing::info!(grace_seconds = args.shutdown_grace.as_secs_f64(), "shutting down");
     running.shutdown().await.context("the webhook stopped with an error")?;
     tracing::info!("stopped");
     Ok(())

@@ -155,7 +155,7 @@ async fn validate(state: AppState, kind: Kind, body: Result<Bytes, BytesRejectio
         Ok(answer) => {
             let outcome = if answer.allowed { Outcome::Allowed } else { Outcome::Denied };
             state.metrics.observe(kind, outcome, answer.warnings.len(), started.elapsed());
-            tracing::debug!(%kind, uid = %answer.uid, allowed = answer.allowed, message = ?answer.message, "reviewed");
+            tracing::debug!(%kind, uid = %answer.uid, allowed = answer.allowed, message = answer.message.as_deref().unwrap_or_default(), "reviewed");
             ([(header::CONTENT_TYPE, "application/json")], answer.to_json()).into_response()
         }
         Err(bad) => {
@@ -302,7 +302,10 @@ pub async fn start(
         Ok(())
     }));
 
-    tracing::info!(%address, probe_address = ?probe_address, "admission webhook serving");
+    match probe_address {
+        Some(probe) => tracing::info!(%address, probe_address = %probe, "admission webhook serving"),
+        None => tracing::info!(%address, "admission webhook serving (no probe listener)"),
+    }
     Ok(Running {
         address,
         probe_address,

@@ -325,7 +325,7 @@ impl ReloadingCertificate {
                     metrics.reload(ReloadOutcome::Success);
                     let expiry = self.expiry();
                     metrics.certificate_expiry(expiry);
-                    tracing::info!(cert = %self.files.cert.display(), not_after = ?expiry, "serving certificate reloaded");
+                    tracing::info!(cert = %self.files.cert.display(), not_after_unix = expiry.unwrap_or_default(), "serving certificate reloaded");
                 }
                 Poll::Rejected(error) => {
                     metrics.reload(ReloadOutcome::Failure);

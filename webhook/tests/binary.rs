@@ -45,6 +45,8 @@ async fn serves_from_flags_and_stops_on_sigterm() {
         .env("KARPENTER_HUB_WEBHOOK_TLS_CERT_FILE", dir.path().join("tls.crt"))
         .env("KARPENTER_HUB_WEBHOOK_TLS_KEY_FILE", dir.path().join("tls.key"))
         .env("KARPENTER_HUB_WEBHOOK_LOOKUPS", "off")
+        // What a log collector gets: pipes, and no NO_COLOR to lean on.
+        .env_remove("NO_COLOR")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -74,6 +76,8 @@ async fn serves_from_flags_and_stops_on_sigterm() {
     let logs = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
     assert!(status.success(), "exit {status:?}\n{logs}");
     assert!(logs.contains("shutting down") && logs.contains("stopped"), "{logs}");
+    assert!(!logs.contains('\u{1b}'), "ANSI escape codes written to a pipe:\n{logs}");
+    assert!(!logs.contains("Some("), "Rust debug formatting in the logs:\n{logs}");
 }
 
 #[tokio::test]

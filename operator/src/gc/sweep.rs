@@ -16,6 +16,7 @@ use super::{
     orphan_candidates,
 };
 use crate::{
+    apierror::plain,
     conditions,
     hub::{EVENT_DEDUPE, EVENT_DEDUPE_LONG, Hub},
     lifecycle::{LAUNCHED, REGISTERED},
@@ -73,10 +74,18 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
                 tokio::select! {
                     () = stop.cancelled() => {}
                     r = sweep => match r {
-                        Ok(Ok(o)) if o != Outcome::default() => tracing::info!(cluster = %key, ?o, "garbage collection sweep"),
+                        Ok(Ok(o)) if o != Outcome::default() => tracing::info!(
+                            cluster = %key,
+                            nodegroups_collected = %o.groups_collected.join(", "),
+                            nodeclaims_collected = %o.claims_collected.join(", "),
+                            refused = %o.refused.join(", "),
+                            foreign = o.foreign,
+                            resized = %o.resized.join(", "),
+                            "garbage collection sweep"
+                        ),
                         Ok(Ok(_)) => {}
                         Ok(Err(e)) => tracing::warn!(cluster = %key, error = %e, "garbage collection skipped"),
-                        Err(_) => tracing::warn!(cluster = %key, "garbage collection sweep gave up after {period:?}; the cluster is slow or hung"),
+                        Err(_) => tracing::warn!(cluster = %key, "garbage collection sweep gave up after {} s; the cluster is slow or hung", period.as_secs()),
                     },
                 }
             });
@@ -154,7 +163,7 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
             Ok(Some(g)) => g,
             Ok(None) => continue,
             Err(e) => {
-                tracing::debug!(cluster = %key, nodegroup = %name, error = %e, "live read failed; kept");
+                tracing::debug!(cluster = %key, nodegroup = %name, error = %plain(&e), "live read failed; kept");
                 continue;
             }
         };
@@ -186,7 +195,7 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
                         out.groups_collected.push(name);
                     }
                     Err(e) => {
-                        tracing::warn!(cluster = %key, nodegroup = %name, error = %e, "deleting orphaned NodeGroup failed")
+                        tracing::warn!(cluster = %key, nodegroup = %name, error = %plain(&e), "deleting orphaned NodeGroup failed")
                     }
                 }
             }
@@ -233,14 +242,14 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
             let name = c.name_any();
             let dp = ownership::delete_exactly(c.as_ref());
             if let Err(e) = claims_api.delete(&name, &dp).await {
-                tracing::warn!(cluster = %key, nodeclaim = %name, error = %e, "deleting vanished claim failed");
+                tracing::warn!(cluster = %key, nodeclaim = %name, error = %plain(&e), "deleting vanished claim failed");
                 continue;
             }
             let flavor = c.labels().get(labels::INSTANCE_TYPE).cloned().unwrap_or_default();
             if !flavor.is_empty() {
                 let policy = hub.settings.capacity;
                 if let Err(e) = hub.update_capacity(key, now, |s| s.record_vanish(&flavor, now, policy)).await {
-                    tracing::warn!(cluster = %key, error = %e, "persisting the vanish cool-down failed");
+                    tracing::warn!(cluster = %key, error = %plain(&e), "persisting the vanish cool-down failed");
                 }
             }
             tracing::warn!(cluster = %key, nodeclaim = %name, nodegroup = %group, why = %why, "NodeGroupVanished: deleted the claim so its pods are re-planned");

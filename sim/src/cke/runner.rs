@@ -585,7 +585,7 @@ async fn exec_group(client: &Client, action: &GroupAction) -> Result<(), kube::E
         GroupAction::PatchStatus { group, status } => {
             let patch = json!({"status": status});
             ignore_not_found(groups.patch_status(group, &pp, &Patch::Merge(&patch)).await)?;
-            info!(%group, phase = ?status.phase, nodes = ?status.node_count, "simulated CKE: NodeGroup status written");
+            info!(%group, phase = status.phase.as_deref().unwrap_or_default(), nodes = status.node_count.unwrap_or_default(), "simulated CKE: NodeGroup status written");
         }
         GroupAction::CreateNode { name, node, .. } => {
             create_node(&nodes, name, node).await?;
