@@ -61,6 +61,9 @@ impl std::fmt::Debug for WorkloadCache {
 pub struct Connection {
     pub key: ClusterKey,
     pub client: Client,
+    /// The same identity without kube's client-side retry of 429/503/504: an eviction refused by a
+    /// PodDisruptionBudget answers 429 by design, and termination backs off itself.
+    pub evictions: Client,
     pub cache: WorkloadCache,
     synced: watch::Receiver<bool>,
 }
@@ -218,7 +221,10 @@ impl Task {
         };
         // Connect fast or fail; reads keep kube's default (watches are long polls).
         config.connect_timeout = Some(self.settings.probe_timeout);
-        let client = match Client::try_from(config) {
+        let mut direct = config.clone();
+        direct.default_retry = false;
+        let evictions = Client::try_from(direct);
+        let client = match Client::try_from(config).and_then(|c| evictions.map(|e| (c, e))) {
             Ok(c) => c,
             Err(e) => {
                 return Ended::Fatal(ClusterStatus::new(
@@ -227,6 +233,7 @@ impl Task {
                 ));
             }
         };
+        let (client, evictions) = client;
         if let Err(s) = self.probe(&client, &server).await {
             return Ended::Retry(s);
         }
@@ -263,6 +270,7 @@ impl Task {
         let conn = Arc::new(Connection {
             key: self.key.clone(),
             client: client.clone(),
+            evictions,
             cache: cache.clone(),
             synced: synced_rx,
         });
