@@ -206,3 +206,82 @@ proptest! {
         check(&build(&pools, &pods, nodes, ds, zones));
     }
 }
+
+/// Free pods (and a few with hostname anti-affinity) in one pool with random cpu, memory and node
+/// limits and some usage.
+fn limited_input(
+    pods: &[(i64, i64, bool)],
+    cpu: Option<i64>,
+    mem_gi: Option<i64>,
+    nodes: Option<i64>,
+    used: i64,
+) -> Input {
+    let mut p = pool("default");
+    p.limits =
+        Limits { cpu_millis: cpu.map(|c| c * 1000), memory_bytes: mem_gi.map(|m| m * GI), nodes, ..Limits::default() };
+    p.usage.nodes = used;
+    p.usage.resources.cpu_millis = used * 4000;
+    p.usage.resources.memory_bytes = used * 4 * GI;
+    let pods = pods
+        .iter()
+        .enumerate()
+        .map(|(i, &(cpu, mem_mi, anti))| {
+            let mut x = pod(&format!("p{i:03}"), cpu, mem_mi * MI);
+            if anti {
+                x.labels = labels_of(&[("app", "a")]);
+                x.constraints.pod_anti_affinity = vec![term(HOSTNAME, &[("app", "a")])];
+            }
+            x
+        })
+        .collect();
+    Input { pools: vec![p], pods, ..Input::default() }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Under cpu / memory / node limits: no decision goes beyond a limit (each claim charged its
+    /// largest option's capacity, nodes counted exactly), and the packing never places fewer pods
+    /// than the plain loop.
+    #[test]
+    fn limits_hold_and_the_packing_places_no_fewer_pods(
+        pods in proptest::collection::vec((1i64..6000, 64i64..12_000, proptest::bool::weighted(0.1)), 0..50),
+        cpu in proptest::option::of(0i64..80),
+        mem_gi in proptest::option::of(0i64..80),
+        nodes in proptest::option::of(0i64..8),
+        used in 0i64..3,
+    ) {
+        let input = limited_input(&pods, cpu, mem_gi, nodes, used);
+        check(&input);
+        let d = solve(&input);
+        let p = &input.pools[0];
+        let largest = |f: fn(&crds::quantity::Resources) -> i64| -> i64 {
+            d.new_claims
+                .iter()
+                .map(|c| {
+                    c.instance_types
+                        .iter()
+                        .map(|o| f(&p.instance_types.iter().find(|t| t.name == o.name).unwrap().capacity))
+                        .max()
+                        .unwrap_or(0)
+                })
+                .sum()
+        };
+        if let Some(max) = p.limits.cpu_millis {
+            prop_assert!(d.new_claims.is_empty() || p.usage.resources.cpu_millis + largest(|r| r.cpu_millis) <= max);
+        }
+        if let Some(max) = p.limits.memory_bytes {
+            prop_assert!(d.new_claims.is_empty() || p.usage.resources.memory_bytes + largest(|r| r.memory_bytes) <= max);
+        }
+        if let Some(max) = p.limits.nodes {
+            prop_assert!(d.new_claims.is_empty() || p.usage.nodes + i64::try_from(d.new_claims.len()).unwrap() <= max);
+        }
+        let plain = solve(&Input { settings: crate::model::Settings { repack: false, ..Default::default() }, ..input.clone() });
+        prop_assert!(
+            d.unschedulable.len() <= plain.unschedulable.len(),
+            "packing leaves {} pending, the plain loop {}",
+            d.unschedulable.len(),
+            plain.unschedulable.len()
+        );
+    }
+}

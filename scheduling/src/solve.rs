@@ -140,6 +140,8 @@ struct Claim {
     /// Per-resource max over types of allocatable − overhead − used: quick rejection.
     headroom: Resources,
     min_values_relaxed: bool,
+    /// What the claim took from its pool's limits: its largest option's capacity when opened.
+    charged: Resources,
 }
 
 /// What a target accepts a pod with.
@@ -750,6 +752,7 @@ impl<'a> Solver<'a> {
                         pods: Vec::new(),
                         headroom: Resources::ZERO,
                         min_values_relaxed: false,
+                        charged: cap,
                     });
                     let ci = self.claims.len() - 1;
                     self.claim_order.insert(0, ci);
@@ -1203,6 +1206,7 @@ impl<'a> Solver<'a> {
     /// (same pool, same requirements), keeping the result only when cheaper. Pools with limits and
     /// requirements with minValues are left alone, so limits stay exact and options keep their count.
     fn repack(&mut self) {
+        self.repack_limited();
         let mut groups: Vec<(usize, Requirements, Vec<usize>)> = Vec::new();
         for (ci, claim) in self.claims.iter().enumerate() {
             let pool = &self.pools[claim.pool];
@@ -1292,6 +1296,7 @@ impl<'a> Solver<'a> {
             for (members, used, fit) in new_claims {
                 let headroom = table.max_headroom(&fit, |g| pool.groups[g].overhead).saturating_sub(used);
                 let hostname = self.ints.val(&format!("hostname-placeholder-r{:04}", added.len()));
+                let charged = table.max_capacity(&fit);
                 added.push(Claim {
                     pool: pi,
                     reqs: reqs.clone(),
@@ -1299,6 +1304,7 @@ impl<'a> Solver<'a> {
                     used,
                     ports: Vec::new(),
                     hostname,
+                    charged,
                     pods: members,
                     headroom,
                     min_values_relaxed: false,
@@ -1318,6 +1324,259 @@ impl<'a> Solver<'a> {
         kept.extend(added);
         self.claims = kept;
         self.claim_order = (0..self.claims.len()).collect();
+    }
+
+    /// A pod with no topology constraint and no host port, none of whose constraints come from
+    /// other pods, and with no resource the types lack: free to move between claims.
+    fn is_free(&self, p: usize) -> bool {
+        let c = &self.classes[self.pod_class[p]];
+        !c.has_topology && c.host_ports.is_empty() && c.inverse_selected.is_empty() && c.extended.is_empty()
+    }
+
+    /// Limits as part of the packing: per limited pool (cpu, memory, ephemeral storage, pods or node
+    /// count), the claims holding only free pods, group by group (same requirements), are re-packed
+    /// together with the free pods left pending that such a claim would take, into the mix of types
+    /// placing the most pods first and costing least second within what the limits leave
+    /// ([`crate::repack::pack_within`]). Each new claim keeps only the options no larger than its
+    /// chosen type on the limited resources, so what it charges (its largest option) stays within the
+    /// limits and `nodes` is counted exactly. Kept only when it places more pods, or as many for less.
+    /// Pods still left out for want of room within the limits are told so.
+    fn repack_limited(&mut self) {
+        let placeholder = self.ints.val("hostname-placeholder-limits");
+        let mut replaced: Vec<usize> = Vec::new();
+        let mut added: Vec<Claim> = Vec::new();
+        let mut taken = vec![false; self.input.pods.len()];
+        for pi in 0..self.pools.len() {
+            let pool = &self.pools[pi];
+            if !(pool.remaining.is_limited() || pool.remaining.nodes.is_some()) || pool.unusable.is_some() {
+                continue;
+            }
+            let mut groups: Vec<(Requirements, Vec<usize>)> = Vec::new();
+            for (ci, claim) in self.claims.iter().enumerate() {
+                if claim.pool != pi
+                    || claim.reqs.iter().any(|(_, s)| s.min_values().is_some())
+                    || !claim.pods.iter().all(|&p| self.is_free(p))
+                {
+                    continue;
+                }
+                match groups.iter_mut().find(|(reqs, _)| *reqs == claim.reqs) {
+                    Some((_, list)) => list.push(ci),
+                    None => groups.push((claim.reqs.clone(), vec![ci])),
+                }
+            }
+            for (reqs, claims) in groups {
+                self.repack_limited_group(pi, &reqs, &claims, placeholder, &mut taken, &mut replaced, &mut added);
+            }
+        }
+        if replaced.is_empty() {
+            return;
+        }
+        replaced.sort_unstable();
+        let mut kept: Vec<Claim> = Vec::new();
+        for (ci, c) in std::mem::take(&mut self.claims).into_iter().enumerate() {
+            if replaced.binary_search(&ci).is_err() {
+                kept.push(c);
+            }
+        }
+        kept.extend(added);
+        self.claims = kept;
+        self.claim_order = (0..self.claims.len()).collect();
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn repack_limited_group(
+        &mut self,
+        pi: usize,
+        reqs: &Requirements,
+        claims: &[usize],
+        placeholder: Val,
+        taken: &mut [bool],
+        replaced: &mut Vec<usize>,
+        added: &mut Vec<Claim>,
+    ) {
+        let pool = &self.pools[pi];
+        let table = &pool.table;
+        let mut mask = table.requirement_mask(reqs, &self.ints);
+        table.retain_offerings(&mut mask, reqs, &self.ints);
+        let types: Vec<usize> = mask.iter().collect();
+        if types.is_empty() || types.len() > crate::repack::MAX_TYPES {
+            return;
+        }
+        let overhead = |i: usize| pool.groups[table.types[i].ds_group].overhead;
+        let prices: Vec<f64> = types.iter().map(|&i| table.price_under(i, reqs, &self.ints)).collect();
+        let bins: Vec<crate::repack::Bin> = types
+            .iter()
+            .zip(&prices)
+            .map(|(&i, &price)| crate::repack::Bin {
+                room: table.types[i].allocatable.saturating_sub(overhead(i)),
+                price,
+            })
+            .collect();
+        let caps: Vec<Resources> = types.iter().map(|&i| table.types[i].capacity).collect();
+        // Free pods left pending that a claim of this group would take (requirements, taints, size).
+        let all = table.all();
+        let extra: Vec<usize> = (0..self.input.pods.len())
+            .filter(|&p| !self.placed[p] && !taken[p] && self.is_free(p))
+            .filter(|&p| {
+                let class = self.pod_class[p];
+                let working = self.working(class, Relax::default());
+                self.claim_accepts(
+                    pi,
+                    &pool.template,
+                    &all,
+                    Resources::ZERO,
+                    &[],
+                    placeholder,
+                    &self.input.pods[p],
+                    class,
+                    Relax::default(),
+                    &working,
+                    &[],
+                )
+                .is_ok_and(|acc| acc.reqs == *reqs)
+            })
+            .collect();
+        let rem = pool.remaining;
+        let mut res = rem.res;
+        for &ci in claims {
+            let c = self.claims[ci].charged;
+            for (r, c) in res.iter_mut().zip([c.cpu_millis, c.memory_bytes, c.ephemeral_storage_bytes, c.pods]) {
+                if let Some(r) = r {
+                    *r = r.saturating_add(c);
+                }
+            }
+        }
+        let budget = crate::repack::Budget {
+            res,
+            nodes: rem.nodes.map(|n| usize::try_from(n.max(0)).unwrap_or(0) + claims.len()),
+        };
+        let pods: Vec<usize> =
+            claims.iter().flat_map(|&c| self.claims[c].pods.iter().copied()).chain(extra.iter().copied()).collect();
+        let items: Vec<Resources> = pods.iter().map(|&p| self.input.pods[p].requests).collect();
+        let plan = crate::repack::pack_within(&items, &bins, &caps, &budget);
+        // Per node: members, requests, the options (fit and no larger than the chosen type on the
+        // limited resources), the price finishing would launch at.
+        let mut nodes: Vec<(Vec<usize>, Resources, Bits, f64)> = Vec::new();
+        for (b, idx) in &plan {
+            let members: Vec<usize> = idx.iter().map(|&k| pods[k]).collect();
+            let used = members.iter().fold(Resources::ZERO, |a, &p| a + self.input.pods[p].requests);
+            let mut fit = Bits::empty(table.len());
+            let mut price = f64::INFINITY;
+            for (k, &i) in types.iter().enumerate() {
+                if (used + overhead(i)).fits(&table.types[i].allocatable) && budget.no_larger(&caps[k], &caps[*b]) {
+                    fit.set(i);
+                    price = price.min(prices[k]);
+                }
+            }
+            if !price.is_finite() {
+                return; // cannot happen: the chosen type holds its items
+            }
+            nodes.push((members, used, fit, price));
+        }
+        let cheapest = |used: &Resources| -> f64 {
+            types
+                .iter()
+                .zip(&prices)
+                .filter(|&(&i, _)| (*used + overhead(i)).fits(&table.types[i].allocatable))
+                .map(|(_, &p)| p)
+                .fold(f64::INFINITY, f64::min)
+        };
+        let old_placed: usize = claims.iter().map(|&c| self.claims[c].pods.len()).sum();
+        let old_price: f64 = claims.iter().map(|&c| cheapest(&self.claims[c].used)).sum();
+        let new_placed: usize = nodes.iter().map(|n| n.0.len()).sum();
+        let new_price: f64 = nodes.iter().map(|n| n.3).sum();
+        let better = new_placed > old_placed || (new_placed == old_placed && new_price + 1e-9 < old_price);
+        let fits_a_type = |p: usize| bins.iter().any(|b| self.input.pods[p].requests.fits(&b.room));
+        let limits = describe_limits(&self.input.pools[pool.input].limits);
+        let name = pool.name.clone();
+        let placed_now = if better { new_placed } else { old_placed };
+        let left_out: Vec<usize> = if better {
+            let mut inside = vec![false; self.input.pods.len()];
+            for n in &nodes {
+                for &p in &n.0 {
+                    inside[p] = true;
+                }
+            }
+            pods.iter().copied().filter(|&p| !inside[p]).collect()
+        } else {
+            extra.clone()
+        };
+        if better {
+            replaced.extend(claims.iter().copied());
+            let mut charged_total = Resources::ZERO;
+            let mut new_claims = Vec::new();
+            for (members, used, fit, _) in nodes {
+                let headroom = table.max_headroom(&fit, |g| pool.groups[g].overhead).saturating_sub(used);
+                let charged = table.max_capacity(&fit);
+                charged_total += charged;
+                new_claims.push((members, used, fit, headroom, charged));
+            }
+            let old_charged = claims.iter().fold(Resources::ZERO, |a, &c| a + self.claims[c].charged);
+            let n_new = new_claims.len();
+            for (members, used, fit, headroom, charged) in new_claims {
+                for &p in &members {
+                    self.placed[p] = true;
+                    self.errors[p] = None;
+                    taken[p] = true;
+                }
+                let hostname = self.ints.val(&format!("hostname-placeholder-l{:04}", added.len()));
+                added.push(Claim {
+                    pool: pi,
+                    reqs: reqs.clone(),
+                    types: fit,
+                    used,
+                    ports: Vec::new(),
+                    hostname,
+                    pods: members,
+                    headroom,
+                    min_values_relaxed: false,
+                    charged,
+                });
+            }
+            let pool = &mut self.pools[pi];
+            let back = [
+                old_charged.cpu_millis,
+                old_charged.memory_bytes,
+                old_charged.ephemeral_storage_bytes,
+                old_charged.pods,
+            ];
+            let now = [
+                charged_total.cpu_millis,
+                charged_total.memory_bytes,
+                charged_total.ephemeral_storage_bytes,
+                charged_total.pods,
+            ];
+            for ((r, b), n) in pool.remaining.res.iter_mut().zip(back).zip(now) {
+                if let Some(r) = r {
+                    *r = r.saturating_add(b).saturating_sub(n);
+                }
+            }
+            if let Some(n) = &mut pool.remaining.nodes {
+                *n += i64::try_from(claims.len()).unwrap_or(0) - i64::try_from(n_new).unwrap_or(0);
+            }
+            refresh_limits(pool);
+        }
+        for p in left_out {
+            taken[p] = true;
+            if !fits_a_type(p) {
+                continue;
+            }
+            self.placed[p] = false;
+            let reason = format!(
+                "nodepool {name}: limits {limits} reached: the best packing within them places {placed_now} of the {} \
+                 pods that could share these nodes",
+                pods.len()
+            );
+            let prefix = format!("nodepool {name}: ");
+            let others: Vec<String> = self.errors[p]
+                .take()
+                .unwrap_or_default()
+                .split("; ")
+                .filter(|s| !s.is_empty() && !s.starts_with(&prefix))
+                .map(str::to_string)
+                .collect();
+            self.errors[p] = Some(std::iter::once(reason).chain(others).collect::<Vec<_>>().join("; "));
+        }
     }
 
     fn finish(mut self) -> Decision {
@@ -1512,6 +1771,14 @@ fn refresh_limits(pool: &mut PoolCtx) {
     pool.within_limits = bits;
 }
 
+/// A pool's `limits` as `cpu=24, memory=16Gi`.
+fn describe_limits(l: &crate::model::Limits) -> String {
+    describe_remaining(&Remaining {
+        res: [l.cpu_millis, l.memory_bytes, l.ephemeral_storage_bytes, l.pods],
+        nodes: l.nodes,
+    })
+}
+
 fn describe_remaining(r: &Remaining) -> String {
     let names = ["cpu", "memory", "ephemeral-storage", "pods"];
     let mut parts: Vec<String> = Vec::new();
@@ -1561,4 +1828,158 @@ fn label_of(labels: &[(Key, Val)], key: Key) -> Option<Val> {
 
 fn working_description(r: &Requirements, ints: &Interner) -> String {
     if r.is_empty() { "of the pool".to_string() } else { r.describe(ints) }
+}
+
+/// Limits as part of the packing (issue 14, item 1), on the built-in flavors.
+#[cfg(test)]
+mod limit_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use crate::model::{Input, Limits, Operator, Settings};
+    use crate::solve;
+    use crate::testkit::*;
+    use crds::labels::CLEVER_FLAVOR;
+
+    /// The pool of examples/general-purpose.yaml: 2XS–M, at most 24 CPU and 16Gi.
+    fn example_pool() -> crate::model::Pool {
+        let mut p = pool("default");
+        p.requirements = vec![req(CLEVER_FLAVOR, Operator::In, &["2XS", "XS", "S", "M"])];
+        p.limits = Limits { cpu_millis: Some(24_000), memory_bytes: Some(16 * GI), ..Limits::default() };
+        p
+    }
+
+    fn pods(n: usize, cpu: i64, mem: i64) -> Vec<crate::model::Pod> {
+        (0..n).map(|i| pod(&format!("p{i:02}"), cpu, mem)).collect()
+    }
+
+    fn plain(i: &Input) -> Input {
+        Input { settings: Settings { repack: false, ..Settings::default() }, ..i.clone() }
+    }
+
+    struct Case {
+        name: &'static str,
+        input: Input,
+        /// Cheapest option of each new claim.
+        claims: Vec<&'static str>,
+        /// Pods left pending, each with the limits named in its reason.
+        pending: Vec<&'static str>,
+    }
+
+    fn cases() -> Vec<Case> {
+        let mut big_and_small = pods(12, 1000, GI);
+        big_and_small.push(pod("big", 8000, 8 * GI));
+        let mut nodes_1 = pool("default");
+        nodes_1.limits = Limits { nodes: Some(2), ..Limits::default() };
+        nodes_1.usage.nodes = 1;
+        vec![
+            Case {
+                // The plain loop opens one M for 10 pods (charged 15.25Gi of the 16Gi) and leaves 2.
+                name: "12 pods of 1 CPU / 1Gi under 16Gi: two XS hold them all",
+                input: input(vec![example_pool()], pods(12, 1000, GI)),
+                claims: vec!["default:XS", "default:XS"],
+                pending: vec![],
+            },
+            Case {
+                // 2×XS (12 pods) is the most any mix within 16Gi holds, and the cheapest such mix.
+                name: "20 pods under 16Gi: 12 placed on two XS, 8 pending for the limits",
+                input: input(vec![example_pool()], pods(20, 1000, GI)),
+                claims: vec!["default:XS", "default:XS"],
+                pending: vec!["p12", "p13", "p14", "p15", "p16", "p17", "p18", "p19"],
+            },
+            Case {
+                // The big pod alone takes an S (11.4Gi of capacity) and leaves room for 3 small pods:
+                // leaving it out places 12.
+                name: "a pod whose node would crowd out 8 others is the one left pending",
+                input: input(vec![example_pool()], big_and_small),
+                claims: vec!["default:XS", "default:XS"],
+                pending: vec!["big"],
+            },
+            Case {
+                // Two XS would be cheaper, but one node is all the pool may add.
+                name: "node-count limit strict: one node left, one claim holding all 12",
+                input: input(vec![nodes_1], pods(12, 1000, GI)),
+                claims: vec!["default:L"],
+                pending: vec![],
+            },
+        ]
+    }
+
+    #[test]
+    fn limits_are_part_of_the_packing() {
+        for case in cases() {
+            let d = solve(&case.input);
+            let s = summary(&case.input, &d);
+            let mut claims = s.claims.clone();
+            claims.sort();
+            assert_eq!(claims, case.claims, "{}", case.name);
+            assert_eq!(s.unschedulable, case.pending, "{}", case.name);
+            for u in &d.unschedulable {
+                assert!(
+                    u.reason.contains("limits") && u.reason.contains("best packing"),
+                    "{}: {}",
+                    case.name,
+                    u.reason
+                );
+            }
+            // Never fewer pods than the plain loop, and no dearer for as many.
+            let p = solve(&plain(&case.input));
+            assert!(d.unschedulable.len() <= p.unschedulable.len(), "{}", case.name);
+            if d.unschedulable.len() == p.unschedulable.len() {
+                let price = |d: &crate::Decision| d.new_claims.iter().map(|c| c.price).sum::<f64>();
+                assert!(price(&d) <= price(&p) + 1e-9, "{}", case.name);
+            }
+        }
+    }
+
+    #[test]
+    fn the_plain_loop_strands_pods_that_the_packing_places() {
+        // What the issue reported, kept as the reference the packing improves on.
+        let i = plain(&input(vec![example_pool()], pods(12, 1000, GI)));
+        let s = summary(&i, &solve(&i));
+        assert_eq!(s.claims, vec!["default:M"]);
+        assert_eq!(s.unschedulable.len(), 2);
+    }
+
+    #[test]
+    fn each_claim_charges_no_more_than_the_limits_leave() {
+        // Every option of every claim counts at its capacity: the largest options sum within 16Gi.
+        let i = input(vec![example_pool()], pods(20, 1000, GI));
+        let d = solve(&i);
+        let types = flavors();
+        let largest: i64 = d
+            .new_claims
+            .iter()
+            .map(|c| {
+                c.instance_types
+                    .iter()
+                    .map(|o| types.iter().find(|t| t.name == o.name).unwrap().capacity.memory_bytes)
+                    .max()
+                    .unwrap()
+            })
+            .sum();
+        assert!(largest <= 16 * GI, "{largest}");
+    }
+
+    #[test]
+    fn a_pod_no_flavor_holds_keeps_its_own_reason() {
+        let mut all = pods(12, 1000, GI);
+        all.push(pod("huge", 64_000, GI));
+        let i = input(vec![example_pool()], all);
+        let d = solve(&i);
+        let s = summary(&i, &d);
+        assert_eq!(s.unschedulable, vec!["huge"]);
+        assert!(!d.unschedulable[0].reason.contains("best packing"), "{}", d.unschedulable[0].reason);
+        assert_eq!(s.claims.len(), 2);
+    }
+
+    #[test]
+    fn pools_without_limits_are_left_to_the_cost_repack() {
+        // Same pods, no limits: the cheapest packing, whatever the limited path would say.
+        let mut p = example_pool();
+        p.limits = Limits::default();
+        let i = input(vec![p], pods(20, 1000, GI));
+        let s = summary(&i, &solve(&i));
+        assert!(s.unschedulable.is_empty());
+        assert!(s.claims.iter().all(|c| c == "default:XS" || c == "default:2XS"), "{:?}", s.claims);
+    }
 }
