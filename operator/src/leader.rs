@@ -233,10 +233,10 @@ impl Elector {
                 Err(e) => {
                     let error = plain(&e).to_string();
                     if last_error.as_deref() == Some(error.as_str()) {
-                        tracing::debug!(lease = %self.name, namespace = %self.namespace, error, "leader election attempt failed again");
+                        tracing::debug!(lease = %self.name, namespace = %self.namespace, error = %error, "leader election attempt failed again");
                     } else {
                         tracing::warn!(
-                            lease = %self.name, namespace = %self.namespace, error,
+                            lease = %self.name, namespace = %self.namespace, error = %error,
                             "cannot take part in leader election yet; retrying every {} s (logged again only if the error changes)",
                             self.timings.retry_period.as_secs_f64()
                         );

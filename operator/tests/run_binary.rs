@@ -268,3 +268,53 @@ async fn a_missing_lease_namespace_is_explained_once_or_created_on_a_real_api_se
     let kc = cp.kubeconfig().unwrap();
     a_missing_lease_namespace_is_explained_once_or_created(cp.client().await.unwrap(), kc, "real").await;
 }
+
+/// An identity the Lease's namespace exists for but that may not touch Leases (RBAC not applied
+/// yet): the hub keeps trying, as a standby would, but says so once, not at every 2 s retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_leader_election_is_logged_once_while_retrying_on_the_emulator() {
+    let server = ApiServer::start(ApiServerConfig::management("management")).await.unwrap();
+    let admin = server.client();
+    create_namespace(&admin, "hub-home").await;
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "nobody"}})).unwrap();
+    Api::<ServiceAccount>::namespaced(admin.clone(), "hub-home").create(&PostParams::default(), &sa).await.unwrap();
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": []}})).unwrap();
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), "hub-home")
+        .create_token_request("nobody", &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let dir = scratch("refused");
+    let path = dir.join("nobody.kubeconfig");
+    write_kubeconfig(&with_token(&server.kubeconfig(), &token), &path);
+
+    let hub = Hub::start(&[
+        "run",
+        "--kubeconfig",
+        path.to_str().unwrap(),
+        "--leader-election-namespace",
+        "hub-home",
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ]);
+    // Four attempts (three retries) seen by the API server.
+    let requests = server.requests();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while requests.count("get", "leases") < 4 {
+        assert!(Instant::now() < deadline, "the hub stopped trying to take the Lease:\n{}", hub.output());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    hub.terminate();
+    let (status, output) = hub.exit(Duration::from_secs(30)).await;
+    assert!(status.success(), "a SIGTERM while standing by stops the hub cleanly:\n{output}");
+    readable(&output);
+    let warned: Vec<&str> = output.lines().filter(|l| l.contains("cannot take part in leader election")).collect();
+    assert_eq!(warned.len(), 1, "one line for {} refused attempts:\n{output}", requests.count("get", "leases"));
+    assert!(warned[0].contains("403 Forbidden") && warned[0].contains("hub-home"), "{}", warned[0]);
+    eprintln!("{}", warned[0]);
+    let _ = std::fs::remove_dir_all(&dir);
+    server.shutdown().await;
+}
