@@ -1487,7 +1487,18 @@ impl<'a> Solver<'a> {
         let new_price: f64 = nodes.iter().map(|n| n.3).sum();
         let better = new_placed > old_placed || (new_placed == old_placed && new_price + 1e-9 < old_price);
         let fits_a_type = |p: usize| bins.iter().any(|b| self.input.pods[p].requests.fits(&b.room));
+        // A type holding the pod whose capacity alone is within what the limits leave.
+        let fits_alone = |p: usize| {
+            bins.iter().zip(&caps).any(|(b, c)| {
+                self.input.pods[p].requests.fits(&b.room)
+                    && budget.holds(&[c.cpu_millis, c.memory_bytes, c.ephemeral_storage_bytes, c.pods], 1)
+            })
+        };
         let limits = describe_limits(&self.input.pools[pool.input].limits);
+        let left = describe_remaining(&Remaining {
+            res: budget.res,
+            nodes: budget.nodes.map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+        });
         let name = pool.name.clone();
         let placed_now = if better { new_placed } else { old_placed };
         let left_out: Vec<usize> = if better {
@@ -1562,11 +1573,18 @@ impl<'a> Solver<'a> {
                 continue;
             }
             self.placed[p] = false;
-            let reason = format!(
-                "nodepool {name}: limits {limits} reached: the best packing within them places {placed_now} of the {} \
-                 pods that could share these nodes",
-                pods.len()
-            );
+            let reason = if fits_alone(p) {
+                format!(
+                    "nodepool {name}: limits {limits} reached: the best packing within them places {placed_now} of \
+                     the {} pods that could share these nodes",
+                    pods.len()
+                )
+            } else {
+                format!(
+                    "nodepool {name}: every instance type that holds it exceeds what the limits {limits} leave for \
+                     new nodes ({left})"
+                )
+            };
             let prefix = format!("nodepool {name}: ");
             let others: Vec<String> = self.errors[p]
                 .take()
@@ -1970,6 +1988,21 @@ mod limit_tests {
         assert_eq!(s.unschedulable, vec!["huge"]);
         assert!(!d.unschedulable[0].reason.contains("best packing"), "{}", d.unschedulable[0].reason);
         assert_eq!(s.claims.len(), 2);
+    }
+
+    #[test]
+    fn a_pod_too_large_for_what_the_limits_leave_is_told_so() {
+        // 10 CPU, 4 used: 6 left; the 7-CPU pod needs an S (8), the 5-CPU one takes the XS (6).
+        let mut p = pool("default");
+        p.limits = Limits { cpu_millis: Some(10_000), ..Limits::default() };
+        p.usage.resources.cpu_millis = 4000;
+        let i = input(vec![p], vec![pod("seven", 7000, 0), pod("five", 5000, 0)]);
+        let d = solve(&i);
+        let s = summary(&i, &d);
+        assert_eq!(s.claims, vec!["default:XS"]);
+        assert_eq!(s.unschedulable, vec!["seven"]);
+        let why = &d.unschedulable[0].reason;
+        assert!(why.contains("every instance type that holds it exceeds") && why.contains("cpu=6"), "{why}");
     }
 
     #[test]
