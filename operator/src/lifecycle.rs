@@ -21,7 +21,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams, Preconditions},
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
     runtime::{Controller, controller::Action, reflector::ObjectRef, wait::await_condition, watcher},
 };
 use serde_json::json;
@@ -1023,12 +1023,7 @@ async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node: &Node, dec
         if refusals().get(&key).is_some_and(|(_, next)| *next > now) {
             continue;
         }
-        let pods: Api<Pod> = Api::namespaced(conn.evictions.clone(), &p.namespace);
-        let ep = EvictParams {
-            delete_options: Some(DeleteParams { preconditions: exactly(p), ..DeleteParams::default() }),
-            ..EvictParams::default()
-        };
-        let result = pods.evict(&p.name, &ep).await;
+        let result = evict_exactly(&conn.evictions, p).await;
         let code = match &result {
             Ok(_) => 200,
             Err(kube::Error::Api(s)) => s.code,
@@ -1083,4 +1078,20 @@ async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node: &Node, dec
             }
         }
     }
+}
+
+/// POST an Eviction for exactly this pod (UID precondition), so a PodDisruptionBudget is honoured
+/// and a newer pod of the same name is never hit. Written out rather than through kube's
+/// `Api::evict`, whose body names the field `delete_options` where the API expects
+/// `deleteOptions`: the server drops it, and the precondition with it.
+pub async fn evict_exactly(client: &kube::Client, p: &PodRef) -> Result<(), kube::Error> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &p.namespace);
+    let eviction = json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": p.name, "namespace": p.namespace},
+        "deleteOptions": {"preconditions": {"uid": p.uid}},
+    });
+    pods.create_subresource::<_, serde_json::Value>("eviction", &p.name, &PostParams::default(), &eviction).await?;
+    Ok(())
 }

@@ -20,7 +20,11 @@ use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
-use operator::sandbox::{World, quick_cke, scale};
+use operator::{
+    lifecycle::evict_exactly,
+    sandbox::{World, quick_cke, scale},
+    termination::PodRef,
+};
 use serde_json::{Value, json};
 
 mod common;
@@ -154,7 +158,7 @@ async fn deleting_a_nodeclaim_drains_its_node_in_tier_order_within_budgets() {
         pods.create(&PostParams::default(), &p).await.unwrap();
     }
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(wl.clone(), "default");
-    let pdb = json!({"metadata": {"name": "guard"}, "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}}});
+    let pdb = json!({"metadata": {"name": "guard"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}});
     pdbs.create(&PostParams::default(), &serde_json::from_value(pdb).unwrap()).await.unwrap();
     wait_for("the bound pods running", NODE_UP, || async { running(&world, 0).await == 6 }).await;
 
@@ -215,7 +219,7 @@ async fn deleting_a_nodeclaim_drains_its_node_in_tier_order_within_budgets() {
     );
 
     // Relax the budget: the tiers go in order, then the Node and the NodeGroup.
-    pdbs.patch("guard", &PatchParams::default(), &Patch::Merge(json!({"spec": {"maxUnavailable": 1}}))).await.unwrap();
+    pdbs.patch("guard", &PatchParams::default(), &Patch::Merge(json!({"spec": {"minAvailable": 0}}))).await.unwrap();
     let mut went: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
     let start = tokio::time::Instant::now();
     loop {
@@ -301,4 +305,96 @@ async fn a_do_not_disrupt_pod_is_deleted_at_the_termination_grace_period() {
     let evictions = world.clusters[0].server.requests().count("create", "pods/eviction") - evictions_before;
     assert_eq!(evictions, 1, "one eviction (the ordinary pod)");
     world.shutdown().await;
+}
+
+// ---- the API answers the drain relies on, on the emulator and on a real kube-apiserver --------
+
+/// What the controller branches on, as the server answers it: an eviction a PodDisruptionBudget
+/// forbids is 429 (answered at once by a client without kube's retry, as the hub's eviction
+/// client is built), a stale UID precondition 409, a missing pod 404, an allowed eviction
+/// succeeds and a bound pod then terminates gracefully; relaxing the budget lets the eviction
+/// through; a forced deletion keeps the shortened grace it was given.
+/// `emulator`: the emulator's known differences are stepped around (see the comments).
+async fn eviction_answers(client: kube::Client, ns: &str, emulator: bool) {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::Preconditions;
+    let nss: Api<Namespace> = Api::all(client.clone());
+    nss.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+    // Bound to a node that has no kubelet: deletions stay graceful (the pod stays, terminating).
+    let node = format!("{ns}-no-kubelet");
+    let mut uids = BTreeMap::new();
+    for name in ["guarded", "free", "forced"] {
+        let mut p = bound(name, &node, json!({}));
+        p.metadata.namespace = Some(ns.to_string());
+        let p = pods.create(&PostParams::default(), &p).await.unwrap();
+        uids.insert(name, p.metadata.uid.unwrap());
+        // Running and Ready, as a kubelet would report: kube-apiserver evicts a Pending pod
+        // regardless of its budget (the emulator does not: it answers 429 there too).
+        let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(status)).await.unwrap();
+    }
+    let pdb = json!({"metadata": {"name": "guard"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}});
+    pdbs.create(&PostParams::default(), &serde_json::from_value(pdb).unwrap()).await.unwrap();
+    let exactly = |name: &str| PodRef { namespace: ns.to_string(), name: name.to_string(), uid: uids[name].clone() };
+    let code = |r: Result<(), kube::Error>| match r {
+        Ok(()) => 200,
+        Err(kube::Error::Api(s)) => s.code,
+        Err(e) => panic!("no answer: {e}"),
+    };
+    let asked = std::time::Instant::now();
+    assert_eq!(code(evict_exactly(&client, &exactly("guarded")).await), 429, "the budget allows nothing");
+    assert!(asked.elapsed() < Duration::from_secs(5), "the 429 comes back at once, not after client retries");
+    let stale = PodRef { uid: "00000000-0000-4000-8000-000000000000".into(), ..exactly("free") };
+    // The emulator ignores an eviction's UID precondition (it would evict): not asked there.
+    if !emulator {
+        assert_eq!(code(evict_exactly(&client, &stale).await), 409, "a stale UID precondition");
+    }
+    assert_eq!(code(evict_exactly(&client, &PodRef { name: "missing".into(), ..exactly("free") }).await), 404);
+    assert_eq!(code(evict_exactly(&client, &exactly("free")).await), 200);
+    let free = pods.get("free").await.unwrap();
+    assert!(free.metadata.deletion_timestamp.is_some(), "an evicted bound pod terminates gracefully");
+    // Evicting a pod already terminating is not refused (the hub does not ask, but a restart may).
+    assert_eq!(code(evict_exactly(&client, &exactly("free")).await), 200);
+    // The budget relaxed: the guarded pod may go once the disruption controller has seen the
+    // change. (`minAvailable`, because kube-controller-manager computes no budget from
+    // `maxUnavailable` for pods without a scalable controller.)
+    pdbs.patch("guard", &PatchParams::default(), &Patch::Merge(json!({"spec": {"minAvailable": 0}}))).await.unwrap();
+    eventually("the relaxed budget lets the eviction through", Duration::from_secs(30), || async {
+        (code(evict_exactly(&client, &exactly("guarded")).await) == 200).then_some(())
+    })
+    .await;
+    // Forced deletion at the deadline: DELETE with the UID precondition and a shortened grace.
+    let dp = DeleteParams {
+        grace_period_seconds: Some(1),
+        preconditions: Some(Preconditions { uid: Some(uids["forced"].clone()), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    pods.delete("forced", &dp).await.unwrap();
+    let forced = pods.get("forced").await.unwrap();
+    assert_eq!(forced.metadata.deletion_grace_period_seconds, Some(1));
+    let _ = nss.delete(ns, &DeleteParams::default()).await;
+}
+
+fn suffix() -> String {
+    format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulator_answers_evictions_as_the_drain_expects() {
+    let server =
+        sim::apiserver::ApiServer::start(sim::apiserver::ApiServerConfig::workload("drain-api")).await.unwrap();
+    let mut config = server.client_config();
+    config.default_retry = false;
+    eviction_answers(kube::Client::try_from(config).unwrap(), &format!("drain-{}", suffix()), true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_api_server_answers_evictions_as_the_drain_expects() {
+    let cp = envtest::shared_or_skip!("termination");
+    // default_retry is off in envtest's config, as in the hub's eviction client.
+    eviction_answers(cp.client().await.unwrap(), &format!("drain-{}", suffix()), false).await;
 }
