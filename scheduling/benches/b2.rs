@@ -4,15 +4,21 @@
 //! flavor. Built-in Clever flavors; 200 / 1,000 / 5,000 pods; cpu-heavy, memory-heavy, mixed; with
 //! and without a DaemonSet.
 //!
-//! `cargo bench -p scheduling --bench b2` prints a table and the summary; `B2_JSON=1` adds one JSON
-//! object per case; `B2_NO_REPACK=1` measures the solver without its cost-improving repack.
+//! Family *limits*: the same workloads (no DaemonSet) in a pool whose cpu and memory limits equal the
+//! capacity of the FFD packing, so that a packing of every pod exists within them but the hub's own
+//! unconstrained choice may not fit; against the LP bound with the limits as constraints, and beside
+//! the plain Karpenter loop (no repack).
+//!
+//! `cargo bench -p scheduling --bench b2` prints the tables and the summaries; `B2_JSON=1` adds one
+//! JSON object per case; `B2_NO_REPACK=1` measures the solver without its cost-improving repack;
+//! `B2_LIMITS_ONLY=1` runs only the limits family.
 
 mod common;
 
 use common::Rng;
 use crds::catalog::InstanceType;
 use crds::quantity::Resources;
-use scheduling::model::{DaemonSet, Input, Pod, Pool};
+use scheduling::model::{DaemonSet, Input, Limits, Pod, Pool};
 use scheduling::solve;
 use scheduling::testkit::{MI, flavors, pod};
 
@@ -90,29 +96,137 @@ fn det3(m: [[f64; 3]; 3]) -> f64 {
 /// First-fit decreasing (by cpu, then memory) into open nodes; a pod that fits none opens the
 /// cheapest flavor it fits.
 fn ffd(types: &[InstanceType], overhead: Resources, pods: &[Pod]) -> f64 {
+    ffd_nodes(types, overhead, pods).iter().map(|(price, _)| price).sum()
+}
+
+/// [`ffd`]'s nodes: price and capacity each.
+fn ffd_nodes(types: &[InstanceType], overhead: Resources, pods: &[Pod]) -> Vec<(f64, Resources)> {
     let mut order: Vec<&Pod> = pods.iter().collect();
     order.sort_by(|a, b| {
         (b.requests.cpu_millis, b.requests.memory_bytes).cmp(&(a.requests.cpu_millis, a.requests.memory_bytes))
     });
     let mut sorted_types: Vec<&InstanceType> = types.iter().collect();
     sorted_types.sort_by(|a, b| a.offerings[0].price_hourly.total_cmp(&b.offerings[0].price_hourly));
-    let mut open: Vec<(Resources, f64)> = Vec::new();
+    let mut open: Vec<(Resources, f64, Resources)> = Vec::new();
     for p in order {
-        if let Some(slot) = open.iter_mut().find(|(room, _)| p.requests.fits(room)) {
+        if let Some(slot) = open.iter_mut().find(|(room, ..)| p.requests.fits(room)) {
             slot.0 = slot.0.saturating_sub(p.requests);
             continue;
         }
         if let Some(t) = sorted_types.iter().find(|t| p.requests.fits(&t.allocatable.saturating_sub(overhead))) {
-            open.push((t.allocatable.saturating_sub(overhead).saturating_sub(p.requests), t.offerings[0].price_hourly));
+            open.push((
+                t.allocatable.saturating_sub(overhead).saturating_sub(p.requests),
+                t.offerings[0].price_hourly,
+                t.capacity,
+            ));
         }
     }
-    open.iter().map(|(_, price)| price).sum()
+    open.into_iter().map(|(_, price, cap)| (price, cap)).collect()
+}
+
+/// The LP bound with cpu and memory limits on capacity: min Σ price·x s.t. Σ allocatable·x ≥ demand
+/// (cpu, memory, pods), Σ capacity·x ≤ limit (cpu, memory), x ≥ 0; through its dual (5 variables:
+/// max d·y − l·z s.t. a_i·y − c_i·z ≤ price_i, y, z ≥ 0) by vertex enumeration. The primal must be
+/// feasible (the family's limits hold the FFD packing), so the dual is bounded.
+fn lp_bound_limited(types: &[InstanceType], demand: Resources, limit: [f64; 2]) -> f64 {
+    const N: usize = 5;
+    // Cores and GiB keep the systems well conditioned.
+    let (c, g) = (1e-3, 1.0 / f64::from(1u32 << 30));
+    let mut rows: Vec<([f64; N], f64)> = types
+        .iter()
+        .map(|t| {
+            let (a, k) = (t.allocatable, t.capacity);
+            (
+                [
+                    a.cpu_millis as f64 * c,
+                    a.memory_bytes as f64 * g,
+                    a.pods as f64,
+                    -(k.cpu_millis as f64) * c,
+                    -(k.memory_bytes as f64) * g,
+                ],
+                t.offerings[0].price_hourly,
+            )
+        })
+        .collect();
+    for k in 0..N {
+        let mut v = [0.0; N];
+        v[k] = -1.0;
+        rows.push((v, 0.0));
+    }
+    let obj = [
+        demand.cpu_millis as f64 * c,
+        demand.memory_bytes as f64 * g,
+        demand.pods as f64,
+        -limit[0] * c,
+        -limit[1] * g,
+    ];
+    let mut best = 0.0f64;
+    let n = rows.len();
+    let mut pick = [0usize; N];
+    fn next(pick: &mut [usize; 5], n: usize) -> bool {
+        let mut i = 5;
+        while i > 0 {
+            i -= 1;
+            if pick[i] < n - 5 + i {
+                pick[i] += 1;
+                for j in i + 1..5 {
+                    pick[j] = pick[j - 1] + 1;
+                }
+                return true;
+            }
+        }
+        false
+    }
+    for (i, p) in pick.iter_mut().enumerate() {
+        *p = i;
+    }
+    loop {
+        // Solve rows[pick]·y = prices by Gaussian elimination with partial pivoting.
+        let mut m = [[0.0f64; N + 1]; N];
+        for (r, &k) in pick.iter().enumerate() {
+            m[r][..N].copy_from_slice(&rows[k].0);
+            m[r][N] = rows[k].1;
+        }
+        let mut ok = true;
+        for col in 0..N {
+            let piv = (col..N).max_by(|&a, &b| m[a][col].abs().total_cmp(&m[b][col].abs())).unwrap_or(col);
+            if m[piv][col].abs() < 1e-12 {
+                ok = false;
+                break;
+            }
+            m.swap(col, piv);
+            let pivot = m[col];
+            for (r, row) in m.iter_mut().enumerate() {
+                if r != col {
+                    let f = row[col] / pivot[col];
+                    for (x, p) in row.iter_mut().zip(pivot).skip(col) {
+                        *x -= f * p;
+                    }
+                }
+            }
+        }
+        if ok {
+            let y: Vec<f64> = (0..N).map(|k| m[k][N] / m[k][k]).collect();
+            let feasible = rows.iter().all(|(a, p)| a.iter().zip(&y).map(|(x, y)| x * y).sum::<f64>() <= p + 1e-9);
+            if feasible {
+                best = best.max(obj.iter().zip(&y).map(|(o, y)| o * y).sum());
+            }
+        }
+        if !next(&mut pick, n) {
+            break;
+        }
+    }
+    best
 }
 
 fn main() {
     let json = std::env::var_os("B2_JSON").is_some();
     let repack = std::env::var_os("B2_NO_REPACK").is_none();
     let types = flavors();
+    if std::env::var_os("B2_LIMITS_ONLY").is_some() {
+        limits_family(&types, json, repack);
+        return;
+    }
     println!(
         "{:<8} {:>6} {:<4} {:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7}",
         "profile", "pods", "ds", "seed", "LP €/h", "hub €/h", "FFD €/h", "hub/LP", "FFD/LP", "claims"
@@ -172,5 +286,88 @@ fn main() {
     let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
     println!(
         "\nat ≥ 1,000 pods: mean hub/LP {mean:.4} (target ≤ 1.05), worst {worst:.4} (target ≤ 1.15); never worse than FFD: {beats_ffd}"
+    );
+    limits_family(&types, json, repack);
+}
+
+/// Family *limits* (see the module documentation).
+fn limits_family(types: &[InstanceType], json: bool, repack: bool) {
+    println!(
+        "\nlimits: cpu and memory = the FFD packing's capacity\n{:<8} {:>6} {:>5} {:>9} {:>9} {:>10} {:>8} {:>8} {:>10} {:>8} {:>9} {:>8} {:>8}",
+        "profile",
+        "pods",
+        "seed",
+        "cpu lim",
+        "mem GiB",
+        "LP €/h",
+        "hub €/h",
+        "pending",
+        "plain €/h",
+        "pending",
+        "hub/LP",
+        "hub ms",
+        "plain ms"
+    );
+    let mut ratios: Vec<f64> = Vec::new();
+    let mut worst: f64 = 0.0;
+    let mut pending_total = 0usize;
+    let mut slowest = std::time::Duration::ZERO;
+    for &n in &[200usize, 1000, 5000] {
+        for profile in ["cpu", "memory", "mixed"] {
+            for seed in 1..=3u64 {
+                let pods = workload(profile, n, seed * 1000 + n as u64);
+                let cap = ffd_nodes(types, Resources::ZERO, &pods).iter().fold(Resources::ZERO, |a, (_, c)| a + *c);
+                let demand = pods.iter().fold(Resources::ZERO, |a, p| a + p.requests);
+                let lp = lp_bound_limited(types, demand, [cap.cpu_millis as f64, cap.memory_bytes as f64]);
+                let pool = Pool {
+                    name: "default".into(),
+                    instance_types: types.to_vec(),
+                    limits: Limits {
+                        cpu_millis: Some(cap.cpu_millis),
+                        memory_bytes: Some(cap.memory_bytes),
+                        ..Limits::default()
+                    },
+                    ..Pool::default()
+                };
+                let mut input = Input { pools: vec![pool], pods, ..Input::default() };
+                input.settings.repack = repack;
+                let started = std::time::Instant::now();
+                let d = solve(&input);
+                let hub_ms = started.elapsed();
+                slowest = slowest.max(hub_ms);
+                input.settings.repack = false;
+                let started = std::time::Instant::now();
+                let plain = solve(&input);
+                let plain_ms = started.elapsed().as_secs_f64() * 1e3;
+                let hub_ms = hub_ms.as_secs_f64() * 1e3;
+                let (hub, base) = (d.total_price(), plain.total_price());
+                let r = hub / lp;
+                pending_total += d.unschedulable.len();
+                if n >= 1000 {
+                    ratios.push(r);
+                    worst = worst.max(r);
+                }
+                println!(
+                    "{profile:<8} {n:>6} {seed:>5} {:>9} {:>9.1} {lp:>10.4} {hub:>8.4} {:>8} {base:>10.4} {:>8} {r:>9.4} {hub_ms:>8.1} {plain_ms:>8.1}",
+                    cap.cpu_millis / 1000,
+                    cap.memory_bytes as f64 / f64::from(1u32 << 30),
+                    d.unschedulable.len(),
+                    plain.unschedulable.len()
+                );
+                if json {
+                    println!(
+                        "{{\"bench\":\"B2-limits\",\"profile\":\"{profile}\",\"pods\":{n},\"seed\":{seed},\"lp\":{lp:.4},\"hub\":{hub:.4},\"hub_pending\":{},\"plain\":{base:.4},\"plain_pending\":{},\"hub_over_lp\":{r:.4}}}",
+                        d.unschedulable.len(),
+                        plain.unschedulable.len()
+                    );
+                }
+            }
+        }
+    }
+    let mean = ratios.iter().sum::<f64>() / ratios.len().max(1) as f64;
+    println!(
+        "\nlimits, at ≥ 1,000 pods: mean hub/LP {mean:.4}, worst {worst:.4}; pods left pending by the hub {pending_total} \
+         (a packing of every pod exists within the limits); slowest solve {:.1} ms",
+        slowest.as_secs_f64() * 1e3
     );
 }

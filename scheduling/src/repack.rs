@@ -141,12 +141,15 @@ fn pack_with(items: &[Resources], bins: &[Bin], balanced: bool) -> Option<Vec<(u
             None => shapes.push((items[i], value(&items[i]), vec![i])),
         }
     }
+    // The balanced fill's order of shapes per bin depends on neither counts nor nodes: sorted once.
+    let by_tilt: Vec<Vec<usize>> =
+        if balanced { bins.iter().map(|bin| tilt_order(bin, &shapes)).collect() } else { Vec::new() };
     let mut left = items.len();
     let mut out = Vec::new();
     while left > 0 {
         let mut best: Option<(f64, f64, usize, Takes)> = None;
         for (b, bin) in bins.iter().enumerate() {
-            let (takes, v) = fill(bin, &shapes, balanced);
+            let (takes, v) = fill(bin, &shapes, by_tilt.get(b).map(Vec::as_slice));
             if takes.is_empty() {
                 continue;
             }
@@ -172,15 +175,31 @@ fn pack_with(items: &[Resources], bins: &[Bin], balanced: bool) -> Option<Vec<(u
 /// `(shape index, count)` taken by one node.
 type Takes = Vec<(usize, i64)>;
 
+/// Shapes ordered by how memory-heavy they are relative to the node (ties: index).
+fn tilt_order(bin: &Bin, shapes: &[(Resources, f64, Vec<usize>)]) -> Vec<usize> {
+    let full = vec3(&bin.room);
+    let tilt = |s: &Resources| {
+        let x = vec3(s);
+        let c = if full[0] > 0.0 { x[0] / full[0] } else { 0.0 };
+        let m = if full[1] > 0.0 { x[1] / full[1] } else { 0.0 };
+        (m + 1e-12) / (c + 1e-12)
+    };
+    let keys: Vec<f64> = shapes.iter().map(|(s, ..)| tilt(s)).collect();
+    let mut by_tilt: Vec<usize> = (0..shapes.len()).collect();
+    by_tilt.sort_by(|&a, &b| keys[a].total_cmp(&keys[b]).then(a.cmp(&b)));
+    by_tilt
+}
+
 /// What one node of `bin` would take from the remaining shapes: `(shape, count)` and their value.
 /// Plain: shapes in value order, as many of each as fit. Balanced: one pod at a time, from the
 /// memory-heavy or the cpu-heavy end, whichever keeps cpu and memory filling together.
-fn fill(bin: &Bin, shapes: &[(Resources, f64, Vec<usize>)], balanced: bool) -> (Takes, f64) {
+/// `by_tilt`: the balanced fill's shape order for this bin ([`tilt_order`]); `None`: plain fill.
+fn fill(bin: &Bin, shapes: &[(Resources, f64, Vec<usize>)], by_tilt: Option<&[usize]>) -> (Takes, f64) {
     let mut room = bin.room;
     let mut takes: Takes = Vec::new();
     let mut v = 0.0;
     let mut left: Vec<i64> = shapes.iter().map(|(_, _, l)| i64::try_from(l.len()).unwrap_or(i64::MAX)).collect();
-    if !balanced {
+    let Some(by_tilt) = by_tilt else {
         for (si, (s, sv, _)) in shapes.iter().enumerate() {
             let k = fit_count(&room, s).min(left[si]);
             if k > 0 {
@@ -190,18 +209,10 @@ fn fill(bin: &Bin, shapes: &[(Resources, f64, Vec<usize>)], balanced: bool) -> (
             }
         }
         return (takes, v);
-    }
+    };
     // Two-pointer balance: shapes ordered by how memory-heavy they are relative to the node; add
     // from the memory-heavy end while memory is the less filled resource, else from the cpu-heavy end.
     let full = vec3(&bin.room);
-    let tilt = |s: &Resources| {
-        let x = vec3(s);
-        let c = if full[0] > 0.0 { x[0] / full[0] } else { 0.0 };
-        let m = if full[1] > 0.0 { x[1] / full[1] } else { 0.0 };
-        (m + 1e-12) / (c + 1e-12)
-    };
-    let mut by_tilt: Vec<usize> = (0..shapes.len()).collect();
-    by_tilt.sort_by(|&a, &b| tilt(&shapes[a].0).total_cmp(&tilt(&shapes[b].0)).then(a.cmp(&b)));
     let (mut used_c, mut used_m) = (0.0f64, 0.0f64);
     loop {
         let memory_first = used_m / full[1].max(1.0) < used_c / full[0].max(1.0);
