@@ -1567,8 +1567,8 @@ impl<'a> Solver<'a> {
             }
             refresh_limits(pool);
         }
+        // Pods left out stay candidates for the next limited pools.
         for p in left_out {
-            taken[p] = true;
             if !fits_a_type(p) {
                 continue;
             }
@@ -1988,6 +1988,26 @@ mod limit_tests {
         assert_eq!(s.unschedulable, vec!["huge"]);
         assert!(!d.unschedulable[0].reason.contains("best packing"), "{}", d.unschedulable[0].reason);
         assert_eq!(s.claims.len(), 2);
+    }
+
+    #[test]
+    fn pods_one_limited_pool_cannot_hold_go_to_the_next() {
+        // Two pools of 16Gi each, 26 pods of 1 CPU / 1Gi: the plain loop fills an M in each (20 pods);
+        // two XS in each hold 24.
+        let mut a = example_pool();
+        a.name = "a".into();
+        a.weight = 10;
+        let mut b = example_pool();
+        b.name = "b".into();
+        let i = input(vec![a, b], pods(26, 1000, GI));
+        let d = solve(&i);
+        let s = summary(&i, &d);
+        assert_eq!(s.claims, vec!["a:XS", "a:XS", "b:XS", "b:XS"]);
+        assert_eq!(s.unschedulable.len(), 2);
+        for u in &d.unschedulable {
+            assert!(u.reason.contains("nodepool a: limits") && u.reason.contains("nodepool b: limits"), "{}", u.reason);
+        }
+        assert_eq!(solve(&plain(&i)).unschedulable.len(), 6);
     }
 
     #[test]
