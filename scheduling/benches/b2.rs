@@ -225,6 +225,7 @@ fn main() {
     let types = flavors();
     if std::env::var_os("B2_LIMITS_ONLY").is_some() {
         limits_family(&types, json, repack);
+        tight_limits_family(&types, json, repack);
         return;
     }
     println!(
@@ -288,6 +289,87 @@ fn main() {
         "\nat ≥ 1,000 pods: mean hub/LP {mean:.4} (target ≤ 1.05), worst {worst:.4} (target ≤ 1.15); never worse than FFD: {beats_ffd}"
     );
     limits_family(&types, json, repack);
+    tight_limits_family(&types, json, repack);
+}
+
+/// An upper bound on the pods any packing places within capacity limits: per limited resource, the
+/// most pods whose requests (smallest first) fit in the limit scaled by the best allocatable /
+/// capacity ratio among the types; the least over the resources.
+fn pods_bound(types: &[InstanceType], pods: &[Pod], limit: [i64; 2]) -> usize {
+    let dims: [fn(&Resources) -> i64; 2] = [|r| r.cpu_millis, |r| r.memory_bytes];
+    dims.iter()
+        .zip(limit)
+        .map(|(f, l)| {
+            let ratio =
+                types.iter().map(|t| f(&t.allocatable) as f64 / f(&t.capacity).max(1) as f64).fold(0.0, f64::max);
+            let room = l as f64 * ratio;
+            let mut sizes: Vec<i64> = pods.iter().map(|p| f(&p.requests)).collect();
+            sizes.sort_unstable();
+            let mut sum = 0.0;
+            sizes
+                .iter()
+                .take_while(|&&x| {
+                    sum += x as f64;
+                    sum <= room
+                })
+                .count()
+        })
+        .min()
+        .unwrap_or(0)
+}
+
+/// Family *tight limits*: the limits at 60 % of the FFD packing's capacity, so some pods must stay
+/// pending: pods placed by the hub and by the plain loop against [`pods_bound`].
+fn tight_limits_family(types: &[InstanceType], json: bool, repack: bool) {
+    println!(
+        "\ntight limits: cpu and memory = 60 % of the FFD packing's capacity\n{:<8} {:>6} {:>5} {:>9} {:>9} {:>8} {:>10} {:>10} {:>9} {:>8}",
+        "profile", "pods", "seed", "cpu lim", "mem GiB", "bound", "hub placed", "plain pl.", "hub/bound", "hub €/h"
+    );
+    let (mut worst, mut sum, mut count) = (f64::INFINITY, 0.0, 0usize);
+    for &n in &[200usize, 1000, 5000] {
+        for profile in ["cpu", "memory", "mixed"] {
+            for seed in 1..=3u64 {
+                let pods = workload(profile, n, seed * 1000 + n as u64);
+                let cap = ffd_nodes(types, Resources::ZERO, &pods).iter().fold(Resources::ZERO, |a, (_, c)| a + *c);
+                let limit = [cap.cpu_millis * 6 / 10, cap.memory_bytes * 6 / 10];
+                let bound = pods_bound(types, &pods, limit);
+                let pool = Pool {
+                    name: "default".into(),
+                    instance_types: types.to_vec(),
+                    limits: Limits { cpu_millis: Some(limit[0]), memory_bytes: Some(limit[1]), ..Limits::default() },
+                    ..Pool::default()
+                };
+                let mut input = Input { pools: vec![pool], pods, ..Input::default() };
+                input.settings.repack = repack;
+                let d = solve(&input);
+                input.settings.repack = false;
+                let plain = solve(&input);
+                let (hub, base) = (n - d.unschedulable.len(), n - plain.unschedulable.len());
+                let r = hub as f64 / bound.max(1) as f64;
+                if n >= 1000 {
+                    worst = worst.min(r);
+                    sum += r;
+                    count += 1;
+                }
+                println!(
+                    "{profile:<8} {n:>6} {seed:>5} {:>9} {:>9.1} {bound:>8} {hub:>10} {base:>10} {r:>9.4} {:>8.4}",
+                    limit[0] / 1000,
+                    limit[1] as f64 / f64::from(1u32 << 30),
+                    d.total_price()
+                );
+                if json {
+                    println!(
+                        "{{\"bench\":\"B2-tight-limits\",\"profile\":\"{profile}\",\"pods\":{n},\"seed\":{seed},\"bound\":{bound},\"hub_placed\":{hub},\"plain_placed\":{base},\"hub_price\":{:.4}}}",
+                        d.total_price()
+                    );
+                }
+            }
+        }
+    }
+    println!(
+        "\ntight limits, at ≥ 1,000 pods: pods placed / bound mean {:.4}, worst {worst:.4}",
+        sum / count.max(1) as f64
+    );
 }
 
 /// Family *limits* (see the module documentation).
