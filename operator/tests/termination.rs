@@ -248,10 +248,11 @@ async fn deleting_a_nodeclaim_drains_its_node_in_tier_order_within_budgets() {
 }
 
 /// §10.10 item 139 and §5.1.1: with a terminationGracePeriod the claim gets its deadline once; a
-/// do-not-disrupt pod is waited for until deadline − its grace, then deleted (not evicted) so it
-/// ends by the deadline, while an ordinary pod is evicted at once; then the node goes.
+/// do-not-disrupt pod and a pod whose budget never allows an eviction are waited for until
+/// deadline − their grace, then deleted (not evicted) so they end by the deadline, while an
+/// ordinary pod is evicted at once; then the node goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_do_not_disrupt_pod_is_deleted_at_the_termination_grace_period() {
+async fn protected_pods_are_deleted_at_the_termination_grace_period() {
     let mut world = World::start(&[("team-a", "deadline")], |i| quick_cke(i as u64)).await.unwrap();
     apply_pool(&world, |pool| pool["spec"]["template"]["spec"]["terminationGracePeriod"] = json!("10s")).await;
     world.start_hub();
@@ -264,8 +265,16 @@ async fn a_do_not_disrupt_pod_is_deleted_at_the_termination_grace_period() {
     pods.create(&PostParams::default(), &bound("precious", &node, precious)).await.unwrap();
     let ordinary = json!({"spec": {"terminationGracePeriodSeconds": 3}});
     pods.create(&PostParams::default(), &bound("ordinary", &node, ordinary)).await.unwrap();
+    // And one whose budget never allows an eviction: refused until the deadline, then deleted.
+    let guarded = json!({"spec": {"terminationGracePeriodSeconds": 2}});
+    pods.create(&PostParams::default(), &bound("guarded", &node, guarded)).await.unwrap();
+    let pdb = json!({"metadata": {"name": "guard"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}});
+    Api::<PodDisruptionBudget>::namespaced(wl.clone(), "default")
+        .create(&PostParams::default(), &serde_json::from_value(pdb).unwrap())
+        .await
+        .unwrap();
     scale(&world, 0, 0, "500m", "1Gi").await.unwrap();
-    wait_for("the pods running", NODE_UP, || async { running(&world, 0).await == 2 }).await;
+    wait_for("the pods running", NODE_UP, || async { running(&world, 0).await == 3 }).await;
 
     let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &world.clusters[0].namespace);
     let evictions_before = world.clusters[0].server.requests().count("create", "pods/eviction");
@@ -280,18 +289,31 @@ async fn a_do_not_disrupt_pod_is_deleted_at_the_termination_grace_period() {
     assert_eq!(deadline.duration_since(deleted).as_secs(), 10, "deletion + terminationGracePeriod");
     let nodes: Api<Node> = Api::all(wl.clone());
     let start = tokio::time::Instant::now();
-    let seen_going = loop {
+    let mut seen_going: BTreeMap<&str, Timestamp> = BTreeMap::new();
+    loop {
         let list = pods.list(&ListParams::default()).await.unwrap().items;
-        if deleting_or_gone(&list, "precious") {
-            break Timestamp::now();
+        for name in ["precious", "guarded", "ordinary"] {
+            if deleting_or_gone(&list, name) {
+                seen_going.entry(name).or_insert_with(Timestamp::now);
+            }
         }
-        assert!(nodes.get_opt(&node).await.unwrap().is_some(), "the node went with a do-not-disrupt pod on it");
-        assert!(start.elapsed() < DRAIN, "the do-not-disrupt pod was never deleted");
+        if seen_going.contains_key("precious") && seen_going.contains_key("guarded") {
+            break;
+        }
+        assert!(nodes.get_opt(&node).await.unwrap().is_some(), "the node went with protected pods on it");
+        assert!(start.elapsed() < DRAIN, "the protected pods were never deleted: {seen_going:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    // Forced after deadline − 2 s (its grace), before the deadline.
-    let early = deadline.duration_since(seen_going).as_secs_f64();
-    assert!(early <= 2.0 && early > 0.0, "forced {early:.1}s before the deadline; expected just under 2 s");
+    }
+    // The ordinary pod is evicted at once; the protected ones are deleted after deadline − 2 s
+    // (their grace), before the deadline.
+    let ordinary_early = deadline.duration_since(seen_going["ordinary"]).as_secs_f64();
+    assert!(ordinary_early > 3.0, "the ordinary pod went only {ordinary_early:.1}s before the deadline: forced, not evicted");
+    for name in ["precious", "guarded"] {
+        let early = deadline.duration_since(seen_going[name]).as_secs_f64();
+        assert!(early <= 2.0 && early > 0.0, "{name} forced {early:.1}s before the deadline; expected just under 2 s");
+    }
+    let refused = node_events(&world, &node, "FailedDraining").await.join(" ");
+    assert!(refused.contains("default/guarded"), "the budget's refusals are reported on the node: {refused}");
     // The annotation is never rewritten.
     let c = claims.get_opt(&claim.name_any()).await.unwrap();
     if let Some(c) = c {
@@ -301,9 +323,20 @@ async fn a_do_not_disrupt_pod_is_deleted_at_the_termination_grace_period() {
         nodes.get_opt(&node).await.unwrap().is_none() && claims.get_opt(&claim.name_any()).await.unwrap().is_none()
     })
     .await;
-    // Only the ordinary pod was evicted; the protected one was deleted, never evicted.
-    let evictions = world.clusters[0].server.requests().count("create", "pods/eviction") - evictions_before;
-    assert_eq!(evictions, 1, "one eviction (the ordinary pod)");
+    // The protected pods were deleted, never evicted: the only successful eviction is the
+    // ordinary pod's, the others are the guarded pod's refusals.
+    let evicted = Api::<Event>::namespaced(wl.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Evicted"))
+        .filter_map(|e| e.regarding.and_then(|r| r.name))
+        .collect::<Vec<_>>();
+    assert_eq!(evicted, ["ordinary"]);
+    let requests = world.clusters[0].server.requests().count("create", "pods/eviction") - evictions_before;
+    assert!(requests >= 3, "the refused eviction is retried until the deadline ({requests} requests)");
     world.shutdown().await;
 }
 
@@ -314,8 +347,7 @@ async fn a_do_not_disrupt_pod_is_deleted_at_the_termination_grace_period() {
 /// client is built), a stale UID precondition 409, a missing pod 404, an allowed eviction
 /// succeeds and a bound pod then terminates gracefully; relaxing the budget lets the eviction
 /// through; a forced deletion keeps the shortened grace it was given.
-/// `emulator`: the emulator's known differences are stepped around (see the comments).
-async fn eviction_answers(client: kube::Client, ns: &str, emulator: bool) {
+async fn eviction_answers(client: kube::Client, ns: &str) {
     use k8s_openapi::api::core::v1::Namespace;
     use kube::api::Preconditions;
     let nss: Api<Namespace> = Api::all(client.clone());
@@ -349,10 +381,7 @@ async fn eviction_answers(client: kube::Client, ns: &str, emulator: bool) {
     assert_eq!(code(evict_exactly(&client, &exactly("guarded")).await), 429, "the budget allows nothing");
     assert!(asked.elapsed() < Duration::from_secs(5), "the 429 comes back at once, not after client retries");
     let stale = PodRef { uid: "00000000-0000-4000-8000-000000000000".into(), ..exactly("free") };
-    // The emulator ignores an eviction's UID precondition (it would evict): not asked there.
-    if !emulator {
-        assert_eq!(code(evict_exactly(&client, &stale).await), 409, "a stale UID precondition");
-    }
+    assert_eq!(code(evict_exactly(&client, &stale).await), 409, "a stale UID precondition");
     assert_eq!(code(evict_exactly(&client, &PodRef { name: "missing".into(), ..exactly("free") }).await), 404);
     assert_eq!(code(evict_exactly(&client, &exactly("free")).await), 200);
     let free = pods.get("free").await.unwrap();
@@ -389,12 +418,12 @@ async fn emulator_answers_evictions_as_the_drain_expects() {
         sim::apiserver::ApiServer::start(sim::apiserver::ApiServerConfig::workload("drain-api")).await.unwrap();
     let mut config = server.client_config();
     config.default_retry = false;
-    eviction_answers(kube::Client::try_from(config).unwrap(), &format!("drain-{}", suffix()), true).await;
+    eviction_answers(kube::Client::try_from(config).unwrap(), &format!("drain-{}", suffix())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_api_server_answers_evictions_as_the_drain_expects() {
     let cp = envtest::shared_or_skip!("termination");
     // default_retry is off in envtest's config, as in the hub's eviction client.
-    eviction_answers(cp.client().await.unwrap(), &format!("drain-{}", suffix()), false).await;
+    eviction_answers(cp.client().await.unwrap(), &format!("drain-{}", suffix())).await;
 }
