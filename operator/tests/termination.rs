@@ -307,7 +307,10 @@ async fn protected_pods_are_deleted_at_the_termination_grace_period() {
     // The ordinary pod is evicted at once; the protected ones are deleted after deadline − 2 s
     // (their grace), before the deadline.
     let ordinary_early = deadline.duration_since(seen_going["ordinary"]).as_secs_f64();
-    assert!(ordinary_early > 3.0, "the ordinary pod went only {ordinary_early:.1}s before the deadline: forced, not evicted");
+    assert!(
+        ordinary_early > 3.0,
+        "the ordinary pod went only {ordinary_early:.1}s before the deadline: forced, not evicted"
+    );
     for name in ["precious", "guarded"] {
         let early = deadline.duration_since(seen_going[name]).as_secs_f64();
         assert!(early <= 2.0 && early > 0.0, "{name} forced {early:.1}s before the deadline; expected just under 2 s");
@@ -337,6 +340,41 @@ async fn protected_pods_are_deleted_at_the_termination_grace_period() {
     assert_eq!(evicted, ["ordinary"]);
     let requests = world.clusters[0].server.requests().count("create", "pods/eviction") - evictions_before;
     assert!(requests >= 3, "the refused eviction is retried until the deadline ({requests} requests)");
+    world.shutdown().await;
+}
+
+/// §10.10 item 145: a claim deleted before its node registered is not drained (no condition, no
+/// eviction); its NodeGroup is deleted and the claim released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unregistered_claim_is_released_without_a_drain() {
+    // CKE accepts the group but its node would join only after the test.
+    let slow_node = |i: usize| sim::cke::SimCkeConfig {
+        node_join_delay: sim::cke::DelayRange::fixed(Duration::from_secs(600)),
+        ..quick_cke(i as u64)
+    };
+    let mut world = World::start(&[("team-a", "unregistered")], slow_node).await.unwrap();
+    apply_pool(&world, |_| {}).await;
+    world.start_hub();
+    scale(&world, 0, 1, "500m", "1Gi").await.unwrap();
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &world.clusters[0].namespace);
+    let claim = eventually("a launched claim", NODE_UP, || async {
+        let list = claims.list(&ListParams::default()).await.unwrap().items;
+        list.into_iter().find(|c| condition(c, "Launched").is_some_and(|(s, _)| s == "True"))
+    })
+    .await;
+    let groups: Api<NodeGroup> = Api::all(world.clusters[0].client());
+    assert_eq!(groups.list(&ListParams::default()).await.unwrap().items.len(), 1);
+    claims.delete(&claim.name_any(), &DeleteParams::default()).await.unwrap();
+    wait_for("the NodeGroup deleted and the claim released", DRAIN, || async {
+        let group_gone = groups.list(&ListParams::default()).await.unwrap().items.iter().all(|g| {
+            g.annotations().get(labels::NODECLAIM_UID) != claim.metadata.uid.as_ref()
+                || g.metadata.deletion_timestamp.is_some()
+        });
+        let claim_gone = claims.get_opt(&claim.name_any()).await.unwrap().is_none_or(|c| c.uid() != claim.uid());
+        group_gone && claim_gone
+    })
+    .await;
+    assert_eq!(world.clusters[0].server.requests().count("create", "pods/eviction"), 0, "nothing evicted");
     world.shutdown().await;
 }
 
