@@ -330,10 +330,6 @@ async fn on_real_api_servers_register_mints_an_identity_that_can_do_what_the_hub
     );
     assert_eq!(first_watch_event(&Api::<Secret>::all(as_hub.clone())).await, Err(403), "watching Secrets");
     forbidden("list ConfigMaps", Api::<ConfigMap>::all(as_hub.clone()).list(&lp).await);
-    forbidden(
-        "delete Pods (only evictions, which honour PDBs)",
-        ns_pods.delete("kept", &DeleteParams::default()).await,
-    );
     forbidden("create Pods", ns_pods.create(&PostParams::default(), &pod("mine")).await);
     forbidden("delete Nodes", nodes.delete(&node_name, &DeleteParams::default()).await);
     forbidden(
@@ -347,12 +343,27 @@ async fn on_real_api_servers_register_mints_an_identity_that_can_do_what_the_hub
             .await,
     );
 
-    // The eviction really happened, the refused delete really did not.
-    wait_for("the evicted pod gone", Duration::from_secs(30), || async {
-        admin_pods.get_opt("evicted").await.unwrap().is_none()
-    })
-    .await;
-    assert!(admin_pods.get_opt("kept").await.unwrap().is_some());
+    // A pod deleted the way a drain's deadline deletes it: UID precondition, shortened grace.
+    let kept_uid = admin_pods.get("kept").await.unwrap().uid();
+    allowed(
+        "delete Pods (UID precondition; only at a drain's deadline)",
+        ns_pods
+            .delete(
+                "kept",
+                &DeleteParams::default()
+                    .grace_period(1)
+                    .preconditions(kube::api::Preconditions { uid: kept_uid, resource_version: None }),
+            )
+            .await,
+    );
+
+    // The eviction and the deletion really happened.
+    for name in ["evicted", "kept"] {
+        wait_for(&format!("pod {name} gone"), Duration::from_secs(30), || async {
+            admin_pods.get_opt(name).await.unwrap().is_none()
+        })
+        .await;
+    }
     assert!(admin_nodes.get_opt(&node_name).await.unwrap().is_some());
 
     let _ = admin_nodes.delete(&node_name, &DeleteParams::default()).await;
