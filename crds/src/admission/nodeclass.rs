@@ -77,7 +77,8 @@ pub fn validate_node_class(
     {
         verdict.warn(
             "spec.labels",
-            "changing the labels replaces every node of this class (drift), paced by the NodePools' budgets",
+            "changing the labels makes every node of this class drifted; the hub does not replace drifted nodes yet \
+             (from the disruption release): only new nodes get the new labels",
         );
     }
     verdict

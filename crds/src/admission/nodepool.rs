@@ -511,11 +511,12 @@ fn check_durations(verdict: &mut Verdict, pool: &NodePool) {
     let disruption = &pool.spec.disruption;
     match schedule::parse_duration(&disruption.consolidate_after, true) {
         Err(problem) => verdict.deny("spec.disruption.consolidateAfter", problem),
-        Ok(Some(0)) if disruption.consolidation_policy == ConsolidationPolicy::WhenEmptyOrUnderutilized => verdict.warn(
-            "spec.disruption.consolidateAfter",
-            "0s (the default) lets a node be consolidated the moment its pods change, e.g. mid-rollout, which churns \
-             nodes; consider 1m or more",
-        ),
+        Ok(Some(0)) if disruption.consolidation_policy == ConsolidationPolicy::WhenEmptyOrUnderutilized => verdict
+            .warn(
+                "spec.disruption.consolidateAfter",
+                "0s (the default) will let a node be consolidated the moment its pods change, e.g. mid-rollout, which \
+             churns nodes; consider 1m or more (consolidation comes with the disruption release)",
+            ),
         Ok(_) => {}
     }
 }
@@ -802,11 +803,16 @@ fn check_update(verdict: &mut Verdict, new: &NodePool, old: &NodePool) {
         verdict.deny("spec.template.spec.nodeClassRef.kind", "nodeClassRef.kind is immutable: create a new NodePool");
     }
     if nodepool_hash(&new.spec) != nodepool_hash(&old.spec) {
-        verdict.warn("spec.template", "this change replaces the pool's nodes (drift), paced by its disruption budgets");
+        verdict.warn(
+            "spec.template",
+            "this change makes the pool's nodes drifted; the hub does not replace drifted nodes yet (from the \
+             disruption release): only new nodes follow it",
+        );
     } else if new.spec.template.spec.requirements != old.spec.template.spec.requirements {
         verdict.warn(
             "spec.template.spec.requirements",
-            "nodes that no longer satisfy the new requirements are replaced (drift)",
+            "nodes that no longer satisfy the new requirements stay until drift replacement (from the disruption \
+             release); only new nodes follow them",
         );
     }
 }
