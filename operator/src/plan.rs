@@ -7,16 +7,23 @@
 //! Owns the reading of files into a [`Snapshot`] and the rendering of the decision. Must not hold
 //! scheduling logic: that is `scheduling::solve`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use crds::admission::{
+    Lookup, NodePoolReferences, Verdict, validate_flavor_catalog, validate_node_claim, validate_node_class,
+    validate_node_pool,
+};
 use crds::catalog::round4;
 use crds::quantity::{format_bytes, format_count, format_millis_cpu};
+use crds::{CleverNodeClass, FlavorCatalog};
+use k8s_openapi::api::core::v1::Pod;
 use scheduling::convert::{ConvertError, PendingRule, Snapshot, Volumes, build_input_with_volumes};
 use scheduling::model::{MinValuesPolicy, PreferencePolicy, Settings};
 use serde::Serialize;
 use serde_json::Value;
+use sim::schema::CrdSchema;
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -114,6 +121,43 @@ pub enum PlanError {
     /// Which cluster to plan for is ambiguous.
     #[error("the NodePools serve several clusters ({0}); choose one with --cluster")]
     AmbiguousCluster(String),
+    /// Objects the API server (CRD schema and CEL rules) or the hub's webhook would refuse: the hub
+    /// would never see them, so no plan is made.
+    #[error("{}", refusals_message(.0))]
+    Refused(Vec<Refusal>),
+    /// A CRD of the hub does not compile into a validator (a defect of the hub, not of the input).
+    #[error("cannot check {kind} objects: its CRD does not compile: {message}")]
+    CrdSchema {
+        /// Kind of the CRD.
+        kind: String,
+        /// What the compiler said.
+        message: String,
+    },
+}
+
+/// One refusal: which object, which field, and why, as the API server or the webhook would answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// `file: document N (Kind namespace/name)`.
+    pub object: String,
+    /// Who refuses: `the API server` (schema, CEL) or `the webhook`.
+    pub by: &'static str,
+    /// Field path, e.g. `spec.weight`.
+    pub field: String,
+    /// The message, e.g. `0 is out of range: use 1 to 100, or omit it for 0`.
+    pub message: String,
+}
+
+fn refusals_message(refusals: &[Refusal]) -> String {
+    let mut out = format!(
+        "{} refusal(s): these objects would not be accepted by the management cluster, so the hub would never \
+         see them; fix them and run plan again:",
+        refusals.len()
+    );
+    for r in refusals {
+        let _ = write!(out, "\n  {}: {}: {} (refused by {})", r.object, r.field, r.message, r.by);
+    }
+    out
 }
 
 /// One NodeClaim the hub would create.
@@ -191,33 +235,154 @@ pub struct Manifests {
     pub volumes: Volumes,
 }
 
+/// Where each object read came from (`file: document N (Kind ns/name)`), per kind, in the order of
+/// the snapshot's lists: refusals and warnings name the object by it.
+#[derive(Debug, Default)]
+struct Origins {
+    node_pools: Vec<String>,
+    node_classes: Vec<String>,
+    flavor_catalogs: Vec<String>,
+    node_claims: Vec<String>,
+    pods: Vec<String>,
+}
+
+/// What `read_snapshot` carries from document to document.
+struct Reader {
+    snap: Manifests,
+    notes: Vec<String>,
+    origins: Origins,
+    /// The hub's CRD schemas by kind: what the API server checks before the webhook is asked.
+    schemas: BTreeMap<String, CrdSchema>,
+    refusals: Vec<Refusal>,
+}
+
+const API_SERVER: &str = "the API server";
+const WEBHOOK: &str = "the webhook";
+
 /// Reads manifests into a snapshot. `sources` are `(name, text)`; notes tell what was skipped.
+///
+/// The hub's objects are first checked as the management cluster would: the CRD schema and its CEL
+/// rules (as kube-apiserver applies them on create), then the webhook's admission rules
+/// (`crds::admission`). Any refusal stops here with [`PlanError::Refused`]: a plan built on objects
+/// the cluster would refuse answers a question nobody can ask.
 pub fn read_snapshot(sources: &[(String, String)]) -> Result<(Manifests, Vec<String>), PlanError> {
-    let mut snap = Manifests::default();
-    let mut notes = Vec::new();
+    let mut schemas = BTreeMap::new();
+    for file in crds::crd::hub_crds() {
+        let kind = file.crd.spec.names.kind.clone();
+        let schema = CrdSchema::compile(&file.crd, "v1alpha1")
+            .map_err(|e| PlanError::CrdSchema { kind: kind.clone(), message: e.join("; ") })?;
+        schemas.insert(kind, schema);
+    }
+    let mut reader = Reader {
+        snap: Manifests::default(),
+        notes: Vec::new(),
+        origins: Origins::default(),
+        schemas,
+        refusals: Vec::new(),
+    };
     for (file, text) in sources {
         let docs: Vec<Value> = serde_saphyr::from_multiple(text)
             .map_err(|e| PlanError::Read { file: file.clone(), message: format!("not valid YAML: {e}") })?;
         for (i, doc) in docs.into_iter().enumerate() {
-            add_document(&mut snap, &mut notes, file, i + 1, doc)?;
+            add_document(&mut reader, file, i + 1, doc)?;
         }
     }
-    Ok((snap, notes))
+    admit(&mut reader);
+    if !reader.refusals.is_empty() {
+        return Err(PlanError::Refused(reader.refusals));
+    }
+    dedupe_pods(&mut reader);
+    Ok((reader.snap, reader.notes))
 }
 
-fn add_document(
-    snap: &mut Manifests,
-    notes: &mut Vec<String>,
-    file: &str,
-    index: usize,
-    doc: Value,
-) -> Result<(), PlanError> {
+/// The webhook's rules on every hub object that passed the schema, with the references the
+/// manifests hold (a reference not given is "not checked", as when the webhook cannot read it).
+fn admit(reader: &mut Reader) {
+    let snap = &reader.snap.snapshot;
+    let ns = |m: &kube::api::ObjectMeta| m.namespace.clone().unwrap_or_else(|| "default".to_string());
+    let not_given = || "not in the manifests given to plan".to_string();
+    let mut verdicts: Vec<(String, Verdict)> = Vec::new();
+    for (catalog, origin) in snap.flavor_catalogs.iter().zip(&reader.origins.flavor_catalogs) {
+        verdicts.push((origin.clone(), validate_flavor_catalog(catalog, None)));
+    }
+    let catalog_of = |class: &CleverNodeClass| -> Lookup<&FlavorCatalog> {
+        let Some(r) = &class.spec.flavor_catalog_ref else { return Lookup::Unchecked(not_given()) };
+        snap.flavor_catalogs
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(r.name.as_str()) && ns(&c.metadata) == ns(&class.metadata))
+            .map_or(Lookup::Unchecked(not_given()), Lookup::Found)
+    };
+    for (class, origin) in snap.node_classes.iter().zip(&reader.origins.node_classes) {
+        verdicts.push((origin.clone(), validate_node_class(class, None, catalog_of(class))));
+    }
+    for (pool, origin) in snap.node_pools.iter().zip(&reader.origins.node_pools) {
+        let class = snap.node_classes.iter().find(|c| {
+            c.metadata.name.as_deref() == Some(pool.spec.template.spec.node_class_ref.name.as_str())
+                && ns(&c.metadata) == ns(&pool.metadata)
+        });
+        let references = NodePoolReferences {
+            node_class: class.map_or(Lookup::Unchecked(not_given()), Lookup::Found),
+            flavor_catalog: class.map_or(Lookup::Unchecked(not_given()), catalog_of),
+            base: None,
+        };
+        verdicts.push((origin.clone(), validate_node_pool(pool, None, references)));
+    }
+    for (claim, origin) in snap.node_claims.iter().zip(&reader.origins.node_claims) {
+        verdicts.push((origin.clone(), validate_node_claim(claim, None)));
+    }
+    for (origin, verdict) in verdicts {
+        for d in verdict.denials {
+            reader.refusals.push(Refusal { object: origin.clone(), by: WEBHOOK, field: d.field, message: d.message });
+        }
+        for w in verdict.warnings {
+            reader.notes.push(format!("{origin}: warning from the webhook: {w}"));
+        }
+    }
+}
+
+/// A pod given twice (same namespace and name) is one pod to the API server: the later document
+/// replaces the earlier, as `kubectl apply` would, and the user is told.
+fn dedupe_pods(reader: &mut Reader) {
+    let pods = std::mem::take(&mut reader.snap.snapshot.pods);
+    let origins = std::mem::take(&mut reader.origins.pods);
+    let key = |p: &Pod| {
+        format!(
+            "{}/{}",
+            p.metadata.namespace.as_deref().unwrap_or("default"),
+            p.metadata.name.as_deref().unwrap_or_default()
+        )
+    };
+    let mut last: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, p) in pods.iter().enumerate() {
+        last.insert(key(p), i);
+    }
+    for (i, (pod, origin)) in pods.into_iter().zip(origins).enumerate() {
+        let k = key(&pod);
+        let kept = last.get(&k).copied().unwrap_or(i);
+        if kept == i {
+            reader.snap.snapshot.pods.push(pod);
+            reader.origins.pods.push(origin);
+        } else {
+            reader.notes.push(format!(
+                "warning: Pod {k} is given more than once: {origin} is replaced by a later document, as kubectl \
+                 apply would; remove one of them"
+            ));
+        }
+    }
+}
+
+fn add_document(reader: &mut Reader, file: &str, index: usize, doc: Value) -> Result<(), PlanError> {
     if doc.is_null() {
         return Ok(());
     }
     let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
     let api_version = doc.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
     let name = doc.pointer("/metadata/name").and_then(Value::as_str).map(|n| format!(" {n}")).unwrap_or_default();
+    let namespaced_name = match (doc.pointer("/metadata/namespace").and_then(Value::as_str), name.is_empty()) {
+        (Some(ns), false) => format!(" {ns}/{}", name.trim_start()),
+        _ => name.clone(),
+    };
+    let origin = format!("{file}: document {index} ({kind}{namespaced_name})");
     let fail = |message: String| PlanError::Document {
         file: file.to_string(),
         index,
@@ -232,19 +397,54 @@ fn add_document(
         serde_json::from_value(doc).map_err(|e| e.to_string())
     }
     let hub = api_version.starts_with("karpenter.clever-cloud.com/");
+    if hub && let Some(schema) = reader.schemas.get(&kind) {
+        // The API server checks the schema and CEL rules before anything else sees the object; an
+        // object it refuses is not read further (its typed form may not even exist).
+        if let Err(invalid) = schema.admit_create(&doc) {
+            // kube-apiserver adds "some validation rules were not checked" when others failed: true,
+            // but it tells a person nothing they can act on.
+            let unchecked = |c: &sim::schema::Cause| c.message.contains("some validation rules were not checked");
+            let only_unchecked = invalid.causes.iter().all(unchecked);
+            for cause in invalid.causes.into_iter().filter(|c| only_unchecked || !unchecked(c)) {
+                reader.refusals.push(Refusal {
+                    object: origin.clone(),
+                    by: API_SERVER,
+                    field: cause.field,
+                    message: cause.message,
+                });
+            }
+            return Ok(());
+        }
+    }
+    let snap = &mut reader.snap;
     match (kind.as_str(), hub) {
         ("List", _) => {
             let items = doc.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
             for item in items {
-                add_document(snap, notes, file, index, item)?;
+                add_document(reader, file, index, item)?;
             }
         }
-        ("NodePool", true) => snap.snapshot.node_pools.push(typed(doc).map_err(fail)?),
-        ("CleverNodeClass", true) => snap.snapshot.node_classes.push(typed(doc).map_err(fail)?),
-        ("FlavorCatalog", true) => snap.snapshot.flavor_catalogs.push(typed(doc).map_err(fail)?),
-        ("NodeClaim", true) => snap.snapshot.node_claims.push(typed(doc).map_err(fail)?),
+        ("NodePool", true) => {
+            snap.snapshot.node_pools.push(typed(doc).map_err(fail)?);
+            reader.origins.node_pools.push(origin);
+        }
+        ("CleverNodeClass", true) => {
+            snap.snapshot.node_classes.push(typed(doc).map_err(fail)?);
+            reader.origins.node_classes.push(origin);
+        }
+        ("FlavorCatalog", true) => {
+            snap.snapshot.flavor_catalogs.push(typed(doc).map_err(fail)?);
+            reader.origins.flavor_catalogs.push(origin);
+        }
+        ("NodeClaim", true) => {
+            snap.snapshot.node_claims.push(typed(doc).map_err(fail)?);
+            reader.origins.node_claims.push(origin);
+        }
         ("Node", false) => snap.snapshot.nodes.push(typed(doc).map_err(fail)?),
-        ("Pod", false) => snap.snapshot.pods.push(typed(doc).map_err(fail)?),
+        ("Pod", false) => {
+            snap.snapshot.pods.push(typed(doc).map_err(fail)?);
+            reader.origins.pods.push(origin);
+        }
         ("DaemonSet", false) => snap.snapshot.daemonsets.push(typed(doc).map_err(fail)?),
         ("PodDisruptionBudget", false) => snap.snapshot.pdbs.push(typed(doc).map_err(fail)?),
         ("PersistentVolumeClaim", false) => {
@@ -255,7 +455,9 @@ fn add_document(
         ("StorageClass", false) => {
             snap.volumes.storage_classes.get_or_insert_with(Vec::new).push(typed(doc).map_err(fail)?);
         }
-        _ => notes.push(format!("{file}: document {index} ({api_version} {kind}{name}) skipped: not read by plan")),
+        _ => reader
+            .notes
+            .push(format!("{file}: document {index} ({api_version} {kind}{name}) skipped: not read by plan")),
     }
     Ok(())
 }
@@ -300,7 +502,7 @@ pub fn plan_with(
             pods: c.pods.iter().map(key).collect(),
             requests: Requests {
                 cpu: format_millis_cpu(c.requests.cpu_millis),
-                memory: format_bytes(c.requests.memory_bytes),
+                memory: person_bytes(c.requests.memory_bytes),
                 pods: format_count(c.requests.pods),
             },
         })
@@ -324,6 +526,14 @@ pub fn plan_with(
     })
 }
 
+/// Bytes as a person writes them: `1Gi` or `1G`, whichever is exact and shorter (binary first), so
+/// that a pod asking `1G` does not come back as `1000000000`.
+pub fn person_bytes(bytes: i64) -> String {
+    let binary = format_bytes(bytes);
+    let decimal = format_count(bytes);
+    if decimal.len() < binary.len() { decimal } else { binary }
+}
+
 /// The JSON document (pretty, with a trailing newline).
 pub fn to_json(plan: &Plan) -> String {
     let mut s = serde_json::to_string_pretty(plan).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
@@ -344,16 +554,18 @@ pub fn to_table(plan: &Plan) -> String {
         plan.unschedulable.len()
     );
     if !plan.node_claims.is_empty() {
-        let rows: Vec<[String; 7]> = plan
+        let rows: Vec<[String; 8]> = plan
             .node_claims
             .iter()
-            .map(|c| {
+            .enumerate()
+            .map(|(i, c)| {
                 let more = c.instance_types.len().saturating_sub(4);
                 let mut opts = c.instance_types.iter().take(4).cloned().collect::<Vec<_>>().join(",");
                 if more > 0 {
                     let _ = write!(opts, " (+{more})");
                 }
                 [
+                    format!("{}", i + 1),
                     c.node_pool.clone(),
                     c.flavor.clone(),
                     opts,
@@ -364,7 +576,7 @@ pub fn to_table(plan: &Plan) -> String {
                 ]
             })
             .collect();
-        let header = ["NODEPOOL", "FLAVOR", "OPTIONS", "EUR/H", "CPU", "MEMORY", "PODS"].map(str::to_string);
+        let header = ["#", "NODEPOOL", "FLAVOR", "OPTIONS", "EUR/H", "CPU", "MEMORY", "PODS"].map(str::to_string);
         let mut widths = header.clone().map(|h| h.len());
         for r in &rows {
             for (w, c) in widths.iter_mut().zip(r) {
@@ -375,6 +587,11 @@ pub fn to_table(plan: &Plan) -> String {
         for r in std::iter::once(&header).chain(rows.iter()) {
             let line: Vec<String> = r.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
             let _ = writeln!(out, "{}", line.join("  ").trim_end());
+        }
+        // Which pods land where: the question a person asks first, and the table has no room for it.
+        let _ = writeln!(out, "\nPods on each new NodeClaim:");
+        for (i, c) in plan.node_claims.iter().enumerate() {
+            let _ = writeln!(out, "  #{} ({} {}): {}", i + 1, c.node_pool, c.flavor, c.pods.join(", "));
         }
     }
     if !plan.existing_nodes.is_empty() {
@@ -472,7 +689,8 @@ spec:
     fn malformed_documents_name_the_document_and_field() {
         let bad = POOL.replace("clusterName: c1", "clusterNam: c1");
         let e = plan_of(&bad).unwrap_err().to_string();
-        assert!(e.contains("document 1 (NodePool default)"), "{e}");
+        // Refused by the CRD schema, as the API server would, before the typed model is read.
+        assert!(e.contains("document 1 (NodePool team/default): spec.clusterName: Required value"), "{e}");
         assert!(e.contains("clusterName"), "{e}");
         let bad_qty = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers: [{name: app, resources: {requests: {cpu: lots}}}]\n";
         let e = plan_of(bad_qty).unwrap_err().to_string();

@@ -137,3 +137,121 @@ fn the_binary_prints_json_and_tables() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("Pod default/a") && err.contains("spec.containers[c].resources.requests.memory"), "{err}");
 }
+
+const CLASS_AND_POOL: &str = "
+apiVersion: karpenter.clever-cloud.com/v1alpha1
+kind: CleverNodeClass
+metadata: {name: default, namespace: demo}
+spec: {}
+---
+apiVersion: karpenter.clever-cloud.com/v1alpha1
+kind: NodePool
+metadata: {name: web, namespace: demo}
+spec:
+  clusterName: demo
+  weight: 10
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.clever-cloud.com, kind: CleverNodeClass, name: default}
+      requirements: []
+";
+
+fn pod(name: &str, cpu: &str, memory: &str) -> String {
+    format!(
+        "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: shop}}\nspec:\n  containers: [{{name: app, \
+         image: registry.example/app:1, resources: {{requests: {{cpu: '{cpu}', memory: '{memory}'}}}}}}]\n"
+    )
+}
+
+fn run_plan(args: &[&str], manifest: &str, file: &str) -> std::process::Output {
+    let path = std::env::temp_dir().join(format!("karpenter-hub-plan-{}-{file}", std::process::id()));
+    fs::write(&path, manifest).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter-hub"))
+        .arg("plan")
+        .args(args)
+        .arg("-f")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = fs::remove_file(&path);
+    out
+}
+
+/// Issue 13 item 9: what the management cluster refuses (the schema's `weight >= 1`, the webhook's
+/// "Gt needs an integer") is reported as a refusal naming the object, the field and the message, with
+/// a failing exit and no plan; the same manifests with the fields corrected are planned.
+#[test]
+fn objects_the_cluster_refuses_are_reported_and_not_planned() {
+    let weight_zero = CLASS_AND_POOL.replace("weight: 10", "weight: 0") + &pod("a", "1", "1Gi");
+    let gt_abc = CLASS_AND_POOL
+        .replace("requirements: []", "requirements: [{key: example.com/generation, operator: Gt, values: [abc]}]")
+        + &pod("a", "1", "1Gi");
+    for (case, manifest, field) in
+        [("weight-0", &weight_zero, "spec.weight"), ("gt-abc", &gt_abc, "spec.template.spec.requirements")]
+    {
+        let err = read_snapshot(&[("hub.yaml".into(), manifest.clone())]).unwrap_err();
+        let operator::plan::PlanError::Refused(refusals) = &err else { panic!("{case}: not a refusal: {err}") };
+        assert!(
+            refusals.iter().all(|r| r.object == "hub.yaml: document 2 (NodePool demo/web)"),
+            "{case}: {refusals:#?}"
+        );
+        assert!(refusals.iter().any(|r| r.field.starts_with(field)), "{case}: {refusals:#?}");
+        assert!(refusals.iter().all(|r| !r.message.is_empty()), "{case}: {refusals:#?}");
+
+        let out = run_plan(&["-o", "json"], manifest, &format!("{case}.yaml"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{case}: {stderr}");
+        assert!(out.stdout.is_empty(), "{case}: a plan was printed: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            stderr.contains("refus") && stderr.contains("NodePool demo/web") && stderr.contains(field),
+            "{case}: {stderr}"
+        );
+    }
+    // The negative side: the same objects, valid, are planned.
+    let fine = CLASS_AND_POOL
+        .replace("requirements: []", "requirements: [{key: example.com/generation, operator: Gt, values: ['2']}]")
+        + &pod("a", "1", "1Gi");
+    let out = run_plan(&["-o", "json"], &fine, "fine.yaml");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Issue 13 item 9: requests print as a person writes them: `1G` (not `1000000000`), `1Gi`, `500m`.
+#[test]
+fn quantities_print_as_written() {
+    for (cpu, memory, want_cpu, want_memory) in
+        [("500m", "1G", "500m", "1G"), ("1", "1Gi", "1", "1Gi"), ("250m", "1500M", "250m", "1500M")]
+    {
+        let p = plan_files(&[("q.yaml".into(), CLASS_AND_POOL.to_string() + &pod("a", cpu, memory))]);
+        assert_eq!(p.node_claims.len(), 1, "{p:#?}");
+        assert_eq!(p.node_claims[0].requests.cpu, want_cpu);
+        assert_eq!(p.node_claims[0].requests.memory, want_memory);
+    }
+}
+
+/// Issue 13 item 9: a pod given twice is one pod (the later document, as `kubectl apply` would
+/// leave it), and the user is warned, naming the pod.
+#[test]
+fn a_pod_given_twice_is_warned_about_and_counted_once() {
+    let manifest = CLASS_AND_POOL.to_string() + &pod("a", "1", "1Gi") + &pod("b", "1", "1Gi") + &pod("a", "2", "1Gi");
+    let p = plan_files(&[("dup.yaml".into(), manifest.clone())]);
+    let pods: Vec<&String> = p.node_claims.iter().flat_map(|c| &c.pods).collect();
+    assert_eq!(pods.iter().filter(|k| k.as_str() == "shop/a").count(), 1, "{p:#?}");
+    assert_eq!(p.node_claims.iter().map(|c| c.requests.cpu.as_str()).collect::<Vec<_>>(), ["3"], "{p:#?}");
+    let warnings: Vec<&String> =
+        p.notes.iter().filter(|n| n.contains("shop/a") && n.contains("more than once")).collect();
+    assert_eq!(warnings.len(), 1, "{:?}", p.notes);
+    assert!(!p.notes.iter().any(|n| n.contains("shop/b")), "{:?}", p.notes);
+    let out = run_plan(&[], &manifest, "dup.yaml");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("shop/a is given more than once"));
+}
+
+/// Issue 13 item 9: the table says which pods land on which new NodeClaim.
+#[test]
+fn the_table_shows_the_pods_of_each_claim() {
+    let manifest = CLASS_AND_POOL.to_string() + &pod("a", "1", "1Gi") + &pod("b", "1", "1Gi");
+    let out = run_plan(&[], &manifest, "table.yaml");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.lines().any(|l| l.starts_with("  #1 (web ") && l.ends_with("): shop/a, shop/b")), "{table}");
+}
