@@ -177,8 +177,8 @@ fn run_plan(args: &[&str], manifest: &str, file: &str) -> std::process::Output {
     out
 }
 
-/// Issue 13 item 9: what the management cluster refuses (the schema's `weight >= 1`, the webhook's
-/// "Gt needs an integer") is reported as a refusal naming the object, the field and the message, with
+/// Issue 13 item 9: what the management cluster refuses (the CRD schema's `weight >= 1` and its CEL
+/// rule "Gt needs an integer", the webhook's "no flavor matches") is reported as a refusal naming the object, the field and the message, with
 /// a failing exit and no plan; the same manifests with the fields corrected are planned.
 #[test]
 fn objects_the_cluster_refuses_are_reported_and_not_planned() {
@@ -186,9 +186,16 @@ fn objects_the_cluster_refuses_are_reported_and_not_planned() {
     let gt_abc = CLASS_AND_POOL
         .replace("requirements: []", "requirements: [{key: example.com/generation, operator: Gt, values: [abc]}]")
         + &pod("a", "1", "1Gi");
-    for (case, manifest, field) in
-        [("weight-0", &weight_zero, "spec.weight"), ("gt-abc", &gt_abc, "spec.template.spec.requirements")]
-    {
+    // The schema accepts it; the webhook knows no flavor is called NOPE.
+    let no_flavor = CLASS_AND_POOL.replace(
+        "requirements: []",
+        "requirements: [{key: node.kubernetes.io/instance-type, operator: In, values: [NOPE]}]",
+    ) + &pod("a", "1", "1Gi");
+    for (case, manifest, field, by) in [
+        ("weight-0", &weight_zero, "spec.weight", "the API server"),
+        ("gt-abc", &gt_abc, "spec.template.spec.requirements", "the API server"),
+        ("no-flavor", &no_flavor, "spec.template.spec.requirements[0]", "the webhook"),
+    ] {
         let err = read_snapshot(&[("hub.yaml".into(), manifest.clone())]).unwrap_err();
         let operator::plan::PlanError::Refused(refusals) = &err else { panic!("{case}: not a refusal: {err}") };
         assert!(
@@ -196,7 +203,7 @@ fn objects_the_cluster_refuses_are_reported_and_not_planned() {
             "{case}: {refusals:#?}"
         );
         assert!(refusals.iter().any(|r| r.field.starts_with(field)), "{case}: {refusals:#?}");
-        assert!(refusals.iter().all(|r| !r.message.is_empty()), "{case}: {refusals:#?}");
+        assert!(refusals.iter().all(|r| !r.message.is_empty() && r.by == by), "{case}: {refusals:#?}");
 
         let out = run_plan(&["-o", "json"], manifest, &format!("{case}.yaml"));
         let stderr = String::from_utf8_lossy(&out.stderr);
