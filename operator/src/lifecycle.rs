@@ -34,7 +34,7 @@ use crate::{
     ownership::{self, ClaimIdentity, Ownership},
     registration::{self, NodeMatch},
     registry::{ClusterKey, Connection},
-    termination::{self, Decision, PodFacts, PodRef},
+    termination::{self, Decision, Expiry, PodFacts, PodRef},
 };
 use crds::{
     CleverNodeClass, FlavorCatalog, NodeClaim, NodeClaimStatus, NodeGroup,
@@ -147,6 +147,12 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
         return Ok(Action::requeue(Duration::from_secs(5)));
     };
     let now = Timestamp::now();
+    // karpenter-semantics §4.1: expiry is forceful (no budget, no replacement first); the deletion
+    // drains the node through `terminate` like any other. Otherwise look again at the expiry time.
+    let expiry = match expiry(&c, &hub, now).await? {
+        Some(at) => at,
+        None => return Ok(Action::await_change()),
+    };
     let mut status = obj.status.clone().unwrap_or_default();
     let launched = conditions::get(&status.conditions, LAUNCHED).map(|c| c.status.clone());
     if launched.as_deref() != Some(TRUE) {
@@ -308,7 +314,44 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
     if changed {
         write_status(&c, status).await?;
     }
-    Ok(Action::requeue(requeue))
+    Ok(Action::requeue(expiry.map_or(requeue, |e| requeue.min(e))))
+}
+
+/// Expire the claim if its lifetime is over (`Ok(None)`: deleted, nothing more to do this pass);
+/// otherwise how long until it is (`None` inside: never).
+async fn expiry(c: &Claim<'_>, hub: &Hub, now: Timestamp) -> Result<Option<Option<Duration>>, Error> {
+    let expire_after = Some(c.obj.spec.expire_after.as_str()).filter(|e| !e.is_empty());
+    let decided = termination::expiration::decide(
+        c.obj.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        expire_after,
+        c.obj.metadata.deletion_timestamp.is_some(),
+        now,
+    );
+    match decided {
+        Ok(Expiry::Expire) => {
+            let lifetime = expire_after.unwrap_or_default();
+            c.api.delete(&c.name, &DeleteParams::default()).await?;
+            // Counted once the deletion went through: a failed one is retried, not counted twice.
+            hub.metrics.nodeclaims_disrupted.get(&c.disrupted("expired")).inc();
+            tracing::info!(cluster = %c.key, nodeclaim = %c.name, expire_after = %lifetime, reason = "expired", "claim expired; deleting it (forceful: no disruption budget); its node is drained");
+            hub.event(
+                &c.reference(),
+                false,
+                termination::expiration::EXPIRED,
+                "Delete",
+                format!("expireAfter {lifetime} reached; the node is drained and its pods re-planned"),
+            )
+            .await;
+            Ok(None)
+        }
+        Ok(e) => Ok(Some(e.recheck_in(now))),
+        Err(why) => {
+            // Admission refuses these; one written around it is never expired by guess.
+            tracing::warn!(cluster = %c.key, nodeclaim = %c.name, error = %why, "claim not expired");
+            hub.event(&c.reference(), true, "InvalidExpireAfter", "Expire", why.to_string()).await;
+            Ok(Some(None))
+        }
+    }
 }
 
 async fn write_status(c: &Claim<'_>, status: NodeClaimStatus) -> Result<(), Error> {
@@ -802,14 +845,6 @@ async fn terminate(c: &Claim<'_>, hub: &Hub) -> Result<Action, Error> {
     // Unregistered claims never drain (§5.1.2, §10.10 item 145); a Node already gone has nothing left.
     let registered = c.obj.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, REGISTERED));
     let provider_id = c.obj.status.as_ref().and_then(|s| s.provider_id.clone()).unwrap_or_default();
-    if registered && !provider_id.is_empty() {
-        let nodes = conn.cache.nodes.state();
-        if let NodeMatch::One(node) = registration::find_node(nodes.iter().map(|n| n.as_ref()), &provider_id)
-            && let Some(action) = drain_node(c, hub, &conn, node, deadline).await?
-        {
-            return Ok(action);
-        }
-    }
     let group_name = c
         .obj
         .status
@@ -818,6 +853,15 @@ async fn terminate(c: &Claim<'_>, hub: &Hub) -> Result<Action, Error> {
         .and_then(|p| ownership::parse_provider_id(p).ok().map(str::to_string))
         .unwrap_or_else(|| ownership::nodegroup_name(&hub.settings.hub_id, &c.ns, &c.name));
     let groups: Api<NodeGroup> = Api::all(conn.client.clone());
+    if registered && !provider_id.is_empty() {
+        let nodes = conn.cache.nodes.state();
+        if let NodeMatch::One(node) = registration::find_node(nodes.iter().map(|n| n.as_ref()), &provider_id)
+            && must_drain(c, hub, &groups, &group_name, node).await?
+            && let Some(action) = drain_node(c, hub, &conn, node, deadline).await?
+        {
+            return Ok(action);
+        }
+    }
     let gone = match groups.get_opt(&group_name).await? {
         None => true,
         Some(g) if g.is_terminating() => true,
@@ -879,6 +923,40 @@ async fn terminate(c: &Claim<'_>, hub: &Hub) -> Result<Action, Error> {
     }
     tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, "NodeClaim terminated");
     Ok(Action::await_change())
+}
+
+/// Whether the leaving claim's Node is drained (§5.2 step 2, §10.10 item 143): not when it is
+/// NotReady and its NodeGroup is NotFound (an uncached read, only made for a NotReady Node): the
+/// instance is gone, nothing would finish an eviction, the claim is released at once.
+async fn must_drain(
+    c: &Claim<'_>,
+    hub: &Hub,
+    groups: &Api<NodeGroup>,
+    group_name: &str,
+    node: &Node,
+) -> Result<bool, Error> {
+    let ready = termination::node_ready(node);
+    if ready {
+        return Ok(true);
+    }
+    let group = match hub.metrics.cloudprovider(&c.key, "get", groups.get_opt(group_name)).await? {
+        None => termination::GroupState::NotFound,
+        Some(g) if g.is_terminating() => termination::GroupState::Terminating,
+        Some(_) => termination::GroupState::Present,
+    };
+    let drain = termination::must_drain(ready, group);
+    if !drain {
+        tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node.name_any(), nodegroup = %group_name, "node is NotReady and its NodeGroup is gone; releasing the claim without a drain");
+        hub.event(
+            &c.reference(),
+            false,
+            termination::DRAIN_SKIPPED,
+            "Terminate",
+            format!("node {} is NotReady and NodeGroup {group_name} is gone: no pod evicted", node.name_any()),
+        )
+        .await;
+    }
+    Ok(drain)
 }
 
 /// Eviction refusals per pod (cluster, namespace, name, UID): how many so far and when the next

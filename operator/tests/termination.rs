@@ -465,3 +465,84 @@ async fn real_api_server_answers_evictions_as_the_drain_expects() {
     // default_retry is off in envtest's config, as in the hub's eviction client.
     eviction_answers(cp.client().await.unwrap(), &format!("drain-{}", suffix())).await;
 }
+
+/// Karpenter-semantics §4.1 and the max-node-lifetime scenario (clever-cloud.md §9): a claim whose
+/// age reaches its pool's `expireAfter` is deleted by the hub at its expiry (not at the next
+/// periodic check), forcefully, and drained like any deletion: its pod is evicted, its NodeGroup
+/// deleted, the claim released, an `Expired` event on it. The pod, recreated as its ReplicaSet
+/// would, runs on a new node of a new claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_claim_is_drained_and_its_node_replaced() {
+    const LIFETIME: i64 = 20;
+    let mut world = World::start(&[("team-a", "expiry")], |i| quick_cke(i as u64)).await.unwrap();
+    apply_pool(&world, |doc| doc["spec"]["template"]["spec"]["expireAfter"] = json!(format!("{LIFETIME}s"))).await;
+    world.start_hub();
+    let (claim, node) = one_node(&world).await;
+    assert_eq!(claim.spec.expire_after, format!("{LIFETIME}s"), "the claim carries its pool's expireAfter");
+    let ns = world.clusters[0].namespace.clone();
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &ns);
+    let created = claim.metadata.creation_timestamp.clone().unwrap().0;
+    // Watch the claim until it is being deleted; it must not be before its lifetime is over.
+    let deleted = eventually("the claim deleted at its expiry", Duration::from_secs(LIFETIME as u64 + 30), || async {
+        let c = claims.get_opt(&claim.name_any()).await.unwrap();
+        match c {
+            Some(c) if c.uid() == claim.uid() => c.metadata.deletion_timestamp.map(|t| t.0),
+            // Already released: read the time off the event below.
+            _ => Some(Timestamp::now()),
+        }
+    })
+    .await;
+    let age = deleted.duration_since(created).as_secs();
+    assert!(age >= LIFETIME, "deleted {age}s after creation, before its {LIFETIME}s lifetime");
+    assert!(age <= LIFETIME + 10, "deleted {age}s after creation: the hub must look again at the expiry, not poll");
+    let groups: Api<NodeGroup> = Api::all(world.clusters[0].client());
+    let pods: Api<Pod> = Api::namespaced(world.clusters[0].client(), "default");
+    wait_for("the pod evicted, the NodeGroup and the claim gone", DRAIN, || async {
+        let group_gone = groups.list(&ListParams::default()).await.unwrap().items.iter().all(|g| {
+            g.annotations().get(labels::NODECLAIM_UID) != claim.metadata.uid.as_ref()
+                || g.metadata.deletion_timestamp.is_some()
+        });
+        let claim_gone = claims.get_opt(&claim.name_any()).await.unwrap().is_none_or(|c| c.uid() != claim.uid());
+        let pod_gone = deleting_or_gone(&pods.list(&ListParams::default()).await.unwrap().items, "web-0");
+        group_gone && claim_gone && pod_gone
+    })
+    .await;
+    assert!(
+        world.clusters[0].server.requests().count("create", "pods/eviction") >= 1,
+        "the pod left through the Eviction API"
+    );
+    assert!(!node_events(&world, "web-0", "Evicted").await.is_empty(), "Evicted event on the pod");
+    let expired: Vec<_> = Api::<Event>::namespaced(world.mgmt.client(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("Expired")
+                && e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == claim.metadata.uid.as_deref()
+        })
+        .collect();
+    assert_eq!(expired.len(), 1, "one Expired event on the claim");
+    // The workload comes back (as a ReplicaSet would recreate it) and lands on a new node.
+    wait_for("web-0 gone for good", DRAIN, || async { pods.get_opt("web-0").await.unwrap().is_none() }).await;
+    scale(&world, 0, 1, "500m", "1Gi").await.unwrap();
+    let new_node = eventually("web-0 running on a new node", NODE_UP, || async {
+        let p = pods.get_opt("web-0").await.unwrap()?;
+        let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        let on = p.spec.as_ref().and_then(|s| s.node_name.clone())?;
+        running.then_some(on)
+    })
+    .await;
+    // Node names follow the claim's name (which may be reused): tell the claims apart by UID.
+    let owner = claims
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(new_node.as_str()));
+    let owner = owner.expect("the new node belongs to a claim");
+    assert_ne!(owner.uid(), claim.uid(), "the replacement node {new_node} (old: {node}) is a new claim's");
+    world.shutdown().await;
+}

@@ -5,17 +5,23 @@
 //!
 //! Owns: the drain order (§5.3), which pods block and which are left alone (§5.5), forced deletion
 //! at the deadline and its grace period (§5.4), when a drain is complete, when to look again, the
-//! eviction back-off and the deadline written on deletion (§5.1.1).
+//! eviction back-off and the deadline written on deletion (§5.1.1), when a Node is not drained at
+//! all (NotReady, NodeGroup gone: [`must_drain`]) and when a claim expires ([`expiration`], §4.1).
 //! Must not: do I/O, read a clock (time is passed in), or decide anything about NodeGroups (the
 //! ownership proof stays in `crate::ownership`).
 
 pub mod drain;
+pub mod expiration;
 
 use std::time::Duration;
 
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::{
+    api::core::v1::Node,
+    jiff::{SignedDuration, Timestamp},
+};
 
 pub use drain::{Decision, Owner, PodFacts, PodRef, Skip, Wait, decide};
+pub use expiration::{ExpireAfterError, Expiry};
 
 /// Condition on the NodeClaim: drain finished (True) or under way (Unknown, reason `Draining`).
 pub const DRAINED: &str = "Drained";
@@ -27,6 +33,8 @@ pub const EXCLUDE_FROM_LB_VALUE: &str = "karpenter";
 pub const FAILED_DRAINING: &str = "FailedDraining";
 /// Event on the pod's node for each successful eviction.
 pub const EVICTED: &str = "Evicted";
+/// Event on a claim released without a drain: its Node is NotReady and its NodeGroup is gone.
+pub const DRAIN_SKIPPED: &str = "DrainSkipped";
 
 /// A drain is never complete sooner than this after it began: pods bound just before the taint was
 /// seen get the time to show up (§5.2.5).
@@ -72,6 +80,37 @@ pub fn parse_deadline(annotation: Option<&str>) -> Option<Timestamp> {
 pub fn eviction_backoff(failures: u32) -> Duration {
     let exp = failures.saturating_sub(1).min(10);
     Duration::from_millis(100u64.saturating_mul(1 << exp)).min(Duration::from_secs(10))
+}
+
+/// The claim's NodeGroup, as the termination path read it (uncached) before draining.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    /// There, not being deleted.
+    Present,
+    /// There with a deletionTimestamp: the instance still runs until CKE removes it.
+    Terminating,
+    /// NotFound: the instance is gone.
+    NotFound,
+}
+
+/// Whether a leaving claim's Node is drained (karpenter-semantics §5.2 step 2, §10.10 item 143):
+/// a NotReady Node whose NodeGroup is NotFound has no instance behind it, so its pods cannot be
+/// evicted gracefully and nothing would ever finish them: the claim is released at once, without
+/// evictions. A Ready Node is drained whatever the group says (its pods still run and serve), and
+/// a NotReady Node whose group is still there (or only terminating) is drained too: the kubelet may
+/// come back, and the instance is not proven gone.
+pub fn must_drain(node_ready: bool, group: GroupState) -> bool {
+    node_ready || group != GroupState::NotFound
+}
+
+/// A Node is Ready when its `Ready` condition is `True`; `False`, `Unknown` (the kubelet stopped
+/// reporting) or no condition at all is NotReady, as Karpenter reads it.
+pub fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
 }
 
 #[cfg(test)]
@@ -121,5 +160,39 @@ mod tests {
         let got: Vec<u64> = (1..=10).map(|n| eviction_backoff(n).as_millis() as u64).collect();
         assert_eq!(got, [100, 200, 400, 800, 1600, 3200, 6400, 10_000, 10_000, 10_000]);
         assert_eq!(eviction_backoff(u32::MAX), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_not_ready_node_whose_group_is_gone_is_released_without_a_drain() {
+        use GroupState::*;
+        // (node ready, group, drained?)
+        let table = [
+            (false, NotFound, false),
+            (true, NotFound, true),
+            (false, Present, true),
+            (false, Terminating, true),
+            (true, Present, true),
+            (true, Terminating, true),
+        ];
+        for (ready, group, want) in table {
+            assert_eq!(must_drain(ready, group), want, "ready={ready} group={group:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_true_ready_condition_is_ready() {
+        let node = |status: Option<&str>| -> Node {
+            let conditions = status.map(|s| serde_json::json!([{"type": "Ready", "status": s}]));
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n"},
+                "status": {"conditions": conditions.unwrap_or(serde_json::json!([]))}
+            }))
+            .unwrap()
+        };
+        assert!(node_ready(&node(Some("True"))));
+        assert!(!node_ready(&node(Some("False"))));
+        assert!(!node_ready(&node(Some("Unknown"))));
+        assert!(!node_ready(&node(None)));
+        assert!(!node_ready(&Node::default()));
     }
 }
