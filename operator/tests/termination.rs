@@ -546,3 +546,77 @@ async fn an_expired_claim_is_drained_and_its_node_replaced() {
     assert_ne!(owner.uid(), claim.uid(), "the replacement node {new_node} (old: {node}) is a new claim's");
     world.shutdown().await;
 }
+
+/// §10.10 item 143 (§5.2 step 2): a claim deleted while its Node is NotReady and its NodeGroup is
+/// NotFound has no instance left to drain: it is released at once, nothing evicted, the Node never
+/// tainted, a `DrainSkipped` event on the claim. (A Ready Node is drained whatever its group says:
+/// the pure rule's table test, `termination::must_drain`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_not_ready_node_whose_nodegroup_is_gone_is_released_without_a_drain() {
+    // The node joins but its kubelet never reports Ready; CKE would remove it only after the test.
+    let never_ready = |i: usize| sim::cke::SimCkeConfig {
+        node_ready_delay: sim::cke::DelayRange::fixed(Duration::from_secs(600)),
+        node_removal_delay: sim::cke::DelayRange::fixed(Duration::from_secs(600)),
+        ..quick_cke(i as u64)
+    };
+    let mut world = World::start(&[("team-a", "notready")], never_ready).await.unwrap();
+    apply_pool(&world, |_| {}).await;
+    world.start_hub();
+    scale(&world, 0, 1, "500m", "1Gi").await.unwrap();
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &world.clusters[0].namespace);
+    let claim = eventually("a registered claim", NODE_UP, || async {
+        let list = claims.list(&ListParams::default()).await.unwrap().items;
+        list.into_iter().find(|c| condition(c, "Registered").is_some_and(|(s, _)| s == "True"))
+    })
+    .await;
+    let node = claim.status.as_ref().and_then(|s| s.node_name.clone()).unwrap();
+    let pods: Api<Pod> = Api::namespaced(world.clusters[0].client(), "default");
+    pods.create(&PostParams::default(), &bound("stranded", &node, json!({}))).await.unwrap();
+    // The platform loses the instance: the NodeGroup goes without the hub asking (finalizers
+    // dropped, as a vanish ends).
+    let groups: Api<NodeGroup> = Api::all(world.clusters[0].client());
+    let group = groups
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|g| g.annotations().get(labels::NODECLAIM_UID) == claim.metadata.uid.as_ref())
+        .expect("the claim's NodeGroup");
+    groups
+        .patch(&group.name_any(), &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"finalizers": null}})))
+        .await
+        .unwrap();
+    groups.delete(&group.name_any(), &DeleteParams::default()).await.unwrap();
+    wait_for("the NodeGroup NotFound", DRAIN, || async { groups.get_opt(&group.name_any()).await.unwrap().is_none() })
+        .await;
+    let nodes: Api<Node> = Api::all(world.clusters[0].client());
+    let n = nodes.get(&node).await.unwrap();
+    assert!(!operator::termination::node_ready(&n), "the Node is NotReady");
+    claims.delete(&claim.name_any(), &DeleteParams::default()).await.unwrap();
+    wait_for("the claim released", DRAIN, || async {
+        claims.get_opt(&claim.name_any()).await.unwrap().is_none_or(|c| c.uid() != claim.uid())
+    })
+    .await;
+    assert_eq!(world.clusters[0].server.requests().count("create", "pods/eviction"), 0, "nothing evicted");
+    let stranded = pods.get("stranded").await.unwrap();
+    assert!(stranded.metadata.deletion_timestamp.is_none(), "the pod was not deleted either");
+    let n = nodes.get(&node).await.unwrap();
+    let tainted =
+        n.spec.clone().and_then(|s| s.taints).unwrap_or_default().iter().any(|t| t.key == labels::DISRUPTED_TAINT);
+    assert!(!tainted, "the Node was never tainted for a drain");
+    assert!(!n.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER), "the hub released the Node");
+    let skipped = Api::<Event>::namespaced(world.mgmt.client(), &world.clusters[0].namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(operator::termination::DRAIN_SKIPPED)
+                && e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == claim.metadata.uid.as_deref()
+        })
+        .count();
+    assert_eq!(skipped, 1, "one DrainSkipped event on the claim");
+    world.shutdown().await;
+}
