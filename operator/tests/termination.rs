@@ -620,3 +620,214 @@ async fn a_not_ready_node_whose_nodegroup_is_gone_is_released_without_a_drain() 
     assert_eq!(skipped, 1, "one DrainSkipped event on the claim");
     world.shutdown().await;
 }
+
+/// The claim's NodeGroup name (its provider ID without the scheme).
+fn group_of(claim: &NodeClaim) -> String {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .unwrap()
+        .trim_start_matches("clevercloud://")
+        .to_string()
+}
+
+fn ready_and_not_deleting(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// §10.10 item 137: three replicas behind a PodDisruptionBudget with `minAvailable: 2` leave the
+/// drained node one at a time. The test plays their ReplicaSet: once an evicted replica is gone
+/// it starts a replacement elsewhere and reports it Ready, which is what frees the budget for the
+/// next eviction. At no observation are two replicas missing; the refused evictions are retried
+/// until the three have gone, then the Node and the NodeGroup go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_allowing_one_eviction_at_a_time_serializes_the_drain() {
+    const REPLICAS: usize = 3;
+    let mut world = World::start(&[("team-a", "onebyone")], |i| quick_cke(i as u64)).await.unwrap();
+    apply_pool(&world, |_| {}).await;
+    world.start_hub();
+    let (claim, node) = one_node(&world).await;
+    let wl = world.clusters[0].client();
+    let pods: Api<Pod> = Api::namespaced(wl.clone(), "default");
+    let replica = json!({"metadata": {"labels": {"app": "replicated"}}});
+    let originals: Vec<String> = (0..REPLICAS).map(|i| format!("replica-{i}")).collect();
+    for name in &originals {
+        pods.create(&PostParams::default(), &bound(name, &node, replica.clone())).await.unwrap();
+    }
+    let pdb = json!({"metadata": {"name": "replicas"}, "spec": {"minAvailable": REPLICAS - 1, "selector": {"matchLabels": {"app": "replicated"}}}});
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(wl.clone(), "default");
+    pdbs.create(&PostParams::default(), &serde_json::from_value(pdb).unwrap()).await.unwrap();
+    wait_for("the replicas running", NODE_UP, || async { running(&world, 0).await == REPLICAS + 1 }).await;
+    wait_for("the budget allowing one disruption", NODE_UP, || async {
+        pdbs.get("replicas").await.unwrap().status.is_some_and(|s| s.disruptions_allowed == 1)
+    })
+    .await;
+
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &world.clusters[0].namespace);
+    let nodes: Api<Node> = Api::all(wl.clone());
+    let groups: Api<NodeGroup> = Api::all(wl.clone());
+    let group = group_of(&claim);
+    let requests = world.clusters[0].server.requests();
+    let evictions_before = requests.count("create", "pods/eviction");
+    claims.delete(&claim.name_any(), &DeleteParams::default()).await.unwrap();
+
+    let selector = ListParams::default().labels("app=replicated");
+    let mut replaced: Vec<String> = Vec::new();
+    let mut saw_one_missing = 0;
+    let start = tokio::time::Instant::now();
+    loop {
+        let list = pods.list(&selector).await.unwrap().items;
+        let healthy = list.iter().filter(|p| ready_and_not_deleting(p)).count();
+        let missing: Vec<&String> = originals.iter().filter(|o| deleting_or_gone(&list, o)).collect();
+        assert!(
+            healthy >= REPLICAS - 1,
+            "two replicas missing at once: {healthy} healthy, originals going or gone: {missing:?}, replaced: {replaced:?}"
+        );
+        if healthy == REPLICAS - 1 {
+            saw_one_missing += 1;
+        }
+        // The ReplicaSet's part: a replica fully gone is replaced, Ready at once, off the node.
+        for name in &originals {
+            let gone = list.iter().all(|p| &p.name_any() != name);
+            if gone && !replaced.contains(name) {
+                let p = bound(&format!("{name}-new"), &format!("{node}-elsewhere"), replica.clone());
+                pods.create(&PostParams::default(), &p).await.unwrap();
+                let status =
+                    json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+                pods.patch_status(&format!("{name}-new"), &PatchParams::default(), &Patch::Merge(status))
+                    .await
+                    .unwrap();
+                replaced.push(name.clone());
+            }
+        }
+        if nodes.get_opt(&node).await.unwrap().is_none() && groups.get_opt(&group).await.unwrap().is_none() {
+            break;
+        }
+        assert!(start.elapsed() < DRAIN, "timed out draining; replaced so far: {replaced:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let list = pods.list(&selector).await.unwrap().items;
+    for name in &originals {
+        assert!(deleting_or_gone(&list, name), "{name} is still there after the node went");
+    }
+    // The node went only after the third replica had left, so it was evicted only after the
+    // second replacement became Ready: all three waited their turn.
+    assert!(replaced.len() >= REPLICAS - 1, "replaced: {replaced:?}");
+    assert!(saw_one_missing > 0, "no observation caught a replica on its way: the check above saw nothing");
+    let evictions = requests.count("create", "pods/eviction") - evictions_before;
+    assert!(
+        evictions > REPLICAS as u64 + 1,
+        "{evictions} eviction requests: the budget refused some, and they were retried"
+    );
+    let refused = node_events(&world, &node, "FailedDraining").await.join(" ");
+    assert!(refused.contains("default/replica-"), "the budget's refusals are reported on the node: {refused}");
+    wait_for("the claim released", DRAIN, || async { claims.get_opt(&claim.name_any()).await.unwrap().is_none() })
+        .await;
+    world.shutdown().await;
+}
+
+/// ClusterReachable of the cluster's NodePool ("default"): (status, reason).
+async fn reachable(world: &World) -> Option<(String, String)> {
+    let pool = Api::<crds::NodePool>::namespaced(world.mgmt.client(), &world.clusters[0].namespace)
+        .get_opt("default")
+        .await
+        .unwrap()?;
+    let c = pool.status?.conditions.into_iter().find(|c| c.type_ == "ClusterReachable")?;
+    Some((c.status, c.reason))
+}
+
+/// Issue 11 item 3 (a lost connection mid-drain): a drain held by a budget, then the cluster
+/// becomes unreachable. While it is, the hub evicts nothing and deletes nothing there (the
+/// emulator's request counters and objects do not move) and does not take the unreachable Node
+/// for gone: the claim keeps its finalizer and is not `Drained`. Once the cluster is back, the
+/// drain resumes where it was: still held by the budget, then, relaxed, through to the Node and
+/// the NodeGroup, and the claim is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_that_disconnects_mid_drain_is_drained_only_once_it_is_back() {
+    let mut world = World::start(&[("team-a", "cutoff")], |i| quick_cke(i as u64)).await.unwrap();
+    apply_pool(&world, |_| {}).await;
+    world.start_hub();
+    let (claim, node) = one_node(&world).await;
+    let wl = world.clusters[0].client();
+    let pods: Api<Pod> = Api::namespaced(wl.clone(), "default");
+    pods.create(&PostParams::default(), &bound("guarded", &node, json!({}))).await.unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(wl.clone(), "default");
+    let pdb = json!({"metadata": {"name": "guard"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}});
+    pdbs.create(&PostParams::default(), &serde_json::from_value(pdb).unwrap()).await.unwrap();
+    wait_for("the pods running", NODE_UP, || async { running(&world, 0).await == 2 }).await;
+    wait_for("the cluster reachable", NODE_UP, || async { reachable(&world).await.is_some_and(|(s, _)| s == "True") })
+        .await;
+
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &world.clusters[0].namespace);
+    let nodes: Api<Node> = Api::all(wl.clone());
+    let groups: Api<NodeGroup> = Api::all(wl.clone());
+    let group = group_of(&claim);
+    claims.delete(&claim.name_any(), &DeleteParams::default()).await.unwrap();
+    wait_for("the drain held by the budget", DRAIN, || async {
+        !node_events(&world, &node, "FailedDraining").await.is_empty()
+            && deleting_or_gone(&pods.list(&ListParams::default()).await.unwrap().items, "web-0")
+    })
+    .await;
+
+    // The cut: once the hub has seen it, nothing more reaches the cluster.
+    let server = &world.clusters[0].server;
+    server.faults().set_unreachable(true);
+    wait_for("the hub seeing the cluster unreachable", DRAIN, || async {
+        reachable(&world).await.is_some_and(|(s, _)| s == "False")
+    })
+    .await;
+    let requests = server.requests();
+    let writes = |r: &sim::apiserver::Requests| {
+        (
+            r.count("create", "pods/eviction"),
+            r.count("delete", "pods"),
+            r.count("delete", "nodegroups"),
+            r.count("delete", "nodes"),
+            r.count("patch", "nodes") + r.count("update", "nodes"),
+        )
+    };
+    let before = writes(&requests);
+    let objects = || (server.object_count("api.clever-cloud.com", "nodegroups"), server.object_count("", "nodes"));
+    let objects_before = objects();
+    let deadline = tokio::time::Instant::now() + HOLD + HOLD;
+    while tokio::time::Instant::now() < deadline {
+        assert_eq!(
+            writes(&requests),
+            before,
+            "(evictions, pod, NodeGroup, Node deletions, Node writes) while unreachable"
+        );
+        assert_eq!(objects(), objects_before, "(NodeGroups, Nodes) while unreachable");
+        let c = claims.get_opt(&claim.name_any()).await.unwrap().expect("the claim is not released while unreachable");
+        assert!(c.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER), "the claim keeps its finalizer");
+        assert_ne!(condition(&c, "Drained").map(|(s, _)| s), Some("True".to_string()), "not Drained while unreachable");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Back: the drain picks up where it was (still held by the budget), then completes.
+    server.faults().set_unreachable(false);
+    wait_for("the hub seeing the cluster back", DRAIN, || async {
+        reachable(&world).await.is_some_and(|(s, _)| s == "True")
+    })
+    .await;
+    let evictions = requests.count("create", "pods/eviction");
+    wait_for("the refused eviction retried after the outage", DRAIN, || async {
+        requests.count("create", "pods/eviction") > evictions
+    })
+    .await;
+    assert!(!deleting_or_gone(&pods.list(&ListParams::default()).await.unwrap().items, "guarded"), "budget ignored");
+    assert!(groups.get_opt(&group).await.unwrap().is_some_and(|g| g.metadata.deletion_timestamp.is_none()));
+    pdbs.patch("guard", &PatchParams::default(), &Patch::Merge(json!({"spec": {"minAvailable": 0}}))).await.unwrap();
+    wait_for("the pod evicted, the Node and NodeGroup gone, the claim released", DRAIN, || async {
+        deleting_or_gone(&pods.list(&ListParams::default()).await.unwrap().items, "guarded")
+            && nodes.get_opt(&node).await.unwrap().is_none()
+            && groups.get_opt(&group).await.unwrap().is_none()
+            && claims.get_opt(&claim.name_any()).await.unwrap().is_none()
+    })
+    .await;
+    world.shutdown().await;
+}
