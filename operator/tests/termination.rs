@@ -831,3 +831,188 @@ async fn a_cluster_that_disconnects_mid_drain_is_drained_only_once_it_is_back() 
     .await;
     world.shutdown().await;
 }
+
+/// The drain on real control planes (issue 11 item 6): the hub against a management and a workload
+/// kube-apiserver (kube-controller-manager computing PodDisruptionBudget status), `sim-cke`
+/// standing in for CKE in the workload plane. A NodeClaim deleted: the ordinary pod is evicted, a
+/// budget with `minAvailable: 1` holds the guarded pod (and the critical pod behind it, a later
+/// tier) until it is relaxed, then the guarded pod goes before the critical one, then the Node
+/// and the NodeGroup, and the claim is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_runs_in_tier_order_within_budgets_on_real_api_servers() {
+    use k8s_openapi::{
+        ByteString,
+        api::core::v1::{Namespace, Secret},
+        apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    };
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    use operator::{hub, metrics::Metrics, registry, run};
+    use tokio_util::sync::CancellationToken;
+
+    let start = |options: envtest::Options| match envtest::ControlPlane::start(&options) {
+        Ok(cp) => Some(cp),
+        Err(e) => {
+            envtest::skip(&envtest::current_test(), &e);
+            None
+        }
+    };
+    let Some(mgmt_plane) = start(envtest::Options::new("drain-mgmt")) else { return };
+    let Some(workload_plane) = start(envtest::Options::new("drain-workload")) else { return };
+    let mgmt = mgmt_plane.client().await.unwrap();
+    let wl = workload_plane.client().await.unwrap();
+
+    // The hub's CRDs in the management plane, the NodeGroup stand-in CRD in the workload plane.
+    let install = |client: kube::Client, crds: Vec<CustomResourceDefinition>| async move {
+        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in &crds {
+            api.create(&PostParams::default(), crd).await.unwrap();
+        }
+        for crd in &crds {
+            let gv = format!("{}/{}", crd.spec.group, crd.spec.versions[0].name);
+            let plural = crd.spec.names.plural.clone();
+            eventually(&format!("{plural} served"), NODE_UP, || async {
+                let served = client.list_api_group_resources(&gv).await.ok()?;
+                served.resources.iter().any(|r| r.name == plural).then_some(())
+            })
+            .await;
+        }
+    };
+    install(mgmt.clone(), crds::crd::hub_crds().into_iter().map(|f| f.crd).collect()).await;
+    install(wl.clone(), crds::crd::testing_crds().into_iter().map(|f| f.crd).collect()).await;
+
+    // Registration (the workload plane's admin kubeconfig) and the example NodePool.
+    let ns = "team-a";
+    Api::<Namespace>::all(mgmt.clone())
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+        .await
+        .unwrap();
+    let mut secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "w0-kubeconfig", "labels": {registry::CLUSTER_NAME_LABEL: "w0"}},
+        "type": "cluster.x-k8s.io/secret",
+    }))
+    .unwrap();
+    let kubeconfig = std::fs::read(workload_plane.kubeconfig_path()).unwrap();
+    secret.data = Some(BTreeMap::from([(registry::KUBECONFIG_KEY.to_string(), ByteString(kubeconfig))]));
+    Api::<Secret>::namespaced(mgmt.clone(), ns).create(&PostParams::default(), &secret).await.unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(EXAMPLE).unwrap();
+    for mut doc in docs.into_iter().filter(|d| !d.is_null()) {
+        let kind = doc["kind"].as_str().unwrap().to_string();
+        if kind == "NodePool" {
+            doc["spec"]["clusterName"] = json!("w0");
+        }
+        let (group, version) = doc["apiVersion"].as_str().unwrap().split_once('/').unwrap();
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &kind));
+        let obj: DynamicObject = serde_json::from_value(doc).unwrap();
+        Api::<DynamicObject>::namespaced_with(mgmt.clone(), ns, &ar)
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap();
+    }
+
+    let stop = CancellationToken::new();
+    let cke = tokio::spawn(sim::cke::run(wl.clone(), quick_cke(1), stop.clone().cancelled_owned()));
+    let hub_task = tokio::spawn(run::run_with(
+        mgmt.clone(),
+        hub::Settings { hub_id: "drain-envtest".into(), ..hub::Settings::default() },
+        registry::Settings::default(),
+        std::sync::Arc::new(Metrics::new()),
+        stop.clone(),
+    ));
+
+    // A pending pod brings a node up; then the pods of the drain are bound to it.
+    let pods: Api<Pod> = Api::namespaced(wl.clone(), "default");
+    pods.create(&PostParams::default(), &operator::sandbox::workload_pod("web-0", "500m", "1Gi")).await.unwrap();
+    let claims: Api<NodeClaim> = Api::namespaced(mgmt.clone(), ns);
+    let claim = eventually("a registered claim", NODE_UP, || async {
+        let list = claims.list(&ListParams::default()).await.unwrap().items;
+        list.into_iter().find(|c| c.status.as_ref().is_some_and(|s| s.node_name.is_some()))
+    })
+    .await;
+    let node = claim.status.as_ref().and_then(|s| s.node_name.clone()).unwrap();
+    pods.create(&PostParams::default(), &bound("guarded", &node, json!({}))).await.unwrap();
+    let critical = json!({"spec": {"priorityClassName": "system-node-critical"}});
+    pods.create(&PostParams::default(), &bound("critical", &node, critical)).await.unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(wl.clone(), "default");
+    let pdb = json!({"metadata": {"name": "guard"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}});
+    pdbs.create(&PostParams::default(), &serde_json::from_value(pdb).unwrap()).await.unwrap();
+    let is_running = |list: &[Pod], name: &str| {
+        list.iter()
+            .any(|p| p.name_any() == name && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+    };
+    wait_for("the pods running", NODE_UP, || async {
+        let list = pods.list(&ListParams::default()).await.unwrap().items;
+        ["web-0", "guarded", "critical"].iter().all(|n| is_running(&list, n))
+    })
+    .await;
+    wait_for("kube-controller-manager's budget status: one healthy, none allowed", NODE_UP, || async {
+        pdbs.get("guard").await.unwrap().status.is_some_and(|s| s.current_healthy == 1 && s.disruptions_allowed == 0)
+    })
+    .await;
+
+    let nodes: Api<Node> = Api::all(wl.clone());
+    let groups: Api<NodeGroup> = Api::all(wl.clone());
+    let group = group_of(&claim);
+    assert!(groups.get_opt(&group).await.unwrap().is_some(), "the claim's NodeGroup {group}");
+    claims.delete(&claim.name_any(), &DeleteParams::default()).await.unwrap();
+    wait_for("the ordinary pod evicted", DRAIN, || async {
+        deleting_or_gone(&pods.list(&ListParams::default()).await.unwrap().items, "web-0")
+    })
+    .await;
+    // The budget holds the drain: the guarded pod and the later tier stay, and so do the Node and
+    // the NodeGroup, over several drain passes.
+    let deadline = tokio::time::Instant::now() + HOLD;
+    while tokio::time::Instant::now() < deadline {
+        let list = pods.list(&ListParams::default()).await.unwrap().items;
+        for name in ["guarded", "critical"] {
+            assert!(!deleting_or_gone(&list, name), "{name} went while the budget allowed nothing");
+        }
+        assert!(nodes.get_opt(&node).await.unwrap().is_some(), "the node went before its drain");
+        assert!(groups.get_opt(&group).await.unwrap().is_some_and(|g| g.metadata.deletion_timestamp.is_none()));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let blocking = Api::<Event>::namespaced(wl.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .any(|e| e.reason.as_deref() == Some("FailedDraining"));
+    assert!(blocking, "FailedDraining reported while the budget refuses");
+
+    pdbs.patch("guard", &PatchParams::default(), &Patch::Merge(json!({"spec": {"minAvailable": 0}}))).await.unwrap();
+    let mut went: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
+    let started = tokio::time::Instant::now();
+    loop {
+        let list = pods.list(&ListParams::default()).await.unwrap().items;
+        for name in ["guarded", "critical"] {
+            if deleting_or_gone(&list, name) {
+                went.entry(name.to_string()).or_insert_with(tokio::time::Instant::now);
+            }
+        }
+        if nodes.get_opt(&node).await.unwrap().is_none() && groups.get_opt(&group).await.unwrap().is_none() {
+            break;
+        }
+        assert!(started.elapsed() < DRAIN, "timed out draining; gone so far: {went:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (g, c) = (went.get("guarded"), went.get("critical"));
+    assert!(g.is_some() && c.is_some() && g < c, "the ordinary tier goes before the critical one: {went:?}");
+    // Evicted, not deleted: the hub's `Evicted` event on each pod.
+    let evicted: Vec<String> = Api::<Event>::namespaced(wl.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Evicted"))
+        .filter_map(|e| e.regarding.and_then(|r| r.name))
+        .collect();
+    for name in ["web-0", "guarded", "critical"] {
+        assert!(evicted.iter().any(|n| n == name), "no Evicted event on {name}: {evicted:?}");
+    }
+    wait_for("the claim released", DRAIN, || async { claims.get_opt(&claim.name_any()).await.unwrap().is_none() })
+        .await;
+    stop.cancel();
+    hub_task.await.unwrap().unwrap();
+    cke.await.unwrap().unwrap();
+}
