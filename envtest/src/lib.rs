@@ -429,8 +429,11 @@ impl ControlPlane {
                 };
                 while Instant::now() < deadline {
                     let request = http::Request::get("/readyz").body(Vec::new());
+                    // Bounded: a starting API server may accept a connection and answer late.
                     if let Ok(request) = request
-                        && client.request_text(request).await.is_ok_and(|body| body.trim() == "ok")
+                        && let Ok(Ok(body)) =
+                            tokio::time::timeout(Duration::from_secs(2), client.request_text(request)).await
+                        && body.trim() == "ok"
                     {
                         let _ = tx.send(Ok(()));
                         return;
@@ -442,23 +445,26 @@ impl ControlPlane {
                 }
             });
         });
+        // Err holds the index of the process to blame (the first seen dead, else the API server).
         let result = loop {
             match rx.recv_timeout(Duration::from_millis(200)) {
                 Ok(Ok(())) => break Ok(()),
                 Ok(Err(_)) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    break Err(format!("did not answer /readyz within {}s", READY_TIMEOUT.as_secs()));
+                    break Err((0, format!("did not answer /readyz within {}s", READY_TIMEOUT.as_secs())));
                 }
             }
-            if let Some(dead) = self.processes.iter_mut().find_map(|p| p.exited().then_some(p.component)) {
-                break Err(format!("exited during start-up ({dead})"));
+            if let Some(dead) = self.processes.iter_mut().position(Supervised::exited) {
+                break Err((dead, "exited during start-up".to_string()));
             }
         };
         drop(rx);
-        let _ = probe.join();
-        result.map_err(|why| {
-            // Name the process that died, or the API server when none did.
-            let index = self.processes.iter_mut().position(|p| p.exited()).unwrap_or(0);
+        if result.is_ok() {
+            let _ = probe.join();
+        }
+        // On failure the probe is not waited for: it ends at its next answer (the processes are
+        // stopped when the caller drops the half-started control plane) or at the deadline.
+        result.map_err(|(index, why)| {
             let p = &self.processes[index];
             Error::NotReady {
                 name: self.name.clone(),
