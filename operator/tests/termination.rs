@@ -749,7 +749,19 @@ async fn reachable(world: &World) -> Option<(String, String)> {
 /// the NodeGroup, and the claim is released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_that_disconnects_mid_drain_is_drained_only_once_it_is_back() {
-    let mut world = World::start(&[("team-a", "cutoff")], |i| quick_cke(i as u64)).await.unwrap();
+    disconnect_mid_drain("cutoff", |f, on| f.set_unreachable(on)).await;
+}
+
+/// The same with a black hole (requests accepted, never answered, until the path is back): once
+/// the hub sees the cluster unreachable it sends nothing more there (the emulator counts a
+/// request on arrival, so a held eviction would show).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_black_holed_mid_drain_is_drained_only_once_it_is_back() {
+    disconnect_mid_drain("blackhole", |f, on| f.set_blackhole(on)).await;
+}
+
+async fn disconnect_mid_drain(cluster: &str, cut: impl Fn(&sim::apiserver::Faults, bool)) {
+    let mut world = World::start(&[("team-a", cluster)], |i| quick_cke(i as u64)).await.unwrap();
     apply_pool(&world, |_| {}).await;
     world.start_hub();
     let (claim, node) = one_node(&world).await;
@@ -776,7 +788,7 @@ async fn a_cluster_that_disconnects_mid_drain_is_drained_only_once_it_is_back() 
 
     // The cut: once the hub has seen it, nothing more reaches the cluster.
     let server = &world.clusters[0].server;
-    server.faults().set_unreachable(true);
+    cut(&server.faults(), true);
     wait_for("the hub seeing the cluster unreachable", DRAIN, || async {
         reachable(&world).await.is_some_and(|(s, _)| s == "False")
     })
@@ -809,7 +821,7 @@ async fn a_cluster_that_disconnects_mid_drain_is_drained_only_once_it_is_back() 
     }
 
     // Back: the drain picks up where it was (still held by the budget), then completes.
-    server.faults().set_unreachable(false);
+    cut(&server.faults(), false);
     wait_for("the hub seeing the cluster back", DRAIN, || async {
         reachable(&world).await.is_some_and(|(s, _)| s == "True")
     })
