@@ -288,6 +288,7 @@ async fn rotated_credentials_reconnect_one_cluster_and_leave_the_other_alone() {
 /// A world whose API servers stamp objects on a clock that started on 2026-01-01 and runs at wall
 /// pace: to the hub (on the wall clock) every object is months old, past garbage collection's
 /// minimum age, so the collector's safety rules — not the age rule — are what keep objects alive.
+/// Its NodePools never expire their nodes (expiry would otherwise take every claim at once).
 struct OldWorld {
     mgmt: ApiServer,
     /// (namespace, cluster name, workload emulator played by a simulated CKE)
@@ -330,6 +331,9 @@ impl OldWorld {
             for mut doc in serde_saphyr::from_multiple::<Value>(EXAMPLE).unwrap().into_iter().filter(|d| !d.is_null()) {
                 if doc["kind"] == "NodePool" {
                     doc["spec"]["clusterName"] = Value::String(name.to_string());
+                    // Months old to the hub, every claim would be past the default expireAfter
+                    // (720h) at birth and expire at once: this world tests garbage collection.
+                    doc["spec"]["template"]["spec"]["expireAfter"] = Value::String("Never".into());
                 }
                 apply_value(&world.mgmt.client(), &doc, ns, "general-purpose.yaml").await.unwrap();
             }
