@@ -1311,6 +1311,11 @@ impl<'a> Solver<'a> {
                 });
             }
         }
+        self.replace_claims(replaced, added);
+    }
+
+    /// Drops the claims at the indexes `replaced` and appends `added` (a repack's result).
+    fn replace_claims(&mut self, mut replaced: Vec<usize>, added: Vec<Claim>) {
         if replaced.is_empty() {
             return;
         }
@@ -1368,19 +1373,7 @@ impl<'a> Solver<'a> {
                 self.repack_limited_group(pi, &reqs, &claims, placeholder, &mut taken, &mut replaced, &mut added);
             }
         }
-        if replaced.is_empty() {
-            return;
-        }
-        replaced.sort_unstable();
-        let mut kept: Vec<Claim> = Vec::new();
-        for (ci, c) in std::mem::take(&mut self.claims).into_iter().enumerate() {
-            if replaced.binary_search(&ci).is_err() {
-                kept.push(c);
-            }
-        }
-        kept.extend(added);
-        self.claims = kept;
-        self.claim_order = (0..self.claims.len()).collect();
+        self.replace_claims(replaced, added);
     }
 
     #[allow(clippy::too_many_arguments)]
