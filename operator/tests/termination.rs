@@ -353,15 +353,7 @@ async fn an_unregistered_claim_is_released_without_a_drain() {
         ..quick_cke(i as u64)
     };
     let mut world = World::start(&[("team-a", "unregistered")], slow_node).await.unwrap();
-    apply_pool(&world, |_| {}).await;
-    world.start_hub();
-    scale(&world, 0, 1, "500m", "1Gi").await.unwrap();
-    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &world.clusters[0].namespace);
-    let claim = eventually("a launched claim", NODE_UP, || async {
-        let list = claims.list(&ListParams::default()).await.unwrap().items;
-        list.into_iter().find(|c| condition(c, "Launched").is_some_and(|(s, _)| s == "True"))
-    })
-    .await;
+    let (claims, claim) = one_pod_one_claim(&mut world, "Launched").await;
     let groups: Api<NodeGroup> = Api::all(world.clusters[0].client());
     assert_eq!(groups.list(&ListParams::default()).await.unwrap().items.len(), 1);
     claims.delete(&claim.name_any(), &DeleteParams::default()).await.unwrap();
@@ -560,15 +552,7 @@ async fn a_not_ready_node_whose_nodegroup_is_gone_is_released_without_a_drain() 
         ..quick_cke(i as u64)
     };
     let mut world = World::start(&[("team-a", "notready")], never_ready).await.unwrap();
-    apply_pool(&world, |_| {}).await;
-    world.start_hub();
-    scale(&world, 0, 1, "500m", "1Gi").await.unwrap();
-    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &world.clusters[0].namespace);
-    let claim = eventually("a registered claim", NODE_UP, || async {
-        let list = claims.list(&ListParams::default()).await.unwrap().items;
-        list.into_iter().find(|c| condition(c, "Registered").is_some_and(|(s, _)| s == "True"))
-    })
-    .await;
+    let (claims, claim) = one_pod_one_claim(&mut world, "Registered").await;
     let node = claim.status.as_ref().and_then(|s| s.node_name.clone()).unwrap();
     let pods: Api<Pod> = Api::namespaced(world.clusters[0].client(), "default");
     pods.create(&PostParams::default(), &bound("stranded", &node, json!({}))).await.unwrap();
@@ -1027,4 +1011,19 @@ async fn the_drain_runs_in_tier_order_within_budgets_on_real_api_servers() {
     stop.cancel();
     hub_task.await.unwrap().unwrap();
     cke.await.unwrap().unwrap();
+}
+
+/// The example pool, the hub, one pending pod, and the claim made for it once its `condition` is
+/// True; with the claims' API.
+async fn one_pod_one_claim(world: &mut World, condition_type: &str) -> (Api<NodeClaim>, NodeClaim) {
+    apply_pool(world, |_| {}).await;
+    world.start_hub();
+    scale(world, 0, 1, "500m", "1Gi").await.unwrap();
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &world.clusters[0].namespace);
+    let claim = eventually(&format!("a claim with {condition_type}=True"), NODE_UP, || async {
+        let list = claims.list(&ListParams::default()).await.unwrap().items;
+        list.into_iter().find(|c| condition(c, condition_type).is_some_and(|(s, _)| s == "True"))
+    })
+    .await;
+    (claims, claim)
 }
