@@ -328,15 +328,7 @@ async fn protected_pods_are_deleted_at_the_termination_grace_period() {
     .await;
     // The protected pods were deleted, never evicted: the only successful eviction is the
     // ordinary pod's, the others are the guarded pod's refusals.
-    let evicted = Api::<Event>::namespaced(wl.clone(), "default")
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("Evicted"))
-        .filter_map(|e| e.regarding.and_then(|r| r.name))
-        .collect::<Vec<_>>();
+    let evicted = evicted_pods(&wl).await;
     assert_eq!(evicted, ["ordinary"]);
     let requests = world.clusters[0].server.requests().count("create", "pods/eviction") - evictions_before;
     assert!(requests >= 3, "the refused eviction is retried until the deadline ({requests} requests)");
@@ -994,15 +986,7 @@ async fn the_drain_runs_in_tier_order_within_budgets_on_real_api_servers() {
     let (g, c) = (went.get("guarded"), went.get("critical"));
     assert!(g.is_some() && c.is_some() && g < c, "the ordinary tier goes before the critical one: {went:?}");
     // Evicted, not deleted: the hub's `Evicted` event on each pod.
-    let evicted: Vec<String> = Api::<Event>::namespaced(wl.clone(), "default")
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("Evicted"))
-        .filter_map(|e| e.regarding.and_then(|r| r.name))
-        .collect();
+    let evicted = evicted_pods(&wl).await;
     for name in ["web-0", "guarded", "critical"] {
         assert!(evicted.iter().any(|n| n == name), "no Evicted event on {name}: {evicted:?}");
     }
@@ -1026,4 +1010,17 @@ async fn one_pod_one_claim(world: &mut World, condition_type: &str) -> (Api<Node
     })
     .await;
     (claims, claim)
+}
+
+/// The pods the hub's `Evicted` events name, in the workload cluster's `default` namespace.
+async fn evicted_pods(workload: &kube::Client) -> Vec<String> {
+    Api::<Event>::namespaced(workload.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Evicted"))
+        .filter_map(|e| e.regarding.and_then(|r| r.name))
+        .collect()
 }
