@@ -22,6 +22,8 @@ pub use solve::solve;
 pub mod testkit;
 
 #[cfg(test)]
+mod affinity_tests;
+#[cfg(test)]
 mod checklist;
 #[cfg(test)]
 mod proptests;

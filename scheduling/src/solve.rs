@@ -816,6 +816,7 @@ impl<'a> Solver<'a> {
                 self.self_match(class, pc.group),
                 g.id.key == self.hostname_key,
                 min,
+                self.may_bootstrap(pc.group, class, r),
                 &self.ints,
             )
             .map_err(|Refused(e)| e)?;
@@ -923,6 +924,7 @@ impl<'a> Solver<'a> {
                 self.self_match(class, pc.group),
                 hostname_key,
                 min,
+                self.may_bootstrap(pc.group, class, r),
                 &self.ints,
             )
             .map_err(|Refused(e)| e)?;
@@ -1040,6 +1042,19 @@ impl<'a> Solver<'a> {
 
     fn self_match(&self, class: usize, group: usize) -> bool {
         self.classes[class].selected.binary_search(&group).is_ok()
+    }
+
+    /// Pod affinity: whether the pod may open a domain of its own. It must select itself, and no domain
+    /// its strict requirements allow may hold a matching pod yet (otherwise it must join one of those;
+    /// matching pods only in domains it cannot use do not stop it, §3.11).
+    fn may_bootstrap(&self, group: usize, class: usize, r: Relax) -> bool {
+        let g = &self.topo.groups[group];
+        if g.id.kind != Kind::Affinity || !self.self_match(class, group) {
+            return false;
+        }
+        let c = &self.classes[class];
+        let allowed = c.strict[r.term.min(c.strict.len() - 1)].get(g.id.key);
+        !g.counts.iter().any(|(v, n)| *n > 0 && allowed.is_none_or(|s| s.has(*v, &self.ints)))
     }
 
     /// For a spread on a non-hostname key: the lowest count among the domains eligible for the pod,

@@ -214,13 +214,16 @@ pub struct Refused(pub String);
 ///
 /// `possible`: the target's possible values of the key (`None`: the target lacks the key). `self_match`:
 /// whether the pod is counted by the group. `eligible_min`: for a spread over a non-hostname key,
-/// the lowest count among eligible domains (already 0 when `minDomains` is not met).
+/// the lowest count among eligible domains (already 0 when `minDomains` is not met). `may_bootstrap`
+/// (affinity): the pod selects itself and no domain its own requirements allow holds a matching pod,
+/// so it may open a domain of its own (upstream's `nextDomainAffinity`).
 pub fn admissible(
     group: &Group,
     possible: Option<&[Val]>,
     self_match: bool,
     hostname: bool,
     eligible_min: i32,
+    may_bootstrap: bool,
     ints: &Interner,
 ) -> Result<Vec<Val>, Refused> {
     let Some(possible) = possible else {
@@ -248,8 +251,8 @@ pub fn admissible(
         }
         Kind::Affinity => {
             let ok: Vec<Val> = possible.iter().copied().filter(|&v| group.count(v) > 0).collect();
-            if ok.is_empty() && group.total == 0 && self_match {
-                // Bootstrap: the first pod of a self-affine set picks a domain.
+            if ok.is_empty() && may_bootstrap {
+                // Bootstrap: the first pod of a self-affine set within the domains it allows picks one.
                 let mut first: Vec<Val> = possible.to_vec();
                 first.sort_by(|a, b| ints.val_name(*a).cmp(ints.val_name(*b)));
                 first.truncate(1);
@@ -264,7 +267,7 @@ pub fn admissible(
         let why = match group.id.kind {
             Kind::Spread => "every domain would exceed the skew".to_string(),
             Kind::Affinity if group.total == 0 => "no pod matching the selector exists".to_string(),
-            Kind::Affinity => "no domain holds a pod matching the selector".to_string(),
+            Kind::Affinity => "no domain the pod may use holds a pod matching the selector".to_string(),
             Kind::AntiAffinity | Kind::Inverse => "every domain already holds a matching pod".to_string(),
         };
         return Err(Refused(format!("{}: {why}", group.describe(ints))));
@@ -300,8 +303,8 @@ mod tests {
         let mut g = group(Kind::Spread, 1);
         g.record(a);
         g.record(a);
-        assert_eq!(admissible(&g, Some(&[a, b, c]), true, false, 0, &ints), Ok(vec![b]));
-        assert!(admissible(&g, Some(&[a]), true, false, 0, &ints).is_err());
+        assert_eq!(admissible(&g, Some(&[a, b, c]), true, false, 0, true, &ints), Ok(vec![b]));
+        assert!(admissible(&g, Some(&[a]), true, false, 0, true, &ints).is_err());
     }
 
     #[test]
@@ -309,8 +312,8 @@ mod tests {
         let mut ints = Interner::default();
         let (a, b) = (ints.val("a"), ints.val("b"));
         let g = group(Kind::Affinity, 0);
-        assert_eq!(admissible(&g, Some(&[b, a]), true, false, 0, &ints), Ok(vec![a]));
-        assert!(admissible(&g, Some(&[a, b]), false, false, 0, &ints).is_err());
+        assert_eq!(admissible(&g, Some(&[b, a]), true, false, 0, true, &ints), Ok(vec![a]));
+        assert!(admissible(&g, Some(&[a, b]), false, false, 0, false, &ints).is_err());
     }
 
     #[test]
@@ -319,7 +322,7 @@ mod tests {
         let (a, b) = (ints.val("a"), ints.val("b"));
         let mut g = group(Kind::AntiAffinity, 0);
         g.record(a);
-        assert_eq!(admissible(&g, Some(&[a, b]), true, false, 0, &ints), Ok(vec![b]));
-        assert_eq!(admissible(&g, None, true, false, 0, &ints), Ok(vec![]));
+        assert_eq!(admissible(&g, Some(&[a, b]), true, false, 0, true, &ints), Ok(vec![b]));
+        assert_eq!(admissible(&g, None, true, false, 0, true, &ints), Ok(vec![]));
     }
 }
