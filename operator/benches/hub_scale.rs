@@ -13,7 +13,7 @@
 //! Three processes per N, so that the hub's memory is its own:
 //! - the orchestrator (this binary without `B4_ROLE`) runs one hub process per N and prints the
 //!   summary;
-//! - the hub process (`B4_ROLE=hub`) runs `operator::run::run_with` with the production defaults of
+//! - the hub process (`B4_ROLE=hub`) runs `operator::commands::run::run_with` with the production defaults of
 //!   `hub::Settings` and `registry::Settings` against the emulators, and reads its own `VmRSS`;
 //! - the emulator process (`B4_ROLE=emulators`, a child of the hub process) serves the management
 //!   emulator and N workload emulators, each played by a simulated CKE, and answers commands on
@@ -54,7 +54,10 @@ use tokio_util::sync::CancellationToken;
 use tracing_subscriber::{Layer, filter::filter_fn, layer::SubscriberExt, util::SubscriberInitExt};
 
 use crds::{NodeClaim, NodeGroup, NodePool};
-use operator::{conditions, hub, manifests, metrics, registry, run, sandbox};
+use operator::{
+    commands::run, commands::sandbox::world as sandbox, decisions::conditions, infra::hub, infra::manifests,
+    infra::metrics, infra::registry,
+};
 
 const NODES: usize = 50;
 const PODS: usize = 1000;

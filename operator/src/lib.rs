@@ -1,28 +1,16 @@
-//! The hub's library: everything `karpenter-hub` runs, in modules named for what they do, so that
-//! integration tests and benchmarks drive the same code as the binary.
+//! The hub's library: everything `karpenter-hub` runs, laid out by role so the tree shows the
+//! architecture, and so that integration tests and benchmarks drive the same code as the binary.
+//!
+//! - [`commands`]: the binary's subcommands (`run`, `sandbox`, `plan`, `register`).
+//! - [`controllers`]: loops that gather facts from the clusters, call a decision and carry out its
+//!   writes idempotently.
+//! - [`decisions`]: pure functions over plain data (no I/O, time passed in).
+//! - [`infra`]: what the controllers run on: the shared hub context, the registry of workload
+//!   clusters, leader election, metrics, kubeconfig hardening.
+//!
+//! Dependencies point one way: commands → controllers → infra → decisions.
 
-pub mod apierror;
-pub mod batcher;
-pub mod capacity;
-pub mod conditions;
-pub mod flavorcatalog;
-pub mod gc;
-pub mod hub;
-pub mod kubeconfig;
-pub mod launch;
-pub mod leader;
-pub mod lifecycle;
-pub mod manifests;
-pub mod metrics;
-pub mod nodeclass;
-pub mod nodepool;
-pub mod ownership;
-pub mod plan;
-pub mod provisioning;
-pub mod register;
-pub mod registration;
-pub mod registry;
-pub mod reporting;
-pub mod run;
-pub mod sandbox;
-pub mod termination;
+pub mod commands;
+pub mod controllers;
+pub mod decisions;
+pub mod infra;

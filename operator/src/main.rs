@@ -8,7 +8,7 @@ use std::{
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use operator::run::{LogFormat, RunArgs};
+use operator::commands::run::{LogFormat, RunArgs};
 use tokio_util::sync::CancellationToken;
 
 /// Clever Karpenter Hub: one Karpenter for a fleet of Clever Kubernetes Engine clusters.
@@ -29,7 +29,7 @@ enum Command {
     Run(RunArgs),
     /// The zero-setup demo: a simulated management cluster and three simulated CKE clusters in this
     /// process, the examples applied, a workload scaled up then down, progress shown live.
-    Sandbox(operator::sandbox::SandboxArgs),
+    Sandbox(operator::commands::sandbox::SandboxArgs),
     /// Play CKE on a cluster that has none (like KWOK): turn NodeGroups into Ready Nodes, run a
     /// kubelet stand-in and a basic binder.
     SimCke(SimCkeArgs),
@@ -42,10 +42,10 @@ enum Command {
     },
     /// Onboard a workload cluster from an admin kubeconfig: apply the hub's workload RBAC, mint a
     /// least-privilege kubeconfig, check it, and write `<cluster>-kubeconfig` in the management cluster.
-    Register(operator::register::RegisterArgs),
+    Register(operator::commands::register_cluster::RegisterArgs),
     /// Offline dry run: read manifests (NodePools, node classes, catalogues, NodeClaims, Nodes, Pods,
     /// DaemonSets, PDBs) and print the NodeClaims the hub would create for the pending pods.
-    Plan(operator::plan::PlanArgs),
+    Plan(operator::commands::plan::PlanArgs),
 }
 
 /// Flags of `karpenter-hub sim-cke`.
@@ -127,16 +127,17 @@ fn main() -> anyhow::Result<()> {
     match command {
         Command::Run(args) => {
             init_logs(args.log_format);
-            runtime()?.block_on(async move { operator::run::run(args, shutdown_on_signal()).await })?;
+            runtime()?.block_on(async move { operator::commands::run::run(args, shutdown_on_signal()).await })?;
         }
         Command::Sandbox(args) => {
             init_logs_quiet();
-            runtime()?.block_on(async move { operator::sandbox::sandbox(args, shutdown_on_signal()).await })?;
+            runtime()?
+                .block_on(async move { operator::commands::sandbox::sandbox(args, shutdown_on_signal()).await })?;
         }
         Command::SimCke(args) => {
             init_logs(LogFormat::Text);
             runtime()?.block_on(async move {
-                let client = operator::run::management_client(Some(&args.kubeconfig)).await?;
+                let client = operator::commands::run::management_client(Some(&args.kubeconfig)).await?;
                 let config = sim::cke::SimCkeConfig {
                     seed: args.seed,
                     binder: !args.no_binder,
@@ -154,8 +155,9 @@ fn main() -> anyhow::Result<()> {
         Command::Crds { out_dir: Some(dir) } => write_crds(&dir)?,
         Command::Register(args) => {
             init_logs(LogFormat::Text);
-            let secret =
-                runtime()?.block_on(async move { operator::register::register(&args).await.map(|s| (s, args)) });
+            let secret = runtime()?.block_on(async move {
+                operator::commands::register_cluster::register(&args).await.map(|s| (s, args))
+            });
             let (secret, args) = secret?;
             println!(
                 "Registered cluster {} in namespace {}: Secret {secret} holds a least-privilege kubeconfig.\nNext: point a NodePool at it (spec.clusterName: {}) and watch `kubectl get nodepools -n {}`.",
@@ -163,7 +165,7 @@ fn main() -> anyhow::Result<()> {
             );
         }
         Command::Plan(args) => {
-            let out = operator::plan::run(&args)?;
+            let out = operator::commands::plan::run(&args)?;
             std::io::stdout().lock().write_all(out.as_bytes()).context("writing to stdout")?;
         }
     }

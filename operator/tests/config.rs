@@ -33,11 +33,12 @@ use kube::{
     api::{DeleteParams, ListParams, PostParams},
 };
 use operator::{
-    hub, leader,
-    metrics::Metrics,
-    registry,
-    run::{self, RunArgs},
-    sandbox::{apply_value, quick_cke, workload_pod},
+    commands::run::{self, RunArgs},
+    commands::sandbox::world::{apply_value, quick_cke, workload_pod},
+    infra::hub,
+    infra::leader,
+    infra::metrics::Metrics,
+    infra::registry,
 };
 use serde_json::{Value, json};
 use sim::apiserver::{ApiServer, ApiServerConfig};

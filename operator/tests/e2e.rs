@@ -11,7 +11,7 @@
 //! 4. per workload cluster: a management namespace, the registration Secret holding that cluster's
 //!    kubeconfig file, `examples/general-purpose.yaml` pointed at the cluster; a namespace with the
 //!    workload in the workload cluster;
-//! 5. runs the hub in process (`operator::run::run_with`, a hub id of its own), waits for the pods
+//! 5. runs the hub in process (`operator::commands::run::run_with`, a hub id of its own), waits for the pods
 //!    to run and asserts what `tests/hub.rs` asserts on the simulated world (one NodeGroup per
 //!    NodeClaim, the cheapest fitting flavor, providerID stamped, ownership labels, the pods on the
 //!    hub's node);
@@ -56,7 +56,7 @@ use kube::{
     Api, Client, Resource, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams},
 };
-use operator::{hub, metrics::Metrics, ownership, registry, run};
+use operator::{commands::run, decisions::ownership, infra::hub, infra::metrics::Metrics, infra::registry};
 use serde_json::{Value, json};
 use sim::{
     apiserver::{ApiServer, ApiServerConfig},
@@ -900,7 +900,10 @@ async fn the_end_to_end_run_passes_on_emulators_through_kubeconfig_files_only() 
     let cfg = E2e {
         mgmt_kubeconfig: path(&mgmt),
         workload_kubeconfigs: vec![path(&alpha), path(&beta)],
-        sim_cke: Some(vec![operator::sandbox::quick_cke(1), operator::sandbox::quick_cke(2)]),
+        sim_cke: Some(vec![
+            operator::commands::sandbox::world::quick_cke(1),
+            operator::commands::sandbox::world::quick_cke(2),
+        ]),
         hub_kubeconfigs: None,
         deadlines: Deadlines::emulated(),
         run_id: new_run_id(),
@@ -977,7 +980,7 @@ async fn the_end_to_end_run_passes_on_real_api_servers_with_the_registered_ident
     ensure_nodegroup_api(&w, false, &d).await.unwrap();
     let scratch_ns = format!("khub-e2e-{run_id}-register");
     create_namespace(&mgmt.client().await.unwrap(), &scratch_ns, &run_id).await.unwrap();
-    let args = operator::register::RegisterArgs {
+    let args = operator::commands::register_cluster::RegisterArgs {
         cluster: "w0".into(),
         namespace: scratch_ns.clone(),
         workload_kubeconfig: workload.kubeconfig_path().to_path_buf(),
@@ -986,7 +989,8 @@ async fn the_end_to_end_run_passes_on_real_api_servers_with_the_registered_ident
         workload_namespace: "karpenter-hub".into(),
         server: None,
     };
-    let secret = operator::register::register(&args).await.unwrap_or_else(|e| panic!("register: {e}"));
+    let secret =
+        operator::commands::register_cluster::register(&args).await.unwrap_or_else(|e| panic!("register: {e}"));
     let mgmt_client = mgmt.client().await.unwrap();
     let secret = Api::<Secret>::namespaced(mgmt_client.clone(), &scratch_ns).get(&secret).await.unwrap();
     let minted = dir.join("w0-minted.kubeconfig");
@@ -997,7 +1001,7 @@ async fn the_end_to_end_run_passes_on_real_api_servers_with_the_registered_ident
     let cfg = E2e {
         mgmt_kubeconfig: mgmt.kubeconfig_path().to_path_buf(),
         workload_kubeconfigs: vec![workload.kubeconfig_path().to_path_buf()],
-        sim_cke: Some(vec![operator::sandbox::quick_cke(1)]),
+        sim_cke: Some(vec![operator::commands::sandbox::world::quick_cke(1)]),
         hub_kubeconfigs: Some(vec![minted]),
         deadlines: d,
         run_id,
@@ -1123,7 +1127,7 @@ async fn a_failed_run_still_cleans_up_after_itself() {
         mgmt_kubeconfig: mgmt_path,
         workload_kubeconfigs: vec![alpha_path],
         // The binder marks the pods unschedulable (so the hub provisions), but nothing serves NodeGroups.
-        sim_cke: Some(vec![SimCkeConfig { nodegroups: false, ..operator::sandbox::quick_cke(1) }]),
+        sim_cke: Some(vec![SimCkeConfig { nodegroups: false, ..operator::commands::sandbox::world::quick_cke(1) }]),
         hub_kubeconfigs: None,
         deadlines: Deadlines { running: Duration::from_secs(5), ..Deadlines::emulated() },
         run_id: new_run_id(),

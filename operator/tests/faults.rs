@@ -16,13 +16,14 @@ use kube::{
     api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams},
 };
 use operator::{
-    conditions::{self, TRUE, UNKNOWN},
-    hub,
-    lifecycle::{LAUNCHED, REGISTERED},
-    metrics::Metrics,
-    ownership::{self, ClaimIdentity},
-    registry, run,
-    sandbox::{World, apply_value, quick_cke, scale},
+    commands::run,
+    commands::sandbox::world::{World, apply_value, quick_cke, scale},
+    controllers::nodeclaim::{LAUNCHED, REGISTERED},
+    decisions::conditions::{self, TRUE, UNKNOWN},
+    decisions::ownership::{self, ClaimIdentity},
+    infra::hub,
+    infra::metrics::Metrics,
+    infra::registry,
 };
 use serde_json::{Value, json};
 use sim::{
@@ -526,7 +527,7 @@ async fn nothing_is_deleted_while_reads_fail_even_across_restarts() {
 async fn scale_old(world: &OldWorld, n: usize) {
     let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(world.workload(0).client(), "default");
     for i in 0..n {
-        let pod = operator::sandbox::workload_pod(&format!("web-{i}"), POD_CPU, POD_MEMORY);
+        let pod = operator::commands::sandbox::world::workload_pod(&format!("web-{i}"), POD_CPU, POD_MEMORY);
         api.create(&PostParams::default(), &pod).await.unwrap();
     }
 }

@@ -6,7 +6,7 @@ use std::{collections::BTreeSet, time::Duration};
 
 use crds::{NodeClaim, NodeGroup, NodePool};
 use kube::{Api, ResourceExt, api::ListParams};
-use operator::sandbox::{World, quick_cke, scale};
+use operator::commands::sandbox::world::{World, quick_cke, scale};
 
 mod common;
 use common::{apply_example, running, wait_for};

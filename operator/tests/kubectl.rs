@@ -91,7 +91,7 @@ async fn kubectl_get_nodepools_shows_the_nodes_and_resources_the_hub_writes_on_a
     }))
     .unwrap();
     pools.create(&PostParams::default(), &pool).await.unwrap();
-    // The status exactly as the hub's NodePool controller writes it (operator/src/nodepool.rs): two
+    // The status exactly as the hub's NodePool controller writes it (operator/src/controllers/nodepool.rs): two
     // nodes, their summed capacity as a resource list.
     let mut total = crds::quantity::Resources::ZERO;
     total.cpu_millis = 4000;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Namespace};
 use kube::{Api, Client, api::PostParams};
-use operator::leader::{Elector, Timings};
+use operator::infra::leader::{Elector, Timings};
 use sim::apiserver::{ApiServer, ApiServerConfig};
 use tokio_util::sync::CancellationToken;
 

@@ -7,7 +7,7 @@
 use std::fs;
 use std::path::Path;
 
-use operator::plan::{Plan, plan, read_snapshot, to_json};
+use operator::commands::plan::{Plan, plan, read_snapshot, to_json};
 
 mod common;
 use common::{repo, yaml_files};
@@ -197,7 +197,9 @@ fn objects_the_cluster_refuses_are_reported_and_not_planned() {
         ("no-flavor", &no_flavor, "spec.template.spec.requirements[0]", "the webhook"),
     ] {
         let err = read_snapshot(&[("hub.yaml".into(), manifest.clone())]).unwrap_err();
-        let operator::plan::PlanError::Refused(refusals) = &err else { panic!("{case}: not a refusal: {err}") };
+        let operator::commands::plan::PlanError::Refused(refusals) = &err else {
+            panic!("{case}: not a refusal: {err}")
+        };
         assert!(
             refusals.iter().all(|r| r.object == "hub.yaml: document 2 (NodePool demo/web)"),
             "{case}: {refusals:#?}"

@@ -21,8 +21,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client, Resource, ResourceExt, api::ListParams};
 use operator::{
-    register::{RegisterArgs, register},
-    sandbox::{World, quick_cke, scale},
+    commands::register_cluster::{RegisterArgs, register},
+    commands::sandbox::world::{World, quick_cke, scale},
 };
 use secrecy::ExposeSecret;
 use serde::de::DeserializeOwned;
@@ -224,8 +224,9 @@ async fn on_real_api_servers_register_mints_an_identity_that_can_do_what_the_hub
     // The Secret in the management cluster: labelled for the registry, the minted kubeconfig only.
     let secret = Api::<Secret>::namespaced(mgmt_admin.clone(), &team).get(&secret_name).await.unwrap();
     assert_eq!(secret.type_.as_deref(), Some("cluster.x-k8s.io/secret"));
-    assert_eq!(secret.labels().get(operator::registry::CLUSTER_NAME_LABEL), Some(&args.cluster));
-    let kubeconfig = String::from_utf8(secret.data.unwrap()[operator::registry::KUBECONFIG_KEY].0.clone()).unwrap();
+    assert_eq!(secret.labels().get(operator::infra::registry::CLUSTER_NAME_LABEL), Some(&args.cluster));
+    let kubeconfig =
+        String::from_utf8(secret.data.unwrap()[operator::infra::registry::KUBECONFIG_KEY].0.clone()).unwrap();
     let admin_kc = workload.kubeconfig().unwrap();
     let admin_token =
         admin_kc.auth_infos[0].auth_info.as_ref().unwrap().token.as_ref().unwrap().expose_secret().to_string();
@@ -458,7 +459,7 @@ async fn checks_come_first_and_a_rerun_completes(
     let name = register(&args).await.unwrap_or_else(|e| panic!("register after fixing the namespace: {e}"));
     assert_eq!(name, format!("w-{id}-kubeconfig"));
     let secret = Api::<Secret>::namespaced(mgmt_admin.clone(), &team).get(&name).await.unwrap();
-    assert_eq!(secret.labels().get(operator::registry::CLUSTER_NAME_LABEL), Some(&args.cluster));
+    assert_eq!(secret.labels().get(operator::infra::registry::CLUSTER_NAME_LABEL), Some(&args.cluster));
     assert!(Api::<Namespace>::all(admin.clone()).get_opt(&hub_ns).await.unwrap().is_some());
     // And once more: converges, same Secret.
     assert_eq!(register(&args).await.unwrap(), name);

@@ -23,7 +23,7 @@ use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
-use operator::sandbox::{World, quick_cke, scale, workload_pod};
+use operator::commands::sandbox::world::{World, quick_cke, scale, workload_pod};
 use serde_json::{Value, json};
 use sim::cke::{SimCkeConfig, SimFlavor, Usage};
 

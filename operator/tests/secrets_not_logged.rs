@@ -14,7 +14,7 @@ use std::{
 use crds::NodePool;
 use k8s_openapi::api::core::v1::Event;
 use kube::{Api, Client, api::ListParams};
-use operator::sandbox::{World, quick_cke, scale};
+use operator::commands::sandbox::world::{World, quick_cke, scale};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::util::SubscriberInitExt;
 

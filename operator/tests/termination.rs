@@ -21,9 +21,9 @@ use kube::{
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use operator::{
-    lifecycle::evict_exactly,
-    sandbox::{World, quick_cke, scale},
-    termination::PodRef,
+    commands::sandbox::world::{World, quick_cke, scale},
+    controllers::nodeclaim::evict_exactly,
+    decisions::termination::PodRef,
 };
 use serde_json::{Value, json};
 
@@ -568,7 +568,7 @@ async fn a_not_ready_node_whose_nodegroup_is_gone_is_released_without_a_drain() 
         .await;
     let nodes: Api<Node> = Api::all(world.clusters[0].client());
     let n = nodes.get(&node).await.unwrap();
-    assert!(!operator::termination::node_ready(&n), "the Node is NotReady");
+    assert!(!operator::decisions::termination::node_ready(&n), "the Node is NotReady");
     claims.delete(&claim.name_any(), &DeleteParams::default()).await.unwrap();
     wait_for("the claim released", DRAIN, || async {
         claims.get_opt(&claim.name_any()).await.unwrap().is_none_or(|c| c.uid() != claim.uid())
@@ -589,7 +589,7 @@ async fn a_not_ready_node_whose_nodegroup_is_gone_is_released_without_a_drain() 
         .items
         .into_iter()
         .filter(|e| {
-            e.reason.as_deref() == Some(operator::termination::DRAIN_SKIPPED)
+            e.reason.as_deref() == Some(operator::decisions::termination::DRAIN_SKIPPED)
                 && e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == claim.metadata.uid.as_deref()
         })
         .count();
@@ -834,7 +834,7 @@ async fn the_drain_runs_in_tier_order_within_budgets_on_real_api_servers() {
         apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     };
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-    use operator::{hub, metrics::Metrics, registry, run};
+    use operator::{commands::run, infra::hub, infra::metrics::Metrics, infra::registry};
     use tokio_util::sync::CancellationToken;
 
     let start = |options: envtest::Options| match envtest::ControlPlane::start(&options) {
@@ -909,7 +909,9 @@ async fn the_drain_runs_in_tier_order_within_budgets_on_real_api_servers() {
 
     // A pending pod brings a node up; then the pods of the drain are bound to it.
     let pods: Api<Pod> = Api::namespaced(wl.clone(), "default");
-    pods.create(&PostParams::default(), &operator::sandbox::workload_pod("web-0", "500m", "1Gi")).await.unwrap();
+    pods.create(&PostParams::default(), &operator::commands::sandbox::world::workload_pod("web-0", "500m", "1Gi"))
+        .await
+        .unwrap();
     let claims: Api<NodeClaim> = Api::namespaced(mgmt.clone(), ns);
     let claim = eventually("a registered claim", NODE_UP, || async {
         let list = claims.list(&ListParams::default()).await.unwrap().items;

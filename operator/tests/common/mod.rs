@@ -9,7 +9,7 @@ use std::{
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, api::ListParams};
-use operator::sandbox::World;
+use operator::commands::sandbox::world::World;
 use serde_json::Value;
 
 pub const EXAMPLE: &str = include_str!("../../../examples/general-purpose.yaml");

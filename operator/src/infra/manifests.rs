@@ -19,7 +19,7 @@ pub enum ManifestError {
     Invalid { file: String, message: String },
     #[error("{file}: {kind} {name} was refused: {message}")]
     Refused { file: String, kind: String, name: String, message: String },
-    #[error("Kubernetes API error: {}", crate::apierror::plain(.0))]
+    #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
     Kube(#[from] kube::Error),
 }
 

@@ -22,11 +22,11 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use crate::{apierror::plain, kubeconfig, manifests, registry, run};
+use crate::{commands::run, infra::apierror::plain, infra::kubeconfig, infra::manifests, infra::registry};
 use crds::NodeGroup;
 
 /// The workload-side RBAC, as shipped for people who apply it by hand.
-pub const WORKLOAD_RBAC: &str = include_str!("../../config/hub/workload-rbac.yaml");
+pub const WORKLOAD_RBAC: &str = include_str!("../../../config/hub/workload-rbac.yaml");
 const SERVICE_ACCOUNT: &str = "karpenter-hub";
 const TOKEN_SECRET: &str = "karpenter-hub-token";
 

@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::{ClusterKey, ClusterStatus, KUBECONFIG_KEY, Phase, Settings};
-use crate::kubeconfig;
+use crate::infra::kubeconfig;
 use crds::NodeGroup;
 
 /// The group/version CKE serves NodeGroups under.
@@ -96,7 +96,7 @@ pub(super) struct Task {
     pub kubeconfig: Option<SecretSlice<u8>>,
     pub settings: Settings,
     pub mgmt: Client,
-    pub metrics: Arc<crate::metrics::Metrics>,
+    pub metrics: Arc<crate::infra::metrics::Metrics>,
     pub status: watch::Sender<ClusterStatus>,
     pub connection: watch::Sender<Option<Arc<Connection>>>,
     pub changes: watch::Sender<u64>,
@@ -188,7 +188,7 @@ impl Task {
             }
             Ok(None) => {}
             Err(e) => {
-                tracing::debug!(cluster = %self.key, error = %crate::apierror::plain(&e), "re-reading the kubeconfig Secret failed")
+                tracing::debug!(cluster = %self.key, error = %crate::infra::apierror::plain(&e), "re-reading the kubeconfig Secret failed")
             }
         }
     }
@@ -254,7 +254,7 @@ impl Task {
                 &watches,
                 &failures_tx,
                 &self.key,
-                Some((self.touched.clone(), crate::ownership::node_group)),
+                Some((self.touched.clone(), crate::decisions::ownership::node_group)),
             ),
             nodegroups: spawn_cache(
                 Api::all(client.clone()),
@@ -306,13 +306,13 @@ impl Task {
             tokio::select! {
                 () = self.cancel.cancelled() => return Ended::Cancelled,
                 Some(e) = failures.recv() => {
-                    crate::metrics::Metrics::inc(&self.metrics.watch_restarts, &self.key);
+                    crate::infra::metrics::Metrics::inc(&self.metrics.watch_restarts, &self.key);
                     let s = classify(&e, &server);
                     if s.phase == Phase::Unauthorized {
                         return Ended::Retry(s);
                     }
                     // Other watch errors are retried by the watcher itself; the probe judges health.
-                    tracing::debug!(cluster = %self.key, error = %crate::apierror::plain(&e), "watch error; the watcher retries");
+                    tracing::debug!(cluster = %self.key, error = %crate::infra::apierror::plain(&e), "watch error; the watcher retries");
                 }
                 _ = ticker.tick() => match self.counted_probe(&client, &server).await {
                     Ok(()) => consecutive = 0,
@@ -339,7 +339,7 @@ impl Task {
         };
         self.metrics
             .cluster_probes
-            .get(&crate::metrics::ResultLabels { cluster: self.key.to_string(), result: result.to_string() })
+            .get(&crate::infra::metrics::ResultLabels { cluster: self.key.to_string(), result: result.to_string() })
             .inc();
         r
     }
@@ -358,7 +358,7 @@ impl Task {
 
 impl ClusterStatus {
     fn new_unreachable(server: &str, e: &kube::Error) -> Self {
-        ClusterStatus::new(Phase::Unreachable, format!("{server} is unreachable: {}", crate::apierror::plain(e)))
+        ClusterStatus::new(Phase::Unreachable, format!("{server} is unreachable: {}", crate::infra::apierror::plain(e)))
     }
 }
 
@@ -425,7 +425,7 @@ where
                         }
                     }
                     Some(Err(e)) => {
-                        tracing::debug!(cluster = %key, kind, error = %crate::apierror::plain_watch(&e), "watch error");
+                        tracing::debug!(cluster = %key, kind, error = %crate::infra::apierror::plain_watch(&e), "watch error");
                         if let Some(e) = into_client_error(e) {
                             let _ = failures.try_send(e);
                         }

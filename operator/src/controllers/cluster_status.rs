@@ -11,9 +11,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    hub::Hub,
-    metrics::{ClusterLabels, PhaseLabels},
-    registry::{ClusterKey, ClusterStatus, Phase},
+    infra::hub::Hub,
+    infra::metrics::{ClusterLabels, PhaseLabels},
+    infra::registry::{ClusterKey, ClusterStatus, Phase},
 };
 
 const PHASES: [Phase; 7] = [

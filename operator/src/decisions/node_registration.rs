@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Taint as K8sTaint};
 
-use crate::ownership::provider_id;
+use crate::decisions::ownership::provider_id;
 use crds::{NodeClaim, labels};
 
 /// Taints Kubernetes or the hub put on every new node and remove by themselves; a node carrying

@@ -4,9 +4,9 @@
 //! delete the NodeGroup and release the finalizers so nothing is orphaned.
 //!
 //! Owns: the reconcile loop and its API writes, each idempotent (deterministic NodeGroup name,
-//! adoption after a crash, optimistic concurrency on Nodes). Decisions come from [`crate::launch`],
-//! [`crate::registration`], [`crate::capacity`] and [`crate::ownership`].
-//! On deletion of a registered claim, its Node is drained first: [`crate::termination`] decides
+//! adoption after a crash, optimistic concurrency on Nodes). Decisions come from [`crate::decisions::launch`],
+//! [`crate::decisions::node_registration`], [`crate::decisions::capacity`] and [`crate::decisions::ownership`].
+//! On deletion of a registered claim, its Node is drained first: [`crate::decisions::termination`] decides
 //! each pass, this controller gathers its facts and carries out its writes.
 //! Must not: act on a cluster that is not connected and synced, delete a NodeGroup that fails the
 //! ownership proof, or decide which pods go (termination's job).
@@ -27,14 +27,14 @@ use kube::{
 use serde_json::json;
 
 use crate::{
-    conditions::{self, FALSE, TRUE, UNKNOWN},
-    hub::Hub,
-    launch::{self, LaunchError},
-    metrics::{Metrics, PoolLabels, PoolReasonLabels},
-    ownership::{self, ClaimIdentity, Ownership},
-    registration::{self, NodeMatch},
-    registry::{ClusterKey, Connection},
-    termination::{self, Decision, Expiry, PodFacts, PodRef},
+    decisions::conditions::{self, FALSE, TRUE, UNKNOWN},
+    decisions::launch::{self, LaunchError},
+    decisions::node_registration::{self, NodeMatch},
+    decisions::ownership::{self, ClaimIdentity, Ownership},
+    decisions::termination::{self, Decision, Expiry, PodFacts, PodRef},
+    infra::hub::Hub,
+    infra::metrics::{Metrics, PoolLabels, PoolReasonLabels},
+    infra::registry::{ClusterKey, Connection},
 };
 use crds::{
     CleverNodeClass, FlavorCatalog, NodeClaim, NodeClaimStatus, NodeGroup,
@@ -166,7 +166,7 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
     let nodes = conn.cache.nodes.state();
     let mut changed = false;
     let mut requeue = Duration::from_secs(60);
-    match registration::find_node(nodes.iter().map(|n| n.as_ref()), &provider_id) {
+    match node_registration::find_node(nodes.iter().map(|n| n.as_ref()), &provider_id) {
         NodeMatch::NotFound if instance_gone(&hub, &conn, &group).await? => {
             return instance_lost(&c, &hub, status, &group, now).await;
         }
@@ -207,7 +207,7 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
         }
         NodeMatch::One(node) => {
             if !conditions::is_true(&status.conditions, REGISTERED) {
-                let desired = registration::registered_node(node, c.obj);
+                let desired = node_registration::registered_node(node, c.obj);
                 let first = &desired != node;
                 if first {
                     let nodes: Api<Node> = Api::all(conn.client.clone());
@@ -225,7 +225,7 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
                 }
                 requeue = Duration::from_secs(1);
             } else {
-                match registration::initialization_blocker(node, c.obj) {
+                match node_registration::initialization_blocker(node, c.obj) {
                     Some((reason, message)) => {
                         changed |= conditions::set(
                             &mut status.conditions,
@@ -255,7 +255,7 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
                     }
                     None => {
                         // karpenter-semantics §6.6: the node CKE made has the shape we paid for.
-                        let verdict = registration::consistency(node, c.obj);
+                        let verdict = node_registration::consistency(node, c.obj);
                         let (st, reason, message) = match &verdict {
                             Ok(()) => (TRUE, "ConsistentStateFound", String::new()),
                             Err(why) => (FALSE, "ConsistencyCheckFailed", why.clone()),
@@ -377,7 +377,7 @@ async fn stamp_provider_id(hub: &Hub, conn: &Connection, group: &str) -> Result<
             })
     };
     for node in conn.cache.nodes.state() {
-        if let Some(id) = registration::provider_id_to_stamp(&node, owned) {
+        if let Some(id) = node_registration::provider_id_to_stamp(&node, owned) {
             let nodes: Api<Node> = Api::all(conn.client.clone());
             let patch = json!({"spec": {"providerID": id}});
             nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
@@ -855,7 +855,7 @@ async fn terminate(c: &Claim<'_>, hub: &Hub) -> Result<Action, Error> {
     let groups: Api<NodeGroup> = Api::all(conn.client.clone());
     if registered && !provider_id.is_empty() {
         let nodes = conn.cache.nodes.state();
-        if let NodeMatch::One(node) = registration::find_node(nodes.iter().map(|n| n.as_ref()), &provider_id)
+        if let NodeMatch::One(node) = node_registration::find_node(nodes.iter().map(|n| n.as_ref()), &provider_id)
             && must_drain(c, hub, &groups, &group_name, node).await?
             && let Some(action) = drain_node(c, hub, &conn, node, deadline).await?
         {
@@ -1081,8 +1081,8 @@ async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node: &Node, dec
                 hub.workload_event(
                     &conn.client,
                     &pod_ref(p),
-                    crate::hub::event(true, "ForceDeleted", "Delete", note),
-                    crate::hub::EVENT_DEDUPE,
+                    crate::infra::hub::event(true, "ForceDeleted", "Delete", note),
+                    crate::infra::hub::EVENT_DEDUPE,
                 )
                 .await;
             }
@@ -1109,7 +1109,7 @@ async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node: &Node, dec
         };
         hub.metrics
             .eviction_requests
-            .get(&crate::metrics::ResultLabels { cluster: c.key.to_string(), result: code.to_string() })
+            .get(&crate::infra::metrics::ResultLabels { cluster: c.key.to_string(), result: code.to_string() })
             .inc();
         match result {
             Ok(_) => {
@@ -1120,8 +1120,8 @@ async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node: &Node, dec
                 hub.workload_event(
                     &conn.client,
                     &pod_ref(p),
-                    crate::hub::event(false, termination::EVICTED, "Evict", note),
-                    crate::hub::EVENT_DEDUPE,
+                    crate::infra::hub::event(false, termination::EVICTED, "Evict", note),
+                    crate::infra::hub::EVENT_DEDUPE,
                 )
                 .await;
             }
@@ -1143,8 +1143,8 @@ async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node: &Node, dec
                     .workload_event(
                         &conn.client,
                         &node_ref,
-                        crate::hub::event(true, termination::FAILED_DRAINING, "Drain", note),
-                        crate::hub::EVENT_DEDUPE,
+                        crate::infra::hub::event(true, termination::FAILED_DRAINING, "Drain", note),
+                        crate::infra::hub::EVENT_DEDUPE,
                     )
                     .await
                 {

@@ -17,10 +17,10 @@ use kube::{
 use serde_json::json;
 
 use crate::{
-    conditions::{self, FALSE, TRUE, UNKNOWN},
-    hub::Hub,
-    metrics::PoolResourceLabels,
-    registry::{ClusterKey, Phase},
+    decisions::conditions::{self, FALSE, TRUE, UNKNOWN},
+    infra::hub::Hub,
+    infra::metrics::PoolResourceLabels,
+    infra::registry::{ClusterKey, Phase},
 };
 use crds::{
     CleverNodeClass, NodeClaim, NodePool,
@@ -37,7 +37,7 @@ pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API error: {}", crate::apierror::plain(.0))]
+    #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
     Kube(#[from] kube::Error),
 }
 

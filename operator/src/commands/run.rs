@@ -9,8 +9,9 @@ use kube::{Client, Config, config::KubeConfigOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    apierror::plain, capacity, flavorcatalog, gc, hub, kubeconfig, leader, lifecycle, metrics, nodeclass, nodepool,
-    provisioning, registry, reporting,
+    controllers::cluster_status, controllers::flavorcatalog, controllers::gc, controllers::nodeclaim,
+    controllers::nodeclass, controllers::nodepool, controllers::provisioning, decisions::capacity,
+    infra::apierror::plain, infra::hub, infra::kubeconfig, infra::leader, infra::metrics, infra::registry,
 };
 
 /// Flags of `karpenter-hub run` (each also read from the environment).
@@ -151,13 +152,13 @@ pub async fn run_with(
             }
         });
     }
-    tasks.spawn(lifecycle::run(hub.clone(), shutdown.clone()));
+    tasks.spawn(nodeclaim::run(hub.clone(), shutdown.clone()));
     tasks.spawn(nodeclass::run(hub.clone(), shutdown.clone()));
     tasks.spawn(flavorcatalog::run(hub.clone(), shutdown.clone()));
     tasks.spawn(nodepool::run(hub.clone(), shutdown.clone()));
     tasks.spawn(provisioning::run(hub.clone(), shutdown.clone()));
-    tasks.spawn(gc::sweep::run(hub.clone(), shutdown.clone()));
-    tasks.spawn(reporting::run(hub.clone(), shutdown.clone()));
+    tasks.spawn(gc::run(hub.clone(), shutdown.clone()));
+    tasks.spawn(cluster_status::run(hub.clone(), shutdown.clone()));
     metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
     shutdown.cancelled().await;
     metrics.ready.store(false, std::sync::atomic::Ordering::Relaxed);

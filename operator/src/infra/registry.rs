@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use connection::{Connection, WorkloadCache};
 
-use crate::kubeconfig;
+use crate::infra::kubeconfig;
 
 /// Cluster API's label naming the cluster a kubeconfig Secret is for.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
@@ -136,7 +136,7 @@ impl Default for Settings {
 /// Errors that stop the registry itself (never a single cluster's problem).
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    #[error("watching kubeconfig Secrets in the management cluster failed: {}", crate::apierror::plain_watch(.0))]
+    #[error("watching kubeconfig Secrets in the management cluster failed: {}", crate::infra::apierror::plain_watch(.0))]
     Watch(#[from] watcher::Error),
 }
 
@@ -155,7 +155,7 @@ pub struct Registry {
 
 struct Inner {
     settings: Settings,
-    metrics: Arc<crate::metrics::Metrics>,
+    metrics: Arc<crate::infra::metrics::Metrics>,
     clusters: RwLock<BTreeMap<ClusterKey, Entry>>,
     /// Bumped on every status or connection change of any cluster, so controllers can wake up.
     changes: watch::Sender<u64>,
@@ -170,11 +170,11 @@ impl fmt::Debug for Registry {
 
 impl Registry {
     pub fn new(settings: Settings) -> Self {
-        Self::with_metrics(settings, Arc::new(crate::metrics::Metrics::new()))
+        Self::with_metrics(settings, Arc::new(crate::infra::metrics::Metrics::new()))
     }
 
     /// A registry whose connections report probe results and watch restarts into `metrics`.
-    pub fn with_metrics(settings: Settings, metrics: Arc<crate::metrics::Metrics>) -> Self {
+    pub fn with_metrics(settings: Settings, metrics: Arc<crate::infra::metrics::Metrics>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 settings,
@@ -264,7 +264,7 @@ impl Registry {
             match event {
                 None => break,
                 Some(Err(e)) => {
-                    tracing::warn!(error = %crate::apierror::plain_watch(&e), "kubeconfig Secret watch failed; retrying")
+                    tracing::warn!(error = %crate::infra::apierror::plain_watch(&e), "kubeconfig Secret watch failed; retrying")
                 }
                 Some(Ok(watcher::Event::Init)) => listed = Some(Vec::new()),
                 Some(Ok(watcher::Event::InitApply(s))) => {

@@ -1,4 +1,4 @@
-//! The garbage-collection sweep: applies the rules of [`crate::gc`] to every connected, synced
+//! The garbage-collection sweep: applies the rules of [`crate::decisions::garbage`] to every connected, synced
 //! cluster every period (2 min) and whenever a cluster's state changes. Each candidate is re-read
 //! live before anything is deleted, and every delete carries a UID precondition.
 //!
@@ -11,18 +11,18 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use super::{
+use crate::decisions::garbage::{
     ClaimFacts, ClusterView, LiveClaim, LiveGroup, Verdict, is_vanish_candidate, judge_orphan, judge_vanished,
     orphan_candidates,
 };
 use crate::{
-    apierror::plain,
-    conditions,
-    hub::{EVENT_DEDUPE, EVENT_DEDUPE_LONG, Hub},
-    lifecycle::{LAUNCHED, REGISTERED},
-    metrics::Metrics,
-    ownership::{self, Ownership},
-    registry::{ClusterKey, Connection},
+    controllers::nodeclaim::{LAUNCHED, REGISTERED},
+    decisions::conditions,
+    decisions::ownership::{self, Ownership},
+    infra::apierror::plain,
+    infra::hub::{EVENT_DEDUPE, EVENT_DEDUPE_LONG, Hub},
+    infra::metrics::Metrics,
+    infra::registry::{ClusterKey, Connection},
 };
 use crds::{NodeClaim, NodeGroup, labels};
 
@@ -32,9 +32,6 @@ pub enum SweepError {
     #[error("the management cache of NodeClaims has not synced yet")]
     NotSynced,
 }
-
-/// Period of the safety sweep.
-pub const PERIOD: Duration = Duration::from_secs(120);
 
 /// What one sweep of one cluster did (for logs and tests).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -137,7 +134,7 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
             labels::IN_CLUSTER_MANAGED
         );
         // Only on the group: its pool labels name another autoscaler's pools, not ours.
-        let ev = crate::hub::event(true, "ForeignAutoscalerDetected", "GarbageCollect", note.clone());
+        let ev = crate::infra::hub::event(true, "ForeignAutoscalerDetected", "GarbageCollect", note.clone());
         if hub.workload_event(&conn.client, &nodegroup_ref(g), ev, EVENT_DEDUPE_LONG).await {
             tracing::warn!(cluster = %key, nodegroup = %g.name_any(), "ForeignAutoscalerDetected: {note}");
         }
@@ -187,7 +184,7 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
                         tracing::info!(cluster = %key, nodegroup = %name, why = %why, "GarbageCollected: deleted orphaned NodeGroup");
                         Metrics::inc(&m.gc_reaped, key);
                         // No claim is left to terminate it: free its Node for CKE, or it hangs.
-                        if let Err(e) = crate::lifecycle::release_node_finalizers(conn, &name).await {
+                        if let Err(e) = crate::controllers::nodeclaim::release_node_finalizers(conn, &name).await {
                             tracing::warn!(cluster = %key, nodegroup = %name, error = %e, "releasing the reaped group's node finalizer failed; the next sweep retries");
                         }
                         let note = format!("deleted orphaned NodeGroup {name}: {why}");
@@ -281,7 +278,7 @@ async fn report(
     window: Duration,
 ) -> bool {
     let reference = nodegroup_ref(group);
-    let ev = crate::hub::event(warning, reason, "GarbageCollect", note.clone());
+    let ev = crate::infra::hub::event(warning, reason, "GarbageCollect", note.clone());
     let published = hub.workload_event(&conn.client, &reference, ev, window).await;
     if let Some(pool) = group.labels().get(labels::HUB_NODEPOOL).or_else(|| group.labels().get(labels::NODEPOOL)) {
         let pool_ref = ObjectReference {
@@ -326,7 +323,7 @@ async fn release_stuck_nodes(conn: &Connection, hub_id: &str, groups: &[NodeGrou
             .iter()
             .any(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id.as_str()));
         if group_going && !claimed {
-            match crate::lifecycle::release_node_finalizers(conn, &group).await {
+            match crate::controllers::nodeclaim::release_node_finalizers(conn, &group).await {
                 Ok(()) => {
                     tracing::info!(cluster = %conn.key, node = %node.name_any(), nodegroup = %group, "released the finalizer of a node no claim owns any more")
                 }

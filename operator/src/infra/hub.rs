@@ -27,9 +27,9 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    capacity::{self, CapacityState},
-    metrics::Metrics,
-    registry::{ClusterKey, Registry},
+    decisions::capacity::{self, CapacityState},
+    infra::metrics::Metrics,
+    infra::registry::{ClusterKey, Registry},
 };
 
 /// Field manager and event reporter name.
@@ -73,8 +73,8 @@ impl Default for Settings {
             verdict_timeout: Duration::from_secs(15),
             capacity: capacity::Policy::default(),
             namespace: None,
-            gc_min_age: crate::gc::MIN_AGE,
-            gc_period: crate::gc::sweep::PERIOD,
+            gc_min_age: crate::decisions::garbage::MIN_AGE,
+            gc_period: crate::decisions::garbage::SWEEP_PERIOD,
         }
     }
 }
@@ -156,7 +156,7 @@ where
                 () = stop.cancelled() => return,
                 next = stream.next() => match next {
                     None => return,
-                    Some(Err(e)) => tracing::debug!(kind = %K::kind(&()), error = %crate::apierror::plain_watch(&e), "management watch error; retrying"),
+                    Some(Err(e)) => tracing::debug!(kind = %K::kind(&()), error = %crate::infra::apierror::plain_watch(&e), "management watch error; retrying"),
                     Some(Ok(_)) => {}
                 },
             }
@@ -175,7 +175,7 @@ pub struct Hub {
     pub cache: MgmtCache,
     capacity: std::sync::Mutex<BTreeMap<ClusterKey, CapacityState>>,
     events: std::sync::Mutex<EventDedupe>,
-    health: std::sync::Mutex<BTreeMap<(String, String), crate::registration::RegistrationHealth>>,
+    health: std::sync::Mutex<BTreeMap<(String, String), crate::decisions::node_registration::RegistrationHealth>>,
     class_generations: std::sync::Mutex<BTreeMap<(String, String), i64>>,
     gates: std::sync::Mutex<BTreeMap<ClusterKey, Arc<Mutex<()>>>>,
 }
@@ -318,7 +318,7 @@ impl Hub {
                     "metadata": {
                         "name": name,
                         "labels": {
-                            crate::registry::CLUSTER_NAME_LABEL: key.name,
+                            crate::infra::registry::CLUSTER_NAME_LABEL: key.name,
                             "app.kubernetes.io/managed-by": MANAGER,
                         },
                     },
@@ -416,7 +416,7 @@ pub fn event(warning: bool, reason: &str, action: &str, note: String) -> Event {
 
 async fn publish(recorder: &Recorder, reference: &ObjectReference, ev: Event) {
     if let Err(e) = recorder.publish(&ev, reference).await {
-        tracing::debug!(error = %crate::apierror::plain(&e), reason = %ev.reason, "publishing an event failed");
+        tracing::debug!(error = %crate::infra::apierror::plain(&e), reason = %ev.reason, "publishing an event failed");
     }
 }
 /// Name of the ConfigMap holding a cluster's capacity memory.

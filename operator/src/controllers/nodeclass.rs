@@ -19,9 +19,9 @@ use kube::{
 use serde_json::json;
 
 use crate::{
-    conditions::{self, FALSE, TRUE},
-    hub::Hub,
-    registry::{ClusterKey, Phase},
+    decisions::conditions::{self, FALSE, TRUE},
+    infra::hub::Hub,
+    infra::registry::{ClusterKey, Phase},
 };
 use crds::{
     CleverNodeClass, FlavorCatalog, NodePool,
@@ -36,7 +36,7 @@ pub const FLAVOR_CATALOG_RESOLVED: &str = "FlavorCatalogResolved";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API error: {}", crate::apierror::plain(.0))]
+    #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
     Kube(#[from] kube::Error),
 }
 

@@ -19,7 +19,7 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::apierror::plain;
+use crate::infra::apierror::plain;
 
 /// Timings of the protocol (client-go's defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! after a crash, and how CKE's verdict maps to Karpenter's error kinds.
 //!
 //! Owns: pure decisions. Must not: create anything (the lifecycle controller does, idempotently,
-//! with the name from [`crate::ownership`]), or choose a flavor in cool-down.
+//! with the name from [`crate::decisions::ownership`]), or choose a flavor in cool-down.
 
 use std::collections::BTreeMap;
 
@@ -17,7 +17,7 @@ use crds::{
 };
 use kube::api::ObjectMeta;
 
-use crate::ownership::{ClaimIdentity, Ownership, nodegroup_spec_labels, prove};
+use crate::decisions::ownership::{ClaimIdentity, Ownership, nodegroup_spec_labels, prove};
 
 /// Why a claim cannot be launched; the reaction follows karpenter-semantics §2.3.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,5 +1,5 @@
 //! Termination (karpenter-semantics §5): what a leaving node's drain does next, decided from plain
-//! facts. The NodeClaim controller (`crate::lifecycle`) gathers the facts (the node's pods, the
+//! facts. The NodeClaim controller (`crate::controllers::nodeclaim`) gathers the facts (the node's pods, the
 //! claim's deadline annotation, when draining began, now), calls [`drain::decide`] and carries out
 //! the writes: evictions, forced deletions, the `Drained` condition, then the NodeGroup deletion.
 //!
@@ -8,7 +8,7 @@
 //! eviction back-off and the deadline written on deletion (§5.1.1), when a Node is not drained at
 //! all (NotReady, NodeGroup gone: [`must_drain`]) and when a claim expires ([`expiration`], §4.1).
 //! Must not: do I/O, read a clock (time is passed in), or decide anything about NodeGroups (the
-//! ownership proof stays in `crate::ownership`).
+//! ownership proof stays in `crate::decisions::ownership`).
 
 pub mod drain;
 pub mod expiration;

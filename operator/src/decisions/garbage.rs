@@ -6,18 +6,19 @@
 //! never answer "collect" unless the cluster is connected and synced ([`ClusterView::may_collect`]).
 //! Missing data is never evidence of absence: every "unknown" answer keeps the object.
 
-pub mod sweep;
-
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::ownership::{Ownership, prove};
+use crate::decisions::ownership::{Ownership, prove};
 use crds::nodegroup::NodeGroup;
 
 /// Minimum age before anything is collected: a group in its first upstream reconcile, or a claim
 /// that was just launched, is not yet evidence of a leak.
 pub const MIN_AGE: Duration = Duration::from_secs(120);
+
+/// Default period of the safety sweep that looks for leaks the watches did not show.
+pub const SWEEP_PERIOD: Duration = Duration::from_secs(120);
 
 /// What the caller knows about the cluster when a sweep starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,7 +157,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use crate::ownership::ClaimIdentity;
+    use crate::decisions::ownership::ClaimIdentity;
     use crds::nodegroup::NodeGroupSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use kube::api::ObjectMeta;

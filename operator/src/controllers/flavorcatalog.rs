@@ -18,9 +18,9 @@ use kube::{
 use serde_json::json;
 
 use crate::{
-    conditions::{self, FALSE, TRUE},
-    hub::Hub,
-    metrics::CatalogLabels,
+    decisions::conditions::{self, FALSE, TRUE},
+    infra::hub::Hub,
+    infra::metrics::CatalogLabels,
 };
 use crds::{
     FlavorCatalog,
@@ -31,7 +31,7 @@ pub const READY: &str = "Ready";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API error: {}", crate::apierror::plain(.0))]
+    #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
     Kube(#[from] kube::Error),
 }
 

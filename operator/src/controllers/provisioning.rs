@@ -23,11 +23,11 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    batcher::Batcher,
-    conditions,
-    hub::Hub,
-    metrics::{ClusterLabels, PoolReasonLabels},
-    registry::{ClusterKey, Connection},
+    decisions::batcher::Batcher,
+    decisions::conditions,
+    infra::hub::Hub,
+    infra::metrics::{ClusterLabels, PoolReasonLabels},
+    infra::registry::{ClusterKey, Connection},
 };
 use crds::{CleverNodeClass, FlavorCatalog, NodeClaim, NodePool, labels, quantity::Resources};
 use k8s_openapi::api::core::v1::Node;
@@ -40,7 +40,7 @@ use scheduling::{
 /// Errors of one round; logged, and the next window retries.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API error: {}", crate::apierror::plain(.0))]
+    #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
     Kube(#[from] kube::Error),
     #[error("building a NodeClaim: {0}")]
     Build(String),
@@ -190,8 +190,8 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
             ..Default::default()
         };
         let note = format!("karpenter-hub cannot provision a node for this pod: {}", u.reason);
-        let ev = crate::hub::event(true, "FailedScheduling", "Provision", note);
-        if hub.workload_event(&conn.client, &reference, ev, crate::hub::EVENT_DEDUPE).await {
+        let ev = crate::infra::hub::event(true, "FailedScheduling", "Provision", note);
+        if hub.workload_event(&conn.client, &reference, ev, crate::infra::hub::EVENT_DEDUPE).await {
             tracing::info!(cluster = %key, pod = %pod.key(), reason = %u.reason, "pod cannot be scheduled");
         }
     }

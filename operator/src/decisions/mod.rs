@@ -1,0 +1,11 @@
+//! Pure decisions: plain data in, a decision out. No I/O, no clock (time is an argument), no
+//! logging, so every transition is a table test. They depend on nothing else in this crate.
+
+pub mod batcher;
+pub mod capacity;
+pub mod conditions;
+pub mod garbage;
+pub mod launch;
+pub mod node_registration;
+pub mod ownership;
+pub mod termination;
