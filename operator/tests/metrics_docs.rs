@@ -236,6 +236,13 @@ fn ident_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == ':'
 }
 
+/// Whether `by (` or `without (` starts at `at` (an aggregation written `sum by (x) (...)`).
+fn followed_by_grouping(chars: &[char], at: usize) -> bool {
+    let rest: String = chars[at.min(chars.len())..].iter().take(16).collect();
+    let word: String = rest.chars().take_while(|c| ident_char(*c)).collect();
+    matches!(word.as_str(), "by" | "without") && rest[word.len()..].trim_start().starts_with('(')
+}
+
 /// A small PromQL reader, enough for dashboards: strings, durations and template variables are
 /// skipped; an identifier followed by `(` is a function or aggregation; one after a grouping
 /// keyword opens a label list; any other identifier is a metric name, whose `{...}` holds label
@@ -344,8 +351,8 @@ fn promql_uses(expr: &str) -> Result<Uses, String> {
                     }
                     i = close + 1;
                 }
-            } else if next < chars.len() && chars[next] == '(' {
-                last_metric = None; // a function or an aggregation
+            } else if (next < chars.len() && chars[next] == '(') || followed_by_grouping(&chars, next) {
+                last_metric = None; // a function, or an aggregation (`sum by (x) (...)` too)
             } else {
                 uses.metrics.insert(word.clone());
                 last_metric = Some(word);
@@ -372,13 +379,17 @@ fn exported_series() -> BTreeMap<String, BTreeSet<String>> {
     out
 }
 
-/// Every panel (rows' nested panels included) as `(title, its PromQL expressions)`.
+/// Every panel that queries (rows' nested panels included; text panels left out) as `(title, its
+/// PromQL expressions)`.
 fn panels(dashboard: &serde_json::Value) -> Vec<(String, Vec<String>)> {
     fn walk(panels: &serde_json::Value, out: &mut Vec<(String, Vec<String>)>) {
         for p in panels.as_array().into_iter().flatten() {
             if p["type"] == "row" {
                 walk(&p["panels"], out);
                 continue;
+            }
+            if p["type"] == "text" {
+                continue; // prose, no query
             }
             let title = p["title"].as_str().unwrap_or("(untitled)").to_string();
             let exprs = p["targets"]
@@ -419,7 +430,7 @@ fn expr_problems(title: &str, expr: &str, exported: &BTreeMap<String, BTreeSet<S
                         problems.push(format!("panel {title:?}: {m} has no label {l:?} (its labels: {labels:?})"));
                     }
                 }
-                if !uses.selector_labels.get(m).is_some_and(|s| s.contains("cluster")) {
+                if labels.contains("cluster") && !uses.selector_labels.get(m).is_some_and(|s| s.contains("cluster")) {
                     problems.push(format!(
                         "panel {title:?}: {m} is not filtered by cluster: write {m}{{cluster=~\"$cluster\"}}"
                     ));
@@ -490,6 +501,9 @@ fn the_dashboard_check_refuses_unknown_series_unknown_labels_and_unfiltered_quer
     assert!(expr_problems("t", bad_label, &exported)[0].contains("has no label \"zone\""));
     let unfiltered = "sum(karpenter_hub_cluster_connected)";
     assert!(expr_problems("t", unfiltered, &exported)[0].contains("is not filtered by cluster"));
+    // A series without a cluster label (catalogues are per namespace) needs no cluster filter.
+    let catalogues = "sum(karpenter_hub_instancetype_flavors_config_invalid) or vector(0)";
+    assert_eq!(expr_problems("t", catalogues, &exported), Vec::<String>::new());
     let bad_group = r#"sum by (instance_type) (karpenter_nodes_created_total{cluster=~"$cluster"})"#;
     assert!(expr_problems("t", bad_group, &exported)[0].contains("groups by \"instance_type\""));
 }
