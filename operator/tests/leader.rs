@@ -5,11 +5,17 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Namespace};
+use k8s_openapi::{
+    api::{coordination::v1::Lease, core::v1::Namespace},
+    jiff::SignedDuration,
+};
 use kube::{Api, Client, api::PostParams};
 use operator::infra::leader::{Elector, Timings};
 use sim::apiserver::{ApiServer, ApiServerConfig};
 use tokio_util::sync::CancellationToken;
+
+mod common;
+use common::wait_for;
 
 const FAST: Timings = Timings {
     lease_duration: Duration::from_secs(2),
@@ -17,13 +23,12 @@ const FAST: Timings = Timings {
     retry_period: Duration::from_millis(200),
 };
 
+async fn lease(client: &Client, ns: &str) -> Option<Lease> {
+    Api::<Lease>::namespaced(client.clone(), ns).get_opt("karpenter-hub-default").await.unwrap()
+}
+
 async fn holder(client: &Client, ns: &str) -> Option<String> {
-    Api::<Lease>::namespaced(client.clone(), ns)
-        .get_opt("karpenter-hub-default")
-        .await
-        .unwrap()
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity)
+    lease(client, ns).await.and_then(|l| l.spec).and_then(|s| s.holder_identity)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,7 +67,18 @@ async fn one_leader_at_a_time_and_a_standby_takes_over(client: Client, ns: &str)
         let (b, lost, stop) = (b.clone(), b_lost.clone(), b_stop.clone());
         async move { b.keep(lost, stop).await }
     });
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Waited for: B's renewals carrying the Lease past the point where, unrenewed since B took
+    // it, it would have expired (acquireTime + leaseDuration); A is then refused on a Lease that
+    // only B's renewals keep alive.
+    let renewed_past_expiry = || async {
+        let spec = lease(&client, ns).await.and_then(|l| l.spec);
+        spec.is_some_and(|s| {
+            let (Some(acquired), Some(renewed)) = (s.acquire_time, s.renew_time) else { return false };
+            s.holder_identity.as_deref() == Some("b")
+                && renewed.0.duration_since(acquired.0) > SignedDuration::try_from(FAST.lease_duration).unwrap()
+        })
+    };
+    wait_for("B renewing past one lease duration", Duration::from_secs(10), renewed_past_expiry).await;
     assert!(!a.try_hold().await.unwrap(), "B renews, so the Lease never expires");
     assert!(!b_lost.is_cancelled());
 

@@ -14,17 +14,143 @@ use serde_json::Value;
 
 pub const EXAMPLE: &str = include_str!("../../../examples/general-purpose.yaml");
 
+/// How often the waiting helpers look again.
+const POLL: Duration = Duration::from_millis(200);
+
 /// Poll `check` every 200 ms until it holds; panic naming `what` after `timeout`.
-pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
+pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    assert!(poll_until(timeout, check).await, "timed out waiting for {what}");
+}
+
+/// Poll `check` every 200 ms until it holds (`true`) or `timeout` has passed (`false`), for callers
+/// that fail with a message of their own.
+pub async fn poll_until<F, Fut>(timeout: Duration, mut check: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
     let deadline = tokio::time::Instant::now() + timeout;
     while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(POLL).await;
     }
+    true
+}
+
+/// Wait for quiet, then return what `watched` shows: quiet is `watched` (write counters, resource
+/// versions) unchanged while the hub was observably at work — `progress` (a count of its rounds,
+/// probes or reads) advanced by `steps` since the last change. A change restarts the count, so a
+/// busy hub is waited for, not judged mid-way; the caller then asserts its negative (also on
+/// cumulative counters, which a change that came and went still shows). Panics after `timeout`.
+pub async fn wait_quiet_over<T, W, WFut, P, PFut>(
+    what: &str,
+    timeout: Duration,
+    steps: u64,
+    watched: W,
+    mut progress: P,
+) -> T
+where
+    T: PartialEq + std::fmt::Debug,
+    W: FnMut() -> WFut,
+    WFut: std::future::Future<Output = T>,
+    P: FnMut() -> PFut,
+    PFut: std::future::Future<Output = u64>,
+{
+    settle(what, timeout, watched, &mut progress, |_, advanced| advanced >= steps).await
+}
+
+/// Wait for quiet where the hub's work shows no count (nothing is pending, it only reacts to
+/// changes): quiet is `watched` unchanged for `window`. The caller first waits for what the hub
+/// writes once it has processed the trigger (a condition, an event, pods Running).
+pub async fn wait_quiet<T, W, WFut>(what: &str, timeout: Duration, window: Duration, watched: W) -> T
+where
+    T: PartialEq + std::fmt::Debug,
+    W: FnMut() -> WFut,
+    WFut: std::future::Future<Output = T>,
+{
+    settle(what, timeout, watched, &mut || async { 0 }, |quiet_for, _| quiet_for >= window).await
+}
+
+async fn settle<T, W, WFut, P, PFut>(
+    what: &str,
+    timeout: Duration,
+    mut watched: W,
+    progress: &mut P,
+    quiet_enough: impl Fn(Duration, u64) -> bool,
+) -> T
+where
+    T: PartialEq + std::fmt::Debug,
+    W: FnMut() -> WFut,
+    WFut: std::future::Future<Output = T>,
+    P: FnMut() -> PFut,
+    PFut: std::future::Future<Output = u64>,
+{
+    let start = tokio::time::Instant::now();
+    let (mut last, mut since, mut base) = (watched().await, start, progress().await);
+    let mut changes = 0;
+    loop {
+        tokio::time::sleep(POLL).await;
+        let (now, at) = (watched().await, progress().await);
+        let t = tokio::time::Instant::now();
+        if now != last {
+            (last, since, base) = (now, t, at);
+            changes += 1;
+        } else if quiet_enough(t - since, at.saturating_sub(base)) {
+            return last;
+        }
+        assert!(
+            t - start < timeout,
+            "{what}: not quiet within {timeout:?} ({changes} changes; quiet for {:?}, progress +{} since): {last:?}",
+            t - since,
+            at.saturating_sub(base)
+        );
+    }
+}
+
+/// The value of the sample `name` with (at least) these labels in the hub's metrics, summed over
+/// the series that match; 0 when there is none.
+pub fn metric(world: &World, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let text = world.metrics.render();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (n, rest) = series.split_once('{').unwrap_or((series, "}"));
+            let pairs = rest.strip_suffix('}')?;
+            let matches =
+                n == name && labels.iter().all(|(k, v)| pairs.split(',').any(|p| p == format!("{k}=\"{v}\"")));
+            if matches { value.parse::<f64>().ok() } else { None }
+        })
+        .sum()
+}
+
+/// Provisioning rounds the hub has run for cluster `i` (each observes the scheduling duration;
+/// a round runs about every 1.25 s while a pod is pending and the cluster is not backing off).
+pub fn rounds(world: &World, i: usize) -> u64 {
+    let c = &world.clusters[i];
+    let cluster = format!("{}/{}", c.namespace, c.name);
+    metric(world, "karpenter_provisioner_scheduling_duration_seconds_count", &[("cluster", &cluster)]) as u64
+}
+
+/// Writes (create, update, patch, delete) `server` has answered on each of `resources`, by (verb,
+/// resource): a change that came and went still shows here.
+pub fn writes(server: &sim::apiserver::ApiServer, resources: &[&str]) -> Vec<(String, String, u64)> {
+    server
+        .requests()
+        .snapshot()
+        .into_iter()
+        .filter(|((verb, resource), _)| {
+            ["create", "update", "patch", "delete", "deletecollection"].contains(&verb.as_str())
+                && resources.contains(&resource.as_str())
+        })
+        .map(|((verb, resource), n)| (verb, resource, n))
+        .collect()
 }
 
 /// Apply `examples/general-purpose.yaml` in cluster `i`'s namespace, its NodePool pointed at it.
