@@ -9,7 +9,10 @@ use kube::{Api, ResourceExt, api::ListParams};
 use operator::commands::sandbox::world::{World, quick_cke, scale};
 
 mod common;
-use common::{apply_example, running, wait_for};
+use common::{apply_example, running, wait_for, wait_quiet, writes};
+
+/// How long writes must have stopped to call the world quiet where the hub's work shows no count.
+const QUIET: Duration = Duration::from_secs(2);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_clusters_get_the_cheapest_fitting_nodes_and_one_nodegroup_per_claim() {
@@ -141,6 +144,13 @@ async fn removing_the_kubeconfig_secret_stops_the_cluster_but_deletes_nothing() 
     world.start_hub();
     scale(&world, 0, 1, "500m", "1Gi").await.unwrap();
     wait_for("pod running", Duration::from_secs(60), || async { running(&world, 0).await == 1 }).await;
+    let deletes = || {
+        (
+            world.mgmt.requests().count("delete", "nodeclaims"),
+            world.clusters[0].server.requests().count("delete", "nodegroups"),
+        )
+    };
+    let before = deletes();
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(world.mgmt.client(), "team-a");
     secrets.delete("alpha-kubeconfig", &Default::default()).await.unwrap();
     let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), "team-a");
@@ -152,8 +162,14 @@ async fn removing_the_kubeconfig_secret_stops_the_cluster_but_deletes_nothing() 
         })
     })
     .await;
-    // No mass deletion because a Secret vanished: the claim and its NodeGroup stay.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // No mass deletion because a Secret vanished: the claim and its NodeGroup stay. Quiet here: no
+    // write to NodeClaims (management) or NodeGroups (workload) for 2 s after the hub reported the
+    // Secret missing (it has dropped the cluster by then; nothing it does is pending a count).
+    wait_quiet("NodeClaim and NodeGroup writes after the Secret went", Duration::from_secs(30), QUIET, || async {
+        (writes(&world.mgmt, &["nodeclaims"]), writes(&world.clusters[0].server, &["nodegroups"]))
+    })
+    .await;
+    assert_eq!(deletes(), before, "deletes of (NodeClaims, NodeGroups) after the Secret went");
     let claims =
         Api::<NodeClaim>::namespaced(world.mgmt.client(), "team-a").list(&ListParams::default()).await.unwrap();
     let groups = Api::<NodeGroup>::all(world.clusters[0].client()).list(&ListParams::default()).await.unwrap();
