@@ -1,0 +1,814 @@
+//! The Helm charts (charts/karpenter-hub-crds, charts/karpenter-hub) and the Dockerfile, checked
+//! with a real `helm` (named by KARPENTER_HUB_HELM; `.ci/run` installs it) and a real API server
+//! (envtest): lint and render on the default values and every file under charts/karpenter-hub/ci/,
+//! what each value changes in the output, values the schema refuses and with which message, the
+//! CRD chart against `karpenter-hub crds`, and the rendered objects accepted by a kube-apiserver.
+//!
+//! Without KARPENTER_HUB_HELM a helm test says it skipped; with KARPENTER_HUB_REQUIRE_ENVTEST=1
+//! (CI) it fails instead, as the envtest tier does.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    collections::BTreeSet,
+    io::Write as _,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, Client,
+    api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams, ValidationDirective},
+    discovery::{Discovery, Scope},
+};
+use serde_json::{Value, json};
+
+const HELM_ENV: &str = "KARPENTER_HUB_HELM";
+const RELEASE: &str = "karpenter-hub";
+const NAMESPACE: &str = "karpenter-hub";
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn chart() -> PathBuf {
+    repo().join("charts/karpenter-hub")
+}
+
+fn crds_chart() -> PathBuf {
+    repo().join("charts/karpenter-hub-crds")
+}
+
+/// The helm binary, or None after saying why this test skipped (a failure where the environment
+/// demands the real tiers, as envtest's skip does).
+fn helm() -> Option<PathBuf> {
+    let test = envtest::current_test();
+    match std::env::var_os(HELM_ENV).filter(|v| !v.is_empty()) {
+        Some(path) => {
+            let path = PathBuf::from(path);
+            assert!(path.is_file(), "{test}: {HELM_ENV}={} is not a file", path.display());
+            Some(path)
+        }
+        None => {
+            let why = format!(
+                "{HELM_ENV} is not set: point it at a helm v4 binary (`.ci/run` installs one into target/helm-bin, see docs/install.md)"
+            );
+            assert!(!envtest::required(), "{test}: no helm: {why}");
+            // Straight to the process's stderr, past libtest's capture, so the skip is seen.
+            let _ = writeln!(std::io::stderr().lock(), "test {test} ... skipped without helm: {why}");
+            None
+        }
+    }
+}
+
+macro_rules! helm_or_skip {
+    () => {
+        match helm() {
+            Some(h) => h,
+            None => return,
+        }
+    };
+}
+
+/// `helm <args>`: (success, stdout, stderr).
+fn run_helm(helm: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(helm)
+        .args(args)
+        // No kubeconfig of the person running the tests is read or contacted.
+        .env("KUBECONFIG", "/nonexistent/karpenter-hub-charts-test")
+        .env("HELM_CACHE_HOME", repo().join("target/helm-home/cache"))
+        .env("HELM_CONFIG_HOME", repo().join("target/helm-home/config"))
+        .env("HELM_DATA_HOME", repo().join("target/helm-home/data"))
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", helm.display()));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The value files under charts/karpenter-hub/ci/, sorted.
+fn ci_values() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(chart().join("ci"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 6, "charts/karpenter-hub/ci/ should hold the value sets CI renders: {files:?}");
+    files
+}
+
+fn ci_file(name: &str) -> PathBuf {
+    chart().join("ci").join(name)
+}
+
+/// The objects `helm template` renders.
+struct Rendered {
+    docs: Vec<Value>,
+}
+
+impl Rendered {
+    fn all(&self, kind: &str) -> Vec<&Value> {
+        self.docs.iter().filter(|d| d["kind"] == kind).collect()
+    }
+
+    fn find(&self, kind: &str, name: &str) -> Option<&Value> {
+        self.docs.iter().find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+    }
+
+    fn get(&self, kind: &str, name: &str) -> &Value {
+        self.find(kind, name).unwrap_or_else(|| {
+            let present: Vec<String> =
+                self.docs.iter().map(|d| format!("{}/{}", d["kind"], d["metadata"]["name"])).collect();
+            panic!("no {kind} {name} rendered; rendered: {present:?}")
+        })
+    }
+}
+
+fn parse(yaml: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(yaml)
+        .unwrap_or_else(|e| panic!("helm printed invalid YAML: {e}\n{yaml}"))
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// `helm template` of the karpenter-hub chart as release karpenter-hub in namespace karpenter-hub.
+fn template(helm: &Path, values: Option<&Path>, sets: &[&str]) -> Result<Rendered, String> {
+    let chart = chart();
+    let mut args = vec!["template", RELEASE, chart.to_str().unwrap(), "--namespace", NAMESPACE];
+    if let Some(v) = values {
+        args.extend(["--values", v.to_str().unwrap()]);
+    }
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let (ok, stdout, stderr) = run_helm(helm, &args);
+    if ok { Ok(Rendered { docs: parse(&stdout) }) } else { Err(stderr) }
+}
+
+fn render(helm: &Path, values: Option<&Path>) -> Rendered {
+    template(helm, values, &[]).unwrap_or_else(|e| panic!("helm template with {values:?} failed: {e}"))
+}
+
+fn pod_spec(deployment: &Value) -> &Value {
+    &deployment["spec"]["template"]["spec"]
+}
+
+fn container(deployment: &Value) -> &Value {
+    &pod_spec(deployment)["containers"][0]
+}
+
+fn args(deployment: &Value) -> Vec<String> {
+    container(deployment)["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect()
+}
+
+fn env(deployment: &Value, name: &str) -> Option<String> {
+    container(deployment)["env"].as_array()?.iter().find(|e| e["name"] == name)?["value"].as_str().map(String::from)
+}
+
+fn labels_match(selector: &Value, labels: &Value) -> bool {
+    selector.as_object().unwrap().iter().all(|(k, v)| &labels[k] == v)
+}
+
+/// Documents of a file of the repository (config/...), by kind and name.
+fn config_doc(path: &str, kind: &str, name: &str) -> Value {
+    let text = std::fs::read_to_string(repo().join(path)).unwrap();
+    parse(&text)
+        .into_iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("{path} has no {kind} {name}"))
+}
+
+/// What every rendering must hold, whatever the values: hardened pods, references that resolve
+/// within the release, a namespace on every namespaced object.
+fn check_invariants(what: &str, r: &Rendered) {
+    let cluster_scoped = ["ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration"];
+    for d in &r.docs {
+        let ns = &d["metadata"]["namespace"];
+        let kind = d["kind"].as_str().unwrap();
+        assert_eq!(
+            ns.is_string(),
+            !cluster_scoped.contains(&kind),
+            "{what}: {kind} {} namespace {ns}",
+            d["metadata"]["name"]
+        );
+        assert_eq!(d["metadata"]["labels"]["app.kubernetes.io/instance"], RELEASE, "{what}: {kind} is not labelled");
+    }
+    let service_accounts: BTreeSet<&str> =
+        r.all("ServiceAccount").iter().map(|s| s["metadata"]["name"].as_str().unwrap()).collect();
+    for d in r.all("Deployment") {
+        let name = &d["metadata"]["name"];
+        let pod = pod_spec(d);
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{what}: {name} may run as root");
+        let sa = pod["serviceAccountName"].as_str().unwrap();
+        assert!(service_accounts.contains(sa), "{what}: {name} runs as {sa}, which the chart does not create");
+        assert!(labels_match(&d["spec"]["selector"]["matchLabels"], &d["spec"]["template"]["metadata"]["labels"]));
+        for c in pod["containers"].as_array().unwrap() {
+            let sc = &c["securityContext"];
+            assert_eq!(sc["readOnlyRootFilesystem"], true, "{what}: {name}");
+            assert_eq!(sc["allowPrivilegeEscalation"], false, "{what}: {name}");
+            assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]), "{what}: {name}");
+            assert!(c["resources"]["requests"]["memory"].is_string(), "{what}: {name} requests no memory");
+        }
+    }
+    // Selectors of Services and PDBs pick the pods of exactly one Deployment.
+    for s in r.all("Service").into_iter().chain(r.all("PodDisruptionBudget")) {
+        let selector = s["spec"]["selector"].get("matchLabels").unwrap_or(&s["spec"]["selector"]);
+        let picked: Vec<_> = r
+            .all("Deployment")
+            .into_iter()
+            .filter(|d| labels_match(selector, &d["spec"]["template"]["metadata"]["labels"]))
+            .collect();
+        assert_eq!(
+            picked.len(),
+            1,
+            "{what}: {} {} selects {} Deployments",
+            s["kind"],
+            s["metadata"]["name"],
+            picked.len()
+        );
+    }
+    // Bindings name roles and ServiceAccounts of the release.
+    for b in r.all("ClusterRoleBinding").into_iter().chain(r.all("RoleBinding")) {
+        let role = &b["roleRef"];
+        assert!(r.find(role["kind"].as_str().unwrap(), role["name"].as_str().unwrap()).is_some(), "{what}: {role}");
+        for s in b["subjects"].as_array().unwrap() {
+            assert!(service_accounts.contains(s["name"].as_str().unwrap()), "{what}: {s}");
+            assert_eq!(s["namespace"], NAMESPACE);
+        }
+    }
+    // The webhook configuration calls a Service of the release on 443, which reaches the HTTPS port.
+    for vwc in r.all("ValidatingWebhookConfiguration") {
+        for w in vwc["webhooks"].as_array().unwrap() {
+            let svc = &w["clientConfig"]["service"];
+            let service = r.get("Service", svc["name"].as_str().unwrap());
+            assert_eq!(svc["namespace"], NAMESPACE);
+            let port = service["spec"]["ports"].as_array().unwrap().iter().find(|p| p["port"] == svc["port"]).unwrap();
+            assert_eq!(port["targetPort"], "https", "{what}");
+        }
+    }
+}
+
+#[test]
+fn crds_chart_holds_exactly_what_karpenter_hub_crds_prints() {
+    let path = crds_chart().join("templates/crds.yaml");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == crds::crd::render_all().unwrap(),
+        "{} differs from the generator: run `cargo run -p operator -- crds > charts/karpenter-hub-crds/templates/crds.yaml` and commit the result",
+        path.display()
+    );
+    let templates: Vec<_> =
+        std::fs::read_dir(crds_chart().join("templates")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(templates, ["crds.yaml"], "only the generated file belongs in the CRD chart's templates");
+
+    let helm = helm_or_skip!();
+    let (ok, out, err) = run_helm(&helm, &["lint", "--strict", crds_chart().to_str().unwrap()]);
+    assert!(ok, "helm lint karpenter-hub-crds: {out}{err}");
+    let (ok, out, err) = run_helm(&helm, &["template", "karpenter-hub-crds", crds_chart().to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let rendered: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&out).unwrap();
+    let generated: Vec<_> = crds::crd::hub_crds().into_iter().map(|f| f.crd).collect();
+    assert_eq!(rendered, generated, "helm renders the CRDs as generated");
+    // The chart has no settings, and says so rather than ignoring one.
+    let (ok, _, err) = run_helm(&helm, &["template", "x", crds_chart().to_str().unwrap(), "--set", "install=false"]);
+    assert!(!ok && err.contains("install"), "{err}");
+}
+
+#[test]
+fn chart_lints_and_renders_on_the_default_values_and_every_ci_values_file() {
+    let helm = helm_or_skip!();
+    let chart = chart();
+    let mut sets: Vec<Option<PathBuf>> = vec![None];
+    sets.extend(ci_values().into_iter().map(Some));
+    for values in &sets {
+        let mut lint = vec!["lint", "--strict", chart.to_str().unwrap(), "--namespace", NAMESPACE];
+        if let Some(v) = values {
+            lint.extend(["--values", v.to_str().unwrap()]);
+        }
+        let (ok, out, err) = run_helm(&helm, &lint);
+        assert!(ok, "helm lint with {values:?}: {out}{err}");
+        let r = render(&helm, values.as_deref());
+        check_invariants(&format!("{values:?}"), &r);
+    }
+}
+
+#[test]
+fn default_values_deploy_what_config_describes_with_leader_election_and_the_release_image() {
+    let helm = helm_or_skip!();
+    let r = render(&helm, None);
+    let hub = r.get("Deployment", "karpenter-hub");
+    assert_eq!(hub["spec"]["replicas"], 2);
+    let a = args(hub);
+    for expected in [
+        "run",
+        "--hub-id=default",
+        "--leader-elect=true",
+        "--leader-election-namespace=karpenter-hub",
+        "--metrics-addr=0.0.0.0:8080",
+        "--log-format=json",
+        "--probe-interval-seconds=10",
+        "--flavor-cooldown-seconds=180",
+    ] {
+        assert!(a.contains(&expected.to_string()), "hub args {a:?} lack {expected}");
+    }
+    assert!(!a.iter().any(|x| x.starts_with("--namespace") || x.starts_with("--allow-insecure")), "{a:?}");
+    assert_eq!(env(hub, "RUST_LOG").as_deref(), Some("info,kube=warn,tower=warn,hyper=warn"));
+    let image = format!("ghcr.io/clever-karpenter-hub/karpenter-hub:v{VERSION}");
+    assert_eq!(container(hub)["image"], image.as_str());
+    assert_eq!(container(hub)["command"], json!(["/usr/local/bin/karpenter-hub"]));
+    let webhook = r.get("Deployment", "karpenter-hub-webhook");
+    assert_eq!(container(webhook)["image"], image.as_str(), "one image holds both binaries");
+    assert_eq!(container(webhook)["command"], json!(["/usr/local/bin/karpenter-hub-webhook"]));
+    // The webhook runs with the flags of config/webhook/deployment.yaml (the defaults).
+    let wa = args(webhook);
+    let configured = config_doc("config/webhook/deployment.yaml", "Deployment", "karpenter-hub-webhook");
+    for arg in args(&configured) {
+        assert!(wa.contains(&arg), "webhook args {wa:?} lack {arg} of config/webhook/deployment.yaml");
+    }
+    assert_eq!(
+        pod_spec(webhook)["volumes"][0]["secret"]["secretName"],
+        pod_spec(&configured)["volumes"][0]["secret"]["secretName"]
+    );
+
+    // RBAC: the same rules as config/hub/rbac.yaml and config/webhook/rbac.yaml.
+    for (file, kind, name) in [
+        ("config/hub/rbac.yaml", "ClusterRole", "karpenter-hub"),
+        ("config/hub/rbac.yaml", "ClusterRole", "karpenter-hub-kubeconfigs"),
+        ("config/hub/rbac.yaml", "Role", "karpenter-hub-leader-election"),
+        ("config/webhook/rbac.yaml", "ClusterRole", "karpenter-hub-webhook"),
+    ] {
+        assert_eq!(
+            r.get(kind, name)["rules"],
+            config_doc(file, kind, name)["rules"],
+            "{kind} {name} differs from {file}"
+        );
+    }
+    assert_eq!(r.get("Role", "karpenter-hub-leader-election")["metadata"]["namespace"], NAMESPACE);
+    assert!(
+        r.find("ClusterRoleBinding", "karpenter-hub-kubeconfigs").is_some(),
+        "all namespaces: Secrets read cluster-wide"
+    );
+
+    // The webhook configuration is config/webhook's, rules, selectors and conditions included.
+    let vwc = r.get("ValidatingWebhookConfiguration", "karpenter-hub-webhook");
+    let configured = config_doc(
+        "config/webhook/validating-webhook-configuration.yaml",
+        "ValidatingWebhookConfiguration",
+        "karpenter-hub-webhook",
+    );
+    assert_eq!(vwc["webhooks"], configured["webhooks"]);
+    assert_eq!(vwc["metadata"]["annotations"], configured["metadata"]["annotations"]);
+    // cert-manager by default: the self-signed Issuer and the Certificate of config/webhook.
+    for kind in ["Issuer", "Certificate"] {
+        let configured = config_doc("config/webhook/certificate.yaml", kind, "karpenter-hub-webhook");
+        assert_eq!(r.get(kind, "karpenter-hub-webhook")["spec"], configured["spec"], "{kind}");
+    }
+    assert_eq!(r.get("PodDisruptionBudget", "karpenter-hub-webhook")["spec"]["maxUnavailable"], 1);
+    assert!(r.all("ServiceMonitor").is_empty(), "no ServiceMonitor unless asked");
+    // No budget for the hub: only its leader is Ready, so one would block the leader's node drain.
+    assert!(r.find("PodDisruptionBudget", "karpenter-hub").is_none());
+    let metrics = r.get("Service", "karpenter-hub-metrics");
+    assert_eq!(metrics["spec"]["ports"][0]["port"], 8080);
+    assert_eq!(metrics["spec"]["publishNotReadyAddresses"], true, "standbys are scraped too");
+    assert!(labels_match(&metrics["spec"]["selector"], &hub["spec"]["template"]["metadata"]["labels"]));
+    assert!(!labels_match(&metrics["spec"]["selector"], &webhook["spec"]["template"]["metadata"]["labels"]));
+    assert_eq!(pod_spec(hub)["topologySpreadConstraints"][0]["topologyKey"], "kubernetes.io/hostname");
+}
+
+#[test]
+fn each_ci_values_file_changes_what_it_sets() {
+    let helm = helm_or_skip!();
+    let default = render(&helm, None);
+    let default_hub_args = args(default.get("Deployment", "karpenter-hub"));
+    let default_webhook_args = args(default.get("Deployment", "karpenter-hub-webhook"));
+    let mut checked = BTreeSet::new();
+    let mut file = |name: &str| {
+        checked.insert(name.to_string());
+        render(&helm, Some(&ci_file(name)))
+    };
+
+    // A ClusterIssuer of the user's instead of the self-signed Issuer.
+    let r = file("cert-manager-issuer-values.yaml");
+    assert!(r.all("Issuer").is_empty());
+    let cert = &r.get("Certificate", "karpenter-hub-webhook")["spec"];
+    assert_eq!(cert["issuerRef"], json!({"kind": "ClusterIssuer", "name": "corporate-ca"}));
+    assert_eq!(cert["duration"], "720h");
+    assert_eq!(cert["renewBefore"], "240h");
+    assert!(
+        cert["dnsNames"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("karpenter-hub-webhook.karpenter-hub.svc.cluster.example"))
+    );
+    let vwc = r.get("ValidatingWebhookConfiguration", "karpenter-hub-webhook");
+    assert_eq!(vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"], "karpenter-hub/karpenter-hub-webhook");
+    assert!(vwc["webhooks"].as_array().unwrap().iter().all(|w| w["clientConfig"].get("caBundle").is_none()));
+
+    // A Secret of the user's: no cert-manager object, the CA given in every webhook.
+    let r = file("user-secret-values.yaml");
+    assert!(r.all("Issuer").is_empty() && r.all("Certificate").is_empty());
+    let values: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(ci_file("user-secret-values.yaml")).unwrap()).unwrap();
+    let ca = &values["webhook"]["certificate"]["secret"]["caBundle"];
+    let vwc = r.get("ValidatingWebhookConfiguration", "karpenter-hub-webhook");
+    assert!(vwc["metadata"].get("annotations").is_none(), "no cert-manager injection: {}", vwc["metadata"]);
+    let webhooks = vwc["webhooks"].as_array().unwrap();
+    assert_eq!(webhooks.len(), 3);
+    for w in webhooks {
+        assert_eq!(&w["clientConfig"]["caBundle"], ca);
+        assert_eq!(w["failurePolicy"], "Ignore");
+        assert_eq!(w["timeoutSeconds"], 10);
+    }
+    let webhook = r.get("Deployment", "karpenter-hub-webhook");
+    assert_eq!(pod_spec(webhook)["volumes"][0]["secret"]["secretName"], "my-webhook-tls");
+
+    // ServiceMonitors: one per component, each selecting its metrics Service's named port.
+    let r = file("servicemonitor-values.yaml");
+    let monitors = r.all("ServiceMonitor");
+    assert_eq!(monitors.len(), 2);
+    for m in monitors {
+        assert_eq!(m["metadata"]["labels"]["release"], "kube-prometheus-stack");
+        let endpoint = &m["spec"]["endpoints"][0];
+        assert_eq!((&endpoint["interval"], &endpoint["scrapeTimeout"]), (&json!("15s"), &json!("5s")));
+        let services: Vec<_> = r
+            .all("Service")
+            .into_iter()
+            .filter(|s| labels_match(&m["spec"]["selector"]["matchLabels"], &s["metadata"]["labels"]))
+            .collect();
+        assert_eq!(services.len(), 1, "{} selects {} Services", m["metadata"]["name"], services.len());
+        assert!(services[0]["spec"]["ports"].as_array().unwrap().iter().any(|p| p["name"] == endpoint["port"]));
+    }
+
+    // Replicas.
+    let r = file("replicas-values.yaml");
+    assert_eq!(r.get("Deployment", "karpenter-hub")["spec"]["replicas"], 3);
+    assert_eq!(r.get("Deployment", "karpenter-hub-webhook")["spec"]["replicas"], 3);
+    assert_eq!(r.get("PodDisruptionBudget", "karpenter-hub-webhook")["spec"]["maxUnavailable"], "33%");
+
+    // Every flag: each changed argument is in the output, and was not there with the defaults.
+    let r = file("custom-flags-values.yaml");
+    let hub = r.get("Deployment", "hub");
+    let hub_args = args(hub);
+    for expected in [
+        "--hub-id=eu-west",
+        "--namespace=fleet",
+        "--allow-insecure-kubeconfig",
+        "--probe-interval-seconds=30",
+        "--flavor-cooldown-seconds=600",
+        "--leader-election-namespace=hub-leases",
+        "--metrics-addr=0.0.0.0:9090",
+        "--log-format=text",
+    ] {
+        assert!(hub_args.contains(&expected.to_string()), "hub args {hub_args:?} lack {expected}");
+        assert!(!default_hub_args.contains(&expected.to_string()), "{expected} is already a default");
+    }
+    assert_eq!(env(hub, "RUST_LOG").as_deref(), Some("info,operator=debug"));
+    assert_eq!(container(hub)["image"], "registry.example/platform/karpenter-hub:v0.1.0-rc.1");
+    assert_eq!(container(hub)["imagePullPolicy"], "Always");
+    assert_eq!(pod_spec(hub)["imagePullSecrets"], json!([{"name": "registry-credentials"}]));
+    assert_eq!(container(hub)["ports"][0]["containerPort"], 9090);
+    assert_eq!(r.get("Service", "hub-metrics")["spec"]["ports"][0]["port"], 9090);
+    assert_eq!(pod_spec(hub)["serviceAccountName"], "hub-operator");
+    assert_eq!(r.get("ServiceAccount", "hub-operator")["metadata"]["annotations"]["example.com/role"], "hub");
+    assert_eq!(hub["spec"]["template"]["metadata"]["annotations"]["example.com/scrape"], "true");
+    assert_eq!(hub["spec"]["template"]["metadata"]["labels"]["tier"], "control");
+    assert_eq!(pod_spec(hub)["terminationGracePeriodSeconds"], 45);
+    assert_eq!(container(hub)["resources"]["limits"]["memory"], "1Gi");
+    // With a watched namespace, kubeconfig Secrets are readable there only; the Lease's Role
+    // follows the Lease.
+    assert!(r.find("ClusterRoleBinding", "hub-kubeconfigs").is_none());
+    assert_eq!(r.get("RoleBinding", "hub-kubeconfigs")["metadata"]["namespace"], "fleet");
+    assert_eq!(r.get("Role", "hub-leader-election")["metadata"]["namespace"], "hub-leases");
+    let webhook = r.get("Deployment", "hub-webhook");
+    let webhook_args = args(webhook);
+    for expected in [
+        "--address=0.0.0.0:10443",
+        "--probe-address=0.0.0.0:10081",
+        "--cert-poll-interval=30s",
+        "--lookups=off",
+        "--lookup-timeout=1s",
+        "--request-timeout=5s",
+        "--shutdown-grace=15s",
+        "--max-body-bytes=1048576",
+        "--log-format=text",
+        "--log=webhook=debug",
+    ] {
+        assert!(webhook_args.contains(&expected.to_string()), "webhook args {webhook_args:?} lack {expected}");
+        assert!(!default_webhook_args.contains(&expected.to_string()), "{expected} is already a default");
+    }
+    assert_eq!(pod_spec(webhook)["terminationGracePeriodSeconds"], 25);
+    let service = r.get("Service", "hub-webhook");
+    assert_eq!(service["spec"]["ports"][1]["port"], 10081);
+    let vwc = r.get("ValidatingWebhookConfiguration", "hub-webhook");
+    assert_eq!(vwc["webhooks"][0]["clientConfig"]["service"]["name"], "hub-webhook");
+    assert!(r.docs.iter().all(|d| d["metadata"]["labels"]["team"] == "platform"), "additionalLabels on every object");
+
+    // Scheduling: node selectors, tolerations, affinity, priority, spread.
+    let r = file("scheduling-values.yaml");
+    let hub = pod_spec(r.get("Deployment", "karpenter-hub"));
+    assert_eq!(hub["nodeSelector"], json!({"node-role.example/system": "true"}));
+    assert_eq!(hub["tolerations"][0]["key"], "dedicated");
+    assert_eq!(
+        hub["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"]
+            [0]["key"],
+        "kubernetes.io/arch"
+    );
+    assert_eq!(hub["priorityClassName"], "system-cluster-critical");
+    assert!(hub.get("topologySpreadConstraints").is_none(), "spreadAcrossNodes: false");
+    let webhook = pod_spec(r.get("Deployment", "karpenter-hub-webhook"));
+    assert_eq!(webhook["tolerations"][0]["operator"], "Exists");
+    let keys: Vec<_> =
+        webhook["topologySpreadConstraints"].as_array().unwrap().iter().map(|t| &t["topologyKey"]).collect();
+    assert_eq!(keys, [&json!("kubernetes.io/hostname"), &json!("topology.kubernetes.io/zone")]);
+    for d in default.all("Deployment") {
+        for key in ["nodeSelector", "tolerations", "affinity", "priorityClassName"] {
+            assert!(pod_spec(d).get(key).is_none(), "default values set {key}");
+        }
+    }
+
+    // One replica without leader election, no webhook.
+    let r = file("single-replica-values.yaml");
+    let hub = r.get("Deployment", "karpenter-hub");
+    assert_eq!(hub["spec"]["replicas"], 1);
+    let a = args(hub);
+    assert!(
+        a.contains(&"--leader-elect=false".to_string())
+            && !a.iter().any(|x| x.starts_with("--leader-election-namespace"))
+    );
+    assert!(r.all("Role").is_empty() && r.all("RoleBinding").is_empty(), "no Lease, no Lease Role");
+    assert!(r.docs.iter().all(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == "hub"), "only hub objects");
+
+    let all: BTreeSet<String> =
+        ci_values().iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(checked, all, "every ci/ values file has its assertions here");
+}
+
+#[test]
+fn wrong_values_are_refused_with_a_message_naming_the_value() {
+    let helm = helm_or_skip!();
+    let ca = {
+        let values: Value =
+            serde_saphyr::from_str(&std::fs::read_to_string(ci_file("user-secret-values.yaml")).unwrap()).unwrap();
+        values["webhook"]["certificate"]["secret"]["caBundle"].as_str().unwrap().to_string()
+    };
+    let secret = "webhook.certificate.mode=secret";
+    // (--set values, what the message must say)
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["hub.replicas=0"], &["/hub/replicas", "minimum"]),
+        (&["hub.hubId=not a label!"], &["/hub/hubId"]),
+        (&["hub.hubId="], &["/hub/hubId"]),
+        (&["logLevel=verbose"], &["/logLevel", "'error', 'warn', 'info', 'debug', 'trace'"]),
+        (&["logFormat=yaml"], &["/logFormat", "'json', 'text'"]),
+        (&["hub.nodeSelectr.a=b"], &["/hub", "'nodeSelectr' not allowed"]),
+        (&["replicas=2"], &["'replicas' not allowed"]),
+        (&["hub.probeIntervalSeconds=0"], &["/hub/probeIntervalSeconds"]),
+        (&["hub.flavorCooldownSeconds=90000"], &["/hub/flavorCooldownSeconds", "maximum"]),
+        (&["hub.metrics.port=70000"], &["/hub/metrics/port"]),
+        (&["hub.watchNamespace=Team_A"], &["/hub/watchNamespace"]),
+        (&["webhook.failurePolicy=Never"], &["/webhook/failurePolicy", "'Fail', 'Ignore'"]),
+        (&["webhook.lookups=false"], &["/webhook/lookups"]),
+        (&["webhook.timeoutSeconds=31"], &["/webhook/timeoutSeconds", "maximum"]),
+        (&["webhook.certPollInterval=10"], &["/webhook/certPollInterval"]),
+        (&["image.digest=sha256:abc"], &["/image/digest"]),
+        (&["webhook.certificate.mode=vault"], &["/webhook/certificate/mode", "'cert-manager', 'secret'"]),
+        (&[secret], &["webhook.certificate.secret.name is empty"]),
+        (
+            &[secret, "webhook.certificate.secret.name=tls"],
+            &["webhook.certificate.secret.caBundle is empty", "base64 -w0"],
+        ),
+        (
+            &[secret, "webhook.certificate.secret.name=tls", "webhook.certificate.secret.caBundle=aGVsbG8="],
+            &["caBundle is not a base64-encoded PEM certificate"],
+        ),
+        (&["hub.leaderElection.enabled=false"], &["hub.replicas is 2 but hub.leaderElection.enabled is false"]),
+    ];
+    for (sets, expected) in cases {
+        match template(&helm, None, sets) {
+            Ok(_) => panic!("--set {sets:?} was accepted"),
+            Err(message) => {
+                for e in *expected {
+                    assert!(message.contains(e), "--set {sets:?}: the message does not say {e:?}:\n{message}");
+                }
+            }
+        }
+    }
+    // The neighbours of those refusals are accepted.
+    let name = "webhook.certificate.secret.name=tls".to_string();
+    let bundle = format!("webhook.certificate.secret.caBundle={ca}");
+    for sets in [
+        vec![secret, name.as_str(), bundle.as_str()],
+        vec!["hub.replicas=1", "hub.leaderElection.enabled=false"],
+        vec!["hub.hubId=team_a.eu-1", "webhook.failurePolicy=Ignore", "webhook.lookups=off", "logLevel=trace"],
+        // A wrong certificate setting does not matter once the webhook is off.
+        vec!["webhook.enabled=false", secret],
+    ] {
+        if let Err(e) = template(&helm, None, &sets) {
+            panic!("--set {sets:?} was refused: {e}");
+        }
+    }
+}
+
+#[test]
+fn notes_tell_how_to_register_a_cluster_with_the_real_flags() {
+    let helm = helm_or_skip!();
+    for (values, namespace) in [(None, "my-team"), (Some(ci_file("custom-flags-values.yaml")), "fleet")] {
+        let chart = chart();
+        let mut a = vec!["install", RELEASE, chart.to_str().unwrap(), "--namespace", NAMESPACE, "--dry-run=client"];
+        if let Some(v) = &values {
+            a.extend(["--values", v.to_str().unwrap()]);
+        }
+        let (ok, out, err) = run_helm(&helm, &a);
+        assert!(ok, "{err}");
+        let notes = out.split("NOTES:").nth(1).unwrap_or_else(|| panic!("no NOTES printed:\n{out}"));
+        assert!(notes.contains(&format!("kubectl create namespace {namespace}")), "{notes}");
+        assert!(notes.contains(&format!("--namespace {namespace}")), "{notes}");
+        // Every flag the NOTES give to `register` is one it has.
+        let help = Command::new(env!("CARGO_BIN_EXE_karpenter-hub")).args(["register", "--help"]).output().unwrap();
+        let help = String::from_utf8_lossy(&help.stdout);
+        let register = notes.split("karpenter-hub register").nth(1).expect("the NOTES show `karpenter-hub register`");
+        let flags: Vec<&str> = register
+            .split_whitespace()
+            .map(|w| w.trim_start_matches('('))
+            .filter(|w| w.starts_with("--"))
+            .map(|w| w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric()))
+            .collect();
+        for required in ["--cluster", "--namespace", "--workload-kubeconfig", "--kubeconfig", "--server"] {
+            assert!(flags.contains(&required), "NOTES do not mention {required}: {notes}");
+        }
+        for flag in flags {
+            assert!(help.contains(&format!("{flag} ")), "NOTES mention {flag}, which `karpenter-hub register` lacks");
+        }
+    }
+}
+
+#[test]
+fn dockerfile_builds_both_binaries_with_the_workspace_rust_for_the_chart_version() {
+    let dockerfile = std::fs::read_to_string(repo().join("Dockerfile")).unwrap();
+    let cargo = std::fs::read_to_string(repo().join("Cargo.toml")).unwrap();
+    let msrv = cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .expect("Cargo.toml has a workspace rust-version");
+    let froms: Vec<&str> = dockerfile.lines().filter(|l| l.starts_with("FROM ")).collect();
+    assert_eq!(froms.len(), 2, "a builder stage and a runtime stage: {froms:?}");
+    assert!(froms[0].contains(&format!("/rust:{msrv}.")), "the builder is not Rust {msrv}: {}", froms[0]);
+    assert!(froms[1].contains("distroless/cc") && froms[1].contains(":nonroot"), "{}", froms[1]);
+    for bin in ["karpenter-hub", "karpenter-hub-webhook"] {
+        assert!(dockerfile.contains(&format!("--bin {bin}")), "{bin} is not built");
+        assert!(dockerfile.contains(&format!("/out/{bin}")), "{bin} is not copied");
+    }
+    assert!(dockerfile.contains("--locked"));
+    assert!(dockerfile.contains("USER 65532:65532"));
+    assert!(dockerfile.contains(&format!("ARG VERSION={VERSION}")), "the version label is not {VERSION}");
+    assert!(dockerfile.contains("org.opencontainers.image.source="));
+    for chart in ["charts/karpenter-hub/Chart.yaml", "charts/karpenter-hub-crds/Chart.yaml"] {
+        let text = std::fs::read_to_string(repo().join(chart)).unwrap();
+        assert!(text.contains(&format!("appVersion: \"{VERSION}\"")), "{chart}: appVersion is not {VERSION}");
+    }
+    // What the build compiles in (include_str!) is not excluded from the build context.
+    let ignore = std::fs::read_to_string(repo().join(".dockerignore")).unwrap();
+    for needed in ["config", "examples", "operator", "webhook", "crds", "scheduling", "sim", "envtest", "Cargo.lock"] {
+        assert!(!ignore.lines().any(|l| l.trim_end_matches('/') == needed), ".dockerignore drops {needed}");
+    }
+    assert!(ignore.lines().any(|l| l == "target/"), "the local target/ must stay out of the context");
+}
+
+/// Minimal CRDs for the kinds of other projects the chart can render (cert-manager's Issuer and
+/// Certificate, the Prometheus Operator's ServiceMonitor): their group, version, kind and scope
+/// are checked by the API server, not their fields.
+fn foreign_crds() -> Vec<CustomResourceDefinition> {
+    [("cert-manager.io", "Issuer", "issuers"), ("cert-manager.io", "Certificate", "certificates"), (
+        "monitoring.coreos.com",
+        "ServiceMonitor",
+        "servicemonitors",
+    )]
+    .into_iter()
+    .map(|(group, kind, plural)| {
+        serde_json::from_value(json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.{group}")},
+            "spec": {
+                "group": group,
+                "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+                "scope": "Namespaced",
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                    "type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+            }
+        }))
+        .unwrap()
+    })
+    .collect()
+}
+
+async fn wait_established(client: &Client, name: &str) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let crd = api.get(name).await.unwrap();
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+        if established {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "CRD {name} not Established within 30 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let ns = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating namespace {name}: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rendered_charts_are_accepted_by_a_real_api_server() {
+    let helm = helm_or_skip!();
+    let cp = envtest::shared_or_skip!("charts");
+    let client = cp.client().await.unwrap();
+
+    // The CRD chart, applied for real, exactly as helm renders it.
+    let (ok, out, err) = run_helm(&helm, &["template", "karpenter-hub-crds", crds_chart().to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let crds: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&out).unwrap();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let apply =
+        PatchParams { field_validation: Some(ValidationDirective::Strict), ..PatchParams::apply("charts-test") };
+    for crd in crds.iter().chain(foreign_crds().iter()) {
+        let name = crd.metadata.name.clone().unwrap();
+        api.patch(&name, &apply, &Patch::Apply(crd)).await.unwrap_or_else(|e| panic!("applying CRD {name}: {e}"));
+    }
+    for crd in crds.iter().chain(foreign_crds().iter()) {
+        wait_established(&client, crd.metadata.name.as_deref().unwrap()).await;
+    }
+    assert_eq!(crds.len(), 4);
+
+    // Namespaces the value sets name: the release's, the watched one and the Lease's.
+    for ns in [NAMESPACE, "fleet", "hub-leases"] {
+        create_namespace(&client, ns).await;
+    }
+    let discovery = Discovery::new(client.clone()).run().await.unwrap();
+    let dry_run = PatchParams {
+        dry_run: true,
+        field_validation: Some(ValidationDirective::Strict),
+        ..PatchParams::apply("charts-test")
+    };
+    let mut sets: Vec<Option<PathBuf>> = vec![None];
+    sets.extend(ci_values().into_iter().map(Some));
+    let mut accepted = 0;
+    for values in &sets {
+        let r = render(&helm, values.as_deref());
+        for doc in &r.docs {
+            let (group, version) = match doc["apiVersion"].as_str().unwrap().split_once('/') {
+                Some((g, v)) => (g, v),
+                None => ("", doc["apiVersion"].as_str().unwrap()),
+            };
+            let kind = doc["kind"].as_str().unwrap();
+            let gvk = GroupVersionKind::gvk(group, version, kind);
+            let (resource, caps): (ApiResource, _) = discovery
+                .resolve_gvk(&gvk)
+                .unwrap_or_else(|| panic!("{values:?}: the API server does not serve {gvk:?}"));
+            let obj: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
+            let name = obj.metadata.name.clone().unwrap();
+            let api: Api<DynamicObject> = match caps.scope {
+                Scope::Namespaced => Api::namespaced_with(
+                    client.clone(),
+                    obj.metadata.namespace.as_deref().expect("namespaced objects name their namespace"),
+                    &resource,
+                ),
+                Scope::Cluster => Api::all_with(client.clone(), &resource),
+            };
+            api.patch(&name, &dry_run, &Patch::Apply(&obj))
+                .await
+                .unwrap_or_else(|e| panic!("{values:?}: the API server refused {kind} {name}: {e}"));
+            accepted += 1;
+        }
+    }
+    eprintln!("{accepted} rendered objects accepted by the API server (server-side apply, dryRun=All)");
+
+    // The negative side: the same path refuses an object the API server finds wrong.
+    let r = render(&helm, None);
+    let mut bad: DynamicObject = serde_json::from_value(r.get("Deployment", "karpenter-hub").clone()).unwrap();
+    bad.data["spec"]["template"]["spec"]["containers"][0]["securityContext"]["runAsUsr"] = json!(0);
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
+    );
+    let refused = deployments.patch("karpenter-hub", &dry_run, &Patch::Apply(&bad)).await;
+    assert!(refused.is_err(), "a misspelt field was accepted: the server-side check would prove nothing");
+}
