@@ -1,7 +1,8 @@
 //! docs/metrics.md and docs/dashboards/karpenter-hub.json say only what the hub exports: every series
-//! the hub's registry (`karpenter-hub run`'s `/metrics`) holds is documented with its type, labels and help text, every documented
-//! series exists, and every PromQL expression of the dashboard names only exported series and their
-//! labels. A failure names the series and says what to change.
+//! of the hub's registry (what `karpenter-hub run` serves on `/metrics`) is documented with its type,
+//! labels and help text, every documented series exists, and every PromQL expression of the
+//! dashboard names only exported series and their labels, filtered by cluster. A failure names the
+//! series and says what to change.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -87,31 +88,26 @@ fn hub_exposition() -> String {
     m.render()
 }
 
-/// Families of an OpenMetrics exposition, by name. A family without a sample has no labels to read,
-/// which is reported rather than guessed.
+/// Families of an OpenMetrics exposition, by name. Samples follow their family's `# HELP` and
+/// `# TYPE` lines. A family without a sample has no labels to read, which is reported rather than
+/// guessed.
 fn parse_exposition(text: &str) -> BTreeMap<String, Family> {
     let mut families: BTreeMap<String, Family> = BTreeMap::new();
     let mut sampled = BTreeSet::new();
+    let mut current: Option<String> = None;
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# HELP ") {
             let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
-            families.entry(name.to_string()).or_insert_with(|| Family {
-                kind: String::new(),
-                help: String::new(),
-                labels: Vec::new(),
-            });
-            families.get_mut(name).unwrap().help = help.to_string();
+            families
+                .insert(name.to_string(), Family { kind: String::new(), help: help.to_string(), labels: Vec::new() });
+            current = Some(name.to_string());
         } else if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, kind) = rest.split_once(' ').unwrap();
             families.get_mut(name).expect("TYPE after HELP").kind = kind.to_string();
         } else if !line.starts_with('#') && !line.is_empty() {
+            let family = current.clone().unwrap_or_else(|| panic!("sample {line} before any family"));
             let series = line.split(['{', ' ']).next().unwrap();
-            let family = families
-                .keys()
-                .filter(|f| series.starts_with(f.as_str()))
-                .max_by_key(|f| f.len())
-                .unwrap_or_else(|| panic!("sample {line} belongs to no family"))
-                .clone();
+            assert!(series.starts_with(&family), "sample {line} is not of family {family}");
             let labels: Vec<String> = line
                 .split_once('{')
                 .and_then(|(_, r)| r.split_once('}'))
@@ -121,9 +117,8 @@ fn parse_exposition(text: &str) -> BTreeMap<String, Family> {
                 .filter_map(|kv| kv.split_once('=').map(|(k, _)| k.to_string()))
                 .filter(|k| k != "le")
                 .collect();
-            let f = families.get_mut(&family).unwrap();
             if sampled.insert(family.clone()) {
-                f.labels = labels;
+                families.get_mut(&family).unwrap().labels = labels;
             }
         }
     }
@@ -145,13 +140,13 @@ fn doc_rows(doc: &str, section: &str) -> BTreeMap<String, String> {
         .and_then(|(_, r)| r.split_once(&end))
         .map(|(b, _)| b)
         .unwrap_or_else(|| panic!("docs/metrics.md has no section between {start} and {end}"));
-    body.lines()
-        .filter(|l| l.starts_with("| `"))
-        .map(|l| {
-            let name = l.trim_start_matches("| `").split('`').next().unwrap().to_string();
-            (name, l.trim_end().to_string())
-        })
-        .collect()
+    let mut rows = BTreeMap::new();
+    for l in body.lines().filter(|l| l.starts_with("| `")) {
+        let name = l.trim_start_matches("| `").split('`').next().unwrap().to_string();
+        let earlier = rows.insert(name.clone(), l.trim_end().to_string());
+        assert!(earlier.is_none(), "docs/metrics.md lists {name} twice in its {section} table: keep one row");
+    }
+    rows
 }
 
 /// What is wrong between the exposition and a documented table, one line per problem, each with

@@ -56,10 +56,13 @@ fn doc_rows(doc: &str) -> BTreeMap<String, String> {
         .and_then(|(_, r)| r.split_once("<!-- /metrics:webhook -->"))
         .map(|(b, _)| b)
         .expect("docs/metrics.md has a section between <!-- metrics:webhook --> and <!-- /metrics:webhook -->");
-    body.lines()
-        .filter(|l| l.starts_with("| `"))
-        .map(|l| (l.trim_start_matches("| `").split('`').next().unwrap().to_string(), l.trim_end().to_string()))
-        .collect()
+    let mut rows = BTreeMap::new();
+    for l in body.lines().filter(|l| l.starts_with("| `")) {
+        let name = l.trim_start_matches("| `").split('`').next().unwrap().to_string();
+        let earlier = rows.insert(name.clone(), l.trim_end().to_string());
+        assert!(earlier.is_none(), "docs/metrics.md lists {name} twice in its webhook table: keep one row");
+    }
+    rows
 }
 
 fn problems(expected: &BTreeMap<String, String>, rows: &BTreeMap<String, String>) -> Vec<String> {
