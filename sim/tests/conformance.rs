@@ -170,6 +170,8 @@ on_both_targets! {
     table_output_has_crd_printer_columns,
     streaming_list_watcher,
     events_recorder_creates_and_counts,
+    events_are_one_object_in_both_event_apis,
+    openapi_v3_publishes_crd_schemas,
     rbac_limits_service_account_tokens,
     metadata_only_list_get_and_watch,
     crd_scale_subresource,
@@ -254,7 +256,10 @@ fn widget_crd() -> CustomResourceDefinition {
                 "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.size", "statusReplicasPath": ".status.observed"}},
                 "additionalPrinterColumns": [
                     {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
-                    {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}
+                    {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+                    {"name": "Zone", "type": "string", "jsonPath": ".metadata.labels.topology\\.kubernetes\\.io/zone"},
+                    {"name": "Size Text", "type": "string", "jsonPath": ".spec.size"},
+                    {"name": "Color Number", "type": "integer", "jsonPath": ".spec.color"}
                 ],
                 "schema": {"openAPIV3Schema": {
                     "type": "object",
@@ -1124,10 +1129,14 @@ async fn server_side_apply_creates_and_updates(t: Target) {
 // ------------------------------------------------------------------ tables, streaming lists, events
 
 /// `Accept: application/json;as=Table;v=v1;g=meta.k8s.io` returns a Table: Name first, then the
-/// CRD's additionalPrinterColumns (JSONPath evaluated per row), as `kubectl get` shows them.
+/// CRD's additionalPrinterColumns (JSONPath evaluated per row), as `kubectl get` shows them: a
+/// label key's dots escaped with `\.`, a `string` column prints a number, a column of another
+/// type whose value is not of it stays empty; undescribed columns name their JSONPath.
 async fn table_output_has_crd_printer_columns(t: Target) {
     let w = widgets(&t).await;
-    w.create(&PostParams::default(), &widget("tw", json!({"size": 4}))).await.unwrap();
+    let mut tw = widget("tw", json!({"size": 4}));
+    tw.metadata.labels = Some([("topology.kubernetes.io/zone".to_string(), "par".to_string())].into());
+    w.create(&PostParams::default(), &tw).await.unwrap();
     w.patch_status(
         "tw",
         &PatchParams::default(),
@@ -1144,11 +1153,18 @@ async fn table_output_has_crd_printer_columns(t: Target) {
     assert_eq!(table["kind"], "Table");
     let cols: Vec<&str> =
         table["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(cols, ["Name", "Size", "Ready"]);
+    assert_eq!(cols, ["Name", "Size", "Ready", "Zone", "Size Text", "Color Number"]);
+    assert_eq!(
+        table["columnDefinitions"][1]["description"],
+        "Custom resource definition column (in JSONPath format): .spec.size"
+    );
     let row = &table["rows"][0]["cells"];
     assert_eq!(row[0], "tw");
     assert_eq!(row[1], 4);
     assert_eq!(row[2], "True");
+    assert_eq!(row[3], "par");
+    assert_eq!(row[4], "4");
+    assert_eq!(row[5], Value::Null, "color is a string, the column an integer");
     t.cleanup().await;
 }
 
@@ -1201,6 +1217,139 @@ async fn events_recorder_creates_and_counts(t: Target) {
     let ours: Vec<_> = list.items.iter().filter(|e| e.reason.as_deref() == Some("Tested")).collect();
     assert_eq!(ours.len(), 1);
     assert_eq!(ours[0].series.as_ref().map(|s| s.count), Some(2));
+    t.cleanup().await;
+}
+
+/// An Event is one object under both APIs: written through events.k8s.io/v1 (kube-runtime's
+/// Recorder, as the hub does) it reads through core/v1 with `involvedObject` and `message`, and
+/// `kubectl describe`'s field selector (involvedObject name, namespace, kind, uid) finds it; one
+/// written through core/v1 reads through events.k8s.io/v1 with `regarding`, `note` and the
+/// `deprecated*` fields. Each API takes only its own field names in selectors, and both Tables
+/// show kube's Event columns (no leading Name).
+async fn events_are_one_object_in_both_event_apis(t: Target) {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event as NewEvent;
+    let cms: Api<ConfigMap> = t.api();
+    let c = cms.create(&PostParams::default(), &cm("evented", json!({}))).await.unwrap();
+    let uid = c.metadata.uid.clone().unwrap();
+    let recorder = kube::runtime::events::Recorder::new(t.client.clone(), "karpenter-hub-conformance".into());
+    let ev = kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Warning,
+        reason: "Tested".into(),
+        note: Some("through events.k8s.io".into()),
+        action: "Test".into(),
+        secondary: None,
+    };
+    let reference = kube::Resource::object_ref(&c, &());
+    recorder.publish(&ev, &reference).await.unwrap();
+    recorder.publish(&ev, &reference).await.unwrap();
+
+    let core: Api<CoreEvent> = t.api();
+    let selector = format!(
+        "involvedObject.name=evented,involvedObject.namespace={},involvedObject.kind=ConfigMap,involvedObject.uid={uid}",
+        t.ns
+    );
+    let found = core.list(&ListParams::default().fields(&selector)).await.unwrap().items;
+    assert_eq!(found.len(), 1, "{found:?}");
+    let e = &found[0];
+    assert_eq!(e.message.as_deref(), Some("through events.k8s.io"));
+    assert_eq!(e.reason.as_deref(), Some("Tested"));
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    assert_eq!(e.reporting_component.as_deref(), Some("karpenter-hub-conformance"));
+    assert_eq!(e.series.as_ref().and_then(|s| s.count), Some(2));
+    assert!(e.event_time.is_some());
+    let other = format!("involvedObject.name=evented,involvedObject.uid={uid}x");
+    assert!(core.list(&ListParams::default().fields(&other)).await.unwrap().items.is_empty());
+
+    let old_style: CoreEvent = serde_json::from_value(json!({
+        "metadata": {"name": "evented.core"},
+        "involvedObject": {"kind": "ConfigMap", "name": "evented", "namespace": t.ns, "uid": uid},
+        "reason": "Legacy", "message": "through core/v1", "type": "Normal", "count": 3,
+        "source": {"component": "tester", "host": "h1"},
+        "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:01:00Z",
+    }))
+    .unwrap();
+    core.create(&PostParams::default(), &old_style).await.unwrap();
+    let new: Api<NewEvent> = t.api();
+    let n = new.get("evented.core").await.unwrap();
+    assert_eq!(n.note.as_deref(), Some("through core/v1"));
+    assert_eq!(n.regarding.as_ref().and_then(|r| r.uid.as_deref()), Some(uid.as_str()));
+    assert_eq!(n.deprecated_count, Some(3));
+    assert_eq!(n.deprecated_source.as_ref().and_then(|s| s.host.as_deref()), Some("h1"));
+    assert_eq!(n.reporting_controller, None);
+    let by_regarding = new.list(&ListParams::default().fields("regarding.name=evented")).await.unwrap().items;
+    assert_eq!(by_regarding.len(), 2);
+    let refused = api_err(new.list(&ListParams::default().fields("involvedObject.name=evented")).await);
+    assert_eq!((refused.code, refused.message.as_str()), (400, "field label not supported: involvedObject.name"));
+
+    for path in
+        [format!("/api/v1/namespaces/{}/events", t.ns), format!("/apis/events.k8s.io/v1/namespaces/{}/events", t.ns)]
+    {
+        let req = http::Request::get(path.as_str())
+            .header("accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
+            .body(Vec::new())
+            .unwrap();
+        let table: Value = t.client.request(req).await.unwrap();
+        let cols: Vec<&str> =
+            table["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            cols,
+            ["Last Seen", "Type", "Reason", "Object", "Subobject", "Source", "Message", "First Seen", "Count", "Name"],
+            "{path}"
+        );
+        let rows = table["rows"].as_array().unwrap();
+        let row = rows.iter().find(|r| r["cells"][9] == "evented.core").expect("the core event's row");
+        assert_eq!(row["cells"][3], "configmap/evented");
+        assert_eq!(row["cells"][5], "tester, h1");
+        assert_eq!(row["cells"][8], 3);
+        let row = rows.iter().find(|r| r["cells"][2] == "Tested").expect("the recorder's row");
+        // The reporter, then its instance (kube-runtime's Recorder: the host name).
+        assert!(row["cells"][5].as_str().unwrap().starts_with("karpenter-hub-conformance, "), "{row}");
+        assert_eq!(row["cells"][6], "through events.k8s.io");
+        assert_eq!(row["cells"][8], 2);
+    }
+    t.cleanup().await;
+}
+
+/// `/openapi/v3` lists each group-version; a CRD's document holds its schema under kube's name
+/// (group reversed, version, kind) with the group-version-kind extension, `metadata` referring
+/// to ObjectMeta (which the document defines), and the List kind: what `kubectl explain` reads.
+async fn openapi_v3_publishes_crd_schemas(t: Target) {
+    let _ = widgets(&t).await;
+    let get = |path: String| {
+        let client = t.client.clone();
+        async move {
+            let req = http::Request::get(path.as_str()).header("accept", "application/json").body(Vec::new()).unwrap();
+            client.request::<Value>(req).await
+        }
+    };
+    let root = eventually("the CRD's group-version in /openapi/v3", || async {
+        let root = get("/openapi/v3".to_string()).await.ok()?;
+        root["paths"].get("apis/conformance.karpenter.clever-cloud.com/v1").is_some().then_some(root)
+    })
+    .await;
+    let url = root["paths"]["apis/conformance.karpenter.clever-cloud.com/v1"]["serverRelativeURL"].as_str().unwrap();
+    assert!(url.starts_with("/openapi/v3/apis/conformance.karpenter.clever-cloud.com/v1?hash="), "{url}");
+    let doc = get(url.to_string()).await.unwrap();
+    let schemas = &doc["components"]["schemas"];
+    let w = &schemas["com.clever-cloud.karpenter.conformance.v1.Widget"];
+    assert_eq!(
+        w["x-kubernetes-group-version-kind"],
+        json!([{"group": "conformance.karpenter.clever-cloud.com", "kind": "Widget", "version": "v1"}])
+    );
+    assert_eq!(w["properties"]["spec"]["properties"]["size"]["type"], "integer");
+    assert_eq!(w["properties"]["spec"]["required"], json!(["size"]));
+    assert_eq!(w["properties"]["apiVersion"]["type"], "string");
+    assert_eq!(
+        w["properties"]["metadata"]["allOf"][0]["$ref"],
+        "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+    );
+    assert_eq!(schemas["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"]["properties"]["name"]["type"], "string");
+    assert_eq!(
+        schemas["com.clever-cloud.karpenter.conformance.v1.WidgetList"]["properties"]["items"]["items"]["$ref"],
+        "#/components/schemas/com.clever-cloud.karpenter.conformance.v1.Widget"
+    );
+    assert!(get("/openapi/v3/apis/conformance.karpenter.clever-cloud.com/v9".into()).await.is_err());
     t.cleanup().await;
 }
 

@@ -1,9 +1,12 @@
 //! `kubectl` (the real binary, v1.32 here) against the emulator, with the kubeconfig it writes:
 //! get (table, `-o wide`, `-o yaml`, `-o json`), apply (client-side and `--server-side`), label,
-//! delete, and `get -w`. Skipped (with a message) when no kubectl is installed.
+//! delete, and `get -w`; `explain`, printer columns, `get events` and `describe` of the hub's
+//! resources as on a real server. Skipped (with a message) when no kubectl is installed, except
+//! under `KARPENTER_HUB_REQUIRE_ENVTEST=1` (CI), where that fails.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -17,6 +20,19 @@ fn kubectl_path() -> Option<PathBuf> {
             .unwrap_or_default(),
     );
     candidates.into_iter().find(|p| p.is_file())
+}
+
+/// Without kubectl these tests skip visibly, except where the full environment is required (CI
+/// sets `KARPENTER_HUB_REQUIRE_ENVTEST=1`): there a missing kubectl fails them.
+fn no_kubectl() {
+    let test = std::thread::current().name().unwrap_or("kubectl test").to_string();
+    assert!(
+        std::env::var("KARPENTER_HUB_REQUIRE_ENVTEST").as_deref() != Ok("1"),
+        "{test}: kubectl is not on PATH (nor named by KUBECTL), and KARPENTER_HUB_REQUIRE_ENVTEST=1 requires it"
+    );
+    // Straight to stderr (not captured by the test harness), so the skip is seen.
+    let line = format!("{test}: skipped: kubectl is not on PATH (nor named by KUBECTL)\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
 struct Kubectl {
@@ -59,7 +75,7 @@ impl Kubectl {
 
 async fn setup(name: &str) -> Option<(ApiServer, Kubectl)> {
     let Some(bin) = kubectl_path() else {
-        eprintln!("kubectl not found: skipping");
+        no_kubectl();
         return None;
     };
     let server = ApiServer::start(ApiServerConfig::workload(name)).await.unwrap();
@@ -130,6 +146,9 @@ async fn kubectl_get_apply_label_delete() {
         assert!(shown.contains("web") && shown.contains("tier=frontend"), "{shown}");
         // A CRD-defined kind with its printer columns, by short name or plural.
         k.apply_yaml(&["apply", "--server-side"], NODEGROUP);
+        // The sandbox banner's command for a workload cluster, as written.
+        let all = k.ok(&["get", "nodes,nodegroups,pods", "-o", "wide"]);
+        assert!(all.contains("nodegroup.api.clever-cloud.com/ng-1") && all.contains("pod/web"), "{all}");
         let ngs = k.ok(&["get", "nodegroups", "-o", "wide"]);
         log += &ngs;
         log += &wide;
@@ -207,7 +226,7 @@ async fn kubectl_get_watch_streams_changes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_installs_the_crds_and_applies_the_examples() {
     let Some(bin) = kubectl_path() else {
-        eprintln!("kubectl not found: skipping");
+        no_kubectl();
         return;
     };
     let server = ApiServer::start(ApiServerConfig::new("mgmt")).await.unwrap();
@@ -252,5 +271,215 @@ async fn kubectl_installs_the_crds_and_applies_the_examples() {
     .await
     .unwrap();
     eprintln!("{out}");
+    server.shutdown().await;
+}
+
+// ------------------------------------------------------------------ what a person sees on the
+// management cluster: the same as on a real one (compare operator/tests/kubectl.rs and the
+// conformance suite's `table_output_has_crd_printer_columns`, `events_are_one_object_in_both_event_apis`
+// and `openapi_v3_publishes_crd_schemas`, which run on a real kube-apiserver too).
+
+/// A management-cluster emulator (the hub's CRDs installed) with a namespace `team-a`.
+async fn management(name: &str) -> Option<(ApiServer, Kubectl)> {
+    let Some(bin) = kubectl_path() else {
+        no_kubectl();
+        return None;
+    };
+    let server = ApiServer::start(ApiServerConfig::management(name)).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("sim-kubectl-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let ns = serde_json::from_value(serde_json::json!({"metadata": {"name": "team-a"}})).unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(server.client())
+        .create(&Default::default(), &ns)
+        .await
+        .unwrap();
+    Some((server, Kubectl { bin, kubeconfig, dir }))
+}
+
+/// `kubectl <args>` printing a table: one map per row, column name → cell ("" when empty). Cells
+/// are cut at the header's column offsets, as kubectl aligns them (an empty cell prints nothing).
+fn table(k: &Kubectl, args: &[&str]) -> Vec<std::collections::BTreeMap<String, String>> {
+    let stdout = k.ok(args);
+    eprintln!("kubectl {}\n{stdout}", args.join(" "));
+    let mut lines = stdout.lines();
+    let header = lines.next().unwrap_or_default();
+    let mut starts: Vec<(usize, String)> = Vec::new();
+    for (i, c) in header.char_indices() {
+        if c != ' ' && (i == 0 || header[..i].ends_with("  ")) {
+            let name: String = header[i..].split("  ").next().unwrap_or_default().trim().to_string();
+            starts.push((i, name));
+        }
+    }
+    lines
+        .map(|line| {
+            starts
+                .iter()
+                .enumerate()
+                .map(|(n, (start, name))| {
+                    let end = starts.get(n + 1).map_or(line.len(), |(s, _)| (*s).min(line.len()));
+                    (name.clone(), line.get((*start).min(line.len())..end).unwrap_or_default().trim().to_string())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn dynamic_api(server: &ApiServer, kind: &str, plural: &str) -> kube::Api<kube::api::DynamicObject> {
+    let gvk = kube::core::GroupVersionKind::gvk("karpenter.clever-cloud.com", "v1alpha1", kind);
+    kube::Api::namespaced_with(server.client(), "team-a", &kube::api::ApiResource::from_gvk_with_plural(&gvk, plural))
+}
+
+/// A NodeClaim with the labels and status the hub writes (operator/src/controllers/nodeclaim.rs).
+async fn launched_claim(server: &ApiServer) -> kube::api::DynamicObject {
+    let claims = dynamic_api(server, "NodeClaim", "nodeclaims");
+    let claim: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodeClaim",
+        "metadata": {"name": "default-x7k2p", "labels": {
+            "node.kubernetes.io/instance-type": "XS", "karpenter.sh/capacity-type": "on-demand",
+            "topology.kubernetes.io/zone": "par", "karpenter.sh/nodepool": "default",
+        }},
+        "spec": {
+            "clusterName": "prod-paris",
+            "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"},
+            "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["XS"]}],
+        },
+    }))
+    .unwrap();
+    claims.create(&Default::default(), &claim).await.unwrap();
+    let status = serde_json::json!({"status": {
+        "nodeName": "ng-x7k2p-node0", "providerID": "clevercloud://ng-x7k2p",
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    }});
+    claims.patch_status("default-x7k2p", &Default::default(), &kube::api::Patch::Merge(&status)).await.unwrap()
+}
+
+/// `kubectl get nodeclaims` fills every printer column the CRD declares, including those that
+/// read a label (`.metadata.labels.node\.kubernetes\.io/instance-type`: dots escaped), with
+/// `-o wide` adding the priority-1 ones, as kube-apiserver's table convertor does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_nodeclaims_fills_every_printer_column() {
+    let Some((server, k)) = management("kubectl-columns").await else { return };
+    launched_claim(&server).await;
+    tokio::task::spawn_blocking(move || {
+        let rows = table(&k, &["get", "nodeclaims", "-n", "team-a", "-o", "wide"]);
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        let row = &rows[0];
+        for (column, want) in [
+            ("NAME", "default-x7k2p"),
+            ("CLUSTER", "prod-paris"),
+            ("TYPE", "XS"),
+            ("CAPACITY", "on-demand"),
+            ("ZONE", "par"),
+            ("NODE", "ng-x7k2p-node0"),
+            ("READY", "True"),
+            ("ID", "clevercloud://ng-x7k2p"),
+            ("NODEPOOL", "default"),
+            ("NODECLASS", "default"),
+        ] {
+            assert_eq!(row.get(column).map(String::as_str), Some(want), "{column}: {row:?}");
+        }
+        assert!(row["AGE"].ends_with('s') || row["AGE"].ends_with('m'), "{row:?}");
+        let narrow = table(&k, &["get", "nc", "-n", "team-a"]);
+        assert!(!narrow[0].contains_key("ID") && narrow[0]["TYPE"] == "XS", "{narrow:?}");
+        // The sandbox banner's command for the management cluster, as written.
+        let both = k.ok(&["get", "nodepools,nodeclaims", "-A"]);
+        assert!(both.contains("nodeclaim.karpenter.clever-cloud.com/default-x7k2p") && both.contains("XS"), "{both}");
+    })
+    .await
+    .unwrap();
+    server.shutdown().await;
+}
+
+/// `kubectl explain` renders the CRDs' schemas (`/openapi/v3`): the field's type, description and
+/// sub-fields with `-required-`, `metadata` as ObjectMeta, and an unknown field is an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_explain_renders_the_crd_schemas() {
+    let Some((server, k)) = management("kubectl-explain").await else { return };
+    tokio::task::spawn_blocking(move || {
+        let spec = k.ok(&["explain", "nodepool.spec"]);
+        eprintln!("{spec}");
+        assert!(spec.contains("KIND:       NodePool") && spec.contains("VERSION:    v1alpha1"), "{spec}");
+        assert!(spec.contains("FIELD: spec <Object>"), "{spec}");
+        assert!(spec.contains("clusterName\t<string> -required-"), "{spec}");
+        assert!(spec.contains("template\t<Object> -required-") && spec.contains("weight\t<integer>"), "{spec}");
+        let reqs = k.ok(&["explain", "nodeclaims.spec.requirements.operator"]);
+        assert!(reqs.contains("FIELD: operator <string>") && reqs.contains("ENUM:\n    In\n    NotIn"), "{reqs}");
+        let class = k.ok(&["explain", "clevernodeclasses"]);
+        assert!(class.contains("KIND:       CleverNodeClass") && class.contains("metadata\t<ObjectMeta>"), "{class}");
+        let labels = k.ok(&["explain", "nodeclaim.metadata.labels"]);
+        assert!(labels.contains("FIELD: labels <map[string]string>"), "{labels}");
+        let missing = k.run(&["explain", "nodepool.spec.nosuchfield"]);
+        assert!(!missing.status.success());
+        let err = String::from_utf8_lossy(&missing.stderr);
+        assert!(err.contains("nosuchfield") && err.contains("does not exist"), "{err}");
+    })
+    .await
+    .unwrap();
+    server.shutdown().await;
+}
+
+/// The hub writes events.k8s.io/v1 Events (kube-runtime's Recorder); `kubectl get events` (core/v1)
+/// lists them and `kubectl describe nodeclaim` shows them in its Events section, a repeat as
+/// `(x2 over …)`; an Event written through core/v1 reads through events.k8s.io/v1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_events_and_describe_show_the_hubs_events() {
+    let Some((server, k)) = management("kubectl-events").await else { return };
+    let claim = launched_claim(&server).await;
+    let recorder = kube::runtime::events::Recorder::new(server.client(), "karpenter-hub".into());
+    let ar = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("karpenter.clever-cloud.com", "v1alpha1", "NodeClaim"),
+        "nodeclaims",
+    );
+    let reference = kube::Resource::object_ref(&claim, &ar);
+    let launched = kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Normal,
+        reason: "Launched".into(),
+        note: Some("Launched NodeGroup ng-x7k2p (XS)".into()),
+        action: "Launch".into(),
+        secondary: None,
+    };
+    let registered = kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Normal,
+        reason: "Registered".into(),
+        note: Some("Node ng-x7k2p-node0 registered".into()),
+        action: "Register".into(),
+        secondary: None,
+    };
+    recorder.publish(&launched, &reference).await.unwrap();
+    recorder.publish(&registered, &reference).await.unwrap();
+    recorder.publish(&registered, &reference).await.unwrap();
+    tokio::task::spawn_blocking(move || {
+        let rows = table(&k, &["get", "events", "-n", "team-a"]);
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        for row in &rows {
+            assert_eq!(row["OBJECT"], "nodeclaim/default-x7k2p", "{row:?}");
+            assert_eq!(row["TYPE"], "Normal", "{row:?}");
+        }
+        assert!(rows.iter().any(|r| r["REASON"] == "Launched" && r["MESSAGE"] == "Launched NodeGroup ng-x7k2p (XS)"));
+        let wide = table(&k, &["get", "events", "-n", "team-a", "-o", "wide"]);
+        let reg = wide.iter().find(|r| r["REASON"] == "Registered").expect("the Registered event");
+        assert_eq!(reg["COUNT"], "2", "{reg:?}");
+        assert!(reg["SOURCE"].starts_with("karpenter-hub"), "{reg:?}");
+
+        let described = k.ok(&["describe", "nodeclaim", "default-x7k2p", "-n", "team-a"]);
+        eprintln!("{described}");
+        let events = described.split("Events:").nth(1).expect("an Events section");
+        assert!(!events.contains("<none>"), "{events}");
+        assert!(events.contains("Launched") && events.contains("karpenter-hub"), "{events}");
+        assert!(events.contains("Launched NodeGroup ng-x7k2p (XS)"), "{events}");
+        assert!(events.contains("Registered") && events.contains("(x2 over"), "{events}");
+
+        k.apply_yaml(
+            &["apply", "-n", "team-a"],
+            "apiVersion: v1\nkind: Event\nmetadata:\n  name: by-hand\ninvolvedObject:\n  kind: NodeClaim\n  name: default-x7k2p\n  namespace: team-a\nreason: ByHand\nmessage: written through core/v1\ntype: Warning\n",
+        );
+        let note = k.ok(&["get", "events.events.k8s.io", "by-hand", "-n", "team-a", "-o", "jsonpath={.note}/{.regarding.name}"]);
+        assert_eq!(note, "written through core/v1/default-x7k2p");
+    })
+    .await
+    .unwrap();
     server.shutdown().await;
 }

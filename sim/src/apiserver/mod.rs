@@ -11,7 +11,9 @@
 //! What is simplified, and how, is written down in `docs/emulator.md`.
 
 mod builtin;
+mod events;
 mod faults;
+mod jsonpath;
 mod object;
 mod openapi;
 mod patch;
@@ -339,7 +341,10 @@ impl ApiServer {
 
     /// Number of stored objects of `(group, plural)` (e.g. `("", "pods")`).
     pub fn object_count(&self, group: &str, plural: &str) -> usize {
-        lock(&self.shared.store).count(&(group.to_string(), plural.to_string()))
+        let st = lock(&self.shared.store);
+        // The storage key (events.k8s.io Events are stored as core/v1 Events).
+        let key = st.registry.any_version(group, plural).map_or((group.to_string(), plural.to_string()), |r| r.key());
+        st.count(&key)
     }
 
     /// Stops accepting requests, cuts open connections and waits for the listener to end.

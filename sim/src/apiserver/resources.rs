@@ -45,6 +45,8 @@ pub(crate) struct Resource {
     /// CRD schema for the main resource and the one used to validate `/status` writes.
     pub schema: Option<Arc<CrdSchema>>,
     pub status_schema: Option<Arc<CrdSchema>>,
+    /// The CRD version's `openAPIV3Schema` as posted, for `/openapi/v3` (`kubectl explain`).
+    pub openapi_schema: Option<Arc<Value>>,
     /// Name of the CRD that defines this resource.
     pub crd: Option<String>,
     /// The scale subresource's (specReplicasPath, statusReplicasPath, labelSelectorPath).
@@ -65,8 +67,11 @@ impl Resource {
         if self.group.is_empty() { self.plural.clone() } else { format!("{}.{}", self.plural, self.group) }
     }
 
-    /// Storage key.
+    /// Storage key. events.k8s.io Events are core/v1 Events in storage, as in kube-apiserver.
     pub fn key(&self) -> (String, String) {
+        if super::events::is_events_v1(self) {
+            return (String::new(), self.plural.clone());
+        }
         (self.group.clone(), self.plural.clone())
     }
 
@@ -354,6 +359,7 @@ impl Registry {
                 columns: Vec::new(),
                 schema: None,
                 status_schema: None,
+                openapi_schema: None,
                 crd: None,
                 scale: None,
             });
@@ -428,7 +434,10 @@ impl Registry {
                         name: c.name.clone(),
                         ty: c.type_.clone(),
                         format: c.format.clone().unwrap_or_default(),
-                        description: c.description.clone().unwrap_or_default(),
+                        // kube-apiserver's wording when the CRD gives none.
+                        description: c.description.clone().filter(|d| !d.is_empty()).unwrap_or_else(|| {
+                            format!("Custom resource definition column (in JSONPath format): {}", c.json_path)
+                        }),
                         priority: c.priority.map(i64::from).unwrap_or(0),
                         json_path: Some(c.json_path.clone()),
                     })
@@ -437,7 +446,8 @@ impl Registry {
                     name: "Age".into(),
                     ty: "date".into(),
                     format: String::new(),
-                    description: String::new(),
+                    description: "Custom resource definition column (in JSONPath format): .metadata.creationTimestamp"
+                        .into(),
                     priority: 0,
                     json_path: Some(".metadata.creationTimestamp".into()),
                 }],
@@ -459,6 +469,12 @@ impl Registry {
                 columns,
                 schema: Some(Arc::new(schema)),
                 status_schema: status_schema.map(Arc::new),
+                openapi_schema: v
+                    .schema
+                    .as_ref()
+                    .and_then(|s| s.open_api_v3_schema.as_ref())
+                    .and_then(|s| serde_json::to_value(s).ok())
+                    .map(Arc::new),
                 crd: Some(name.clone()),
                 scale: v.subresources.as_ref().and_then(|s| s.scale.as_ref()).map(|s| {
                     (s.spec_replicas_path.clone(), s.status_replicas_path.clone(), s.label_selector_path.clone())

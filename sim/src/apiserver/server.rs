@@ -22,7 +22,7 @@ use super::resources::Resource;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::{self, ApiError};
 use super::store::{DeleteOptions, Event, EventType, Sub, meta_str};
-use super::{Shared, lock, openapi, rbac, table};
+use super::{Shared, events, lock, openapi, rbac, table};
 
 /// Accepts TLS connections until shutdown. While the cluster is unreachable, new connections are
 /// closed at once and open ones are cut.
@@ -482,6 +482,9 @@ fn resource_list(shared: &Shared, group: &str, version: &str) -> Option<Value> {
 
 /// The object as served at the requested version.
 fn present(res: &Resource, obj: &Arc<Value>) -> Arc<Value> {
+    if events::is_events_v1(res) && obj.get("apiVersion").and_then(Value::as_str) != Some("events.k8s.io/v1") {
+        return Arc::new(events::from_core(obj));
+    }
     if res.schema.is_some() && obj.get("apiVersion").and_then(Value::as_str) != Some(res.api_version().as_str()) {
         let mut o = (**obj).clone();
         o["apiVersion"] = json!(res.api_version());
@@ -493,6 +496,9 @@ fn present(res: &Resource, obj: &Arc<Value>) -> Arc<Value> {
 
 /// The stored bytes as served at the requested version.
 fn present_raw<'a>(res: &Resource, obj: &'a Stored) -> std::borrow::Cow<'a, [u8]> {
+    if events::is_events_v1(res) {
+        return std::borrow::Cow::Owned(serde_json::to_vec(&events::from_core(&obj.value())).unwrap_or_default());
+    }
     if res.schema.is_some() && obj.sum.api_version != res.api_version() {
         let mut o = obj.value();
         o["apiVersion"] = json!(res.api_version());
@@ -872,7 +878,16 @@ fn set_path(obj: &mut Value, path: &str, v: Value) {
 }
 
 fn field_selector(res: &Resource, q: &BTreeMap<String, String>) -> Result<FieldSelector, ApiError> {
-    let fs = FieldSelector::parse(q.get("fieldSelector").map_or("", String::as_str)).map_err(ApiError::bad_request)?;
+    let mut fs =
+        FieldSelector::parse(q.get("fieldSelector").map_or("", String::as_str)).map_err(ApiError::bad_request)?;
+    if events::is_events_v1(res) {
+        // Stored as core/v1 Events: the group's field names stand for core/v1 ones.
+        for (f, _, _) in &mut fs.reqs {
+            *f = events::core_field(f)
+                .ok_or_else(|| ApiError::bad_request(format!("field label not supported: {f}")))?;
+        }
+        return Ok(fs);
+    }
     for (f, _, _) in &fs.reqs {
         let ok = f == "metadata.name"
             || (f == "metadata.namespace" && res.namespaced)
@@ -907,7 +922,8 @@ fn list_response(res: &Resource, items: &[Arc<Stored>], meta: &Value) -> Respons
         if i > 0 {
             buf.push(b',');
         }
-        if builtin && let Ok(mut item) = serde_json::from_slice::<serde_json::Map<String, Value>>(&o.raw) {
+        if builtin && let Ok(mut item) = serde_json::from_slice::<serde_json::Map<String, Value>>(&present_raw(res, o))
+        {
             item.remove("apiVersion");
             item.remove("kind");
             let _ = serde_json::to_writer(&mut buf, &item);

@@ -15,6 +15,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use super::events;
 use super::object::Stored;
 use super::patch::{self, PatchType};
 use super::resources::{Registry, Resource};
@@ -244,8 +245,19 @@ impl State {
         self.objects.get(key).and_then(|t| t.get(&(ns.to_string(), name.to_string())))
     }
 
+    /// The object as `res` serves it (events.k8s.io Events converted from their core/v1 storage).
     pub fn lookup(&self, res: &Resource, ns: &str, name: &str) -> Option<Arc<Value>> {
-        self.lookup_key(&res.key(), ns, name)
+        let v = self.lookup_key(&res.key(), ns, name)?;
+        Some(if events::is_events_v1(res) { Arc::new(events::from_core(&v)) } else { v })
+    }
+
+    /// `put` of an object given as `res` serves it; answers it in that form too.
+    fn put_as(&mut self, res: &Resource, ns: &str, name: &str, obj: Value) -> Arc<Value> {
+        if events::is_events_v1(res) {
+            let stored = self.put(&res.key(), ns, name, events::to_core(obj));
+            return Arc::new(events::from_core(&stored));
+        }
+        self.put(&res.key(), ns, name, obj)
     }
 
     fn lookup_key(&self, key: &ResKey, ns: &str, name: &str) -> Option<Arc<Value>> {
@@ -499,7 +511,7 @@ impl State {
         } else {
             None
         };
-        let stored = self.put(&res.key(), &ns, &name, obj);
+        let stored = self.put_as(res, &ns, &name, obj);
         if self.dry_run {
             return Ok((stored, warnings));
         }
@@ -834,7 +846,7 @@ impl State {
         if obj == *old {
             return Ok((old, warnings));
         }
-        let stored = self.put(&res.key(), &ns, name, obj);
+        let stored = self.put_as(res, &ns, name, obj);
         if self.dry_run {
             return Ok((stored, warnings));
         }
@@ -964,7 +976,7 @@ impl State {
                 if let Some(o) = obj.as_object_mut() {
                     o.insert("status".into(), json!({"phase": "Terminating"}));
                 }
-                let stored = self.put(&res.key(), "", name, obj);
+                let stored = self.put_as(res, "", name, obj);
                 if self.dry_run {
                     return Ok(stored);
                 }
@@ -994,7 +1006,7 @@ impl State {
                 // Shortened to zero: deleted now.
                 return Ok(self.finish_delete(res, &ns, name).unwrap_or(old));
             }
-            let stored = self.put(&res.key(), &ns, name, obj);
+            let stored = self.put_as(res, &ns, name, obj);
             if !self.dry_run {
                 self.after_write(res, &ns, &stored);
             }
@@ -1012,7 +1024,10 @@ impl State {
 
     fn remove_and_collect(&mut self, res: &Resource, ns: &str, name: &str, orphan: bool) -> Option<Arc<Value>> {
         let key = res.key();
-        let removed = self.remove(&key, ns, name)?;
+        let mut removed = self.remove(&key, ns, name)?;
+        if events::is_events_v1(res) {
+            removed = Arc::new(events::from_core(&removed));
+        }
         if self.dry_run {
             return Some(removed);
         }

@@ -8,14 +8,18 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
+use super::jsonpath::{JsonPath, go_text};
 use super::resources::{Column, Resource};
+
+/// The Name column's description (kube-apiserver uses ObjectMeta's documentation of `name`).
+const NAME_DESCRIPTION: &str = "Name must be unique within a namespace.";
 
 fn col(name: &str, ty: &str, priority: i64) -> Column {
     Column {
         name: name.into(),
         ty: ty.into(),
         format: if name == "Name" { "name".into() } else { String::new() },
-        description: String::new(),
+        description: if name == "Name" { NAME_DESCRIPTION.into() } else { String::new() },
         priority,
         json_path: None,
     }
@@ -23,6 +27,9 @@ fn col(name: &str, ty: &str, priority: i64) -> Column {
 
 /// The columns of a resource (Name first).
 pub(crate) fn columns(res: &Resource) -> Vec<Column> {
+    if is_event(res) {
+        return EVENT_COLUMNS.iter().map(|(n, p)| col(n, "string", *p)).collect();
+    }
     let mut cols = vec![col("Name", "string", 0)];
     if res.schema.is_some() {
         cols.extend(res.columns.iter().cloned());
@@ -71,17 +78,28 @@ pub(crate) fn columns(res: &Resource) -> Vec<Column> {
         ],
         ("coordination.k8s.io", "leases") => &[("Holder", "string", 0), ("Age", "string", 0)],
         ("apiextensions.k8s.io", "customresourcedefinitions") => &[("Created At", "date", 0)],
-        ("", "events") => &[
-            ("Last Seen", "string", 0),
-            ("Type", "string", 0),
-            ("Reason", "string", 0),
-            ("Object", "string", 0),
-            ("Message", "string", 0),
-        ],
         _ => &[("Age", "string", 0)],
     };
     cols.extend(extra.iter().map(|(n, t, p)| col(n, t, *p)));
     cols
+}
+
+/// kube-apiserver's Event columns (core/v1 and events.k8s.io/v1 alike): no leading Name column.
+const EVENT_COLUMNS: &[(&str, i64)] = &[
+    ("Last Seen", 0),
+    ("Type", 0),
+    ("Reason", 0),
+    ("Object", 0),
+    ("Subobject", 1),
+    ("Source", 1),
+    ("Message", 0),
+    ("First Seen", 1),
+    ("Count", 1),
+    ("Name", 1),
+];
+
+fn is_event(res: &Resource) -> bool {
+    res.plural == "events" && (res.group.is_empty() || res.group == "events.k8s.io")
 }
 
 /// kube's `duration.HumanDuration`.
@@ -264,85 +282,90 @@ fn builtin_cells(res: &Resource, obj: &Value, now: DateTime<Utc>) -> Vec<Value> 
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             vec![name, json!(s(p("/metadata/creationTimestamp")))]
         }
-        ("", "events") => vec![
-            name,
-            json!(
-                obj.pointer("/lastTimestamp")
-                    .or_else(|| obj.pointer("/eventTime"))
-                    .and_then(Value::as_str)
-                    .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-                    .map(|t| human_duration(now - t.with_timezone(&Utc)))
-                    .unwrap_or_else(|| "<unknown>".into())
-            ),
-            json!(s(p("/type"))),
-            json!(s(p("/reason"))),
-            json!(format!("{}/{}", s(p("/involvedObject/kind")).to_lowercase(), s(p("/involvedObject/name")))),
-            json!(s(p("/message"))),
-        ],
         _ => vec![name, age],
     }
 }
 
-/// Evaluates a printer-column JSONPath (`.spec.x`, `.a.b[0]`, `.status.conditions[?(@.type=="Ready")].status`).
-pub(crate) fn json_path(obj: &Value, path: &str) -> Option<Value> {
-    let mut cur = vec![obj.clone()];
-    let p = path.trim().trim_start_matches('{').trim_end_matches('}').trim_start_matches('$');
-    let mut rest = p;
-    while !rest.is_empty() {
-        if let Some(r) = rest.strip_prefix('.') {
-            let end = r.find(['.', '[']).unwrap_or(r.len());
-            let key = &r[..end];
-            cur = cur.iter().filter_map(|v| v.get(key).cloned()).collect();
-            rest = &r[end..];
-        } else if let Some(r) = rest.strip_prefix('[') {
-            let end = r.find(']')?;
-            let inner = &r[..end];
-            rest = &r[end + 1..];
-            if let Some(filter) = inner.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')')) {
-                let (k, want) = filter.split_once("==")?;
-                let want = want.trim().trim_matches('"').trim_matches('\'');
-                cur = cur
-                    .iter()
-                    .filter_map(Value::as_array)
-                    .flat_map(|a| a.iter())
-                    .filter(|x| s(x.get(k.trim())) == want)
-                    .cloned()
-                    .collect();
-            } else if inner == "*" {
-                cur = cur.iter().filter_map(Value::as_array).flat_map(|a| a.iter().cloned()).collect();
-            } else {
-                let i: usize = inner.parse().ok()?;
-                cur = cur.iter().filter_map(|v| v.get(i).cloned()).collect();
-            }
-        } else {
-            return None;
-        }
-    }
-    match cur.len() {
-        0 => None,
-        1 => cur.pop(),
-        _ => Some(Value::Array(cur)),
+/// A CRD column's cell as kube-apiserver's table convertor computes it: the first value the
+/// JSONPath selects; a `string` column prints any value as Go would, other types keep only a
+/// value of their own type (`integer` also takes a float, truncated), `date` shows the age.
+fn crd_cell(c: &Column, obj: &Value, now: DateTime<Utc>) -> Value {
+    let Some(path) = c.json_path.as_deref().and_then(|p| JsonPath::parse(p).ok()) else { return Value::Null };
+    let found = path.find(obj);
+    let Some(v) = found.first().filter(|v| !v.is_null()) else { return Value::Null };
+    match (c.ty.as_str(), v) {
+        ("string", v) => json!(go_text(v)),
+        ("integer", Value::Number(n)) => n.as_i64().map_or_else(|| json!(n.as_f64().map(|f| f as i64)), |i| json!(i)),
+        ("number", Value::Number(n)) => json!(n.as_f64()),
+        ("boolean", Value::Bool(b)) => json!(b),
+        ("date", Value::String(t)) => match DateTime::parse_from_rfc3339(t) {
+            Ok(t) => json!(human_duration(now - t.with_timezone(&Utc))),
+            Err(_) => json!("<invalid>"),
+        },
+        _ => Value::Null,
     }
 }
 
-fn crd_cell(c: &Column, obj: &Value, now: DateTime<Utc>) -> Value {
-    let v = c.json_path.as_deref().and_then(|p| json_path(obj, p));
-    match (c.ty.as_str(), v) {
-        (_, None) => Value::Null,
-        ("date", Some(Value::String(t))) => match DateTime::parse_from_rfc3339(&t) {
-            Ok(t) => json!(human_duration(now - t.with_timezone(&Utc))),
-            Err(_) => json!(t),
-        },
-        (_, Some(Value::Array(a))) => {
-            json!(a.iter().map(|x| s(Some(x))).collect::<Vec<_>>().join(","))
-        }
-        (_, Some(v)) => v,
+/// The cells of an Event (kube's `printEvent`): last seen from the series, lastTimestamp or
+/// the first time; count 1 for a singleton of the new API; source falls back to the reporter.
+fn event_cells(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    // Either version's field names: the core/v1 one, else the events.k8s.io/v1 one.
+    let f = |core: &str, new: &str| {
+        obj.get(core).filter(|v| !v.is_null()).or_else(|| obj.get(new)).filter(|v| !v.is_null())
+    };
+    let since = |v: Option<&Value>| {
+        v.and_then(Value::as_str)
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map_or_else(|| "<unknown>".to_string(), |t| human_duration(now - t.with_timezone(&Utc)))
+    };
+    let first = match f("firstTimestamp", "deprecatedFirstTimestamp") {
+        Some(t) => since(Some(t)),
+        None => since(obj.get("eventTime")),
+    };
+    let mut last = match f("lastTimestamp", "deprecatedLastTimestamp") {
+        Some(t) => since(Some(t)),
+        None => first.clone(),
+    };
+    let mut count = f("count", "deprecatedCount").and_then(Value::as_i64).unwrap_or(0);
+    if let Some(series) = obj.get("series").filter(|s| s.is_object()) {
+        last = since(series.get("lastObservedTime"));
+        count = series.get("count").and_then(Value::as_i64).unwrap_or(0);
+    } else if count == 0 {
+        count = 1;
     }
+    let involved = f("involvedObject", "regarding").cloned().unwrap_or(Value::Null);
+    let kind = s(involved.get("kind")).to_lowercase();
+    let iname = s(involved.get("name"));
+    let target = if iname.is_empty() { kind } else { format!("{kind}/{iname}") };
+    let source = f("source", "deprecatedSource").cloned().unwrap_or(Value::Null);
+    let mut component = s(source.get("component"));
+    if component.is_empty() {
+        component = s(f("reportingComponent", "reportingController"));
+    }
+    let mut host = s(source.get("host"));
+    if host.is_empty() {
+        host = s(obj.get("reportingInstance"));
+    }
+    let source = if host.is_empty() { component } else { format!("{component}, {host}") };
+    vec![
+        json!(last),
+        json!(s(obj.get("type"))),
+        json!(s(obj.get("reason"))),
+        json!(target),
+        json!(s(involved.get("fieldPath"))),
+        json!(source),
+        json!(s(f("message", "note")).trim()),
+        json!(first),
+        json!(count),
+        json!(s(obj.pointer("/metadata/name"))),
+    ]
 }
 
 /// One row's cells.
 pub(crate) fn cells(res: &Resource, obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
-    if res.schema.is_some() {
+    if is_event(res) {
+        event_cells(obj, now)
+    } else if res.schema.is_some() {
         let mut cells = vec![json!(obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""))];
         cells.extend(res.columns.iter().map(|c| crd_cell(c, obj, now)));
         cells
@@ -399,14 +422,6 @@ pub(crate) fn table(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn json_path_subset() {
-        let o = json!({"status": {"conditions": [{"type": "A", "status": "False"}, {"type": "Ready", "status": "True"}]}, "spec": {"l": [1, 2]}});
-        assert_eq!(json_path(&o, ".status.conditions[?(@.type==\"Ready\")].status"), Some(json!("True")));
-        assert_eq!(json_path(&o, ".spec.l[1]"), Some(json!(2)));
-        assert_eq!(json_path(&o, ".spec.missing"), None);
-    }
 
     #[test]
     fn human_durations() {
