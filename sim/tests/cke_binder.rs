@@ -186,3 +186,51 @@ async fn binder_and_kubelet_work_where_no_nodegroup_api_is_served() {
     cke.stop().await.unwrap();
     server.shutdown().await;
 }
+
+/// With `control_plane.no_schedule` (kubeadm's convention), the control-plane Nodes carry the
+/// `node-role.kubernetes.io/control-plane` label and `NoSchedule` taint: a workload pod that
+/// selects nothing stays Unschedulable with kube-scheduler's reason, and only a pod that
+/// tolerates the taint runs there. The default (CKE as measured, clever-cloud.md §1.7) keeps them
+/// schedulable.
+#[tokio::test]
+async fn control_plane_nodes_refuse_untolerating_pods_when_configured_no_schedule() {
+    let mut config = SimCkeConfig::default();
+    config.control_plane.no_schedule = true;
+    let w = World::start(config).await;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
+    Api::<Namespace>::all(w.client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    let cp = w.until("control-plane-0 ready", Duration::ZERO, || async { w.node("control-plane-0").await }).await;
+    assert!(cp.metadata.labels.as_ref().unwrap().contains_key("node-role.kubernetes.io/control-plane"));
+    assert_eq!(cke_support::taint_keys(&cp), vec!["node-role.kubernetes.io/control-plane".to_string()]);
+
+    create_pod(&w, "plain", "100m", "64Mi", json!({})).await;
+    let message = w
+        .until("plain unschedulable", Duration::ZERO, || async {
+            unschedulable_message(&w.pods(NS).get("plain").await.unwrap())
+        })
+        .await;
+    assert!(
+        message.starts_with(
+            "0/2 nodes are available: 2 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }."
+        ),
+        "{message}"
+    );
+
+    let tolerating: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "tolerating", "namespace": NS},
+        "spec": {
+            "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }))
+    .unwrap();
+    w.pods(NS).create(&PostParams::default(), &tolerating).await.unwrap();
+    let p = w
+        .until("tolerating running", SEC, || async {
+            Some(w.pods(NS).get("tolerating").await.unwrap()).filter(|p| phase(p) == Some("Running"))
+        })
+        .await;
+    assert!(node_name(&p).unwrap().starts_with("control-plane-"));
+    assert!(node_name(&w.pods(NS).get("plain").await.unwrap()).is_none(), "the plain pod was bound");
+    w.stop().await;
+}

@@ -84,14 +84,20 @@ pub struct ControlPlane {
     pub flavor: String,
     /// Number of control-plane nodes (2 on CKE).
     pub count: u32,
-    /// Whether the simulator creates the control-plane Nodes (schedulable, role `control-plane`).
+    /// Whether the simulator creates the control-plane Nodes (role `control-plane`).
     /// Their quota usage counts either way (see [`QuotaConfig::control_plane`]).
     pub create_nodes: bool,
+    /// Whether those Nodes refuse workload pods: the kubeadm convention, label
+    /// `node-role.kubernetes.io/control-plane: ""` and taint
+    /// `node-role.kubernetes.io/control-plane:NoSchedule`. Off by default: clever-cloud.md §1.7
+    /// records CKE's control-plane nodes as schedulable (workloads select
+    /// `clever-cloud.com/cluster-node-role: worker` to stay off them).
+    pub no_schedule: bool,
 }
 
 impl Default for ControlPlane {
     fn default() -> ControlPlane {
-        ControlPlane { flavor: "S".to_string(), count: 2, create_nodes: true }
+        ControlPlane { flavor: "S".to_string(), count: 2, create_nodes: true, no_schedule: false }
     }
 }
 

@@ -27,6 +27,8 @@ pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 pub const MAX_NODE_COUNT: i32 = 16;
 /// Role label value of control-plane nodes.
 pub const ROLE_CONTROL_PLANE: &str = "control-plane";
+/// The kubeadm role label of control-plane nodes, also the key of their `NoSchedule` taint.
+pub const CONTROL_PLANE_ROLE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 
 /// RFC 3339 with seconds, as Kubernetes writes times.
 pub fn timestamp(t: DateTime<Utc>) -> String {

@@ -8,6 +8,7 @@
 //! Must not: decide anything itself (the planners do), block on a manual clock nobody advances
 //! (every wait also wakes on watch events and cancellation), or end on an API error after start-up.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
@@ -746,7 +747,8 @@ async fn ensure_crd(client: &Client, token: &CancellationToken) -> Result<(), Ck
     }
 }
 
-/// Creates the control-plane Nodes (Ready from the start, schedulable, role `control-plane`).
+/// Creates the control-plane Nodes (Ready from the start, role `control-plane`; tainted
+/// `NoSchedule` when `control_plane.no_schedule` is set).
 async fn ensure_control_plane(
     client: &Client,
     cfg: &SimCkeConfig,
@@ -758,14 +760,22 @@ async fn ensure_control_plane(
         return Ok(());
     };
     let nodes: Api<Node> = Api::all(client.clone());
+    let (labels, taints) = if cfg.control_plane.no_schedule {
+        (
+            BTreeMap::from([(objects::CONTROL_PLANE_ROLE_LABEL.to_string(), String::new())]),
+            vec![json!({"key": objects::CONTROL_PLANE_ROLE_LABEL, "effect": "NoSchedule"})],
+        )
+    } else {
+        (BTreeMap::new(), Vec::new())
+    };
     for i in 0..cfg.control_plane.count {
         let name = format!("control-plane-{i}");
         let input = NodeSpecInput {
             name: &name,
             flavor,
             group: None,
-            extra_labels: None,
-            taints: Vec::new(),
+            extra_labels: Some(&labels),
+            taints: taints.clone(),
             ready: true,
             kubelet_version: &cfg.kubelet_version,
             seed: cfg.seed,
