@@ -285,3 +285,148 @@ proptest! {
         );
     }
 }
+
+/// One pod of [`constrained_input`]: requests and a kind of constraint, within one of a few apps.
+#[derive(Debug, Clone)]
+struct Constrained {
+    cpu: i64,
+    mem_mi: i64,
+    kind: u8,
+    app: u8,
+}
+
+fn constrained_spec() -> impl Strategy<Value = Constrained> {
+    (1i64..4000, 64i64..8000, 0u8..8, 0u8..3).prop_map(|(cpu, mem_mi, kind, app)| Constrained {
+        cpu,
+        mem_mi,
+        kind,
+        app,
+    })
+}
+
+/// Pods of every constraint kind the cost repack handles, on the three-zone flavors. Only pods of the
+/// same kind share an app label, so each app's pods all carry the constraint that selects them.
+fn constrained_input(specs: &[Constrained], min_values: bool, soft: bool) -> Input {
+    use crate::model::{WeightedPodAffinityTerm, WhenUnsatisfiable};
+    let mut p = pool("default");
+    p.instance_types = flavors_3_zones();
+    if min_values {
+        let mut r = req(INSTANCE_TYPE, Operator::Exists, &[]);
+        r.min_values = Some(3);
+        p.requirements = vec![r];
+    }
+    let when = if soft { WhenUnsatisfiable::ScheduleAnyway } else { WhenUnsatisfiable::DoNotSchedule };
+    let pods = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mut x = pod(&format!("p{i:03}"), s.cpu, s.mem_mi * MI);
+            let app = format!("k{}-a{}", s.kind, s.app);
+            x.labels = labels_of(&[("app", &app)]);
+            let c = &mut x.constraints;
+            match s.kind {
+                1 => c.topology_spread = vec![spread(ZONE, 1, when, &[("app", &app)])],
+                2 => c.topology_spread = vec![spread(HOSTNAME, 1 + i32::from(s.app), when, &[("app", &app)])],
+                3 => c.pod_anti_affinity = vec![term(HOSTNAME, &[("app", &app)])],
+                4 => c.pod_affinity = vec![term(ZONE, &[("app", &app)])],
+                5 => c.pod_affinity = vec![term(HOSTNAME, &[("app", &app)])],
+                6 => c.host_ports = vec![host_port(9000 + i32::from(s.app), "TCP")],
+                7 if soft => {
+                    c.preferred_pod_anti_affinity =
+                        vec![WeightedPodAffinityTerm { weight: 10, term: term(HOSTNAME, &[("app", &app)]) }]
+                }
+                _ => {}
+            }
+            x
+        })
+        .collect();
+    Input { pools: vec![p], pods, ..Input::default() }
+}
+
+/// Checks every placement of a decision of [`constrained_input`] against its constraints (the hard
+/// ones; soft ones only when `soft` is false, where there are none).
+fn check_constraints(input: &Input, d: &crate::Decision) {
+    check(input);
+    let zone_of = |c: &crate::model::NewClaim| -> Option<String> {
+        let z: Vec<&String> = c.requirements.iter().filter(|r| r.key == ZONE).flat_map(|r| r.values.iter()).collect();
+        (z.len() == 1).then(|| z[0].clone())
+    };
+    let app = |p: usize| input.pods[p].labels.get("app").cloned().unwrap_or_default();
+    let kind = |p: usize| app(p).chars().nth(1).and_then(|k| k.to_digit(10)).unwrap_or(0);
+    let hard = |p: usize| {
+        !input.pods[p]
+            .constraints
+            .topology_spread
+            .iter()
+            .any(|s| s.when_unsatisfiable == crate::model::WhenUnsatisfiable::ScheduleAnyway)
+    };
+    let mut zones: std::collections::BTreeMap<String, std::collections::BTreeMap<String, i32>> = Default::default();
+    let mut claim_of_app: std::collections::BTreeMap<String, std::collections::BTreeSet<usize>> = Default::default();
+    for (ci, c) in d.new_claims.iter().enumerate() {
+        if let Some(m) = input.pools[0].requirements.iter().find_map(|r| r.min_values) {
+            assert!(
+                c.instance_types.len() >= usize::try_from(m).unwrap(),
+                "claim {ci} has {} options",
+                c.instance_types.len()
+            );
+        }
+        let mut per_app: std::collections::BTreeMap<String, i32> = Default::default();
+        for &p in &c.pods {
+            *per_app.entry(app(p)).or_default() += 1;
+            claim_of_app.entry(app(p)).or_default().insert(ci);
+            if matches!(kind(p), 1 | 4) {
+                let z = zone_of(c).unwrap_or_else(|| panic!("claim {ci} of a zone-constrained pod spans zones"));
+                *zones.entry(app(p)).or_default().entry(z).or_default() += 1;
+            }
+        }
+        for &p in &c.pods {
+            let n = per_app[&app(p)];
+            match kind(p) {
+                2 if hard(p) => {
+                    let skew = input.pods[p].constraints.topology_spread[0].max_skew;
+                    assert!(n <= skew, "claim {ci}: {n} pods of {} (maxSkew {skew})", app(p));
+                }
+                3 | 6 => assert!(n <= 1, "claim {ci}: {n} pods of {} share a node", app(p)),
+                _ => {}
+            }
+        }
+    }
+    for (a, per_zone) in &zones {
+        if a.starts_with("k1") && hard(input.pods.iter().position(|p| p.labels.get("app") == Some(a)).unwrap()) {
+            let counts: Vec<i32> = ["a", "b", "c"].iter().map(|z| per_zone.get(*z).copied().unwrap_or(0)).collect();
+            let (lo, hi) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+            assert!(hi - lo <= 1, "{a}: zone counts {counts:?}");
+        }
+        if a.starts_with("k4") {
+            assert_eq!(per_zone.len(), 1, "{a}: in zones {per_zone:?}");
+        }
+    }
+    for (a, claims) in &claim_of_app {
+        if a.starts_with("k5") {
+            assert_eq!(claims.len(), 1, "{a}: on claims {claims:?}");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// The cost repack keeps every constraint exact: zone and hostname spread, zone and hostname
+    /// (self-)affinity, hostname anti-affinity, host ports, minValues; it places the same pods as
+    /// the plain loop and never costs more.
+    #[test]
+    fn the_repack_keeps_every_constraint(
+        specs in proptest::collection::vec(constrained_spec(), 0..60),
+        min_values in any::<bool>(),
+        soft in any::<bool>(),
+    ) {
+        let input = constrained_input(&specs, min_values, soft);
+        let d = solve(&input);
+        check_constraints(&input, &d);
+        let plain_input = Input { settings: crate::model::Settings { repack: false, ..Default::default() }, ..input.clone() };
+        let plain = solve(&plain_input);
+        check_constraints(&plain_input, &plain);
+        prop_assert_eq!(d.unschedulable.len(), plain.unschedulable.len());
+        prop_assert!(d.total_price() <= plain.total_price() + 1e-9, "repack {} > loop {}", d.total_price(), plain.total_price());
+    }
+}

@@ -3,11 +3,13 @@
 //! Karpenter's loop fills each new claim until its largest option is full and then launches the
 //! cheapest option that still fits; with Clever's flavors (a 2XS costs less per vCPU than an XL) that
 //! leaves up to 60 % on the table for CPU-heavy workloads, which upstream recovers later through
-//! consolidation (churn). The solver therefore re-packs, after the loop, the pods that carry no
-//! topology constraint and no host port, claim group by claim group (same pool, same requirements):
-//! nodes are opened one at a time with the instance type that packs the most value per euro, where a
-//! pod's value is its requests priced at the shadow prices of the LP relaxation (the cheapest
-//! fractional mix of types covering the group's demand). The result is kept only when cheaper.
+//! consolidation (churn). The solver therefore re-packs the loop's claims, claim group by claim
+//! group (same pool, same requirements): nodes are opened one at a time with the instance type that
+//! packs the most value per euro, where a pod's value is its requests priced at the shadow prices of
+//! the LP relaxation (the cheapest fractional mix of types covering the group's demand). The result
+//! is kept only when cheaper. Hostname topology and host ports travel as per-node [`Rules`]; the
+//! solver keeps the other topology exact by re-packing only within equal requirements, and
+//! catalogues above [`MAX_TYPES`] are cut down to that many [`candidates`].
 //!
 //! Under a pool's limits ([`pack_within`]) the goal changes: the most pods first, the lowest price
 //! second, with the nodes' capacities summing to no more than what the limits leave. Karpenter's loop
@@ -28,7 +30,8 @@ pub struct Bin {
     pub price: f64,
 }
 
-/// Most types for which the LP is solved (vertex enumeration is cubic in it).
+/// Most bins a packing considers: the fills are linear in the bins, the merges of [`pack_within`]
+/// too, and the LP's vertex enumeration is quartic. Larger catalogues are cut down by [`candidates`].
 pub const MAX_TYPES: usize = 64;
 
 fn vec3(r: &Resources) -> [f64; 3] {
@@ -42,24 +45,69 @@ fn det3(m: [[f64; 3]; 3]) -> f64 {
 
 /// Shadow prices (per millicore, byte, pod slot) of the LP `min Σ price·x, Σ room·x ≥ demand, x ≥ 0`,
 /// from its dual `max demand·y, room_i·y ≤ price_i, y ≥ 0` by vertex enumeration; with the optimal
-/// value (the LP lower bound).
+/// value (the LP lower bound). Above 16 bins the enumeration (quartic in the bins) runs on a working
+/// set of bins, to which the bins whose constraint the answer violates are added until none is (the
+/// answer is then optimal for all of them).
 pub fn shadow_prices(bins: &[Bin], demand: &Resources) -> ([f64; 3], f64) {
     // Scale to comparable magnitudes: cores, GiB, pods.
     let scale = [1e-3, 1.0 / f64::from(1u32 << 30), 1.0];
-    let rows: Vec<([f64; 3], f64)> = bins
+    let rows: Vec<[f64; 3]> = bins
         .iter()
         .map(|b| {
             let v = vec3(&b.room);
-            ([v[0] * scale[0], v[1] * scale[1], v[2] * scale[2]], b.price)
+            [v[0] * scale[0], v[1] * scale[1], v[2] * scale[2]]
         })
+        .collect();
+    let d = vec3(demand);
+    let d = [d[0] * scale[0], d[1] * scale[1], d[2] * scale[2]];
+    let unscale = |(y, v): ([f64; 3], f64)| ([y[0] * scale[0], y[1] * scale[1], y[2] * scale[2]], v);
+    let all: Vec<usize> = (0..bins.len()).collect();
+    if bins.len() <= 16 {
+        return unscale(dual_vertices(&rows, bins, &all, &d));
+    }
+    // Working set: per resource, the bins offering the most of it per euro.
+    let mut set: Vec<usize> = Vec::new();
+    for k in [0usize, 1, 2] {
+        let mut by: Vec<usize> = all.clone();
+        by.sort_by(|&a, &b| (rows[b][k] / bins[b].price).total_cmp(&(rows[a][k] / bins[a].price)).then(a.cmp(&b)));
+        for &i in by.iter().take(4) {
+            if !set.contains(&i) {
+                set.push(i);
+            }
+        }
+    }
+    let mut best = dual_vertices(&rows, bins, &set, &d);
+    // Each round adds the most violated constraints; bounded so that a degenerate catalogue cannot
+    // make it loop (the last answer is then a slight over-estimate of the prices, never unsafe).
+    for _ in 0..12 {
+        let y = best.0;
+        let mut violated: Vec<(f64, usize)> = all
+            .iter()
+            .filter(|i| !set.contains(i))
+            .map(|&i| ((rows[i][0] * y[0] + rows[i][1] * y[1] + rows[i][2] * y[2]) / bins[i].price, i))
+            .filter(|(r, _)| *r > 1.0 + 1e-9)
+            .collect();
+        if violated.is_empty() {
+            break;
+        }
+        violated.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        set.extend(violated.iter().take(8).map(|&(_, i)| i));
+        best = dual_vertices(&rows, bins, &set, &d);
+    }
+    unscale(best)
+}
+
+/// The dual's best vertex over the bins `set` (and `y ≥ 0`), in scaled units.
+fn dual_vertices(scaled: &[[f64; 3]], bins: &[Bin], set: &[usize], d: &[f64; 3]) -> ([f64; 3], f64) {
+    let rows: Vec<([f64; 3], f64)> = set
+        .iter()
+        .map(|&i| (scaled[i], bins[i].price))
         .chain((0..3).map(|k| {
             let mut v = [0.0; 3];
             v[k] = -1.0;
             (v, 0.0)
         }))
         .collect();
-    let d = vec3(demand);
-    let d = [d[0] * scale[0], d[1] * scale[1], d[2] * scale[2]];
     let mut best = ([0.0; 3], 0.0f64);
     let n = rows.len();
     for i in 0..n {
@@ -88,8 +136,65 @@ pub fn shadow_prices(bins: &[Bin], demand: &Resources) -> ([f64; 3], f64) {
             }
         }
     }
-    let (y, v) = best;
-    ([y[0] * scale[0], y[1] * scale[1], y[2] * scale[2]], v)
+    best
+}
+
+/// The bins worth packing into when there are more than [`MAX_TYPES`]: at most that many (plus, rarely,
+/// one per item shape that none of them holds). Ranked by how much of the items' LP value (shadow
+/// prices of their total demand) a euro buys; first the best of each size class (cpu by powers of
+/// two × memory per cpu by powers of two), so that small nodes for the remainder and shapes for
+/// memory- or cpu-heavy mixes stay available, then the best of the rest. Indices into `bins`,
+/// ascending.
+pub fn candidates(bins: &[Bin], items: &[Resources]) -> Vec<usize> {
+    if bins.len() <= MAX_TYPES {
+        return (0..bins.len()).collect();
+    }
+    let demand = items.iter().fold(Resources::ZERO, |a, r| a + *r);
+    let (y, _) = shadow_prices(bins, &demand);
+    let efficiency = |b: &Bin| {
+        let v = vec3(&b.room);
+        (v[0] * y[0] + v[1] * y[1] + v[2] * y[2]) / b.price.max(1e-12)
+    };
+    let eff: Vec<f64> = bins.iter().map(efficiency).collect();
+    let mut order: Vec<usize> = (0..bins.len()).collect();
+    order.sort_by(|&a, &b| eff[b].total_cmp(&eff[a]).then(bins[a].price.total_cmp(&bins[b].price)).then(a.cmp(&b)));
+    let class = |b: &Bin| {
+        let cpu = b.room.cpu_millis.max(1) as f64;
+        let per_cpu = b.room.memory_bytes.max(1) as f64 / cpu;
+        (cpu.log2().floor() as i64, per_cpu.log2().round() as i64)
+    };
+    let mut chosen: Vec<usize> = Vec::new();
+    let mut classes: Vec<(i64, i64)> = Vec::new();
+    for &i in &order {
+        let c = class(&bins[i]);
+        if !classes.contains(&c) {
+            classes.push(c);
+            chosen.push(i);
+        }
+    }
+    chosen.truncate(MAX_TYPES);
+    for &i in &order {
+        if chosen.len() >= MAX_TYPES {
+            break;
+        }
+        if !chosen.contains(&i) {
+            chosen.push(i);
+        }
+    }
+    // Every item some bin holds keeps a bin holding it: the most efficient one.
+    let mut shapes: Vec<Resources> = items.to_vec();
+    shapes.sort_by_key(|r| (r.cpu_millis, r.memory_bytes, r.ephemeral_storage_bytes, r.pods));
+    shapes.dedup();
+    for s in shapes {
+        if chosen.iter().any(|&i| s.fits(&bins[i].room)) {
+            continue;
+        }
+        if let Some(&i) = order.iter().find(|&&i| s.fits(&bins[i].room)) {
+            chosen.push(i);
+        }
+    }
+    chosen.sort_unstable();
+    chosen
 }
 
 /// How many pods of shape `s` fit in `room`.
@@ -135,37 +240,55 @@ fn pack_with(items: &[Resources], bins: &[Bin], balanced: bool) -> Option<Vec<(u
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_by(|&a, &b| value(&items[b]).total_cmp(&value(&items[a])).then_with(|| a.cmp(&b)));
     let mut shapes: Vec<(Resources, f64, Vec<usize>)> = Vec::new();
+    let mut index: std::collections::HashMap<Resources, usize> = std::collections::HashMap::new();
     for i in order {
-        match shapes.iter_mut().find(|(s, ..)| *s == items[i]) {
-            Some((_, _, list)) => list.push(i),
-            None => shapes.push((items[i], value(&items[i]), vec![i])),
+        match index.get(&items[i]) {
+            Some(&si) => shapes[si].2.push(i),
+            None => {
+                index.insert(items[i], shapes.len());
+                shapes.push((items[i], value(&items[i]), vec![i]));
+            }
         }
     }
     // The balanced fill's order of shapes per bin depends on neither counts nor nodes: sorted once.
     let by_tilt: Vec<Vec<usize>> =
         if balanced { bins.iter().map(|bin| tilt_order(bin, &shapes)).collect() } else { Vec::new() };
-    let mut left = items.len();
+    // A bin's fill depends on the counts left only through min(left, most of the shape an empty bin
+    // holds): it is kept from one node to the next until a count it may depend on drops below that.
+    let most: Vec<Vec<i64>> =
+        bins.iter().map(|b| shapes.iter().map(|(s, ..)| fit_count(&b.room, s)).collect()).collect();
+    let mut left: Vec<i64> = shapes.iter().map(|(_, _, l)| i64::try_from(l.len()).unwrap_or(i64::MAX)).collect();
+    let mut cache: Vec<Option<(Takes, f64)>> = vec![None; bins.len()];
+    let mut remaining = items.len();
     let mut out = Vec::new();
-    while left > 0 {
-        let mut best: Option<(f64, f64, usize, Takes)> = None;
+    while remaining > 0 {
+        let mut best: Option<(f64, f64, usize)> = None;
         for (b, bin) in bins.iter().enumerate() {
-            let (takes, v) = fill(bin, &shapes, by_tilt.get(b).map(Vec::as_slice));
+            let (takes, v) =
+                cache[b].get_or_insert_with(|| fill(bin, &shapes, &left, by_tilt.get(b).map(Vec::as_slice)));
             if takes.is_empty() {
                 continue;
             }
             let score = bin.price / v.max(1e-300);
-            if best.as_ref().is_none_or(|(bs, bv, ..)| score < *bs || (score == *bs && v > *bv)) {
-                best = Some((score, v, b, takes));
+            if best.as_ref().is_none_or(|(bs, bv, _)| score < *bs || (score == *bs && *v > *bv)) {
+                best = Some((score, *v, b));
             }
         }
-        let (_, _, b, takes) = best?;
+        let (_, _, b) = best?;
+        let takes = cache[b].as_ref().map(|(t, _)| t.clone()).unwrap_or_default();
         let mut taken = Vec::new();
-        for (si, k) in takes {
+        for &(si, k) in &takes {
             let list = &mut shapes[si].2;
             let at = list.len() - usize::try_from(k).unwrap_or(0).min(list.len());
             taken.extend(list.drain(at..));
+            left[si] -= k;
+            for (c, m) in cache.iter_mut().zip(&most) {
+                if left[si] < m[si] {
+                    *c = None;
+                }
+            }
         }
-        left -= taken.len();
+        remaining -= taken.len();
         taken.sort_unstable();
         out.push((b, taken));
     }
@@ -190,15 +313,14 @@ fn tilt_order(bin: &Bin, shapes: &[(Resources, f64, Vec<usize>)]) -> Vec<usize> 
     by_tilt
 }
 
-/// What one node of `bin` would take from the remaining shapes: `(shape, count)` and their value.
-/// Plain: shapes in value order, as many of each as fit. Balanced: one pod at a time, from the
-/// memory-heavy or the cpu-heavy end, whichever keeps cpu and memory filling together.
-/// `by_tilt`: the balanced fill's shape order for this bin ([`tilt_order`]); `None`: plain fill.
-fn fill(bin: &Bin, shapes: &[(Resources, f64, Vec<usize>)], by_tilt: Option<&[usize]>) -> (Takes, f64) {
+/// What one node of `bin` would take from the remaining shapes (`left` of each): `(shape, count)`
+/// and their value. Plain: shapes in value order, as many of each as fit. Balanced: one pod at a
+/// time, from the memory-heavy or the cpu-heavy end, whichever keeps cpu and memory filling
+/// together. `by_tilt`: the balanced fill's shape order for this bin ([`tilt_order`]); `None`: plain.
+fn fill(bin: &Bin, shapes: &[(Resources, f64, Vec<usize>)], left: &[i64], by_tilt: Option<&[usize]>) -> (Takes, f64) {
     let mut room = bin.room;
     let mut takes: Takes = Vec::new();
     let mut v = 0.0;
-    let mut left: Vec<i64> = shapes.iter().map(|(_, _, l)| i64::try_from(l.len()).unwrap_or(i64::MAX)).collect();
     let Some(by_tilt) = by_tilt else {
         for (si, (s, sv, _)) in shapes.iter().enumerate() {
             let k = fit_count(&room, s).min(left[si]);
@@ -212,23 +334,44 @@ fn fill(bin: &Bin, shapes: &[(Resources, f64, Vec<usize>)], by_tilt: Option<&[us
     };
     // Two-pointer balance: shapes ordered by how memory-heavy they are relative to the node; add
     // from the memory-heavy end while memory is the less filled resource, else from the cpu-heavy end.
+    // A shape that is used up or no longer fits stays so (room only shrinks): each end's pointer
+    // only moves inwards, so a fill costs O(shapes + pods).
     let full = vec3(&bin.room);
     let (mut used_c, mut used_m) = (0.0f64, 0.0f64);
-    loop {
+    let mut taken: Vec<i64> = vec![0; shapes.len()];
+    let (mut lo, mut hi) = (0usize, by_tilt.len());
+    let alive = |si: usize, room: &Resources, taken: &[i64]| left[si] > taken[si] && fit_count(room, &shapes[si].0) > 0;
+    while lo < hi {
         let memory_first = used_m / full[1].max(1.0) < used_c / full[0].max(1.0);
-        let mut iter: Box<dyn Iterator<Item = &usize>> =
-            if memory_first { Box::new(by_tilt.iter().rev()) } else { Box::new(by_tilt.iter()) };
-        let Some(&si) = iter.find(|&&si| left[si] > 0 && fit_count(&room, &shapes[si].0) > 0) else { break };
+        let si = if memory_first {
+            while lo < hi && !alive(by_tilt[hi - 1], &room, &taken) {
+                hi -= 1;
+            }
+            if lo == hi {
+                break;
+            }
+            by_tilt[hi - 1]
+        } else {
+            while lo < hi && !alive(by_tilt[lo], &room, &taken) {
+                lo += 1;
+            }
+            if lo == hi {
+                break;
+            }
+            by_tilt[lo]
+        };
         let s = &shapes[si].0;
         room = room.saturating_sub(*s);
         used_c += s.cpu_millis as f64;
         used_m += s.memory_bytes as f64;
         v += shapes[si].1;
-        left[si] -= 1;
-        match takes.iter_mut().find(|(x, _)| *x == si) {
-            Some(t) => t.1 += 1,
-            None => takes.push((si, 1)),
+        if taken[si] == 0 {
+            takes.push((si, 0));
         }
+        taken[si] += 1;
+    }
+    for t in &mut takes {
+        t.1 = taken[t.0];
     }
     (takes, v)
 }
@@ -256,6 +399,176 @@ pub fn pack_ffd(items: &[Resources], bins: &[Bin]) -> Option<Vec<(usize, Vec<usi
     Some(
         open.into_iter()
             .map(|(_, b, mut list)| {
+                list.sort_unstable();
+                (b, list)
+            })
+            .collect(),
+    )
+}
+
+/// Tags of one item for the per-node rules of [`Rules`]: the tags it is counted by (`marks`, with
+/// how many times: a bundle of pods counts each) and the tags whose marked items may not share its
+/// node (`blocks`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct TagSet {
+    /// `(tag, count)`, sorted by tag.
+    pub marks: Vec<(u32, i64)>,
+    /// Sorted, no duplicates.
+    pub blocks: Vec<u32>,
+}
+
+/// Rules between items sharing a node: what hostname topology and host ports become once the
+/// solver has turned them into tags. Anti-affinity: the owner blocks its term's tag and the pods the
+/// term selects mark it. A host port: its pods mark and block it. A hostname spread: its tag is
+/// capped at `maxSkew` marked items per node.
+#[derive(Debug, Clone, Default)]
+pub struct Rules {
+    /// Distinct tag sets.
+    pub sets: Vec<TagSet>,
+    /// Per item, its index in `sets`.
+    pub item_set: Vec<usize>,
+    /// Most marked items per node, per capped tag.
+    pub caps: std::collections::HashMap<u32, i64>,
+}
+
+/// The tags present on one node.
+#[derive(Debug, Clone, Default)]
+struct NodeTags {
+    marked: Vec<(u32, i64)>,
+    blocked: Vec<u32>,
+}
+
+impl NodeTags {
+    fn marked(&self, t: u32) -> i64 {
+        self.marked.iter().find(|(x, _)| *x == t).map_or(0, |(_, c)| *c)
+    }
+
+    /// Whether an item of tag set `set` may join the node.
+    fn admits(&self, set: &TagSet, caps: &std::collections::HashMap<u32, i64>) -> bool {
+        set.blocks.iter().all(|&b| self.marked(b) == 0)
+            && set
+                .marks
+                .iter()
+                .all(|&(m, c)| !self.blocked.contains(&m) && caps.get(&m).is_none_or(|&cap| self.marked(m) + c <= cap))
+    }
+
+    fn add(&mut self, set: &TagSet) {
+        for &(m, c) in &set.marks {
+            match self.marked.iter_mut().find(|(x, _)| *x == m) {
+                Some(e) => e.1 += c,
+                None => self.marked.push((m, c)),
+            }
+        }
+        for &b in &set.blocks {
+            if !self.blocked.contains(&b) {
+                self.blocked.push(b);
+            }
+        }
+    }
+}
+
+/// Which packing [`pack_ruled`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Packing {
+    /// [`pack`], then the items dealt out again under the rules.
+    Value,
+    /// [`pack_balanced`], then the same.
+    Balanced,
+    /// First-fit decreasing that checks the rules as it goes.
+    Ffd,
+}
+
+/// Packs items under per-node [`Rules`]. The value and balanced packings work on resources alone
+/// (their speed comes from treating equal requests alike); their nodes are then re-dealt: each
+/// item takes a slot of its own requests on a node whose tags admit it, and the items left over go,
+/// largest first, into the room left on a node that admits them, else onto a new node of the
+/// cheapest bin holding them. Every node of the result obeys the rules.
+pub fn pack_ruled(items: &[Resources], rules: &Rules, bins: &[Bin], how: Packing) -> Option<Vec<(usize, Vec<usize>)>> {
+    let trivial = rules.sets.iter().all(|s| s.marks.is_empty() && s.blocks.is_empty());
+    let base = match how {
+        Packing::Value => pack(items, bins)?,
+        Packing::Balanced => pack_balanced(items, bins)?,
+        Packing::Ffd if trivial => return pack_ffd(items, bins),
+        Packing::Ffd => return ffd_ruled(items, rules, bins, Vec::new(), (0..items.len()).collect()),
+    };
+    if trivial {
+        return Some(base);
+    }
+    // Slots per request shape, node by node.
+    let mut slots: std::collections::HashMap<Resources, Vec<usize>> = std::collections::HashMap::new();
+    for (n, (_, idx)) in base.iter().enumerate() {
+        for &i in idx {
+            slots.entry(items[i]).or_default().push(n);
+        }
+    }
+    // The most constrained items first (more tags), so that plain items fill what is left.
+    let weight = |i: usize| {
+        let s = &rules.sets[rules.item_set[i]];
+        s.marks.len() + s.blocks.len()
+    };
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| weight(b).cmp(&weight(a)).then(rules.item_set[a].cmp(&rules.item_set[b])).then(a.cmp(&b)));
+    let mut nodes: Vec<(usize, Vec<usize>, NodeTags)> =
+        base.iter().map(|(b, _)| (*b, Vec::new(), NodeTags::default())).collect();
+    let mut left_over: Vec<usize> = Vec::new();
+    for i in order {
+        let set = &rules.sets[rules.item_set[i]];
+        let Some(list) = slots.get_mut(&items[i]) else {
+            left_over.push(i);
+            continue;
+        };
+        match list.iter().position(|&n| nodes[n].2.admits(set, &rules.caps)) {
+            Some(at) => {
+                let n = list.swap_remove(at);
+                nodes[n].1.push(i);
+                nodes[n].2.add(set);
+            }
+            None => left_over.push(i),
+        }
+    }
+    ffd_ruled(items, rules, bins, nodes, left_over)
+}
+
+/// First-fit decreasing of `todo` under the rules into `nodes` (bin, items, tags), then new nodes of
+/// the cheapest bin holding each item.
+fn ffd_ruled(
+    items: &[Resources],
+    rules: &Rules,
+    bins: &[Bin],
+    nodes: Vec<(usize, Vec<usize>, NodeTags)>,
+    mut todo: Vec<usize>,
+) -> Option<Vec<(usize, Vec<usize>)>> {
+    todo.sort_by(|&a, &b| {
+        (items[b].cpu_millis, items[b].memory_bytes).cmp(&(items[a].cpu_millis, items[a].memory_bytes)).then(a.cmp(&b))
+    });
+    let mut by_price: Vec<usize> = (0..bins.len()).collect();
+    by_price.sort_by(|&a, &b| bins[a].price.total_cmp(&bins[b].price).then(a.cmp(&b)));
+    let mut open: Vec<(Resources, usize, Vec<usize>, NodeTags)> = nodes
+        .into_iter()
+        .map(|(b, list, tags)| {
+            let used = list.iter().fold(Resources::ZERO, |a, &i| a + items[i]);
+            (bins[b].room.saturating_sub(used), b, list, tags)
+        })
+        .collect();
+    for i in todo {
+        let set = &rules.sets[rules.item_set[i]];
+        if let Some(node) =
+            open.iter_mut().find(|(room, _, _, tags)| items[i].fits(room) && tags.admits(set, &rules.caps))
+        {
+            node.0 = node.0.saturating_sub(items[i]);
+            node.2.push(i);
+            node.3.add(set);
+            continue;
+        }
+        let b = *by_price.iter().find(|&&b| items[i].fits(&bins[b].room))?;
+        let mut tags = NodeTags::default();
+        tags.add(set);
+        open.push((bins[b].room.saturating_sub(items[i]), b, vec![i], tags));
+    }
+    Some(
+        open.into_iter()
+            .filter(|(_, _, list, _)| !list.is_empty())
+            .map(|(_, b, mut list, _)| {
                 list.sort_unstable();
                 (b, list)
             })
@@ -658,6 +971,81 @@ mod tests {
         let p = pack_balanced(&items, &bins).unwrap_or_default();
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].1.len(), 16);
+    }
+
+    /// Deterministic pseudo-random bins of 1–64 CPU, 1–8 GiB per CPU, priced with some noise.
+    fn many_bins(n: usize) -> Vec<Bin> {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        (0..n)
+            .map(|_| {
+                let cpu = 1 + next(64) as i64;
+                let mem = cpu * (1 + next(8) as i64);
+                let price = cpu as f64 * 0.01 + mem as f64 * 0.004 + next(100) as f64 * 1e-4;
+                bin(cpu * 1000, mem, price)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_lp_over_a_large_catalogue_is_the_full_enumerations_optimum() {
+        for n in [17, 80, 400] {
+            let bins = many_bins(n);
+            let demand = Resources { pods: 900, ..r(700_000, 2000) };
+            let (_, v) = shadow_prices(&bins, &demand);
+            let scale = [1e-3, 1.0 / f64::from(1u32 << 30), 1.0];
+            let rows: Vec<[f64; 3]> = bins
+                .iter()
+                .map(|b| {
+                    let v = vec3(&b.room);
+                    [v[0] * scale[0], v[1] * scale[1], v[2] * scale[2]]
+                })
+                .collect();
+            let d = vec3(&demand);
+            let all: Vec<usize> = (0..n).collect();
+            let (_, full) = dual_vertices(&rows, &bins, &all, &[d[0] * scale[0], d[1] * scale[1], d[2] * scale[2]]);
+            assert!((v - full).abs() <= 1e-9 * full.max(1.0), "{n} bins: {v} vs {full}");
+        }
+    }
+
+    #[test]
+    fn a_large_catalogue_is_cut_to_a_bounded_set_holding_every_item() {
+        let bins = many_bins(400);
+        let mut items: Vec<Resources> = (0..200).map(|i| r(100 + 37 * (i % 40), 1 + i % 7)).collect();
+        items.push(r(60_000, 100)); // held only by some of the largest bins
+        let cand = candidates(&bins, &items);
+        assert!(cand.len() <= MAX_TYPES + 1, "{}", cand.len());
+        assert!(cand.windows(2).all(|w| w[0] < w[1]));
+        for it in &items {
+            if bins.iter().any(|b| it.fits(&b.room)) {
+                assert!(cand.iter().any(|&k| it.fits(&bins[k].room)), "{it:?} fits no candidate");
+            }
+        }
+    }
+
+    #[test]
+    fn ruled_packings_obey_the_rules() {
+        // 12 pods, 4 of each of three apps with self anti-affinity (tags 0–2), in bins of room 8.
+        let items = vec![r(1000, 1); 12];
+        let sets: Vec<TagSet> = (0..3).map(|t| TagSet { marks: vec![(t, 1)], blocks: vec![t] }).collect();
+        let rules = Rules { sets, item_set: (0..12).map(|i| i % 3).collect(), caps: Default::default() };
+        for how in [Packing::Value, Packing::Balanced, Packing::Ffd] {
+            let p = pack_ruled(&items, &rules, &[bin(8000, 8, 1.0)], how).unwrap_or_default();
+            assert_eq!(p.iter().map(|(_, l)| l.len()).sum::<usize>(), 12, "{how:?}");
+            for (_, list) in &p {
+                let mut apps: Vec<usize> = list.iter().map(|&i| i % 3).collect();
+                apps.sort_unstable();
+                let n = apps.len();
+                apps.dedup();
+                assert_eq!(apps.len(), n, "{how:?}: two pods of one app on a node");
+            }
+            assert_eq!(p.len(), 4, "{how:?}");
+        }
     }
 
     #[test]

@@ -170,6 +170,8 @@ struct Solver<'a> {
     mask_cache: HashMap<(usize, Relax, usize), Bits>,
     errors: Vec<Option<String>>,
     placed: Vec<bool>,
+    /// The relaxation each placed pod was placed under: its constraints still in force.
+    relax_of: Vec<Relax>,
     any_prefer_no_schedule: bool,
 }
 
@@ -205,6 +207,7 @@ impl<'a> Solver<'a> {
             mask_cache: HashMap::new(),
             errors: vec![None; input.pods.len()],
             placed: vec![false; input.pods.len()],
+            relax_of: vec![Relax::default(); input.pods.len()],
             any_prefer_no_schedule: false,
         };
         let ds = daemonsets::prepare(&input.daemonsets, &mut s.ints);
@@ -604,7 +607,10 @@ impl<'a> Solver<'a> {
         let mut relax = Relax::default();
         loop {
             match self.try_place(p, class, relax) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.relax_of[p] = relax;
+                    return Ok(());
+                }
                 Err(e) => match self.relax(class, relax) {
                     Some(next) => relax = next,
                     None => return Err(e),
@@ -1217,25 +1223,24 @@ impl<'a> Solver<'a> {
 
     // ----- finishing ---------------------------------------------------------------------------
 
-    /// Re-packs the claims holding only unconstrained pods (see [`crate::repack`]), group by group
-    /// (same pool, same requirements), keeping the result only when cheaper. Pools with limits and
-    /// requirements with minValues are left alone, so limits stay exact and options keep their count.
+    /// Re-packs the new claims for cost (see [`crate::repack`]), group by group (same pool, same
+    /// requirements), keeping the result only when cheaper. Every constraint stays exact:
+    /// - topology on keys other than the hostname: a group's claims share their requirements, and a
+    ///   claim joins only when each such key its pods are constrained or counted on is pinned there
+    ///   to one value (or not defined by the pool's types), so every pod keeps its domain;
+    /// - hostname topology and host ports become per-node rules ([`crate::repack::Rules`]); pods held
+    ///   together by hostname pod affinity move as one bundle;
+    /// - minValues: each type is packed as the room it shares with enough other types to meet the
+    ///   minimum, and a node whose options would still miss it voids the packing.
+    ///
+    /// Constraints a pod was relaxed out of are not kept; those in force when it was placed are.
+    /// Pools with limits get their own packing ([`Self::repack_limited`]).
     fn repack(&mut self) {
         self.repack_limited();
         let mut groups: Vec<(usize, Requirements, Vec<usize>)> = Vec::new();
         for (ci, claim) in self.claims.iter().enumerate() {
             let pool = &self.pools[claim.pool];
-            if pool.remaining.is_limited()
-                || pool.remaining.nodes.is_some()
-                || claim.reqs.iter().any(|(_, s)| s.min_values().is_some())
-            {
-                continue;
-            }
-            let free = claim.pods.iter().all(|&p| {
-                let c = &self.classes[self.pod_class[p]];
-                !c.has_topology && c.host_ports.is_empty()
-            });
-            if !free {
+            if pool.remaining.is_limited() || pool.remaining.nodes.is_some() || !self.claim_movable(ci) {
                 continue;
             }
             match groups.iter_mut().find(|(pi, reqs, _)| *pi == claim.pool && *reqs == claim.reqs) {
@@ -1246,87 +1251,293 @@ impl<'a> Solver<'a> {
         let mut replaced: Vec<usize> = Vec::new();
         let mut added: Vec<Claim> = Vec::new();
         for (pi, reqs, claims) in groups {
-            let pool = &self.pools[pi];
-            let table = &pool.table;
-            let mut mask = table.requirement_mask(&reqs, &self.ints);
-            table.retain_offerings(&mut mask, &reqs, &self.ints);
-            let types: Vec<usize> = mask.iter().collect();
-            if types.is_empty() || types.len() > crate::repack::MAX_TYPES {
-                continue;
-            }
-            let prices: Vec<f64> = types.iter().map(|&i| table.price_under(i, &reqs, &self.ints)).collect();
-            let bins: Vec<crate::repack::Bin> = types
-                .iter()
-                .zip(&prices)
-                .map(|(&i, &price)| crate::repack::Bin {
-                    room: table.types[i].allocatable.saturating_sub(pool.groups[table.types[i].ds_group].overhead),
-                    price,
-                })
-                .collect();
-            let pods: Vec<usize> = claims.iter().flat_map(|&c| self.claims[c].pods.iter().copied()).collect();
-            let items: Vec<Resources> = pods.iter().map(|&p| self.input.pods[p].requests).collect();
-            // Cheapest type holding the items, per node: what finishing would launch.
-            let cheapest = |used: &Resources| -> Option<(f64, Bits)> {
-                let mut fit = Bits::empty(table.len());
-                let mut best = f64::INFINITY;
-                for (k, &i) in types.iter().enumerate() {
-                    if (*used + pool.groups[table.types[i].ds_group].overhead).fits(&table.types[i].allocatable) {
-                        fit.set(i);
-                        best = best.min(prices[k]);
-                    }
-                }
-                best.is_finite().then_some((best, fit))
-            };
-            let old: f64 = claims.iter().filter_map(|&c| cheapest(&self.claims[c].used)).map(|(p, _)| p).sum();
-            let mut best: Option<(f64, Vec<PackedNode>)> = None;
-            for packed in [
-                crate::repack::pack(&items, &bins),
-                crate::repack::pack_balanced(&items, &bins),
-                crate::repack::pack_ffd(&items, &bins),
-            ]
-            .into_iter()
-            .flatten()
-            {
-                let mut nodes = Vec::new();
-                let mut cost = 0.0;
-                for (_, idx) in packed {
-                    let members: Vec<usize> = idx.iter().map(|&k| pods[k]).collect();
-                    let used = members.iter().fold(Resources::ZERO, |a, &p| a + self.input.pods[p].requests);
-                    let Some((price, fit)) = cheapest(&used) else {
-                        cost = f64::INFINITY;
-                        break;
-                    };
-                    cost += price;
-                    nodes.push((members, used, fit));
-                }
-                if best.as_ref().is_none_or(|(c, _)| cost < *c) {
-                    best = Some((cost, nodes));
-                }
-            }
-            let Some((new_cost, new_claims)) = best else { continue };
-            if new_cost + 1e-9 >= old {
-                continue;
-            }
-            replaced.extend(claims.iter().copied());
-            for (members, used, fit) in new_claims {
-                let headroom = table.max_headroom(&fit, |g| pool.groups[g].overhead).saturating_sub(used);
-                let hostname = self.ints.val(&format!("hostname-placeholder-r{:04}", added.len()));
-                let charged = table.max_capacity(&fit);
-                added.push(Claim {
-                    pool: pi,
-                    reqs: reqs.clone(),
-                    types: fit,
-                    used,
-                    ports: Vec::new(),
-                    hostname,
-                    charged,
-                    pods: members,
-                    headroom,
-                    min_values_relaxed: false,
-                });
+            if let Some(new_claims) = self.repack_group(pi, &reqs, &claims, added.len()) {
+                replaced.extend(claims.iter().copied());
+                added.extend(new_claims);
             }
         }
         self.replace_claims(replaced, added);
+    }
+
+    /// Whether every pod of a claim may move to another claim of the same requirements with the
+    /// constraints kept exact (see [`Self::repack`]).
+    fn claim_movable(&self, ci: usize) -> bool {
+        let claim = &self.claims[ci];
+        let pool = &self.pools[claim.pool];
+        let ds_ports = pool.groups.iter().any(|g| !g.ports.is_empty());
+        let all = pool.table.all();
+        let stable = |key: Key| {
+            key == self.hostname_key
+                || claim.reqs.get(key).is_some_and(|s| !s.is_complement() && s.values().len() == 1)
+                || pool.table.values_of(key, &all).is_empty()
+        };
+        claim.pods.iter().all(|&p| {
+            let class = self.pod_class[p];
+            let c = &self.classes[class];
+            if !c.extended.is_empty() || (ds_ports && !c.host_ports.is_empty()) {
+                return false;
+            }
+            if !c.has_topology {
+                return true;
+            }
+            let own = self.active(class, self.relax_of[p]);
+            own.iter().map(|pc| pc.group).chain(c.selected.iter().copied()).all(|g| stable(self.topo.groups[g].id.key))
+        })
+    }
+
+    /// Re-packs one group of claims; the new claims when cheaper (hostnames numbered from `first`).
+    fn repack_group(&mut self, pi: usize, reqs: &Requirements, claims: &[usize], first: usize) -> Option<Vec<Claim>> {
+        let pool = &self.pools[pi];
+        let table = &pool.table;
+        let mut mask = table.requirement_mask(reqs, &self.ints);
+        table.retain_offerings(&mut mask, reqs, &self.ints);
+        let types: Vec<usize> = mask.iter().collect();
+        if types.is_empty() {
+            return None;
+        }
+        let overhead = |i: usize| pool.groups[table.types[i].ds_group].overhead;
+        let prices: Vec<f64> = types.iter().map(|&i| table.price_under(i, reqs, &self.ints)).collect();
+        let min_values = reqs.iter().any(|(_, s)| s.min_values().is_some());
+        let rooms: Vec<Resources> = if min_values {
+            self.shared_rooms(pi, reqs, &types)
+        } else {
+            types.iter().map(|&i| table.types[i].allocatable.saturating_sub(overhead(i))).collect()
+        };
+        let all_bins: Vec<crate::repack::Bin> =
+            rooms.iter().zip(&prices).map(|(&room, &price)| crate::repack::Bin { room, price }).collect();
+        let (units, rules) = self.units(claims);
+        let items: Vec<Resources> =
+            units.iter().map(|u| u.iter().fold(Resources::ZERO, |a, &p| a + self.input.pods[p].requests)).collect();
+        // Large catalogues: the packings see a bounded set of types; each node is then priced on
+        // the cheapest of all the types that hold it.
+        let bins: Vec<crate::repack::Bin> =
+            crate::repack::candidates(&all_bins, &items).into_iter().map(|k| all_bins[k]).collect();
+        let mut by_price: Vec<usize> = (0..types.len()).collect();
+        by_price.sort_by(|&a, &b| prices[a].total_cmp(&prices[b]).then(a.cmp(&b)));
+        let holds = |k: usize, used: &Resources| (*used + overhead(types[k])).fits(&table.types[types[k]].allocatable);
+        // What finishing would launch for a node: its cheapest option.
+        let cheapest = |used: &Resources| by_price.iter().find(|&&k| holds(k, used)).map(|&k| prices[k]);
+        let fit_of = |used: &Resources| {
+            let mut fit = Bits::empty(table.len());
+            for (k, &i) in types.iter().enumerate() {
+                if holds(k, used) {
+                    fit.set(i);
+                }
+            }
+            fit
+        };
+        let old: f64 = claims.iter().filter_map(|&c| cheapest(&self.claims[c].used)).sum();
+        let mut best: Option<(f64, Vec<PackedNode>)> = None;
+        for how in [crate::repack::Packing::Value, crate::repack::Packing::Balanced, crate::repack::Packing::Ffd] {
+            let Some(packed) = crate::repack::pack_ruled(&items, &rules, &bins, how) else { continue };
+            let mut nodes = Vec::new();
+            let mut cost = 0.0;
+            for (_, idx) in packed {
+                let members: Vec<usize> = idx.iter().flat_map(|&k| units[k].iter().copied()).collect();
+                let used = idx.iter().fold(Resources::ZERO, |a, &k| a + items[k]);
+                match cheapest(&used) {
+                    Some(price)
+                        if !min_values || table.min_values_unmet(&fit_of(&used), reqs, &self.ints).is_none() =>
+                    {
+                        cost += price;
+                        nodes.push((members, used));
+                    }
+                    _ => {
+                        cost = f64::INFINITY;
+                        break;
+                    }
+                }
+            }
+            if cost.is_finite() && best.as_ref().is_none_or(|(c, _)| cost < *c) {
+                best = Some((cost, nodes));
+            }
+        }
+        let (new_cost, nodes) = best?;
+        if new_cost + 1e-9 >= old {
+            return None;
+        }
+        let relaxed = claims.iter().any(|&c| self.claims[c].min_values_relaxed);
+        let mut out = Vec::new();
+        for (members, used) in nodes {
+            let fit = fit_of(&used);
+            let headroom = table.max_headroom(&fit, |g| pool.groups[g].overhead).saturating_sub(used);
+            let hostname = self.ints.val(&format!("hostname-placeholder-r{:04}", first + out.len()));
+            let ports: Vec<HostPort> =
+                members.iter().flat_map(|&p| self.classes[self.pod_class[p]].host_ports.iter().cloned()).collect();
+            out.push(Claim {
+                pool: pi,
+                reqs: reqs.clone(),
+                charged: table.max_capacity(&fit),
+                types: fit,
+                used,
+                ports,
+                hostname,
+                pods: members,
+                headroom,
+                min_values_relaxed: relaxed,
+            });
+        }
+        Some(out)
+    }
+
+    /// The claims' pods as units that move together (a pod alone, or the pods its hostname pod
+    /// affinity keeps on its node), and the per-node rules between units: hostname anti-affinity
+    /// (the owner blocks its group, the pods it selects mark it), hostname spread (marks capped at
+    /// `maxSkew`), host ports (mark and block).
+    fn units(&self, claims: &[usize]) -> (Vec<Vec<usize>>, crate::repack::Rules) {
+        let hostname = |g: usize| self.topo.groups[g].id.key == self.hostname_key;
+        let mut units: Vec<Vec<usize>> = Vec::new();
+        let mut caps: std::collections::HashMap<u32, i64> = std::collections::HashMap::new();
+        let mut spread_owned = std::collections::HashSet::new();
+        for &ci in claims {
+            let pods = &self.claims[ci].pods;
+            let affinities: Vec<usize> = pods
+                .iter()
+                .flat_map(|&p| {
+                    let class = self.pod_class[p];
+                    self.active(class, self.relax_of[p])
+                        .into_iter()
+                        .filter(|pc| self.topo.groups[pc.group].id.kind == Kind::Affinity && hostname(pc.group))
+                        .map(|pc| pc.group)
+                })
+                .collect();
+            let mut bundle: Vec<usize> = Vec::new();
+            for &p in pods {
+                let class = self.pod_class[p];
+                let c = &self.classes[class];
+                let own = self.active(class, self.relax_of[p]);
+                for pc in &own {
+                    let g = &self.topo.groups[pc.group];
+                    if g.id.kind == Kind::Spread && hostname(pc.group) {
+                        spread_owned.insert(pc.group);
+                    }
+                }
+                let affine = own.iter().any(|pc| affinities.contains(&pc.group))
+                    || c.selected.iter().any(|g| affinities.contains(g));
+                if affine {
+                    bundle.push(p);
+                } else {
+                    units.push(vec![p]);
+                }
+            }
+            if !bundle.is_empty() {
+                units.push(bundle);
+            }
+        }
+        for &g in &spread_owned {
+            caps.insert(u32::try_from(g).unwrap_or(u32::MAX), i64::from(self.topo.groups[g].id.max_skew));
+        }
+        // Host ports after the topology groups' tags.
+        let mut ports: Vec<(i32, String)> = Vec::new();
+        let n_groups = self.topo.groups.len();
+        let mut sets: Vec<crate::repack::TagSet> = Vec::new();
+        let mut index: HashMap<crate::repack::TagSet, usize> = HashMap::new();
+        let mut item_set = Vec::with_capacity(units.len());
+        for u in &units {
+            let mut marks: BTreeMap<u32, i64> = BTreeMap::new();
+            let mut blocks: Vec<u32> = Vec::new();
+            for &p in u {
+                let class = self.pod_class[p];
+                let c = &self.classes[class];
+                for &g in &c.selected {
+                    let kind = self.topo.groups[g].id.kind;
+                    if hostname(g)
+                        && (kind == Kind::AntiAffinity || (kind == Kind::Spread && spread_owned.contains(&g)))
+                    {
+                        *marks.entry(u32::try_from(g).unwrap_or(u32::MAX)).or_default() += 1;
+                    }
+                }
+                for pc in self.active(class, self.relax_of[p]) {
+                    if self.topo.groups[pc.group].id.kind == Kind::AntiAffinity && hostname(pc.group) {
+                        blocks.push(u32::try_from(pc.group).unwrap_or(u32::MAX));
+                    }
+                }
+                for hp in &c.host_ports {
+                    let key = (hp.port, hp.protocol.clone());
+                    let at = match ports.iter().position(|k| *k == key) {
+                        Some(at) => at,
+                        None => {
+                            ports.push(key);
+                            ports.len() - 1
+                        }
+                    };
+                    let tag = u32::try_from(n_groups + at).unwrap_or(u32::MAX);
+                    *marks.entry(tag).or_default() += 1;
+                    blocks.push(tag);
+                }
+            }
+            blocks.sort_unstable();
+            blocks.dedup();
+            let set = crate::repack::TagSet { marks: marks.into_iter().collect(), blocks };
+            let at = match index.get(&set) {
+                Some(&at) => at,
+                None => {
+                    index.insert(set.clone(), sets.len());
+                    sets.push(set);
+                    sets.len() - 1
+                }
+            };
+            item_set.push(at);
+        }
+        (units, crate::repack::Rules { sets, item_set, caps })
+    }
+
+    /// minValues as room: per type, the room it shares with the types that, together with it, reach
+    /// every minValues of `reqs` (chosen greedily, those covering most of its room first). A node
+    /// that fits this room fits enough types to meet the minimums; a type that cannot reach them
+    /// has no room.
+    fn shared_rooms(&self, pi: usize, reqs: &Requirements, types: &[usize]) -> Vec<Resources> {
+        let pool = &self.pools[pi];
+        let table = &pool.table;
+        let room = |i: usize| table.types[i].allocatable.saturating_sub(pool.groups[table.types[i].ds_group].overhead);
+        let wanted: Vec<(Key, usize)> = reqs
+            .iter()
+            .filter_map(|(k, s)| s.min_values().map(|m| (k, usize::try_from(m).unwrap_or(usize::MAX))))
+            .collect();
+        let values = |i: usize, k: Key| -> Vec<Val> {
+            let mut one = Bits::empty(table.len());
+            one.set(i);
+            let allowed = reqs.get(k);
+            table.values_of(k, &one).into_iter().filter(|v| allowed.is_none_or(|s| s.has(*v, &self.ints))).collect()
+        };
+        let cover = |a: &Resources, b: &Resources| {
+            let r = |x: i64, y: i64| if y <= 0 { 1.0 } else { (x as f64 / y as f64).min(1.0) };
+            r(a.cpu_millis, b.cpu_millis).min(r(a.memory_bytes, b.memory_bytes)).min(r(a.pods, b.pods))
+        };
+        types
+            .iter()
+            .map(|&i| {
+                let mut shared = room(i);
+                for &(k, m) in &wanted {
+                    let mut seen: Vec<Val> = values(i, k);
+                    let mut others: Vec<usize> = types.iter().copied().filter(|&j| j != i).collect();
+                    others.sort_by(|&a, &b| {
+                        cover(&room(b), &room(i)).total_cmp(&cover(&room(a), &room(i))).then(a.cmp(&b))
+                    });
+                    for j in others {
+                        if seen.len() >= m {
+                            break;
+                        }
+                        let new: Vec<Val> = values(j, k).into_iter().filter(|v| !seen.contains(v)).collect();
+                        if new.is_empty() {
+                            continue;
+                        }
+                        seen.extend(new);
+                        let r = room(j);
+                        shared = Resources {
+                            cpu_millis: shared.cpu_millis.min(r.cpu_millis),
+                            memory_bytes: shared.memory_bytes.min(r.memory_bytes),
+                            ephemeral_storage_bytes: shared.ephemeral_storage_bytes.min(r.ephemeral_storage_bytes),
+                            pods: shared.pods.min(r.pods),
+                        };
+                    }
+                    if seen.len() < m {
+                        shared = Resources::ZERO;
+                    }
+                }
+                shared
+            })
+            .collect()
     }
 
     /// Drops the claims at the indexes `replaced` and appends `added` (a repack's result).
@@ -1407,7 +1618,7 @@ impl<'a> Solver<'a> {
         let mut mask = table.requirement_mask(reqs, &self.ints);
         table.retain_offerings(&mut mask, reqs, &self.ints);
         let types: Vec<usize> = mask.iter().collect();
-        if types.is_empty() || types.len() > crate::repack::MAX_TYPES {
+        if types.is_empty() {
             return;
         }
         let overhead = |i: usize| pool.groups[table.types[i].ds_group].overhead;
@@ -1461,7 +1672,14 @@ impl<'a> Solver<'a> {
         let pods: Vec<usize> =
             claims.iter().flat_map(|&c| self.claims[c].pods.iter().copied()).chain(extra.iter().copied()).collect();
         let items: Vec<Resources> = pods.iter().map(|&p| self.input.pods[p].requests).collect();
-        let plan = crate::repack::pack_within(&items, &bins, &caps, &budget);
+        // Large catalogues: the packing sees a bounded set of types (indices into `types`).
+        let cand = crate::repack::candidates(&bins, &items);
+        let (sub_bins, sub_caps): (Vec<crate::repack::Bin>, Vec<Resources>) =
+            cand.iter().map(|&k| (bins[k], caps[k])).unzip();
+        let plan: Vec<(usize, Vec<usize>)> = crate::repack::pack_within(&items, &sub_bins, &sub_caps, &budget)
+            .into_iter()
+            .map(|(b, idx)| (cand[b], idx))
+            .collect();
         // Per node: members, requests, the options (fit and no larger than the chosen type on the
         // limited resources), the price finishing would launch at.
         let mut nodes: Vec<(Vec<usize>, Resources, Bits, f64)> = Vec::new();
@@ -1781,8 +1999,8 @@ fn keep_type(
     Ok((price, group))
 }
 
-/// A re-packed node: its pods, their requests, the types holding them.
-type PackedNode = (Vec<usize>, Resources, Bits);
+/// A re-packed node: its pods and their requests.
+type PackedNode = (Vec<usize>, Resources);
 
 fn refresh_limits(pool: &mut PoolCtx) {
     if !pool.remaining.is_limited() {
@@ -2031,6 +2249,31 @@ mod limit_tests {
         assert_eq!(s.unschedulable, vec!["seven"]);
         let why = &d.unschedulable[0].reason;
         assert!(why.contains("every instance type that holds it exceeds") && why.contains("cpu=6"), "{why}");
+    }
+
+    #[test]
+    fn a_catalogue_above_64_types_still_gets_the_cost_repack() {
+        // The built-in flavors plus 94 dearer copies: the cheapest packing is the same as with the
+        // six alone, and cheaper than Karpenter's loop.
+        let mut p = pool("default");
+        let base = flavors();
+        for k in 0..94 {
+            let mut t = base[k % 6].clone();
+            t.name = format!("{}-copy{k}", t.name);
+            t.labels.insert(crds::labels::INSTANCE_TYPE.to_string(), t.name.clone());
+            for o in &mut t.offerings {
+                o.price_hourly *= 1.5 + k as f64 / 100.0;
+            }
+            p.instance_types.push(t);
+        }
+        let pods: Vec<_> = (0..200).map(|i| pod(&format!("p{i:03}"), 250 + 250 * (i % 16), 128 * MI)).collect();
+        let large = input(vec![p], pods.clone());
+        let small = input(vec![pool("default")], pods);
+        let price = |d: &crate::Decision| d.new_claims.iter().map(|c| c.price).sum::<f64>();
+        let (d_large, d_small) = (solve(&large), solve(&small));
+        assert!(d_large.unschedulable.is_empty());
+        assert!((price(&d_large) - price(&d_small)).abs() < 1e-9, "{} vs {}", price(&d_large), price(&d_small));
+        assert!(price(&d_large) + 0.01 < price(&solve(&plain(&large))));
     }
 
     #[test]
