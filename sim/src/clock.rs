@@ -17,6 +17,8 @@ use tokio::sync::oneshot;
 #[derive(Clone, Debug)]
 pub struct Clock {
     inner: Arc<Inner>,
+    /// Bumped each time a manual clock moves, for [`Clock::advances`].
+    ticks: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 #[derive(Debug)]
@@ -42,12 +44,15 @@ impl Default for Clock {
 impl Clock {
     /// The wall clock.
     pub fn real() -> Clock {
-        Clock { inner: Arc::new(Inner::Real) }
+        Clock { inner: Arc::new(Inner::Real), ticks: Arc::new(tokio::sync::watch::Sender::new(0)) }
     }
 
     /// A manual clock starting at `start`: time only moves with [`Clock::advance`] or [`Clock::set`].
     pub fn manual(start: DateTime<Utc>) -> Clock {
-        Clock { inner: Arc::new(Inner::Manual(Mutex::new(Manual { now: start, sleepers: BTreeMap::new(), seq: 0 }))) }
+        Clock {
+            inner: Arc::new(Inner::Manual(Mutex::new(Manual { now: start, sleepers: BTreeMap::new(), seq: 0 }))),
+            ticks: Arc::new(tokio::sync::watch::Sender::new(0)),
+        }
     }
 
     /// A manual clock starting at a fixed, arbitrary instant (2026-01-01T00:00:00Z), for deterministic tests.
@@ -114,7 +119,8 @@ impl Clock {
     pub fn set(&self, t: DateTime<Utc>) {
         if let Inner::Manual(m) = &*self.inner {
             let mut g = lock(m);
-            if t > g.now {
+            let moved = t > g.now;
+            if moved {
                 g.now = t;
             }
             let now = g.now;
@@ -124,7 +130,19 @@ impl Clock {
             for (_, tx) in due {
                 let _ = tx.send(());
             }
+            if moved {
+                self.ticks.send_modify(|n| *n = n.wrapping_add(1));
+            }
         }
+    }
+
+    /// A stream that yields each time a manual clock moves forward (never for a real clock): lets a
+    /// controller re-decide everything that depends on time when a test advances it.
+    pub fn advances(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
+        futures::stream::unfold(
+            self.ticks.subscribe(),
+            |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) },
+        )
     }
 
     /// Number of tasks currently sleeping on a manual clock (0 for a real clock): lets a test wait

@@ -16,8 +16,8 @@ use crate::decisions::garbage::{
     orphan_candidates,
 };
 use crate::{
-    controllers::nodeclaim::{LAUNCHED, REGISTERED},
     decisions::conditions,
+    decisions::lifecycle::{LAUNCHED, REGISTERED},
     decisions::ownership::{self, Ownership},
     infra::apierror::plain,
     infra::hub::{EVENT_DEDUPE, EVENT_DEDUPE_LONG, Hub},

@@ -6,6 +6,7 @@ pub mod capacity;
 pub mod conditions;
 pub mod garbage;
 pub mod launch;
+pub mod lifecycle;
 pub mod node_registration;
 pub mod ownership;
 pub mod termination;

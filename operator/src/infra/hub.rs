@@ -48,10 +48,11 @@ pub struct Settings {
     pub hub_id: String,
     /// Zone of CKE's offerings (`par`).
     pub zone: String,
-    /// `Launched` not True after this ⇒ the claim is deleted (5 min).
-    pub launch_ttl: Duration,
-    /// `Registered` not True after this ⇒ the claim is deleted (15 min).
-    pub registration_ttl: Duration,
+    /// The NodeClaim lifecycle's TTLs and node repair policy.
+    pub lifecycle: crate::decisions::lifecycle::Settings,
+    /// The time every decision is made at: the wall clock in production, a manual clock in tests
+    /// that move time forward instead of waiting for it.
+    pub clock: sim::clock::Clock,
     /// How long a launch waits for CKE's verdict before going on optimistically (15 s).
     pub verdict_timeout: Duration,
     pub capacity: capacity::Policy,
@@ -68,8 +69,8 @@ impl Default for Settings {
         Self {
             hub_id: "default".to_string(),
             zone: "par".to_string(),
-            launch_ttl: Duration::from_secs(300),
-            registration_ttl: Duration::from_secs(900),
+            lifecycle: crate::decisions::lifecycle::Settings::default(),
+            clock: sim::clock::Clock::real(),
             verdict_timeout: Duration::from_secs(15),
             capacity: capacity::Policy::default(),
             namespace: None,
@@ -178,7 +179,13 @@ pub struct Hub {
     health: std::sync::Mutex<BTreeMap<(String, String), crate::decisions::node_registration::RegistrationHealth>>,
     class_generations: std::sync::Mutex<BTreeMap<(String, String), i64>>,
     gates: std::sync::Mutex<BTreeMap<ClusterKey, Arc<Mutex<()>>>>,
+    refusals: std::sync::Mutex<Refusals>,
 }
+
+/// Eviction refusals per pod (cluster, pod): how many so far and when the next attempt may go, on
+/// the hub's clock. In memory on purpose: after a restart the first attempt simply comes sooner,
+/// and the API answers it the same way.
+pub type Refusals = std::collections::HashMap<(String, crate::decisions::termination::PodRef), (u32, Timestamp)>;
 
 impl std::fmt::Debug for Hub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -207,7 +214,20 @@ impl Hub {
             health: std::sync::Mutex::new(BTreeMap::new()),
             class_generations: std::sync::Mutex::new(BTreeMap::new()),
             gates: std::sync::Mutex::new(BTreeMap::new()),
+            refusals: std::sync::Mutex::new(Refusals::new()),
         })
+    }
+
+    /// The eviction back-off memory of the drain.
+    pub fn eviction_refusals(&self) -> std::sync::MutexGuard<'_, Refusals> {
+        self.refusals.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Now, on the hub's clock.
+    pub fn now(&self) -> Timestamp {
+        let now = self.settings.clock.now();
+        Timestamp::new(now.timestamp(), i32::try_from(now.timestamp_subsec_nanos()).unwrap_or(0))
+            .unwrap_or(Timestamp::UNIX_EPOCH)
     }
 
     /// `K` in the hub's namespace (`--namespace`), or in every namespace: every management watch

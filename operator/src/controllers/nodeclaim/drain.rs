@@ -1,0 +1,167 @@
+//! The drain's I/O (karpenter-semantics §5.2–5.4): the `karpenter.sh/disrupted` taint and the
+//! load-balancer exclusion label, the forced deletions and evictions of one pass of
+//! [`termination::decide`], with a back-off per pod after a PodDisruptionBudget refuses.
+//!
+//! Owns: those writes and the events on blocking pods and the Node. Must not: choose which pods go
+//! or when (termination's decision), or evict anything but exactly the pod decided (UID precondition).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
+};
+use serde_json::json;
+
+use super::Claim;
+use crate::{
+    decisions::termination::{self, Decision, PodRef},
+    infra::{hub::Hub, registry::Connection},
+};
+use crds::labels;
+
+/// Taint the Node `karpenter.sh/disrupted:NoSchedule` (overwriting any taint of that key) and label
+/// it out of external load balancers. `false` when the Node is gone.
+pub(super) async fn taint(conn: &Connection, node: &Node) -> Result<bool, kube::Error> {
+    let nodes: Api<Node> = Api::all(conn.client.clone());
+    let mut taints: Vec<Taint> = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    taints.retain(|t| t.key != labels::DISRUPTED_TAINT);
+    taints.push(Taint { key: labels::DISRUPTED_TAINT.into(), effect: "NoSchedule".into(), ..Taint::default() });
+    // The resourceVersion makes a concurrent change fail and retry instead of being overwritten.
+    let patch = json!({
+        "metadata": {
+            "labels": {labels::EXCLUDE_FROM_LB: termination::EXCLUDE_FROM_LB_VALUE},
+            "resourceVersion": node.resource_version(),
+        },
+        "spec": {"taints": taints},
+    });
+    match nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The writes of one drain pass: forced deletions, then evictions (each with a UID precondition).
+/// Failures are reported and retried by the next pass, never fatal to it.
+pub(super) async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node: &Node, decision: &Decision) {
+    let node_ref = node.object_ref(&());
+    let pod_ref = |p: &PodRef| ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(p.namespace.clone()),
+        name: Some(p.name.clone()),
+        uid: Some(p.uid.clone()),
+        ..ObjectReference::default()
+    };
+    let exactly = |p: &PodRef| Some(Preconditions { uid: Some(p.uid.clone()), resource_version: None });
+    let reason = "Forceful Termination";
+    for (p, grace) in &decision.force {
+        let pods: Api<Pod> = Api::namespaced(conn.client.clone(), &p.namespace);
+        let dp = DeleteParams {
+            grace_period_seconds: Some(u32::try_from(*grace).unwrap_or(u32::MAX)),
+            preconditions: exactly(p),
+            ..DeleteParams::default()
+        };
+        match pods.delete(&p.name, &dp).await {
+            Ok(_) => {
+                tracing::info!(cluster = %c.key, nodeclaim = %c.name, pod = %p, grace_seconds = grace, "termination grace period reached; pod deleted");
+                hub.metrics.pods_drained.get(&c.disrupted(reason)).inc();
+                let note = format!("deleted with a grace period of {grace}s: the node's termination grace period ends");
+                hub.workload_event(
+                    &conn.client,
+                    &pod_ref(p),
+                    crate::infra::hub::event(true, "ForceDeleted", "Delete", note),
+                    crate::infra::hub::EVENT_DEDUPE,
+                )
+                .await;
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => {
+                tracing::warn!(cluster = %c.key, nodeclaim = %c.name, pod = %p, error = %e, "deleting a pod at the termination deadline failed; retrying");
+            }
+        }
+    }
+    let now = hub.now();
+    let refusals = || hub.eviction_refusals();
+    // Entries not refreshed for a minute belong to pods that went some other way (a refused pod is
+    // retried every 10 s at most).
+    refusals().retain(|_, (_, next)| next.checked_add(Duration::from_secs(60)).is_ok_and(|t| t > now));
+    for p in &decision.evict {
+        let key = (c.key.to_string(), p.clone());
+        if refusals().get(&key).is_some_and(|(_, next)| *next > now) {
+            continue;
+        }
+        let result = evict_exactly(&conn.evictions, p).await;
+        let code = match &result {
+            Ok(_) => 200,
+            Err(kube::Error::Api(s)) => s.code,
+            Err(_) => 0,
+        };
+        hub.metrics
+            .eviction_requests
+            .get(&crate::infra::metrics::ResultLabels { cluster: c.key.to_string(), result: code.to_string() })
+            .inc();
+        match result {
+            Ok(_) => {
+                refusals().remove(&key);
+                tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node.name_any(), pod = %p, "pod evicted");
+                hub.metrics.pods_drained.get(&c.disrupted(reason)).inc();
+                let note = format!("evicted from node {} (NodeClaim {})", node.name_any(), c.name);
+                hub.workload_event(
+                    &conn.client,
+                    &pod_ref(p),
+                    crate::infra::hub::event(false, termination::EVICTED, "Evict", note),
+                    crate::infra::hub::EVENT_DEDUPE,
+                )
+                .await;
+            }
+            // Already gone, or a newer pod of that name: done with this one.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                refusals().remove(&key);
+            }
+            // A PodDisruptionBudget refuses (429), or the pod has more than one (500 with that message).
+            Err(kube::Error::Api(s)) if s.code == 429 || s.message.contains("more than one PodDisruptionBudget") => {
+                let failures = {
+                    let mut r = refusals();
+                    let entry = r.entry(key).or_insert((0, now));
+                    entry.0 = entry.0.saturating_add(1);
+                    entry.1 = now.checked_add(termination::eviction_backoff(entry.0)).unwrap_or(now);
+                    entry.0
+                };
+                let note = format!("cannot evict pod {p}: {}", s.message);
+                if hub
+                    .workload_event(
+                        &conn.client,
+                        &node_ref,
+                        crate::infra::hub::event(true, termination::FAILED_DRAINING, "Drain", note),
+                        crate::infra::hub::EVENT_DEDUPE,
+                    )
+                    .await
+                {
+                    tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node.name_any(), pod = %p, failures, message = %s.message, "eviction refused; backing off");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(cluster = %c.key, nodeclaim = %c.name, pod = %p, error = %e, "eviction failed; retrying");
+            }
+        }
+    }
+}
+
+/// POST an Eviction for exactly this pod (UID precondition), so a PodDisruptionBudget is honoured
+/// and a newer pod of the same name is never hit. Written out rather than through kube's
+/// `Api::evict`, whose body names the field `delete_options` where the API expects
+/// `deleteOptions`: the server drops it, and the precondition with it.
+pub async fn evict_exactly(client: &kube::Client, p: &PodRef) -> Result<(), kube::Error> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &p.namespace);
+    let eviction = json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": p.name, "namespace": p.namespace},
+        "deleteOptions": {"preconditions": {"uid": p.uid}},
+    });
+    pods.create_subresource::<_, serde_json::Value>("eviction", &p.name, &PostParams::default(), &eviction).await?;
+    Ok(())
+}

@@ -1,0 +1,333 @@
+//! The launch sequence of one claim (karpenter-semantics §6.1, clever-cloud.md §3.4–3.5): create or
+//! adopt its NodeGroup, await CKE's verdict by watch with a deadline, and turn the outcome into the
+//! claim's status through [`lifecycle::launched`].
+//!
+//! Owns: the launch's I/O (the node class and catalogue reads, the one-at-a-time gate per cluster,
+//! the create, the verdict watch, the capacity memory). Must not: choose a flavor or judge adoption
+//! itself ([`crate::decisions::launch`] does), or launch for a claim that is already being deleted.
+
+use std::time::Duration;
+
+use k8s_openapi::{apimachinery::pkg::api::resource::Quantity, jiff::Timestamp};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+    runtime::{controller::Action, wait::await_condition},
+};
+use serde_json::json;
+
+use super::{Claim, Error, write_status};
+use crate::{
+    decisions::{
+        conditions,
+        launch::{self, LaunchError},
+        lifecycle::{self, LaunchOutcome, READY},
+        ownership::{self, ClaimIdentity},
+    },
+    infra::{hub::Hub, metrics::Metrics, registry::Connection},
+};
+use crds::{
+    CleverNodeClass, FlavorCatalog, NodeGroup,
+    catalog::{Catalog, InstanceType},
+    labels,
+    nodegroup::Verdict,
+    quantity::Resources,
+};
+
+/// Carry out [`lifecycle::Write::Launch`]: launch (or adopt), then write the outcome.
+pub(super) async fn launch(c: &Claim<'_>, hub: &Hub, conn: &Connection) -> Result<Action, Error> {
+    let now = hub.now();
+    match try_launch(c, hub, conn, now).await {
+        Ok(Launched { flavor, offering_zone, capacity_type, instance_type }) => {
+            let group = ownership::nodegroup_name(&hub.settings.hub_id, &c.ns, &c.name);
+            let mut labels_patch = instance_type.labels.clone();
+            labels_patch.insert(labels::INSTANCE_TYPE.to_string(), flavor.clone());
+            labels_patch.insert(labels::ZONE.to_string(), offering_zone);
+            labels_patch.insert(labels::CAPACITY_TYPE.to_string(), capacity_type);
+            // The claim's own labels win over resolved ones.
+            for (k, v) in c.obj.labels() {
+                labels_patch.insert(k.clone(), v.clone());
+            }
+            c.api
+                .patch(&c.name, &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"labels": labels_patch}})))
+                .await?;
+            let outcome = LaunchOutcome::Launched {
+                provider_id: ownership::provider_id(&group),
+                capacity: to_map(&instance_type.capacity),
+                allocatable: to_map(&instance_type.allocatable),
+            };
+            write_status(c, lifecycle::launched(c.obj, &outcome, now)).await?;
+            tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group, flavor = %flavor, "launched");
+            Ok(Action::requeue(Duration::from_secs(1)))
+        }
+        Err(Failure::Launch(e @ (LaunchError::InsufficientCapacity(_) | LaunchError::NodeClassNotReady(_)))) => {
+            let reason = if matches!(e, LaunchError::NodeClassNotReady(_)) {
+                "NodeClassNotReady"
+            } else {
+                "InsufficientCapacity"
+            };
+            tracing::warn!(cluster = %c.key, nodeclaim = %c.name, reason, message = %e, "launch failed; deleting the claim so its pods are re-planned");
+            hub.event(&c.reference(), true, reason, "Launch", e.to_string()).await;
+            c.api.delete(&c.name, &DeleteParams::default()).await?;
+            Ok(Action::await_change())
+        }
+        Err(Failure::Launch(e @ LaunchError::Conflict { .. })) => {
+            tracing::warn!(cluster = %c.key, nodeclaim = %c.name, message = %e, "launch conflict");
+            hub.event(&c.reference(), true, "NodeGroupConflict", "Launch", e.to_string()).await;
+            write_status(c, lifecycle::launched(c.obj, &LaunchOutcome::Conflict(e.to_string()), now)).await?;
+            Ok(Action::requeue(Duration::from_secs(60)))
+        }
+        Err(Failure::Pending(why)) => Ok(Action::requeue(why)),
+        Err(Failure::Kube(e)) => {
+            let why = crate::infra::apierror::plain(&e).to_string();
+            write_status(c, lifecycle::launched(c.obj, &LaunchOutcome::Failed(why), now)).await?;
+            Err(Error::Kube(e))
+        }
+    }
+}
+
+fn to_map(r: &Resources) -> std::collections::BTreeMap<String, Quantity> {
+    r.to_resource_list()
+}
+
+struct Launched {
+    flavor: String,
+    offering_zone: String,
+    capacity_type: String,
+    instance_type: InstanceType,
+}
+
+enum Failure {
+    Launch(LaunchError),
+    /// Not now: come back after this.
+    Pending(Duration),
+    Kube(kube::Error),
+}
+
+impl From<kube::Error> for Failure {
+    fn from(e: kube::Error) -> Self {
+        Failure::Kube(e)
+    }
+}
+
+/// The instance types a node class offers: the built-in catalogue with its FlavorCatalog merged on,
+/// or the built-in alone while the reference dangles or the catalogue is refused (clever-cloud.md
+/// §5; the FlavorCatalog and node class controllers report it). Errors only when it cannot be read.
+pub async fn instance_types(hub: &Hub, ns: &str, class: &CleverNodeClass) -> Result<Vec<InstanceType>, String> {
+    let reference = class.spec.flavor_catalog_ref.as_ref().map(|r| r.name.as_str());
+    let found = match reference {
+        None => None,
+        Some(name) => Api::<FlavorCatalog>::namespaced(hub.mgmt.clone(), ns)
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading FlavorCatalog {ns}/{name}: {e}"))?,
+    };
+    let (catalog, _problem) = crds::catalog::served(&Catalog::builtin(), reference, found.as_ref());
+    Ok(catalog.instance_types(&hub.settings.zone))
+}
+
+async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp) -> Result<Launched, Failure> {
+    let class_name = &c.obj.spec.node_class_ref.name;
+    let classes: Api<CleverNodeClass> = Api::namespaced(hub.mgmt.clone(), &c.ns);
+    let Some(class) = classes.get_opt(class_name).await? else {
+        return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
+            "CleverNodeClass {}/{class_name} does not exist",
+            c.ns
+        ))));
+    };
+    let class_conditions = class.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    if !conditions::is_true(class_conditions, READY) {
+        let why = conditions::get(class_conditions, READY)
+            .map_or("its Ready condition is not set yet".to_string(), |c| c.message.clone());
+        return Err(Failure::Launch(LaunchError::NodeClassNotReady(format!(
+            "CleverNodeClass {}/{class_name}: {why}",
+            c.ns
+        ))));
+    }
+    let types =
+        instance_types(hub, &c.ns, &class).await.map_err(|e| Failure::Launch(LaunchError::InsufficientCapacity(e)))?;
+    let group_name = ownership::nodegroup_name(&hub.settings.hub_id, &c.ns, &c.name);
+    let groups: Api<NodeGroup> = Api::all(conn.client.clone());
+    // CKE's quota engine judges concurrent creations together (clever-cloud.md §3.4 step 5): one
+    // NodeGroup of a cluster awaits its verdict at a time. Held until the verdict below.
+    let gate = hub.launch_gate(&c.key);
+    let _one_at_a_time = gate.lock_owned().await;
+    // Waiting may have outlived the claim, and the controller's copy may lag: re-read it live, so a
+    // claim already deleted never creates (or re-judges) a group.
+    match c.api.get_opt(&c.name).await? {
+        Some(live) if live.uid() == c.obj.uid() && live.metadata.deletion_timestamp.is_none() => {}
+        _ => return Err(Failure::Pending(Duration::from_secs(1))),
+    }
+    // Read after the wait: a refusal judged meanwhile must be seen by this launch.
+    let capacity = hub.capacity(&c.key).await?;
+    let existing = groups.get_opt(&group_name).await?;
+    let (flavor, group) = match existing {
+        Some(g) if g.is_terminating() => {
+            // Ours being deleted (a refusal handled by an earlier pass): nothing to adopt.
+            return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
+                "NodeGroup {group_name} is being deleted"
+            ))));
+        }
+        Some(g) => {
+            // A restart after the create: adopt only our own group, described by its own flavor.
+            let flavor = launch::adopt(&g, &hub.settings.hub_id, &c.ns, c.obj).map_err(Failure::Launch)?;
+            tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, "adopting the NodeGroup created before a restart");
+            (flavor, g)
+        }
+        None => {
+            if let Some(left) = capacity.backoff_remaining(now) {
+                return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
+                    "cluster {} is backing off NodeGroup creations for {}s after a CKE refusal{}",
+                    c.key,
+                    left.as_secs(),
+                    capacity.last_message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+                ))));
+            }
+            let requests = c.obj.spec.resources.requests.as_ref().map(Resources::from_resource_list).transpose();
+            let requests = requests
+                .map_err(|e| Failure::Launch(LaunchError::InsufficientCapacity(format!("bad requests: {e}"))))?;
+            let choice = launch::choose(&c.obj.spec.requirements, &requests.unwrap_or(Resources::ZERO), &types, |f| {
+                capacity.is_available(f, now)
+            })
+            .map_err(Failure::Launch)?;
+            let flavor = choice.instance_type.name.clone();
+            let class_labels = class.spec.labels.clone();
+            let id = ClaimIdentity {
+                hub_id: &hub.settings.hub_id,
+                namespace: &c.ns,
+                claim: &c.name,
+                claim_uid: c.obj.metadata.uid.as_deref().unwrap_or_default(),
+                nodepool: c.obj.labels().get(labels::NODEPOOL).map(String::as_str).unwrap_or_default(),
+                nodeclass: class_name,
+            };
+            let desired = launch::desired_nodegroup(
+                &id,
+                &flavor,
+                &class_labels,
+                c.obj.labels(),
+                &crds::drift::nodeclass_hash(&class.spec),
+            );
+            let created = match hub
+                .metrics
+                .cloudprovider(&c.key, "create", groups.create(&PostParams::default(), &desired))
+                .await
+            {
+                Ok(g) => g,
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    let Some(g) = groups.get_opt(&group_name).await? else {
+                        return Err(Failure::Pending(Duration::from_secs(1)));
+                    };
+                    launch::adopt(&g, &hub.settings.hub_id, &c.ns, c.obj).map_err(Failure::Launch)?;
+                    g
+                }
+                Err(e) => return Err(e.into()),
+            };
+            tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, price = choice.offering.price_hourly, "created NodeGroup; awaiting CKE's verdict");
+            (flavor, created)
+        }
+    };
+    // Wait for the verdict by watch, with a deadline; then go on optimistically.
+    let verdict = match group.verdict() {
+        Verdict::Pending => {
+            let uid = group.uid().unwrap_or_default();
+            let settled = |g: Option<&NodeGroup>| {
+                g.is_none_or(|g| g.uid().as_deref() != Some(uid.as_str()) || g.verdict() != Verdict::Pending)
+            };
+            match tokio::time::timeout(
+                hub.settings.verdict_timeout,
+                await_condition(groups.clone(), &group_name, settled),
+            )
+            .await
+            {
+                Ok(Ok(Some(g))) => Some(g.verdict()),
+                Ok(Ok(None)) => None,
+                Ok(Err(e)) => {
+                    tracing::debug!(cluster = %c.key, error = %e, "watching the NodeGroup verdict failed");
+                    Some(Verdict::Pending)
+                }
+                Err(_) => {
+                    Metrics::inc(&hub.metrics.acceptance_timeouts, &c.key);
+                    hub.event(
+                        &c.reference(),
+                        true,
+                        "NodeGroupAcceptanceTimeout",
+                        "Launch",
+                        format!(
+                            "CKE gave no verdict on NodeGroup {group_name} within {:?}; proceeding",
+                            hub.settings.verdict_timeout
+                        ),
+                    )
+                    .await;
+                    Some(Verdict::Pending)
+                }
+            }
+        }
+        v => Some(v),
+    };
+    let zone = hub.settings.zone.clone();
+    let Some(it) = types.iter().find(|t| t.name == flavor).cloned() else {
+        Metrics::inc(&hub.metrics.unknown_flavor_lookups, &c.key);
+        return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
+            "flavor {flavor} is not in the catalogue"
+        ))));
+    };
+    match verdict {
+        None => {
+            // Seen, then gone: confirm with an uncached read.
+            if groups.get_opt(&group_name).await?.is_none() {
+                hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity)).await?;
+                Metrics::inc(&hub.metrics.vanished, &c.key);
+                hub.event(
+                    &c.reference(),
+                    true,
+                    "NodeGroupVanished",
+                    "Launch",
+                    format!("NodeGroup {group_name} vanished during acceptance"),
+                )
+                .await;
+                return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
+                    "NodeGroup {group_name} vanished during acceptance"
+                ))));
+            }
+            Ok(Launched { flavor, offering_zone: zone, capacity_type: "on-demand".into(), instance_type: it })
+        }
+        Some(Verdict::QuotaRejected(message)) => {
+            let message = message.unwrap_or_else(|| "quota exceeded".to_string());
+            Metrics::inc(&hub.metrics.quota_rejections, &c.key);
+            hub.event(
+                &c.reference(),
+                true,
+                "NodeGroupQuotaExceeded",
+                "Launch",
+                format!("CKE refused NodeGroup {group_name} (flavor {flavor}): {message}"),
+            )
+            .await;
+            let types_flavors: Vec<_> = types
+                .iter()
+                .map(|t| crds::catalog::Flavor {
+                    name: t.name.clone(),
+                    cpu: t.capacity.cpu_millis / 1000,
+                    memory_ki: t.capacity.memory_bytes / 1024,
+                    price_hourly: t.price().unwrap_or_default(),
+                })
+                .collect();
+            hub.update_capacity(&c.key, now, |s| {
+                s.record_rejection(&flavor, &message, &types_flavors, now, hub.settings.capacity)
+            })
+            .await?;
+            // The rejected group frees nothing; delete it now (never a group still in its first reconcile).
+            let dp = ownership::delete_exactly(&group);
+            if let Err(e) = hub.metrics.cloudprovider(&c.key, "delete", groups.delete(&group_name, &dp)).await {
+                tracing::debug!(cluster = %c.key, nodegroup = %group_name, error = %e, "deleting the rejected NodeGroup failed; GC will retry");
+            }
+            tracing::warn!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, message = %message, "CKE refused the NodeGroup for quota; flavor cooling down");
+            Err(Failure::Launch(LaunchError::InsufficientCapacity(format!("CKE refused flavor {flavor}: {message}"))))
+        }
+        Some(Verdict::Failed { message, .. }) => Err(Failure::Kube(kube::Error::Service(
+            format!("CKE failed to reconcile NodeGroup {group_name}: {}", message.unwrap_or_default()).into(),
+        ))),
+        Some(Verdict::Accepted | Verdict::Pending) => {
+            Ok(Launched { flavor, offering_zone: zone, capacity_type: "on-demand".into(), instance_type: it })
+        }
+    }
+}

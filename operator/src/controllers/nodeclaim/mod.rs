@@ -1,0 +1,417 @@
+//! The NodeClaim controller (karpenter-semantics §5, §6; clever-cloud.md §3.4–3.7): for each claim
+//! in the management cluster, gather what the hub sees of it (its Node, NodeGroup and pods in the
+//! workload cluster, its pool's health, the time), ask [`lifecycle::decide`] what to do, and carry
+//! out the writes in order.
+//!
+//! Owns: fact gathering and the API writes, each idempotent (deterministic NodeGroup name,
+//! adoption after a crash, optimistic concurrency on Nodes, UID preconditions). The launch
+//! sequence's I/O is in [`launch`], the drain's in [`drain`].
+//! Must not: decide anything itself (every choice is [`lifecycle`]'s), act on a cluster that is not
+//! connected and synced, delete a NodeGroup that fails the ownership proof, or decide which pods go.
+
+mod drain;
+mod launch;
+
+use std::{sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+    runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
+};
+use serde_json::json;
+
+pub use crate::decisions::lifecycle::{
+    CONSISTENT_STATE_FOUND, INITIALIZED, INSTANCE_TERMINATING, LAUNCHED, READY, REGISTERED,
+};
+pub use drain::evict_exactly;
+pub use launch::instance_types;
+
+use crate::{
+    decisions::{
+        lifecycle::{self, DeleteReason, Facts, Group, PoolHealth, Write},
+        node_registration::{self, NodeMatch},
+        ownership::{self, Ownership},
+        termination::PodFacts,
+    },
+    infra::{
+        hub::Hub,
+        metrics::{Metrics, PoolLabels, PoolReasonLabels},
+        registry::{ClusterKey, Connection},
+    },
+};
+use crds::{NodeClaim, NodeClaimStatus, NodeGroup, labels};
+
+/// What stops a reconcile; retried with the controller's back-off.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
+    Kube(#[from] kube::Error),
+    #[error("the NodeClaim has no namespace or name")]
+    Unnamed,
+}
+
+/// Run the controller until `shutdown`.
+pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
+    let claims: Api<NodeClaim> = hub.scoped();
+    // A Node or NodeGroup changing in a workload cluster wakes the claim launched as that group
+    // (a deleted Node, a vanished group, a node joining) without waiting for its periodic check.
+    let cache = hub.cache.clone();
+    let touched = hub.registry.touched().filter_map(move |t| {
+        let provider_id = ownership::provider_id(&t.group);
+        let claim = cache.claims_in(&t.cluster.namespace).into_iter().find(|c| {
+            c.spec.cluster_name == t.cluster.name
+                && c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id.as_str())
+        });
+        std::future::ready(claim.map(|c| ObjectRef::from_obj(c.as_ref())))
+    });
+    // A test moving a manual clock forward re-decides every claim at once (TTLs, expiry, repair);
+    // on the real clock this never fires.
+    let ticks = hub.settings.clock.advances();
+    Controller::new(claims, watcher::Config::default())
+        .reconcile_on(touched)
+        .reconcile_all_on(ticks)
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile, error_policy, hub)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "nodeclaim reconcile failed");
+            }
+        })
+        .await;
+}
+
+fn error_policy(claim: Arc<NodeClaim>, e: &Error, _: Arc<Hub>) -> Action {
+    let ns = claim.namespace().unwrap_or_default();
+    if matches!(e, Error::Kube(kube::Error::Api(s)) if s.code == 409) {
+        // Optimistic concurrency doing its job (e.g. the kubelet updated the Node meanwhile): retry soon.
+        tracing::debug!(nodeclaim = %claim.name_any(), namespace = %ns, error = %e, "write conflict; retrying");
+        return Action::requeue(Duration::from_millis(500));
+    }
+    tracing::warn!(nodeclaim = %claim.name_any(), namespace = %ns, error = %e, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+struct Claim<'a> {
+    obj: &'a NodeClaim,
+    ns: String,
+    name: String,
+    key: ClusterKey,
+    api: Api<NodeClaim>,
+}
+
+impl Claim<'_> {
+    fn reference(&self) -> ObjectReference {
+        self.obj.object_ref(&())
+    }
+
+    fn pool(&self) -> PoolLabels {
+        PoolLabels {
+            cluster: self.key.to_string(),
+            nodepool: self.obj.labels().get(labels::NODEPOOL).cloned().unwrap_or_default(),
+        }
+    }
+
+    fn disrupted(&self, reason: &str) -> PoolReasonLabels {
+        let PoolLabels { cluster, nodepool } = self.pool();
+        PoolReasonLabels { cluster, nodepool, reason: reason.to_string() }
+    }
+
+    /// The claim's NodeGroup: from its provider ID, or the deterministic name before launch.
+    fn group_name(&self, hub: &Hub) -> String {
+        self.obj
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|p| ownership::parse_provider_id(p).ok().map(str::to_string))
+            .unwrap_or_else(|| ownership::nodegroup_name(&hub.settings.hub_id, &self.ns, &self.name))
+    }
+}
+
+async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> {
+    let (Some(ns), Some(name)) = (obj.namespace(), obj.metadata.name.clone()) else {
+        return Err(Error::Unnamed);
+    };
+    let c = Claim {
+        obj: &obj,
+        key: ClusterKey::new(ns.clone(), obj.spec.cluster_name.clone()),
+        api: Api::namespaced(hub.mgmt.clone(), &ns),
+        ns,
+        name,
+    };
+    let has_finalizer = obj.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER);
+    let deleting = obj.metadata.deletion_timestamp.is_some();
+    if !has_finalizer {
+        // Nothing to do for a claim already released; a new one gets the finalizer before anything
+        // else, whatever the state of its cluster.
+        if !deleting {
+            c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&with_finalizer(obj.as_ref(), true))).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    let Some(conn) = hub.registry.connection(&c.key).filter(|c| c.is_synced()) else {
+        // No decisions, and no writes, on a cluster we cannot see.
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    };
+    let group_name = c.group_name(&hub);
+    let launched = obj.status.as_ref().and_then(|s| s.provider_id.as_deref()).is_some();
+    if launched && !deleting {
+        stamp_provider_id(&hub, &conn, &group_name).await?;
+    }
+    let provider_id = obj.status.as_ref().and_then(|s| s.provider_id.clone()).unwrap_or_default();
+    let nodes = conn.cache.nodes.state();
+    let node = if provider_id.is_empty() {
+        NodeMatch::NotFound
+    } else {
+        node_registration::find_node(nodes.iter().map(|n| n.as_ref()), &provider_id)
+    };
+    let pods: Vec<PodFacts> = match (&node, deleting) {
+        (NodeMatch::One(n), true) => {
+            let node_name = n.name_any();
+            conn.cache
+                .pods
+                .state()
+                .iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name.as_str()))
+                .map(|p| PodFacts::from_pod(p))
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    let now = hub.now();
+    let settings = hub.settings.lifecycle;
+    let group = if deleting {
+        // Termination acts on the group's absence and ownership: always read live.
+        group_live(&c, &hub, &conn, &group_name).await?
+    } else {
+        group_cached(&conn, &group_name)
+    };
+    let mut facts = Facts { claim: &obj, node, group, pods: &pods, pool: pool_health(&c, &hub, &nodes, now), now };
+    let mut decision = lifecycle::decide(&facts, &settings);
+    if decision.needs_live_group {
+        facts.group = group_live(&c, &hub, &conn, &group_name).await?;
+        decision = lifecycle::decide(&facts, &settings);
+    }
+    if !decision.why.is_empty() {
+        tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, "{}", decision.why);
+    }
+    let node = match &facts.node {
+        NodeMatch::One(n) => Some(*n),
+        _ => None,
+    };
+    for write in decision.writes {
+        if let Some(action) = carry_out(&c, &hub, &conn, node, &group_name, write).await? {
+            return Ok(action);
+        }
+    }
+    Ok(decision.requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// The claim's group as the cache sees it (enough to know it is there; absence is confirmed live).
+fn group_cached(conn: &Connection, group_name: &str) -> Group {
+    if conn.cache.nodegroups.state().iter().any(|g| g.name_any() == group_name && !g.is_terminating()) {
+        Group::Cached
+    } else {
+        Group::MissingFromCache
+    }
+}
+
+/// An uncached read of the claim's group, with its ownership proof.
+async fn group_live(c: &Claim<'_>, hub: &Hub, conn: &Connection, group_name: &str) -> Result<Group, Error> {
+    let groups: Api<NodeGroup> = Api::all(conn.client.clone());
+    let live = hub.metrics.cloudprovider(&c.key, "get", groups.get_opt(group_name)).await?;
+    Ok(match live {
+        None => Group::NotFound,
+        Some(g) if g.is_terminating() => Group::Terminating,
+        Some(g) => Group::Present {
+            ours: match ownership::prove(&g, &hub.settings.hub_id, &c.ns) {
+                Ownership::Owned { claim, uid }
+                    if claim == c.name && Some(uid.as_str()) == c.obj.metadata.uid.as_deref() =>
+                {
+                    Ok(())
+                }
+                Ownership::Refused(why) => Err(why),
+                _ => Err("it is not this claim's".to_string()),
+            },
+        },
+    })
+}
+
+/// The repair cap's inputs (§6.5): the Nodes of the claim's pool in its cluster, and how many of
+/// them are unhealthy past the toleration. Pool-less claims count the whole cluster.
+fn pool_health(c: &Claim<'_>, hub: &Hub, nodes: &[Arc<Node>], now: k8s_openapi::jiff::Timestamp) -> PoolHealth {
+    let pool = c.obj.labels().get(labels::NODEPOOL);
+    let members = nodes.iter().filter(|n| {
+        n.spec.as_ref().and_then(|s| s.provider_id.as_deref()).is_some_and(|p| p.starts_with("clevercloud://"))
+            && (pool.is_none() || n.labels().get(labels::NODEPOOL) == pool)
+    });
+    let mut health = PoolHealth::default();
+    for n in members {
+        health.nodes += 1;
+        if lifecycle::past_toleration(n, &hub.settings.lifecycle.repair, now) {
+            health.unhealthy += 1;
+        }
+    }
+    health
+}
+
+/// Carry out one write. `Some(action)` ends the pass there (a write whose effect the next pass must
+/// read back first).
+async fn carry_out(
+    c: &Claim<'_>,
+    hub: &Hub,
+    conn: &Connection,
+    node: Option<&Node>,
+    group_name: &str,
+    write: Write,
+) -> Result<Option<Action>, Error> {
+    let nodes: Api<Node> = Api::all(conn.client.clone());
+    match write {
+        Write::AddFinalizer => {
+            c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&with_finalizer(c.obj, true))).await?;
+            return Ok(Some(Action::await_change()));
+        }
+        Write::Status(status) => write_status(c, *status).await?,
+        Write::Launch => return launch::launch(c, hub, conn).await.map(Some),
+        Write::RegisterNode(desired) => {
+            // `replace` carries the resourceVersion: a concurrent change makes it fail and retry.
+            nodes.replace(&desired.name_any(), &PostParams::default(), &desired).await?;
+        }
+        Write::LabelInitialized { node } => {
+            let patch = json!({"metadata": {"labels": {labels::INITIALIZED: "true"}}});
+            nodes.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        }
+        Write::TerminationTimestamp(at) => {
+            let patch = json!({"metadata": {"annotations": {labels::TERMINATION_TIMESTAMP: at.to_string()}}});
+            c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        }
+        Write::DeleteClaim(reason) => {
+            match c.api.delete(&c.name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+            // Counted once the deletion went through: a failed one is retried, not counted twice.
+            if let Some(label) = reason.disrupted_label() {
+                hub.metrics.nodeclaims_disrupted.get(&c.disrupted(label)).inc();
+            }
+            if reason == DeleteReason::Vanished {
+                Metrics::inc(&hub.metrics.vanished, &c.key);
+            }
+        }
+        Write::RecordVanish { flavor } => {
+            let now = hub.now();
+            hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity)).await?;
+        }
+        Write::RegistrationOutcome { registered } => hub.record_registration(&c.ns, &c.pool().nodepool, registered),
+        Write::NodeCreated => {
+            hub.metrics.nodes_created.get(&c.pool()).inc();
+        }
+        Write::TaintNode => {
+            if let Some(node) = node
+                && !drain::taint(conn, node).await?
+            {
+                // Gone meanwhile: the next pass sees it.
+                return Ok(Some(Action::requeue(Duration::from_millis(100))));
+            }
+        }
+        Write::Drain(pass) => {
+            if let Some(node) = node {
+                drain::carry_out(c, hub, conn, node, &pass).await;
+            }
+        }
+        Write::NodeDrained => {
+            hub.metrics.nodes_drained.get(&c.pool()).inc();
+        }
+        Write::DeleteGroup => {
+            let groups: Api<NodeGroup> = Api::all(conn.client.clone());
+            if let Some(g) = groups.get_opt(group_name).await? {
+                let dp = ownership::delete_exactly(&g);
+                match hub.metrics.cloudprovider(&c.key, "delete", groups.delete(group_name, &dp)).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Write::ReleaseNodeFinalizers => release_node_finalizers(conn, group_name).await?,
+        Write::RemoveFinalizer => {
+            match c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&with_finalizer(c.obj, false))).await {
+                Ok(_) => {
+                    hub.metrics.nodeclaims_terminated.get(&c.pool()).inc();
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Write::Event(e) => hub.event(&c.reference(), e.warning, e.reason, e.action, e.note).await,
+    }
+    Ok(None)
+}
+
+async fn write_status(c: &Claim<'_>, status: NodeClaimStatus) -> Result<(), Error> {
+    let patch = json!({"status": status});
+    c.api.patch_status(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// The hub's registration pre-step: CKE leaves `spec.providerID` empty; stamp the Node of a group
+/// this scope owns (write-once).
+async fn stamp_provider_id(hub: &Hub, conn: &Connection, group: &str) -> Result<(), Error> {
+    if group.is_empty() {
+        return Ok(());
+    }
+    let owned = |g: &str| {
+        g == group
+            && conn.cache.nodegroups.state().iter().any(|ng| {
+                ng.name_any() == g
+                    && matches!(
+                        ownership::prove(ng, &hub.settings.hub_id, &conn.key.namespace),
+                        Ownership::Owned { .. }
+                    )
+            })
+    };
+    for node in conn.cache.nodes.state() {
+        if let Some(id) = node_registration::provider_id_to_stamp(&node, owned) {
+            let nodes: Api<Node> = Api::all(conn.client.clone());
+            let patch = json!({"spec": {"providerID": id}});
+            nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            tracing::info!(cluster = %conn.key, node = %node.name_any(), provider_id = %id, "stamped provider ID");
+        }
+    }
+    Ok(())
+}
+
+/// Release the hub's finalizer on the Nodes of a NodeGroup that is going (clever-cloud.md §3.6:
+/// waiting for the group to disappear first deadlocks with CKE's own finalizer). Used by
+/// termination and by garbage collection after it reaps an orphan.
+pub async fn release_node_finalizers(conn: &Connection, group_name: &str) -> Result<(), kube::Error> {
+    let nodes: Api<Node> = Api::all(conn.client.clone());
+    for node in conn.cache.nodes.state() {
+        let ours = node.labels().get(labels::CLEVER_NODEGROUP).map(String::as_str) == Some(group_name)
+            || node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+                == Some(ownership::provider_id(group_name).as_str());
+        if ours && node.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER) {
+            let patch = with_finalizer(node.as_ref(), false);
+            match nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+                // Gone or changed meanwhile: the next pass sees the new state.
+                Ok(_) | Err(kube::Error::Api(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A merge patch adding or removing the termination finalizer, guarded by the object's
+/// resourceVersion so a concurrent change to the list makes it fail and retry instead of being lost.
+fn with_finalizer<K: Resource>(obj: &K, present: bool) -> serde_json::Value {
+    let mut finalizers: Vec<String> =
+        obj.finalizers().iter().filter(|f| *f != labels::TERMINATION_FINALIZER).cloned().collect();
+    if present {
+        finalizers.push(labels::TERMINATION_FINALIZER.to_string());
+    }
+    json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}})
+}
