@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use sim::cke::{SimCkeConfig, SimFlavor, Usage};
 
 mod common;
-use common::{EXAMPLE as GENERAL_PURPOSE, running};
+use common::{EXAMPLE as GENERAL_PURPOSE, metric, poll_until, rounds, running, wait_quiet, wait_quiet_over, writes};
 
 const TEAM_DEDICATED: &str = include_str!("../../examples/team-dedicated.yaml");
 const WEIGHTED_NODEPOOLS: &str = include_str!("../../examples/weighted-nodepools.yaml");
@@ -37,8 +37,11 @@ const MIN_VALUES: &str = include_str!("../../examples/min-values.yaml");
 /// Pending pod → Running on a new node takes a few seconds with `quick_cke`; this bound only
 /// matters on a loaded machine.
 const NODE_UP: Duration = Duration::from_secs(60);
-/// How long a negative ("still nothing more") is watched: several provisioning windows (1 s idle).
-const HOLD: Duration = Duration::from_secs(3);
+/// How long the writes must have stopped before a negative ("still nothing more") is judged where
+/// the hub's work shows no count: longer than a provisioning window (1 s idle) and its round.
+const QUIET: Duration = Duration::from_secs(2);
+/// Bound on reaching quiet: the hub settles in seconds once what it reacts to is done.
+const SETTLE: Duration = Duration::from_secs(30);
 
 // ---- setting the world up -------------------------------------------------------------------
 
@@ -177,6 +180,12 @@ async fn cooling(world: &World, i: usize) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
+/// NodeGroups the last garbage-collection sweep of cluster `i` refused to touch (set as a sweep ends).
+fn gc_refused(world: &World, i: usize) -> f64 {
+    let c = &world.clusters[i];
+    metric(world, "karpenter_hub_gc_refused_nodegroups", &[("cluster", &format!("{}/{}", c.namespace, c.name))])
+}
+
 async fn nodegroup_creates(world: &World, i: usize) -> u64 {
     world.clusters[i].server.requests().count("create", "nodegroups")
 }
@@ -245,35 +254,54 @@ async fn summary(world: &World, i: usize) -> String {
 }
 
 /// Poll `check` until it holds; after `timeout`, fail with what cluster `i` shows.
-async fn wait_in<F, Fut>(world: &World, i: usize, what: &str, timeout: Duration, mut check: F)
+async fn wait_in<F, Fut>(world: &World, i: usize, what: &str, timeout: Duration, check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !check().await {
-        if tokio::time::Instant::now() >= deadline {
-            panic!("timed out waiting for {what}\n{}", summary(world, i).await);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    if !poll_until(timeout, check).await {
+        panic!("timed out waiting for {what}\n{}", summary(world, i).await);
     }
 }
 
-/// Check that `check` holds now and keeps holding for `d`; if not, fail with what cluster `i` shows.
-async fn holds_for<F, Fut>(world: &World, i: usize, what: &str, d: Duration, mut check: F)
+/// How the hub is seen at work while a negative is judged.
+#[derive(Clone, Copy)]
+enum Work {
+    /// A pod is pending and the cluster does not back off: the hub runs a provisioning round about
+    /// every 1.25 s, each one a chance to decide otherwise; quiet spans this many rounds.
+    Rounds(u64),
+    /// Nothing the hub does shows a count (every pod placed, or creations backing off after a
+    /// refusal): quiet spans [`QUIET`].
+    Reacting,
+}
+
+/// Writes that would contradict a negative about cluster `i`: to its NodeGroups and pods (bindings
+/// included) in its workload cluster, and to NodeClaims on the management cluster (shared by the
+/// world's clusters, so all of them must settle). Status updates are not counted: the hub may
+/// keep conditions current without deciding anything.
+fn decisions(world: &World, i: usize) -> Vec<(String, String, u64)> {
+    let mut w = writes(&world.clusters[i].server, &["nodegroups", "pods", "pods/binding"]);
+    w.extend(writes(&world.mgmt, &["nodeclaims"]));
+    w
+}
+
+/// Wait until cluster `i` is quiet — no write of [`decisions`] while the hub was at work as `work`
+/// says — then check that `check` holds; if not, fail with what cluster `i` shows. Callers assert
+/// cumulative counters too (a NodeGroup created and deleted again leaves a count).
+async fn quiet_then<F, Fut>(world: &World, i: usize, what: &str, work: Work, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let end = tokio::time::Instant::now() + d;
-    loop {
-        if !check().await {
-            panic!("{what} stopped holding\n{}", summary(world, i).await);
+    let what = format!("{what} (quiet)");
+    match work {
+        Work::Rounds(n) => {
+            wait_quiet_over(&what, SETTLE, n, || async { decisions(world, i) }, || async { rounds(world, i) }).await
         }
-        if tokio::time::Instant::now() >= end {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        Work::Reacting => wait_quiet(&what, SETTLE, QUIET, || async { decisions(world, i) }).await,
+    };
+    if !check().await {
+        panic!("{what}: does not hold once quiet\n{}", summary(world, i).await);
     }
 }
 
@@ -398,7 +426,8 @@ async fn one_pod_gets_a_registered_2xs_and_three_pack_on_one_xs() {
     assert!(pods(&world, 1).await.iter().all(|p| node_of(p) == Some(xs_node.as_str())), "all three on the XS");
 
     for i in 0..2 {
-        holds_for(&world, i, &format!("{}: one NodeGroup, one NodeClaim", world.clusters[i].name), HOLD, || async {
+        let what = format!("{}: one NodeGroup, one NodeClaim", world.clusters[i].name);
+        quiet_then(&world, i, &what, Work::Reacting, || async {
             groups(&world, i).await.len() == 1 && claims(&world, i).await.len() == 1
         })
         .await;
@@ -480,7 +509,7 @@ async fn pod_constraints_choose_the_flavor_and_the_node_count() {
 
     for (i, n) in [(0, 1), (1, 2), (2, 3)] {
         let name = world.clusters[i].name.clone();
-        holds_for(&world, i, &format!("{name}: {n} NodeGroups"), HOLD, || async {
+        quiet_then(&world, i, &format!("{name}: {n} NodeGroups"), Work::Reacting, || async {
             groups(&world, i).await.len() == n && claims(&world, i).await.len() == n
         })
         .await;
@@ -539,7 +568,7 @@ async fn weighted_pools_and_min_values_shape_the_claims() {
     let (options, min) = instance_type_options(&cs[0]);
     assert_eq!((options, min), (vec!["S".to_string(), "M".to_string()], Some(2)), "min-values");
     assert_eq!(flavors(&groups(&world, 1).await), ["S"]);
-    holds_for(&world, 1, "min-values: the 12Gi pod stays Pending with no claim", HOLD, || async {
+    quiet_then(&world, 1, "min-values: the 12Gi pod stays Pending with no claim", Work::Rounds(2), || async {
         phase(named(&pods(&world, 1).await, "fits-one-flavor")) == "Pending" && claims(&world, 1).await.len() == 1
     })
     .await;
@@ -573,7 +602,7 @@ async fn the_cpu_limit_caps_the_pool_and_a_dedicated_pool_takes_only_tolerating_
         })
     })
     .await;
-    holds_for(&world, 0, "cpu-limit: exactly two 2XS, the third pod Pending", HOLD, || async {
+    quiet_then(&world, 0, "cpu-limit: exactly two 2XS, the third pod Pending", Work::Rounds(2), || async {
         let gs = groups(&world, 0).await;
         let ps = pods(&world, 0).await;
         flavors(&gs) == ["2XS", "2XS"]
@@ -620,11 +649,17 @@ async fn the_cpu_limit_caps_the_pool_and_a_dedicated_pool_takes_only_tolerating_
         Some("platform-42"),
         "the class label is on the NodeGroup itself, so on the node from its first second"
     );
-    holds_for(&world, 1, "team-dedicated: the intolerant pod stays Pending, no second claim", HOLD, || async {
-        let ps = pods(&world, 1).await;
-        let p = named(&ps, "intolerant");
-        phase(p) == "Pending" && node_of(p).is_none() && claims(&world, 1).await.len() == 1
-    })
+    quiet_then(
+        &world,
+        1,
+        "team-dedicated: the intolerant pod stays Pending, no second claim",
+        Work::Rounds(2),
+        || async {
+            let ps = pods(&world, 1).await;
+            let p = named(&ps, "intolerant");
+            phase(p) == "Pending" && node_of(p).is_none() && claims(&world, 1).await.len() == 1
+        },
+    )
     .await;
     assert_one_group_per_claim(&world, 1).await;
     world.shutdown().await;
@@ -675,19 +710,14 @@ async fn a_quota_refusal_deletes_the_claim_cools_the_flavor_and_retries_fail_fas
     .await;
     let creates = nodegroup_creates(&world, 0).await;
     assert_eq!(creates, 2, "the M, then the refused 2XS");
-    // Retries keep coming for the two pending pods and fail fast: no NodeGroup, pods Pending.
-    holds_for(
-        &world,
-        0,
-        "quota: retries create no NodeGroup, two pods stay Pending",
-        Duration::from_secs(4),
-        || async {
-            let ps = pods(&world, 0).await;
-            nodegroup_creates(&world, 0).await == creates
-                && groups(&world, 0).await.len() == 1
-                && ps.iter().filter(|p| phase(p) == "Pending" && node_of(p).is_none()).count() == 2
-        },
-    )
+    // The two pending pods get no NodeGroup and stay Pending. Creations back off after the refusal
+    // (60 s), so no round shows: quiet is a stretch without writes.
+    quiet_then(&world, 0, "quota: no new NodeGroup, two pods stay Pending", Work::Reacting, || async {
+        let ps = pods(&world, 0).await;
+        nodegroup_creates(&world, 0).await == creates
+            && groups(&world, 0).await.len() == 1
+            && ps.iter().filter(|p| phase(p) == "Pending" && node_of(p).is_none()).count() == 2
+    })
     .await;
     // The refused claim is gone (a retry may come and go, but never launches): only the M's is left.
     let m_claim = gs[0].labels().get(labels::NODECLAIM).cloned().unwrap();
@@ -793,7 +823,8 @@ async fn an_xl_only_pool_over_quota_fails_fast_and_cleans_up() {
     let creates = nodegroup_creates(&world, 0).await;
     // Launches are paced: the first refusal arms the back-off before the next claim may create.
     assert_eq!(creates, 1, "one refused attempt, the other claims fail fast");
-    holds_for(&world, 0, "quota-fast-fail: all four pods Pending, no new attempt", HOLD, || async {
+    // Creations back off after the refusal (60 s): no round shows, so quiet is a stretch without writes.
+    quiet_then(&world, 0, "quota-fast-fail: all four pods Pending, no new attempt", Work::Reacting, || async {
         let ps = pods(&world, 0).await;
         ps.len() == 4
             && ps.iter().all(|p| phase(p) == "Pending" && node_of(p).is_none())
@@ -814,7 +845,7 @@ async fn an_xl_only_pool_over_quota_fails_fast_and_cleans_up() {
         claims(&world, 0).await.is_empty()
     })
     .await;
-    holds_for(&world, 0, "quota-fast-fail: no claims and no groups", HOLD, || async {
+    quiet_then(&world, 0, "quota-fast-fail: no claims and no groups", Work::Reacting, || async {
         claims(&world, 0).await.is_empty() && groups(&world, 0).await.is_empty()
     })
     .await;
@@ -915,19 +946,21 @@ async fn garbage_collection_keeps_a_decoy_and_young_orphans() {
     assert_ne!(node_of(named(&pods(&world, 0).await, "web-0")), Some("decoy-node0"));
 
     force_delete(&mut world, 0, &cs[0].name_any()).await;
+    // A reconnection prompts a sweep once synced (both are younger than the minimum age, so no sweep
+    // reports on them): judged once the re-list is seen and writes are quiet.
+    let lists = world.clusters[0].server.requests().count("list", "daemonsets");
     touch_secret(&world, 0, "1").await;
-    holds_for(
-        &world,
-        0,
-        "garbage-collection: the decoy and the young orphan are kept",
-        Duration::from_secs(5),
-        || async {
-            let gs = groups(&world, 0).await;
-            let kept = |name: &str| gs.iter().any(|g| g.name_any() == name && !g.is_terminating());
-            kept("decoy") && kept(&orphan) && running(&world, 0).await == 1 && claims(&world, 0).await.is_empty()
-        },
-    )
+    wait_in(&world, 0, "garbage-collection: the cluster re-listed after the Secret changed", SETTLE, || async {
+        world.clusters[0].server.requests().count("list", "daemonsets") > lists
+    })
     .await;
+    quiet_then(&world, 0, "garbage-collection: the decoy and the young orphan are kept", Work::Reacting, || async {
+        let gs = groups(&world, 0).await;
+        let kept = |name: &str| gs.iter().any(|g| g.name_any() == name && !g.is_terminating());
+        kept("decoy") && kept(&orphan) && running(&world, 0).await == 1 && claims(&world, 0).await.is_empty()
+    })
+    .await;
+    assert_eq!(world.clusters[0].server.requests().count("delete", "nodegroups"), 0, "no NodeGroup deleted");
     assert_eq!(nodegroup_creates(&world, 0).await, 2, "the decoy and the claim's group; no replacement");
     world.shutdown().await;
 }
@@ -959,17 +992,26 @@ async fn the_group_of_a_force_deleted_claim_is_reaped_after_the_minimum_age() {
         let now = k8s_openapi::jiff::Timestamp::now();
         Duration::try_from(now.duration_since(created)).unwrap_or_default()
     };
-    while age() < MIN_AGE + Duration::from_secs(1) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_in(&world, 0, "garbage-collection: the orphan past the minimum age", MIN_AGE + SETTLE, || async {
+        age() > MIN_AGE + Duration::from_secs(1)
+    })
+    .await;
     wait_in(&world, 0, "garbage-collection: the orphan reaped", Duration::from_secs(30), || async {
         ng_api.get_opt(&orphan).await.unwrap().is_none_or(|g| g.is_terminating())
     })
     .await;
-    holds_for(&world, 0, "garbage-collection: the decoy is kept", HOLD, || async {
+    // A sweep past the minimum age has judged the decoy once it reports it refused (the gauge is
+    // set as a sweep ends).
+    wait_in(&world, 0, "garbage-collection: a sweep refusing the decoy", SETTLE, || async {
+        gc_refused(&world, 0) == 1.0
+    })
+    .await;
+    quiet_then(&world, 0, "garbage-collection: the decoy is kept", Work::Reacting, || async {
         ng_api.get_opt("decoy").await.unwrap().is_some_and(|g| !g.is_terminating())
     })
     .await;
+    let deleted = world.clusters[0].server.requests().count("delete", "nodegroups");
+    assert_eq!(deleted, 1, "NodeGroup deletes: the orphan's, once");
     // Both are reported on the NodePool their labels name (management users may not read the
     // workload cluster).
     let collected = notes(&world, 0, "GarbageCollected").await;
@@ -980,15 +1022,13 @@ async fn the_group_of_a_force_deleted_claim_is_reaped_after_the_minimum_age() {
     // claim termination will), and its pod with it.
     let orphan_node = format!("{orphan}-node0");
     let nodes: Api<Node> = Api::all(world.clusters[0].client());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while let Some(n) = nodes.get_opt(&orphan_node).await.unwrap() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
+    if !poll_until(SETTLE, || async { nodes.get_opt(&orphan_node).await.unwrap().is_none() }).await {
+        let n = nodes.get(&orphan_node).await.unwrap();
+        panic!(
             "the reaped group's Node {orphan_node} is stuck: deletionTimestamp {:?}, finalizers {:?}",
             n.metadata.deletion_timestamp,
             n.finalizers()
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Its pod's controller would recreate the pod (there is none here: recreate it by hand), and
     // a replacement node registers.

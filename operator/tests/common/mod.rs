@@ -102,6 +102,7 @@ where
             (last, since, base) = (now, t, at);
             changes += 1;
         } else if quiet_enough(t - since, at.saturating_sub(base)) {
+            eprintln!("{what}: quiet after {:?} ({changes} changes waited out)", t - start);
             return last;
         }
         assert!(
