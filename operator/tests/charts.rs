@@ -139,8 +139,13 @@ fn parse(yaml: &str) -> Vec<Value> {
 
 /// `helm template` of the karpenter-hub chart as release karpenter-hub in namespace karpenter-hub.
 fn template(helm: &Path, values: Option<&Path>, sets: &[&str]) -> Result<Rendered, String> {
+    template_in(helm, NAMESPACE, values, sets)
+}
+
+/// `helm template` of the karpenter-hub chart as release karpenter-hub in `namespace`.
+fn template_in(helm: &Path, namespace: &str, values: Option<&Path>, sets: &[&str]) -> Result<Rendered, String> {
     let chart = chart();
-    let mut args = vec!["template", RELEASE, chart.to_str().unwrap(), "--namespace", NAMESPACE];
+    let mut args = vec!["template", RELEASE, chart.to_str().unwrap(), "--namespace", namespace];
     if let Some(v) = values {
         args.extend(["--values", v.to_str().unwrap()]);
     }
@@ -725,6 +730,25 @@ async fn wait_established(client: &Client, name: &str) {
     }
 }
 
+/// The CRD chart applied for real, exactly as helm renders it, with the stand-in CRDs of other
+/// projects; returns once every CRD is Established.
+async fn install_crds_chart(helm: &Path, client: &Client) {
+    let (ok, out, err) = run_helm(helm, &["template", "karpenter-hub-crds", crds_chart().to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let crds: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&out).unwrap();
+    assert_eq!(crds.len(), 4);
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let apply =
+        PatchParams { field_validation: Some(ValidationDirective::Strict), ..PatchParams::apply("charts-test") };
+    for crd in crds.iter().chain(foreign_crds().iter()) {
+        let name = crd.metadata.name.clone().unwrap();
+        api.patch(&name, &apply, &Patch::Apply(crd)).await.unwrap_or_else(|e| panic!("applying CRD {name}: {e}"));
+    }
+    for crd in crds.iter().chain(foreign_crds().iter()) {
+        wait_established(client, crd.metadata.name.as_deref().unwrap()).await;
+    }
+}
+
 async fn create_namespace(client: &Client, name: &str) {
     let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let ns = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
@@ -741,21 +765,7 @@ async fn rendered_charts_are_accepted_by_a_real_api_server() {
     let cp = envtest::shared_or_skip!("charts");
     let client = cp.client().await.unwrap();
 
-    // The CRD chart, applied for real, exactly as helm renders it.
-    let (ok, out, err) = run_helm(&helm, &["template", "karpenter-hub-crds", crds_chart().to_str().unwrap()]);
-    assert!(ok, "{err}");
-    let crds: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&out).unwrap();
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let apply =
-        PatchParams { field_validation: Some(ValidationDirective::Strict), ..PatchParams::apply("charts-test") };
-    for crd in crds.iter().chain(foreign_crds().iter()) {
-        let name = crd.metadata.name.clone().unwrap();
-        api.patch(&name, &apply, &Patch::Apply(crd)).await.unwrap_or_else(|e| panic!("applying CRD {name}: {e}"));
-    }
-    for crd in crds.iter().chain(foreign_crds().iter()) {
-        wait_established(&client, crd.metadata.name.as_deref().unwrap()).await;
-    }
-    assert_eq!(crds.len(), 4);
+    install_crds_chart(&helm, &client).await;
 
     // Namespaces the value sets name: the release's, the watched one and the Lease's.
     for ns in [NAMESPACE, "fleet", "hub-leases"] {
@@ -811,4 +821,216 @@ async fn rendered_charts_are_accepted_by_a_real_api_server() {
     );
     let refused = deployments.patch("karpenter-hub", &dry_run, &Patch::Apply(&bad)).await;
     assert!(refused.is_err(), "a misspelt field was accepted: the server-side check would prove nothing");
+}
+
+/// A process that is killed when the test ends, however it ends; its output goes to a file.
+struct Running {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl Running {
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Panics with the output if the process has exited.
+    fn assert_alive(&mut self) {
+        if let Some(status) = self.child.try_wait().unwrap() {
+            panic!("karpenter-hub exited ({status}):\n{}", self.output());
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An unused port on the loopback interface.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The status code of `GET http://127.0.0.1:<port><path>`, None while nothing answers.
+async fn http_status(port: u16, path: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut response)).await.ok()?.ok()?;
+    String::from_utf8_lossy(&response).split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether the API server lets `user` do `verb` on `resource` in `namespace` (admin's question).
+async fn allowed(admin: &Client, user: &str, verb: &str, resource: &str, namespace: &str) -> bool {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let review: SubjectAccessReview = serde_json::from_value(json!({
+        "spec": {"user": user, "resourceAttributes": {"verb": verb, "resource": resource, "namespace": namespace}}
+    }))
+    .unwrap();
+    let answer = Api::<SubjectAccessReview>::all(admin.clone()).create(&PostParams::default(), &review).await.unwrap();
+    answer.status.is_some_and(|s| s.allowed)
+}
+
+/// The chart's hub, for real: its ServiceAccount, roles and bindings created on a kube-apiserver,
+/// `karpenter-hub` started with exactly the container's arguments and environment (every flag of
+/// custom-flags-values.yaml) and that ServiceAccount's token. It parses them, wins the Lease where
+/// the chart's Role allows it, and writes the status of a NodePool in the watched namespace; its
+/// identity may read kubeconfig Secrets there and nowhere else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hub_runs_with_the_chart_flags_and_rbac_on_a_real_api_server() {
+    use k8s_openapi::api::{
+        coordination::v1::Lease,
+        core::v1::ServiceAccount,
+        rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
+    };
+    let helm = helm_or_skip!();
+    let cp = envtest::shared_or_skip!("charts");
+    let admin = cp.client().await.unwrap();
+    install_crds_chart(&helm, &admin).await;
+    let release_ns = "chart-run";
+    for ns in [release_ns, "fleet", "hub-leases"] {
+        create_namespace(&admin, ns).await;
+    }
+    let port = free_port();
+    let port_value = format!("hub.metrics.port={port}");
+    let r = template_in(&helm, release_ns, Some(&ci_file("custom-flags-values.yaml")), &[&port_value]).unwrap();
+
+    let apply =
+        PatchParams { field_validation: Some(ValidationDirective::Strict), ..PatchParams::apply("charts-test") };
+    for d in r.docs.iter().filter(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == "hub") {
+        let name = d["metadata"]["name"].as_str().unwrap();
+        let ns = d["metadata"]["namespace"].as_str().unwrap_or_default();
+        let patch = Patch::Apply(d);
+        let result = match d["kind"].as_str().unwrap() {
+            "ServiceAccount" => {
+                Api::<ServiceAccount>::namespaced(admin.clone(), ns).patch(name, &apply, &patch).await.map(drop)
+            }
+            "ClusterRole" => Api::<ClusterRole>::all(admin.clone()).patch(name, &apply, &patch).await.map(drop),
+            "ClusterRoleBinding" => {
+                Api::<ClusterRoleBinding>::all(admin.clone()).patch(name, &apply, &patch).await.map(drop)
+            }
+            "Role" => Api::<Role>::namespaced(admin.clone(), ns).patch(name, &apply, &patch).await.map(drop),
+            "RoleBinding" => {
+                Api::<RoleBinding>::namespaced(admin.clone(), ns).patch(name, &apply, &patch).await.map(drop)
+            }
+            _ => continue,
+        };
+        result.unwrap_or_else(|e| panic!("creating {} {name}: {e}", d["kind"]));
+    }
+
+    // The identity is the chart's, with what the chart grants: Secrets of the watched namespace only.
+    let user = format!("system:serviceaccount:{release_ns}:hub-operator");
+    assert!(allowed(&admin, &user, "watch", "secrets", "fleet").await);
+    assert!(
+        !allowed(&admin, &user, "watch", "secrets", "default").await,
+        "Secrets readable outside hub.watchNamespace"
+    );
+    assert!(!allowed(&admin, &user, "update", "leases", release_ns).await, "Lease rights outside its namespace");
+
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": []}})).unwrap();
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), release_ns)
+        .create_token_request("hub-operator", &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let dir = std::env::temp_dir().join(format!("karpenter-hub-charts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut kubeconfig = serde_json::to_value(cp.kubeconfig().unwrap()).unwrap();
+    kubeconfig["users"][0]["user"] = json!({"token": token});
+    let kubeconfig_path = dir.join("hub.kubeconfig");
+    std::fs::write(&kubeconfig_path, serde_json::to_string(&kubeconfig).unwrap()).unwrap();
+
+    // The container's command line and environment, as rendered; only the metrics listener moves
+    // from all interfaces to the loopback one (tests listen on 127.0.0.1 only).
+    let hub = r.get("Deployment", "hub");
+    let mut hub_args = args(hub);
+    let all_interfaces = format!("--metrics-addr=0.0.0.0:{port}");
+    let position = hub_args.iter().position(|a| *a == all_interfaces).expect("the chart sets --metrics-addr");
+    hub_args[position] = format!("--metrics-addr=127.0.0.1:{port}");
+    hub_args.push(format!("--kubeconfig={}", kubeconfig_path.display()));
+    let rust_log = env(hub, "RUST_LOG").unwrap();
+    let log = dir.join("hub.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let mut running = Running {
+        child: Command::new(env!("CARGO_BIN_EXE_karpenter-hub"))
+            .args(&hub_args)
+            .env_clear()
+            .env("POD_NAMESPACE", release_ns)
+            .env("POD_NAME", "hub-0")
+            .env("RUST_LOG", &rust_log)
+            .stdin(std::process::Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap(),
+        log,
+    };
+
+    // It leads through the Lease of its --hub-id in --leader-election-namespace, and is Ready.
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "hub-leases");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        running.assert_alive();
+        let holder = leases.get_opt("karpenter-hub-eu-west").await.unwrap().and_then(|l| l.spec?.holder_identity);
+        if holder.as_deref().is_some_and(|h| h.starts_with("hub-0-")) && http_status(port, "/readyz").await == Some(200)
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the hub did not lead and get Ready within 30 s:\n{}",
+            running.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // It serves the watched namespace: a NodePool there gets its cluster's state written.
+    let example = std::fs::read_to_string(repo().join("examples/general-purpose.yaml")).unwrap();
+    for doc in parse(&example).into_iter().filter(|d| d["kind"] == "NodePool" || d["kind"] == "CleverNodeClass") {
+        let resource = if doc["kind"] == "NodePool" { "nodepools" } else { "clevernodeclasses" };
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("karpenter.clever-cloud.com", "v1alpha1", doc["kind"].as_str().unwrap()),
+            resource,
+        );
+        let obj: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
+        let name = obj.metadata.name.clone().unwrap();
+        Api::<DynamicObject>::namespaced_with(admin.clone(), "fleet", &ar)
+            .patch(&name, &apply, &Patch::Apply(&obj))
+            .await
+            .unwrap();
+    }
+    let pools: Api<crds::NodePool> = Api::namespaced(admin.clone(), "fleet");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        running.assert_alive();
+        let pool = pools.get("default").await.unwrap();
+        let reachable =
+            pool.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "ClusterReachable").cloned());
+        if let Some(c) = reachable {
+            assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "SecretMissing"), "{c:?}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no ClusterReachable condition within 30 s:\n{}",
+            running.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let output = running.output();
+    for refused in ["forbidden", "Forbidden", " 403"] {
+        assert!(!output.contains(refused), "the chart's RBAC refused the hub something:\n{output}");
+    }
+    // Text logs, as logFormat asked (JSON lines would start with '{').
+    assert!(output.lines().any(|l| !l.is_empty()) && !output.lines().any(|l| l.starts_with('{')), "{output}");
+    drop(running);
+    let _ = std::fs::remove_dir_all(&dir);
 }
