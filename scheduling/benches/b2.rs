@@ -9,18 +9,23 @@
 //! unconstrained choice may not fit; against the LP bound with the limits as constraints, and beside
 //! the plain Karpenter loop (no repack).
 //!
+//! Families of issue 14: the 400 synthetic types, zone spread, hostname spread, hostname
+//! anti-affinity, host ports and minValues, each beside the plain loop (no repack).
+//!
 //! `cargo bench -p scheduling --bench b2` prints the tables and the summaries; `B2_JSON=1` adds one
 //! JSON object per case; `B2_NO_REPACK=1` measures the solver without its cost-improving repack;
-//! `B2_LIMITS_ONLY=1` runs only the limits family.
+//! `B2_LIMITS_ONLY=1` runs only the limits families; `B2_FAMILIES=all` (or a comma-separated list of
+//! family names) runs only the families.
 
 mod common;
 
 use common::Rng;
 use crds::catalog::InstanceType;
+use crds::labels::{HOSTNAME, INSTANCE_TYPE, ZONE};
 use crds::quantity::Resources;
-use scheduling::model::{DaemonSet, Input, Limits, Pod, Pool};
+use scheduling::model::{DaemonSet, Input, Limits, Operator, Pod, Pool, WhenUnsatisfiable};
 use scheduling::solve;
-use scheduling::testkit::{MI, flavors, pod};
+use scheduling::testkit::{MI, flavors, flavors_3_zones, host_port, labels_of, pod, req, spread, term};
 
 fn workload(profile: &str, n: usize, seed: u64) -> Vec<Pod> {
     let mut rng = Rng::new(seed);
@@ -43,22 +48,58 @@ fn workload(profile: &str, n: usize, seed: u64) -> Vec<Pod> {
 
 /// Cheapest fractional mix: min Σ price·x s.t. Σ (allocatable − overhead)·x ≥ demand (cpu, memory,
 /// pods), x ≥ 0, solved through its dual (3 variables): max d·y s.t. a_i·y ≤ price_i, y ≥ 0, whose
-/// optimum lies on a vertex cut by 3 of the n + 3 planes.
+/// optimum lies on a vertex cut by 3 of the n + 3 planes. Large catalogues: the vertices of a working
+/// set of types, to which every type whose constraint the answer violates is added until none is
+/// (then the answer is the optimum over all types).
 fn lp_bound(types: &[InstanceType], overhead: Resources, demand: Resources) -> f64 {
+    // Cores and GiB keep the systems well conditioned.
+    let (c, g) = (1e-3, 1.0 / f64::from(1u32 << 30));
     let rows: Vec<([f64; 3], f64)> = types
         .iter()
         .map(|t| {
             let a = t.allocatable.saturating_sub(overhead);
-            ([a.cpu_millis as f64, a.memory_bytes as f64, a.pods as f64], t.offerings[0].price_hourly)
+            ([a.cpu_millis as f64 * c, a.memory_bytes as f64 * g, a.pods as f64], t.offerings[0].price_hourly)
         })
+        .collect();
+    let d = [demand.cpu_millis as f64 * c, demand.memory_bytes as f64 * g, demand.pods as f64];
+    let mut set: Vec<usize> = if rows.len() <= 20 {
+        (0..rows.len()).collect()
+    } else {
+        let mut s = Vec::new();
+        for k in 0..3 {
+            let mut by: Vec<usize> = (0..rows.len()).collect();
+            by.sort_by(|&a, &b| (rows[b].0[k] / rows[b].1).total_cmp(&(rows[a].0[k] / rows[a].1)));
+            s.extend(by.into_iter().take(4));
+        }
+        s.sort_unstable();
+        s.dedup();
+        s
+    };
+    loop {
+        let (y, v) = lp_vertices(&rows, &set, d);
+        let violated: Vec<usize> = (0..rows.len())
+            .filter(|i| !set.contains(i))
+            .filter(|&i| rows[i].0.iter().zip(&y).map(|(a, y)| a * y).sum::<f64>() > rows[i].1 * (1.0 + 1e-9))
+            .collect();
+        if violated.is_empty() {
+            return v;
+        }
+        set.extend(violated);
+    }
+}
+
+/// The best vertex of the dual over the types `set` (and y ≥ 0).
+fn lp_vertices(all: &[([f64; 3], f64)], set: &[usize], d: [f64; 3]) -> ([f64; 3], f64) {
+    let rows: Vec<([f64; 3], f64)> = set
+        .iter()
+        .map(|&i| all[i])
         .chain((0..3).map(|k| {
             let mut v = [0.0; 3];
             v[k] = -1.0;
             (v, 0.0)
         }))
         .collect();
-    let d = [demand.cpu_millis as f64, demand.memory_bytes as f64, demand.pods as f64];
-    let mut best = 0.0f64;
+    let mut best = ([0.0; 3], 0.0f64);
     let n = rows.len();
     for i in 0..n {
         for j in i + 1..n {
@@ -66,7 +107,7 @@ fn lp_bound(types: &[InstanceType], overhead: Resources, demand: Resources) -> f
                 let (a, b, c) = (rows[i], rows[j], rows[k]);
                 let m = [a.0, b.0, c.0];
                 let det = det3(m);
-                if det.abs() < 1e-18 {
+                if det.abs() < 1e-12 {
                     continue;
                 }
                 let r = [a.1, b.1, c.1];
@@ -79,8 +120,9 @@ fn lp_bound(types: &[InstanceType], overhead: Resources, demand: Resources) -> f
                     y[col] = det3(mc) / det;
                 }
                 let feasible = rows.iter().all(|(ai, pi)| ai[0] * y[0] + ai[1] * y[1] + ai[2] * y[2] <= pi + 1e-9);
-                if feasible {
-                    best = best.max(d[0] * y[0] + d[1] * y[1] + d[2] * y[2]);
+                let v = d[0] * y[0] + d[1] * y[1] + d[2] * y[2];
+                if feasible && v > best.1 {
+                    best = (y, v);
                 }
             }
         }
@@ -228,10 +270,26 @@ fn main() {
         tight_limits_family(&types, json, repack);
         return;
     }
+    if let Ok(only) = std::env::var("B2_FAMILIES") {
+        families(&only, json, repack);
+        return;
+    }
     println!(
-        "{:<8} {:>6} {:<4} {:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7}",
-        "profile", "pods", "ds", "seed", "LP €/h", "hub €/h", "FFD €/h", "hub/LP", "FFD/LP", "claims"
+        "{:<8} {:>6} {:<4} {:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>7}",
+        "profile",
+        "pods",
+        "ds",
+        "seed",
+        "LP €/h",
+        "hub €/h",
+        "plain €/h",
+        "FFD €/h",
+        "hub/LP",
+        "plain/LP",
+        "FFD/LP",
+        "claims"
     );
+    let mut plain_ratios: Vec<f64> = Vec::new();
     let mut ratios: Vec<f64> = Vec::new();
     let mut worst: f64 = 0.0;
     let mut beats_ffd = true;
@@ -262,21 +320,24 @@ fn main() {
                     input.settings.repack = repack;
                     let d = solve(&input);
                     assert!(d.unschedulable.is_empty(), "unschedulable pods in B2");
+                    input.settings.repack = false;
+                    let plain = solve(&input).total_price();
                     let hub = d.total_price();
-                    let (r, rf) = (hub / lp, base / lp);
+                    let (r, rp, rf) = (hub / lp, plain / lp, base / lp);
                     if n >= 1000 {
                         ratios.push(r);
+                        plain_ratios.push(rp);
                         worst = worst.max(r);
                     }
                     beats_ffd &= hub <= base + 1e-9;
                     println!(
-                        "{profile:<8} {n:>6} {:<4} {seed:>5} {lp:>10.4} {hub:>10.4} {base:>10.4} {r:>8.4} {rf:>8.4} {:>7}",
+                        "{profile:<8} {n:>6} {:<4} {seed:>5} {lp:>10.4} {hub:>10.4} {plain:>10.4} {base:>10.4} {r:>8.4} {rp:>8.4} {rf:>8.4} {:>7}",
                         if ds { "yes" } else { "no" },
                         d.new_claims.len()
                     );
                     if json {
                         println!(
-                            "{{\"bench\":\"B2\",\"profile\":\"{profile}\",\"pods\":{n},\"daemonset\":{ds},\"seed\":{seed},\"lp\":{lp:.4},\"hub\":{hub:.4},\"ffd\":{base:.4},\"hub_over_lp\":{r:.4},\"ffd_over_lp\":{rf:.4},\"claims\":{}}}",
+                            "{{\"bench\":\"B2\",\"profile\":\"{profile}\",\"pods\":{n},\"daemonset\":{ds},\"seed\":{seed},\"lp\":{lp:.4},\"hub\":{hub:.4},\"plain\":{plain:.4},\"ffd\":{base:.4},\"hub_over_lp\":{r:.4},\"plain_over_lp\":{rp:.4},\"ffd_over_lp\":{rf:.4},\"claims\":{}}}",
                             d.new_claims.len()
                         );
                     }
@@ -285,11 +346,176 @@ fn main() {
         }
     }
     let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
+    let plain_mean = plain_ratios.iter().sum::<f64>() / plain_ratios.len().max(1) as f64;
+    let plain_worst = plain_ratios.iter().copied().fold(0.0, f64::max);
     println!(
-        "\nat ≥ 1,000 pods: mean hub/LP {mean:.4} (target ≤ 1.05), worst {worst:.4} (target ≤ 1.15); never worse than FFD: {beats_ffd}"
+        "\nat ≥ 1,000 pods: mean hub/LP {mean:.4} (target ≤ 1.05), worst {worst:.4} (target ≤ 1.15); never worse than FFD: {beats_ffd}; plain loop (no repack) mean {plain_mean:.4}, worst {plain_worst:.4}"
     );
     limits_family(&types, json, repack);
     tight_limits_family(&types, json, repack);
+    families("all", json, repack);
+}
+
+/// A family of the extended suite: a catalogue, and what it does to the pool and to each pod.
+struct Family {
+    name: &'static str,
+    types: Vec<InstanceType>,
+    pool: fn(&mut Pool),
+    pod: fn(&mut Pod, usize, usize),
+}
+
+fn app_label(p: &mut Pod, app: &str) {
+    p.labels = labels_of(&[("app", app)]);
+}
+
+fn family_list() -> Vec<Family> {
+    vec![
+        Family { name: "400-types", types: common::synthetic_400(), pool: |_| {}, pod: |_, _, _| {} },
+        Family {
+            // 20 apps, each spread over the three zones with maxSkew 1.
+            name: "zone-spread",
+            types: flavors_3_zones(),
+            pool: |_| {},
+            pod: |p, i, _| {
+                let app = format!("app-{}", i % 20);
+                app_label(p, &app);
+                p.constraints.topology_spread =
+                    vec![spread(ZONE, 1, WhenUnsatisfiable::DoNotSchedule, &[("app", &app)])];
+            },
+        },
+        Family {
+            // Apps of 10 replicas, spread over nodes with maxSkew 1 (at most one replica per node).
+            name: "hostname-spread",
+            types: flavors(),
+            pool: |_| {},
+            pod: |p, i, n| {
+                let app = format!("app-{}", i % (n / 10).max(1));
+                app_label(p, &app);
+                p.constraints.topology_spread =
+                    vec![spread(HOSTNAME, 1, WhenUnsatisfiable::DoNotSchedule, &[("app", &app)])];
+            },
+        },
+        Family {
+            // Apps of 10 replicas with required hostname anti-affinity to themselves.
+            name: "anti-affinity",
+            types: flavors(),
+            pool: |_| {},
+            pod: |p, i, n| {
+                let app = format!("app-{}", i % (n / 10).max(1));
+                app_label(p, &app);
+                p.constraints.pod_anti_affinity = vec![term(HOSTNAME, &[("app", &app)])];
+            },
+        },
+        Family {
+            // One pod in four listens on a host port (five ports in use): at most one per port and node.
+            name: "host-ports",
+            types: flavors(),
+            pool: |_| {},
+            pod: |p, i, _| {
+                if i % 4 == 0 {
+                    p.constraints.host_ports = vec![host_port(9000 + i32::try_from(i / 4 % 5).unwrap_or(0), "TCP")];
+                }
+            },
+        },
+        Family {
+            // Every claim must keep at least 3 instance types.
+            name: "min-values",
+            types: flavors(),
+            pool: |p| {
+                let mut r = req(INSTANCE_TYPE, Operator::Exists, &[]);
+                r.min_values = Some(3);
+                p.requirements = vec![r];
+            },
+            pod: |_, _, _| {},
+        },
+    ]
+}
+
+/// The extended families (issue 14 item 4): per family, the cpu / memory / mixed workloads of 1,000
+/// and 5,000 pods, 3 seeds, against the LP bound (which ignores topology, so a gap is integrality,
+/// constraint or solver), with the plain loop (no repack) beside the hub.
+fn families(only: &str, json: bool, repack: bool) {
+    println!(
+        "\nfamilies\n{:<16} {:<8} {:>6} {:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "family",
+        "profile",
+        "pods",
+        "seed",
+        "LP €/h",
+        "hub €/h",
+        "plain €/h",
+        "hub/LP",
+        "plain/LP",
+        "pending",
+        "pl.pend",
+        "hub ms"
+    );
+    let mut summary: Vec<(String, f64, f64, f64, f64, usize, f64)> = Vec::new();
+    for f in family_list() {
+        if only != "all" && !only.split(',').any(|o| o == f.name) {
+            continue;
+        }
+        let (mut ratios, mut plain_ratios, mut pending, mut slowest) = (Vec::new(), Vec::new(), 0usize, 0.0f64);
+        for &n in &[1000usize, 5000] {
+            for profile in ["cpu", "memory", "mixed"] {
+                for seed in 1..=3u64 {
+                    let mut pods = workload(profile, n, seed * 1000 + n as u64);
+                    for (i, p) in pods.iter_mut().enumerate() {
+                        (f.pod)(p, i, n);
+                    }
+                    let demand = pods.iter().fold(Resources::ZERO, |a, p| a + p.requests);
+                    let lp = lp_bound(&f.types, Resources::ZERO, demand);
+                    let mut pool = Pool { name: "default".into(), instance_types: f.types.clone(), ..Pool::default() };
+                    (f.pool)(&mut pool);
+                    let mut input = Input { pools: vec![pool], pods, ..Input::default() };
+                    input.settings.repack = repack;
+                    let started = std::time::Instant::now();
+                    let d = solve(&input);
+                    let ms = started.elapsed().as_secs_f64() * 1e3;
+                    input.settings.repack = false;
+                    let plain = solve(&input);
+                    let (hub, base) = (d.total_price(), plain.total_price());
+                    let (r, rp) = (hub / lp, base / lp);
+                    ratios.push(r);
+                    plain_ratios.push(rp);
+                    pending += d.unschedulable.len();
+                    slowest = slowest.max(ms);
+                    println!(
+                        "{:<16} {profile:<8} {n:>6} {seed:>5} {lp:>10.4} {hub:>10.4} {base:>10.4} {r:>8.4} {rp:>8.4} {:>8} {:>8} {ms:>8.1}",
+                        f.name,
+                        d.unschedulable.len(),
+                        plain.unschedulable.len()
+                    );
+                    if json {
+                        println!(
+                            "{{\"bench\":\"B2-family\",\"family\":\"{}\",\"profile\":\"{profile}\",\"pods\":{n},\"seed\":{seed},\"lp\":{lp:.4},\"hub\":{hub:.4},\"plain\":{base:.4},\"hub_pending\":{},\"plain_pending\":{},\"hub_ms\":{ms:.1}}}",
+                            f.name,
+                            d.unschedulable.len(),
+                            plain.unschedulable.len()
+                        );
+                    }
+                }
+            }
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let worst = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        summary.push((
+            f.name.to_string(),
+            mean(&ratios),
+            worst(&ratios),
+            mean(&plain_ratios),
+            worst(&plain_ratios),
+            pending,
+            slowest,
+        ));
+    }
+    println!(
+        "\n{:<16} {:>12} {:>12} {:>12} {:>12} {:>8} {:>10}",
+        "family", "hub/LP mean", "hub/LP worst", "plain mean", "plain worst", "pending", "slowest ms"
+    );
+    for (name, m, w, pm, pw, pending, slowest) in summary {
+        println!("{name:<16} {m:>12.4} {w:>12.4} {pm:>12.4} {pw:>12.4} {pending:>8} {slowest:>10.1}");
+    }
 }
 
 /// An upper bound on the pods any packing places within capacity limits: per limited resource, the
