@@ -502,3 +502,76 @@ fn the_dashboard_check_refuses_unknown_series_unknown_labels_and_unfiltered_quer
     let bad_group = r#"sum by (instance_type) (karpenter_nodes_created_total{cluster=~"$cluster"})"#;
     assert!(expr_problems("t", bad_group, &exported)[0].contains("groups by \"instance_type\""));
 }
+
+// ---- troubleshooting.md ----
+
+/// Every `.rs` file under `dir`, concatenated.
+fn sources(dir: &std::path::Path, out: &mut String) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display())) {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push_str(&std::fs::read_to_string(&path).unwrap());
+        }
+    }
+}
+
+/// The `CamelCase` words inside backticks, e.g. `NodeGroupQuotaExceeded` or `Drained=Unknown`:
+/// event and condition reasons, condition types.
+fn quoted_reasons(doc: &str) -> BTreeSet<String> {
+    // Words of the page's prose that are not the hub's reasons (event types, condition statuses).
+    const NOT_REASONS: &[&str] = &["Normal", "Warning", "True", "False", "Unknown", "Pending"];
+    // Prose only: fenced blocks (commands) are left out.
+    let mut fenced = false;
+    let prose: String = doc
+        .lines()
+        .filter(|l| {
+            if l.starts_with("```") {
+                fenced = !fenced;
+                return false;
+            }
+            !fenced
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    prose
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .flat_map(|quoted| quoted.split(|c: char| !c.is_ascii_alphanumeric()))
+        .filter(|w| {
+            w.len() > 2
+                && w.starts_with(|c: char| c.is_ascii_uppercase())
+                && w.chars().all(|c| c.is_ascii_alphanumeric())
+                && w.chars().any(|c| c.is_ascii_lowercase())
+        })
+        .filter(|w| !NOT_REASONS.contains(w))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_reason_troubleshooting_and_operations_quote_is_one_the_code_writes() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut code = String::new();
+    for dir in ["operator/src", "crds/src", "scheduling/src"] {
+        sources(&root.join(dir), &mut code);
+    }
+    let mut problems = Vec::new();
+    let mut seen = 0;
+    for page in ["docs/troubleshooting.md", "docs/operations.md"] {
+        let (_, doc) = repo_file(page);
+        for reason in quoted_reasons(&doc) {
+            seen += 1;
+            if !code.contains(&format!("\"{reason}\"")) {
+                problems.push(format!("{page} quotes `{reason}`, which no code writes: fix the name or the page"));
+            }
+        }
+    }
+    assert!(seen >= 30, "only {seen} reasons found: is the page's format still `Reason`?");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // The check itself: a reason the code never writes is reported.
+    assert!(quoted_reasons("see `NodeGroupMelted` and `Warning`").contains("NodeGroupMelted"));
+    assert!(!code.contains("\"NodeGroupMelted\""));
+}
