@@ -1,8 +1,9 @@
 //! docs/metrics.md and docs/dashboards/karpenter-hub.json say only what the hub exports: every series
 //! of the hub's registry (what `karpenter-hub run` serves on `/metrics`) is documented with its type,
 //! labels and help text, every documented series exists, and every PromQL expression of the
-//! dashboard names only exported series and their labels, filtered by cluster. A failure names the
-//! series and says what to change.
+//! dashboard names only exported series and their labels, filtered by cluster. Also: every event or
+//! condition reason docs/troubleshooting.md and docs/operations.md quote is one the code writes. A
+//! failure names the series or the reason and says what to change.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
