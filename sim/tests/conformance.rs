@@ -1258,6 +1258,9 @@ async fn events_are_one_object_in_both_event_apis(t: Target) {
     assert_eq!(e.reporting_component.as_deref(), Some("karpenter-hub-conformance"));
     assert_eq!(e.series.as_ref().and_then(|s| s.count), Some(2));
     assert!(e.event_time.is_some());
+    // `source` is the component, or else the reporting controller.
+    let by_source = core.list(&ListParams::default().fields("source=karpenter-hub-conformance")).await.unwrap();
+    assert_eq!(by_source.items.len(), 1, "{by_source:?}");
     let other = format!("involvedObject.name=evented,involvedObject.uid={uid}x");
     assert!(core.list(&ListParams::default().fields(&other)).await.unwrap().items.is_empty());
 
@@ -1279,6 +1282,8 @@ async fn events_are_one_object_in_both_event_apis(t: Target) {
     assert_eq!(n.reporting_controller, None);
     let by_regarding = new.list(&ListParams::default().fields("regarding.name=evented")).await.unwrap().items;
     assert_eq!(by_regarding.len(), 2);
+    let by_source = core.list(&ListParams::default().fields("source=tester")).await.unwrap().items;
+    assert_eq!(by_source.len(), 1);
     let refused = api_err(new.list(&ListParams::default().fields("involvedObject.name=evented")).await);
     assert_eq!((refused.code, refused.message.as_str()), (400, "field label not supported: involvedObject.name"));
 

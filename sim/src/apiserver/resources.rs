@@ -488,6 +488,12 @@ impl Registry {
 /// Reads a field by dotted path (`spec.nodeName`) as a string, the way field selectors see it
 /// (missing → `""`, booleans and numbers formatted).
 pub(crate) fn field_string(obj: &Value, path: &str) -> String {
+    if path == "source" && obj.get("source").is_none_or(Value::is_object) {
+        // An Event's `source` selector: its component, else the reporting controller (kube's
+        // event strategy), so Events written through events.k8s.io/v1 match by reporter.
+        let component = field_string(obj, "source.component");
+        return if component.is_empty() { field_string(obj, "reportingComponent") } else { component };
+    }
     let mut cur = obj;
     for part in path.split('.') {
         match cur.get(part) {
