@@ -34,11 +34,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 mod common;
-use common::{EXAMPLE, apply_example, running, wait_for};
+use common::{EXAMPLE, apply_example, running, wait_for, wait_quiet, wait_quiet_over, writes};
 
 /// Two such pods never share a 2XS (3.63Gi allocatable): every new pod needs a node of its own.
 const POD_CPU: &str = "500m";
 const POD_MEMORY: &str = "2Gi";
+/// How long writes must have stopped to call the world quiet after the hub's deciders were seen
+/// refused their reads (their verdict follows the read at once).
+const QUIET: Duration = Duration::from_secs(2);
 
 /// `ClusterReachable` of the pool `default` in `ns`: (status, reason, lastTransitionTime).
 async fn reachable(mgmt: &Client, ns: &str) -> Option<(String, String, String)> {
@@ -243,7 +246,13 @@ async fn rotated_credentials_reconnect_one_cluster_and_leave_the_other_alone() {
     scale(&world, 0, 2, POD_CPU, POD_MEMORY).await.unwrap();
     let b = grow(&world, 1, 2).await;
     eprintln!("beta while alpha is unauthorized: {b:?}");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Quiet: alpha's NodeClaims unchanged while the hub knocked at alpha again (a reconnection's
+    // `/version` probe, refused with 401; no decision may come out of it).
+    let knocks = || async { alpha_requests.count("get", "") };
+    let alpha_claim_names =
+        || async { claims(&mgmt, "team-a").await.iter().map(ResourceExt::name_any).collect::<Vec<_>>() };
+    wait_quiet_over("alpha's NodeClaims while unauthorized", Duration::from_secs(30), 1, alpha_claim_names, knocks)
+        .await;
     assert_eq!(claims(&mgmt, "team-a").await.len(), alpha_claims, "a claim for alpha while it was unauthorized");
     assert_eq!(reachable(&mgmt, "team-a").await.unwrap().1, "Unauthorized");
 
@@ -411,6 +420,11 @@ impl OldWorld {
     }
 }
 
+/// Writes to NodeClaims (management) and NodeGroups (the first workload cluster), by verb.
+fn hub_writes(world: &OldWorld) -> (Vec<(String, String, u64)>, Vec<(String, String, u64)>) {
+    (writes(&world.mgmt, &["nodeclaims"]), writes(world.workload(0), &["nodegroups"]))
+}
+
 /// Objects the API holds, by name, with their UID and whether they are being deleted.
 fn by_name<K: ResourceExt>(items: &[K]) -> Vec<(String, String, bool)> {
     let mut v: Vec<_> = items
@@ -456,7 +470,17 @@ async fn nothing_is_deleted_while_reads_fail_even_across_restarts() {
         mgmt_requests.count("list", "nodeclaims") >= 1 && workload_requests.count("list", "daemonsets") >= 1
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Quiet: no write to NodeClaims or NodeGroups while the hub retried its failing lists and
+    // watches four more times (it is alive and deciding on nothing, its caches still empty).
+    let refused_reads = || async { mgmt_faults.injected_errors() + workload_faults.injected_errors() };
+    wait_quiet_over(
+        "writes while lists fail",
+        Duration::from_secs(30),
+        4,
+        || async { hub_writes(&world) },
+        refused_reads,
+    )
+    .await;
     let sorted = |mut v: Vec<(String, String, bool)>| {
         v.sort();
         v
@@ -482,7 +506,10 @@ async fn nothing_is_deleted_while_reads_fail_even_across_restarts() {
         workload_faults.injected_errors() >= before + 2
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Quiet: no write to NodeClaims or NodeGroups for 2 s after both deciders were refused their
+    // read (what they do on a refused read follows it at once; their next look is seconds away).
+    wait_quiet("writes while NodeGroup reads fail", Duration::from_secs(30), QUIET, || async { hub_writes(&world) })
+        .await;
     assert_eq!(deletes(), (0, 0), "deletes (claims, groups) while NodeGroup reads fail");
     assert_eq!(by_name(&claims(&mgmt, NS).await), all_claims);
     assert_eq!(by_name(&groups(&workload).await), all_groups);
@@ -503,7 +530,11 @@ async fn nothing_is_deleted_while_reads_fail_even_across_restarts() {
         by_name(&claims(&mgmt, NS).await) == vec![real_claim.clone()]
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Quiet: no write to NodeClaims or NodeGroups for 2 s after the collector was refused the
+    // orphan's claim and the vanished launch was collected (the collector's verdict on the orphan
+    // follows its refused read at once; the next sweep is minutes away).
+    wait_quiet("writes while NodeClaim reads fail", Duration::from_secs(30), QUIET, || async { hub_writes(&world) })
+        .await;
     // (The collector and the lifecycle controller may both have sent the vanished claim's delete.)
     assert_eq!(deletes().1, 0, "a NodeGroup delete while NodeClaim reads fail");
     assert_eq!(by_name(&groups(&workload).await), all_groups);
@@ -613,17 +644,26 @@ async fn vanished_claim(world: &OldWorld, like: &NodeClaim) -> (String, String, 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_cluster_does_not_hold_up_garbage_collection_of_the_others() {
     let mut world = OldWorld::start(&[("team-a", "alpha"), ("team-b", "beta")]).await;
+    // An orphan in alpha before the hub starts, so the listing that syncs alpha holds it; the
+    // collector's live re-read of it fails until alpha hangs, which keeps it (a failed read is no
+    // evidence) and shows that it was a candidate, i.e. in the hub's cache.
+    let alpha_ghost = ghost_group(&world, 0, "2XS").await;
+    let alpha_faults = world.workload(0).faults();
+    OldWorld::fail(world.workload(0), &["get"], "nodegroups");
     world.start_hub();
     let mgmt = world.mgmt.client();
     for ns in ["team-a", "team-b"] {
         wait_reachable(&mgmt, ns, TRUE, "Connected", Duration::from_secs(30)).await;
     }
-    // An orphan in alpha reaches the hub's cache (no sweep runs in between: nothing changed in the
-    // registry), then alpha hangs.
-    let alpha_ghost = ghost_group(&world, 0, "2XS").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    world.workload(0).faults().set_blackhole(true);
+    wait_for("the collector's re-read of alpha's orphan", Duration::from_secs(20), || async {
+        alpha_faults.injected_errors() >= 1
+    })
+    .await;
+    // Then alpha hangs (a black hole holds every request before any error is injected).
+    alpha_faults.set_blackhole(true);
+    alpha_faults.clear_errors();
     assert_eq!(world.workload(0).object_count("api.clever-cloud.com", "nodegroups"), 1, "alpha's orphan is there");
+    let alpha_reads = world.workload(0).requests().count("get", "nodegroups");
     // An orphan in beta, and beta's Secret rewritten: its reconnection prompts sweeps.
     let beta_ghost = ghost_group(&world, 1, "2XS").await;
     let yaml = serde_saphyr::to_string(&world.workload(1).kubeconfig()).unwrap();
@@ -640,6 +680,9 @@ async fn a_hung_cluster_does_not_hold_up_garbage_collection_of_the_others() {
         groups(&beta).await.iter().all(|g| g.name_any() != beta_ghost.0 || g.metadata.deletion_timestamp.is_some())
     })
     .await;
+    // Alpha's sweep was held up meanwhile: it re-read the orphan and got no answer.
+    let held = world.workload(0).requests().count("get", "nodegroups");
+    assert!(held > alpha_reads, "no sweep of alpha re-read its orphan while it hung ({held} reads)");
     // Alpha answers again: its orphan goes too.
     world.workload(0).faults().set_blackhole(false);
     let alpha = world.workload(0).client();
