@@ -259,18 +259,29 @@ fn pack_with(items: &[Resources], bins: &[Bin], balanced: bool) -> Option<Vec<(u
         bins.iter().map(|b| shapes.iter().map(|(s, ..)| fit_count(&b.room, s)).collect()).collect();
     let mut left: Vec<i64> = shapes.iter().map(|(_, _, l)| i64::try_from(l.len()).unwrap_or(i64::MAX)).collect();
     let mut cache: Vec<Option<(Takes, f64)>> = vec![None; bins.len()];
+    // A node's value never exceeds its room's (shadow prices are non-negative): `price / value(room)`
+    // bounds a bin's score from below, so a bin whose bound is already worse than the best score
+    // found need not be filled. Bins are tried best bound first.
+    let bound: Vec<f64> = bins.iter().map(|b| b.price / value(&b.room).max(1e-300)).collect();
+    let mut tries: Vec<usize> = (0..bins.len()).collect();
+    tries.sort_by(|&a, &b| bound[a].total_cmp(&bound[b]).then(a.cmp(&b)));
     let mut remaining = items.len();
     let mut out = Vec::new();
     while remaining > 0 {
         let mut best: Option<(f64, f64, usize)> = None;
-        for (b, bin) in bins.iter().enumerate() {
+        for &b in &tries {
+            let bin = &bins[b];
+            if cache[b].is_none() && best.is_some_and(|(bs, ..)| bound[b] > bs) {
+                continue;
+            }
             let (takes, v) =
                 cache[b].get_or_insert_with(|| fill(bin, &shapes, &left, by_tilt.get(b).map(Vec::as_slice)));
             if takes.is_empty() {
                 continue;
             }
             let score = bin.price / v.max(1e-300);
-            if best.as_ref().is_none_or(|(bs, bv, _)| score < *bs || (score == *bs && *v > *bv)) {
+            // Ties: the larger value, then the lower index.
+            if best.is_none_or(|(bs, bv, bb)| score < bs || (score == bs && (*v > bv || (*v == bv && b < bb)))) {
                 best = Some((score, *v, b));
             }
         }
