@@ -580,6 +580,10 @@ fn wrong_values_are_refused_with_a_message_naming_the_value() {
         (&["webhook.lookups=false"], &["/webhook/lookups"]),
         (&["webhook.timeoutSeconds=31"], &["/webhook/timeoutSeconds", "maximum"]),
         (&["webhook.certPollInterval=10"], &["/webhook/certPollInterval"]),
+        // The webhook reads one number and one unit, not Go's 1m30s.
+        (&["webhook.certPollInterval=1m30s"], &["/webhook/certPollInterval"]),
+        (&["webhook.lookupTimeout=0s"], &["/webhook/lookupTimeout"]),
+        (&["serviceMonitor.interval=1.5s"], &["/serviceMonitor/interval"]),
         (&["image.digest=sha256:abc"], &["/image/digest"]),
         (&["webhook.certificate.mode=vault"], &["/webhook/certificate/mode", "'cert-manager', 'secret'"]),
         (&[secret], &["webhook.certificate.secret.name is empty"]),
@@ -610,6 +614,7 @@ fn wrong_values_are_refused_with_a_message_naming_the_value() {
         vec![secret, name.as_str(), bundle.as_str()],
         vec!["hub.replicas=1", "hub.leaderElection.enabled=false"],
         vec!["hub.hubId=team_a.eu-1", "webhook.failurePolicy=Ignore", "webhook.lookups=off", "logLevel=trace"],
+        vec!["webhook.certPollInterval=500ms", "serviceMonitor.interval=1m30s", "webhook.shutdownGrace=2m"],
         // A wrong certificate setting does not matter once the webhook is off.
         vec!["webhook.enabled=false", secret],
     ] {
@@ -1033,4 +1038,76 @@ async fn the_hub_runs_with_the_chart_flags_and_rbac_on_a_real_api_server() {
     assert!(output.lines().any(|l| !l.is_empty()) && !output.lines().any(|l| l.starts_with('{')), "{output}");
     drop(running);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The install, upgrade and uninstall of docs/install.md, run with helm against a kube-apiserver
+/// of its own (the webhook configuration it installs would otherwise intercept the other tests'
+/// NodePools): CRDs first, then the hub; an upgrade changes what it sets; uninstalling the hub
+/// leaves the CRDs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_install_upgrade_and_uninstall_as_the_docs_say_on_a_real_api_server() {
+    use k8s_openapi::api::{
+        admissionregistration::v1::ValidatingWebhookConfiguration, apps::v1::Deployment, rbac::v1::ClusterRole,
+    };
+    let helm = helm_or_skip!();
+    let options = envtest::Options { controller_manager: false, ..envtest::Options::new("charts-helm") };
+    let cp = match envtest::ControlPlane::start(&options) {
+        Ok(cp) => cp,
+        Err(e) => {
+            envtest::skip(&envtest::current_test(), &e);
+            return;
+        }
+    };
+    let client = cp.client().await.unwrap();
+    let kubeconfig = cp.kubeconfig_path().to_str().unwrap().to_string();
+    // cert-manager's kinds, as stand-ins (cert-manager itself does not run here).
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in foreign_crds() {
+        api.create(&PostParams::default(), &crd).await.unwrap();
+        wait_established(&client, crd.metadata.name.as_deref().unwrap()).await;
+    }
+    let helm_ok = |args: &[&str]| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--kubeconfig", &kubeconfig]);
+        let (ok, out, err) = run_helm(&helm, &all);
+        assert!(ok, "helm {}: {out}{err}", args.join(" "));
+        out
+    };
+    let (crds, chart) = (crds_chart(), chart());
+    let (crds, chart) = (crds.to_str().unwrap(), chart.to_str().unwrap());
+
+    helm_ok(&["install", "karpenter-hub-crds", crds]);
+    for file in crds::crd::hub_crds() {
+        wait_established(&client, file.crd.metadata.name.as_deref().unwrap()).await;
+    }
+    let notes = helm_ok(&["install", RELEASE, chart, "--namespace", NAMESPACE, "--create-namespace"]);
+    assert!(!notes.contains("does not seem to be installed"), "the CRD chart is installed: {notes}");
+    assert!(notes.contains("karpenter-hub register --cluster"), "{notes}");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let replicas = |d: Deployment| d.spec.and_then(|s| s.replicas);
+    assert_eq!(replicas(deployments.get("karpenter-hub").await.unwrap()), Some(2));
+    assert!(deployments.get_opt("karpenter-hub-webhook").await.unwrap().is_some());
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    assert!(vwcs.get_opt("karpenter-hub-webhook").await.unwrap().is_some());
+
+    // Upgrade: CRDs first, then the hub with one value changed.
+    helm_ok(&["upgrade", "karpenter-hub-crds", crds]);
+    helm_ok(&["upgrade", RELEASE, chart, "--namespace", NAMESPACE, "--reuse-values", "--set", "hub.replicas=3"]);
+    assert_eq!(replicas(deployments.get("karpenter-hub").await.unwrap()), Some(3));
+
+    // Uninstalling the hub removes its objects, cluster-scoped ones included, and keeps the CRDs.
+    helm_ok(&["uninstall", RELEASE, "--namespace", NAMESPACE]);
+    // (Without kube-controller-manager nothing is garbage collected: what helm deleted is gone at once.)
+    assert!(deployments.get_opt("karpenter-hub").await.unwrap().is_none(), "Deployment left by helm uninstall");
+    assert!(vwcs.get_opt("karpenter-hub-webhook").await.unwrap().is_none(), "webhook configuration left");
+    assert!(
+        Api::<ClusterRole>::all(client.clone()).get_opt("karpenter-hub").await.unwrap().is_none(),
+        "ClusterRole left"
+    );
+    for file in crds::crd::hub_crds() {
+        assert!(
+            api.get_opt(file.crd.metadata.name.as_deref().unwrap()).await.unwrap().is_some(),
+            "CRD gone with the hub"
+        );
+    }
 }

@@ -1,0 +1,212 @@
+//! The webhook as the karpenter-hub Helm chart runs it: the container arguments rendered by a real
+//! `helm` (KARPENTER_HUB_HELM) for the default values and every charts/karpenter-hub/ci/ file are
+//! flags this binary accepts, with ports, paths and grace periods lining up with the pod spec; and
+//! the binary serves admission reviews started with exactly those arguments.
+//!
+//! Without KARPENTER_HUB_HELM these tests say they skipped; with KARPENTER_HUB_REQUIRE_ENVTEST=1
+//! (CI) they fail instead (operator/tests/charts.rs has the chart's other tests).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use clap::Parser;
+use serde_json::Value;
+use webhook::cli::{Args, Lookups};
+
+use common::*;
+
+const HELM_ENV: &str = "KARPENTER_HUB_HELM";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// The helm binary, or None after saying why the test skipped (a failure where the real tiers
+/// are required, as envtest's skip does).
+fn helm() -> Option<PathBuf> {
+    let test = envtest::current_test();
+    match std::env::var_os(HELM_ENV).filter(|v| !v.is_empty()) {
+        Some(path) => Some(PathBuf::from(path)),
+        None => {
+            let why = format!("{HELM_ENV} is not set: point it at a helm v4 binary (`.ci/run` installs one)");
+            assert!(!envtest::required(), "{test}: no helm: {why}");
+            let _ = writeln!(std::io::stderr().lock(), "test {test} ... skipped without helm: {why}");
+            None
+        }
+    }
+}
+
+/// The webhook Deployment rendered with `values` (None: the defaults), if the webhook is enabled.
+fn webhook_deployment(helm: &Path, values: Option<&Path>) -> Option<Value> {
+    let chart = repo().join("charts/karpenter-hub");
+    let mut args = vec!["template", "karpenter-hub", chart.to_str().unwrap(), "--namespace", "karpenter-hub"];
+    if let Some(v) = values {
+        args.extend(["--values", v.to_str().unwrap()]);
+    }
+    let out = Command::new(helm)
+        .args(&args)
+        .env("KUBECONFIG", "/nonexistent/karpenter-hub-charts-test")
+        .env("HELM_CACHE_HOME", repo().join("target/helm-home/cache"))
+        .env("HELM_CONFIG_HOME", repo().join("target/helm-home/config"))
+        .env("HELM_DATA_HOME", repo().join("target/helm-home/data"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "helm template {values:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_saphyr::from_multiple::<Value>(&String::from_utf8_lossy(&out.stdout))
+        .unwrap()
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["labels"]["app.kubernetes.io/component"] == "webhook")
+}
+
+fn ci_values() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("charts/karpenter-hub/ci"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn container_args(deployment: &Value) -> Vec<String> {
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect()
+}
+
+fn container_port(deployment: &Value, name: &str) -> u16 {
+    let ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"].as_array().unwrap();
+    let port = ports.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("no container port {name}"));
+    u16::try_from(port["containerPort"].as_u64().unwrap()).unwrap()
+}
+
+fn parse(args: &[String]) -> Args {
+    let argv = std::iter::once("karpenter-hub-webhook".to_string()).chain(args.iter().cloned());
+    Args::try_parse_from(argv).unwrap_or_else(|e| panic!("the chart's webhook arguments {args:?} are refused:\n{e}"))
+}
+
+#[test]
+fn the_charts_webhook_arguments_parse_and_line_up_with_the_pod() {
+    let Some(helm) = helm() else { return };
+    let mut sets: Vec<Option<PathBuf>> = vec![None];
+    sets.extend(ci_values().into_iter().map(Some));
+    let mut rendered = 0;
+    for values in &sets {
+        let Some(deployment) = webhook_deployment(&helm, values.as_deref()) else { continue };
+        rendered += 1;
+        let args = parse(&container_args(&deployment));
+        assert_eq!(args.address.port(), container_port(&deployment, "https"), "{values:?}");
+        assert_eq!(
+            args.probe_address.map(|a| a.port()),
+            Some(container_port(&deployment, "http-metrics")),
+            "{values:?}"
+        );
+        let pod = &deployment["spec"]["template"]["spec"];
+        let mount = pod["containers"][0]["volumeMounts"][0]["mountPath"].as_str().unwrap();
+        assert!(args.tls_cert_file.starts_with(mount) && args.tls_key_file.starts_with(mount), "{values:?}");
+        // In-flight reviews finish before the kubelet's SIGKILL.
+        let grace = Duration::from_secs(pod["terminationGracePeriodSeconds"].as_u64().unwrap());
+        assert!(args.shutdown_grace < grace, "{values:?}: --shutdown-grace {:?} >= {grace:?}", args.shutdown_grace);
+        // The API server's timeout stays above the webhook's own bound on lookups.
+        let vwc_timeout =
+            if values.as_deref().is_some_and(|v| v.ends_with("user-secret-values.yaml")) { 10 } else { 5 };
+        assert!(args.lookup_timeout < Duration::from_secs(vwc_timeout), "{values:?}");
+    }
+    assert!(rendered >= 6, "too few renderings with the webhook: {rendered}");
+
+    // What custom-flags-values.yaml sets is what the binary gets.
+    let custom =
+        webhook_deployment(&helm, Some(&repo().join("charts/karpenter-hub/ci/custom-flags-values.yaml"))).unwrap();
+    let args = parse(&container_args(&custom));
+    assert_eq!(args.lookups, Lookups::Off);
+    assert_eq!(args.max_body_bytes, 1_048_576);
+    assert_eq!(args.request_timeout, Duration::from_secs(5));
+    assert_eq!(args.shutdown_grace, Duration::from_secs(15));
+    assert_eq!(args.cert_poll_interval, Duration::from_secs(30));
+    assert_eq!(args.lookup_timeout, Duration::from_secs(1));
+    assert_eq!(args.log, "webhook=debug");
+    assert_eq!(args.address.port(), 10443);
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_webhook_serves_reviews_started_with_the_charts_arguments() {
+    let Some(helm) = helm() else { return };
+    let deployment =
+        webhook_deployment(&helm, Some(&repo().join("charts/karpenter-hub/ci/custom-flags-values.yaml"))).unwrap();
+    let ca = Ca::new();
+    let dir = TempDir::new("chart-args");
+    let (cert, key, _) = ca.issue(&["localhost"]);
+    std::fs::write(dir.path().join("tls.crt"), cert).unwrap();
+    std::fs::write(dir.path().join("tls.key"), key).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let probe_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // The rendered arguments; only listeners (to the loopback) and the certificate files (the
+    // Secret's mount does not exist here) move.
+    let args: Vec<String> = container_args(&deployment)
+        .into_iter()
+        .map(|a| match a.split_once('=') {
+            Some(("--address", _)) => format!("--address=127.0.0.1:{port}"),
+            Some(("--probe-address", _)) => format!("--probe-address=127.0.0.1:{probe_port}"),
+            Some(("--tls-cert-file", _)) => format!("--tls-cert-file={}", dir.path().join("tls.crt").display()),
+            Some(("--tls-key-file", _)) => format!("--tls-key-file={}", dir.path().join("tls.key").display()),
+            _ => a,
+        })
+        .collect();
+    let log = dir.path().join("webhook.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_karpenter-hub-webhook"))
+        .args(&args)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .unwrap();
+    let client = client(&ca.pem(), false);
+    let ready = tokio::time::timeout(
+        Duration::from_secs(30),
+        eventually("the webhook to be ready", || {
+            let client = client.clone();
+            async move {
+                client
+                    .get(format!("http://127.0.0.1:{probe_port}/readyz"))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status() == 200)
+            }
+        }),
+    )
+    .await;
+    if ready.is_err() || child.try_wait().unwrap().is_some() {
+        let _ = child.kill();
+        panic!("the webhook did not get ready with {args:?}:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+    }
+    let body = review(
+        "FlavorCatalog",
+        "CREATE",
+        flavor_catalog("c", serde_json::json!([{"name": "M", "priceHourly": 0.1}])),
+        None,
+    );
+    let (status, answer) = post(&client, &format!("https://localhost:{port}/validate/flavorcatalogs"), &body).await;
+    let free = review(
+        "FlavorCatalog",
+        "CREATE",
+        flavor_catalog("c", serde_json::json!([{"name": "FREE", "cpu": 2, "memoryKi": 4_000_000, "priceHourly": 0.0}])),
+        None,
+    );
+    let (free_status, refused) =
+        post(&client, &format!("https://localhost:{port}/validate/flavorcatalogs"), &free).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let logs = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!((status, answer["response"]["allowed"].as_bool()), (200, Some(true)), "{answer}\n{logs}");
+    assert_eq!((free_status, refused["response"]["allowed"].as_bool()), (200, Some(false)), "{refused}\n{logs}");
+    // --log-format=text from the chart: no JSON lines.
+    assert!(!logs.lines().any(|l| l.starts_with('{')), "{logs}");
+}
