@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 mod common;
-use common::{EXAMPLE, apply_example, running, wait_for, wait_quiet, wait_quiet_over, writes};
+use common::{EXAMPLE, Writes, apply_example, running, wait_for, wait_quiet, wait_quiet_over, writes};
 
 /// Two such pods never share a 2XS (3.63Gi allocatable): every new pod needs a node of its own.
 const POD_CPU: &str = "500m";
@@ -421,7 +421,7 @@ impl OldWorld {
 }
 
 /// Writes to NodeClaims (management) and NodeGroups (the first workload cluster), by verb.
-fn hub_writes(world: &OldWorld) -> (Vec<(String, String, u64)>, Vec<(String, String, u64)>) {
+fn hub_writes(world: &OldWorld) -> (Writes, Writes) {
     (writes(&world.mgmt, &["nodeclaims"]), writes(world.workload(0), &["nodegroups"]))
 }
 

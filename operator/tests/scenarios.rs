@@ -28,7 +28,9 @@ use serde_json::{Value, json};
 use sim::cke::{SimCkeConfig, SimFlavor, Usage};
 
 mod common;
-use common::{EXAMPLE as GENERAL_PURPOSE, metric, poll_until, rounds, running, wait_quiet, wait_quiet_over, writes};
+use common::{
+    EXAMPLE as GENERAL_PURPOSE, Writes, metric, poll_until, rounds, running, wait_quiet, wait_quiet_over, writes,
+};
 
 const TEAM_DEDICATED: &str = include_str!("../../examples/team-dedicated.yaml");
 const WEIGHTED_NODEPOOLS: &str = include_str!("../../examples/weighted-nodepools.yaml");
@@ -279,7 +281,7 @@ enum Work {
 /// included) in its workload cluster, and to NodeClaims on the management cluster (shared by the
 /// world's clusters, so all of them must settle). Status updates are not counted: the hub may
 /// keep conditions current without deciding anything.
-fn decisions(world: &World, i: usize) -> Vec<(String, String, u64)> {
+fn decisions(world: &World, i: usize) -> Writes {
     let mut w = writes(&world.clusters[i].server, &["nodegroups", "pods", "pods/binding"]);
     w.extend(writes(&world.mgmt, &["nodeclaims"]));
     w

@@ -139,9 +139,12 @@ pub fn rounds(world: &World, i: usize) -> u64 {
     metric(world, "karpenter_provisioner_scheduling_duration_seconds_count", &[("cluster", &cluster)]) as u64
 }
 
+/// Write counts by (verb, resource, count).
+pub type Writes = Vec<(String, String, u64)>;
+
 /// Writes (create, update, patch, delete) `server` has answered on each of `resources`, by (verb,
 /// resource): a change that came and went still shows here.
-pub fn writes(server: &sim::apiserver::ApiServer, resources: &[&str]) -> Vec<(String, String, u64)> {
+pub fn writes(server: &sim::apiserver::ApiServer, resources: &[&str]) -> Writes {
     server
         .requests()
         .snapshot()
