@@ -464,6 +464,12 @@ async fn kubectl_get_events_and_describe_show_the_hubs_events() {
         assert_eq!(reg["COUNT"], "2", "{reg:?}");
         assert!(reg["SOURCE"].starts_with("karpenter-hub"), "{reg:?}");
 
+        // kubectl's newer `events` command, as a person filters by object.
+        let for_claim = k.ok(&["events", "-n", "team-a", "--for", "nodeclaim/default-x7k2p"]);
+        assert!(for_claim.contains("Launched") && for_claim.contains("NodeClaim/default-x7k2p"), "{for_claim}");
+        let all = table(&k, &["get", "events", "-A"]);
+        assert!(all.iter().filter(|r| r["NAMESPACE"] == "team-a").count() == 2, "{all:?}");
+
         let described = k.ok(&["describe", "nodeclaim", "default-x7k2p", "-n", "team-a"]);
         eprintln!("{described}");
         let events = described.split("Events:").nth(1).expect("an Events section");
