@@ -29,6 +29,9 @@ use secrecy::SecretString;
 use serde_json::json;
 use sim::apiserver::{ApiServer, ApiServerConfig};
 
+mod common;
+use common::poll_until;
+
 /// A fresh directory for this scenario's kubeconfig files.
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("karpenter-hub-run-binary-{name}-{}", std::process::id()));
@@ -99,35 +102,32 @@ impl Hub {
         self.output.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// Wait (bounded) until the output contains `text`.
+    /// Wait (bounded) until the output contains `text`; fail at once if the process exits first.
     async fn wait_for_output(&mut self, text: &str, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while !self.output().contains(text) {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("karpenter-hub exited ({status}) before writing {text:?}:\n{}", self.output());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "karpenter-hub did not write {text:?} within {timeout:?}:\n{}",
-                self.output()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut exited = None;
+        let written = poll_until(timeout, || {
+            exited = self.child.try_wait().unwrap();
+            std::future::ready(self.output().contains(text) || exited.is_some())
+        })
+        .await;
+        if let Some(status) = exited.filter(|_| !self.output().contains(text)) {
+            panic!("karpenter-hub exited ({status}) before writing {text:?}:\n{}", self.output());
         }
+        assert!(written, "karpenter-hub did not write {text:?} within {timeout:?}:\n{}", self.output());
     }
 
     /// Wait (bounded) for the process to exit; its status and everything it wrote.
     async fn exit(mut self, timeout: Duration) -> (std::process::ExitStatus, String) {
-        let deadline = Instant::now() + timeout;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("karpenter-hub did not exit within {timeout:?}:\n{}", self.output());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut exited = None;
+        poll_until(timeout, || {
+            exited = self.child.try_wait().unwrap();
+            std::future::ready(exited.is_some())
+        })
+        .await;
+        let Some(status) = exited else {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            panic!("karpenter-hub did not exit within {timeout:?}:\n{}", self.output());
         };
         for r in self.readers.drain(..) {
             r.join().unwrap();
@@ -302,11 +302,8 @@ async fn a_refused_leader_election_is_logged_once_while_retrying_on_the_emulator
     ]);
     // Four attempts (three retries) seen by the API server.
     let requests = server.requests();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while requests.count("get", "leases") < 4 {
-        assert!(Instant::now() < deadline, "the hub stopped trying to take the Lease:\n{}", hub.output());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let tried = poll_until(Duration::from_secs(30), || std::future::ready(requests.count("get", "leases") >= 4)).await;
+    assert!(tried, "the hub stopped trying to take the Lease:\n{}", hub.output());
     hub.terminate();
     let (status, output) = hub.exit(Duration::from_secs(30)).await;
     assert!(status.success(), "a SIGTERM while standing by stops the hub cleanly:\n{output}");
