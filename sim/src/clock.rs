@@ -55,6 +55,12 @@ impl Clock {
         }
     }
 
+    /// A manual clock starting at the wall clock's current time: timestamps written by parts of a
+    /// test world that run on the real clock stay close to it.
+    pub fn manual_now() -> Clock {
+        Clock::manual(Utc::now())
+    }
+
     /// A manual clock starting at a fixed, arbitrary instant (2026-01-01T00:00:00Z), for deterministic tests.
     pub fn manual_default() -> Clock {
         Clock::manual(DateTime::<Utc>::from_timestamp(1_767_225_600, 0).unwrap_or_default())

@@ -9,7 +9,6 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
-use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, Resource, ResourceExt,
     api::{Patch, PatchParams},
@@ -76,7 +75,7 @@ async fn reconcile(fc: Arc<FlavorCatalog>, hub: Arc<Hub>) -> Result<Action, Erro
         reason,
         &message,
         fc.metadata.generation,
-        Timestamp::now(),
+        hub.now(),
     );
     if was_ready != Some(ready) {
         if ready {

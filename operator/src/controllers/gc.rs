@@ -67,7 +67,7 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
             let task_key = key.clone();
             let handle = tokio::spawn(async move {
                 let key = task_key;
-                let sweep = tokio::time::timeout(period, sweep(&hub, &conn, &key, Timestamp::now()));
+                let sweep = tokio::time::timeout(period, sweep(&hub, &conn, &key, hub.now()));
                 tokio::select! {
                     () = stop.cancelled() => {}
                     r = sweep => match r {

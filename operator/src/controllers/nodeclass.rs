@@ -10,7 +10,6 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
-use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, ResourceExt,
     api::{Patch, PatchParams},
@@ -101,7 +100,7 @@ async fn reconcile(class: Arc<CleverNodeClass>, hub: Arc<Hub>) -> Result<Action,
         .collect();
     clusters.sort_by(|a, b| a.0.cmp(&b.0));
     clusters.dedup_by(|a, b| a.0 == b.0);
-    let now = Timestamp::now();
+    let now = hub.now();
     let generation = class.metadata.generation;
     let mut conds = class.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
     match verdict.denial_message() {

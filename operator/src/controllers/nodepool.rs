@@ -1,14 +1,13 @@
 //! The NodePool status controller (hub.md §4, karpenter-semantics §1.4): `ClusterReachable` with the
 //! registry's reason for the pool's cluster, `NodeClassReady`, `ValidationSucceeded`, the
-//! informational `NodeRegistrationHealthy`, the root `Ready`, and the pool's usage (`resources`,
-//! `nodes`) summed over its claims.
+//! informational `NodeRegistrationHealthy`, the root `Ready`, the pool's usage (`resources`,
+//! `nodes`) summed over its claims, and its cost per hour (a metric only).
 //!
 //! Owns: NodePool status. Must not: change specs or act on claims.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use futures::StreamExt;
-use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, Resource, ResourceExt,
     api::{ListParams, Patch, PatchParams},
@@ -17,14 +16,16 @@ use kube::{
 use serde_json::json;
 
 use crate::{
+    controllers::nodeclaim::instance_types,
     decisions::conditions::{self, FALSE, TRUE, UNKNOWN},
     infra::hub::Hub,
-    infra::metrics::PoolResourceLabels,
+    infra::metrics::{PoolLabels, PoolResourceLabels},
     infra::registry::{ClusterKey, Phase},
 };
 use crds::{
     CleverNodeClass, NodeClaim, NodePool,
     admission::{Lookup, NodePoolReferences, validate_node_pool},
+    catalog::{Catalog, InstanceType},
     labels,
     quantity::Resources,
 };
@@ -39,6 +40,41 @@ pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
 pub enum Error {
     #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
     Kube(#[from] kube::Error),
+    /// The node class's catalogue could not be read, so the pool's cost is not known.
+    #[error("pricing NodePool {pool}: {message}")]
+    Catalog { pool: String, message: String },
+}
+
+/// What a pool's claims cost by the catalogue (see [`price_per_hour`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolPrice {
+    /// EUR per hour.
+    pub eur_per_hour: f64,
+    /// Launched claims whose flavor the catalogue does not price, as `claim (flavor)`.
+    pub unpriced: Vec<String>,
+}
+
+/// The cost of a pool's claims: Σ catalogue price of each claim not being deleted that has launched
+/// (launch writes the flavor as its instance-type label; before that no flavor is chosen, so nothing
+/// is paid), at the offering of the claim's zone and capacity type, else the type's cheapest one.
+/// Pure.
+pub fn price_per_hour(claims: &[NodeClaim], types: &[InstanceType]) -> PoolPrice {
+    let mut out = PoolPrice { eur_per_hour: 0.0, unpriced: Vec::new() };
+    for c in claims.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
+        let l = c.labels();
+        let Some(flavor) = l.get(labels::INSTANCE_TYPE) else { continue };
+        let offerings = types.iter().find(|t| &t.name == flavor).map(|t| t.offerings.as_slice()).unwrap_or_default();
+        let wanted = |o: &&crds::catalog::Offering| {
+            l.get(labels::ZONE).is_none_or(|z| *z == o.zone)
+                && l.get(labels::CAPACITY_TYPE).is_none_or(|ct| *ct == o.capacity_type)
+        };
+        let cheapest = || offerings.iter().map(|o| o.price_hourly).min_by(f64::total_cmp);
+        match offerings.iter().find(wanted).map(|o| o.price_hourly).or_else(cheapest) {
+            Some(p) => out.eur_per_hour += p,
+            None => out.unpriced.push(format!("{} ({flavor})", c.name_any())),
+        }
+    }
+    out
 }
 
 pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
@@ -77,7 +113,7 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
     let key = ClusterKey::new(ns.clone(), pool.spec.cluster_name.clone());
     let cluster = hub.registry.status(&key);
     let synced = hub.registry.connection(&key).is_some_and(|c| c.is_synced());
-    let now = Timestamp::now();
+    let now = hub.now();
     let generation = pool.metadata.generation;
     let mut conds = pool.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
     let before = conditions::get(&conds, CLUSTER_REACHABLE).map(|c| (c.status.clone(), c.reason.clone()));
@@ -178,6 +214,18 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
             m.nodepool_limit.get(&labels("memory")).set(limits.memory_bytes as f64);
         }
     }
+    // Cost, with the catalogue the pool's launches use (the built-in one while the class is missing).
+    let catalogue = match &class {
+        Some(c) => instance_types(&hub, &ns, c).await,
+        None => Ok(Catalog::builtin().instance_types(&hub.settings.zone)),
+    };
+    let priced = catalogue.map(|types| price_per_hour(&claims, &types));
+    if let Ok(price) = &priced {
+        m.nodepool_price.get(&PoolLabels { cluster: key.to_string(), nodepool: name.clone() }).set(price.eur_per_hour);
+        if !price.unpriced.is_empty() {
+            tracing::debug!(namespace = %ns, nodepool = %name, claims = ?price.unpriced, "claims of flavors the catalogue does not price are left out of the pool's cost");
+        }
+    }
     let resources: BTreeMap<String, _> = total.to_resource_list();
     let status = json!({
         "conditions": conds,
@@ -193,7 +241,76 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
             .await?;
         tracing::debug!(namespace = %ns, nodepool = %name, ready, cluster = %key, "nodepool status updated");
     }
+    if let Err(message) = priced {
+        // The status is written; the cost is retried by the error policy, its gauge left as it was.
+        tracing::warn!(namespace = %ns, nodepool = %name, error = %message, "cannot price the pool's claims");
+        return Err(Error::Catalog { pool: format!("{ns}/{name}"), message });
+    }
     // Every input is watched (pool, its claims, its class, the registry): no periodic re-check,
     // so a steady fleet costs no LIST (performance.md B4).
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn claim(name: &str, labels: serde_json::Value, deleting: bool) -> NodeClaim {
+        let mut v = json!({
+            "apiVersion": "karpenter.clever-cloud.com/v1alpha1",
+            "kind": "NodeClaim",
+            "metadata": {"name": name, "namespace": "team-a", "labels": labels},
+            "spec": {"clusterName": "prod", "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"}, "requirements": []},
+        });
+        if deleting {
+            v["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn price(types: &[InstanceType], flavor: &str) -> f64 {
+        types.iter().find(|t| t.name == flavor).unwrap().offerings[0].price_hourly
+    }
+
+    #[test]
+    fn a_pool_costs_the_catalogue_price_of_its_launched_claims_not_being_deleted() {
+        let types = Catalog::builtin().instance_types("par");
+        let claims = vec![
+            claim(
+                "a",
+                json!({labels::INSTANCE_TYPE: "XS", labels::ZONE: "par", labels::CAPACITY_TYPE: "on-demand"}),
+                false,
+            ),
+            claim("b", json!({labels::INSTANCE_TYPE: "M"}), false),
+            // Not launched yet: no flavor chosen, nothing paid.
+            claim("c", json!({}), false),
+            // Being deleted: no longer counted, as in the pool's usage.
+            claim("d", json!({labels::INSTANCE_TYPE: "L"}), true),
+        ];
+        let p = price_per_hour(&claims, &types);
+        let want = price(&types, "XS") + price(&types, "M");
+        assert!((p.eur_per_hour - want).abs() < 1e-9, "{p:?} != {want}");
+        assert!(p.unpriced.is_empty(), "{p:?}");
+        assert_eq!(price_per_hour(&[], &types).eur_per_hour, 0.0);
+    }
+
+    #[test]
+    fn the_offering_of_the_claims_zone_is_priced_and_an_unknown_flavor_is_reported_not_guessed() {
+        let mut types = Catalog::builtin().instance_types("par");
+        let xs = types.iter_mut().find(|t| t.name == "XS").unwrap();
+        let mut other_zone = xs.offerings[0].clone();
+        other_zone.zone = "rbx".to_string();
+        other_zone.price_hourly = 1.5;
+        xs.offerings.push(other_zone);
+        let in_rbx = claim("a", json!({labels::INSTANCE_TYPE: "XS", labels::ZONE: "rbx"}), false);
+        assert_eq!(price_per_hour(std::slice::from_ref(&in_rbx), &types).eur_per_hour, 1.5);
+        // No zone label: the cheapest offering of the type.
+        let anywhere = claim("b", json!({labels::INSTANCE_TYPE: "XS"}), false);
+        assert_eq!(price_per_hour(&[anywhere], &types).eur_per_hour, price(&types, "XS"));
+        let gone = claim("c", json!({labels::INSTANCE_TYPE: "RETIRED"}), false);
+        let p = price_per_hour(&[gone, in_rbx], &types);
+        assert_eq!(p.eur_per_hour, 1.5);
+        assert_eq!(p.unpriced, vec!["c (RETIRED)".to_string()]);
+    }
 }

@@ -31,7 +31,6 @@ use crate::{
 };
 use crds::{CleverNodeClass, FlavorCatalog, NodeClaim, NodePool, labels, quantity::Resources};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::jiff::Timestamp;
 use scheduling::{
     convert::{PendingRule, Snapshot, build_input, triggers_provisioning},
     model::{NewClaim, Settings},
@@ -84,17 +83,24 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
             () = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
+        let labels = ClusterLabels { cluster: key.to_string() };
         let Some(conn) = hub.registry.connection(&key).filter(|c| c.is_synced()) else {
+            // The hub cannot see the cluster's pods: no series rather than a stale count.
+            hub.metrics.queue_depth.remove(&labels);
+            hub.metrics.unschedulable_pods.remove(&labels);
             continue;
         };
         let now = tokio::time::Instant::now();
+        let mut waiting = 0;
         for pod in conn.cache.pods.state() {
-            if triggers_provisioning(&pod)
-                && let Some(uid) = pod.uid()
-            {
-                batcher.trigger(&uid, now);
+            if triggers_provisioning(&pod) {
+                waiting += 1;
+                if let Some(uid) = pod.uid() {
+                    batcher.trigger(&uid, now);
+                }
             }
         }
+        hub.metrics.queue_depth.get(&labels).set(waiting);
         if !batcher.is_due(now) {
             continue;
         }
@@ -137,8 +143,12 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
                 && ready_classes.contains(&p.spec.template.spec.node_class_ref.name)
         })
         .collect();
+    let unschedulable = hub.metrics.unschedulable_pods.get(&ClusterLabels { cluster: key.to_string() });
     if pools.is_empty() {
         tracing::debug!(cluster = %key, "no ready NodePool for this cluster; nothing to provision");
+        // No pool can take any of them: every pending pod is unschedulable for the hub.
+        let pending = conn.cache.pods.state().iter().filter(|p| triggers_provisioning(p)).count();
+        unschedulable.set(i64::try_from(pending).unwrap_or(i64::MAX));
         return Ok(0);
     }
     let snapshot = Snapshot {
@@ -157,12 +167,13 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
     }
     let mut input = converted.input;
     if input.pods.is_empty() {
+        unschedulable.set(0);
         return Ok(0);
     }
     // CKE's refusals (clever-cloud.md §3.5): no new claims while the cluster backs off, and flavors
     // cooling down are not offered, so the decision picks another flavor.
     let capacity = hub.capacity(key).await?;
-    let now = Timestamp::now();
+    let now = hub.now();
     if let Some(left) = capacity.backoff_remaining(now) {
         tracing::debug!(cluster = %key, pods = input.pods.len(), seconds = left.as_secs(), "creation back-off after a CKE refusal; pods wait");
         return Ok(0);
@@ -178,6 +189,7 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
         .scheduling_duration
         .get(&ClusterLabels { cluster: key.to_string() })
         .observe(started.elapsed().as_secs_f64());
+    unschedulable.set(i64::try_from(decision.unschedulable.len()).unwrap_or(i64::MAX));
     for u in &decision.unschedulable {
         let pod = &input.pods[u.pod];
         // Where the pod's owner looks (`kubectl describe pod`), once per pod and reason window.
