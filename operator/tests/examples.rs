@@ -16,7 +16,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use serde_json::Value;
 
 mod common;
-use common::{documents, repo, yaml_files};
+use common::{documents, poll_until, repo, yaml_files};
 
 fn expectation(path: &Path) -> String {
     let text = fs::read_to_string(path).unwrap();
@@ -298,15 +298,10 @@ fn every_generated_crd_is_established_on_a_real_api_server() {
             let gvk = kube::api::GroupVersionKind::gvk(&crd.spec.group, &v.name, &crd.spec.names.kind);
             let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
             let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(client.clone(), &ar);
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-            loop {
-                match api.list(&Default::default()).await {
-                    Ok(_) => break,
-                    Err(_) if std::time::Instant::now() < deadline => {
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    }
-                    Err(e) => panic!("{} is Established but not served: {e}", crd.metadata.name.clone().unwrap()),
-                }
+            let served = || async { api.list(&Default::default()).await.is_ok() };
+            if !poll_until(std::time::Duration::from_secs(20), served).await {
+                let e = api.list(&Default::default()).await.err();
+                panic!("{} is Established but not served: {e:?}", crd.metadata.name.clone().unwrap());
             }
         }
     });
