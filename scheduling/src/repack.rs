@@ -197,8 +197,21 @@ pub fn candidates(bins: &[Bin], items: &[Resources]) -> Vec<usize> {
     chosen
 }
 
+/// Whether one pod of shape `s` fits in `room` (`fit_count(room, s) > 0`, without dividing).
+fn fits_once(room: &Resources, s: &Resources) -> bool {
+    let ok = |r: i64, q: i64| q <= 0 || r >= q;
+    ok(room.cpu_millis, s.cpu_millis)
+        && ok(room.memory_bytes, s.memory_bytes)
+        && ok(room.ephemeral_storage_bytes, s.ephemeral_storage_bytes)
+        && ok(room.pods, s.pods)
+}
+
 /// How many pods of shape `s` fit in `room`.
 fn fit_count(room: &Resources, s: &Resources) -> i64 {
+    // Most calls are for shapes that no longer fit: compare before dividing.
+    if !fits_once(room, s) {
+        return 0;
+    }
     let per = |r: i64, q: i64| if q <= 0 { i64::MAX } else { (r / q).max(0) };
     per(room.cpu_millis, s.cpu_millis)
         .min(per(room.memory_bytes, s.memory_bytes))
@@ -334,7 +347,12 @@ fn fill(bin: &Bin, shapes: &[(Resources, f64, Vec<usize>)], left: &[i64], by_til
     let mut v = 0.0;
     let Some(by_tilt) = by_tilt else {
         for (si, (s, sv, _)) in shapes.iter().enumerate() {
-            let k = fit_count(&room, s).min(left[si]);
+            // All that is left of a shape often fits: a product is cheaper than four divisions.
+            let k = if left[si] > 0 && fits_once(&room, &times(s, left[si])) {
+                left[si]
+            } else {
+                fit_count(&room, s).min(left[si])
+            };
             if k > 0 {
                 room = room.saturating_sub(times(s, k));
                 v += sv * k as f64;
@@ -351,7 +369,7 @@ fn fill(bin: &Bin, shapes: &[(Resources, f64, Vec<usize>)], left: &[i64], by_til
     let (mut used_c, mut used_m) = (0.0f64, 0.0f64);
     let mut taken: Vec<i64> = vec![0; shapes.len()];
     let (mut lo, mut hi) = (0usize, by_tilt.len());
-    let alive = |si: usize, room: &Resources, taken: &[i64]| left[si] > taken[si] && fit_count(room, &shapes[si].0) > 0;
+    let alive = |si: usize, room: &Resources, taken: &[i64]| left[si] > taken[si] && fits_once(room, &shapes[si].0);
     while lo < hi {
         let memory_first = used_m / full[1].max(1.0) < used_c / full[0].max(1.0);
         let si = if memory_first {
