@@ -15,7 +15,14 @@ use world::{Progress, World, quick_cke, scale};
 
 use std::{io::Write, path::PathBuf, time::Duration};
 
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, ListParams},
+};
 use serde_json::Value;
+
+use crds::{NodeClaim, NodeGroup};
 use tokio_util::sync::CancellationToken;
 
 /// Flags of `karpenter-hub sandbox`.
@@ -90,6 +97,17 @@ pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(
             out,
             "The nodes stay as they are: consolidation (disruption) is not built yet, so an under-used node is not replaced."
         );
+        if !shutdown.is_cancelled() {
+            drain_one(&world, &mut out, &shutdown).await?;
+            // The evicted pods come back, as their ReplicaSet would recreate them.
+            scale(&world, 0, down, "1", "1Gi").await?;
+            let _ = writeln!(out, "Recreated the evicted pods (as their ReplicaSet would); the hub places them again.");
+            let _ =
+                watch_until(&world, &mut out, tokio::time::Instant::now() + Duration::from_secs(60), &shutdown, |p| {
+                    p.running == down && p.pending == 0
+                })
+                .await?;
+        }
     }
     let _ = writeln!(out, "\nSummary:");
     let mut total = 0.0;
@@ -119,6 +137,110 @@ pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(
         Ok(())
     } else {
         Err(SandboxError::Timeout(format!("the workload did not settle within {}s", args.timeout_seconds)))
+    }
+}
+
+/// Delete the first cluster's busiest NodeClaim, as `kubectl delete nodeclaim` would, and show the
+/// drain step by step: the taint, each pod evicted, `Drained`, the NodeGroup and the Node going, the
+/// claim released.
+async fn drain_one(world: &World, out: &mut impl Write, shutdown: &CancellationToken) -> Result<(), SandboxError> {
+    let c = &world.clusters[0];
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &c.namespace);
+    let pods: Api<Pod> = Api::namespaced(c.client(), "default");
+    let on = |node: &str, list: &[Pod]| -> Vec<String> {
+        let mut v: Vec<String> = list
+            .iter()
+            .filter(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+                    && p.metadata.deletion_timestamp.is_none()
+            })
+            .map(ResourceExt::name_any)
+            .collect();
+        v.sort();
+        v
+    };
+    let all = pods.list(&ListParams::default()).await?.items;
+    let Some((claim, node)) = claims
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|k| {
+            let node = k.status.as_ref()?.node_name.clone()?;
+            Some((k, node))
+        })
+        .max_by_key(|(_, node)| on(node, &all).len())
+    else {
+        return Ok(());
+    };
+    let name = claim.name_any();
+    let group = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .and_then(|p| p.strip_prefix("clevercloud://"))
+        .unwrap_or_default()
+        .to_string();
+    let _ = writeln!(
+        out,
+        "\nDeleting NodeClaim {}/{name} (kubectl delete nodeclaim {name} -n {}): its node {node} is drained before it goes.",
+        c.namespace, c.namespace
+    );
+    claims.delete(&name, &DeleteParams::default()).await?;
+    let nodes: Api<Node> = Api::all(c.client());
+    let groups: Api<NodeGroup> = Api::all(c.client());
+    let started = tokio::time::Instant::now();
+    let mut left = on(&node, &all);
+    let (mut tainted, mut drained, mut group_gone, mut node_gone) = (false, false, false, false);
+    let deadline = started + Duration::from_secs(90);
+    loop {
+        let t = started.elapsed().as_secs_f64();
+        let live = claims.get_opt(&name).await?.filter(|k| k.uid() == claim.uid());
+        let n = nodes.get_opt(&node).await?;
+        if !tainted
+            && n.as_ref()
+                .and_then(|n| n.spec.as_ref()?.taints.as_ref())
+                .is_some_and(|ts| ts.iter().any(|x| x.key == crds::labels::DISRUPTED_TAINT))
+        {
+            tainted = true;
+            let _ =
+                writeln!(out, "[{t:>5.1}s] node {node} tainted karpenter.sh/disrupted:NoSchedule; evicting its pods");
+        }
+        let now_on = on(&node, &pods.list(&ListParams::default()).await?.items);
+        for p in left.iter().filter(|p| !now_on.contains(p)) {
+            let _ = writeln!(out, "[{t:>5.1}s] pod {p} evicted");
+        }
+        left = now_on;
+        let is_drained = live
+            .as_ref()
+            .and_then(|k| k.status.as_ref())
+            .is_some_and(|s| s.conditions.iter().any(|x| x.type_ == "Drained" && x.status == "True"));
+        // A pass may go from Drained to the NodeGroup's deletion between two looks.
+        let group_going = groups.get_opt(&group).await?.is_none_or(|g| g.metadata.deletion_timestamp.is_some());
+        if (is_drained || group_going) && !drained {
+            drained = true;
+            let _ = writeln!(out, "[{t:>5.1}s] node {node} drained; deleting NodeGroup {group}");
+        }
+        if !group_gone && groups.get_opt(&group).await?.is_none() {
+            group_gone = true;
+            let _ = writeln!(out, "[{t:>5.1}s] NodeGroup {group} gone");
+        }
+        if !node_gone && n.is_none() {
+            node_gone = true;
+            let _ = writeln!(out, "[{t:>5.1}s] node {node} gone");
+        }
+        if live.is_none() && group_gone && node_gone {
+            let _ = writeln!(out, "[{t:>5.1}s] NodeClaim {name} released");
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let _ = writeln!(out, "[{t:>5.1}s] the drain of {node} did not finish within 90s");
+            return Ok(());
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            () = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
     }
 }
 
