@@ -987,6 +987,17 @@ mod tests {
     }
 
     #[test]
+    fn a_startup_taint_removed_by_its_agent_is_never_added_back() {
+        // §10.11 item 148: startup taints are synced at registration only.
+        let mut c = registered_claim();
+        c.spec.startup_taints =
+            vec![serde_json::from_value(serde_json::json!({"key": "cni.example/not-ready", "effect": "NoSchedule"})).unwrap()];
+        let n = node("True", t(0));
+        let d = decide(&facts(&c, NodeMatch::One(&n), Group::Cached, t(60)), &Settings::default());
+        assert!(!has(&d, |w| matches!(w, Write::RegisterNode(_))), "{d:?}");
+    }
+
+    #[test]
     fn a_deleted_node_deletes_its_claim() {
         let c = registered_claim();
         let mut n = node("True", t(0));
