@@ -80,6 +80,9 @@ fn hub_exposition() -> String {
     m.eviction_requests.get(&result).inc();
     m.nodepool_usage.get(&pool_resource).set(1.0);
     m.nodepool_limit.get(&pool_resource).set(1.0);
+    m.nodepool_price.get(&pool).set(0.1);
+    m.queue_depth.get(&c).set(1);
+    m.unschedulable_pods.get(&c).set(1);
     m.scheduling_duration.get(&c).observe(0.01);
     m.cloudprovider_duration.get(&MethodLabels { cluster: cluster.clone(), method: "create".into() }).observe(0.01);
     m.cloudprovider_errors

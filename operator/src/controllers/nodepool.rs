@@ -201,30 +201,41 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
         nodepool: name.clone(),
         resource_type: resource_type.to_string(),
     };
-    let m = &hub.metrics;
-    m.nodepool_usage.get(&labels("cpu")).set(total.cpu_millis as f64 / 1000.0);
-    m.nodepool_usage.get(&labels("memory")).set(total.memory_bytes as f64);
-    m.nodepool_usage.get(&labels("nodes")).set(nodes as f64);
-    if let Some(limits) = pool.spec.limits.as_ref().and_then(|l| Resources::from_resource_list(l).ok()) {
-        let declared = |k: &str| pool.spec.limits.as_ref().is_some_and(|l| l.contains_key(k));
-        if declared("cpu") {
-            m.nodepool_limit.get(&labels("cpu")).set(limits.cpu_millis as f64 / 1000.0);
-        }
-        if declared("memory") {
-            m.nodepool_limit.get(&labels("memory")).set(limits.memory_bytes as f64);
-        }
-    }
     // Cost, with the catalogue the pool's launches use (the built-in one while the class is missing).
     let catalogue = match &class {
         Some(c) => instance_types(&hub, &ns, c).await,
         None => Ok(Catalog::builtin().instance_types(&hub.settings.zone)),
     };
     let priced = catalogue.map(|types| price_per_hour(&claims, &types));
-    if let Ok(price) = &priced {
-        m.nodepool_price.get(&PoolLabels { cluster: key.to_string(), nodepool: name.clone() }).set(price.eur_per_hour);
-        if !price.unpriced.is_empty() {
-            tracing::debug!(namespace = %ns, nodepool = %name, claims = ?price.unpriced, "claims of flavors the catalogue does not price are left out of the pool's cost");
+    let m = &hub.metrics;
+    if hub.registry.clusters().contains(&key) {
+        m.nodepool_usage.get(&labels("cpu")).set(total.cpu_millis as f64 / 1000.0);
+        m.nodepool_usage.get(&labels("memory")).set(total.memory_bytes as f64);
+        m.nodepool_usage.get(&labels("nodes")).set(nodes as f64);
+        if let Some(limits) = pool.spec.limits.as_ref().and_then(|l| Resources::from_resource_list(l).ok()) {
+            let declared = |k: &str| pool.spec.limits.as_ref().is_some_and(|l| l.contains_key(k));
+            if declared("cpu") {
+                m.nodepool_limit.get(&labels("cpu")).set(limits.cpu_millis as f64 / 1000.0);
+            }
+            if declared("memory") {
+                m.nodepool_limit.get(&labels("memory")).set(limits.memory_bytes as f64);
+            }
         }
+        if let Ok(price) = &priced {
+            m.nodepool_price
+                .get(&PoolLabels { cluster: key.to_string(), nodepool: name.clone() })
+                .set(price.eur_per_hour);
+            if !price.unpriced.is_empty() {
+                tracing::debug!(namespace = %ns, nodepool = %name, claims = ?price.unpriced, "claims of flavors the catalogue does not price are left out of the pool's cost");
+            }
+        }
+    } else {
+        // A removed cluster's series are gone (hub.md §3 "Removal"): a pool of an unregistered
+        // cluster writes none, and drops those a reconcile racing the removal wrote back.
+        let cluster = key.to_string();
+        m.nodepool_usage.forget(&cluster);
+        m.nodepool_limit.forget(&cluster);
+        m.nodepool_price.forget(&cluster);
     }
     let resources: BTreeMap<String, _> = total.to_resource_list();
     let status = json!({

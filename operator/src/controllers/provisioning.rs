@@ -78,12 +78,17 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
     let mut batcher = Batcher::default();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let labels = ClusterLabels { cluster: key.to_string() };
     loop {
         tokio::select! {
-            () = cancel.cancelled() => return,
+            () = cancel.cancelled() => {
+                // The cluster was removed: a round that ran meanwhile may have set these again.
+                hub.metrics.queue_depth.remove(&labels);
+                hub.metrics.unschedulable_pods.remove(&labels);
+                return;
+            }
             _ = tick.tick() => {}
         }
-        let labels = ClusterLabels { cluster: key.to_string() };
         let Some(conn) = hub.registry.connection(&key).filter(|c| c.is_synced()) else {
             // The hub cannot see the cluster's pods: no series rather than a stale count.
             hub.metrics.queue_depth.remove(&labels);
@@ -101,6 +106,11 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
             }
         }
         hub.metrics.queue_depth.get(&labels).set(waiting);
+        if waiting == 0 {
+            // The unschedulable pods are some of those waiting; with none waiting no round runs to
+            // say so, and the last decision's count would stay.
+            hub.metrics.unschedulable_pods.get(&labels).set(0);
+        }
         if !batcher.is_due(now) {
             continue;
         }

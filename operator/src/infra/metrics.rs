@@ -136,6 +136,13 @@ where
         self.family.get_or_create_owned(labels)
     }
 
+    /// Drop the series of `labels`, if any (a gauge whose value is unknown, rather than stale).
+    pub fn remove(&self, labels: &L) {
+        if self.seen.lock().unwrap_or_else(PoisonError::into_inner).remove(labels) {
+            self.family.remove(labels);
+        }
+    }
+
     /// Drop every series of `cluster`.
     pub fn forget(&self, cluster: &str) {
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
@@ -189,6 +196,12 @@ pub struct Metrics {
     pub eviction_requests: Tracked<ResultLabels, Counter>,
     pub nodepool_usage: Tracked<PoolResourceLabels, FloatGauge>,
     pub nodepool_limit: Tracked<PoolResourceLabels, FloatGauge>,
+    /// Σ catalogue price of the pool's launched claims, EUR/h.
+    pub nodepool_price: Tracked<PoolLabels, FloatGauge>,
+    /// Pods of the cluster that trigger provisioning, at the provisioning loop's last look.
+    pub queue_depth: Tracked<ClusterLabels, Gauge>,
+    /// Pods the last provisioning decision of the cluster could not place.
+    pub unschedulable_pods: Tracked<ClusterLabels, Gauge>,
     pub scheduling_duration: Tracked<ClusterLabels, Histogram, Buckets>,
     pub cloudprovider_duration: Tracked<MethodLabels, Histogram, Buckets>,
     pub cloudprovider_errors: Tracked<MethodErrorLabels, Counter>,
@@ -241,6 +254,9 @@ impl Metrics {
             eviction_requests: Tracked::default(),
             nodepool_usage: Tracked::default(),
             nodepool_limit: Tracked::default(),
+            nodepool_price: Tracked::default(),
+            queue_depth: Tracked::default(),
+            unschedulable_pods: Tracked::default(),
             scheduling_duration: Tracked::with_constructor(latency_histogram as Buckets),
             cloudprovider_duration: Tracked::with_constructor(latency_histogram as Buckets),
             cloudprovider_errors: Tracked::default(),
@@ -339,6 +355,24 @@ impl Metrics {
             "karpenter_nodepools_limit",
             "Resource limits of the NodePool, by resource type",
             &m.nodepool_limit,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_nodepool_price_per_hour",
+            "Catalogue price of the NodePool's launched NodeClaims not being deleted, EUR per hour",
+            &m.nodepool_price,
+        );
+        register(
+            &mut r,
+            "karpenter_scheduler_queue_depth",
+            "Pods waiting for the hub to provision capacity (unschedulable by kube-scheduler, not nominated)",
+            &m.queue_depth,
+        );
+        register(
+            &mut r,
+            "karpenter_scheduler_unschedulable_pods_count",
+            "Pods the last provisioning decision could not place on any NodePool",
+            &m.unschedulable_pods,
         );
         register(
             &mut r,
@@ -469,6 +503,9 @@ impl Metrics {
         self.eviction_requests.forget(cluster);
         self.nodepool_usage.forget(cluster);
         self.nodepool_limit.forget(cluster);
+        self.nodepool_price.forget(cluster);
+        self.queue_depth.forget(cluster);
+        self.unschedulable_pods.forget(cluster);
         self.scheduling_duration.forget(cluster);
         self.cloudprovider_duration.forget(cluster);
         self.cloudprovider_errors.forget(cluster);
@@ -572,13 +609,33 @@ mod tests {
             })
             .inc();
         Metrics::inc(&m.quota_rejections, &"team-a/prod");
+        m.nodepool_price.get(&PoolLabels { cluster: "team-a/prod".into(), nodepool: "default".into() }).set(0.0611);
+        Metrics::set(&m.queue_depth, &"team-a/prod", 3);
+        Metrics::set(&m.unschedulable_pods, &"team-a/prod", 1);
         let text = m.render();
+        assert!(
+            text.contains("karpenter_hub_nodepool_price_per_hour{cluster=\"team-a/prod\",nodepool=\"default\"} 0.0611"),
+            "{text}"
+        );
+        assert!(text.contains("karpenter_scheduler_queue_depth{cluster=\"team-a/prod\"} 3"), "{text}");
         assert!(text.contains("karpenter_nodeclaims_created_total{cluster=\"team-a/prod\",nodepool=\"default\",reason=\"provisioning\"} 1"), "{text}");
         assert!(text.contains("karpenter_hub_nodegroup_quota_rejections_total{cluster=\"team-a/prod\"} 1"), "{text}");
         m.cluster_removed("team-a/prod");
         let text = m.render();
         assert!(!text.contains("team-a/prod"), "{text}");
         assert!(text.contains("team-b/dev"), "{text}");
+    }
+
+    #[test]
+    fn a_removed_gauge_is_absent_rather_than_stale_and_comes_back_when_set() {
+        let m = Metrics::new();
+        let l = ClusterLabels { cluster: "team-a/prod".into() };
+        m.queue_depth.get(&l).set(2);
+        m.queue_depth.remove(&l);
+        assert!(!m.render().contains("karpenter_scheduler_queue_depth{"), "{}", m.render());
+        m.queue_depth.remove(&l); // removing twice is harmless
+        m.queue_depth.get(&l).set(0);
+        assert!(m.render().contains("karpenter_scheduler_queue_depth{cluster=\"team-a/prod\"} 0"), "{}", m.render());
     }
 
     #[tokio::test]
