@@ -1234,13 +1234,15 @@ impl<'a> Solver<'a> {
     ///   minimum, and a node whose options would still miss it voids the packing.
     ///
     /// Constraints a pod was relaxed out of are not kept; those in force when it was placed are.
-    /// Pools with limits get their own packing ([`Self::repack_limited`]).
+    /// Under a pool's limits the free pods first get their own packing ([`Self::repack_limited`],
+    /// which may place more pods); then this one may only lower the price of the same pods, its
+    /// claims charged within what the limits leave.
     fn repack(&mut self) {
         self.repack_limited();
         let mut groups: Vec<(usize, Requirements, Vec<usize>)> = Vec::new();
         for (ci, claim) in self.claims.iter().enumerate() {
             let pool = &self.pools[claim.pool];
-            if pool.remaining.is_limited() || pool.remaining.nodes.is_some() || !self.claim_movable(ci) {
+            if pool.unusable.is_some() || !self.claim_movable(ci) {
                 continue;
             }
             match groups.iter_mut().find(|(pi, reqs, _)| *pi == claim.pool && *reqs == claim.reqs) {
@@ -1252,6 +1254,19 @@ impl<'a> Solver<'a> {
         let mut added: Vec<Claim> = Vec::new();
         for (pi, reqs, claims) in groups {
             if let Some(new_claims) = self.repack_group(pi, &reqs, &claims, added.len()) {
+                // What the pool's limits have left: the old claims' charges back, the new ones taken.
+                let old = claims.iter().fold(Resources::ZERO, |a, &c| a + self.claims[c].charged);
+                let new = new_claims.iter().fold(Resources::ZERO, |a, c| a + c.charged);
+                let pool = &mut self.pools[pi];
+                for ((r, o), n) in pool.remaining.res.iter_mut().zip(res4(&old)).zip(res4(&new)) {
+                    if let Some(r) = r {
+                        *r = r.saturating_add(o).saturating_sub(n);
+                    }
+                }
+                if let Some(n) = &mut pool.remaining.nodes {
+                    *n += i64::try_from(claims.len()).unwrap_or(0) - i64::try_from(new_claims.len()).unwrap_or(0);
+                }
+                refresh_limits(pool);
                 replaced.extend(claims.iter().copied());
                 added.extend(new_claims);
             }
@@ -1315,38 +1330,65 @@ impl<'a> Solver<'a> {
         let mut by_price: Vec<usize> = (0..types.len()).collect();
         by_price.sort_by(|&a, &b| prices[a].total_cmp(&prices[b]).then(a.cmp(&b)));
         let holds = |k: usize, used: &Resources| (*used + overhead(types[k])).fits(&table.types[types[k]].allocatable);
-        // What finishing would launch for a node: its cheapest option.
-        let cheapest = |used: &Resources| by_price.iter().find(|&&k| holds(k, used)).map(|&k| prices[k]);
-        let fit_of = |used: &Resources| {
-            let mut fit = Bits::empty(table.len());
-            for (k, &i) in types.iter().enumerate() {
-                if holds(k, used) {
+        // Under limits: what the limits leave for this group's nodes (the old claims' charges back).
+        let rem = pool.remaining;
+        let budget = (rem.is_limited() || rem.nodes.is_some()).then(|| {
+            let mut res = rem.res;
+            for &ci in claims {
+                for (r, c) in res.iter_mut().zip(res4(&self.claims[ci].charged)) {
+                    if let Some(r) = r {
+                        *r = r.saturating_add(c);
+                    }
+                }
+            }
+            let nodes = rem.nodes.map(|n| usize::try_from(n.max(0)).unwrap_or(0) + claims.len());
+            crate::repack::Budget { res, nodes }
+        });
+        let cap = |k: usize| table.types[types[k]].capacity;
+        // What finishing would launch for a node: its cheapest option, at that price; its options: the
+        // types holding it, under limits only those no larger than that one on the limited
+        // resources (so that the claim's charge, its largest option, is that type's capacity).
+        // The options are only needed while comparing packings under limits or minValues; else
+        // they are listed for the winner alone.
+        let listed = budget.is_some() || min_values;
+        let options = |used: &Resources, list: bool| -> Option<(f64, Bits)> {
+            let &c = by_price.iter().find(|&&k| holds(k, used))?;
+            let mut fit = Bits::empty(if list { table.len() } else { 0 });
+            for (k, &i) in types.iter().enumerate().filter(|_| list) {
+                if holds(k, used) && budget.as_ref().is_none_or(|b| b.no_larger(&cap(k), &cap(c))) {
                     fit.set(i);
                 }
             }
-            fit
+            Some((prices[c], fit))
         };
-        let old: f64 = claims.iter().filter_map(|&c| cheapest(&self.claims[c].used)).sum();
+        let price_of =
+            |fit: &Bits| fit.iter().map(|i| table.price_under(i, reqs, &self.ints)).fold(f64::INFINITY, f64::min);
+        let old: f64 = claims.iter().map(|&c| price_of(&self.claims[c].types)).sum();
         let mut best: Option<(f64, Vec<PackedNode>)> = None;
         for how in [crate::repack::Packing::Value, crate::repack::Packing::Balanced, crate::repack::Packing::Ffd] {
             let Some(packed) = crate::repack::pack_ruled(&items, &rules, &bins, how) else { continue };
             let mut nodes = Vec::new();
             let mut cost = 0.0;
+            let mut charged = Resources::ZERO;
             for (_, idx) in packed {
                 let members: Vec<usize> = idx.iter().flat_map(|&k| units[k].iter().copied()).collect();
                 let used = idx.iter().fold(Resources::ZERO, |a, &k| a + items[k]);
-                match cheapest(&used) {
-                    Some(price)
-                        if !min_values || table.min_values_unmet(&fit_of(&used), reqs, &self.ints).is_none() =>
-                    {
+                match options(&used, listed) {
+                    Some((price, fit)) if !min_values || table.min_values_unmet(&fit, reqs, &self.ints).is_none() => {
                         cost += price;
-                        nodes.push((members, used));
+                        if budget.is_some() {
+                            charged += table.max_capacity(&fit);
+                        }
+                        nodes.push((members, used, fit));
                     }
                     _ => {
                         cost = f64::INFINITY;
                         break;
                     }
                 }
+            }
+            if budget.as_ref().is_some_and(|b| !b.holds(&res4(&charged), nodes.len())) {
+                continue;
             }
             if cost.is_finite() && best.as_ref().is_none_or(|(c, _)| cost < *c) {
                 best = Some((cost, nodes));
@@ -1358,8 +1400,8 @@ impl<'a> Solver<'a> {
         }
         let relaxed = claims.iter().any(|&c| self.claims[c].min_values_relaxed);
         let mut out = Vec::new();
-        for (members, used) in nodes {
-            let fit = fit_of(&used);
+        for (members, used, fit) in nodes {
+            let fit = if listed { fit } else { options(&used, true).map(|(_, f)| f).unwrap_or(fit) };
             let headroom = table.max_headroom(&fit, |g| pool.groups[g].overhead).saturating_sub(used);
             let hostname = self.ints.val(&format!("hostname-placeholder-r{:04}", first + out.len()));
             let ports: Vec<HostPort> =
@@ -1999,8 +2041,13 @@ fn keep_type(
     Ok((price, group))
 }
 
-/// A re-packed node: its pods and their requests.
-type PackedNode = (Vec<usize>, Resources);
+/// A re-packed node: its pods, their requests, its options.
+type PackedNode = (Vec<usize>, Resources, Bits);
+
+/// cpu, memory, ephemeral storage, pods: the order of limits.
+fn res4(r: &Resources) -> [i64; 4] {
+    [r.cpu_millis, r.memory_bytes, r.ephemeral_storage_bytes, r.pods]
+}
 
 fn refresh_limits(pool: &mut PoolCtx) {
     if !pool.remaining.is_limited() {
@@ -2249,6 +2296,28 @@ mod limit_tests {
         assert_eq!(s.unschedulable, vec!["seven"]);
         let why = &d.unschedulable[0].reason;
         assert!(why.contains("every instance type that holds it exceeds") && why.contains("cpu=6"), "{why}");
+    }
+
+    #[test]
+    fn the_example_pool_repacks_pods_with_topology_within_its_limits() {
+        // Six 1.5-CPU replicas spread over hostnames (maxSkew 6): the loop launches one M; an XS and
+        // a 2XS hold them for less, the spread and the limits kept.
+        use crate::model::WhenUnsatisfiable;
+        let web = |i: usize| {
+            let mut x = pod(&format!("w{i}"), 1500, 512 * crate::testkit::MI);
+            x.labels = labels_of(&[("app", "web")]);
+            x.constraints.topology_spread =
+                vec![spread(crds::labels::HOSTNAME, 6, WhenUnsatisfiable::DoNotSchedule, &[("app", "web")])];
+            x
+        };
+        let i = input(vec![example_pool()], (0..6).map(web).collect());
+        let (d, p) = (solve(&i), solve(&plain(&i)));
+        let mut claims = summary(&i, &d).claims;
+        claims.sort();
+        assert_eq!(claims, vec!["default:2XS", "default:XS"]);
+        assert_eq!(summary(&i, &p).claims, vec!["default:M"]);
+        assert!(d.unschedulable.is_empty() && p.unschedulable.is_empty());
+        assert!(d.total_price() + 0.01 < p.total_price());
     }
 
     #[test]
