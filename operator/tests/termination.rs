@@ -335,6 +335,59 @@ async fn protected_pods_are_deleted_at_the_termination_grace_period() {
     world.shutdown().await;
 }
 
+/// §10.10 item 142: a drained node's NodeGroup is kept while a VolumeAttachment of a
+/// PersistentVolume remains on it (`VolumesDetached=Unknown(AwaitingVolumeDetachment)`), and goes
+/// once the attachment does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nodegroup_waits_for_the_volumes_of_a_drained_node_to_detach() {
+    use k8s_openapi::api::{core::v1::PersistentVolume, storage::v1::VolumeAttachment};
+    let mut world = World::start(&[("team-a", "volumes")], |i| quick_cke(i as u64)).await.unwrap();
+    apply_pool(&world, |_| {}).await;
+    world.start_hub();
+    let (claim, node) = one_node(&world).await;
+    let wl = world.clusters[0].client();
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "pv-data"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "csi": {"driver": "csi.example", "volumeHandle": "vol-1"},
+                 "claimRef": {"namespace": "default", "name": "data"}}
+    }))
+    .unwrap();
+    Api::<PersistentVolume>::all(wl.clone()).create(&PostParams::default(), &pv).await.unwrap();
+    let va: VolumeAttachment = serde_json::from_value(json!({
+        "metadata": {"name": "va-data"},
+        "spec": {"attacher": "csi.example", "nodeName": node, "source": {"persistentVolumeName": "pv-data"}}
+    }))
+    .unwrap();
+    let attachments: Api<VolumeAttachment> = Api::all(wl.clone());
+    attachments.create(&PostParams::default(), &va).await.unwrap();
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &world.clusters[0].namespace);
+    claims.delete(&claim.name_any(), &DeleteParams::default()).await.unwrap();
+    let live = eventually("VolumesDetached=Unknown(AwaitingVolumeDetachment)", DRAIN, || async {
+        let c = claims.get_opt(&claim.name_any()).await.unwrap()?;
+        (condition(&c, "VolumesDetached") == Some(("Unknown".into(), "AwaitingVolumeDetachment".into()))).then_some(c)
+    })
+    .await;
+    assert_eq!(condition(&live, "Drained"), Some(("True".into(), "Drained".into())), "drained first");
+    let group = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .unwrap()
+        .trim_start_matches("clevercloud://")
+        .to_string();
+    let groups: Api<NodeGroup> = Api::all(wl.clone());
+    let g = groups.get(&group).await.unwrap();
+    assert!(g.metadata.deletion_timestamp.is_none(), "the NodeGroup is kept while the volume is attached");
+    attachments.delete("va-data", &DeleteParams::default()).await.unwrap();
+    wait_for("the NodeGroup and the claim gone once the volume detached", DRAIN, || async {
+        groups.get_opt(&group).await.unwrap().is_none_or(|g| g.metadata.deletion_timestamp.is_some())
+            && claims.get_opt(&claim.name_any()).await.unwrap().is_none()
+    })
+    .await;
+    world.shutdown().await;
+}
+
 /// §10.10 item 145: a claim deleted before its node registered is not drained (no condition, no
 /// eviction); its NodeGroup is deleted and the claim released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -119,6 +119,8 @@ pub struct Facts<'a> {
     pub group: Group,
     /// The pods bound to the claim's Node (termination only).
     pub pods: &'a [PodFacts],
+    /// The VolumeAttachments of the claim's Node, once read (termination only, after the drain).
+    pub attachments: Option<&'a [termination::Attachment]>,
     pub pool: PoolHealth,
     pub now: Timestamp,
 }
@@ -213,6 +215,8 @@ pub struct Decision {
     pub requeue: Option<Duration>,
     /// Decide again once the NodeGroup has been read live (no write made).
     pub needs_live_group: bool,
+    /// Decide again once the Node's VolumeAttachments have been read (no write made).
+    pub needs_attachments: bool,
     /// One line saying why, for the log (empty when nothing happened worth a line).
     pub why: String,
 }
@@ -690,11 +694,62 @@ fn terminate(f: &Facts<'_>) -> Decision {
             return drain_pass(f, d, node, deadline, &mut status);
         }
     }
+    let mut changed = false;
+    // §5.2 step 6: a drained Node's volumes detach before its instance goes, until the deadline.
+    if registered
+        && let NodeMatch::One(node) = &f.node
+        && conditions::is_true(&status.conditions, termination::DRAINED)
+    {
+        let Some(attachments) = f.attachments else {
+            return Decision { writes: d.writes, needs_attachments: true, ..Decision::default() };
+        };
+        let blocking = termination::blocking_attachments(attachments, f.pods);
+        let generation = claim.metadata.generation;
+        if blocking.is_empty() {
+            changed |= conditions::set(
+                &mut status.conditions,
+                termination::VOLUMES_DETACHED,
+                TRUE,
+                "VolumesDetached",
+                "",
+                generation,
+                now,
+            );
+        } else if deadline.is_none_or(|dl| now < dl) {
+            let message = format!("waiting for VolumeAttachments {} of node {}", blocking.join(", "), node.name_any());
+            if conditions::set(
+                &mut status.conditions,
+                termination::VOLUMES_DETACHED,
+                UNKNOWN,
+                termination::AWAITING_VOLUME_DETACHMENT,
+                &message,
+                generation,
+                now,
+            ) {
+                d = d.then(Write::Status(Box::new(status.clone()))).because(message);
+            }
+            return d.requeue(termination::DRAIN_REQUEUE);
+        } else {
+            let message = format!("VolumeAttachments {} still there at the termination deadline", blocking.join(", "));
+            changed |= conditions::set(
+                &mut status.conditions,
+                termination::VOLUMES_DETACHED,
+                FALSE,
+                termination::GRACE_PERIOD_ELAPSED,
+                &message,
+                generation,
+                now,
+            );
+        }
+    }
     // The group: deleted by this claim when it is its own, never otherwise.
     let gone = match &f.group {
         Group::Cached | Group::MissingFromCache => return Decision { writes: d.writes, ..Decision::live_group() },
         Group::NotFound | Group::Terminating => true,
         Group::Present { ours: Ok(()) } => {
+            if changed {
+                d = d.then(Write::Status(Box::new(status)));
+            }
             return d.then(Write::DeleteGroup).requeue(SOON).because("deleting the NodeGroup");
         }
         Group::Present { ours: Err(why) } => {
@@ -706,7 +761,7 @@ fn terminate(f: &Facts<'_>) -> Decision {
     debug_assert!(gone);
     // The group is going: release our Node finalizer so CKE's can delete the Node.
     d = d.then(Write::ReleaseNodeFinalizers);
-    if conditions::set(
+    changed |= conditions::set(
         &mut status.conditions,
         INSTANCE_TERMINATING,
         TRUE,
@@ -714,7 +769,8 @@ fn terminate(f: &Facts<'_>) -> Decision {
         "",
         claim.metadata.generation,
         now,
-    ) {
+    );
+    if changed {
         d = d.then(Write::Status(Box::new(status)));
     }
     let why = if d.why.is_empty() { "NodeClaim terminated".to_string() } else { d.why.clone() };
@@ -850,7 +906,15 @@ mod tests {
     }
 
     fn facts<'a>(claim: &'a NodeClaim, node: NodeMatch<'a>, group: Group, now: Timestamp) -> Facts<'a> {
-        Facts { claim, node, group, pods: &[], pool: PoolHealth { nodes: 1, unhealthy: 0 }, now }
+        Facts {
+            claim,
+            node,
+            group,
+            pods: &[],
+            attachments: Some(&[]),
+            pool: PoolHealth { nodes: 1, unhealthy: 0 },
+            now,
+        }
     }
 
     fn deletes(d: &Decision) -> Option<DeleteReason> {
@@ -990,8 +1054,10 @@ mod tests {
     fn a_startup_taint_removed_by_its_agent_is_never_added_back() {
         // §10.11 item 148: startup taints are synced at registration only.
         let mut c = registered_claim();
-        c.spec.startup_taints =
-            vec![serde_json::from_value(serde_json::json!({"key": "cni.example/not-ready", "effect": "NoSchedule"})).unwrap()];
+        c.spec.startup_taints = vec![
+            serde_json::from_value(serde_json::json!({"key": "cni.example/not-ready", "effect": "NoSchedule"}))
+                .unwrap(),
+        ];
         let n = node("True", t(0));
         let d = decide(&facts(&c, NodeMatch::One(&n), Group::Cached, t(60)), &Settings::default());
         assert!(!has(&d, |w| matches!(w, Write::RegisterNode(_))), "{d:?}");
@@ -1140,12 +1206,81 @@ mod tests {
         let d = decide(&facts(&c, NodeMatch::One(&n), Group::Cached, t(111)), &Settings::default());
         assert!(d.needs_live_group, "the group is read live before it is deleted");
         let d = decide(&facts(&c, NodeMatch::One(&n), Group::Present { ours: Ok(()) }, t(111)), &Settings::default());
-        assert_eq!(d.writes, vec![Write::DeleteGroup]);
+        assert_eq!(d.writes.last(), Some(&Write::DeleteGroup));
+        assert!(conditions::is_true(&status_of(&d).unwrap().conditions, termination::VOLUMES_DETACHED));
         assert_eq!(d.requeue, Some(SOON));
         let d = decide(&facts(&c, NodeMatch::One(&n), Group::Terminating, t(112)), &Settings::default());
         assert_eq!(d.writes.first(), Some(&Write::ReleaseNodeFinalizers));
         assert_eq!(d.writes.last(), Some(&Write::RemoveFinalizer));
         assert!(conditions::is_true(&status_of(&d).unwrap().conditions, INSTANCE_TERMINATING));
+    }
+
+    fn drained(mut c: NodeClaim) -> NodeClaim {
+        let s = c.status.as_mut().unwrap();
+        conditions::set(&mut s.conditions, termination::DRAINED, TRUE, "Drained", "", Some(1), t(110));
+        c
+    }
+
+    #[test]
+    fn the_group_waits_for_volume_attachments_until_the_deadline() {
+        // §10.10 item 142.
+        let mut c = drained(deleting(registered_claim(), t(100)));
+        let n = node("True", t(0));
+        let mut f = facts(&c, NodeMatch::One(&n), Group::Present { ours: Ok(()) }, t(111));
+        f.attachments = None;
+        let d = decide(&f, &Settings::default());
+        assert!(d.needs_attachments && d.writes.is_empty(), "attachments are read before the group goes");
+        let attached = [termination::Attachment {
+            name: "csi-1".into(),
+            volume: Some("pv-1".into()),
+            claim: Some(("default".into(), "data".into())),
+        }];
+        f.attachments = Some(&attached);
+        let d = decide(&f, &Settings::default());
+        assert!(!has(&d, |w| *w == Write::DeleteGroup));
+        let s = status_of(&d).unwrap();
+        assert_eq!(
+            conditions::get(&s.conditions, termination::VOLUMES_DETACHED).unwrap().reason,
+            termination::AWAITING_VOLUME_DETACHMENT
+        );
+        // Past the deadline: recorded as elapsed, and the group goes.
+        c.metadata.annotations = Some([(labels::TERMINATION_TIMESTAMP.to_string(), t(200).to_string())].into());
+        let mut f = facts(&c, NodeMatch::One(&n), Group::Present { ours: Ok(()) }, t(201));
+        f.attachments = Some(&attached);
+        let d = decide(&f, &Settings::default());
+        assert!(has(&d, |w| *w == Write::DeleteGroup));
+        let s = status_of(&d).unwrap();
+        assert_eq!(
+            conditions::get(&s.conditions, termination::VOLUMES_DETACHED).unwrap().reason,
+            termination::GRACE_PERIOD_ELAPSED
+        );
+        // Detached: True, the group goes.
+        let mut f = facts(&c, NodeMatch::One(&n), Group::Present { ours: Ok(()) }, t(150));
+        f.attachments = Some(&[]);
+        let d = decide(&f, &Settings::default());
+        assert!(has(&d, |w| *w == Write::DeleteGroup));
+        assert!(conditions::is_true(&status_of(&d).unwrap().conditions, termination::VOLUMES_DETACHED));
+    }
+
+    #[test]
+    fn a_volume_of_a_pod_the_drain_leaves_alone_does_not_hold_the_group() {
+        let attached = [
+            termination::Attachment { name: "inline".into(), volume: None, claim: None },
+            termination::Attachment {
+                name: "ds-vol".into(),
+                volume: Some("pv-ds".into()),
+                claim: Some(("kube-system".into(), "agent-data".into())),
+            },
+        ];
+        let mut agent = PodFacts::from_pod(&serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "agent", "namespace": "kube-system"},
+            "spec": {"containers": [], "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "agent-data"}}]}
+        })).unwrap());
+        assert_eq!(agent.claims, ["agent-data"]);
+        assert!(termination::blocking_attachments(&attached, std::slice::from_ref(&agent)).is_empty());
+        // Once that pod is gone (or going), its volume is waited for like any other.
+        agent.deletion = Some(t(1));
+        assert_eq!(termination::blocking_attachments(&attached, &[agent]), ["ds-vol"]);
     }
 
     #[test]

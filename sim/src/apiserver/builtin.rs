@@ -55,6 +55,8 @@ fn round_trip(group: &str, plural: &str, body: &Value) -> Option<Value> {
         ("rbac.authorization.k8s.io", "clusterroles") => via::<rbac::v1::ClusterRole>(body),
         ("rbac.authorization.k8s.io", "clusterrolebindings") => via::<rbac::v1::ClusterRoleBinding>(body),
         ("storage.k8s.io", "storageclasses") => via::<storage::v1::StorageClass>(body),
+        ("storage.k8s.io", "volumeattachments") => via::<storage::v1::VolumeAttachment>(body),
+        ("", "persistentvolumes") => via::<core::v1::PersistentVolume>(body),
         _ => None,
     }
 }

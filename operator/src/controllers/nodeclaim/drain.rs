@@ -7,19 +7,47 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
+use k8s_openapi::api::{
+    core::v1::{Node, ObjectReference, PersistentVolume, Pod, Taint},
+    storage::v1::VolumeAttachment,
+};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions},
 };
 use serde_json::json;
 
 use super::Claim;
 use crate::{
-    decisions::termination::{self, Decision, PodRef},
+    decisions::termination::{self, Attachment, Decision, PodRef},
     infra::{hub::Hub, registry::Connection},
 };
 use crds::labels;
+
+/// The VolumeAttachments of `node`, each with the claim bound to its PersistentVolume (§5.2 step 6).
+/// A cluster that does not serve VolumeAttachments has none.
+pub(super) async fn volume_attachments(conn: &Connection, node: &str) -> Result<Vec<Attachment>, kube::Error> {
+    let api: Api<VolumeAttachment> = Api::all(conn.client.clone());
+    let list = match api.list(&ListParams::default()).await {
+        Ok(l) => l.items,
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let volumes: Api<PersistentVolume> = Api::all(conn.client.clone());
+    let mut out = Vec::new();
+    for va in list.into_iter().filter(|va| va.spec.node_name == node) {
+        let volume = va.spec.source.persistent_volume_name.clone();
+        let claim = match &volume {
+            Some(pv) => volumes.get_opt(pv).await?.and_then(|pv| {
+                let r = pv.spec?.claim_ref?;
+                Some((r.namespace?, r.name?))
+            }),
+            None => None,
+        };
+        out.push(Attachment { name: va.name_any(), volume, claim });
+    }
+    Ok(out)
+}
 
 /// Taint the Node `karpenter.sh/disrupted:NoSchedule` (overwriting any taint of that key) and label
 /// it out of external load balancers. `false` when the Node is gone.

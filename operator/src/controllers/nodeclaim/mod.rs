@@ -188,10 +188,30 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
     } else {
         group_cached(&conn, &group_name)
     };
-    let mut facts = Facts { claim: &obj, node, group, pods: &pods, pool: pool_health(&c, &hub, &nodes, now), now };
+    let mut facts = Facts {
+        claim: &obj,
+        node,
+        group,
+        pods: &pods,
+        attachments: None,
+        pool: pool_health(&c, &hub, &nodes, now),
+        now,
+    };
     let mut decision = lifecycle::decide(&facts, &settings);
-    if decision.needs_live_group {
-        facts.group = group_live(&c, &hub, &conn, &group_name).await?;
+    // Each extra read is made only when the decision rests on it (at most one of each).
+    let attachments = std::cell::OnceCell::new();
+    for _ in 0..2 {
+        if decision.needs_live_group {
+            facts.group = group_live(&c, &hub, &conn, &group_name).await?;
+        } else if decision.needs_attachments {
+            let list = match &facts.node {
+                NodeMatch::One(n) => drain::volume_attachments(&conn, &n.name_any()).await?,
+                _ => Vec::new(),
+            };
+            facts.attachments = Some(attachments.get_or_init(|| list).as_slice());
+        } else {
+            break;
+        }
         decision = lifecycle::decide(&facts, &settings);
     }
     if !decision.why.is_empty() {

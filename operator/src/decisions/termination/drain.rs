@@ -65,6 +65,8 @@ pub struct PodFacts {
     pub do_not_disrupt: Option<String>,
     /// `status.startTime` (a duration-valued do-not-disrupt counts from it).
     pub started: Option<Timestamp>,
+    /// The PersistentVolumeClaims the pod mounts (their volume attachments wait for it).
+    pub claims: Vec<String>,
 }
 
 impl PodFacts {
@@ -112,6 +114,12 @@ impl PodFacts {
             grace_seconds: spec.and_then(|s| s.termination_grace_period_seconds),
             do_not_disrupt: pod.annotations().get(labels::DO_NOT_DISRUPT).cloned(),
             started: status.and_then(|s| s.start_time.as_ref()).map(|t| t.0),
+            claims: spec
+                .and_then(|s| s.volumes.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.persistent_volume_claim.as_ref().map(|c| c.claim_name.clone()))
+                .collect(),
         }
     }
 
@@ -286,6 +294,7 @@ mod tests {
             grace_seconds: None,
             do_not_disrupt: None,
             started: None,
+            claims: Vec::new(),
         }
     }
     fn ds(name: &str) -> PodFacts {

@@ -103,6 +103,41 @@ pub fn must_drain(node_ready: bool, group: GroupState) -> bool {
     node_ready || group != GroupState::NotFound
 }
 
+/// The claim condition of §5.2 step 6.
+pub const VOLUMES_DETACHED: &str = "VolumesDetached";
+/// Its reason while attachments remain before the deadline.
+pub const AWAITING_VOLUME_DETACHMENT: &str = "AwaitingVolumeDetachment";
+/// Its reason once the deadline passed with attachments left.
+pub const GRACE_PERIOD_ELAPSED: &str = "TerminationGracePeriodElapsed";
+
+/// A VolumeAttachment of the node being terminated, as the volume step reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attachment {
+    pub name: String,
+    /// `spec.source.persistentVolumeName` (inline volumes have none).
+    pub volume: Option<String>,
+    /// The claim (namespace, name) bound to that PersistentVolume, when it could be read.
+    pub claim: Option<(String, String)>,
+}
+
+/// The attachments the NodeGroup's deletion waits for (§5.2 step 6): those of a PersistentVolume,
+/// except a volume still mounted by a pod the drain left on the node (a DaemonSet's or static pod's,
+/// one tolerating the disrupted taint): that volume detaches with the instance, never before.
+pub fn blocking_attachments<'a>(attachments: &'a [Attachment], pods_left: &[PodFacts]) -> Vec<&'a str> {
+    attachments
+        .iter()
+        .filter(|a| a.volume.is_some())
+        .filter(|a| {
+            !a.claim.as_ref().is_some_and(|(ns, claim)| {
+                pods_left.iter().any(|p| {
+                    !p.terminal && p.deletion.is_none() && p.pod.namespace == *ns && p.claims.iter().any(|c| c == claim)
+                })
+            })
+        })
+        .map(|a| a.name.as_str())
+        .collect()
+}
+
 /// A Node is Ready when its `Ready` condition is `True`; `False`, `Unknown` (the kubelet stopped
 /// reporting) or no condition at all is NotReady, as Karpenter reads it.
 pub fn node_ready(node: &Node) -> bool {
