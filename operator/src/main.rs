@@ -63,7 +63,7 @@ struct SimCkeArgs {
 }
 
 /// Colours only for a person at a terminal: a file, a pipe or a log collector gets plain text
-/// (and `NO_COLOR`, https://no-color.org, turns them off anywhere).
+/// (and `NO_COLOR`, <https://no-color.org>, turns them off anywhere).
 fn colour() -> bool {
     use std::io::IsTerminal;
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())

@@ -2,7 +2,8 @@
 //! whose NodeClaim is gone, and launched claims whose NodeGroup vanished before registration.
 //!
 //! Owns: the pure rules — which objects are candidates from cached state, and the final verdict
-//! once the caller has re-read the object live; [`sweep`] does the reads and deletes. The rules
+//! once the caller has re-read the object live; [`crate::controllers::gc`] does the reads and
+//! deletes. Must not: do I/O or read the clock. The rules
 //! never answer "collect" unless the cluster is connected and synced ([`ClusterView::may_collect`]).
 //! Missing data is never evidence of absence: every "unknown" answer keeps the object.
 

@@ -1,5 +1,6 @@
 //! Kubernetes API errors as a person reads them. kube's own `Display` of an API refusal appends the
 //! whole `Status { … }` in Rust debug form; logs and error messages use [`plain`] instead.
+//! Must not: hide the API's own message, which says what to fix.
 
 use std::fmt;
 

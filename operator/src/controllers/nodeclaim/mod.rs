@@ -5,7 +5,7 @@
 //!
 //! Owns: fact gathering and the API writes, each idempotent (deterministic NodeGroup name,
 //! adoption after a crash, optimistic concurrency on Nodes, UID preconditions). The launch
-//! sequence's I/O is in [`launch`], the drain's in [`drain`].
+//! sequence's I/O is in `launch`, the drain's in `drain`.
 //! Must not: decide anything itself (every choice is [`lifecycle`]'s), act on a cluster that is not
 //! connected and synced, delete a NodeGroup that fails the ownership proof, or decide which pods go.
 

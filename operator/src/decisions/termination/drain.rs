@@ -1,6 +1,7 @@
 //! One drain pass (karpenter-semantics §5.3–5.5): from the pods bound to a leaving node, the
 //! deadline and the clock, which pods to evict now, which to delete by force and with what grace,
 //! which the drain waits for, which it leaves alone, whether it is complete and when to look again.
+//! Must not: do I/O, read the clock, or decide whether the node drains at all (the lifecycle's).
 
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! Expiration (karpenter-semantics §4.1): a claim older than its `expireAfter` is deleted at once,
 //! forcefully: no disruption budget, no simulation, no replacement launched first (the provisioner
 //! re-homes the pods the drain evicts). The deletion goes through the ordinary termination path.
+//! Must not: read the clock (now is an argument) or delete anything itself.
 
 use std::time::Duration;
 
