@@ -16,7 +16,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use serde_json::Value;
 
 mod common;
-use common::{documents, poll_until, repo, yaml_files};
+use common::{documents, poll_every, poll_until, repo, yaml_files};
 
 fn expectation(path: &Path) -> String {
     let text = fs::read_to_string(path).unwrap();
@@ -196,15 +196,15 @@ mod remote {
     /// A create, retried for up to 20 s while a freshly Established kind is not yet served (404).
     async fn create(api: &Api<DynamicObject>, obj: &DynamicObject, dry_run: bool) -> Result<DynamicObject, String> {
         let pp = PostParams { dry_run, ..Default::default() };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        loop {
-            match api.create(&pp, obj).await {
-                Err(kube::Error::Api(s)) if s.code == 404 && std::time::Instant::now() < deadline => {
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-                other => return other.map_err(Remote::message),
-            }
-        }
+        let last = std::cell::Cell::new(None);
+        poll_every(std::time::Duration::from_millis(100), std::time::Duration::from_secs(20), || async {
+            let r = api.create(&pp, obj).await;
+            let served = !matches!(&r, Err(kube::Error::Api(s)) if s.code == 404);
+            last.set(Some(r));
+            served
+        })
+        .await;
+        last.take().ok_or_else(|| "no create was sent".to_string())?.map_err(Remote::message)
     }
 
     impl Drop for Remote {

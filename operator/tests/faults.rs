@@ -4,7 +4,7 @@
 //! absence.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{collections::BTreeSet, time::Duration};
+use std::{cell::Cell, collections::BTreeSet, time::Duration};
 
 use crds::{NodeClaim, NodeClaimStatus, NodeGroup, NodePool, common::Condition, labels, nodegroup::NodeGroupSpec};
 use k8s_openapi::{
@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 mod common;
-use common::{EXAMPLE, Writes, apply_example, running, wait_for, wait_quiet, wait_quiet_over, writes};
+use common::{EXAMPLE, Writes, apply_example, poll_every, running, wait_for, wait_quiet, wait_quiet_over, writes};
 
 /// Two such pods never share a 2XS (3.63Gi allocatable): every new pod needs a node of its own.
 const POD_CPU: &str = "500m";
@@ -98,19 +98,17 @@ async fn grow(world: &World, i: usize, n: usize) -> Timing {
     let before = claims(&mgmt, ns).await.len();
     scale(world, i, n, POD_CPU, POD_MEMORY).await.unwrap();
     let t0 = Instant::now();
-    let mut to_claim = None;
-    loop {
-        if to_claim.is_none() && claims(&mgmt, ns).await.len() > before {
-            to_claim = Some(t0.elapsed());
+    let to_claim = Cell::new(None);
+    let ran = poll_every(Duration::from_millis(100), Duration::from_secs(60), || async {
+        if to_claim.get().is_none() && claims(&mgmt, ns).await.len() > before {
+            to_claim.set(Some(t0.elapsed()));
         }
-        if running(world, i).await == n {
-            let to_running = t0.elapsed();
-            return Timing { to_claim: to_claim.unwrap_or(to_running), to_running };
-        }
-        let name = &world.clusters[i].name;
-        assert!(t0.elapsed() < Duration::from_secs(60), "{name}: pod web-{} not running after 60 s", n - 1);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        running(world, i).await == n
+    })
+    .await;
+    assert!(ran, "{}: pod web-{} not running after 60 s", world.clusters[i].name, n - 1);
+    let to_running = t0.elapsed();
+    Timing { to_claim: to_claim.get().unwrap_or(to_running), to_running }
 }
 
 /// Healthy clusters provision at their usual pace while a third one is hung (black hole: requests

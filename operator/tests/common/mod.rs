@@ -28,7 +28,17 @@ where
 
 /// Poll `check` every 200 ms until it holds (`true`) or `timeout` has passed (`false`), for callers
 /// that fail with a message of their own.
-pub async fn poll_until<F, Fut>(timeout: Duration, mut check: F) -> bool
+pub async fn poll_until<F, Fut>(timeout: Duration, check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    poll_every(POLL, timeout, check).await
+}
+
+/// [`poll_until`] looking every `every`, for checks that also sample something as they go (a
+/// timing, the most seen at once) and need a finer grain.
+pub async fn poll_every<F, Fut>(every: Duration, timeout: Duration, mut check: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -38,7 +48,7 @@ where
         if tokio::time::Instant::now() >= deadline {
             return false;
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(every).await;
     }
     true
 }
