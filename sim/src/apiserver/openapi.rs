@@ -15,12 +15,20 @@ use serde_json::{Value, json};
 
 use super::resources::{Registry, Resource};
 
-/// The `/openapi/v3` index.
-pub(crate) fn v3_root(reg: &Registry, rv: u64) -> Value {
+/// The `/openapi/v3` index. Each URL carries a hash of its document, as kube-apiserver's do, so
+/// that kubectl's cache (keyed by URL) is reused until a CRD changes the document.
+pub(crate) fn v3_root(reg: &Registry) -> Value {
+    use std::hash::{Hash, Hasher};
     let mut paths = BTreeMap::new();
     for r in reg.by_gvr.values() {
         let p = gv_path(&r.group, &r.version);
-        paths.insert(p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={rv:016X}")}));
+        if paths.contains_key(&p) {
+            continue;
+        }
+        // A fixed-key SipHash: the same document always gets the same hash.
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        v3_group_version(reg, &r.group, &r.version).map(|d| d.to_string()).hash(&mut h);
+        paths.insert(p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={:016X}", h.finish())}));
     }
     json!({"paths": paths})
 }
@@ -230,4 +238,32 @@ fn meta_schemas() -> serde_json::Map<String, Value> {
 /// `/openapi/v2` as JSON (kubectl asks for protobuf, which gets an empty document).
 pub(crate) fn v2_json() -> Value {
     json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": "v1.33.0-sim"}, "paths": {}, "definitions": {}})
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn document_hashes_change_only_with_the_document() {
+        let mut reg = Registry::builtin();
+        let before = v3_root(&reg);
+        assert_eq!(before, v3_root(&reg), "the same registry, the same hashes");
+        for file in crds::crd::hub_crds() {
+            for r in Registry::from_crd(&file.crd).unwrap() {
+                reg.insert(r);
+            }
+        }
+        let after = v3_root(&reg);
+        assert_eq!(after["paths"]["api/v1"], before["paths"]["api/v1"]);
+        let url = after["paths"]["apis/karpenter.clever-cloud.com/v1alpha1"]["serverRelativeURL"].as_str().unwrap();
+        assert!(url.starts_with("/openapi/v3/apis/karpenter.clever-cloud.com/v1alpha1?hash="), "{url}");
+        let doc = v3_group_version(&reg, "karpenter.clever-cloud.com", "v1alpha1").unwrap();
+        let pool = &doc["components"]["schemas"]["com.clever-cloud.karpenter.v1alpha1.NodePool"];
+        assert_eq!(pool["properties"]["spec"]["properties"]["clusterName"]["type"], "string");
+        assert!(doc["components"]["schemas"]["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"].is_object());
+        // Built-in kinds publish no schema (kubectl falls back to its compiled-in types).
+        assert_eq!(v3_group_version(&reg, "", "v1").unwrap()["components"]["schemas"], json!({}));
+    }
 }

@@ -351,10 +351,7 @@ async fn handle(
                 json_response(200, &openapi::v2_json())
             }
         }
-        Route::OpenApiV3 => {
-            let st = lock(&shared.store);
-            json_response(200, &openapi::v3_root(&st.registry, st.rv))
-        }
+        Route::OpenApiV3 => json_response(200, &openapi::v3_root(&lock(&shared.store).registry)),
         Route::OpenApiV3Gv(g, v) => match openapi::v3_group_version(&lock(&shared.store).registry, &g, &v) {
             Some(doc) => json_response(200, &doc),
             None => error_response(&ApiError::not_found_path()),
