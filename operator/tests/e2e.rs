@@ -36,6 +36,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
+    cell::Cell,
     collections::{BTreeMap, BTreeSet},
     fmt::Write as _,
     future::Future,
@@ -63,6 +64,9 @@ use sim::{
     cke::SimCkeConfig,
 };
 use tokio_util::sync::CancellationToken;
+
+mod common;
+use common::poll_every;
 
 const EXAMPLE: &str = include_str!("../../examples/general-purpose.yaml");
 const CREATED_BY: &str = "app.kubernetes.io/created-by";
@@ -246,18 +250,25 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Result<T, String>>>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let last = match probe().await {
-            Ok(Ok(v)) => return Ok(v),
-            Ok(Err(state)) => state,
-            Err(e) => format!("API error: {e:#}"),
-        };
-        if tokio::time::Instant::now() >= deadline {
-            bail!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
+    let (got, last) = (Cell::new(None), Cell::new(String::new()));
+    let (got_ref, last_ref) = (&got, &last);
+    poll_every(poll, timeout, || {
+        let probed = probe();
+        async move {
+            match probed.await {
+                Ok(Ok(v)) => {
+                    got_ref.set(Some(v));
+                    return true;
+                }
+                Ok(Err(state)) => last_ref.set(state),
+                Err(e) => last_ref.set(format!("API error: {e:#}")),
+            }
+            false
         }
-        tokio::time::sleep(poll).await;
-    }
+    })
+    .await;
+    got.into_inner()
+        .ok_or_else(|| anyhow!("timed out after {timeout:?} waiting for {what}; last seen: {}", last.take()))
 }
 
 fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
