@@ -363,6 +363,20 @@ async fn launched_claim(server: &ApiServer) -> kube::api::DynamicObject {
 async fn kubectl_get_nodeclaims_fills_every_printer_column() {
     let Some((server, k)) = management("kubectl-columns").await else { return };
     launched_claim(&server).await;
+    let pools = dynamic_api(&server, "NodePool", "nodepools");
+    let pool: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodePool",
+        "metadata": {"name": "default"},
+        "spec": {"clusterName": "prod-paris", "template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"},
+            "requirements": [],
+        }}},
+    }))
+    .unwrap();
+    pools.create(&Default::default(), &pool).await.unwrap();
+    // The status as the hub's NodePool controller writes it: two nodes, their summed capacity.
+    let status = serde_json::json!({"status": {"nodes": 2, "resources": {"cpu": "4", "memory": "8Gi", "pods": "220"}}});
+    pools.patch_status("default", &Default::default(), &kube::api::Patch::Merge(&status)).await.unwrap();
     tokio::task::spawn_blocking(move || {
         let rows = table(&k, &["get", "nodeclaims", "-n", "team-a", "-o", "wide"]);
         assert_eq!(rows.len(), 1, "{rows:?}");
@@ -384,6 +398,14 @@ async fn kubectl_get_nodeclaims_fills_every_printer_column() {
         assert!(row["AGE"].ends_with('s') || row["AGE"].ends_with('m'), "{row:?}");
         let narrow = table(&k, &["get", "nc", "-n", "team-a"]);
         assert!(!narrow[0].contains_key("ID") && narrow[0]["TYPE"] == "XS", "{narrow:?}");
+        // The NodePool columns operator/tests/kubectl.rs checks on a real server, from the same status.
+        let pools = table(&k, &["get", "nodepools", "-n", "team-a"]);
+        assert_eq!(pools.len(), 1, "{pools:?}");
+        for (column, want) in
+            [("NAME", "default"), ("CLUSTER", "prod-paris"), ("NODES", "2"), ("CPU", "4"), ("MEMORY", "8Gi")]
+        {
+            assert_eq!(pools[0].get(column).map(String::as_str), Some(want), "{column}: {pools:?}");
+        }
         // The sandbox banner's command for the management cluster, as written.
         let both = k.ok(&["get", "nodepools,nodeclaims", "-A"]);
         assert!(both.contains("nodeclaim.karpenter.clever-cloud.com/default-x7k2p") && both.contains("XS"), "{both}");
