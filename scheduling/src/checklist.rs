@@ -603,10 +603,18 @@ fn c83_memory_limit() {
             x
         })
         .collect();
-    let (d, s) = run(&input(vec![p], pods));
+    // Karpenter's loop: the first claim is charged its largest option (an XS, 7.6Gi of the 8Gi),
+    // the second anti-affine pod stays pending.
+    let i = input(vec![p], pods);
+    let plain = crate::Input { settings: crate::model::Settings { repack: false, ..Default::default() }, ..i.clone() };
+    let (d, s) = run(&plain);
     assert_eq!(s.claims.len(), 1);
     assert_eq!(options(&d, 0), vec!["2XS", "XS"]);
     assert_eq!(s.unschedulable.len(), 1);
+    // Hub decision (limits as part of the packing, issue 14): two 2XS (7.5Gi) hold both.
+    let (_, s) = run(&i);
+    assert_eq!(s.claims, vec!["default:2XS", "default:2XS"]);
+    assert!(s.unschedulable.is_empty());
 }
 
 fn min_values_pool() -> crate::model::Pool {

@@ -481,11 +481,32 @@ impl NodeTags {
                 .all(|&(m, c)| !self.blocked.contains(&m) && caps.get(&m).is_none_or(|&cap| self.marked(m) + c <= cap))
     }
 
+    /// How many more items of tag set `set` the node admits (`i64::MAX`: no limit).
+    fn room_for(&self, set: &TagSet, caps: &std::collections::HashMap<u32, i64>) -> i64 {
+        if !self.admits(set, caps) {
+            return 0;
+        }
+        let mut k = i64::MAX;
+        if set.blocks.iter().any(|b| set.marks.iter().any(|(m, _)| m == b)) {
+            k = 1;
+        }
+        for &(m, c) in &set.marks {
+            if let Some(&cap) = caps.get(&m) {
+                k = k.min((cap - self.marked(m)) / c.max(1));
+            }
+        }
+        k
+    }
+
     fn add(&mut self, set: &TagSet) {
+        self.add_n(set, 1);
+    }
+
+    fn add_n(&mut self, set: &TagSet, n: i64) {
         for &(m, c) in &set.marks {
             match self.marked.iter_mut().find(|(x, _)| *x == m) {
-                Some(e) => e.1 += c,
-                None => self.marked.push((m, c)),
+                Some(e) => e.1 += c * n,
+                None => self.marked.push((m, c * n)),
             }
         }
         for &b in &set.blocks {
@@ -643,9 +664,37 @@ struct Ctx<'a> {
     bins: &'a [Bin],
     caps: &'a [Resources],
     budget: &'a Budget,
+    rules: &'a Rules,
+    /// Some item has tags: nodes must be checked against the rules.
+    ruled: bool,
 }
 
 impl Ctx<'_> {
+    fn set_of(&self, i: usize) -> &TagSet {
+        &self.rules.sets[self.rules.item_set[i]]
+    }
+
+    fn tags_of(&self, items: &[usize]) -> NodeTags {
+        let mut t = NodeTags::default();
+        for &i in items {
+            t.add(self.set_of(i));
+        }
+        t
+    }
+
+    /// Whether the items of two nodes may share one under the rules.
+    fn may_merge(&self, a: &Node, b: &Node) -> bool {
+        if !self.ruled {
+            return true;
+        }
+        let mut t = self.tags_of(&a.items);
+        b.items.iter().all(|&i| {
+            let ok = t.admits(self.set_of(i), &self.rules.caps);
+            t.add(self.set_of(i));
+            ok
+        })
+    }
+
     fn usage(&self, plan: &[Node]) -> [i64; 4] {
         let mut u = [0i64; 4];
         for n in plan {
@@ -716,6 +765,9 @@ impl Ctx<'_> {
             let mut best: Option<(f64, usize, usize, usize)> = None;
             for i in 0..plan.len() {
                 for j in i + 1..plan.len() {
+                    if !self.may_merge(&plan[i], &plan[j]) {
+                        continue;
+                    }
                     let used = plan[i].used + plan[j].used;
                     let old = self.bins[plan[i].bin].price + self.bins[plan[j].bin].price;
                     let without = self.usage_with(&self.usage_with(&usage, plan[i].bin, None), plan[j].bin, None);
@@ -770,7 +822,10 @@ impl Ctx<'_> {
         }
         dropped.sort_by(|&a, &b| size_cmp(&self.items[a], &self.items[b]).then(a.cmp(&b)));
         for i in dropped {
-            if let Some(n) = plan.iter_mut().find(|n| (n.used + self.items[i]).fits(&self.bins[n.bin].room)) {
+            let admits = |n: &Node| !self.ruled || self.tags_of(&n.items).admits(self.set_of(i), &self.rules.caps);
+            if let Some(n) =
+                plan.iter_mut().find(|n| (n.used + self.items[i]).fits(&self.bins[n.bin].room) && admits(n))
+            {
                 n.used += self.items[i];
                 n.items.push(i);
             }
@@ -785,7 +840,9 @@ impl Ctx<'_> {
         let mut shapes: Vec<(Resources, Vec<usize>)> = Vec::new();
         for &i in order {
             match shapes.last_mut() {
-                Some((s, list)) if *s == self.items[i] => list.push(i),
+                Some((s, list)) if *s == self.items[i] && self.rules.item_set[list[0]] == self.rules.item_set[i] => {
+                    list.push(i)
+                }
                 _ => shapes.push((self.items[i], vec![i])),
             }
         }
@@ -810,10 +867,18 @@ impl Ctx<'_> {
                 let mut room = bin.room;
                 let mut takes = Vec::new();
                 let mut count = 0i64;
+                let mut tags = NodeTags::default();
                 for (si, (s, list)) in shapes.iter().enumerate() {
-                    let k = fit_count(&room, s).min(i64::try_from(list.len()).unwrap_or(i64::MAX));
+                    let Some(&first) = list.first() else { continue };
+                    let mut k = fit_count(&room, s).min(i64::try_from(list.len()).unwrap_or(i64::MAX));
+                    if self.ruled && k > 0 {
+                        k = k.min(tags.room_for(self.set_of(first), &self.rules.caps));
+                    }
                     if k > 0 {
                         room = room.saturating_sub(times(s, k));
+                        if self.ruled {
+                            tags.add_n(self.set_of(first), k);
+                        }
                         takes.push((si, k));
                         count += k;
                     }
@@ -878,7 +943,23 @@ fn size_cmp(a: &Resources, b: &Resources) -> std::cmp::Ordering {
 /// opens the bin placing the most items per share of the budget left; and one per bin with only that
 /// bin; each tidied (cheapest bin per node, cheaper merges of two nodes). Pure and deterministic.
 pub fn pack_within(items: &[Resources], bins: &[Bin], caps: &[Resources], budget: &Budget) -> Vec<(usize, Vec<usize>)> {
-    let ctx = Ctx { items, bins, caps, budget };
+    let rules = Rules { sets: vec![TagSet::default()], item_set: vec![0; items.len()], caps: Default::default() };
+    pack_within_ruled(items, &rules, bins, caps, budget)
+}
+
+/// [`pack_within`] under per-node [`Rules`]: every node of every candidate obeys them (the
+/// packings through [`pack_ruled`], the greedies and the refills checking each item, merges only of
+/// nodes whose items may share one), and items are interchangeable only with equal requests and
+/// equal tags.
+pub fn pack_within_ruled(
+    items: &[Resources],
+    rules: &Rules,
+    bins: &[Bin],
+    caps: &[Resources],
+    budget: &Budget,
+) -> Vec<(usize, Vec<usize>)> {
+    let ruled = rules.sets.iter().any(|s| !s.marks.is_empty() || !s.blocks.is_empty());
+    let ctx = Ctx { items, bins, caps, budget, rules, ruled };
     let alone = Budget { res: budget.res, nodes: budget.nodes.map(|n| n.min(1)) };
     // Items some bin holds whose capacity alone is within the budget.
     let placeable: Vec<usize> = (0..items.len())
@@ -888,8 +969,16 @@ pub fn pack_within(items: &[Resources], bins: &[Bin], caps: &[Resources], budget
         return Vec::new();
     }
     let sub: Vec<Resources> = placeable.iter().map(|&i| items[i]).collect();
+    let sub_rules = Rules {
+        sets: rules.sets.clone(),
+        item_set: placeable.iter().map(|&i| rules.item_set[i]).collect(),
+        caps: rules.caps.clone(),
+    };
     let mut candidates: Vec<Vec<Node>> = Vec::new();
-    for packed in [pack(&sub, bins), pack_balanced(&sub, bins), pack_ffd(&sub, bins)].into_iter().flatten() {
+    for packed in [Packing::Value, Packing::Balanced, Packing::Ffd]
+        .into_iter()
+        .filter_map(|how| pack_ruled(&sub, &sub_rules, bins, how))
+    {
         let mut plan: Vec<Node> = packed
             .into_iter()
             .map(|(bin, idx)| {
@@ -936,16 +1025,19 @@ pub fn pack_within(items: &[Resources], bins: &[Bin], caps: &[Resources], budget
     // Equal items are interchangeable: those listed first are the ones placed (the solver lists the
     // pods already placed by the loop first), whatever candidate won.
     let mut plan = best.unwrap_or_default();
-    let key = |r: &Resources| (r.cpu_millis, r.memory_bytes, r.ephemeral_storage_bytes, r.pods);
-    // Per shape: its items in order and how many were handed out.
-    type Shapes = std::collections::BTreeMap<(i64, i64, i64, i64), (Vec<usize>, usize)>;
+    let key = |i: usize| {
+        let r = &items[i];
+        (r.cpu_millis, r.memory_bytes, r.ephemeral_storage_bytes, r.pods, rules.item_set[i])
+    };
+    // Per shape (requests and tags): its items in order and how many were handed out.
+    type Shapes = std::collections::BTreeMap<(i64, i64, i64, i64, usize), (Vec<usize>, usize)>;
     let mut by_shape: Shapes = Default::default();
-    for (i, r) in items.iter().enumerate() {
-        by_shape.entry(key(r)).or_default().0.push(i);
+    for i in 0..items.len() {
+        by_shape.entry(key(i)).or_default().0.push(i);
     }
     for node in &mut plan {
         for slot in &mut node.items {
-            if let Some((list, next)) = by_shape.get_mut(&key(&items[*slot]))
+            if let Some((list, next)) = by_shape.get_mut(&key(*slot))
                 && let Some(&i) = list.get(*next)
             {
                 *slot = i;

@@ -1274,6 +1274,29 @@ impl<'a> Solver<'a> {
         self.replace_claims(replaced, added);
     }
 
+    /// Whether a pod the loop left pending may join a limited pool's packing: no resource the types
+    /// lack, every constraint on it on the hostname (kept by the packing's rules), no hostname
+    /// affinity of its own (it would need a node of matching pods), no host port a DaemonSet of the
+    /// pool may hold.
+    fn pending_movable(&self, p: usize, pi: usize) -> bool {
+        if self.is_free(p) {
+            return true;
+        }
+        let class = self.pod_class[p];
+        let c = &self.classes[class];
+        let ds_ports = self.pools[pi].groups.iter().any(|g| !g.ports.is_empty());
+        if !c.extended.is_empty() || (ds_ports && !c.host_ports.is_empty()) {
+            return false;
+        }
+        let own = self.active(class, Relax::default());
+        own.iter().all(|pc| self.topo.groups[pc.group].id.kind != Kind::Affinity)
+            && own
+                .iter()
+                .map(|pc| pc.group)
+                .chain(c.selected.iter().copied())
+                .all(|g| self.topo.groups[g].id.key == self.hostname_key)
+    }
+
     /// Whether every pod of a claim may move to another claim of the same requirements with the
     /// constraints kept exact (see [`Self::repack`]).
     fn claim_movable(&self, ci: usize) -> bool {
@@ -1427,12 +1450,17 @@ impl<'a> Solver<'a> {
     /// (the owner blocks its group, the pods it selects mark it), hostname spread (marks capped at
     /// `maxSkew`), host ports (mark and block).
     fn units(&self, claims: &[usize]) -> (Vec<Vec<usize>>, crate::repack::Rules) {
+        let lists: Vec<Vec<usize>> = claims.iter().map(|&c| self.claims[c].pods.clone()).collect();
+        self.units_of(&lists)
+    }
+
+    /// [`Self::units`] of lists of pods, each list the pods of one node.
+    fn units_of(&self, lists: &[Vec<usize>]) -> (Vec<Vec<usize>>, crate::repack::Rules) {
         let hostname = |g: usize| self.topo.groups[g].id.key == self.hostname_key;
         let mut units: Vec<Vec<usize>> = Vec::new();
         let mut caps: std::collections::HashMap<u32, i64> = std::collections::HashMap::new();
         let mut spread_owned = std::collections::HashSet::new();
-        for &ci in claims {
-            let pods = &self.claims[ci].pods;
+        for pods in lists {
             let affinities: Vec<usize> = pods
                 .iter()
                 .flat_map(|&p| {
@@ -1628,7 +1656,7 @@ impl<'a> Solver<'a> {
             for (ci, claim) in self.claims.iter().enumerate() {
                 if claim.pool != pi
                     || claim.reqs.iter().any(|(_, s)| s.min_values().is_some())
-                    || !claim.pods.iter().all(|&p| self.is_free(p))
+                    || !self.claim_movable(ci)
                 {
                     continue;
                 }
@@ -1677,7 +1705,7 @@ impl<'a> Solver<'a> {
         // Free pods left pending that a claim of this group would take (requirements, taints, size).
         let all = table.all();
         let extra: Vec<usize> = (0..self.input.pods.len())
-            .filter(|&p| !self.placed[p] && !taken[p] && self.is_free(p))
+            .filter(|&p| !self.placed[p] && !taken[p] && self.pending_movable(p, pi))
             .filter(|&p| {
                 let class = self.pod_class[p];
                 let working = self.working(class, Relax::default());
@@ -1713,20 +1741,27 @@ impl<'a> Solver<'a> {
         };
         let pods: Vec<usize> =
             claims.iter().flat_map(|&c| self.claims[c].pods.iter().copied()).chain(extra.iter().copied()).collect();
-        let items: Vec<Resources> = pods.iter().map(|&p| self.input.pods[p].requests).collect();
+        // Units (a pod, or the pods its hostname affinity holds together) and the per-node rules;
+        // the claims' pods listed first, so that they are the ones kept among equal units.
+        let lists: Vec<Vec<usize>> =
+            claims.iter().map(|&c| self.claims[c].pods.clone()).chain(extra.iter().map(|&p| vec![p])).collect();
+        let (units, rules) = self.units_of(&lists);
+        let items: Vec<Resources> =
+            units.iter().map(|u| u.iter().fold(Resources::ZERO, |a, &p| a + self.input.pods[p].requests)).collect();
         // Large catalogues: the packing sees a bounded set of types (indices into `types`).
         let cand = crate::repack::candidates(&bins, &items);
         let (sub_bins, sub_caps): (Vec<crate::repack::Bin>, Vec<Resources>) =
             cand.iter().map(|&k| (bins[k], caps[k])).unzip();
-        let plan: Vec<(usize, Vec<usize>)> = crate::repack::pack_within(&items, &sub_bins, &sub_caps, &budget)
-            .into_iter()
-            .map(|(b, idx)| (cand[b], idx))
-            .collect();
+        let plan: Vec<(usize, Vec<usize>)> =
+            crate::repack::pack_within_ruled(&items, &rules, &sub_bins, &sub_caps, &budget)
+                .into_iter()
+                .map(|(b, idx)| (cand[b], idx))
+                .collect();
         // Per node: members, requests, the options (fit and no larger than the chosen type on the
         // limited resources), the price finishing would launch at.
         let mut nodes: Vec<(Vec<usize>, Resources, Bits, f64)> = Vec::new();
         for (b, idx) in &plan {
-            let members: Vec<usize> = idx.iter().map(|&k| pods[k]).collect();
+            let members: Vec<usize> = idx.iter().flat_map(|&k| units[k].iter().copied()).collect();
             let used = members.iter().fold(Resources::ZERO, |a, &p| a + self.input.pods[p].requests);
             let mut fit = Bits::empty(table.len());
             let mut price = f64::INFINITY;
@@ -2318,6 +2353,28 @@ mod limit_tests {
         assert_eq!(summary(&i, &p).claims, vec!["default:M"]);
         assert!(d.unschedulable.is_empty() && p.unschedulable.is_empty());
         assert!(d.total_price() + 0.01 < p.total_price());
+    }
+
+    #[test]
+    fn spread_replicas_the_loop_leaves_pending_under_limits_are_packed_within_them() {
+        // Six 1.5-CPU replicas, at most 3 per node: the loop charges its first claim an M (15.25Gi
+        // of the 16Gi) and leaves 3 pending; three 2XS (11.2Gi, 2 replicas each) hold all six for
+        // less than two XS would.
+        use crate::model::WhenUnsatisfiable;
+        let web = |i: usize| {
+            let mut x = pod(&format!("w{i}"), 1500, 512 * crate::testkit::MI);
+            x.labels = labels_of(&[("app", "web")]);
+            x.constraints.topology_spread =
+                vec![spread(crds::labels::HOSTNAME, 3, WhenUnsatisfiable::DoNotSchedule, &[("app", "web")])];
+            x
+        };
+        let i = input(vec![example_pool()], (0..6).map(web).collect());
+        let (d, p) = (solve(&i), solve(&plain(&i)));
+        assert_eq!(p.unschedulable.len(), 3);
+        let s = summary(&i, &d);
+        assert!(s.unschedulable.is_empty(), "{:?}", d.unschedulable);
+        assert_eq!(s.claims, vec!["default:2XS", "default:2XS", "default:2XS"]);
+        assert!(s.claim_pods.iter().all(|pods| pods.len() <= 3), "{:?}", s.claim_pods);
     }
 
     #[test]
