@@ -362,6 +362,8 @@ struct Family {
     types: Vec<InstanceType>,
     pool: fn(&mut Pool),
     pod: fn(&mut Pod, usize, usize),
+    /// cpu and memory limits at 110 % of the FFD packing's capacity (which ignores the constraints).
+    limited: bool,
 }
 
 fn app_label(p: &mut Pod, app: &str) {
@@ -370,7 +372,7 @@ fn app_label(p: &mut Pod, app: &str) {
 
 fn family_list() -> Vec<Family> {
     vec![
-        Family { name: "400-types", types: common::synthetic_400(), pool: |_| {}, pod: |_, _, _| {} },
+        Family { name: "400-types", types: common::synthetic_400(), pool: |_| {}, pod: |_, _, _| {}, limited: false },
         Family {
             // 20 apps, each spread over the three zones with maxSkew 1.
             name: "zone-spread",
@@ -382,6 +384,7 @@ fn family_list() -> Vec<Family> {
                 p.constraints.topology_spread =
                     vec![spread(ZONE, 1, WhenUnsatisfiable::DoNotSchedule, &[("app", &app)])];
             },
+            limited: false,
         },
         Family {
             // Apps of 10 replicas, spread over nodes with maxSkew 1 (at most one replica per node).
@@ -394,6 +397,7 @@ fn family_list() -> Vec<Family> {
                 p.constraints.topology_spread =
                     vec![spread(HOSTNAME, 1, WhenUnsatisfiable::DoNotSchedule, &[("app", &app)])];
             },
+            limited: false,
         },
         Family {
             // Apps of 10 replicas with required hostname anti-affinity to themselves.
@@ -405,6 +409,7 @@ fn family_list() -> Vec<Family> {
                 app_label(p, &app);
                 p.constraints.pod_anti_affinity = vec![term(HOSTNAME, &[("app", &app)])];
             },
+            limited: false,
         },
         Family {
             // One pod in four listens on a host port (five ports in use): at most one per port and node.
@@ -416,6 +421,7 @@ fn family_list() -> Vec<Family> {
                     p.constraints.host_ports = vec![host_port(9000 + i32::try_from(i / 4 % 5).unwrap_or(0), "TCP")];
                 }
             },
+            limited: false,
         },
         Family {
             // Every claim must keep at least 3 instance types.
@@ -427,13 +433,40 @@ fn family_list() -> Vec<Family> {
                 p.requirements = vec![r];
             },
             pod: |_, _, _| {},
+            limited: false,
+        },
+        Family {
+            // hostname-spread in a pool with cpu and memory limits.
+            name: "spread+limits",
+            types: flavors(),
+            pool: |_| {},
+            pod: |p, i, n| {
+                let app = format!("app-{}", i % (n / 10).max(1));
+                app_label(p, &app);
+                p.constraints.topology_spread =
+                    vec![spread(HOSTNAME, 1, WhenUnsatisfiable::DoNotSchedule, &[("app", &app)])];
+            },
+            limited: true,
+        },
+        Family {
+            // host-ports in a pool with cpu and memory limits.
+            name: "ports+limits",
+            types: flavors(),
+            pool: |_| {},
+            pod: |p, i, _| {
+                if i % 4 == 0 {
+                    p.constraints.host_ports = vec![host_port(9000 + i32::try_from(i / 4 % 5).unwrap_or(0), "TCP")];
+                }
+            },
+            limited: true,
         },
     ]
 }
 
 /// The extended families (issue 14 item 4): per family, the cpu / memory / mixed workloads of 1,000
 /// and 5,000 pods, 3 seeds, against the LP bound (which ignores topology, so a gap is integrality,
-/// constraint or solver), with the plain loop (no repack) beside the hub.
+/// constraint or solver; with the limits as constraints for the limited families), with the plain
+/// loop (no repack) beside the hub.
 fn families(only: &str, json: bool, repack: bool) {
     println!(
         "\nfamilies\n{:<16} {:<8} {:>6} {:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}",
@@ -464,9 +497,19 @@ fn families(only: &str, json: bool, repack: bool) {
                         (f.pod)(p, i, n);
                     }
                     let demand = pods.iter().fold(Resources::ZERO, |a, p| a + p.requests);
-                    let lp = lp_bound(&f.types, Resources::ZERO, demand);
                     let mut pool = Pool { name: "default".into(), instance_types: f.types.clone(), ..Pool::default() };
                     (f.pool)(&mut pool);
+                    let lp = if f.limited {
+                        let cap = ffd_nodes(&f.types, Resources::ZERO, &pods)
+                            .iter()
+                            .fold(Resources::ZERO, |a, (_, c)| a + *c);
+                        let limit = [cap.cpu_millis * 11 / 10, cap.memory_bytes * 11 / 10];
+                        pool.limits =
+                            Limits { cpu_millis: Some(limit[0]), memory_bytes: Some(limit[1]), ..Limits::default() };
+                        lp_bound_limited(&f.types, demand, [limit[0] as f64, limit[1] as f64])
+                    } else {
+                        lp_bound(&f.types, Resources::ZERO, demand)
+                    };
                     let mut input = Input { pools: vec![pool], pods, ..Input::default() };
                     input.settings.repack = repack;
                     let started = std::time::Instant::now();
