@@ -9,7 +9,7 @@ use crds::NodeClaim;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::{
     Api, ResourceExt,
-    api::{ListParams, PostParams},
+    api::{ListParams, Patch, PatchParams, PostParams},
 };
 use operator::commands::sandbox::world::{World, quick_cke, scale, workload_pod};
 use serde_json::{Value, json};
@@ -118,11 +118,10 @@ async fn pending_pods_unschedulable_pods_and_pool_cost_follow_the_cluster() {
     .await;
     // A later reconcile of the pool (its status still says SecretMissing) must not write them back.
     let pools: Api<crds::NodePool> = Api::namespaced(world.mgmt.client(), "team-a");
-    let mut pool = pools.get("default").await.unwrap();
-    pool.metadata.labels.get_or_insert_default().insert("touched".into(), "yes".into());
-    pools.replace("default", &PostParams::default(), &pool).await.unwrap();
     // The reconcile lists the pool's claims; nothing else lists them for an unregistered cluster.
     let before = world.mgmt.requests().count("list", "nodeclaims");
+    let touch = json!({"metadata": {"labels": {"touched": "yes"}}});
+    pools.patch("default", &PatchParams::default(), &Patch::Merge(&touch)).await.unwrap();
     wait_for("the pool reconciled after the touch", WAIT, || async {
         world.mgmt.requests().count("list", "nodeclaims") > before
     })
