@@ -16,12 +16,13 @@ use crate::{
     infra::registry::{ClusterKey, ClusterStatus, Phase},
 };
 
-const PHASES: [Phase; 7] = [
+const PHASES: [Phase; 8] = [
     Phase::SecretMissing,
     Phase::InvalidKubeconfig,
     Phase::Unauthorized,
     Phase::Unreachable,
     Phase::NodeGroupApiNotServed,
+    Phase::DuplicateCluster,
     Phase::Syncing,
     Phase::Connected,
 ];
@@ -153,7 +154,13 @@ mod tests {
     fn only_trouble_is_a_warning() {
         assert!(!is_warning(Phase::Connected));
         assert!(!is_warning(Phase::Syncing));
-        for p in [Phase::Unauthorized, Phase::Unreachable, Phase::InvalidKubeconfig, Phase::SecretMissing] {
+        for p in [
+            Phase::Unauthorized,
+            Phase::Unreachable,
+            Phase::InvalidKubeconfig,
+            Phase::SecretMissing,
+            Phase::DuplicateCluster,
+        ] {
             assert!(is_warning(p), "{p:?}");
         }
     }

@@ -4,7 +4,9 @@
 //! Owns: the label-selected Secret watch, one connection task per (namespace, cluster) started,
 //! restarted on rotation and stopped on removal, and the published [`ClusterStatus`] and
 //! [`Connection`] of each. Each cluster's task runs under its own cancellation token, so a slow or
-//! dead cluster never delays another.
+//! dead cluster never delays another. Also which registration speaks for a workload cluster
+//! registered more than once (identified by the UID of its `kube-system` namespace): the oldest
+//! Secret; the others stay `DuplicateCluster` and get no connection until it goes.
 //!
 //! Must not: make decisions about nodes (controllers read the connection and decide), delete
 //! anything when a Secret disappears (claims and groups stay; NodePools report the cluster
@@ -70,6 +72,9 @@ pub enum Phase {
     Unauthorized,
     Unreachable,
     NodeGroupApiNotServed,
+    /// The same workload cluster (same `kube-system` UID) is registered by an older Secret: this
+    /// registration gets no connection, so no controller acts on it twice.
+    DuplicateCluster,
     Syncing,
     Connected,
 }
@@ -83,6 +88,7 @@ impl Phase {
             Phase::Unauthorized => "Unauthorized",
             Phase::Unreachable => "Unreachable",
             Phase::NodeGroupApiNotServed => "NodeGroupAPINotServed",
+            Phase::DuplicateCluster => "DuplicateCluster",
             Phase::Syncing => "Syncing",
             Phase::Connected => "Connected",
         }
@@ -142,6 +148,8 @@ pub enum RegistryError {
 
 struct Entry {
     secret_version: String,
+    /// Kept across rotations: the registration's place among duplicates.
+    rank: Rank,
     cancel: CancellationToken,
     status: watch::Receiver<ClusterStatus>,
     connection: watch::Receiver<Option<Arc<Connection>>>,
@@ -157,6 +165,9 @@ struct Inner {
     settings: Settings,
     metrics: Arc<crate::infra::metrics::Metrics>,
     clusters: RwLock<BTreeMap<ClusterKey, Entry>>,
+    identities: Arc<Identities>,
+    /// Order in which this process first saw each registration (ties of creation time).
+    seen: std::sync::atomic::AtomicU64,
     /// Bumped on every status or connection change of any cluster, so controllers can wake up.
     changes: watch::Sender<u64>,
     touched: tokio::sync::broadcast::Sender<connection::Touched>,
@@ -180,6 +191,8 @@ impl Registry {
                 settings,
                 metrics,
                 clusters: RwLock::new(BTreeMap::new()),
+                identities: Arc::new(Identities::default()),
+                seen: std::sync::atomic::AtomicU64::new(0),
                 changes: watch::channel(0).0,
                 touched: tokio::sync::broadcast::channel(1024).0,
             }),
@@ -311,6 +324,13 @@ impl Registry {
         {
             return Some(key);
         }
+        let rank = self.inner.clusters.read().unwrap_or_else(PoisonError::into_inner).get(&key).map_or_else(
+            || Rank {
+                created: secret.metadata.creation_timestamp.clone(),
+                seen: self.inner.seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            },
+            |e| e.rank.clone(),
+        );
         let bytes: Option<SecretSlice<u8>> =
             secret.data.as_ref().and_then(|d| d.get(KUBECONFIG_KEY)).map(|b| SecretSlice::from(b.0.clone()));
         let cancel = shutdown.child_token();
@@ -318,7 +338,13 @@ impl Registry {
         let (conn_tx, conn_rx) = watch::channel(None);
         let replaced = self.inner.clusters.write().unwrap_or_else(PoisonError::into_inner).insert(
             key.clone(),
-            Entry { secret_version: version, cancel: cancel.clone(), status: status_rx, connection: conn_rx },
+            Entry {
+                secret_version: version,
+                rank: rank.clone(),
+                cancel: cancel.clone(),
+                status: status_rx,
+                connection: conn_rx,
+            },
         );
         let rotated = replaced.is_some();
         if let Some(old) = replaced {
@@ -335,6 +361,8 @@ impl Registry {
             connection: conn_tx,
             changes: self.inner.changes.clone(),
             touched: self.inner.touched.clone(),
+            identities: self.inner.identities.clone(),
+            rank,
             cancel,
         };
         tokio::spawn(task.run());
@@ -346,6 +374,8 @@ impl Registry {
         let removed = self.inner.clusters.write().unwrap_or_else(PoisonError::into_inner).remove(key);
         if let Some(e) = removed {
             e.cancel.cancel();
+            // A duplicate registration of the same cluster may take over now.
+            self.inner.identities.release(key);
             tracing::info!(cluster = %key, why, "workload cluster unregistered; its NodeClaims and NodeGroups are left in place");
             self.notify();
         }
@@ -354,6 +384,50 @@ impl Registry {
     fn notify(&self) {
         self.inner.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
+}
+
+/// A registration's place among registrations of the same workload cluster: the older Secret
+/// first, then the one this process saw first (creation times have a one-second resolution).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Rank {
+    created: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    seen: u64,
+}
+
+/// Which registrations have identified which workload cluster (`kube-system` UID), shared by the
+/// connection tasks.
+#[derive(Debug, Default)]
+pub(crate) struct Identities {
+    claims: std::sync::Mutex<BTreeMap<ClusterKey, (String, Rank)>>,
+}
+
+impl Identities {
+    /// Record that `key` reaches cluster `uid`; the registration that speaks for it (maybe `key`).
+    pub(crate) fn claim(&self, key: &ClusterKey, uid: &str, rank: &Rank) -> ClusterKey {
+        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        claims.insert(key.clone(), (uid.to_string(), rank.clone()));
+        owner(&claims, uid).unwrap_or_else(|| key.clone())
+    }
+
+    /// The registration that speaks for cluster `uid`, if any has identified it.
+    pub(crate) fn owner(&self, uid: &str) -> Option<ClusterKey> {
+        owner(&self.claims.lock().unwrap_or_else(PoisonError::into_inner), uid)
+    }
+
+    /// `key` no longer reaches any cluster (removed, or its kubeconfig is unusable).
+    pub(crate) fn release(&self, key: &ClusterKey) {
+        self.claims.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
+    }
+}
+
+/// Of the registrations that identified cluster `uid`, the one that speaks for it: the lowest rank
+/// (the oldest Secret), then the lowest key. Pure.
+fn owner(claims: &BTreeMap<ClusterKey, (String, Rank)>, uid: &str) -> Option<ClusterKey> {
+    claims
+        .iter()
+        .filter(|(_, (u, _))| u == uid)
+        .min_by(|a, b| (&a.1.1, a.0).cmp(&(&b.1.1, b.0)))
+        .map(|(k, _)| k.clone())
 }
 
 /// The cluster a Secret registers: labelled, and named `<cluster>-kubeconfig` (Cluster API's
@@ -425,6 +499,29 @@ mod tests {
         let _ = task.await;
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(5), until(false)).await.expect("the cluster's task outlived the hub");
+    }
+
+    #[test]
+    fn the_oldest_registration_of_a_cluster_speaks_for_it_and_the_next_takes_over_when_it_goes() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let at = |s: &str| Some(Time(s.parse().unwrap()));
+        let (a, b, c) =
+            (ClusterKey::new("team-b", "alpha"), ClusterKey::new("team-a", "copy"), ClusterKey::new("z", "other"));
+        let ids = Identities::default();
+        // b's Secret is younger although its key sorts first: a speaks for the cluster.
+        assert_eq!(ids.claim(&a, "uid-1", &Rank { created: at("2026-01-01T00:00:00Z"), seen: 5 }), a);
+        assert_eq!(ids.claim(&b, "uid-1", &Rank { created: at("2026-01-01T00:00:01Z"), seen: 1 }), a);
+        // Another cluster is not a duplicate.
+        assert_eq!(ids.claim(&c, "uid-2", &Rank { created: at("2026-01-01T00:00:02Z"), seen: 6 }), c);
+        assert_eq!(ids.owner("uid-1"), Some(a.clone()));
+        ids.release(&a);
+        assert_eq!(ids.owner("uid-1"), Some(b.clone()));
+        // Same second: the one seen first.
+        assert_eq!(ids.claim(&a, "uid-1", &Rank { created: at("2026-01-01T00:00:01Z"), seen: 0 }), a);
+        ids.release(&a);
+        ids.release(&b);
+        assert_eq!(ids.owner("uid-1"), None);
+        assert_eq!(ids.owner("uid-2"), Some(c));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! One workload cluster's connection lifecycle (hub.md §3): harden the kubeconfig, build the
-//! client, probe, check that NodeGroups are served, start the trimmed watch caches, wait until they
-//! are synced, health-check, and on failure tear everything down and reconnect with back-off.
+//! client, probe, check that NodeGroups are served, identify the cluster (its `kube-system` UID)
+//! and stand aside while an older registration speaks for it, start the trimmed watch caches, wait
+//! until they are synced, health-check, and on failure tear everything down and reconnect with
+//! back-off.
 //!
 //! Owns: the task of one cluster and its [`Connection`]. Must not: outlive its cancellation token,
 //! log or publish credential bytes, or hand out a connection as synced before every cache is.
@@ -11,7 +13,7 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::StreamExt;
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
-    core::v1::{Node, Pod, Secret},
+    core::v1::{Namespace, Node, Pod, Secret},
     policy::v1::PodDisruptionBudget,
 };
 use kube::{
@@ -28,7 +30,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::{ClusterKey, ClusterStatus, KUBECONFIG_KEY, Phase, Settings};
+use super::{ClusterKey, ClusterStatus, Identities, KUBECONFIG_KEY, Phase, Rank, Settings};
 use crate::infra::kubeconfig;
 use crds::NodeGroup;
 
@@ -101,6 +103,8 @@ pub(super) struct Task {
     pub connection: watch::Sender<Option<Arc<Connection>>>,
     pub changes: watch::Sender<u64>,
     pub touched: tokio::sync::broadcast::Sender<Touched>,
+    pub identities: Arc<Identities>,
+    pub rank: Rank,
     pub cancel: CancellationToken,
 }
 
@@ -112,6 +116,9 @@ enum Ended {
     Fatal(ClusterStatus),
     /// Try again after a back-off.
     Retry(ClusterStatus),
+    /// The cluster (`kube-system` UID `uid`) is registered by an older Secret too: wait until
+    /// that registration goes, then connect.
+    Duplicate { uid: String, first: ClusterKey },
 }
 
 impl Task {
@@ -124,9 +131,19 @@ impl Task {
                 Ended::Cancelled => return,
                 Ended::Fatal(s) => {
                     tracing::warn!(cluster = %self.key, reason = s.phase.reason(), message = %s.message, "workload cluster unusable until its Secret changes");
+                    // It reaches no cluster now: a duplicate registration may take over.
+                    self.identities.release(&self.key);
                     self.publish(s);
+                    self.changes.send_modify(|n| *n = n.wrapping_add(1));
                     self.cancel.cancelled().await;
                     return;
+                }
+                Ended::Duplicate { uid, first } => {
+                    if !self.stand_aside(&uid, &first).await {
+                        return;
+                    }
+                    backoff = self.backoff();
+                    continue;
                 }
                 Ended::Retry(s) => s,
             };
@@ -147,6 +164,42 @@ impl Task {
                 () = tokio::time::sleep(delay) => {}
             }
         }
+    }
+
+    /// Report the duplicate and wait until this registration speaks for cluster `uid` (the first
+    /// one was removed or broke). False when cancelled.
+    async fn stand_aside(&self, uid: &str, first: &ClusterKey) -> bool {
+        let status = ClusterStatus::new(
+            Phase::DuplicateCluster,
+            format!(
+                "this workload cluster (kube-system UID {uid}) is already registered as {first} (Secret {}/{}), \
+                 which speaks for it: one cluster gets decisions from one registration only. Delete Secret {}/{} \
+                 if it is a mistake; it takes over when {first}'s Secret is deleted",
+                first.namespace,
+                first.secret_name(),
+                self.key.namespace,
+                self.key.secret_name(),
+            ),
+        );
+        tracing::warn!(cluster = %self.key, first = %first, uid, "workload cluster already registered under another name; standing aside");
+        self.publish(status);
+        let mut changes = self.changes.subscribe();
+        loop {
+            if self.identities.owner(uid).is_none_or(|o| o == self.key) {
+                tracing::info!(cluster = %self.key, uid, "the first registration of this workload cluster is gone; connecting");
+                return true;
+            }
+            tokio::select! {
+                () = self.cancel.cancelled() => return false,
+                r = changes.changed() => if r.is_err() { return false },
+            }
+        }
+    }
+
+    /// Whether an older registration of cluster `uid` now speaks for it (it identified the cluster
+    /// after this one did, as after a restart of the hub).
+    fn outranked(&self, uid: &str) -> Option<ClusterKey> {
+        self.identities.owner(uid).filter(|o| *o != self.key)
     }
 
     fn backoff(&self) -> impl Iterator<Item = Duration> + use<> {
@@ -240,6 +293,15 @@ impl Task {
         if let Err(s) = nodegroups_served(&client).await {
             return Ended::Retry(s);
         }
+        let uid = match self.identify(&client, &server).await {
+            Ok(uid) => uid,
+            Err(s) => return Ended::Retry(s),
+        };
+        let first = self.identities.claim(&self.key, &uid, &self.rank);
+        if first != self.key {
+            return Ended::Duplicate { uid, first };
+        }
+        let mut identity_changes = self.changes.subscribe();
         self.publish(ClusterStatus::new(Phase::Syncing, format!("connected to {server}; syncing watches")));
 
         let watches = self.cancel.child_token();
@@ -287,12 +349,23 @@ impl Task {
             );
             a.is_ok() && b.is_ok() && c.is_ok() && d.is_ok() && e.is_ok()
         };
-        tokio::select! {
-            () = self.cancel.cancelled() => return Ended::Cancelled,
-            Some(e) = failures.recv() => return Ended::Retry(classify(&e, &server)),
-            ok = ready => if !ok {
-                return Ended::Retry(ClusterStatus::new(Phase::Unreachable, "watch caches stopped before syncing"));
-            },
+        let mut ready = std::pin::pin!(ready);
+        loop {
+            tokio::select! {
+                () = self.cancel.cancelled() => return Ended::Cancelled,
+                Some(e) = failures.recv() => return Ended::Retry(classify(&e, &server)),
+                _ = identity_changes.changed() => if let Some(first) = self.outranked(&uid) {
+                    return Ended::Duplicate { uid, first };
+                },
+                ok = &mut ready => if ok {
+                    break;
+                } else {
+                    return Ended::Retry(ClusterStatus::new(Phase::Unreachable, "watch caches stopped before syncing"));
+                },
+            }
+        }
+        if let Some(first) = self.outranked(&uid) {
+            return Ended::Duplicate { uid, first };
         }
         synced_tx.send_replace(true);
         self.publish(ClusterStatus::new(Phase::Connected, format!("connected to {server}; watches synced")));
@@ -305,6 +378,10 @@ impl Task {
         loop {
             tokio::select! {
                 () = self.cancel.cancelled() => return Ended::Cancelled,
+                _ = identity_changes.changed() => if let Some(first) = self.outranked(&uid) {
+                    tracing::warn!(cluster = %self.key, first = %first, "an older registration of this workload cluster appeared; handing it over");
+                    return Ended::Duplicate { uid, first };
+                },
                 Some(e) = failures.recv() => {
                     crate::infra::metrics::Metrics::inc(&self.metrics.watch_restarts, &self.key);
                     let s = classify(&e, &server);
@@ -342,6 +419,35 @@ impl Task {
             .get(&crate::infra::metrics::ResultLabels { cluster: self.key.to_string(), result: result.to_string() })
             .inc();
         r
+    }
+
+    /// The cluster's identity: the UID of its `kube-system` namespace, which every Kubernetes
+    /// cluster has and keeps for its lifetime, whatever name or server a kubeconfig gives it.
+    async fn identify(&self, client: &Client, server: &str) -> Result<String, ClusterStatus> {
+        let api: Api<Namespace> = Api::all(client.clone());
+        match tokio::time::timeout(self.settings.probe_timeout, api.get("kube-system")).await {
+            Ok(Ok(ns)) => ns.metadata.uid.filter(|u| !u.is_empty()).ok_or_else(|| {
+                ClusterStatus::new(Phase::Unreachable, format!("{server}: namespace kube-system has no UID"))
+            }),
+            Ok(Err(kube::Error::Api(s))) if s.code == 403 => Err(ClusterStatus::new(
+                Phase::Unauthorized,
+                format!(
+                    "{server} does not let the hub read namespace kube-system, whose UID identifies the cluster \
+                     (403): apply the current config/hub/workload-rbac.yaml, or re-run `karpenter-hub register`"
+                ),
+            )),
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => Err(ClusterStatus::new(
+                Phase::Unreachable,
+                format!(
+                    "{server} has no namespace kube-system, whose UID identifies the cluster: is it a Kubernetes cluster?"
+                ),
+            )),
+            Ok(Err(e)) => Err(classify(&e, server)),
+            Err(_) => Err(ClusterStatus::new(
+                Phase::Unreachable,
+                format!("{server} did not answer within {:?}", self.settings.probe_timeout),
+            )),
+        }
     }
 
     async fn probe(&self, client: &Client, server: &str) -> Result<(), ClusterStatus> {

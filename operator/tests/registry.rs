@@ -1,0 +1,216 @@
+//! One workload cluster registered twice (issue 13 item 8): the hub identifies a cluster by the UID
+//! of its `kube-system` namespace, so a second registration of it — another name, another
+//! namespace — is refused (`ClusterReachable` False / `DuplicateCluster` naming the first, an event
+//! on its Secret and on its NodePool) and gets no claims, while the first keeps working; deleting
+//! the first registration hands the cluster to the second. On the API emulator and on a real
+//! kube-apiserver (envtest) as the workload cluster.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_openapi::{
+    api::{core::v1::Pod, events::v1::Event},
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, ListParams, PostParams},
+};
+use serde_json::{Value, json};
+use sim::apiserver::{ApiServer, ApiServerConfig};
+use tokio_util::sync::CancellationToken;
+
+use common::{EXAMPLE, poll_until, wait_for};
+use crds::{NodeClaim, NodePool};
+use operator::{
+    commands::{
+        register_cluster, run,
+        sandbox::world::{quick_cke, workload_pod},
+    },
+    infra::{hub, manifests, metrics::Metrics, registry},
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+/// A label only the second registration's NodePool gives its nodes.
+const SECOND_ONLY: &str = "example.com/registration";
+
+/// The pool's `ClusterReachable` condition as `(status, reason, message)`.
+async fn reachable(mgmt: &Client, ns: &str) -> Option<(String, String, String)> {
+    let pool = Api::<NodePool>::namespaced(mgmt.clone(), ns).get_opt("default").await.ok()??;
+    let c = pool.status?.conditions.into_iter().find(|c| c.type_ == "ClusterReachable")?;
+    Some((c.status, c.reason, c.message))
+}
+
+async fn claims(mgmt: &Client, ns: &str) -> Vec<NodeClaim> {
+    Api::<NodeClaim>::namespaced(mgmt.clone(), ns).list(&ListParams::default()).await.unwrap().items
+}
+
+/// Reasons of the events about object `name` in namespace `ns` of the management cluster.
+async fn event_reasons(mgmt: &Client, ns: &str, name: &str) -> Vec<String> {
+    Api::<Event>::namespaced(mgmt.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter_map(|e| e.reason)
+        .collect()
+}
+
+/// Register the workload cluster reached by `kubeconfig` as `<ns>/<cluster>` with the example's
+/// node class and a NodePool `default` for it (`labels` on its nodes).
+async fn register(mgmt: &Client, ns: &str, cluster: &str, kubeconfig: &[u8], labels: Value) {
+    manifests::ensure_namespace(mgmt, ns).await.unwrap();
+    register_cluster::write_secret(mgmt, ns, cluster, kubeconfig.to_vec()).await.unwrap();
+    for mut doc in manifests::documents("examples/general-purpose.yaml", EXAMPLE).unwrap() {
+        if doc["kind"] == "NodePool" {
+            doc["spec"]["clusterName"] = json!(cluster);
+            doc["spec"]["template"]["metadata"] = json!({"labels": labels});
+        }
+        manifests::apply_value(mgmt, &doc, ns, "examples/general-purpose.yaml").await.unwrap();
+    }
+}
+
+/// The whole story against one workload cluster, whatever serves it, played by a simulated CKE
+/// (which also schedules its pods). `pods_ns` is a namespace of the workload cluster for this
+/// run's pods.
+async fn registered_twice(workload: Client, kubeconfig: Vec<u8>, pods_ns: &str) {
+    let cke = CancellationToken::new();
+    let (client, stop) = (workload.clone(), cke.clone());
+    tokio::spawn(async move { sim::cke::run(client, quick_cke(1), stop.cancelled_owned()).await });
+    let _stop_cke = cke.drop_guard();
+    let mgmt_server = ApiServer::start(ApiServerConfig::management("management")).await.unwrap();
+    let mgmt = mgmt_server.client();
+    manifests::ensure_namespace(&workload, pods_ns).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(workload.clone(), pods_ns);
+    let mut pod = workload_pod("web-0", "1", "1Gi");
+    pod.metadata.namespace = Some(pods_ns.to_string());
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    // Only the second registration's pool could place this one.
+    let mut only_second = workload_pod("only-second", "1", "1Gi");
+    only_second.metadata.namespace = Some(pods_ns.to_string());
+    if let Some(spec) = only_second.spec.as_mut() {
+        spec.node_selector.get_or_insert_default().insert(SECOND_ONLY.to_string(), "second".to_string());
+    }
+    pods.create(&PostParams::default(), &only_second).await.unwrap();
+
+    register(&mgmt, "team-a", "alpha", &kubeconfig, json!({})).await;
+    let shutdown = CancellationToken::new();
+    let settings = registry::Settings {
+        probe_interval: Duration::from_secs(2),
+        reconnect_min: Duration::from_millis(200),
+        reconnect_max: Duration::from_secs(2),
+        ..registry::Settings::default()
+    };
+    let hub = tokio::spawn(run::run_with(
+        mgmt.clone(),
+        hub::Settings::default(),
+        settings,
+        Arc::new(Metrics::new()),
+        shutdown.clone(),
+    ));
+    let _stop = shutdown.clone().drop_guard();
+    wait_for("team-a/alpha connected", WAIT, || async {
+        reachable(&mgmt, "team-a").await.is_some_and(|(s, r, _)| s == "True" && r == "Connected")
+    })
+    .await;
+
+    // The same cluster again, under another name in another namespace.
+    register(&mgmt, "team-b", "alpha-again", &kubeconfig, json!({SECOND_ONLY: "second"})).await;
+    let seen = poll_until(WAIT, || async {
+        reachable(&mgmt, "team-b").await.is_some_and(|(s, r, _)| s == "False" && r == "DuplicateCluster")
+    })
+    .await;
+    let refused = reachable(&mgmt, "team-b").await;
+    assert!(seen, "the second registration is refused as a duplicate; its pool shows {refused:?}");
+    let (_, _, message) = refused.unwrap();
+    assert!(
+        message.contains("team-a/alpha") && message.contains("kube-system UID"),
+        "the refusal names the first registration and what identified the cluster: {message}"
+    );
+    wait_for("a DuplicateCluster event on the second registration's Secret", WAIT, || async {
+        event_reasons(&mgmt, "team-b", "alpha-again-kubeconfig").await.iter().any(|r| r == "DuplicateCluster")
+    })
+    .await;
+    wait_for("a DuplicateCluster event on the second registration's NodePool", WAIT, || async {
+        event_reasons(&mgmt, "team-b", "default").await.iter().any(|r| r == "DuplicateCluster")
+    })
+    .await;
+
+    // The first keeps working: it provisions for the pending pod it can place.
+    wait_for("a claim of the first registration", WAIT, || async { !claims(&mgmt, "team-a").await.is_empty() }).await;
+    // The second provisions nothing, not even for the pod only its pool could place, and stays
+    // refused while the first works (a few probe rounds).
+    let refused_throughout = !poll_until(Duration::from_secs(6), || async {
+        !claims(&mgmt, "team-b").await.is_empty()
+            || reachable(&mgmt, "team-b").await.is_none_or(|(_, r, _)| r != "DuplicateCluster")
+    })
+    .await;
+    assert!(refused_throughout, "the duplicate registration made claims or stopped being refused");
+    assert_eq!(
+        reachable(&mgmt, "team-a").await.map(|(s, r, _)| (s, r)),
+        Some(("True".into(), "Connected".into())),
+        "the first registration stays connected"
+    );
+
+    // Removing the first registration hands the cluster over to the second.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(mgmt.clone(), "team-a");
+    secrets.delete("alpha-kubeconfig", &DeleteParams::default()).await.unwrap();
+    wait_for("the second registration connected after the first was deleted", WAIT, || async {
+        reachable(&mgmt, "team-b").await.is_some_and(|(s, r, _)| s == "True" && r == "Connected")
+    })
+    .await;
+    wait_for("a claim of the second registration for the pod only it can place", WAIT, || async {
+        claims(&mgmt, "team-b").await.iter().any(|c| c.spec.cluster_name == "alpha-again")
+    })
+    .await;
+    assert_eq!(
+        reachable(&mgmt, "team-a").await.map(|(s, r, _)| (s, r)),
+        Some(("False".into(), "SecretMissing".into())),
+        "the first registration's pool reports its Secret gone"
+    );
+
+    shutdown.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(20), hub).await;
+    let _ = pods.delete_collection(&DeleteParams::default(), &ListParams::default()).await;
+    mgmt_server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_registered_twice_on_the_emulator_gets_claims_from_its_first_registration_only() {
+    let workload = ApiServer::start(ApiServerConfig::workload("alpha").with_seed(3)).await.unwrap();
+    let kubeconfig = serde_json::to_vec(&workload.kubeconfig()).unwrap();
+    registered_twice(workload.client(), kubeconfig, "default").await;
+    workload.shutdown().await;
+}
+
+/// Serve the NodeGroup API on a real control plane (the test CRD, as on a cluster without CKE).
+async fn serve_nodegroups(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for file in crds::crd::testing_crds() {
+        match crds.create(&PostParams::default(), &file.crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("creating CRD {}: {e}", file.crd.name_any()),
+        }
+    }
+    wait_for("nodegroups served", WAIT, || async {
+        client
+            .list_api_group_resources("api.clever-cloud.com/v1")
+            .await
+            .is_ok_and(|l| l.resources.iter().any(|r| r.name == "nodegroups"))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_registered_twice_on_a_real_api_server_gets_claims_from_its_first_registration_only() {
+    let cp = envtest::shared_or_skip!("registry");
+    let admin = cp.client().await.unwrap();
+    serve_nodegroups(&admin).await;
+    let kubeconfig = std::fs::read(cp.kubeconfig_path()).unwrap();
+    registered_twice(admin, kubeconfig, "registered-twice").await;
+}
