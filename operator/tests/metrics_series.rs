@@ -130,3 +130,32 @@ async fn pending_pods_unschedulable_pods_and_pool_cost_follow_the_cluster() {
     assert!(!text.contains(CLUSTER), "series of the removed cluster:\n{text}");
     world.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_nodepool_leaves_no_cost_or_usage_behind() {
+    let mut world = World::start(&[("team-a", "alpha")], |i| quick_cke(i as u64)).await.unwrap();
+    common::apply_example(&world, 0).await;
+    world.start_hub();
+    scale(&world, 0, 1, "500m", "1Gi").await.unwrap();
+    // No FlavorCatalog here: the built-in price.
+    let two_xs = crds::catalog::builtin("2XS").unwrap().price_hourly;
+    wait_for("one pod running and its 2XS paid", WAIT, || async {
+        running(&world, 0).await == 1 && near(price(&world), two_xs)
+    })
+    .await;
+    let usage =
+        || world.metrics.render().contains("karpenter_nodepools_usage{cluster=\"team-a/alpha\",nodepool=\"default\"");
+    assert!(usage(), "usage series before the deletion");
+    scale(&world, 0, 0, "500m", "1Gi").await.unwrap();
+    // The pool goes; its claim goes with it (owner cascade), and so do the pool's gauges, although
+    // the hub never reconciles a pool that no longer exists.
+    Api::<crds::NodePool>::namespaced(world.mgmt.client(), "team-a")
+        .delete("default", &Default::default())
+        .await
+        .unwrap();
+    wait_for("the deleted pool's cost and usage series gone", WAIT, || async { price(&world).is_none() && !usage() })
+        .await;
+    // Only the pool's: the cluster's own series stay.
+    assert_eq!(queue(&world), Some(0.0), "{}", world.metrics.render());
+    world.shutdown().await;
+}

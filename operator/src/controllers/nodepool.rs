@@ -19,7 +19,7 @@ use crate::{
     controllers::nodeclaim::instance_types,
     decisions::conditions::{self, FALSE, TRUE, UNKNOWN},
     infra::hub::Hub,
-    infra::metrics::{PoolLabels, PoolResourceLabels},
+    infra::metrics::{Metrics, PoolLabels, PoolResourceLabels},
     infra::registry::{ClusterKey, Phase},
 };
 use crds::{
@@ -102,9 +102,27 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
         })
         .reconcile_all_on(cluster_changes)
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(10)), hub)
-        .for_each(|_| async {})
+        .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(10)), hub.clone())
+        .for_each(|r| {
+            // A deleted pool is not reconciled; its claims going (owner cascade) still ask for it,
+            // which is when its gauges go, so a dashboard does not keep its last cost and usage.
+            if let Err(kube::runtime::controller::Error::ObjectNotFound(pool)) = r
+                && let Some(ns) = &pool.namespace
+            {
+                forget_pool(&hub.metrics, ns, &pool.name);
+            }
+            async {}
+        })
         .await;
+}
+
+/// Drop the gauges of the NodePool `ns/name`, whatever its cluster.
+pub fn forget_pool(m: &Metrics, ns: &str, name: &str) {
+    let prefix = format!("{ns}/");
+    let of_pool = |cluster: &str, nodepool: &str| cluster.starts_with(&prefix) && nodepool == name;
+    m.nodepool_usage.forget_where(|l| of_pool(&l.cluster, &l.nodepool));
+    m.nodepool_limit.forget_where(|l| of_pool(&l.cluster, &l.nodepool));
+    m.nodepool_price.forget_where(|l| of_pool(&l.cluster, &l.nodepool));
 }
 
 async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> {
@@ -304,6 +322,23 @@ mod tests {
         assert!((p.eur_per_hour - want).abs() < 1e-9, "{p:?} != {want}");
         assert!(p.unpriced.is_empty(), "{p:?}");
         assert_eq!(price_per_hour(&[], &types).eur_per_hour, 0.0);
+    }
+
+    #[test]
+    fn forgetting_a_pool_drops_its_gauges_only() {
+        let m = Metrics::new();
+        for (cluster, pool) in [("team-a/prod", "default"), ("team-a/prod", "gpu"), ("team-b/prod", "default")] {
+            let l = PoolLabels { cluster: cluster.into(), nodepool: pool.into() };
+            m.nodepool_price.get(&l).set(1.0);
+            let r = PoolResourceLabels { cluster: cluster.into(), nodepool: pool.into(), resource_type: "cpu".into() };
+            m.nodepool_usage.get(&r).set(1.0);
+            m.nodepool_limit.get(&r).set(1.0);
+        }
+        forget_pool(&m, "team-a", "default");
+        let text = m.render();
+        assert!(!text.contains("cluster=\"team-a/prod\",nodepool=\"default\""), "{text}");
+        assert_eq!(text.matches("nodepool=\"gpu\"").count(), 3, "{text}");
+        assert_eq!(text.matches("cluster=\"team-b/prod\",nodepool=\"default\"").count(), 3, "{text}");
     }
 
     #[test]

@@ -143,6 +143,19 @@ where
         }
     }
 
+    /// Drop every series whose labels match `gone` (e.g. those of a deleted NodePool).
+    pub fn forget_where(&self, gone: impl Fn(&L) -> bool) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.retain(|l| {
+            if gone(l) {
+                self.family.remove(l);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
     /// Drop every series of `cluster`.
     pub fn forget(&self, cluster: &str) {
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
