@@ -5,6 +5,10 @@
 //! world it drives goes through the Kubernetes API only.
 
 #[cfg(feature = "testing")]
+pub mod why;
+#[cfg(not(feature = "testing"))]
+mod why;
+#[cfg(feature = "testing")]
 pub mod world;
 #[cfg(not(feature = "testing"))]
 #[allow(dead_code)]
@@ -28,7 +32,8 @@ use tokio_util::sync::CancellationToken;
 /// Flags of `karpenter-hub sandbox`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SandboxArgs {
-    /// Keep running after the scripted workload, until Ctrl-C.
+    /// Keep running after the scripted workload, reporting its progress as it changes (and why pods
+    /// wait), until Ctrl-C.
     #[arg(long)]
     pub follow: bool,
     /// Directory for the kubeconfigs of the simulated clusters.
@@ -80,9 +85,8 @@ pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(
         scale(&world, i, usize::from(args.pods), "1", "1Gi").await?;
     }
     let _ = writeln!(out, "Scaled each cluster's workload to {} pods (1 CPU, 1Gi each).", args.pods);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout_seconds);
     let target = usize::from(args.pods);
-    let done = watch_until(&world, &mut out, deadline, &shutdown, |p| p.running == target && p.pending == 0).await?;
+    let done = settle(&world, &mut out, Duration::from_secs(args.timeout_seconds), &shutdown, target).await?;
     if done && !shutdown.is_cancelled() {
         let down = target / 2;
         for i in 0..world.clusters.len() {
@@ -126,11 +130,15 @@ pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(
     }
     let _ = writeln!(out, "  fleet: {total:.4} EUR/h");
     if !done {
-        let _ = writeln!(out, "The workload did not settle within {}s; see the log above.", args.timeout_seconds);
+        let _ = writeln!(
+            out,
+            "The workload did not settle within {}s: the pods still pending and why are listed above.",
+            args.timeout_seconds
+        );
     }
     if args.follow && !shutdown.is_cancelled() {
-        let _ = writeln!(out, "\nStill running (--follow): Ctrl-C to stop.");
-        shutdown.cancelled().await;
+        let _ = writeln!(out, "\nStill running (--follow): progress is shown as it changes; Ctrl-C to stop.");
+        follow(&world, &mut out, &shutdown).await?;
     }
     world.shutdown().await;
     if done {
@@ -244,6 +252,77 @@ async fn drain_one(world: &World, out: &mut impl Write, shutdown: &CancellationT
     }
 }
 
+/// Watch until every cluster runs `target` pods with none pending, for at most `timeout`. When they
+/// do not, say why: for each cluster with pods still pending, those pods and their reasons, and its
+/// NodePools' conditions and limits (see [`why::why_pending`]). Whether they settled.
+pub async fn settle(
+    world: &World,
+    out: &mut impl Write,
+    timeout: Duration,
+    shutdown: &CancellationToken,
+    target: usize,
+) -> Result<bool, SandboxError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let done = watch_until(world, out, deadline, shutdown, |p| p.running == target && p.pending == 0).await?;
+    if !done && !shutdown.is_cancelled() {
+        let _ =
+            writeln!(out, "\nNot settled after {}s ({target} running pods per cluster expected):", timeout.as_secs());
+        for (i, c) in world.clusters.iter().enumerate() {
+            let p = world.progress(i).await?;
+            let _ = writeln!(out, "  {}/{}: {} running, {} pending", c.namespace, c.name, p.running, p.pending);
+            for line in why::why_pending(world, i).await? {
+                let _ = writeln!(out, "    {line}");
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// After the script (`--follow`): progress lines as they change and, for a cluster with pods
+/// pending, why, whenever that changes; until `shutdown`.
+pub async fn follow(world: &World, out: &mut impl Write, shutdown: &CancellationToken) -> Result<(), SandboxError> {
+    let started = tokio::time::Instant::now();
+    let mut last: Vec<(Progress, Vec<String>)> = Vec::new();
+    while !shutdown.is_cancelled() {
+        let mut now = Vec::new();
+        for i in 0..world.clusters.len() {
+            now.push((world.progress(i).await?, why::why_pending(world, i).await?));
+        }
+        for (i, (c, (p, why))) in world.clusters.iter().zip(&now).enumerate() {
+            let before = last.get(i);
+            if before.is_none_or(|(b, _)| b != p) {
+                progress_line(out, started, &c.name, p);
+            }
+            if before.is_none_or(|(_, w)| w != why) {
+                for line in why {
+                    let _ = writeln!(out, "        {line}");
+                }
+            }
+        }
+        last = now;
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+    Ok(())
+}
+
+fn progress_line(out: &mut impl Write, started: tokio::time::Instant, cluster: &str, p: &Progress) {
+    let _ = writeln!(
+        out,
+        "[{:>5.1}s] {:<24} pending {:>3}  claims {:>2}  nodegroups {:>2}  nodes ready {:>2}  running {:>3}  {:.4} EUR/h",
+        started.elapsed().as_secs_f64(),
+        cluster,
+        p.pending,
+        p.claims,
+        p.groups,
+        p.nodes_ready,
+        p.running,
+        p.price_per_hour
+    );
+}
+
 /// Print progress every second until `settled` holds for every cluster (true) or the deadline (false).
 async fn watch_until(
     world: &World,
@@ -261,18 +340,7 @@ async fn watch_until(
         }
         if now != last {
             for (c, p) in world.clusters.iter().zip(&now) {
-                let _ = writeln!(
-                    out,
-                    "[{:>5.1}s] {:<24} pending {:>3}  claims {:>2}  nodegroups {:>2}  nodes ready {:>2}  running {:>3}  {:.4} EUR/h",
-                    started.elapsed().as_secs_f64(),
-                    c.name,
-                    p.pending,
-                    p.claims,
-                    p.groups,
-                    p.nodes_ready,
-                    p.running,
-                    p.price_per_hour
-                );
+                progress_line(out, started, &c.name, p);
             }
             last = now.clone();
         }
