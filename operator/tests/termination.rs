@@ -134,7 +134,6 @@ async fn node_events(world: &World, node: &str, reason: &str) -> Vec<String> {
 /// NodeGroup go and the claim is released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_nodeclaim_drains_its_node_in_tier_order_within_budgets() {
-    let _ = tracing_subscriber::fmt().with_env_filter("operator=debug").with_test_writer().try_init();
     let mut world = World::start(&[("team-a", "drain")], |i| quick_cke(i as u64)).await.unwrap();
     apply_pool(&world, |_| {}).await;
     world.start_hub();
@@ -503,35 +502,49 @@ async fn real_api_server_answers_evictions_as_the_drain_expects() {
     eviction_answers(cp.client().await.unwrap(), &format!("drain-{}", suffix())).await;
 }
 
-/// Karpenter-semantics §4.1 and the max-node-lifetime scenario (clever-cloud.md §9): a claim whose
-/// age reaches its pool's `expireAfter` is deleted by the hub at its expiry (not at the next
-/// periodic check), forcefully, and drained like any deletion: its pod is evicted, its NodeGroup
-/// deleted, the claim released, an `Expired` event on it. The pod, recreated as its ReplicaSet
-/// would, runs on a new node of a new claim.
+/// Karpenter-semantics §4.1 and the max-node-lifetime scenario (clever-cloud.md §9), on the hub's
+/// manual clock: a claim whose age reaches its pool's `expireAfter` (1h) is kept one second before
+/// and deleted at its expiry, forcefully, and drained like any deletion: its pod is evicted, its
+/// NodeGroup deleted, the claim released, an `Expired` event on it. The pod, recreated as its
+/// ReplicaSet would, runs on a new node of a new claim.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_claim_is_drained_and_its_node_replaced() {
-    const LIFETIME: i64 = 20;
-    let mut world = World::start(&[("team-a", "expiry")], |i| quick_cke(i as u64)).await.unwrap();
-    apply_pool(&world, |doc| doc["spec"]["template"]["spec"]["expireAfter"] = json!(format!("{LIFETIME}s"))).await;
+    let clock = sim::clock::Clock::manual_now();
+    let mut world = World::start_on(&[("team-a", "expiry")], |i| quick_cke(i as u64), clock.clone()).await.unwrap();
+    apply_pool(&world, |doc| doc["spec"]["template"]["spec"]["expireAfter"] = json!("1h")).await;
     world.start_hub();
     let (claim, node) = one_node(&world).await;
-    assert_eq!(claim.spec.expire_after, format!("{LIFETIME}s"), "the claim carries its pool's expireAfter");
+    assert_eq!(claim.spec.expire_after, "1h", "the claim carries its pool's expireAfter");
     let ns = world.clusters[0].namespace.clone();
     let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &ns);
+    // The world's clock to one second before the claim's expiry (every claim is re-decided when the
+    // clock moves).
     let created = claim.metadata.creation_timestamp.clone().unwrap().0;
-    // Watch the claim until it is being deleted; it must not be before its lifetime is over.
-    let deleted = eventually("the claim deleted at its expiry", Duration::from_secs(LIFETIME as u64 + 30), || async {
-        let c = claims.get_opt(&claim.name_any()).await.unwrap();
-        match c {
-            Some(c) if c.uid() == claim.uid() => c.metadata.deletion_timestamp.map(|t| t.0),
-            // Already released: read the time off the event below.
-            _ => Some(Timestamp::now()),
-        }
+    let expiry = created + k8s_openapi::jiff::SignedDuration::from_hours(1);
+    let to_chrono = |t: Timestamp| chrono_like(t.as_second(), t.subsec_nanosecond());
+    clock.set(to_chrono(expiry - k8s_openapi::jiff::SignedDuration::from_secs(1)));
+    common::wait_quiet("the claim one second before its expiry", DRAIN, Duration::from_secs(2), || async {
+        claims.get(&claim.name_any()).await.unwrap().metadata.deletion_timestamp.is_some()
     })
     .await;
-    let age = deleted.duration_since(created).as_secs();
-    assert!(age >= LIFETIME, "deleted {age}s after creation, before its {LIFETIME}s lifetime");
-    assert!(age <= LIFETIME + 10, "deleted {age}s after creation: the hub must look again at the expiry, not poll");
+    let live = claims.get(&claim.name_any()).await.unwrap();
+    assert!(live.metadata.deletion_timestamp.is_none(), "deleted before its expiry");
+    clock.set(to_chrono(expiry));
+    wait_for("the claim deleted at its expiry", DRAIN, || async {
+        claims.get_opt(&claim.name_any()).await.unwrap().is_none_or(|c| c.metadata.deletion_timestamp.is_some())
+    })
+    .await;
+    // The drain waits 5 s of the hub's time after it began, and the replacement comes up: let time
+    // run while they go.
+    let ticking = {
+        let clock = clock.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                clock.advance(Duration::from_secs(1));
+            }
+        })
+    };
     let groups: Api<NodeGroup> = Api::all(world.clusters[0].client());
     let pods: Api<Pod> = Api::namespaced(world.clusters[0].client(), "default");
     wait_for("the pod evicted, the NodeGroup and the claim gone", DRAIN, || async {
@@ -581,7 +594,13 @@ async fn an_expired_claim_is_drained_and_its_node_replaced() {
         .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(new_node.as_str()));
     let owner = owner.expect("the new node belongs to a claim");
     assert_ne!(owner.uid(), claim.uid(), "the replacement node {new_node} (old: {node}) is a new claim's");
+    ticking.abort();
     world.shutdown().await;
+}
+
+/// A jiff instant (the hub's) as a chrono one (the sim clock's).
+fn chrono_like(secs: i64, nanos: i32) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp(secs, u32::try_from(nanos).unwrap()).unwrap()
 }
 
 /// §10.10 item 143 (§5.2 step 2): a claim deleted while its Node is NotReady and its NodeGroup is

@@ -413,7 +413,14 @@ fn live(f: &Facts<'_>, s: &Settings, expiry: Option<Duration>) -> Decision {
                     }
                 }
             }
-            match repair(node, f.pool, &s.repair, now) {
+            // Repair is for nodes that worked: one that never became Ready is the registration
+            // and initialization timeouts' business.
+            let repairable = if conditions::is_true(&status.conditions, INITIALIZED) {
+                repair(node, f.pool, &s.repair, now)
+            } else {
+                Repair::Healthy
+            };
+            match repairable {
                 Repair::Healthy => {}
                 Repair::RecheckIn(t) => requeue = requeue.min(t),
                 Repair::Blocked { condition, limit } => {
@@ -773,8 +780,7 @@ fn terminate(f: &Facts<'_>) -> Decision {
     if changed {
         d = d.then(Write::Status(Box::new(status)));
     }
-    let why = if d.why.is_empty() { "NodeClaim terminated".to_string() } else { d.why.clone() };
-    d.then(Write::RemoveFinalizer).because(why)
+    d.then(Write::RemoveFinalizer)
 }
 
 /// One drain pass over a Node (§5.2 steps 4–5): taint and label it, mark `Drained=Unknown(Draining)`,
@@ -1116,6 +1122,18 @@ mod tests {
         let mut f = facts(&c, NodeMatch::One(&n), Group::Cached, t(100 + 1800));
         f.pool = pool;
         assert_eq!(deletes(&decide(&f, &s)), Some(DeleteReason::Unhealthy));
+    }
+
+    #[test]
+    fn a_node_that_never_initialized_is_not_repaired() {
+        // It never worked: the registration and initialization timeouts deal with it.
+        let mut c = registered_claim();
+        let s = c.status.as_mut().unwrap();
+        conditions::set(&mut s.conditions, INITIALIZED, UNKNOWN, "NodeNotReady", "", Some(1), t(20));
+        let n = node("False", t(0));
+        let d = decide(&facts(&c, NodeMatch::One(&n), Group::Cached, t(99_999)), &Settings::default());
+        assert_eq!(deletes(&d), None);
+        assert!(!has(&d, |w| matches!(w, Write::Event(e) if e.reason == NODE_REPAIR_BLOCKED)));
     }
 
     #[test]

@@ -107,14 +107,26 @@ impl World {
     /// `cke(i)`) per `(namespace, cluster)`, create the namespaces and register every cluster
     /// through its `<cluster>-kubeconfig` Secret. The hub is not started: see [`World::start_hub`].
     pub async fn start(clusters: &[(&str, &str)], cke: impl Fn(usize) -> SimCkeConfig) -> Result<World, SandboxError> {
-        let mgmt = ApiServer::start(ApiServerConfig::management("management"))
+        World::start_on(clusters, cke, sim::clock::Clock::real()).await
+    }
+
+    /// [`World::start`] with the management emulator and the hub on `clock`: a manual clock lets a
+    /// test move the hub's time forward, and the claims' creation and deletion timestamps agree
+    /// with it. The workload emulators and the simulated CKEs keep the wall clock (CKE's delays
+    /// count from the timestamps of the objects it watches).
+    pub async fn start_on(
+        clusters: &[(&str, &str)],
+        cke: impl Fn(usize) -> SimCkeConfig,
+        clock: sim::clock::Clock,
+    ) -> Result<World, SandboxError> {
+        let mgmt = ApiServer::start(ApiServerConfig::management("management").with_clock(clock.clone()))
             .await
             .map_err(|e| SandboxError::Start(e.to_string()))?;
         let mut world = World {
             mgmt,
             clusters: Vec::new(),
             hub: None,
-            hub_settings: hub::Settings::default(),
+            hub_settings: hub::Settings { clock: clock.clone(), ..hub::Settings::default() },
             registry_settings: registry::Settings {
                 probe_interval: Duration::from_secs(2),
                 probe_timeout: Duration::from_secs(2),

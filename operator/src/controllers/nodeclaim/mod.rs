@@ -361,6 +361,7 @@ async fn carry_out(
             match c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&with_finalizer(c.obj, false))).await {
                 Ok(_) => {
                     hub.metrics.nodeclaims_terminated.get(&c.pool()).inc();
+                    tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, "NodeClaim terminated");
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(e.into()),
