@@ -219,6 +219,8 @@ async fn deleting_a_nodeclaim_drains_its_node_in_tier_order_within_budgets() {
 
     // Relax the budget: the tiers go in order, then the Node and the NodeGroup.
     pdbs.patch("guard", &PatchParams::default(), &Patch::Merge(json!({"spec": {"minAvailable": 0}}))).await.unwrap();
+    let unprotect = json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: null}}});
+    pods.patch("precious", &PatchParams::default(), &Patch::Merge(unprotect)).await.unwrap();
     let mut went: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
     let start = tokio::time::Instant::now();
     loop {
@@ -895,9 +897,9 @@ async fn disconnect_mid_drain(cluster: &str, cut: impl Fn(&sim::apiserver::Fault
 /// The drain on real control planes (issue 11 item 6): the hub against a management and a workload
 /// kube-apiserver (kube-controller-manager computing PodDisruptionBudget status), `sim-cke`
 /// standing in for CKE in the workload plane. A NodeClaim deleted: the ordinary pod is evicted, a
-/// budget with `minAvailable: 1` holds the guarded pod (and the critical pod behind it, a later
-/// tier) until it is relaxed, then the guarded pod goes before the critical one, then the Node
-/// and the NodeGroup, and the claim is released.
+/// budget with `minAvailable: 1` holds the guarded pod and `karpenter.sh/do-not-disrupt` the
+/// precious one (and both the critical pod behind them, a later tier) until they are relaxed, then
+/// those two go before the critical one, then the Node and the NodeGroup, and the claim is released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_drain_runs_in_tier_order_within_budgets_on_real_api_servers() {
     use k8s_openapi::{
@@ -992,6 +994,8 @@ async fn the_drain_runs_in_tier_order_within_budgets_on_real_api_servers() {
     .await;
     let node = claim.status.as_ref().and_then(|s| s.node_name.clone()).unwrap();
     pods.create(&PostParams::default(), &bound("guarded", &node, json!({}))).await.unwrap();
+    let precious = json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: "true"}}});
+    pods.create(&PostParams::default(), &bound("precious", &node, precious)).await.unwrap();
     let critical = json!({"spec": {"priorityClassName": "system-node-critical"}});
     pods.create(&PostParams::default(), &bound("critical", &node, critical)).await.unwrap();
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(wl.clone(), "default");
@@ -1003,7 +1007,7 @@ async fn the_drain_runs_in_tier_order_within_budgets_on_real_api_servers() {
     };
     wait_for("the pods running", NODE_UP, || async {
         let list = pods.list(&ListParams::default()).await.unwrap().items;
-        ["web-0", "guarded", "critical"].iter().all(|n| is_running(&list, n))
+        ["web-0", "guarded", "precious", "critical"].iter().all(|n| is_running(&list, n))
     })
     .await;
     wait_for("kube-controller-manager's budget status: one healthy, none allowed", NODE_UP, || async {
@@ -1020,12 +1024,12 @@ async fn the_drain_runs_in_tier_order_within_budgets_on_real_api_servers() {
         deleting_or_gone(&pods.list(&ListParams::default()).await.unwrap().items, "web-0")
     })
     .await;
-    // The budget holds the drain: the guarded pod and the later tier stay, and so do the Node and
-    // the NodeGroup, over several drain passes.
+    // The budget holds the drain, and so does the do-not-disrupt pod: both stay with the later
+    // tier, and so do the Node and the NodeGroup, over several drain passes.
     let deadline = tokio::time::Instant::now() + HOLD;
     while tokio::time::Instant::now() < deadline {
         let list = pods.list(&ListParams::default()).await.unwrap().items;
-        for name in ["guarded", "critical"] {
+        for name in ["guarded", "precious", "critical"] {
             assert!(!deleting_or_gone(&list, name), "{name} went while the budget allowed nothing");
         }
         assert!(nodes.get_opt(&node).await.unwrap().is_some(), "the node went before its drain");
@@ -1042,11 +1046,13 @@ async fn the_drain_runs_in_tier_order_within_budgets_on_real_api_servers() {
     assert!(blocking, "FailedDraining reported while the budget refuses");
 
     pdbs.patch("guard", &PatchParams::default(), &Patch::Merge(json!({"spec": {"minAvailable": 0}}))).await.unwrap();
+    let unprotect = json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: null}}});
+    pods.patch("precious", &PatchParams::default(), &Patch::Merge(unprotect)).await.unwrap();
     let mut went: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
     let started = tokio::time::Instant::now();
     loop {
         let list = pods.list(&ListParams::default()).await.unwrap().items;
-        for name in ["guarded", "critical"] {
+        for name in ["guarded", "precious", "critical"] {
             if deleting_or_gone(&list, name) {
                 went.entry(name.to_string()).or_insert_with(tokio::time::Instant::now);
             }
@@ -1057,11 +1063,12 @@ async fn the_drain_runs_in_tier_order_within_budgets_on_real_api_servers() {
         assert!(started.elapsed() < DRAIN, "timed out draining; gone so far: {went:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (g, c) = (went.get("guarded"), went.get("critical"));
+    let (g, p, c) = (went.get("guarded"), went.get("precious"), went.get("critical"));
     assert!(g.is_some() && c.is_some() && g < c, "the ordinary tier goes before the critical one: {went:?}");
+    assert!(p.is_some() && p < c, "the released do-not-disrupt pod goes with its tier: {went:?}");
     // Evicted, not deleted: the hub's `Evicted` event on each pod.
     let evicted = evicted_pods(&wl).await;
-    for name in ["web-0", "guarded", "critical"] {
+    for name in ["web-0", "guarded", "precious", "critical"] {
         assert!(evicted.iter().any(|n| n == name), "no Evicted event on {name}: {evicted:?}");
     }
     wait_for("the claim released", DRAIN, || async { claims.get_opt(&claim.name_any()).await.unwrap().is_none() })
