@@ -280,6 +280,13 @@ pub fn build_input_with_volumes(
                 if is_daemonset_pod(&p.metadata) || is_static_pod(&p.metadata) || is_terminal(p) {
                     continue;
                 }
+                // §5.5: a pod already terminating is on its way out with its controller's
+                // replacement (a ReplicaSet's new pod is pending on its own); only a StatefulSet's
+                // pod keeps its identity and must be re-homed as itself.
+                let stateful = p.metadata.owner_references.iter().flatten().any(|o| o.kind == "StatefulSet");
+                if p.metadata.deletion_timestamp.is_some() && !stateful {
+                    continue;
+                }
                 if let Some(why) = blocks_eviction(p, &snapshot.pdbs) {
                     out.notes
                         .push(format!("{obj}: stays on leaving node {node} ({why}); no capacity is launched for it"));
@@ -1215,6 +1222,30 @@ mod tests {
         let c = convert(&snap, PendingRule::Unschedulable);
         assert_eq!(names(&c), vec!["web"]);
         assert!(c.input.nodes.is_empty(), "a leaving node is no capacity");
+    }
+
+    #[test]
+    fn terminating_pods_of_a_leaving_node_are_provisioned_for_only_when_a_statefulset_owns_them() {
+        // Issue 13 item 12, karpenter-semantics §5.5.
+        let node: K8sNode = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "old", "labels": {"karpenter.sh/nodepool": "default"}, "deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "status": {"capacity": {"cpu": "6", "memory": "7937580Ki", "pods": "110"}}}))
+        .unwrap();
+        let owned = |kind: &str| json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": kind, "name": "o", "uid": "u"}]}, "spec": {"nodeName": "old"}});
+        let snap = Snapshot {
+            node_pools: vec![pool()],
+            nodes: vec![node],
+            pods: vec![
+                pod("from-replicaset", owned("ReplicaSet")),
+                pod("bare", json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"nodeName": "old"}})),
+                pod("from-statefulset", owned("StatefulSet")),
+                pod("running", json!({"spec": {"nodeName": "old"}})),
+            ],
+            ..Snapshot::default()
+        };
+        let c = convert(&snap, PendingRule::Unschedulable);
+        assert_eq!(names(&c), vec!["from-statefulset", "running"]);
     }
 
     #[test]
