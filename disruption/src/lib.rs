@@ -1,0 +1,11 @@
+//! The disruption core: which of a scope's nodes to remove or replace, and why — budgets at
+//! runtime, candidates, emptiness and drift (karpenter-semantics §4, §9).
+//!
+//! Owns the decisions only. Must not do I/O, read a clock (`now` is an argument), log, or know
+//! about a Kubernetes client: callers build plain facts from their cache, call these functions and
+//! apply the result (taints, conditions, claims, events). Simulations reuse the `scheduling` crate
+//! unchanged.
+
+pub mod budgets;
+
+pub use budgets::{BudgetError, Budgets, Disrupting, allowed};
