@@ -7,5 +7,11 @@
 //! unchanged.
 
 pub mod budgets;
+pub mod candidates;
+pub mod facts;
+#[cfg(test)]
+mod testkit;
 
 pub use budgets::{BudgetError, Budgets, Disrupting, allowed};
+pub use candidates::{Candidate, Candidates, Excluded, Method, allowances, candidates};
+pub use facts::{Drift, NodeFacts, Owner, PdbFacts, PodFacts, PoolFacts, Scope};

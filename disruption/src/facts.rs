@@ -1,0 +1,286 @@
+//! The plain facts the disruption decisions read: a scope's pools and its nodes (one per NodeClaim)
+//! with their pods, PDB verdicts and annotations, already reduced from API objects by the caller.
+//!
+//! Owns shapes and the small per-fact rules (pod classes, eviction cost, do-not-disrupt values),
+//! nothing else. No API types here, so tests and `plan` build facts cheaply.
+
+use crds::admission::schedule::parse_duration;
+use crds::nodepool::{ConsolidationPolicy, Disruption, DisruptionReason};
+use jiff::Timestamp;
+
+use crate::budgets::Budgets;
+
+/// One scope (namespace, cluster): its pools and the nodes of its NodeClaims.
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    /// NodePools of the scope.
+    pub pools: Vec<PoolFacts>,
+    /// One entry per NodeClaim of the scope.
+    pub nodes: Vec<NodeFacts>,
+}
+
+impl Scope {
+    /// The pool named `name`.
+    pub fn pool(&self, name: &str) -> Option<&PoolFacts> {
+        self.pools.iter().find(|p| p.name == name)
+    }
+}
+
+/// What disruption needs of a NodePool.
+#[derive(Debug, Clone)]
+pub struct PoolFacts {
+    /// Name.
+    pub name: String,
+    /// `spec.disruption.consolidationPolicy`.
+    pub policy: ConsolidationPolicy,
+    /// `spec.disruption.consolidateAfter` in seconds; `None` for `Never` (no consolidation, no emptiness).
+    pub consolidate_after: Option<u64>,
+    /// `spec.disruption.budgets`, parsed.
+    pub budgets: Budgets,
+    /// The pool's node class resolves to instance types (else its nodes are not candidates).
+    pub types_resolve: bool,
+}
+
+impl PoolFacts {
+    /// Facts of a pool from its `spec.disruption`. An unreadable `consolidateAfter` (the webhook
+    /// refuses them) is taken as `Never`: doing nothing is the safe reading.
+    pub fn from_spec(name: &str, disruption: &Disruption, types_resolve: bool) -> PoolFacts {
+        PoolFacts {
+            name: name.to_string(),
+            policy: disruption.consolidation_policy,
+            consolidate_after: parse_duration(&disruption.consolidate_after, true).ok().flatten(),
+            budgets: Budgets::parse(&disruption.budgets),
+            types_resolve,
+        }
+    }
+}
+
+/// Why a claim is drifted (its `Drifted=True` condition).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    /// `NodePoolDrifted`, `RequirementsDrifted`, `InstanceTypeNotFound` or a provider reason.
+    pub reason: String,
+    /// When the condition turned True (oldest drift goes first).
+    pub since: Timestamp,
+}
+
+/// One NodeClaim and its Node, as disruption sees them.
+#[derive(Debug, Clone)]
+pub struct NodeFacts {
+    /// NodeClaim name.
+    pub claim: String,
+    /// Node name, when the Node exists.
+    pub node: Option<String>,
+    /// `karpenter.sh/nodepool` label of the Node (or claim).
+    pub nodepool: Option<String>,
+    /// The Node is labelled `karpenter.sh/initialized=true`.
+    pub initialized: bool,
+    /// The Node's `Ready` condition is True.
+    pub node_ready: bool,
+    /// The claim has `InstanceTerminating=True` (not counted in the pool's budget base).
+    pub instance_terminating: bool,
+    /// Marked for deletion: in-memory mark, claim or Node deleting, `InstanceTerminating`.
+    pub marked_for_deletion: bool,
+    /// Nominated for pending pods by the provisioner (recently, per the nomination window).
+    pub nominated: bool,
+    /// Part of a queued disruption command.
+    pub queued: bool,
+    /// `karpenter.sh/do-not-disrupt: "true"` on the Node or the claim.
+    pub do_not_disrupt: bool,
+    /// `Consolidatable=True`.
+    pub consolidatable: bool,
+    /// `Drifted=True`, with its reason and since when.
+    pub drifted: Option<Drift>,
+    /// The claim's `DisruptionReason`, when it is a budget reason (charged to that reason's budgets).
+    pub disruption_reason: Option<DisruptionReason>,
+    /// `spec.terminationGracePeriod` in seconds.
+    pub termination_grace_period: Option<u64>,
+    /// Creation time of the claim.
+    pub created: Timestamp,
+    /// `spec.expireAfter` in seconds; `None` for `Never`.
+    pub expire_after: Option<u64>,
+    /// `node.kubernetes.io/instance-type` label.
+    pub instance_type: Option<String>,
+    /// `topology.kubernetes.io/zone` label.
+    pub zone: Option<String>,
+    /// `karpenter.sh/capacity-type` label.
+    pub capacity_type: Option<String>,
+    /// Hourly price of the node's offering (0 when unknown).
+    pub price: f64,
+    /// Pods bound to the Node.
+    pub pods: Vec<PodFacts>,
+}
+
+impl NodeFacts {
+    /// A claim with an initialized, Ready node and nothing else set (tests and `plan` fill the rest).
+    pub fn new(claim: &str, nodepool: &str, created: Timestamp) -> NodeFacts {
+        NodeFacts {
+            claim: claim.to_string(),
+            node: Some(claim.to_string()),
+            nodepool: Some(nodepool.to_string()),
+            initialized: true,
+            node_ready: true,
+            instance_terminating: false,
+            marked_for_deletion: false,
+            nominated: false,
+            queued: false,
+            do_not_disrupt: false,
+            consolidatable: true,
+            drifted: None,
+            disruption_reason: None,
+            termination_grace_period: None,
+            created,
+            expire_after: None,
+            instance_type: None,
+            zone: None,
+            capacity_type: None,
+            price: 0.0,
+            pods: Vec::new(),
+        }
+    }
+
+    /// Pods that would need a new place if the node went (§4.4, §4.6).
+    pub fn reschedulable_pods(&self) -> impl Iterator<Item = &PodFacts> {
+        self.pods.iter().filter(|p| p.reschedulable())
+    }
+
+    /// No reschedulable pod (hub decision §9 D1: cost plays no part).
+    pub fn is_empty(&self) -> bool {
+        self.reschedulable_pods().next().is_none()
+    }
+
+    /// `1 + Σ max(0, eviction cost)` of the reschedulable pods (§4.4).
+    pub fn reschedule_cost(&self) -> f64 {
+        1.0 + self.reschedulable_pods().map(|p| p.eviction_cost().max(0.0)).sum::<f64>()
+    }
+
+    /// `price / reschedule_cost`: candidates are tried in decreasing order of this.
+    pub fn savings_ratio(&self) -> f64 {
+        self.price / self.reschedule_cost()
+    }
+
+    /// `Σ eviction cost of all pods × lifetime remaining` (§4.4).
+    pub fn disruption_cost(&self, now: Timestamp) -> f64 {
+        let remaining = match self.expire_after {
+            Some(expire) if expire > 0 => {
+                let age = now.duration_since(self.created).as_secs_f64();
+                ((expire as f64 - age) / expire as f64).clamp(0.0, 1.0)
+            }
+            Some(_) => 0.0,
+            None => 1.0,
+        };
+        self.pods.iter().map(PodFacts::eviction_cost).sum::<f64>() * remaining
+    }
+}
+
+/// What owns a pod, as far as disruption cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Owner {
+    /// A Deployment's ReplicaSet, a Job, a bare pod, ...
+    #[default]
+    Other,
+    /// A DaemonSet: recreated on every node, never rescheduled.
+    DaemonSet,
+    /// A StatefulSet: a terminating pod still needs its place (it is recreated only once gone).
+    StatefulSet,
+    /// The Node (a mirror pod of a static pod).
+    Node,
+}
+
+/// A PodDisruptionBudget matching a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PdbFacts {
+    /// `namespace/name`.
+    pub name: String,
+    /// `status.disruptionsAllowed`.
+    pub disruptions_allowed: i32,
+    /// `unhealthyPodEvictionPolicy: AlwaysAllow`.
+    pub always_allow_unhealthy: bool,
+}
+
+/// A pod bound to a node.
+#[derive(Debug, Clone, Default)]
+pub struct PodFacts {
+    /// `namespace/name`.
+    pub name: String,
+    /// Its owner kind.
+    pub owner: Owner,
+    /// Phase `Succeeded` or `Failed`.
+    pub terminal: bool,
+    /// Has a deletion timestamp.
+    pub terminating: bool,
+    /// `Ready=True`.
+    pub ready: bool,
+    /// Tolerates `karpenter.sh/disrupted:NoSchedule` (the drain leaves it alone).
+    pub tolerates_disrupted: bool,
+    /// `status.startTime` (else creation): the start of a do-not-disrupt duration.
+    pub started: Option<Timestamp>,
+    /// The `karpenter.sh/do-not-disrupt` annotation, as written.
+    pub do_not_disrupt: Option<String>,
+    /// PDBs whose selector matches the pod.
+    pub pdbs: Vec<PdbFacts>,
+    /// `controller.kubernetes.io/pod-deletion-cost`.
+    pub deletion_cost: i32,
+    /// `spec.priority`.
+    pub priority: i32,
+}
+
+/// What a pod's `karpenter.sh/do-not-disrupt` annotation says at `now`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DoNotDisrupt {
+    /// No annotation, or a duration that has run out.
+    No,
+    /// `"true"`, or a duration still running.
+    Yes,
+    /// Neither `"true"` nor a duration: ignored, with a warning naming the value.
+    Invalid(String),
+}
+
+impl PodFacts {
+    /// Not terminal and not terminating.
+    pub fn active(&self) -> bool {
+        !self.terminal && !self.terminating
+    }
+
+    /// Needs a new place if its node goes: active (or a terminating StatefulSet pod), neither a
+    /// DaemonSet pod nor a mirror pod.
+    pub fn reschedulable(&self) -> bool {
+        let alive = self.active() || (self.owner == Owner::StatefulSet && self.terminating && !self.terminal);
+        alive && !matches!(self.owner, Owner::DaemonSet | Owner::Node)
+    }
+
+    /// The drain would evict it: active, not a mirror pod, not tolerating the disrupted taint.
+    pub fn evictable(&self) -> bool {
+        self.active() && self.owner != Owner::Node && !self.tolerates_disrupted
+    }
+
+    /// `clamp(1 + deletion_cost / 2^27 + priority / 2^25, −10, 10)` (§4.4).
+    pub fn eviction_cost(&self) -> f64 {
+        (1.0 + f64::from(self.deletion_cost) / 2f64.powi(27) + f64::from(self.priority) / 2f64.powi(25))
+            .clamp(-10.0, 10.0)
+    }
+
+    /// The annotation's verdict at `now`: `"true"` holds forever, a duration (`30m`) from the pod's
+    /// start; a pod without a known start keeps a duration in force (the cautious reading).
+    pub fn do_not_disrupt_at(&self, now: Timestamp) -> DoNotDisrupt {
+        let Some(value) = self.do_not_disrupt.as_deref() else {
+            return DoNotDisrupt::No;
+        };
+        match value {
+            "true" => return DoNotDisrupt::Yes,
+            "false" => return DoNotDisrupt::No,
+            _ => {}
+        }
+        match parse_duration(value, false) {
+            Ok(Some(seconds)) => match self.started {
+                Some(started)
+                    if now.duration_since(started).as_secs() >= i64::try_from(seconds).unwrap_or(i64::MAX) =>
+                {
+                    DoNotDisrupt::No
+                }
+                _ => DoNotDisrupt::Yes,
+            },
+            _ => DoNotDisrupt::Invalid(value.to_string()),
+        }
+    }
+}
