@@ -12,8 +12,8 @@ use std::{
 };
 
 use operator::infra::metrics::{
-    CatalogLabels, ClusterLabels, MethodErrorLabels, MethodLabels, Metrics, PhaseLabels, PoolLabels, PoolReasonLabels,
-    PoolResourceLabels, ResultLabels,
+    CatalogLabels, ClaimLabels, ClusterLabels, MethodErrorLabels, MethodLabels, Metrics, PhaseLabels, PoolLabels,
+    PoolReasonLabels, PoolResourceLabels, ResultLabels,
 };
 
 fn repo_file(path: &str) -> (PathBuf, String) {
@@ -78,6 +78,10 @@ fn hub_exposition() -> String {
     m.nodes_drained.get(&pool).inc();
     m.pods_drained.get(&pool_reason).inc();
     m.eviction_requests.get(&result).inc();
+    m.termination_duration.get(&pool).observe(12.0);
+    m.drain_waiting_pods
+        .get(&ClaimLabels { cluster: cluster.clone(), nodepool: "default".into(), nodeclaim: "default-x".into() })
+        .set(1);
     m.nodepool_usage.get(&pool_resource).set(1.0);
     m.nodepool_limit.get(&pool_resource).set(1.0);
     m.nodepool_price.get(&pool).set(0.1);

@@ -216,11 +216,19 @@ async fn deleting_a_nodeclaim_drains_its_node_in_tier_order_within_budgets() {
         world.clusters[0].server.requests().count("create", "pods/eviction") >= 2,
         "the refused eviction is retried"
     );
+    let waiting = format!(
+        "karpenter_hub_nodeclaims_drain_waiting_pods{{cluster=\"team-a/drain\",nodepool=\"default\",nodeclaim=\"{}\"}}",
+        claim.name_any()
+    );
+    // The restarted hub's own series: the drain it resumed waits for pods.
+    wait_for("the blocked drain's waiting pods in the hub's metrics", DRAIN, || async {
+        let shown = world.metrics.render();
+        shown.lines().find_map(|l| l.strip_prefix(waiting.as_str())).map(str::trim).is_some_and(|v| v != "0")
+    })
+    .await;
 
     // Relax the budget: the tiers go in order, then the Node and the NodeGroup.
     pdbs.patch("guard", &PatchParams::default(), &Patch::Merge(json!({"spec": {"minAvailable": 0}}))).await.unwrap();
-    let unprotect = json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: null}}});
-    pods.patch("precious", &PatchParams::default(), &Patch::Merge(unprotect)).await.unwrap();
     let mut went: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
     let start = tokio::time::Instant::now();
     loop {
@@ -245,6 +253,14 @@ async fn deleting_a_nodeclaim_drains_its_node_in_tier_order_within_budgets() {
     }
     wait_for("the claim released", DRAIN, || async { claims.get_opt(&claim.name_any()).await.unwrap().is_none() })
         .await;
+    let shown = world.metrics.render();
+    assert!(!shown.contains(&waiting), "the waiting-pods series goes with the drain");
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("karpenter_nodeclaims_termination_duration_seconds_count{") && l.ends_with(" 1")),
+        "one termination measured"
+    );
     world.shutdown().await;
 }
 

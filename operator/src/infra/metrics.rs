@@ -53,6 +53,13 @@ pub struct PoolReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct ClaimLabels {
+    pub cluster: String,
+    pub nodepool: String,
+    pub nodeclaim: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct PoolResourceLabels {
     pub cluster: String,
     pub nodepool: String,
@@ -93,6 +100,7 @@ macro_rules! per_cluster {
 }
 per_cluster!(
     ClusterLabels,
+    ClaimLabels,
     PhaseLabels,
     ResultLabels,
     PoolLabels,
@@ -184,6 +192,11 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 14))
 }
 
+/// From a second to about four hours: a drain lasts as long as its pods' budgets and grace periods.
+fn termination_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 14))
+}
+
 /// Every metric of the process. Karpenter's names where Karpenter has the metric (with a `cluster`
 /// label added), `karpenter_hub_` for the CKE provider's and the hub's own (clever-cloud.md §8).
 /// Counters are registered without `_total`; the encoder appends it.
@@ -207,6 +220,8 @@ pub struct Metrics {
     pub nodes_drained: Tracked<PoolLabels, Counter>,
     pub pods_drained: Tracked<PoolReasonLabels, Counter>,
     pub eviction_requests: Tracked<ResultLabels, Counter>,
+    pub termination_duration: Tracked<PoolLabels, Histogram, Buckets>,
+    pub drain_waiting_pods: Tracked<ClaimLabels, Gauge>,
     pub nodepool_usage: Tracked<PoolResourceLabels, FloatGauge>,
     pub nodepool_limit: Tracked<PoolResourceLabels, FloatGauge>,
     /// Σ catalogue price of the pool's launched claims, EUR/h.
@@ -270,6 +285,8 @@ impl Metrics {
             nodepool_price: Tracked::default(),
             queue_depth: Tracked::default(),
             unschedulable_pods: Tracked::default(),
+            termination_duration: Tracked::with_constructor(termination_histogram as Buckets),
+            drain_waiting_pods: Tracked::default(),
             scheduling_duration: Tracked::with_constructor(latency_histogram as Buckets),
             cloudprovider_duration: Tracked::with_constructor(latency_histogram as Buckets),
             cloudprovider_errors: Tracked::default(),
@@ -356,6 +373,18 @@ impl Metrics {
             "karpenter_nodes_eviction_requests",
             "Eviction requests made by node termination, by HTTP status code (result; 0: no answer)",
             &m.eviction_requests,
+        );
+        register(
+            &mut r,
+            "karpenter_nodeclaims_termination_duration_seconds",
+            "Time from a NodeClaim's deletion to the release of its finalizer (drain, volumes, NodeGroup), by owning NodePool",
+            &m.termination_duration,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_nodeclaims_drain_waiting_pods",
+            "Pods the drain of a leaving NodeClaim's node is waiting for (refused evictions, do-not-disrupt, terminating)",
+            &m.drain_waiting_pods,
         );
         register(
             &mut r,
@@ -514,6 +543,8 @@ impl Metrics {
         self.nodes_drained.forget(cluster);
         self.pods_drained.forget(cluster);
         self.eviction_requests.forget(cluster);
+        self.termination_duration.forget(cluster);
+        self.drain_waiting_pods.forget(cluster);
         self.nodepool_usage.forget(cluster);
         self.nodepool_limit.forget(cluster);
         self.nodepool_price.forget(cluster);

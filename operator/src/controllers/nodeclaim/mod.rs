@@ -38,7 +38,7 @@ use crate::{
     },
     infra::{
         hub::Hub,
-        metrics::{Metrics, PoolLabels, PoolReasonLabels},
+        metrics::{ClaimLabels, Metrics, PoolLabels, PoolReasonLabels},
         registry::{ClusterKey, Connection},
     },
 };
@@ -112,6 +112,11 @@ impl Claim<'_> {
             cluster: self.key.to_string(),
             nodepool: self.obj.labels().get(labels::NODEPOOL).cloned().unwrap_or_default(),
         }
+    }
+
+    fn claim_labels(&self) -> ClaimLabels {
+        let PoolLabels { cluster, nodepool } = self.pool();
+        ClaimLabels { cluster, nodepool, nodeclaim: self.name.clone() }
     }
 
     fn disrupted(&self, reason: &str) -> PoolReasonLabels {
@@ -338,12 +343,15 @@ async fn carry_out(
             }
         }
         Write::Drain(pass) => {
+            let waiting = i64::try_from(pass.waiting.len()).unwrap_or(i64::MAX);
+            hub.metrics.drain_waiting_pods.get(&c.claim_labels()).set(waiting);
             if let Some(node) = node {
                 drain::carry_out(c, hub, conn, node, &pass).await;
             }
         }
         Write::NodeDrained => {
             hub.metrics.nodes_drained.get(&c.pool()).inc();
+            hub.metrics.drain_waiting_pods.remove(&c.claim_labels());
         }
         Write::DeleteGroup => {
             let groups: Api<NodeGroup> = Api::all(conn.client.clone());
@@ -361,6 +369,11 @@ async fn carry_out(
             match c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&with_finalizer(c.obj, false))).await {
                 Ok(_) => {
                     hub.metrics.nodeclaims_terminated.get(&c.pool()).inc();
+                    hub.metrics.drain_waiting_pods.remove(&c.claim_labels());
+                    if let Some(deleted) = c.obj.metadata.deletion_timestamp.as_ref() {
+                        let took = hub.now().duration_since(deleted.0).as_secs_f64().max(0.0);
+                        hub.metrics.termination_duration.get(&c.pool()).observe(took);
+                    }
                     tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, "NodeClaim terminated");
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
