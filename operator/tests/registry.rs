@@ -187,6 +187,60 @@ async fn a_cluster_registered_twice_on_the_emulator_gets_claims_from_its_first_r
     workload.shutdown().await;
 }
 
+/// A hub (re)started with both registrations present: the older Secret speaks for the cluster
+/// whichever connects first (here the younger is listed, so started, first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_start_the_older_registration_speaks_for_the_cluster_whichever_connects_first() {
+    let workload = ApiServer::start(ApiServerConfig::workload("alpha").with_seed(4)).await.unwrap();
+    let kubeconfig = serde_json::to_vec(&workload.kubeconfig()).unwrap();
+    let cke = CancellationToken::new();
+    let (client, stop) = (workload.client(), cke.clone());
+    tokio::spawn(async move { sim::cke::run(client, quick_cke(1), stop.cancelled_owned()).await });
+    let _stop_cke = cke.drop_guard();
+    let mgmt_server = ApiServer::start(ApiServerConfig::management("management")).await.unwrap();
+    let mgmt = mgmt_server.client();
+    register(&mgmt, "team-z", "older", &kubeconfig, json!({})).await;
+    let created = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(mgmt.clone(), "team-z")
+        .get("older-kubeconfig")
+        .await
+        .unwrap()
+        .metadata
+        .creation_timestamp
+        .unwrap()
+        .0
+        .as_second();
+    // Creation times have a one-second resolution: the next registration is a second younger.
+    wait_for("the next second", Duration::from_secs(3), || async move {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 > created
+    })
+    .await;
+    register(&mgmt, "team-a", "younger", &kubeconfig, json!({})).await;
+    let mut pod = workload_pod("web-0", "1", "1Gi");
+    pod.metadata.namespace = Some("default".into());
+    Api::<Pod>::namespaced(workload.client(), "default").create(&PostParams::default(), &pod).await.unwrap();
+
+    let shutdown = CancellationToken::new();
+    let hub = tokio::spawn(run::run_with(
+        mgmt.clone(),
+        hub::Settings::default(),
+        registry::Settings { reconnect_min: Duration::from_millis(200), ..registry::Settings::default() },
+        Arc::new(Metrics::new()),
+        shutdown.clone(),
+    ));
+    wait_for("the older registration connected and the younger refused", WAIT, || async {
+        let older = reachable(&mgmt, "team-z").await;
+        let younger = reachable(&mgmt, "team-a").await;
+        older.is_some_and(|(s, r, _)| s == "True" && r == "Connected")
+            && younger.is_some_and(|(_, r, m)| r == "DuplicateCluster" && m.contains("team-z/older"))
+    })
+    .await;
+    wait_for("a claim of the older registration", WAIT, || async { !claims(&mgmt, "team-z").await.is_empty() }).await;
+    shutdown.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(20), hub).await;
+    mgmt_server.shutdown().await;
+    workload.shutdown().await;
+}
+
 /// Serve the NodeGroup API on a real control plane (the test CRD, as on a cluster without CKE).
 async fn serve_nodegroups(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
