@@ -9,9 +9,13 @@
 pub mod budgets;
 pub mod candidates;
 pub mod facts;
+pub mod methods;
+#[cfg(test)]
+mod proptests;
 #[cfg(test)]
 mod testkit;
 
 pub use budgets::{BudgetError, Budgets, Disrupting, allowed};
 pub use candidates::{Candidate, Candidates, Excluded, Method, allowances, candidates};
 pub use facts::{Drift, NodeFacts, Owner, PdbFacts, PodFacts, PoolFacts, Scope};
+pub use methods::{Command, Outcome, Simulation, Simulator, drift, emptiness, validate_emptiness};

@@ -44,3 +44,19 @@ pub fn pdb(name: &str, allowed: i32) -> PdbFacts {
 pub fn scope(nodes: Vec<NodeFacts>) -> Scope {
     Scope { pools: vec![pool("default")], nodes }
 }
+/// A pool with these budgets.
+pub fn pool_with_budgets(name: &str, budgets: &[(&str, Option<crds::nodepool::DisruptionReason>)]) -> PoolFacts {
+    let disruption = Disruption {
+        budgets: budgets
+            .iter()
+            .map(|(nodes, reason)| crds::nodepool::Budget {
+                nodes: nodes.to_string(),
+                schedule: None,
+                duration: None,
+                reasons: reason.map(|r| vec![r]),
+            })
+            .collect(),
+        ..Disruption::default()
+    };
+    PoolFacts::from_spec(name, &disruption, true)
+}
