@@ -335,11 +335,23 @@ pub fn type_meets(t: &TypeInfo, reqs: &Requirements, ints: &Interner) -> Result<
 
 /// `cpu=4, memory=3.63Gi` (only the resources that matter for the message).
 pub fn describe_resources(r: &Resources) -> String {
-    let mut parts = vec![format!("cpu={}", format_millis_cpu(r.cpu_millis)), format!("memory={}", gib(r.memory_bytes))];
+    // Only what is there: a reason names the resources that matter, not a row of zeros.
+    let mut parts = Vec::new();
+    if r.cpu_millis != 0 {
+        parts.push(format!("cpu={}", format_millis_cpu(r.cpu_millis)));
+    }
+    if r.memory_bytes != 0 {
+        parts.push(format!("memory={}", gib(r.memory_bytes)));
+    }
     if r.ephemeral_storage_bytes != 0 {
         parts.push(format!("ephemeral-storage={}", gib(r.ephemeral_storage_bytes)));
     }
-    parts.push(format!("pods={}", r.pods));
+    if r.pods != 0 {
+        parts.push(format!("pods={}", r.pods));
+    }
+    if parts.is_empty() {
+        return "nothing".to_string();
+    }
     parts.join(", ")
 }
 

@@ -987,13 +987,20 @@ impl<'a> Solver<'a> {
             } else {
                 String::new()
             };
+            // Short: only the parts that are not zero (issue 13 item 9).
+            let on_claim = if used == Resources::ZERO {
+                String::new()
+            } else {
+                format!(" (with {} already on the claim)", describe_resources(&used))
+            };
+            let overhead = match (lo == Resources::ZERO && hi == Resources::ZERO, lo == hi) {
+                (true, _) => String::new(),
+                (false, true) => format!(", daemonset overhead {}", describe_resources(&lo)),
+                (false, false) => format!(", daemonset overhead {}..{}", describe_resources(&lo), describe_resources(&hi)),
+            };
             return Err(format!(
-                "no instance type has enough resources: requests {} (with {} already on the claim), \
-                 daemonset overhead {}..{}, largest allocatable {}{limits}",
+                "no instance type has enough resources: requests {}{on_claim}{overhead}, largest allocatable {}{limits}",
                 describe_resources(&pod.requests),
-                describe_resources(&used),
-                describe_resources(&lo),
-                describe_resources(&hi),
                 describe_resources(&best),
             ));
         }
