@@ -185,7 +185,7 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
                         Metrics::inc(&m.gc_reaped, key);
                         // No claim is left to terminate it: free its Node for CKE, or it hangs.
                         if let Err(e) = crate::controllers::nodeclaim::release_node_finalizers(conn, &name).await {
-                            tracing::warn!(cluster = %key, nodegroup = %name, error = %e, "releasing the reaped group's node finalizer failed; the next sweep retries");
+                            tracing::warn!(cluster = %key, nodegroup = %name, error = %crate::infra::apierror::plain(&e), "releasing the reaped group's node finalizer failed; the next sweep retries");
                         }
                         let note = format!("deleted orphaned NodeGroup {name}: {why}");
                         let _ = report(hub, conn, &live, false, "GarbageCollected", note, EVENT_DEDUPE).await;
@@ -328,7 +328,7 @@ async fn release_stuck_nodes(conn: &Connection, hub_id: &str, groups: &[NodeGrou
                     tracing::info!(cluster = %conn.key, node = %node.name_any(), nodegroup = %group, "released the finalizer of a node no claim owns any more")
                 }
                 Err(e) => {
-                    tracing::warn!(cluster = %conn.key, node = %node.name_any(), error = %e, "releasing a stuck node's finalizer failed")
+                    tracing::warn!(cluster = %conn.key, node = %node.name_any(), error = %crate::infra::apierror::plain(&e), "releasing a stuck node's finalizer failed")
                 }
             }
         }

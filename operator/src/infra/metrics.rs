@@ -609,7 +609,9 @@ pub async fn serve(metrics: Arc<Metrics>, addr: SocketAddr, shutdown: Cancellati
         .route("/readyz", get(ready_handler))
         .with_state(metrics);
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+    // The bound address: with port 0 the requested one says nothing about where to scrape.
+    let bound = listener.local_addr().unwrap_or(addr);
+    tracing::info!(addr = %bound, "serving /metrics, /healthz and /readyz");
     axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }
 

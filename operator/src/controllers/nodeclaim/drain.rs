@@ -107,7 +107,7 @@ pub(super) async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node:
             }
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(e) => {
-                tracing::warn!(cluster = %c.key, nodeclaim = %c.name, pod = %p, error = %e, "deleting a pod at the termination deadline failed; retrying");
+                tracing::warn!(cluster = %c.key, nodeclaim = %c.name, pod = %p, error = %crate::infra::apierror::plain(&e), "deleting a pod at the termination deadline failed; retrying");
             }
         }
     }
@@ -172,7 +172,7 @@ pub(super) async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node:
                 }
             }
             Err(e) => {
-                tracing::warn!(cluster = %c.key, nodeclaim = %c.name, pod = %p, error = %e, "eviction failed; retrying");
+                tracing::warn!(cluster = %c.key, nodeclaim = %c.name, pod = %p, error = %crate::infra::apierror::plain(&e), "eviction failed; retrying");
             }
         }
     }
