@@ -1231,14 +1231,19 @@ mod tests {
             "metadata": {"name": "old", "labels": {"karpenter.sh/nodepool": "default"}, "deletionTimestamp": "2026-01-01T00:00:00Z"},
             "status": {"capacity": {"cpu": "6", "memory": "7937580Ki", "pods": "110"}}}))
         .unwrap();
-        let owned = |kind: &str| json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z",
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": kind, "name": "o", "uid": "u"}]}, "spec": {"nodeName": "old"}});
+        let owned = |kind: &str| {
+            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": kind, "name": "o", "uid": "u"}]}, "spec": {"nodeName": "old"}})
+        };
         let snap = Snapshot {
             node_pools: vec![pool()],
             nodes: vec![node],
             pods: vec![
                 pod("from-replicaset", owned("ReplicaSet")),
-                pod("bare", json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"nodeName": "old"}})),
+                pod(
+                    "bare",
+                    json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"nodeName": "old"}}),
+                ),
                 pod("from-statefulset", owned("StatefulSet")),
                 pod("running", json!({"spec": {"nodeName": "old"}})),
             ],

@@ -996,7 +996,9 @@ impl<'a> Solver<'a> {
             let overhead = match (lo == Resources::ZERO && hi == Resources::ZERO, lo == hi) {
                 (true, _) => String::new(),
                 (false, true) => format!(", daemonset overhead {}", describe_resources(&lo)),
-                (false, false) => format!(", daemonset overhead {}..{}", describe_resources(&lo), describe_resources(&hi)),
+                (false, false) => {
+                    format!(", daemonset overhead {}..{}", describe_resources(&lo), describe_resources(&hi))
+                }
             };
             return Err(format!(
                 "no instance type has enough resources: requests {}{on_claim}{overhead}, largest allocatable {}{limits}",
