@@ -8,14 +8,18 @@
 
 pub mod budgets;
 pub mod candidates;
+pub mod consolidation;
 pub mod facts;
 pub mod methods;
 #[cfg(test)]
 mod proptests;
+pub mod simulation;
 #[cfg(test)]
 mod testkit;
 
 pub use budgets::{BudgetError, Budgets, Disrupting, allowed};
 pub use candidates::{Candidate, Candidates, Excluded, Method, allowances, candidates};
+pub use consolidation::{Settings, multi_node, single_node};
 pub use facts::{Drift, NodeFacts, Owner, PdbFacts, PodFacts, PoolFacts, Scope};
 pub use methods::{Command, Outcome, Simulation, Simulator, drift, emptiness, validate_emptiness};
+pub use simulation::ScopeModel;

@@ -26,7 +26,12 @@ pub struct Command {
 }
 
 impl Command {
-    fn new(method: Method, scope: &Scope, candidates: Vec<Candidate>, replacements: Vec<NewClaim>) -> Command {
+    pub(crate) fn new(
+        method: Method,
+        scope: &Scope,
+        candidates: Vec<Candidate>,
+        replacements: Vec<NewClaim>,
+    ) -> Command {
         let removed: f64 = candidates.iter().map(|c| scope.nodes[c.index].price).sum();
         let added: f64 = replacements.iter().map(|r| r.price).sum();
         Command { method, reason: method.reason(), candidates, replacements, savings_per_hour: removed - added }
@@ -54,18 +59,17 @@ pub struct Outcome {
     pub consolidated: bool,
 }
 
-impl Outcome {
-    fn from_candidates(c: &Candidates) -> Outcome {
-        Outcome {
-            blocked: c
-                .excluded
-                .iter()
-                .filter(|(_, why)| why.blocks())
-                .map(|(claim, why)| (claim.clone(), why.to_string()))
-                .collect(),
-            warnings: c.warnings.clone(),
-            ..Outcome::default()
-        }
+/// An outcome carrying the candidates' blocked nodes and warnings, nothing decided yet.
+pub(crate) fn outcome_of(c: &Candidates) -> Outcome {
+    Outcome {
+        blocked: c
+            .excluded
+            .iter()
+            .filter(|(_, why)| why.blocks())
+            .map(|(claim, why)| (claim.clone(), why.to_string()))
+            .collect(),
+        warnings: c.warnings.clone(),
+        ..Outcome::default()
     }
 }
 
@@ -142,7 +146,7 @@ fn empty_candidates(scope: &Scope, c: &Candidates) -> Vec<Candidate> {
 /// command, best savings first. To be validated after the delay with [`validate_emptiness`].
 pub fn emptiness(scope: &Scope, now: Timestamp) -> Outcome {
     let c = candidates(scope, Method::Emptiness, now);
-    let mut out = Outcome::from_candidates(&c);
+    let mut out = outcome_of(&c);
     let mut spend = Spend::new(scope, DisruptionReason::Empty, now);
     let taken: Vec<Candidate> =
         by_savings_ratio(scope, empty_candidates(scope, &c)).into_iter().filter(|c| spend.take(&c.nodepool)).collect();
@@ -177,7 +181,7 @@ pub fn validate_emptiness(command: &Command, scope: &Scope, now: Timestamp) -> O
 /// reported blocked and the next one is tried. No validation delay.
 pub fn drift(scope: &Scope, now: Timestamp, simulator: &mut dyn Simulator) -> Outcome {
     let c = candidates(scope, Method::Drift, now);
-    let mut out = Outcome::from_candidates(&c);
+    let mut out = outcome_of(&c);
     let mut drifted: Vec<Candidate> =
         c.eligible.iter().filter(|c| scope.nodes[c.index].drifted.is_some()).cloned().collect();
     drifted.sort_by(|a, b| {

@@ -1,0 +1,124 @@
+//! The scheduling simulation of disruption (karpenter-semantics §4.8): the provisioning scheduler,
+//! unchanged, run without the candidate nodes on their pods plus the pending pods and the pods of
+//! nodes already leaving.
+
+use std::collections::BTreeSet;
+
+use scheduling::model::{ExistingNode, Input, Pod, Taint, TaintEffect, Toleration, TolerationOperator};
+
+use crate::methods::{Simulation, Simulator};
+
+/// A taint that exists only inside consolidation simulations: it closes nodes that may not receive
+/// moved pods (§3.7) while pending pods and pods of leaving nodes, which tolerate it, may still go there.
+pub const NO_DESTINATION_TAINT: &str = "karpenter.clever-cloud.com/simulation-no-destination";
+
+/// Pods listed in an `Unplaceable` verdict, at most.
+const MAX_LISTED: usize = 5;
+
+/// A scope as the scheduler sees it, with where each disruption node and its pods sit in it.
+#[derive(Debug, Clone, Default)]
+pub struct ScopeModel {
+    /// The round's input as the provisioner builds it: Ready pools, every active node of the workload
+    /// cluster (the scope's nodes included, nodes being deleted excluded), pending pods, DaemonSets.
+    pub input: Input,
+    /// For each node of [`crate::Scope::nodes`] (same index), its index in `input.nodes`, if there.
+    pub node_index: Vec<Option<usize>>,
+    /// For each node of [`crate::Scope::nodes`] (same index), its reschedulable pods as pods to place.
+    pub movable: Vec<Vec<Pod>>,
+    /// Reschedulable pods of nodes already being deleted: they need a place too.
+    pub leaving: Vec<Pod>,
+    /// Indices in `input.nodes` of managed nodes whose pool has a finite `consolidateAfter` and whose
+    /// claim is not `Consolidatable`: no destination for moved pods in consolidation (§3.7).
+    pub no_destination: Vec<usize>,
+}
+
+impl ScopeModel {
+    /// Simulates for drift (no destination rule).
+    pub fn for_drift(&self) -> Simulate<'_> {
+        Simulate { model: self, consolidation: false }
+    }
+
+    /// Simulates for consolidation (moved pods avoid nodes not yet consolidatable).
+    pub fn for_consolidation(&self) -> Simulate<'_> {
+        Simulate { model: self, consolidation: true }
+    }
+
+    /// Removes `nodes` (indices in the scope) and places their pods, the pending pods and the
+    /// leaving pods. Success = every pod that was not already pending has a place, and none of the
+    /// moved pods lands on an uninitialized node.
+    pub fn simulate(&self, nodes: &[usize], consolidation: bool) -> Simulation {
+        let mut input = self.input.clone();
+        let removed: BTreeSet<usize> =
+            nodes.iter().filter_map(|&i| self.node_index.get(i).copied().flatten()).collect();
+        let tolerate = Toleration {
+            key: NO_DESTINATION_TAINT.to_string(),
+            operator: TolerationOperator::Exists,
+            value: String::new(),
+            effect: None,
+        };
+        let pending = input.pods.len();
+        input.pods.extend(self.leaving.iter().cloned());
+        if consolidation {
+            for pod in &mut input.pods {
+                pod.constraints.tolerations.push(tolerate.clone());
+            }
+            for &j in &self.no_destination {
+                if let Some(node) = input.nodes.get_mut(j) {
+                    node.taints.push(Taint {
+                        key: NO_DESTINATION_TAINT.to_string(),
+                        value: None,
+                        effect: TaintEffect::NoSchedule,
+                    });
+                }
+            }
+        }
+        let moved_from = input.pods.len();
+        for &i in nodes {
+            input.pods.extend(self.movable.get(i).into_iter().flatten().cloned());
+        }
+        let nodes: Vec<ExistingNode> = std::mem::take(&mut input.nodes)
+            .into_iter()
+            .enumerate()
+            .filter(|(j, _)| !removed.contains(j))
+            .map(|(_, n)| n)
+            .collect();
+        input.nodes = nodes;
+        let decision = scheduling::solve(&input);
+        let mut failed: Vec<String> = decision
+            .unschedulable
+            .iter()
+            .filter(|u| u.pod >= pending)
+            .map(|u| format!("{}: {}", input.pods[u.pod].key(), u.reason))
+            .collect();
+        for a in &decision.existing {
+            let node = &input.nodes[a.node];
+            if node.managed && !node.initialized {
+                failed.extend(
+                    a.pods
+                        .iter()
+                        .filter(|&&p| p >= moved_from)
+                        .map(|&p| format!("{}: would move to {}, not initialized yet", input.pods[p].key(), node.name)),
+                );
+            }
+        }
+        if failed.is_empty() {
+            Simulation::Placed { new_claims: decision.new_claims }
+        } else {
+            failed.truncate(MAX_LISTED);
+            Simulation::Unplaceable(failed)
+        }
+    }
+}
+
+/// A [`ScopeModel`] simulating for one kind of method.
+#[derive(Debug, Clone, Copy)]
+pub struct Simulate<'a> {
+    model: &'a ScopeModel,
+    consolidation: bool,
+}
+
+impl Simulator for Simulate<'_> {
+    fn simulate(&mut self, nodes: &[usize]) -> Simulation {
+        self.model.simulate(nodes, self.consolidation)
+    }
+}
