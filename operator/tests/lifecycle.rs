@@ -14,29 +14,16 @@ use kube::{
     api::{ListParams, Patch, PatchParams, PostParams},
 };
 use operator::commands::sandbox::world::{World, quick_cke, scale};
-use serde_json::{Value, json};
+use serde_json::json;
 use sim::{
     cke::{DelayRange, SimCkeConfig},
     clock::Clock,
 };
 
 mod common;
-use common::{EXAMPLE, wait_for};
+use common::wait_for;
 
 const UP: Duration = Duration::from_secs(90);
-
-async fn apply_pool(world: &World) {
-    let c = &world.clusters[0];
-    let name = c.name.clone();
-    world
-        .apply_yaml("general-purpose.yaml", EXAMPLE, &c.namespace, |doc| {
-            if doc.get("kind").and_then(Value::as_str) == Some("NodePool") {
-                doc["spec"]["clusterName"] = Value::String(name.clone());
-            }
-        })
-        .await
-        .unwrap();
-}
 
 async fn claim_events(world: &World, reason: &str) -> Vec<Event> {
     Api::<Event>::namespaced(world.mgmt.client(), &world.clusters[0].namespace)
@@ -65,7 +52,7 @@ async fn a_claim_whose_node_never_registers_is_deleted_at_the_registration_timeo
     let mut world = World::start(&[("team-a", "no-join")], never).await.unwrap();
     let clock = Clock::manual_now();
     world.hub_settings.clock = clock.clone();
-    apply_pool(&world).await;
+    common::apply_example(&world, 0).await;
     world.start_hub();
     scale(&world, 0, 1, "500m", "1Gi").await.unwrap();
     let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &world.clusters[0].namespace);
@@ -118,7 +105,7 @@ async fn unhealthy_nodes_are_repaired_at_most_twenty_percent_of_a_pool_at_once()
     let mut world = World::start(&[("team-a", "repair")], |i| quick_cke(i as u64)).await.unwrap();
     let clock = Clock::manual_now();
     world.hub_settings.clock = clock.clone();
-    apply_pool(&world).await;
+    common::apply_example(&world, 0).await;
     world.start_hub();
     // Two pods that refuse to share a node: two claims, two nodes.
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(world.clusters[0].client(), "default");

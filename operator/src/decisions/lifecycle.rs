@@ -326,15 +326,7 @@ fn live(f: &Facts<'_>, s: &Settings, expiry: Option<Duration>) -> Decision {
             requeue = SOON;
         }
         NodeMatch::NotFound => {
-            changed |= conditions::set(
-                &mut status.conditions,
-                REGISTERED,
-                UNKNOWN,
-                "NodeNotFound",
-                "node not registered with cluster",
-                observed,
-                now,
-            );
+            changed |= awaiting_node(&mut status, observed, now);
             requeue = SOON;
         }
         NodeMatch::Many(n) => {
@@ -536,15 +528,7 @@ pub fn launched(claim: &NodeClaim, outcome: &LaunchOutcome, now: Timestamp) -> N
             status.capacity = Some(capacity.clone());
             status.allocatable = Some(allocatable.clone());
             conditions::set(&mut status.conditions, LAUNCHED, TRUE, "Launched", "", observed, now);
-            conditions::set(
-                &mut status.conditions,
-                REGISTERED,
-                UNKNOWN,
-                "NodeNotFound",
-                "node not registered with cluster",
-                observed,
-                now,
-            );
+            awaiting_node(&mut status, observed, now);
         }
         LaunchOutcome::Conflict(why) => {
             conditions::set(&mut status.conditions, LAUNCHED, UNKNOWN, "NodeGroupConflict", why, observed, now);
@@ -554,6 +538,19 @@ pub fn launched(claim: &NodeClaim, outcome: &LaunchOutcome, now: Timestamp) -> N
         }
     }
     status
+}
+
+/// `Registered=Unknown(NodeNotFound)`: launched, no Node carries the provider ID yet. Whether it changed.
+fn awaiting_node(status: &mut NodeClaimStatus, observed: Option<i64>, now: Timestamp) -> bool {
+    conditions::set(
+        &mut status.conditions,
+        REGISTERED,
+        UNKNOWN,
+        "NodeNotFound",
+        "node not registered with cluster",
+        observed,
+        now,
+    )
 }
 
 /// The claim's NodeGroup went away without the hub deleting it. Before registration it is a vanish
