@@ -247,6 +247,54 @@ pub fn multi_node(scope: &Scope, now: Timestamp, simulator: &mut dyn Simulator, 
     out
 }
 
+/// A consolidation command after the validation delay (§4.12), on a fresh scope: every candidate
+/// must still be a consolidation candidate within a fresh budget, and a new simulation must agree —
+/// a Delete still needs no new node, a Replace still exactly one whose options include all of the
+/// command's. `Err` says why the command is dropped.
+pub fn validate_consolidation(
+    command: &Command,
+    scope: &Scope,
+    now: Timestamp,
+    simulator: &mut dyn Simulator,
+) -> Result<(), String> {
+    let c = candidates(scope, command.method, now);
+    let mut ignored = Outcome::default();
+    let still = eligible(scope, &c, &mut ignored);
+    let mut left = allowances(scope, DisruptionReason::Underutilized, now);
+    for cand in &command.candidates {
+        if !still.iter().any(|s| s.claim == cand.claim && s.index == cand.index) {
+            return Err(format!("{} is no longer a consolidation candidate", cand.claim));
+        }
+        match left.get_mut(&cand.nodepool) {
+            Some(n) if *n > 0 => *n -= 1,
+            _ => return Err(format!("the budget of NodePool {} no longer allows it", cand.nodepool)),
+        }
+    }
+    let indices: Vec<usize> = command.candidates.iter().map(|c| c.index).collect();
+    let new_claims = match simulator.simulate(&indices) {
+        Simulation::Unplaceable(pods) => return Err(format!("pods fit nowhere else now: {}", pods.join("; "))),
+        Simulation::Placed { new_claims } => new_claims,
+    };
+    match (command.replacements.first(), new_claims.as_slice()) {
+        (None, []) => Ok(()),
+        (None, _) => Err(format!("a Delete now needs {} new nodes", new_claims.len())),
+        (Some(planned), [now_claim]) => {
+            let missing: Vec<&str> = planned
+                .instance_types
+                .iter()
+                .filter(|o| !now_claim.instance_types.iter().any(|n| n.name == o.name))
+                .map(|o| o.name.as_str())
+                .collect();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("the replacement can no longer be {}", missing.join(", ")))
+            }
+        }
+        (Some(_), claims) => Err(format!("the replacement now needs {} new nodes", claims.len())),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -457,5 +505,28 @@ mod tests {
         let out = multi_node(&s, now(), &mut sim, Settings::default());
         assert_eq!(sim.0, 100, "129");
         assert_eq!(out.command.unwrap().candidates.len(), 100, "129");
+    }
+
+    #[test]
+    fn checklist_10_9_validation() {
+        // 128. A Replace whose options shrink during the wait → dropped.
+        let (s, mut m) = fleet(&[("m", "M", &[(1000, 1), (1000, 1), (1000, 1)])]);
+        let command = single(&s, &m).command.unwrap();
+        assert_eq!(validate_consolidation(&command, &s, now(), &mut m.for_consolidation()), Ok(()), "128");
+        // The pool's flavors narrow: 2XS is gone.
+        m.input.pools[0].instance_types.retain(|t| t.name != "2XS");
+        let err = validate_consolidation(&command, &s, now(), &mut m.for_consolidation()).unwrap_err();
+        assert!(err.contains("2XS"), "128: {err}");
+
+        // A Delete whose destination filled up meanwhile → dropped; a candidate nominated meanwhile → dropped.
+        let (s, mut m) = fleet(&[("a", "2XS", &[(1000, 1)]), ("b", "2XS", &[(1000, 1)])]);
+        let command = single(&s, &m).command.unwrap();
+        let mut later = s.clone();
+        later.nodes[command.candidates[0].index].nominated = true;
+        assert!(validate_consolidation(&command, &later, now(), &mut m.for_consolidation()).is_err());
+        let other = 1 - command.candidates[0].index;
+        m.input.nodes[other].pods.push(running("filler", 3000, GI, &[]));
+        let err = validate_consolidation(&command, &s, now(), &mut m.for_consolidation()).unwrap_err();
+        assert!(err.contains("new nodes"), "{err}");
     }
 }

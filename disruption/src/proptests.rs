@@ -1,6 +1,7 @@
 //! Property tests over random fleets: whatever the fleet, no decision exceeds a budget (in one pass
-//! or over passes run to a fixed point), and no decision touches a node that is protected
-//! (do-not-disrupt, a PDB, nominated, uninitialized, deleting, queued).
+//! or over passes run to a fixed point), no decision touches a node that is protected
+//! (do-not-disrupt, a PDB, nominated, uninitialized, deleting, queued), and every pod a
+//! consolidation moves has room to go.
 
 use std::collections::BTreeMap;
 
@@ -222,6 +223,133 @@ proptest! {
         for ((reason, pool), count) in taken {
             let budget = initial[&reason].get(&pool).copied().unwrap_or(0);
             prop_assert!(count <= budget, "{count} nodes of {pool} for {reason:?} over all passes, budget {budget}");
+        }
+    }
+}
+
+/// A small fleet of pool `default` on the built-in flavors, with the scheduler's view of it: each
+/// node `(flavor, pods as (millicores, MiB), protection flags)`.
+fn arb_consolidation_fleet() -> impl Strategy<Value = (Scope, crate::simulation::ScopeModel)> {
+    let node = (
+        0usize..6,
+        prop::collection::vec((100i64..2500, 100i64..2048), 0..4),
+        prop::collection::vec(prop::bool::weighted(0.1), 4),
+    );
+    (prop::collection::vec(node, 1..8), arb_budget()).prop_map(|(nodes, budget)| {
+        use scheduling::testkit::{MI, flavors, node_of, pod as sched_pod, pool as sched_pool, running};
+        let types = flavors();
+        let mut scope = Scope {
+            pools: vec![PoolFacts::from_spec(
+                "default",
+                &Disruption { budgets: vec![budget], ..Disruption::default() },
+                true,
+            )],
+            nodes: Vec::new(),
+        };
+        let mut model = crate::simulation::ScopeModel::default();
+        model.input.pools = vec![sched_pool("default")];
+        for (i, (flavor, pods, flags)) in nodes.into_iter().enumerate() {
+            let t = &types[flavor];
+            let name = format!("n{i}");
+            let mut facts = crate::testkit::node(&name, t.price().unwrap_or(0.0));
+            facts.instance_type = Some(t.name.clone());
+            facts.do_not_disrupt = flags[0];
+            facts.nominated = flags[1];
+            let (mut cpu, mut mem) = (0, 0);
+            let mut running_pods = Vec::new();
+            let mut movable = Vec::new();
+            for (j, (millis, mib)) in pods.into_iter().enumerate() {
+                // Only pods that fit: a node never runs more than it has.
+                if cpu + millis > t.allocatable.cpu_millis || mem + mib * MI > t.allocatable.memory_bytes {
+                    continue;
+                }
+                cpu += millis;
+                mem += mib * MI;
+                let pod_name = format!("{name}-{j}");
+                let mut p = pod(&pod_name);
+                if flags[2] && j == 0 {
+                    p.do_not_disrupt = Some("true".into());
+                }
+                if flags[3] && j == 0 {
+                    p.pdbs = vec![PdbFacts {
+                        name: "default/pdb".into(),
+                        disruptions_allowed: 0,
+                        always_allow_unhealthy: false,
+                    }];
+                }
+                facts.pods.push(p);
+                running_pods.push(running(&pod_name, millis, mib * MI, &[]));
+                movable.push(sched_pod(&pod_name, millis, mib * MI));
+            }
+            let mut existing = node_of(&name, &t.name, running_pods);
+            existing.managed = true;
+            existing.nodepool = Some("default".into());
+            model.input.nodes.push(existing);
+            model.node_index.push(Some(i));
+            model.movable.push(movable);
+            scope.nodes.push(facts);
+        }
+        (scope, model)
+    })
+}
+
+/// Independent of the scheduler: the moved pods' requests fit in what the remaining nodes have free
+/// plus the replacement's cheapest option.
+fn moved_pods_fit(model: &crate::simulation::ScopeModel, command: &Command) -> Result<(), TestCaseError> {
+    let gone: Vec<usize> = command.candidates.iter().filter_map(|c| model.node_index[c.index]).collect();
+    let (mut need_cpu, mut need_mem) = (0i64, 0i64);
+    for c in &command.candidates {
+        for p in &model.movable[c.index] {
+            need_cpu += p.requests.cpu_millis;
+            need_mem += p.requests.memory_bytes;
+        }
+    }
+    let (mut free_cpu, mut free_mem) = (0i64, 0i64);
+    for (_, n) in model.input.nodes.iter().enumerate().filter(|(j, _)| !gone.contains(j)) {
+        let used_cpu: i64 = n.pods.iter().map(|p| p.requests.cpu_millis).sum();
+        let used_mem: i64 = n.pods.iter().map(|p| p.requests.memory_bytes).sum();
+        free_cpu += n.allocatable.cpu_millis - used_cpu;
+        free_mem += n.allocatable.memory_bytes - used_mem;
+    }
+    for r in &command.replacements {
+        let cheapest = r.instance_types.first().map(|o| o.name.clone()).unwrap_or_default();
+        let t = scheduling::testkit::flavors().into_iter().find(|t| t.name == cheapest);
+        prop_assert!(t.is_some(), "replacement {cheapest} unknown");
+        if let Some(t) = t {
+            free_cpu += t.allocatable.cpu_millis;
+            free_mem += t.allocatable.memory_bytes;
+        }
+    }
+    prop_assert!(
+        need_cpu <= free_cpu && need_mem <= free_mem,
+        "moved pods need {need_cpu}m/{need_mem}B, {free_cpu}m/{free_mem}B free"
+    );
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn consolidation_keeps_budgets_protections_and_finds_every_moved_pod_a_place(
+        (scope, model) in arb_consolidation_fleet()
+    ) {
+        let settings = crate::consolidation::Settings::default();
+        for method in [Method::SingleNodeConsolidation, Method::MultiNodeConsolidation] {
+            let out = match method {
+                Method::SingleNodeConsolidation =>
+                    crate::consolidation::single_node(&scope, now(), &mut model.for_consolidation(), settings),
+                _ => crate::consolidation::multi_node(&scope, now(), &mut model.for_consolidation(), settings),
+            };
+            if let Some(command) = out.command {
+                check_command(&scope, &command)?;
+                moved_pods_fit(&model, &command)?;
+                prop_assert!(command.replacements.len() <= 1);
+                let price: f64 = command.candidates.iter().map(|c| scope.nodes[c.index].price).sum();
+                for r in &command.replacements {
+                    prop_assert!(r.price < price * (1.0 - settings.min_replace_savings), "{} not 10 % below {price}", r.price);
+                }
+            }
         }
     }
 }
