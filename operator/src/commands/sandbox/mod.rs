@@ -61,14 +61,18 @@ pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(
         world.clusters.len()
     );
     let _ = writeln!(out, "Watch them with kubectl while this runs, e.g.:");
-    for f in &files {
+    let management = args.dir.join("management.kubeconfig");
+    // Workload clusters show nodes, NodeGroups and pods; the management cluster the hub's objects
+    // and events (each command here is run against the emulator by sim/tests/kubectl.rs).
+    for f in files.iter().filter(|f| **f != management) {
         let _ = writeln!(out, "  kubectl --kubeconfig {} get nodes,nodegroups,pods -o wide", f.display());
     }
-    let _ = writeln!(
-        out,
-        "  kubectl --kubeconfig {} get nodepools,nodeclaims -A",
-        args.dir.join("management.kubeconfig").display()
-    );
+    let m = management.display();
+    let ns = world.clusters.first().map_or("team-a", |c| c.namespace.as_str());
+    let _ = writeln!(out, "  kubectl --kubeconfig {m} get nodepools,nodeclaims -A");
+    let _ = writeln!(out, "  kubectl --kubeconfig {m} get events -n {ns}");
+    let _ = writeln!(out, "  kubectl --kubeconfig {m} describe nodeclaims -n {ns}");
+    let _ = writeln!(out, "  kubectl --kubeconfig {m} explain nodepool.spec");
     for c in &world.clusters {
         let cluster = c.name.clone();
         world
