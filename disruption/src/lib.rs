@@ -1,10 +1,14 @@
-//! The disruption core: which of a scope's nodes to remove or replace, and why — budgets at
-//! runtime, candidates, emptiness and drift (karpenter-semantics §4, §9).
+//! The disruption core: which of a scope's nodes to remove or replace, and why (karpenter-semantics
+//! §4, §9) — budgets at runtime, candidates, the cost model, emptiness, drift, the scheduling
+//! simulation and single- and multi-node consolidation with their validation.
 //!
 //! Owns the decisions only. Must not do I/O, read a clock (`now` is an argument), log, or know
-//! about a Kubernetes client: callers build plain facts from their cache, call these functions and
-//! apply the result (taints, conditions, claims, events). Simulations reuse the `scheduling` crate
-//! unchanged.
+//! about a Kubernetes client: callers build plain [`Scope`] facts and a [`ScopeModel`] from their
+//! cache, call one method per pass in the loop's order ([`emptiness`], [`drift`], [`multi_node`],
+//! [`single_node`]) and apply the [`Outcome`] (taints, conditions, replacement claims, deletions,
+//! events), validating consolidation commands after the delay ([`validate_emptiness`],
+//! [`validate_consolidation`]). The queue, the "consolidated" cache and the method timeouts are the
+//! caller's. Simulations reuse the `scheduling` crate unchanged.
 
 pub mod budgets;
 pub mod candidates;

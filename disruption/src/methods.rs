@@ -43,6 +43,18 @@ impl Command {
     }
 }
 
+/// One line for the decision log: method, candidates, replacements and savings.
+impl std::fmt::Display for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: delete {} ({:?})", self.method, self.claims().join(", "), self.reason)?;
+        for r in &self.replacements {
+            let options: Vec<&str> = r.instance_types.iter().map(|o| o.name.as_str()).collect();
+            write!(f, ", launch one node in NodePool {} ({}) first", r.nodepool, options.join(" | "))?;
+        }
+        write!(f, ", saves {:.4} EUR/h", self.savings_per_hour)
+    }
+}
+
 /// What a method decided in one pass.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outcome {
@@ -358,6 +370,11 @@ mod tests {
         assert_eq!(command.claims(), ["x"], "113");
         assert_eq!(command.replacements.len(), 1, "113");
         assert_eq!(command.reason, DisruptionReason::Drifted, "113");
+        assert_eq!(
+            command.to_string(),
+            "drift: delete x (Drifted), launch one node in NodePool default (2XS) first, saves 0.0500 EUR/h",
+            "the decision's log line"
+        );
 
         // 114. Drifted X (earlier), Y, and an empty drifted Z → Z, then X, then Y.
         let mut s = scope(vec![drifted(busy("x", 0.1), 30), drifted(busy("y", 0.1), 10), drifted(node("z", 0.1), 5)]);
