@@ -8,7 +8,7 @@ use crds::nodepool::DisruptionReason;
 use jiff::Timestamp;
 
 use crate::budgets::Disrupting;
-use crate::facts::{DoNotDisrupt, NodeFacts, Scope};
+use crate::facts::{DoNotDisrupt, NodeFacts, PodFacts, Scope};
 
 /// A disruption method of the loop (§4.2), in the order the loop tries them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -204,35 +204,43 @@ fn check(
         return Ok(pool_name);
     }
     for pod in &node.pods {
-        if pod.active() {
-            match pod.do_not_disrupt_at(now) {
-                DoNotDisrupt::Yes => return Err(Excluded::PodDoNotDisrupt { pod: pod.name.clone() }),
-                DoNotDisrupt::Invalid(value) => warnings.push((
-                    node.claim.clone(),
-                    format!(
-                        "pod {}: karpenter.sh/do-not-disrupt {value:?} is neither \"true\" nor a duration such as 30m; ignored",
-                        pod.name
-                    ),
-                )),
-                DoNotDisrupt::No => {}
-            }
-        }
-        if !pod.evictable() {
-            continue;
-        }
-        if pod.pdbs.len() > 1 {
-            return Err(Excluded::MultiplePdbs {
-                pod: pod.name.clone(),
-                pdbs: pod.pdbs.iter().map(|p| p.name.clone()).collect(),
-            });
-        }
-        if let Some(pdb) =
-            pod.pdbs.iter().find(|p| p.disruptions_allowed <= 0 && (pod.ready || !p.always_allow_unhealthy))
+        if let DoNotDisrupt::Invalid(value) = pod.do_not_disrupt_at(now)
+            && pod.active()
         {
-            return Err(Excluded::PdbBlocks { pod: pod.name.clone(), pdb: pdb.name.clone() });
+            warnings.push((
+                node.claim.clone(),
+                format!(
+                    "pod {}: karpenter.sh/do-not-disrupt {value:?} is neither \"true\" nor a duration such as 30m; ignored",
+                    pod.name
+                ),
+            ));
+        }
+        if let Some(why) = pod_blocks(pod, now) {
+            return Err(why);
         }
     }
     Ok(pool_name)
+}
+
+/// Why this pod alone keeps its node from voluntary disruption (§4.3): an active pod with an
+/// active do-not-disrupt, or an evictable pod matched by several PDBs or by one allowing nothing.
+pub fn pod_blocks(pod: &PodFacts, now: Timestamp) -> Option<Excluded> {
+    if pod.active() && pod.do_not_disrupt_at(now) == DoNotDisrupt::Yes {
+        return Some(Excluded::PodDoNotDisrupt { pod: pod.name.clone() });
+    }
+    if !pod.evictable() {
+        return None;
+    }
+    if pod.pdbs.len() > 1 {
+        return Some(Excluded::MultiplePdbs {
+            pod: pod.name.clone(),
+            pdbs: pod.pdbs.iter().map(|p| p.name.clone()).collect(),
+        });
+    }
+    pod.pdbs
+        .iter()
+        .find(|p| p.disruptions_allowed <= 0 && (pod.ready || !p.always_allow_unhealthy))
+        .map(|pdb| Excluded::PdbBlocks { pod: pod.name.clone(), pdb: pdb.name.clone() })
 }
 
 /// A pool's budget base at runtime (§4.5): `N` = its initialized nodes whose claim is not
@@ -273,7 +281,7 @@ pub fn allowances(scope: &Scope, reason: DisruptionReason, now: Timestamp) -> BT
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::facts::{Owner, PdbFacts, PodFacts};
+    use crate::facts::{Owner, PdbFacts};
     use crate::testkit::*;
 
     fn only(scope: &Scope, method: Method) -> Result<(), Excluded> {

@@ -529,4 +529,22 @@ mod tests {
         let err = validate_consolidation(&command, &s, now(), &mut m.for_consolidation()).unwrap_err();
         assert!(err.contains("new nodes"), "{err}");
     }
+
+    #[test]
+    fn checklist_10_7_item_103_drift_with_a_grace_period_leaves_protected_pods_behind() {
+        // 103. A drifted node with a TGP whose big pod a PDB blocks: drift proceeds, the blocked pod
+        // gets no room (it is forced out at the deadline), the other pod moves to b: no replacement.
+        let (mut s, m) = fleet(&[("a", "XS", &[(5500, 1), (500, 1)]), ("b", "2XS", &[(1000, 1)])]);
+        s.nodes[0].drifted = Some(crate::facts::Drift { reason: "NodePoolDrifted".into(), since: now() });
+        s.nodes[0].pods[0].pdbs = vec![crate::testkit::pdb("big", 0)];
+        assert!(crate::methods::drift(&s, now(), &mut m.for_drift()).command.is_none(), "103: no TGP, the PDB holds");
+        s.nodes[0].termination_grace_period = Some(3600);
+        let c = crate::methods::drift(&s, now(), &mut m.for_drift()).command.unwrap();
+        assert_eq!(c.claims(), ["a"], "103");
+        assert!(c.replacements.is_empty(), "103: no capacity for the PDB-blocked pod: {:?}", c.replacements);
+        // Without the PDB the big pod needs a replacement.
+        s.nodes[0].pods[0].pdbs.clear();
+        let c = crate::methods::drift(&s, now(), &mut m.for_drift()).command.unwrap();
+        assert_eq!(c.replacements.len(), 1, "103");
+    }
 }

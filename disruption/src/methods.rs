@@ -7,7 +7,7 @@ use crds::nodepool::DisruptionReason;
 use jiff::Timestamp;
 use scheduling::model::NewClaim;
 
-use crate::candidates::{Candidate, Candidates, Method, allowances, candidates};
+use crate::candidates::{Candidate, Candidates, Method, allowances, candidates, pod_blocks};
 use crate::facts::Scope;
 
 /// One disruption decision: delete `candidates`, after launching `replacements` (§4.13).
@@ -90,6 +90,13 @@ pub(crate) fn outcome_of(c: &Candidates) -> Outcome {
 pub trait Simulator {
     /// Simulates the removal of `nodes` (indices in [`Scope::nodes`]).
     fn simulate(&mut self, nodes: &[usize]) -> Simulation;
+
+    /// The same, leaving the pods named in `left_behind` (`namespace/name`) out: they get no
+    /// replacement capacity (drift of a claim with a `terminationGracePeriod`, §4.3).
+    fn simulate_without(&mut self, nodes: &[usize], left_behind: &[String]) -> Simulation {
+        let _ = left_behind;
+        self.simulate(nodes)
+    }
 }
 
 /// The result of a simulation.
@@ -213,7 +220,15 @@ pub fn drift(scope: &Scope, now: Timestamp, simulator: &mut dyn Simulator) -> Ou
         if !spend.has(&candidate.nodepool) {
             continue;
         }
-        match simulator.simulate(&[candidate.index]) {
+        // A claim with a terminationGracePeriod is drifted past its protected pods (§4.3): they
+        // are forced out at the deadline and get no room on the replacements.
+        let node = &scope.nodes[candidate.index];
+        let left_behind: Vec<String> = if node.termination_grace_period.is_some() {
+            node.pods.iter().filter(|p| pod_blocks(p, now).is_some()).map(|p| p.name.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        match simulator.simulate_without(&[candidate.index], &left_behind) {
             Simulation::Placed { new_claims } => {
                 out.command = Some(Command::new(Method::Drift, scope, vec![candidate], new_claims));
                 break;

@@ -47,6 +47,11 @@ impl ScopeModel {
     /// leaving pods. Success = every pod that was not already pending has a place, and none of the
     /// moved pods lands on an uninitialized node.
     pub fn simulate(&self, nodes: &[usize], consolidation: bool) -> Simulation {
+        self.simulate_without(nodes, &[], consolidation)
+    }
+
+    /// [`ScopeModel::simulate`] with the pods named in `left_behind` (`namespace/name`) not moved.
+    pub fn simulate_without(&self, nodes: &[usize], left_behind: &[String], consolidation: bool) -> Simulation {
         let mut input = self.input.clone();
         let removed: BTreeSet<usize> =
             nodes.iter().filter_map(|&i| self.node_index.get(i).copied().flatten()).collect();
@@ -74,7 +79,9 @@ impl ScopeModel {
         }
         let moved_from = input.pods.len();
         for &i in nodes {
-            input.pods.extend(self.movable.get(i).into_iter().flatten().cloned());
+            input
+                .pods
+                .extend(self.movable.get(i).into_iter().flatten().filter(|p| !left_behind.contains(&p.key())).cloned());
         }
         let nodes: Vec<ExistingNode> = std::mem::take(&mut input.nodes)
             .into_iter()
@@ -120,5 +127,9 @@ pub struct Simulate<'a> {
 impl Simulator for Simulate<'_> {
     fn simulate(&mut self, nodes: &[usize]) -> Simulation {
         self.model.simulate(nodes, self.consolidation)
+    }
+
+    fn simulate_without(&mut self, nodes: &[usize], left_behind: &[String]) -> Simulation {
+        self.model.simulate_without(nodes, left_behind, self.consolidation)
     }
 }
