@@ -43,6 +43,18 @@ fn eligible(scope: &Scope, c: &Candidates, out: &mut Outcome) -> Vec<Candidate> 
         if !labelled || pool.consolidate_after.is_none() || !node.consolidatable || node.is_empty() {
             continue;
         }
+        if pool.protect_single_replica
+            && let Some(p) = node.pods.iter().find(|p| p.only_ready_replica && p.reschedulable())
+        {
+            out.blocked.push((
+                cand.claim.clone(),
+                format!(
+                    "pod {} is its controller's only ready replica and NodePool {} protects single replicas",
+                    p.name, pool.name
+                ),
+            ));
+            continue;
+        }
         if pool.policy == ConsolidationPolicy::WhenEmpty {
             out.blocked.push((
                 cand.claim.clone(),
@@ -546,5 +558,20 @@ mod tests {
         s.nodes[0].pods[0].pdbs.clear();
         let c = crate::methods::drift(&s, now(), &mut m.for_drift()).command.unwrap();
         assert_eq!(c.replacements.len(), 1, "103");
+    }
+
+    #[test]
+    fn protect_single_replica_is_opt_in() {
+        // §9 D7: with the pool annotation, a node hosting a controller's only ready replica is not consolidated.
+        let (mut s, m) = fleet(&[("a", "2XS", &[(1000, 1)]), ("b", "2XS", &[(1000, 1)])]);
+        for n in &mut s.nodes {
+            n.pods[0].only_ready_replica = true;
+        }
+        assert!(single(&s, &m).command.is_some(), "off by default");
+        s.pools[0].protect_single_replica = true;
+        let out = single(&s, &m);
+        assert!(out.command.is_none());
+        assert_eq!(out.blocked.len(), 2);
+        assert!(out.blocked[0].1.contains("only ready replica"), "{:?}", out.blocked);
     }
 }

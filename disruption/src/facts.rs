@@ -39,6 +39,9 @@ pub struct PoolFacts {
     pub budgets: Budgets,
     /// The pool's node class resolves to instance types (else its nodes are not candidates).
     pub types_resolve: bool,
+    /// Annotation `karpenter.clever-cloud.com/protect-single-replica: "true"` (§9 D7): consolidation
+    /// of under-used nodes skips nodes hosting a controller's only ready replica.
+    pub protect_single_replica: bool,
 }
 
 impl PoolFacts {
@@ -51,6 +54,7 @@ impl PoolFacts {
             consolidate_after: parse_duration(&disruption.consolidate_after, true).ok().flatten(),
             budgets: Budgets::parse(&disruption.budgets),
             types_resolve,
+            protect_single_replica: false,
         }
     }
 }
@@ -223,6 +227,9 @@ pub struct PodFacts {
     pub deletion_cost: i32,
     /// `spec.priority`.
     pub priority: i32,
+    /// The only ready replica of its controller (Deployment, StatefulSet, ...): read with the pool's
+    /// `protect-single-replica` opt-in.
+    pub only_ready_replica: bool,
 }
 
 /// What a pod's `karpenter.sh/do-not-disrupt` annotation says at `now`.
