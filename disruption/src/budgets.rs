@@ -310,6 +310,18 @@ mod tests {
     }
 
     #[test]
+    fn rare_and_long_windows() {
+        // Every four years; a window longer than the gap between fires stays active throughout.
+        let leap = [scheduled("0", "0 0 29 2 *", "1h"), budget("100%")];
+        assert_eq!(allowed_of(&leap, 10, &none(), Empty, "2028-02-29T00:30:00Z"), 0);
+        assert_eq!(allowed_of(&leap, 10, &none(), Empty, "2027-02-28T00:30:00Z"), 10);
+        let always = [scheduled("0", "@hourly", "2h")];
+        for now in ["2026-11-25T00:00:00Z", "2026-11-25T13:59:59Z"] {
+            assert_eq!(allowed_of(&always, 10, &none(), Empty, now), 0, "{now}");
+        }
+    }
+
+    #[test]
     fn a_reason_with_no_active_budget_gets_the_implicit_ten_percent() {
         // §9 D5: upstream leaves Drifted unbounded outside the window; the hub applies 10 %.
         let budgets = [for_reasons(scheduled("0", "0 9 * * 1-5", "8h"), &[Drifted])];
