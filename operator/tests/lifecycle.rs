@@ -210,3 +210,63 @@ async fn unhealthy_nodes_are_repaired_at_most_twenty_percent_of_a_pool_at_once()
     }
     world.stop_hub().await;
 }
+
+fn condition(claim: &NodeClaim, type_: &str) -> Option<(String, String)> {
+    claim.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_).map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// §4.1 (issue 12 item 2) on the hub's manual clock: an initialized claim becomes `Consolidatable`
+/// once `consolidateAfter` (10m) has passed since its pod was bound, not before; `Empty` once its
+/// pod is gone; `Drifted(NodePoolDrifted)` once its NodePool's template changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_shows_consolidatable_empty_and_drifted_as_its_pool_and_pods_change() {
+    let clock = Clock::manual_now();
+    let mut world = World::start_on(&[("team-a", "conditions")], |i| quick_cke(i as u64), clock.clone()).await.unwrap();
+    let c = &world.clusters[0];
+    let (name, ns) = (c.name.clone(), c.namespace.clone());
+    world
+        .apply_yaml("general-purpose.yaml", common::EXAMPLE, &ns, |doc| {
+            if doc.get("kind").and_then(serde_json::Value::as_str) == Some("NodePool") {
+                doc["spec"]["clusterName"] = json!(name);
+                doc["spec"]["disruption"]["consolidateAfter"] = json!("10m");
+            }
+        })
+        .await
+        .unwrap();
+    world.start_hub();
+    scale(&world, 0, 1, "500m", "1Gi").await.unwrap();
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &ns);
+    let first = || async {
+        claims.list(&ListParams::default()).await.unwrap().items.into_iter().find(|c| {
+            condition(c, "Initialized").is_some_and(|(s, _)| s == "True")
+                && c.status.as_ref().is_some_and(|s| s.last_pod_event_time.is_some())
+        })
+    };
+    wait_for("an initialized claim with its pod's event time", UP, || async { first().await.is_some() }).await;
+    let claim = first().await.unwrap();
+    assert_eq!(condition(&claim, "Consolidatable"), None, "not before consolidateAfter");
+    assert_eq!(condition(&claim, "Empty"), None, "its pod is there");
+    clock.advance(Duration::from_secs(11 * 60));
+    let get = || async { claims.get(&claim.name_any()).await.unwrap() };
+    wait_for("Consolidatable=True 10 min after the pod's binding", UP, || async {
+        condition(&get().await, "Consolidatable") == Some(("True".into(), "Consolidatable".into()))
+    })
+    .await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(world.clusters[0].client(), "default");
+    pods.delete("web-0", &Default::default()).await.unwrap();
+    wait_for("Empty=True once the pod is gone", UP, || async {
+        // The pod's end is a new pod event: time moves on past its de-duplication window.
+        clock.advance(Duration::from_secs(1));
+        condition(&get().await, "Empty") == Some(("True".into(), "Empty".into()))
+    })
+    .await;
+    let pools: Api<crds::NodePool> = Api::namespaced(world.mgmt.client(), &ns);
+    let relabel = json!({"spec": {"template": {"metadata": {"labels": {"team": "platform-2"}}}}});
+    pools.patch("default", &PatchParams::default(), &Patch::Merge(&relabel)).await.unwrap();
+    wait_for("Drifted=True(NodePoolDrifted) after a template change", UP, || async {
+        clock.advance(Duration::from_secs(1));
+        condition(&get().await, "Drifted") == Some(("True".into(), "NodePoolDrifted".into()))
+    })
+    .await;
+    world.stop_hub().await;
+}

@@ -17,6 +17,7 @@ use kube::ResourceExt;
 
 use crate::decisions::{
     conditions::{self, FALSE, TRUE, UNKNOWN},
+    disruption_conditions,
     node_registration::{self, NodeMatch},
     ownership,
     termination::{self, PodFacts, expiration::Expiry},
@@ -122,6 +123,10 @@ pub struct Facts<'a> {
     /// The VolumeAttachments of the claim's Node, once read (termination only, after the drain).
     pub attachments: Option<&'a [termination::Attachment]>,
     pub pool: PoolHealth,
+    /// The claim's NodePool (`None`: gone), for its drift and `consolidateAfter`.
+    pub nodepool: Option<&'a crds::NodePool>,
+    /// The pods bound to the claim's Node, for `Empty`, `Consolidatable` and `lastPodEventTime`.
+    pub node_pods: &'a [&'a k8s_openapi::api::core::v1::Pod],
     pub now: Timestamp,
 }
 
@@ -180,6 +185,11 @@ pub enum Write {
     },
     /// Write the claim's `karpenter.sh/nodeclaim-termination-timestamp` annotation.
     TerminationTimestamp(Timestamp),
+    /// Re-stamp the claim's NodePool hash and hash version (the hash algorithm changed, §1.9).
+    RestampPoolHash {
+        hash: String,
+        version: String,
+    },
     /// Delete the claim.
     DeleteClaim(DeleteReason),
     /// The claim's NodeGroup vanished before registration: arm the flavor's cool-down.
@@ -447,6 +457,30 @@ fn live(f: &Facts<'_>, s: &Settings, expiry: Option<Duration>) -> Decision {
                 }
             }
         }
+    }
+    // §4.1: what the disruption loop reads, for launched claims; Empty and Consolidatable only once
+    // the node is initialized.
+    let outcome = disruption_conditions::update(
+        &mut status,
+        claim.labels(),
+        claim.annotations(),
+        f.nodepool,
+        f.node_pods,
+        observed,
+        now,
+    );
+    changed |= outcome.changed;
+    if !conditions::is_true(&status.conditions, INITIALIZED) {
+        changed |= conditions::remove(&mut status.conditions, disruption_conditions::CONSOLIDATABLE);
+        changed |= conditions::remove(&mut status.conditions, disruption_conditions::EMPTY);
+    } else if let Some(t) = outcome.recheck_in {
+        requeue = requeue.min(t);
+    }
+    if let Some((hash, version)) = outcome.restamp {
+        d = d.then(Write::RestampPoolHash { hash, version });
+    }
+    if let Some(why) = outcome.warning {
+        d = d.event(true, "InvalidConsolidateAfter", "Disrupt", why);
     }
     let ready = conditions::is_true(&status.conditions, LAUNCHED)
         && conditions::is_true(&status.conditions, REGISTERED)
@@ -916,6 +950,8 @@ mod tests {
             pods: &[],
             attachments: Some(&[]),
             pool: PoolHealth { nodes: 1, unhealthy: 0 },
+            nodepool: None,
+            node_pods: &[],
             now,
         }
     }

@@ -4,6 +4,7 @@
 pub mod batcher;
 pub mod capacity;
 pub mod conditions;
+pub mod disruption_conditions;
 pub mod garbage;
 pub mod launch;
 pub mod lifecycle;

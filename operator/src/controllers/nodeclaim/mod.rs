@@ -15,7 +15,7 @@ mod launch;
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::{
     Api, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
@@ -42,7 +42,7 @@ use crate::{
         registry::{ClusterKey, Connection},
     },
 };
-use crds::{NodeClaim, NodeClaimStatus, NodeGroup, labels};
+use crds::{NodeClaim, NodeClaimStatus, NodeGroup, NodePool, labels};
 
 /// What stops a reconcile; retried with the controller's back-off.
 #[derive(Debug, thiserror::Error)]
@@ -172,19 +172,26 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
     } else {
         node_registration::find_node(nodes.iter().map(|n| n.as_ref()), &provider_id)
     };
-    let pods: Vec<PodFacts> = match (&node, deleting) {
-        (NodeMatch::One(n), true) => {
+    // The pods bound to the claim's Node: drained when leaving, and the source of Empty,
+    // Consolidatable and lastPodEventTime otherwise.
+    let bound: Vec<Arc<Pod>> = match &node {
+        NodeMatch::One(n) => {
             let node_name = n.name_any();
             conn.cache
                 .pods
                 .state()
-                .iter()
+                .into_iter()
                 .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name.as_str()))
-                .map(|p| PodFacts::from_pod(p))
                 .collect()
         }
         _ => Vec::new(),
     };
+    let pods: Vec<PodFacts> = if deleting { bound.iter().map(|p| PodFacts::from_pod(p)).collect() } else { Vec::new() };
+    let node_pods: Vec<&Pod> = bound.iter().map(AsRef::as_ref).collect();
+    let nodepool = obj
+        .labels()
+        .get(labels::NODEPOOL)
+        .and_then(|pool| hub.cache.pools.get(&ObjectRef::<NodePool>::new(pool).within(&c.ns)));
     let now = hub.now();
     let settings = hub.settings.lifecycle;
     let group = if deleting {
@@ -200,6 +207,8 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
         pods: &pods,
         attachments: None,
         pool: pool_health(&c, &hub, &nodes, now),
+        nodepool: nodepool.as_deref(),
+        node_pods: &node_pods,
         now,
     };
     let mut decision = lifecycle::decide(&facts, &settings);
@@ -310,6 +319,13 @@ async fn carry_out(
         }
         Write::TerminationTimestamp(at) => {
             let patch = json!({"metadata": {"annotations": {labels::TERMINATION_TIMESTAMP: at.to_string()}}});
+            c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        }
+        Write::RestampPoolHash { hash, version } => {
+            let patch = json!({"metadata": {"annotations": {
+                crds::drift::NODEPOOL_HASH_ANNOTATION: hash,
+                crds::drift::NODEPOOL_HASH_VERSION_ANNOTATION: version,
+            }}});
             c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
         }
         Write::DeleteClaim(reason) => {
