@@ -7,7 +7,7 @@
 use std::fs;
 use std::path::Path;
 
-use operator::commands::plan::{Plan, plan, read_snapshot, to_json};
+use operator::commands::plan::{DisruptionPlan, Plan, plan, plan_disruption, read_snapshot, to_json};
 
 mod common;
 use common::{repo, yaml_files};
@@ -263,4 +263,166 @@ fn the_table_shows_the_pods_of_each_claim() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.lines().any(|l| l.starts_with("  #1 (web ") && l.ends_with("): shop/a, shop/b")), "{table}");
+}
+
+/// The instant every `examples/plan-disruption/` scenario is decided at (`--now`): a day after the
+/// claims were created.
+const DISRUPTION_NOW: &str = "2026-11-25T12:00:00Z";
+
+fn disruption_plan_files(files: &[(String, String)]) -> DisruptionPlan {
+    let (snap, notes) = read_snapshot(files).unwrap_or_else(|e| panic!("{e}"));
+    plan_disruption(&snap, None, Default::default(), DISRUPTION_NOW.parse().unwrap(), notes)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Issue 12 item 5: each disruption scenario gives the decision recorded beside it (regenerated
+/// with `UPDATE_PLAN_EXPECTED=1`), and the decision is the one the scenario is about: method,
+/// candidates, replacements, savings, or the reason nothing happens.
+#[test]
+fn every_disruption_scenario_gives_its_expected_decision() {
+    let dir = repo().join("examples/plan-disruption");
+    let files = yaml_files(&dir);
+    assert!(files.len() >= 6, "scenarios missing");
+    let update = std::env::var_os("UPDATE_PLAN_EXPECTED").is_some();
+    let mut failures = Vec::new();
+    for f in &files {
+        let p = disruption_plan_files(&[source(f)]);
+        let got = operator::commands::plan::disruption_json(&p);
+        let expected_path = f.with_extension("expected.json");
+        if update {
+            fs::write(&expected_path, &got).unwrap();
+            continue;
+        }
+        let expected = fs::read_to_string(&expected_path)
+            .unwrap_or_else(|_| panic!("{} missing: run with UPDATE_PLAN_EXPECTED=1", expected_path.display()));
+        if got != expected {
+            failures.push(format!("{}:\n--- expected\n{expected}\n--- got\n{got}", f.display()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn scenario(name: &str) -> DisruptionPlan {
+    disruption_plan_files(&[source(&repo().join("examples/plan-disruption").join(format!("{name}.yaml")))])
+}
+
+fn decided(p: &DisruptionPlan) -> (&str, Vec<&str>, Vec<&str>, f64) {
+    let c = p.decision.as_ref().unwrap_or_else(|| panic!("no decision: {p:#?}"));
+    (
+        c.method.as_str(),
+        c.candidates.iter().map(|c| c.node_claim.as_str()).collect(),
+        c.replacements.iter().map(|r| r.flavor.as_str()).collect(),
+        c.savings_per_hour,
+    )
+}
+
+#[test]
+fn an_empty_node_is_deleted_and_the_busy_one_kept() {
+    let p = scenario("d1-empty-node");
+    assert_eq!(decided(&p), ("emptiness", vec!["default-a1"], vec![], 0.0611), "{p:#?}");
+    assert_eq!(p.decision.as_ref().unwrap().reason, "Empty");
+    // 10 % of two nodes, rounded up: one may go.
+    assert_eq!(p.budgets[0].allowed["Empty"], 1, "{p:#?}");
+}
+
+#[test]
+fn an_under_used_node_is_replaced_by_a_cheaper_one_launched_first() {
+    let p = scenario("d2-underused-replace");
+    assert_eq!(decided(&p), ("single-node consolidation", vec!["default-l1"], vec!["2XS"], 0.1334), "{p:#?}");
+    let c = p.decision.as_ref().unwrap();
+    assert_eq!(c.candidates[0].pods, ["shop/web-1"]);
+    assert_eq!(c.candidates[0].price_per_hour, 0.1667);
+    assert!(c.summary.contains("launch one node in NodePool default"), "{}", c.summary);
+    // The loop's order: emptiness and drift found nothing before consolidation decided.
+    let methods: Vec<&str> = p.methods.iter().map(|m| m.method.as_str()).collect();
+    assert_eq!(methods, ["emptiness", "drift", "multi-node consolidation", "single-node consolidation"]);
+}
+
+#[test]
+fn a_drifted_node_is_replaced_even_when_the_pool_only_consolidates_empty_nodes() {
+    let p = scenario("d3-drifted");
+    let (method, claims, replacements, _) = decided(&p);
+    assert_eq!((method, claims, replacements), ("drift", vec!["default-d1"], vec!["XS"]), "{p:#?}");
+    assert_eq!(p.decision.as_ref().unwrap().reason, "Drifted");
+}
+
+#[test]
+fn a_budget_of_zero_a_do_not_disrupt_pod_or_a_pdb_blocks_and_says_why() {
+    let p = scenario("d4-budget-zero");
+    assert!(p.decision.is_none(), "{p:#?}");
+    assert!(p.methods[0].budget_constrained, "{p:#?}");
+    assert_eq!(p.budgets[0].allowed.values().copied().collect::<Vec<_>>(), [0, 0, 0]);
+    for (name, why) in [
+        ("d5-do-not-disrupt", "pod shop/batch-1 has karpenter.sh/do-not-disrupt"),
+        ("d6-pdb-blocks", "PDB shop/web allows no disruption of pod shop/web-1"),
+    ] {
+        let p = scenario(name);
+        assert!(p.decision.is_none(), "{name}: {p:#?}");
+        let blocked: Vec<_> = p.methods.iter().flat_map(|m| &m.blocked).collect();
+        assert!(!blocked.is_empty(), "{name}: {p:#?}");
+        assert!(blocked.iter().all(|b| b.node_claim == "default-l1" && b.reason.contains(why)), "{name}: {blocked:#?}");
+        // The budget is not what holds it back.
+        assert!(p.methods.iter().all(|m| !m.budget_constrained), "{name}: {p:#?}");
+    }
+}
+
+#[test]
+fn the_binary_plans_disruption_as_json_and_as_a_table() {
+    let d2 = repo().join("examples/plan-disruption/d2-underused-replace.yaml");
+    let bin = env!("CARGO_BIN_EXE_karpenter-hub");
+    let out = std::process::Command::new(bin)
+        .args(["plan", "--disruption", "--now", DISRUPTION_NOW, "-o", "json", "-f"])
+        .arg(&d2)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["now"], DISRUPTION_NOW);
+    assert_eq!(v["decision"]["method"], "single-node consolidation");
+    assert_eq!(v["decision"]["replacements"][0]["flavor"], "2XS");
+    let out = std::process::Command::new(bin).args(["plan", "--disruption", "-f"]).arg(&d2).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("delete default-l1") && table.contains("launch first: NodePool default, 2XS"), "{table}");
+    // The negative side: without --disruption the same snapshot is a provisioning plan (nothing pending).
+    let out = std::process::Command::new(bin).args(["plan", "-o", "json", "-f"]).arg(&d2).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v.get("decision").is_none() && v["nodeClaims"] == serde_json::json!([]), "{v}");
+}
+
+/// Bad input to `plan --disruption` fails with the flag, object and field named, and no plan printed.
+#[test]
+fn bad_disruption_input_names_the_object_and_field() {
+    let d2 = fs::read_to_string(repo().join("examples/plan-disruption/d2-underused-replace.yaml")).unwrap();
+    let out = run_plan(&["--disruption", "--now", "yesterday"], &d2, "bad-now.yaml");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && out.stdout.is_empty(), "{err}");
+    assert!(err.contains("--now \"yesterday\" is not an RFC 3339 instant"), "{err}");
+    // --now means nothing to a provisioning plan.
+    let out = run_plan(&["--now", DISRUPTION_NOW], &d2, "now-alone.yaml");
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--disruption"));
+    let bad_cost = d2.replacen(
+        "\"namespace\": \"shop\",",
+        "\"namespace\": \"shop\", \"annotations\": {\"controller.kubernetes.io/pod-deletion-cost\": \"cheap\"},",
+        1,
+    );
+    assert_ne!(bad_cost, d2);
+    let out = run_plan(&["--disruption", "--now", DISRUPTION_NOW], &bad_cost, "bad-cost.yaml");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && out.stdout.is_empty(), "{err}");
+    assert!(
+        err.contains("Pod shop/web-1")
+            && err.contains("metadata.annotations[controller.kubernetes.io/pod-deletion-cost]")
+            && err.contains("\"cheap\""),
+        "{err}"
+    );
+    let bad_pdb = d2.clone()
+        + "---\n{\"apiVersion\": \"policy/v1\", \"kind\": \"PodDisruptionBudget\", \"metadata\": {\"name\": \"web\", \
+           \"namespace\": \"shop\"}, \"spec\": {\"selector\": {\"matchExpressions\": [{\"key\": \"app\", \"operator\": \
+           \"Sometimes\"}]}}}\n";
+    let out = run_plan(&["--disruption", "--now", DISRUPTION_NOW], &bad_pdb, "bad-pdb.yaml");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("PodDisruptionBudget shop/web") && err.contains("spec.selector"), "{err}");
 }

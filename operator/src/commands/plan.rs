@@ -25,6 +25,12 @@ use serde::Serialize;
 use serde_json::Value;
 use sim::schema::CrdSchema;
 
+mod disruption_plan;
+pub use disruption_plan::{
+    Blocked, DisruptionPlan, MethodResult, PlannedCandidate, PlannedCommand, PoolBudget, Replacement, plan_disruption,
+    to_json as disruption_json, to_table as disruption_table,
+};
+
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -53,6 +59,14 @@ pub struct PlanArgs {
     /// `strict` fails a claim whose options would fall below a `minValues`; `best-effort` lowers it.
     #[arg(long, value_enum, default_value_t = MinValuesArg::Strict)]
     pub min_values_policy: MinValuesArg,
+    /// Plan disruption instead of provisioning: which NodeClaims the hub would remove or replace
+    /// (emptiness, drift, consolidation), why, the replacements, the budgets left and the savings.
+    #[arg(long)]
+    pub disruption: bool,
+    /// The instant to decide at (RFC 3339, e.g. `2026-11-25T12:00:00Z`) with `--disruption`;
+    /// default: the wall clock. Fix it to make a snapshot's plan reproducible.
+    #[arg(long, value_name = "RFC3339", requires = "disruption")]
+    pub now: Option<String>,
 }
 
 /// `--preference-policy`.
@@ -125,6 +139,14 @@ pub enum PlanError {
     /// would never see them, so no plan is made.
     #[error("{}", refusals_message(.0))]
     Refused(Vec<Refusal>),
+    /// `--now` is not an RFC 3339 instant.
+    #[error("--now {value:?} is not an RFC 3339 instant (e.g. 2026-11-25T12:00:00Z): {message}")]
+    Now {
+        /// What was given.
+        value: String,
+        /// What the parser said.
+        message: String,
+    },
     /// A CRD of the hub does not compile into a validator (a defect of the hub, not of the input).
     #[error("cannot check {kind} objects: its CRD does not compile: {message}")]
     CrdSchema {
@@ -475,17 +497,7 @@ pub fn plan_with(
     mut notes: Vec<String>,
 ) -> Result<Plan, PlanError> {
     let snapshot = &manifests.snapshot;
-    let cluster = match cluster {
-        Some(c) => c.to_string(),
-        None => {
-            let clusters: BTreeSet<&str> = snapshot.node_pools.iter().map(|p| p.spec.cluster_name.as_str()).collect();
-            match clusters.len() {
-                0 => String::new(),
-                1 => clusters.into_iter().next().unwrap_or_default().to_string(),
-                _ => return Err(PlanError::AmbiguousCluster(clusters.into_iter().collect::<Vec<_>>().join(", "))),
-            }
-        }
-    };
+    let cluster = resolve_cluster(snapshot, cluster)?;
     let converted = build_input_with_volumes(snapshot, &manifests.volumes, &cluster, PendingRule::Unbound, settings)?;
     notes.extend(converted.notes);
     let input = converted.input;
@@ -524,6 +536,29 @@ pub fn plan_with(
         total_price_per_hour: total,
         notes,
     })
+}
+
+/// The cluster asked for, or the only one the pools serve.
+fn resolve_cluster(snapshot: &Snapshot, cluster: Option<&str>) -> Result<String, PlanError> {
+    Ok(match cluster {
+        Some(c) => c.to_string(),
+        None => {
+            let clusters: BTreeSet<&str> = snapshot.node_pools.iter().map(|p| p.spec.cluster_name.as_str()).collect();
+            match clusters.len() {
+                0 => String::new(),
+                1 => clusters.into_iter().next().unwrap_or_default().to_string(),
+                _ => return Err(PlanError::AmbiguousCluster(clusters.into_iter().collect::<Vec<_>>().join(", "))),
+            }
+        }
+    })
+}
+
+/// The `--now` flag, or the wall clock.
+pub fn now_of(args: &PlanArgs) -> Result<jiff::Timestamp, PlanError> {
+    match &args.now {
+        None => Ok(jiff::Timestamp::now()),
+        Some(v) => v.parse().map_err(|e: jiff::Error| PlanError::Now { value: v.clone(), message: e.to_string() }),
+    }
 }
 
 /// Bytes as a person writes them: `1Gi` or `1G`, whichever is exact and shorter (binary first), so
@@ -623,6 +658,17 @@ pub fn run(args: &PlanArgs) -> Result<String, PlanError> {
         sources.push((name, text));
     }
     let (snapshot, notes) = read_snapshot(&sources)?;
+    if args.disruption {
+        let now = now_of(args)?;
+        let plan = plan_disruption(&snapshot, args.cluster.as_deref(), args.settings(), now, notes)?;
+        for n in &plan.notes {
+            eprintln!("note: {n}");
+        }
+        return Ok(match args.output {
+            Format::Table => disruption_table(&plan),
+            Format::Json => disruption_json(&plan),
+        });
+    }
     let plan = plan_with(&snapshot, args.cluster.as_deref(), args.settings(), notes)?;
     for n in &plan.notes {
         eprintln!("note: {n}");
