@@ -426,3 +426,10 @@ fn bad_disruption_input_names_the_object_and_field() {
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("PodDisruptionBudget shop/web") && err.contains("spec.selector"), "{err}");
 }
+
+#[test]
+fn under_used_nodes_are_consolidated_together_within_the_budget() {
+    let p = scenario("d7-multi-node");
+    assert_eq!(decided(&p), ("multi-node consolidation", vec!["default-x1", "default-x2"], vec![], 0.1222), "{p:#?}");
+    assert_eq!(p.budgets[0].allowed["Underutilized"], 3, "{p:#?}");
+}
