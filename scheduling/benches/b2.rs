@@ -15,9 +15,12 @@
 //! `cargo bench -p scheduling --bench b2` prints the tables and the summaries; `B2_JSON=1` adds one
 //! JSON object per case; `B2_NO_REPACK=1` measures the solver without its cost-improving repack;
 //! `B2_LIMITS_ONLY=1` runs only the limits families; `B2_FAMILIES=all` (or a comma-separated list of
-//! family names) runs only the families.
+//! family names) runs only the families. `B2_EXACT=1` adds the small cases' exact optimum (MILP,
+//! ≈ 2.5 min; `B2_EXACT_ONLY=1` runs only them; `B2_EXACT_SECONDS` is the solver's budget per
+//! case, 3 s by default).
 
 mod common;
+mod exact;
 
 use common::Rng;
 use crds::catalog::InstanceType;
@@ -274,6 +277,10 @@ fn main() {
         families(&only, json, repack);
         return;
     }
+    if std::env::var_os("B2_EXACT_ONLY").is_some() {
+        small_cases(json, repack);
+        return;
+    }
     println!(
         "{:<8} {:>6} {:<4} {:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>7}",
         "profile",
@@ -354,6 +361,10 @@ fn main() {
     limits_family(&types, json, repack);
     tight_limits_family(&types, json, repack);
     families("all", json, repack);
+    // The exact reference takes ≈ 2.5 min (most of it cases the solver cannot prove in its budget).
+    if std::env::var_os("B2_EXACT").is_some() {
+        small_cases(json, repack);
+    }
 }
 
 /// A family of the extended suite: a catalogue, and what it does to the pool and to each pod.
@@ -721,4 +732,275 @@ fn limits_family(types: &[InstanceType], json: bool, repack: bool) {
          (a packing of every pod exists within the limits); slowest solve {:.1} ms",
         slowest.as_secs_f64() * 1e3
     );
+}
+
+/// A family of small cases: what it does to the pods and the pool, and what the exact program
+/// must add for it.
+struct SmallFamily {
+    name: &'static str,
+    daemonset: bool,
+    pod: fn(&mut Pod, usize, usize),
+    /// Pods (by index) of which no node may hold two, given the pods.
+    apart: fn(&[Pod]) -> Vec<Vec<usize>>,
+    /// The pool requires `instance-type Exists, minValues: 3`.
+    min_values: bool,
+    /// cpu and memory limits as a share (percent) of the FFD packing's capacity.
+    limits_percent: Option<i64>,
+}
+
+/// Pods grouped by their `app` label (hostname spread of maxSkew 1 from empty nodes, or hostname
+/// anti-affinity to themselves: at most one per node).
+fn apart_by_app(pods: &[Pod]) -> Vec<Vec<usize>> {
+    let mut groups: std::collections::BTreeMap<&str, Vec<usize>> = std::collections::BTreeMap::new();
+    for (i, p) in pods.iter().enumerate() {
+        if let Some(app) = p.labels.get("app") {
+            groups.entry(app.as_str()).or_default().push(i);
+        }
+    }
+    groups.into_values().filter(|g| g.len() > 1).collect()
+}
+
+/// Pods grouped by host port (at most one per port and node).
+fn apart_by_port(pods: &[Pod]) -> Vec<Vec<usize>> {
+    let mut groups: std::collections::BTreeMap<i32, Vec<usize>> = std::collections::BTreeMap::new();
+    for (i, p) in pods.iter().enumerate() {
+        for hp in &p.constraints.host_ports {
+            groups.entry(hp.port).or_default().push(i);
+        }
+    }
+    groups.into_values().filter(|g| g.len() > 1).collect()
+}
+
+fn small_family_list() -> Vec<SmallFamily> {
+    let none: fn(&[Pod]) -> Vec<Vec<usize>> = |_| Vec::new();
+    let spread_pod: fn(&mut Pod, usize, usize) = |p, i, n| {
+        let app = format!("app-{}", i % (n / 10).max(1));
+        app_label(p, &app);
+        p.constraints.topology_spread = vec![spread(HOSTNAME, 1, WhenUnsatisfiable::DoNotSchedule, &[("app", &app)])];
+    };
+    let ports_pod: fn(&mut Pod, usize, usize) = |p, i, _| {
+        if i % 4 == 0 {
+            p.constraints.host_ports = vec![host_port(9000 + i32::try_from(i / 4 % 5).unwrap_or(0), "TCP")];
+        }
+    };
+    let plain = SmallFamily {
+        name: "suite",
+        daemonset: false,
+        pod: |_, _, _| {},
+        apart: none,
+        min_values: false,
+        limits_percent: None,
+    };
+    vec![
+        SmallFamily { name: "suite", ..plain },
+        SmallFamily { name: "suite+ds", daemonset: true, ..plain },
+        SmallFamily { name: "limits", limits_percent: Some(100), ..plain },
+        SmallFamily { name: "hostname-spread", pod: spread_pod, apart: apart_by_app, ..plain },
+        SmallFamily { name: "host-ports", pod: ports_pod, apart: apart_by_port, ..plain },
+        SmallFamily { name: "min-values", min_values: true, ..plain },
+    ]
+}
+
+/// The program's flavors: room = allocatable minus the DaemonSet overhead (flavors it does not fit
+/// dropped). Under minValues 3 only flavors with at least two others at least as roomy in every
+/// dimension: a node on such a flavor fits two more, and a node on any other one fits fewer than
+/// three (exact for nested catalogues such as the built-in one, whose flavors grow in cpu and
+/// memory together).
+fn exact_types(types: &[InstanceType], overhead: Resources, min_values: bool) -> Vec<exact::Type> {
+    let room = |t: &InstanceType| {
+        let a = t.allocatable.saturating_sub(overhead);
+        [a.cpu_millis, a.memory_bytes, a.pods]
+    };
+    types
+        .iter()
+        .filter(|t| overhead.fits(&t.allocatable))
+        .filter(|t| {
+            !min_values || {
+                let r = room(t);
+                types.iter().filter(|o| o.name != t.name && (0..3).all(|k| room(o)[k] >= r[k])).count() >= 2
+            }
+        })
+        .map(|t| exact::Type {
+            name: t.name.clone(),
+            room: room(t),
+            capacity: [t.capacity.cpu_millis, t.capacity.memory_bytes],
+            price: t.offerings[0].price_hourly,
+        })
+        .collect()
+}
+
+/// Small cases (issue 14 item 5): 12 and 24 pods of the suite's profiles, 3 seeds, in the
+/// families the exact program models; the hub and the plain loop against the exact optimum and the
+/// LP bound, so that the gap to the bound splits into integrality (bound → optimum: the fractional
+/// relaxation, and for the constrained families the constraint's own price too) and solver
+/// (optimum → hub).
+fn small_cases(json: bool, repack: bool) {
+    // Seconds the branch and bound may take per case before its best packing is reported unproven.
+    let budget: f64 = std::env::var("B2_EXACT_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3.0);
+    let started_all = std::time::Instant::now();
+    println!(
+        "\nsmall cases: exact optimum (MILP, microlp)\n{:<16} {:<8} {:>5} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8}",
+        "family",
+        "profile",
+        "pods",
+        "seed",
+        "LP €/h",
+        "opt €/h",
+        "hub €/h",
+        "plain €/h",
+        "opt/LP",
+        "hub/opt",
+        "pl/opt",
+        "proven",
+        "milp ms"
+    );
+    let types = flavors();
+    let mut summary = Vec::new();
+    for f in small_family_list() {
+        let (mut int_gap, mut hub_gap, mut plain_gap, mut hub_lp) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut proven, mut cases, mut pending, mut plain_pending, mut at_opt, mut slowest) =
+            (0usize, 0usize, 0usize, 0usize, 0usize, 0.0f64);
+        for &n in &[12usize, 24] {
+            for profile in ["cpu", "memory", "mixed"] {
+                for seed in 1..=3u64 {
+                    let mut pods = workload(profile, n, seed * 1000 + n as u64);
+                    for (i, p) in pods.iter_mut().enumerate() {
+                        (f.pod)(p, i, n);
+                    }
+                    let daemonsets = if f.daemonset {
+                        vec![DaemonSet {
+                            namespace: "kube-system".into(),
+                            name: "agent".into(),
+                            pod: pod("agent", 200, 256 * MI),
+                        }]
+                    } else {
+                        Vec::new()
+                    };
+                    let overhead = daemonsets.iter().fold(Resources::ZERO, |a, d| a + d.pod.requests);
+                    let demand = pods.iter().fold(Resources::ZERO, |a, p| a + p.requests);
+                    let mut pool = Pool { name: "default".into(), instance_types: types.clone(), ..Pool::default() };
+                    if f.min_values {
+                        let mut r = req(INSTANCE_TYPE, Operator::Exists, &[]);
+                        r.min_values = Some(3);
+                        pool.requirements = vec![r];
+                    }
+                    let limits = f.limits_percent.map(|pct| {
+                        let cap = ffd_nodes(&types, overhead, &pods).iter().fold(Resources::ZERO, |a, (_, c)| a + *c);
+                        [cap.cpu_millis * pct / 100, cap.memory_bytes * pct / 100]
+                    });
+                    let lp = match limits {
+                        Some(l) => lp_bound_limited(&types, demand, [l[0] as f64, l[1] as f64]),
+                        None => lp_bound(&types, overhead, demand),
+                    };
+                    if let Some(l) = limits {
+                        pool.limits = Limits { cpu_millis: Some(l[0]), memory_bytes: Some(l[1]), ..Limits::default() };
+                    }
+                    let case = exact::Case {
+                        types: exact_types(&types, overhead, f.min_values),
+                        pods: pods.iter().map(|p| [p.requests.cpu_millis, p.requests.memory_bytes, 1]).collect(),
+                        apart: (f.apart)(&pods),
+                        limits,
+                    };
+                    let mut input = Input { pools: vec![pool], pods, daemonsets, ..Input::default() };
+                    input.settings.repack = repack;
+                    let d = solve(&input);
+                    input.settings.repack = false;
+                    let plain = solve(&input);
+                    // The hub's packing as the warm start, when it places every pod on flavors the
+                    // program knows.
+                    let start: Option<exact::Packing> = d
+                        .unschedulable
+                        .is_empty()
+                        .then(|| {
+                            d.new_claims
+                                .iter()
+                                .map(|c| {
+                                    let t = c
+                                        .instance_types
+                                        .first()
+                                        .and_then(|o| case.types.iter().position(|t| t.name == o.name));
+                                    t.map(|t| (t, c.pods.clone()))
+                                })
+                                .collect::<Option<Vec<_>>>()
+                        })
+                        .flatten();
+                    let started = std::time::Instant::now();
+                    let outcome = exact::optimum(&case, start.as_ref(), budget);
+                    let ms = started.elapsed().as_secs_f64() * 1e3;
+                    slowest = slowest.max(ms);
+                    let (opt, is_proven) = match outcome {
+                        exact::Outcome::Optimal(p) => (p, true),
+                        exact::Outcome::Incumbent(p) => (p, false),
+                        exact::Outcome::None => (f64::NAN, false),
+                    };
+                    let (hub, base) = (d.total_price(), plain.total_price());
+                    cases += 1;
+                    proven += usize::from(is_proven);
+                    pending += d.unschedulable.len();
+                    plain_pending += plain.unschedulable.len();
+                    if is_proven {
+                        int_gap.push(opt / lp);
+                        hub_gap.push(hub / opt);
+                        hub_lp.push(hub / lp);
+                        if plain.unschedulable.is_empty() {
+                            plain_gap.push(base / opt);
+                        }
+                        at_opt += usize::from(hub <= opt + 1e-6);
+                    }
+                    println!(
+                        "{:<16} {profile:<8} {n:>5} {seed:>5} {lp:>8.4} {opt:>8.4} {hub:>8.4} {base:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>7} {ms:>8.0}",
+                        f.name,
+                        opt / lp,
+                        hub / opt,
+                        base / opt,
+                        if is_proven { "yes" } else { "no" },
+                    );
+                    if json {
+                        println!(
+                            "{{\"bench\":\"B2-exact\",\"family\":\"{}\",\"profile\":\"{profile}\",\"pods\":{n},\"seed\":{seed},\"lp\":{lp:.4},\"optimum\":{opt:.4},\"proven\":{is_proven},\"hub\":{hub:.4},\"plain\":{base:.4},\"hub_pending\":{},\"plain_pending\":{},\"milp_ms\":{ms:.0}}}",
+                            f.name,
+                            d.unschedulable.len(),
+                            plain.unschedulable.len()
+                        );
+                    }
+                }
+            }
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let worst = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        summary.push((
+            f.name,
+            mean(&int_gap),
+            worst(&int_gap),
+            mean(&hub_gap),
+            worst(&hub_gap),
+            mean(&hub_lp),
+            worst(&hub_lp),
+            mean(&plain_gap),
+            at_opt,
+            proven,
+            cases,
+            pending,
+            plain_pending,
+            slowest,
+        ));
+    }
+    println!(
+        "\n{:<16} {:>14} {:>14} {:>14} {:>10} {:>9} {:>8} {:>8} {:>10}",
+        "small cases",
+        "opt/LP m, w",
+        "hub/opt m, w",
+        "hub/LP m, w",
+        "plain/opt",
+        "hub=opt",
+        "proven",
+        "pending",
+        "slowest ms"
+    );
+    for (name, im, iw, hm, hw, lm, lw, pm, at, pr, c, pend, ppend, slow) in summary {
+        println!(
+            "{name:<16} {im:>6.4}, {iw:>6.4} {hm:>6.4}, {hw:>6.4} {lm:>6.4}, {lw:>6.4} {pm:>10.4} {at:>4} of {pr:<2} {pr:>3}/{c:<3} {pend:>3},{ppend:>4} {slow:>10.0}"
+        );
+    }
+    println!("small cases: {:.1} s in all", started_all.elapsed().as_secs_f64());
 }
