@@ -333,6 +333,7 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
     // The webhook runs with the flags of config/webhook/deployment.yaml (the defaults).
     let wa = args(webhook);
     let configured = config_doc("config/webhook/deployment.yaml", "Deployment", "karpenter-hub-webhook");
+    assert_eq!(container(&configured)["command"], container(webhook)["command"], "config/webhook runs the same image");
     for arg in args(&configured) {
         assert!(wa.contains(&arg), "webhook args {wa:?} lack {arg} of config/webhook/deployment.yaml");
     }

@@ -1054,3 +1054,20 @@ async fn the_group_of_a_force_deleted_claim_is_reaped_after_the_minimum_age() {
     assert_ne!(ng_api.get(&group).await.unwrap().uid(), orphan_uid, "the orphan is gone for good");
     world.shutdown().await;
 }
+
+/// Issue 14's "done when", on the hub itself: the sandbox's 12 pods of 1 CPU / 1Gi under the
+/// example pool's limits (24 CPU, 16Gi) all run, on two XS (0.1222 EUR/h), as `plan` decides for
+/// examples/plan/limits-sandbox-12-pods.yaml; none is left pending by the memory limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_pool_places_the_sandbox_twelve_pods_within_its_limits() {
+    let mut world = World::start(&[("limits", "sandbox-twelve")], |i| quick_cke(i as u64)).await.unwrap();
+    apply(&world, 0, "general-purpose.yaml", GENERAL_PURPOSE, as_is).await;
+    world.start_hub();
+    create_pods(&world, 0, replicas(12, "1", "1Gi", json!({}))).await;
+    wait_in(&world, 0, "the 12 pods running", NODE_UP, || async { running(&world, 0).await == 12 }).await;
+    let mut fl: Vec<String> = flavors(&groups(&world, 0).await).into_iter().map(str::to_string).collect();
+    fl.sort();
+    assert_eq!(fl, ["XS", "XS"], "{}", summary(&world, 0).await);
+    assert_one_group_per_claim(&world, 0).await;
+    world.shutdown().await;
+}
