@@ -191,6 +191,19 @@ pub enum Owner {
     Node,
 }
 
+impl Owner {
+    /// The owner that decides a pod's fate: its controller reference, else its first owner.
+    pub fn of(refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]) -> Owner {
+        let owner = refs.iter().find(|o| o.controller == Some(true)).or_else(|| refs.first());
+        match owner.map(|o| o.kind.as_str()) {
+            Some("DaemonSet") => Owner::DaemonSet,
+            Some("StatefulSet") => Owner::StatefulSet,
+            Some("Node") => Owner::Node,
+            _ => Owner::Other,
+        }
+    }
+}
+
 /// A PodDisruptionBudget matching a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PdbFacts {

@@ -18,6 +18,7 @@ use crds::{
     common::{NodeSelectorRequirement, Operator},
     drift, labels,
 };
+use disruption::Owner;
 
 pub const DRIFTED: &str = "Drifted";
 pub const CONSOLIDATABLE: &str = "Consolidatable";
@@ -131,19 +132,22 @@ pub fn update(
 }
 
 fn daemonset(p: &Pod) -> bool {
-    p.owner_references().iter().any(|o| o.kind == "DaemonSet")
+    Owner::of(p.owner_references()) == Owner::DaemonSet
 }
 
 fn terminal(p: &Pod) -> bool {
     matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
-/// §5.5: active (or a terminating StatefulSet pod), owned by neither a DaemonSet nor a Node.
+/// §5.5, by the disruption core's own rule: the loop and this condition agree on what is empty.
 fn reschedulable(p: &Pod) -> bool {
-    let owners = p.owner_references();
-    let stateful = owners.iter().any(|o| o.kind == "StatefulSet");
-    let active = !terminal(p) && (p.metadata.deletion_timestamp.is_none() || stateful);
-    active && !owners.iter().any(|o| o.kind == "DaemonSet" || o.kind == "Node")
+    disruption::PodFacts {
+        owner: Owner::of(p.owner_references()),
+        terminal: terminal(p),
+        terminating: p.metadata.deletion_timestamp.is_some(),
+        ..disruption::PodFacts::default()
+    }
+    .reschedulable()
 }
 
 /// The latest of a pod's events the `consolidateAfter` clock counts: bound to the node, started

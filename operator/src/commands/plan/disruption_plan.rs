@@ -393,12 +393,7 @@ fn pod_facts(
     }
     Ok(PodFacts {
         name,
-        owner: match owner.map(|o| o.kind.as_str()) {
-            Some("DaemonSet") => Owner::DaemonSet,
-            Some("StatefulSet") => Owner::StatefulSet,
-            Some("Node") => Owner::Node,
-            _ => Owner::Other,
-        },
+        owner: Owner::of(p.metadata.owner_references.as_deref().unwrap_or_default()),
         terminal: matches!(status.and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")),
         terminating: p.metadata.deletion_timestamp.is_some(),
         ready: pod_ready(p),

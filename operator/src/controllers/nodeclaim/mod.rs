@@ -194,11 +194,12 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
         .and_then(|pool| hub.cache.pools.get(&ObjectRef::<NodePool>::new(pool).within(&c.ns)));
     let now = hub.now();
     let settings = hub.settings.lifecycle;
-    let group = if deleting {
-        // Termination acts on the group's absence and ownership: always read live.
+    // Termination acts on the group's absence and ownership: always read live. The object read is
+    // kept for the deletion's UID precondition.
+    let (group, mut live_group) = if deleting {
         group_live(&c, &hub, &conn, &group_name).await?
     } else {
-        group_cached(&conn, &group_name)
+        (group_cached(&conn, &group_name), None)
     };
     let mut facts = Facts {
         claim: &obj,
@@ -216,7 +217,7 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
     let attachments = std::cell::OnceCell::new();
     for _ in 0..2 {
         if decision.needs_live_group {
-            facts.group = group_live(&c, &hub, &conn, &group_name).await?;
+            (facts.group, live_group) = group_live(&c, &hub, &conn, &group_name).await?;
         } else if decision.needs_attachments {
             let list = match &facts.node {
                 NodeMatch::One(n) => drain::volume_attachments(&conn, &n.name_any()).await?,
@@ -236,7 +237,7 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
         _ => None,
     };
     for write in decision.writes {
-        if let Some(action) = carry_out(&c, &hub, &conn, node, &group_name, write).await? {
+        if let Some(action) = carry_out(&c, &hub, &conn, node, live_group.as_ref(), &group_name, write).await? {
             return Ok(action);
         }
     }
@@ -253,14 +254,19 @@ fn group_cached(conn: &Connection, group_name: &str) -> Group {
 }
 
 /// An uncached read of the claim's group, with its ownership proof.
-async fn group_live(c: &Claim<'_>, hub: &Hub, conn: &Connection, group_name: &str) -> Result<Group, Error> {
+async fn group_live(
+    c: &Claim<'_>,
+    hub: &Hub,
+    conn: &Connection,
+    group_name: &str,
+) -> Result<(Group, Option<NodeGroup>), Error> {
     let groups: Api<NodeGroup> = Api::all(conn.client.clone());
     let live = hub.metrics.cloudprovider(&c.key, "get", groups.get_opt(group_name)).await?;
-    Ok(match live {
+    let group = match &live {
         None => Group::NotFound,
         Some(g) if g.is_terminating() => Group::Terminating,
         Some(g) => Group::Present {
-            ours: match ownership::prove(&g, &hub.settings.hub_id, &c.ns) {
+            ours: match ownership::prove(g, &hub.settings.hub_id, &c.ns) {
                 Ownership::Owned { claim, uid }
                     if claim == c.name && Some(uid.as_str()) == c.obj.metadata.uid.as_deref() =>
                 {
@@ -270,7 +276,8 @@ async fn group_live(c: &Claim<'_>, hub: &Hub, conn: &Connection, group_name: &st
                 _ => Err("it is not this claim's".to_string()),
             },
         },
-    })
+    };
+    Ok((group, live))
 }
 
 /// The repair cap's inputs (§6.5): the Nodes of the claim's pool in its cluster, and how many of
@@ -298,6 +305,7 @@ async fn carry_out(
     hub: &Hub,
     conn: &Connection,
     node: Option<&Node>,
+    live_group: Option<&NodeGroup>,
     group_name: &str,
     write: Write,
 ) -> Result<Option<Action>, Error> {
@@ -370,9 +378,10 @@ async fn carry_out(
             hub.metrics.drain_waiting_pods.remove(&c.claim_labels());
         }
         Write::DeleteGroup => {
-            let groups: Api<NodeGroup> = Api::all(conn.client.clone());
-            if let Some(g) = groups.get_opt(group_name).await? {
-                let dp = ownership::delete_exactly(&g);
+            // Decided on a live read of this pass (the decision asks for one first).
+            if let Some(g) = live_group {
+                let groups: Api<NodeGroup> = Api::all(conn.client.clone());
+                let dp = ownership::delete_exactly(g);
                 match hub.metrics.cloudprovider(&c.key, "delete", groups.delete(group_name, &dp)).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
