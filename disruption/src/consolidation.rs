@@ -388,6 +388,20 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_at_its_limit_still_replaces_a_node_by_a_smaller_one() {
+        // The candidate's capacity leaves the pool's usage in the simulation: an M whose pool is
+        // capped at one node and 16 CPU is replaced by a 2XS (upstream counts the candidate too
+        // and can never shrink a pool at its limit).
+        let (s, mut m) = fleet(&[("m", "M", &[(1000, 1), (1000, 1)])]);
+        let capacity = m.input.nodes[0].capacity;
+        m.input.pools[0].limits.nodes = Some(1);
+        m.input.pools[0].limits.cpu_millis = Some(16_000);
+        m.input.pools[0].usage.resources = capacity;
+        m.input.pools[0].usage.nodes = 1;
+        assert_eq!(replacement_options(&single(&s, &m)).first().map(String::as_str), Some("2XS"));
+    }
+
+    #[test]
     fn checklist_10_9_multi_node() {
         // 120. Three 2XS, each with one 1 CPU/1Gi pod → one command deleting two, no new claim.
         let (mut s, m) = fleet(&[("a", "2XS", &[(1000, 1)]), ("b", "2XS", &[(1000, 1)]), ("c", "2XS", &[(1000, 1)])]);

@@ -83,6 +83,16 @@ impl ScopeModel {
                 .pods
                 .extend(self.movable.get(i).into_iter().flatten().filter(|p| !left_behind.contains(&p.key())).cloned());
         }
+        // The removed nodes no longer count against their pools' limits: a pool at its limit can
+        // still replace a node by a smaller one.
+        for &j in &removed {
+            let Some(node) = input.nodes.get(j) else { continue };
+            let (capacity, pool) = (node.capacity, node.nodepool.clone());
+            if let Some(pool) = input.pools.iter_mut().find(|p| Some(&p.name) == pool.as_ref()) {
+                pool.usage.resources = pool.usage.resources.saturating_sub(capacity);
+                pool.usage.nodes = (pool.usage.nodes - 1).max(0);
+            }
+        }
         let nodes: Vec<ExistingNode> = std::mem::take(&mut input.nodes)
             .into_iter()
             .enumerate()

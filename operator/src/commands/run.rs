@@ -9,9 +9,10 @@ use kube::{Client, Config, config::KubeConfigOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    controllers::cluster_status, controllers::flavorcatalog, controllers::gc, controllers::nodeclaim,
-    controllers::nodeclass, controllers::nodepool, controllers::provisioning, decisions::capacity,
-    infra::apierror::plain, infra::hub, infra::kubeconfig, infra::leader, infra::metrics, infra::registry,
+    controllers::cluster_status, controllers::disruption, controllers::flavorcatalog, controllers::gc,
+    controllers::nodeclaim, controllers::nodeclass, controllers::nodepool, controllers::provisioning,
+    decisions::capacity, infra::apierror::plain, infra::hub, infra::kubeconfig, infra::leader, infra::metrics,
+    infra::registry,
 };
 
 /// Flags of `karpenter-hub run` (each also read from the environment).
@@ -157,6 +158,7 @@ pub async fn run_with(
     tasks.spawn(flavorcatalog::run(hub.clone(), shutdown.clone()));
     tasks.spawn(nodepool::run(hub.clone(), shutdown.clone()));
     tasks.spawn(provisioning::run(hub.clone(), shutdown.clone()));
+    tasks.spawn(disruption::run(hub.clone(), shutdown.clone()));
     tasks.spawn(gc::run(hub.clone(), shutdown.clone()));
     tasks.spawn(cluster_status::run(hub.clone(), shutdown.clone()));
     metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);

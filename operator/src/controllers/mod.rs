@@ -3,6 +3,7 @@
 //! them acts on a workload cluster that is not connected and synced.
 
 pub mod cluster_status;
+pub mod disruption;
 pub mod flavorcatalog;
 pub mod gc;
 pub mod nodeclaim;

@@ -12,7 +12,10 @@ use std::time::Duration;
 use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::ResourceExt;
 
-use crate::decisions::conditions::{self, TRUE};
+use crate::decisions::{
+    conditions::{self, TRUE},
+    disruption_queue,
+};
 use crds::{
     NodeClaimStatus, NodePool,
     common::{NodeSelectorRequirement, Operator},
@@ -23,6 +26,9 @@ use disruption::Owner;
 pub const DRIFTED: &str = "Drifted";
 pub const CONSOLIDATABLE: &str = "Consolidatable";
 pub const EMPTY: &str = "Empty";
+/// Set while the claim is a candidate of a started disruption command; its reason is the budget
+/// reason the command spends (`Empty`, `Drifted`, `Underutilized`).
+pub const DISRUPTION_REASON: &str = "DisruptionReason";
 pub const NODEPOOL_DRIFTED: &str = "NodePoolDrifted";
 pub const REQUIREMENTS_DRIFTED: &str = "RequirementsDrifted";
 
@@ -70,6 +76,23 @@ pub fn update(
         conditions::set(&mut status.conditions, EMPTY, TRUE, EMPTY, "", generation, now)
     } else {
         conditions::remove(&mut status.conditions, EMPTY)
+    };
+    // DisruptionReason mirrors the command the disruption loop recorded on the claim (one writer of
+    // the status: this decision).
+    let command = claim_annotations
+        .get(disruption_queue::COMMAND_ANNOTATION)
+        .and_then(|v| disruption_queue::Recorded::from_annotation(v));
+    out.changed |= match command {
+        Some(c) => conditions::set(
+            &mut status.conditions,
+            DISRUPTION_REASON,
+            TRUE,
+            &format!("{:?}", c.reason),
+            &format!("{} (command {}): this node goes once its replacements are initialized", c.method, c.id),
+            generation,
+            now,
+        ),
+        None => conditions::remove(&mut status.conditions, DISRUPTION_REASON),
     };
     let Some(pool) = pool else {
         // A missing pool means no drift and nothing to consolidate for.
@@ -363,5 +386,28 @@ mod tests {
         let o = update(&mut s, &claim_labels("XS"), &old, Some(&before), &[], Some(1), t(10));
         assert!(conditions::get(&s.conditions, DRIFTED).is_none());
         assert_eq!(o.restamp, Some((drift::nodepool_hash(&before.spec), drift::NODEPOOL_HASH_VERSION.to_string())));
+    }
+
+    #[test]
+    fn a_recorded_disruption_command_sets_disruption_reason_and_its_removal_clears_it() {
+        let p = pool(json!({}));
+        let mut s = initialized(t(0));
+        let mut annotations = stamped(&p);
+        let record = disruption_queue::Recorded {
+            id: "c1".into(),
+            method: "emptiness".into(),
+            reason: crds::nodepool::DisruptionReason::Empty,
+            started: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t(5)),
+            candidates: vec!["a".into()],
+            replacements: vec![],
+            savings_per_hour: 0.05,
+        };
+        annotations.insert(disruption_queue::COMMAND_ANNOTATION.to_string(), record.to_annotation());
+        let o = update(&mut s, &claim_labels("XS"), &annotations, Some(&p), &[], Some(1), t(10));
+        let c = conditions::get(&s.conditions, DISRUPTION_REASON).unwrap();
+        assert!(o.changed);
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Empty"));
+        let o = update(&mut s, &claim_labels("XS"), &stamped(&p), Some(&p), &[], Some(1), t(20));
+        assert!(o.changed && conditions::get(&s.conditions, DISRUPTION_REASON).is_none());
     }
 }

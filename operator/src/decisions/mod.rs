@@ -5,6 +5,8 @@ pub mod batcher;
 pub mod capacity;
 pub mod conditions;
 pub mod disruption_conditions;
+pub mod disruption_queue;
+pub mod disruption_scope;
 pub mod garbage;
 pub mod launch;
 pub mod lifecycle;

@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use crds::{NodeClaim, NodePool};
+use crds::{CleverNodeClass, FlavorCatalog, NodeClaim, NodePool};
 use futures::StreamExt;
 use k8s_openapi::{
     api::core::v1::{ConfigMap, ObjectReference},
@@ -87,6 +87,8 @@ impl Default for Settings {
 pub struct MgmtCache {
     pub claims: Store<NodeClaim>,
     pub pools: Store<NodePool>,
+    pub classes: Store<CleverNodeClass>,
+    pub catalogs: Store<FlavorCatalog>,
     ready: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -95,6 +97,8 @@ impl std::fmt::Debug for MgmtCache {
         f.debug_struct("MgmtCache")
             .field("claims", &self.claims.len())
             .field("pools", &self.pools.len())
+            .field("classes", &self.classes.len())
+            .field("catalogs", &self.catalogs.len())
             .field("ready", &self.is_ready())
             .finish()
     }
@@ -105,15 +109,21 @@ impl MgmtCache {
     pub fn start(mgmt: &Client, namespace: Option<&str>, shutdown: &CancellationToken) -> Self {
         let claims = spawn_reflector(scoped::<NodeClaim>(mgmt, namespace), shutdown);
         let pools = spawn_reflector(scoped::<NodePool>(mgmt, namespace), shutdown);
+        let classes = spawn_reflector(scoped::<CleverNodeClass>(mgmt, namespace), shutdown);
+        let catalogs = spawn_reflector(scoped::<FlavorCatalog>(mgmt, namespace), shutdown);
         let (tx, ready) = tokio::sync::watch::channel(false);
-        let (c, p) = (claims.clone(), pools.clone());
+        let (c, p, k, f) = (claims.clone(), pools.clone(), classes.clone(), catalogs.clone());
         tokio::spawn(async move {
             // One waiter per store (kube's Store wakes one waiter at a time).
-            if c.wait_until_ready().await.is_ok() && p.wait_until_ready().await.is_ok() {
+            if c.wait_until_ready().await.is_ok()
+                && p.wait_until_ready().await.is_ok()
+                && k.wait_until_ready().await.is_ok()
+                && f.wait_until_ready().await.is_ok()
+            {
                 let _ = tx.send(true);
             }
         });
-        Self { claims, pools, ready }
+        Self { claims, pools, classes, catalogs, ready }
     }
 
     /// Whether every cache has listed once. Before that, absence means nothing.
@@ -129,6 +139,16 @@ impl MgmtCache {
     /// NodePools of a namespace.
     pub fn pools_in(&self, ns: &str) -> Vec<Arc<NodePool>> {
         self.pools.state().into_iter().filter(|p| p.metadata.namespace.as_deref() == Some(ns)).collect()
+    }
+
+    /// Node classes of a namespace.
+    pub fn classes_in(&self, ns: &str) -> Vec<Arc<CleverNodeClass>> {
+        self.classes.state().into_iter().filter(|p| p.metadata.namespace.as_deref() == Some(ns)).collect()
+    }
+
+    /// Flavor catalogues of a namespace.
+    pub fn catalogs_in(&self, ns: &str) -> Vec<Arc<FlavorCatalog>> {
+        self.catalogs.state().into_iter().filter(|p| p.metadata.namespace.as_deref() == Some(ns)).collect()
     }
 }
 

@@ -86,6 +86,23 @@ pub struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub cluster: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub cluster: String,
+    /// `delete` or `replace`.
+    pub decision: String,
+    /// The budget reason: `empty`, `drifted`, `underutilized`.
+    pub reason: String,
+    /// `empty`, `single`, `multi`, or empty for drift.
+    pub consolidation_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct CatalogLabels {
     pub flavorcatalog: String,
 }
@@ -107,7 +124,9 @@ per_cluster!(
     PoolReasonLabels,
     PoolResourceLabels,
     MethodLabels,
-    MethodErrorLabels
+    MethodErrorLabels,
+    ReasonLabels,
+    DecisionLabels
 );
 
 /// A metric family that remembers its label sets, so every series of a removed cluster can be
@@ -222,6 +241,11 @@ pub struct Metrics {
     pub eviction_requests: Tracked<ResultLabels, Counter>,
     pub termination_duration: Tracked<PoolLabels, Histogram, Buckets>,
     pub drain_waiting_pods: Tracked<ClaimLabels, Gauge>,
+    pub disruption_decisions: Tracked<DecisionLabels, Counter>,
+    pub disruption_eligible_nodes: Tracked<ReasonLabels, Gauge>,
+    pub disruption_allowed: Tracked<PoolReasonLabels, Gauge>,
+    pub disruption_queue_failures: Tracked<DecisionLabels, Counter>,
+    pub disruption_failed_validations: Tracked<ReasonLabels, Counter>,
     pub nodepool_usage: Tracked<PoolResourceLabels, FloatGauge>,
     pub nodepool_limit: Tracked<PoolResourceLabels, FloatGauge>,
     /// Σ catalogue price of the pool's launched claims, EUR/h.
@@ -280,6 +304,11 @@ impl Metrics {
             nodes_drained: Tracked::default(),
             pods_drained: Tracked::default(),
             eviction_requests: Tracked::default(),
+            disruption_decisions: Tracked::default(),
+            disruption_eligible_nodes: Tracked::default(),
+            disruption_allowed: Tracked::default(),
+            disruption_queue_failures: Tracked::default(),
+            disruption_failed_validations: Tracked::default(),
             nodepool_usage: Tracked::default(),
             nodepool_limit: Tracked::default(),
             nodepool_price: Tracked::default(),
@@ -385,6 +414,36 @@ impl Metrics {
             "karpenter_hub_nodeclaims_drain_waiting_pods",
             "Pods the drain of a leaving NodeClaim's node is waiting for (refused evictions, do-not-disrupt, terminating)",
             &m.drain_waiting_pods,
+        );
+        register(
+            &mut r,
+            "karpenter_voluntary_disruption_decisions",
+            "Disruption commands started, by decision (delete, replace), reason and consolidation type",
+            &m.disruption_decisions,
+        );
+        register(
+            &mut r,
+            "karpenter_voluntary_disruption_eligible_nodes",
+            "Nodes that are candidates of a disruption method at the last pass, by reason",
+            &m.disruption_eligible_nodes,
+        );
+        register(
+            &mut r,
+            "karpenter_nodepools_allowed_disruptions",
+            "Nodes the NodePool's disruption budgets still allow to disrupt, by reason",
+            &m.disruption_allowed,
+        );
+        register(
+            &mut r,
+            "karpenter_voluntary_disruption_queue_failures",
+            "Disruption commands rolled back (a replacement failed or did not initialize in time), by decision, reason and consolidation type",
+            &m.disruption_queue_failures,
+        );
+        register(
+            &mut r,
+            "karpenter_voluntary_disruption_failed_validations",
+            "Consolidation commands dropped at validation after the 15 s delay, by reason",
+            &m.disruption_failed_validations,
         );
         register(
             &mut r,
@@ -541,6 +600,11 @@ impl Metrics {
         self.nodeclaims_disrupted.forget(cluster);
         self.nodes_created.forget(cluster);
         self.nodes_drained.forget(cluster);
+        self.disruption_decisions.forget(cluster);
+        self.disruption_eligible_nodes.forget(cluster);
+        self.disruption_allowed.forget(cluster);
+        self.disruption_queue_failures.forget(cluster);
+        self.disruption_failed_validations.forget(cluster);
         self.pods_drained.forget(cluster);
         self.eviction_requests.forget(cluster);
         self.termination_duration.forget(cluster);

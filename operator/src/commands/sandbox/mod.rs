@@ -53,7 +53,14 @@ const EXAMPLE: &str = include_str!("../../../../examples/general-purpose.yaml");
 /// `karpenter-hub sandbox`.
 pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(), SandboxError> {
     let mut out = std::io::stdout();
-    let mut world = World::start(&CLUSTERS, |i| quick_cke(i as u64 + 1)).await?;
+    // The organisation's quota leaves room for a consolidation's replacement, launched before the
+    // node it replaces goes (CKE's default sandbox quota, 40 GB, is full with an S and the control plane).
+    let mut world = World::start(&CLUSTERS, |i| {
+        let mut cke = quick_cke(i as u64 + 1);
+        cke.quota.limit = sim::cke::Usage { vcpu: 64, ram_gb: 64 };
+        cke
+    })
+    .await?;
     let files = world.write_kubeconfigs(&args.dir)?;
     let _ = writeln!(
         out,
@@ -93,28 +100,56 @@ pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(
     let done = settle(&world, &mut out, Duration::from_secs(args.timeout_seconds), &shutdown, target).await?;
     if done && !shutdown.is_cancelled() {
         let down = target / 2;
+        let mut before = Vec::new();
         for i in 0..world.clusters.len() {
+            before.push(world.progress(i).await?.price_per_hour);
             scale(&world, i, down, "1", "1Gi").await?;
         }
         let _ = writeln!(out, "\nScaled each workload down to {down} pods.");
-        let _ = watch_until(&world, &mut out, tokio::time::Instant::now() + Duration::from_secs(10), &shutdown, |p| {
-            p.running == down && p.pending == 0
-        })
-        .await?;
         let _ = writeln!(
             out,
-            "The nodes stay as they are: consolidation (disruption) is not built yet, so an under-used node is not replaced."
+            "The hub consolidates by itself once the pool's consolidateAfter (30s) has passed and a 15 s \
+             validation holds: a cheaper node is launched first, then the under-used one is drained and \
+             removed. Evicted pods are recreated here, as their ReplicaSet would."
         );
+        let consolidated = watch_until(
+            &world,
+            &mut out,
+            tokio::time::Instant::now() + Duration::from_secs(150),
+            &shutdown,
+            Some(down),
+            |i, p| {
+                p.running == down
+                    && p.pending == 0
+                    && p.claims == p.groups
+                    && p.groups == p.nodes_ready
+                    && before.get(i).is_some_and(|b| p.price_per_hour < *b)
+            },
+        )
+        .await?;
+        if consolidated {
+            let _ = writeln!(out, "Consolidated: every cluster runs its {down} pods on cheaper capacity.");
+        } else if !shutdown.is_cancelled() {
+            let _ = writeln!(
+                out,
+                "Not every cluster got cheaper within 150 s; `kubectl get events -n team-a` on the management \
+                 cluster shows DisruptionBlocked and the other disruption events."
+            );
+        }
         if !shutdown.is_cancelled() {
             drain_one(&world, &mut out, &shutdown).await?;
             // The evicted pods come back, as their ReplicaSet would recreate them.
             scale(&world, 0, down, "1", "1Gi").await?;
             let _ = writeln!(out, "Recreated the evicted pods (as their ReplicaSet would); the hub places them again.");
-            let _ =
-                watch_until(&world, &mut out, tokio::time::Instant::now() + Duration::from_secs(60), &shutdown, |p| {
-                    p.running == down && p.pending == 0
-                })
-                .await?;
+            let _ = watch_until(
+                &world,
+                &mut out,
+                tokio::time::Instant::now() + Duration::from_secs(60),
+                &shutdown,
+                None,
+                |_, p| p.running == down && p.pending == 0,
+            )
+            .await?;
         }
     }
     let _ = writeln!(out, "\nSummary:");
@@ -267,7 +302,7 @@ pub async fn settle(
     target: usize,
 ) -> Result<bool, SandboxError> {
     let deadline = tokio::time::Instant::now() + timeout;
-    let done = watch_until(world, out, deadline, shutdown, |p| p.running == target && p.pending == 0).await?;
+    let done = watch_until(world, out, deadline, shutdown, None, |_, p| p.running == target && p.pending == 0).await?;
     if !done && !shutdown.is_cancelled() {
         let _ =
             writeln!(out, "\nNot settled after {}s ({target} running pods per cluster expected):", timeout.as_secs());
@@ -333,13 +368,18 @@ async fn watch_until(
     out: &mut impl Write,
     deadline: tokio::time::Instant,
     shutdown: &CancellationToken,
-    settled: impl Fn(&Progress) -> bool,
+    replicas: Option<usize>,
+    settled: impl Fn(usize, &Progress) -> bool,
 ) -> Result<bool, SandboxError> {
     let started = tokio::time::Instant::now();
     let mut last: Vec<Progress> = Vec::new();
     loop {
         let mut now = Vec::new();
         for i in 0..world.clusters.len() {
+            if let Some(n) = replicas {
+                // A ReplicaSet's part: pods evicted by a drain are created again.
+                scale(world, i, n, "1", "1Gi").await?;
+            }
             now.push(world.progress(i).await?);
         }
         if now != last {
@@ -348,7 +388,7 @@ async fn watch_until(
             }
             last = now.clone();
         }
-        if now.iter().all(&settled) {
+        if now.iter().enumerate().all(|(i, p)| settled(i, p)) {
             return Ok(true);
         }
         if tokio::time::Instant::now() >= deadline || shutdown.is_cancelled() {

@@ -1,0 +1,701 @@
+//! The disruption controller (karpenter-semantics §4.2, §4.13): one loop per workload cluster that
+//! removes empty nodes, replaces drifted ones and consolidates under-used ones, within the pools'
+//! budgets, never against a PodDisruptionBudget or a `do-not-disrupt`.
+//!
+//! Each pass gathers the cluster's facts from the watch caches, reduces them with
+//! [`disruption_scope`] (the same code as `plan --disruption`), asks the `disruption` crate for at
+//! most one command, and carries it out: replacements created first, the command recorded on its
+//! candidates ([`disruption_queue`]), their Nodes tainted `karpenter.sh/disrupted:NoSchedule`, and
+//! the candidates deleted — through the termination drain — only once every replacement is
+//! initialized. One command per cluster at a time; a restart finds it on the claims.
+//!
+//! Owns: the loop, the validation delay, the consolidated short-circuit and the queue's writes
+//! (idempotent: deterministic names, optimistic concurrency). Must not: decide anything itself
+//! (the `disruption` crate and [`disruption_queue`] do), drain a node (termination does, when a
+//! candidate is deleted), or act on a cluster that is not connected and synced.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    hash::{Hash, Hasher},
+    sync::Arc,
+    time::Duration,
+};
+
+use k8s_openapi::{
+    api::core::v1::{Node, ObjectReference, Taint},
+    apimachinery::pkg::apis::meta::v1::Time,
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    controllers::provisioning,
+    decisions::{
+        conditions,
+        disruption_queue::{self, CandidateState, Recorded, ReplacementState, Step},
+        disruption_scope,
+    },
+    infra::{
+        hub::Hub,
+        metrics::{DecisionLabels, PoolReasonLabels, ReasonLabels},
+        registry::{ClusterKey, Connection},
+    },
+};
+use crds::{NodeClaim, labels, nodepool::DisruptionReason};
+use disruption::{Command, Method};
+use scheduling::convert::{PendingRule, Snapshot, Volumes};
+
+/// The loop's period when nothing happened (§4.2).
+pub const PASS_PERIOD: Duration = Duration::from_secs(10);
+/// Consolidation and emptiness commands wait this long, then are validated again (§4.12).
+pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
+/// A scope found consolidated is looked at again after this even if nothing changed (§4.12).
+const CONSOLIDATED_TTL: Duration = Duration::from_secs(300);
+/// Event reasons.
+pub const DISRUPTION_BLOCKED: &str = "DisruptionBlocked";
+pub const DISRUPTION_LAUNCHING: &str = "DisruptionLaunching";
+pub const DISRUPTION_TERMINATING: &str = "DisruptionTerminating";
+pub const DISRUPTION_ROLLED_BACK: &str = "DisruptionRolledBack";
+
+/// What stops a pass; the next one retries.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Convert(#[from] scheduling::convert::ConvertError),
+    #[error("building a replacement NodeClaim: {0}")]
+    Build(#[from] provisioning::Error),
+}
+
+/// Start and stop one disruption loop per registered cluster until `shutdown`.
+pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
+    let mut tasks: BTreeMap<ClusterKey, CancellationToken> = BTreeMap::new();
+    let mut changes = hub.registry.changes();
+    loop {
+        let registered: BTreeSet<ClusterKey> = hub.registry.clusters().into_iter().collect();
+        tasks.retain(|k, t| {
+            let keep = registered.contains(k);
+            if !keep {
+                t.cancel();
+            }
+            keep
+        });
+        for key in registered {
+            if !tasks.contains_key(&key) {
+                let token = shutdown.child_token();
+                tasks.insert(key.clone(), token.clone());
+                tokio::spawn(cluster_loop(hub.clone(), key, token));
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            r = changes.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+/// A consolidation or emptiness command waiting out the validation delay. In memory on purpose:
+/// nothing was written for it yet, so a restart simply decides again.
+struct Pending {
+    command: Command,
+    decided: Timestamp,
+}
+
+#[derive(Default)]
+struct LoopState {
+    pending: Option<Pending>,
+    /// The scope's fingerprint when emptiness and consolidation last found nothing to do, and when.
+    consolidated: Option<(u64, Timestamp)>,
+}
+
+async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken) {
+    let mut state = LoopState::default();
+    loop {
+        let wait = match pass(&hub, &key, &mut state).await {
+            Ok(wait) => wait,
+            Err(e) => {
+                tracing::warn!(cluster = %key, error = %e, "disruption pass failed; the next pass retries");
+                PASS_PERIOD
+            }
+        };
+        // The hub's clock decides; the wall clock also wakes the loop, so a command waiting on a
+        // replacement moves on while a test's manual clock stands still.
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = hub.settings.clock.sleep(wait) => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+fn elapsed(now: Timestamp, since: Timestamp) -> Duration {
+    Duration::try_from(now.duration_since(since)).unwrap_or_default()
+}
+
+/// One pass of the loop; returns when to run the next.
+async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Duration, Error> {
+    let Some(conn) = hub.registry.connection(key).filter(|c| c.is_synced()) else {
+        // §4.2 (1): nothing is decided on a cluster the hub cannot see.
+        state.pending = None;
+        return Ok(Duration::from_secs(1));
+    };
+    if !hub.cache.is_ready() {
+        return Ok(Duration::from_secs(1));
+    }
+    let ns = &key.namespace;
+    let claims: Vec<Arc<NodeClaim>> =
+        hub.cache.claims_in(ns).into_iter().filter(|c| c.spec.cluster_name == key.name).collect();
+    let now = hub.now();
+
+    // Commands already started: carry each one step further.
+    let commands = recorded_commands(&claims);
+    tracing::trace!(cluster = %key, claims = claims.len(), commands = commands.len(), "disruption pass");
+    let mut in_progress = false;
+    for command in commands.values() {
+        if !advance(hub, &conn, key, command, &claims, commands.len(), now).await? {
+            in_progress = true;
+        }
+    }
+    release_leftover_taints(&conn, key, &claims, &commands).await?;
+    if in_progress {
+        state.pending = None;
+        return Ok(disruption_queue::POLL);
+    }
+
+    let snapshot = snapshot(hub, &conn, key, &claims);
+    let fingerprint = fingerprint(&snapshot);
+    let mut view = disruption_scope::view(
+        &snapshot,
+        &Volumes::default(),
+        &key.name,
+        PendingRule::Unschedulable,
+        scheduling::model::Settings::default(),
+        now,
+    )?;
+    for note in &view.notes {
+        tracing::debug!(cluster = %key, note = %note, "disruption input note");
+    }
+    tracing::trace!(cluster = %key, nodes = view.scope.nodes.len(), "disruption view built");
+    let capacity = hub.capacity(key).await?;
+    let cooling: BTreeSet<String> = capacity.unavailable(now).map(str::to_string).collect();
+    provisioning::mark_unavailable(&mut view.model.input, &cooling);
+    provisioning::correct_from_nodes(&mut view.model.input, &snapshot.nodes);
+    publish_budgets(hub, key, &view.scope, now);
+
+    if let Some(pending) = state.pending.take() {
+        let due = pending.decided + VALIDATION_DELAY;
+        if now < due {
+            let left = elapsed(due, now);
+            state.pending = Some(pending);
+            return Ok(left);
+        }
+        return match validate(&pending.command, &view, now) {
+            Ok(command) => {
+                start(hub, &conn, key, &command, &snapshot, now).await?;
+                Ok(Duration::ZERO)
+            }
+            Err(why) => {
+                hub.metrics
+                    .disruption_failed_validations
+                    .get(&ReasonLabels { cluster: key.to_string(), reason: reason_label(pending.command.reason) })
+                    .inc();
+                tracing::info!(
+                    cluster = %key, method = %pending.command.method, nodeclaims = %pending.command.claims().join(","),
+                    "disruption command dropped at validation: {why}"
+                );
+                Ok(PASS_PERIOD)
+            }
+        };
+    }
+
+    let skip = state.consolidated.is_some_and(|(f, at)| f == fingerprint && elapsed(now, at) < CONSOLIDATED_TTL);
+    let pass = disruption_scope::decide(&view.scope, &view.model, now, disruption::Settings::default(), skip);
+    tracing::trace!(cluster = %key, skip, methods = pass.methods.len(), "disruption methods ran");
+    report(hub, key, &view.scope, &pass).await;
+    let consolidated =
+        pass.methods.iter().filter(|(m, _)| *m != Method::Drift).all(|(_, o)| o.consolidated && o.command.is_none());
+    if !skip {
+        state.consolidated = consolidated.then_some((fingerprint, now));
+    }
+    let Some(command) = pass.command().cloned() else {
+        return Ok(PASS_PERIOD);
+    };
+    if command.method == Method::Drift {
+        // §4.7: no validation delay; budgets bound how many run at once.
+        start(hub, &conn, key, &command, &snapshot, now).await?;
+        return Ok(Duration::ZERO);
+    }
+    tracing::info!(
+        cluster = %key, method = %command.method, nodeclaims = %command.claims().join(","),
+        "disruption decided, validating after {} s: {command}", VALIDATION_DELAY.as_secs()
+    );
+    state.pending = Some(Pending { command, decided: now });
+    Ok(VALIDATION_DELAY)
+}
+
+/// The cluster's objects as the scheduling and disruption cores read them: pools whose node class
+/// is Ready (as the provisioner uses them), everything else from the caches.
+fn snapshot(hub: &Hub, conn: &Connection, key: &ClusterKey, claims: &[Arc<NodeClaim>]) -> Snapshot {
+    let ns = &key.namespace;
+    let classes = hub.cache.classes_in(ns);
+    let ready: BTreeSet<String> = classes
+        .iter()
+        .filter(|c| {
+            conditions::is_true(c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(), "Ready")
+        })
+        .map(|c| c.name_any())
+        .collect();
+    Snapshot {
+        node_pools: hub
+            .cache
+            .pools_in(ns)
+            .into_iter()
+            .filter(|p| {
+                p.spec.cluster_name == key.name
+                    && p.metadata.deletion_timestamp.is_none()
+                    && ready.contains(&p.spec.template.spec.node_class_ref.name)
+            })
+            .map(|p| p.as_ref().clone())
+            .collect(),
+        node_classes: classes.iter().map(|c| c.as_ref().clone()).collect(),
+        flavor_catalogs: hub.cache.catalogs_in(ns).iter().map(|c| c.as_ref().clone()).collect(),
+        node_claims: claims.iter().map(|c| c.as_ref().clone()).collect(),
+        nodes: conn.cache.nodes.state().iter().map(|n| n.as_ref().clone()).collect(),
+        pods: conn.cache.pods.state().iter().map(|p| p.as_ref().clone()).collect(),
+        daemonsets: conn.cache.daemonsets.state().iter().map(|d| d.as_ref().clone()).collect(),
+        pdbs: conn.cache.pdbs.state().iter().map(|p| p.as_ref().clone()).collect(),
+    }
+}
+
+/// What the consolidation methods' verdict rests on (§4.12's change stamp): claims, pools, nodes
+/// and where pods are. Two equal fingerprints mean nothing a decision reads has changed.
+fn fingerprint(s: &Snapshot) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut items: Vec<String> = Vec::new();
+    items.extend(s.node_pools.iter().map(|p| format!("p/{}/{:?}", p.name_any(), p.metadata.resource_version)));
+    items.extend(s.node_claims.iter().map(|c| format!("c/{}/{:?}", c.name_any(), c.metadata.resource_version)));
+    items.extend(
+        s.pdbs.iter().map(|p| format!("b/{}/{:?}", p.name_any(), p.status.as_ref().map(|s| s.disruptions_allowed))),
+    );
+    items.extend(s.nodes.iter().map(|n| {
+        format!(
+            "n/{}/{:?}/{}/{:?}",
+            n.name_any(),
+            n.labels().get(labels::INITIALIZED),
+            n.metadata.deletion_timestamp.is_some(),
+            n.spec.as_ref().and_then(|s| s.taints.as_ref()).map(Vec::len)
+        )
+    }));
+    items.extend(s.pods.iter().map(|p| {
+        format!(
+            "o/{:?}/{:?}/{:?}/{}",
+            p.metadata.uid,
+            p.spec.as_ref().and_then(|s| s.node_name.as_ref()),
+            p.status.as_ref().and_then(|s| s.phase.as_ref()),
+            p.metadata.deletion_timestamp.is_some()
+        )
+    }));
+    items.sort_unstable();
+    items.hash(&mut h);
+    h.finish()
+}
+
+/// The commands recorded on the cluster's claims, by id.
+fn recorded_commands(claims: &[Arc<NodeClaim>]) -> BTreeMap<String, Recorded> {
+    let mut out = BTreeMap::new();
+    for c in claims {
+        if let Some(r) =
+            c.annotations().get(disruption_queue::COMMAND_ANNOTATION).and_then(|v| Recorded::from_annotation(v))
+        {
+            out.entry(r.id.clone()).or_insert(r);
+        }
+    }
+    out
+}
+
+fn claim_named<'a>(claims: &'a [Arc<NodeClaim>], name: &str) -> Option<&'a Arc<NodeClaim>> {
+    claims.iter().find(|c| c.metadata.name.as_deref() == Some(name))
+}
+
+fn node_of(conn: &Connection, claim: &NodeClaim) -> Option<Arc<Node>> {
+    let name = claim.status.as_ref()?.node_name.as_deref()?;
+    conn.cache.nodes.state().into_iter().find(|n| n.metadata.name.as_deref() == Some(name))
+}
+
+fn reason_label(reason: DisruptionReason) -> String {
+    format!("{reason:?}").to_lowercase()
+}
+
+fn decision_labels(key: &ClusterKey, method: &str, reason: DisruptionReason, replaces: bool) -> DecisionLabels {
+    let consolidation_type = match method {
+        m if m == Method::Emptiness.to_string() => "empty",
+        m if m == Method::MultiNodeConsolidation.to_string() => "multi",
+        m if m == Method::SingleNodeConsolidation.to_string() => "single",
+        _ => "",
+    };
+    DecisionLabels {
+        cluster: key.to_string(),
+        decision: if replaces { "replace" } else { "delete" }.to_string(),
+        reason: reason_label(reason),
+        consolidation_type: consolidation_type.to_string(),
+    }
+}
+
+/// Carries a started command one step further; `true` when it is over.
+async fn advance(
+    hub: &Hub,
+    conn: &Connection,
+    key: &ClusterKey,
+    command: &Recorded,
+    claims: &[Arc<NodeClaim>],
+    queued: usize,
+    now: Timestamp,
+) -> Result<bool, Error> {
+    // A candidate counts only while it carries this very record: one rolled back or annotated
+    // again by another command is not this command's any more.
+    let candidates: Vec<CandidateState> = command
+        .candidates
+        .iter()
+        .map(|name| {
+            let claim = claim_named(claims, name).filter(|c| {
+                c.annotations()
+                    .get(disruption_queue::COMMAND_ANNOTATION)
+                    .and_then(|v| Recorded::from_annotation(v))
+                    .is_some_and(|r| r.id == command.id)
+            });
+            CandidateState {
+                name: name.clone(),
+                exists: claim.is_some(),
+                deleting: claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some()),
+            }
+        })
+        .collect();
+    let replacements: Vec<ReplacementState> = command
+        .replacements
+        .iter()
+        .map(|name| {
+            let claim = claim_named(claims, name);
+            ReplacementState {
+                name: name.clone(),
+                present: claim.is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
+                initialized: claim.is_some_and(|c| {
+                    conditions::is_true(
+                        c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(),
+                        crate::decisions::lifecycle::INITIALIZED,
+                    )
+                }),
+            }
+        })
+        .collect();
+    let api: Api<NodeClaim> = Api::namespaced(hub.mgmt.clone(), &key.namespace);
+    match disruption_queue::process(command, &candidates, &replacements, queued, now) {
+        Step::Done => Ok(true),
+        Step::Wait { why, .. } => {
+            // A crash between the record and the taint leaves a candidate open to new pods.
+            for name in &command.candidates {
+                if let Some(claim) = claim_named(claims, name)
+                    && let Some(node) = node_of(conn, claim)
+                    && !tainted(&node)
+                {
+                    set_taint(conn, &node, true).await?;
+                }
+            }
+            tracing::debug!(cluster = %key, command = %command.id, "{why}");
+            Ok(false)
+        }
+        Step::Delete { claims: names } => {
+            for name in &names {
+                match api.delete(name, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+                let pool = claim_named(claims, name).and_then(|c| c.labels().get(labels::NODEPOOL).cloned());
+                hub.metrics
+                    .nodeclaims_disrupted
+                    .get(&PoolReasonLabels {
+                        cluster: key.to_string(),
+                        nodepool: pool.unwrap_or_default(),
+                        reason: reason_label(command.reason),
+                    })
+                    .inc();
+                if let Some(claim) = claim_named(claims, name) {
+                    let note = format!(
+                        "{}: deleting the node; its pods are evicted within their PodDisruptionBudgets{}",
+                        command.method,
+                        if command.replacements.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" onto {}", command.replacements.join(", "))
+                        }
+                    );
+                    hub.event(&claim.object_ref(&()), false, DISRUPTION_TERMINATING, "Disrupt", note).await;
+                }
+            }
+            tracing::info!(
+                cluster = %key, command = %command.id, method = %command.method, nodeclaims = %names.join(","),
+                replacements = %command.replacements.join(","),
+                "disruption: replacements initialized, deleting the candidates (each node is drained first)"
+            );
+            Ok(false)
+        }
+        Step::RollBack { why, claims: names } => {
+            for name in &names {
+                let patch = json!({"metadata": {"annotations": {disruption_queue::COMMAND_ANNOTATION: null}}});
+                match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+                if let Some(claim) = claim_named(claims, name) {
+                    if let Some(node) = node_of(conn, claim)
+                        && tainted(&node)
+                    {
+                        set_taint(conn, &node, false).await?;
+                    }
+                    hub.event(&claim.object_ref(&()), true, DISRUPTION_ROLLED_BACK, "Disrupt", why.clone()).await;
+                }
+            }
+            hub.metrics
+                .disruption_queue_failures
+                .get(&decision_labels(key, &command.method, command.reason, !command.replacements.is_empty()))
+                .inc();
+            tracing::warn!(
+                cluster = %key, command = %command.id, method = %command.method, nodeclaims = %names.join(","),
+                "disruption command rolled back: {why}; the nodes stay and the replacements are ordinary capacity"
+            );
+            Ok(true)
+        }
+    }
+}
+
+fn tainted(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == labels::DISRUPTED_TAINT))
+}
+
+/// Adds or removes the `karpenter.sh/disrupted:NoSchedule` taint, guarded by the Node's
+/// resourceVersion (a concurrent change fails the write and the next pass retries).
+async fn set_taint(conn: &Connection, node: &Node, present: bool) -> Result<(), Error> {
+    let nodes: Api<Node> = Api::all(conn.client.clone());
+    let mut taints: Vec<Taint> = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    taints.retain(|t| t.key != labels::DISRUPTED_TAINT);
+    if present {
+        taints.push(Taint { key: labels::DISRUPTED_TAINT.into(), effect: "NoSchedule".into(), ..Taint::default() });
+    }
+    let patch = json!({"metadata": {"resourceVersion": node.resource_version()}, "spec": {"taints": taints}});
+    match nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// §4.2 (2): a disrupted taint on the Node of a claim that is neither deleting nor in a command is
+/// a leftover of a command that never finished (a crash, a rollback cut short): removed.
+async fn release_leftover_taints(
+    conn: &Connection,
+    key: &ClusterKey,
+    claims: &[Arc<NodeClaim>],
+    commands: &BTreeMap<String, Recorded>,
+) -> Result<(), Error> {
+    for claim in claims {
+        let recorded = claim.annotations().contains_key(disruption_queue::COMMAND_ANNOTATION)
+            && commands.values().any(|c| c.candidates.iter().any(|n| claim.metadata.name.as_ref() == Some(n)));
+        if recorded || claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if let Some(node) = node_of(conn, claim)
+            && node.metadata.deletion_timestamp.is_none()
+            && tainted(&node)
+        {
+            tracing::info!(cluster = %key, nodeclaim = %claim.name_any(), node = %node.name_any(), "removing a leftover karpenter.sh/disrupted taint (no disruption command holds this node)");
+            set_taint(conn, &node, false).await?;
+        }
+    }
+    Ok(())
+}
+
+/// A consolidation command after the delay, on a fresh view: its candidates found again by name.
+fn validate(command: &Command, view: &disruption_scope::View, now: Timestamp) -> Result<Command, String> {
+    let mut command = command.clone();
+    for cand in &mut command.candidates {
+        cand.index = view
+            .scope
+            .nodes
+            .iter()
+            .position(|n| n.claim == cand.claim)
+            .ok_or_else(|| format!("{} is gone", cand.claim))?;
+    }
+    match command.method {
+        Method::Emptiness => disruption::validate_emptiness(&command, &view.scope, now)
+            .ok_or_else(|| "none of its nodes is still an empty candidate within the budget".to_string()),
+        _ => disruption::validate_consolidation(&command, &view.scope, now, &mut view.model.for_consolidation())
+            .map(|()| command),
+    }
+}
+
+/// Starts a command (§4.13): replacements created first, then the command recorded on every
+/// candidate, then the candidates' Nodes tainted. A failure before the record is complete undoes
+/// what this start wrote.
+async fn start(
+    hub: &Hub,
+    conn: &Connection,
+    key: &ClusterKey,
+    command: &Command,
+    snapshot: &Snapshot,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let api: Api<NodeClaim> = Api::namespaced(hub.mgmt.clone(), &key.namespace);
+    let candidates: Vec<&NodeClaim> = command
+        .candidates
+        .iter()
+        .filter_map(|c| snapshot.node_claims.iter().find(|n| n.metadata.name.as_deref() == Some(c.claim.as_str())))
+        .collect();
+    let uids: Vec<&str> = candidates.iter().filter_map(|c| c.metadata.uid.as_deref()).collect();
+    let method = command.method.to_string();
+    let id = disruption_queue::command_id(&method, &uids);
+
+    let mut replacements = Vec::new();
+    for (i, new) in command.replacements.iter().enumerate() {
+        let Some(pool) = snapshot.node_pools.iter().find(|p| p.name_any() == new.nodepool) else {
+            tracing::info!(cluster = %key, nodepool = %new.nodepool, "disruption command dropped: its replacement's NodePool is gone");
+            return Ok(());
+        };
+        let mut claim = provisioning::node_claim(pool, new, key, &[])?;
+        let name = disruption_queue::replacement_name(&new.nodepool, &id, i);
+        claim.metadata.name = Some(name.clone());
+        claim.annotations_mut().insert(disruption_queue::REPLACES_ANNOTATION.to_string(), id.clone());
+        match api.create(&PostParams::default(), &claim).await {
+            Ok(_) => {
+                hub.metrics
+                    .nodeclaims_created
+                    .get(&PoolReasonLabels {
+                        cluster: key.to_string(),
+                        nodepool: new.nodepool.clone(),
+                        reason: reason_label(command.reason),
+                    })
+                    .inc();
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => {
+                undo(&api, &replacements, &[]).await;
+                return Err(e.into());
+            }
+        }
+        replacements.push(name);
+    }
+
+    let record = Recorded {
+        id: id.clone(),
+        method: method.clone(),
+        reason: command.reason,
+        started: Time(now),
+        candidates: command.claims().into_iter().map(str::to_string).collect(),
+        replacements: replacements.clone(),
+        savings_per_hour: command.savings_per_hour,
+    };
+    let mut recorded: Vec<String> = Vec::new();
+    for claim in &candidates {
+        let name = claim.name_any();
+        // The resourceVersion read: a claim changed meanwhile (deleted, annotated) fails the write.
+        let patch = json!({"metadata": {
+            "annotations": {disruption_queue::COMMAND_ANNOTATION: record.to_annotation()},
+            "resourceVersion": claim.resource_version(),
+        }});
+        match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => recorded.push(name),
+            Err(e) => {
+                tracing::info!(cluster = %key, nodeclaim = %name, error = %crate::infra::apierror::plain(&e), "disruption command not started: a candidate changed meanwhile; the next pass decides again");
+                undo(&api, &replacements, &recorded).await;
+                return Ok(());
+            }
+        }
+    }
+    for claim in &candidates {
+        if let Some(node) = node_of(conn, claim)
+            && node.metadata.deletion_timestamp.is_none()
+        {
+            set_taint(conn, &node, true).await?;
+        }
+    }
+    hub.metrics
+        .disruption_decisions
+        .get(&decision_labels(key, &method, command.reason, !replacements.is_empty()))
+        .inc();
+    tracing::info!(
+        cluster = %key, command = %id, method = %method, reason = ?command.reason,
+        nodeclaims = %record.candidates.join(","), replacements = %replacements.join(","),
+        savings_per_hour = command.savings_per_hour,
+        "disruption started: {command}"
+    );
+    let note = if replacements.is_empty() {
+        format!("{method}: this node goes ({command})")
+    } else {
+        format!("{method}: this node goes once {} is initialized ({command})", replacements.join(", "))
+    };
+    for claim in &candidates {
+        hub.event(&claim.object_ref(&()), false, DISRUPTION_LAUNCHING, "Disrupt", note.clone()).await;
+    }
+    Ok(())
+}
+
+/// Undoes a start cut short: replacements it created are deleted, records it wrote removed.
+async fn undo(api: &Api<NodeClaim>, replacements: &[String], recorded: &[String]) {
+    for name in replacements {
+        let _ = api.delete(name, &DeleteParams::default()).await;
+    }
+    let patch = json!({"metadata": {"annotations": {disruption_queue::COMMAND_ANNOTATION: null}}});
+    for name in recorded {
+        let _ = api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+    }
+}
+
+/// Budgets and eligible nodes as gauges (§4.5).
+fn publish_budgets(hub: &Hub, key: &ClusterKey, scope: &disruption::Scope, now: Timestamp) {
+    for reason in [DisruptionReason::Empty, DisruptionReason::Drifted, DisruptionReason::Underutilized] {
+        for (pool, allowed) in disruption::allowances(scope, reason, now) {
+            hub.metrics
+                .disruption_allowed
+                .get(&PoolReasonLabels { cluster: key.to_string(), nodepool: pool, reason: reason_label(reason) })
+                .set(i64::try_from(allowed).unwrap_or(i64::MAX));
+        }
+    }
+    for method in [Method::Emptiness, Method::Drift, Method::SingleNodeConsolidation] {
+        let eligible = disruption::candidates(scope, method, now).eligible.len();
+        hub.metrics
+            .disruption_eligible_nodes
+            .get(&ReasonLabels { cluster: key.to_string(), reason: reason_label(method.reason()) })
+            .set(i64::try_from(eligible).unwrap_or(i64::MAX));
+    }
+}
+
+/// `DisruptionBlocked` events on the claims a user would expect to go (deduplicated per claim),
+/// and warnings for unreadable settings.
+async fn report(hub: &Hub, key: &ClusterKey, scope: &disruption::Scope, pass: &disruption_scope::Pass) {
+    let mut seen = BTreeSet::new();
+    for (_, outcome) in &pass.methods {
+        for (claim, why) in outcome.blocked.iter().chain(outcome.warnings.iter()) {
+            if !seen.insert(claim.clone()) {
+                continue;
+            }
+            let Some(node) = scope.nodes.iter().find(|n| &n.claim == claim) else { continue };
+            let reference = ObjectReference {
+                api_version: Some(NodeClaim::api_version(&()).to_string()),
+                kind: Some(NodeClaim::kind(&()).to_string()),
+                namespace: Some(key.namespace.clone()),
+                name: Some(node.claim.clone()),
+                ..ObjectReference::default()
+            };
+            hub.event(&reference, false, DISRUPTION_BLOCKED, "Disrupt", why.clone()).await;
+        }
+    }
+}

@@ -1,0 +1,343 @@
+//! The disruption loop's view of one workload cluster, shared by the hub's disruption controller
+//! and `plan --disruption`: API objects (NodePools, NodeClaims, Nodes, bound Pods, PDBs) reduced to
+//! the `disruption` crate's facts and a scheduling model, and one pass of the loop's methods in
+//! order (emptiness, drift, multi-node, single-node consolidation) until one decides.
+//!
+//! Owns that reduction and the method order. Must not: do I/O, read the clock (`now` is an
+//! argument), or log; the controller and `plan` render and act on what it returns.
+
+use std::collections::BTreeMap;
+
+use crds::nodepool::DisruptionReason;
+use disruption::{Drift, Method, NodeFacts, Outcome, Owner, PdbFacts, PodFacts, PoolFacts, Scope, ScopeModel};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use scheduling::convert::{
+    ConvertError, PendingRule, Snapshot, Volumes, build_input_with_volumes, pod_from, selector_from,
+};
+use scheduling::model::Settings;
+
+use crds::labels::{DISRUPTED_TAINT, DO_NOT_DISRUPT, NODEPOOL as NODEPOOL_LABEL};
+
+use crate::decisions::disruption_queue;
+
+/// Annotation of a NodePool opting in to the protection of single replicas (§9 D7).
+pub const PROTECT_SINGLE_REPLICA: &str = "karpenter.clever-cloud.com/protect-single-replica";
+
+/// A cluster as the disruption loop sees it.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    /// The facts the methods decide on; one node per NodeClaim of the cluster, sorted by claim name.
+    pub scope: Scope,
+    /// The scheduling model the simulations run on.
+    pub model: ScopeModel,
+    /// Things ignored or assumed, for the user.
+    pub notes: Vec<String>,
+}
+
+fn document_error(object: String, field: &str, message: String) -> ConvertError {
+    ConvertError { object, field: field.to_string(), message }
+}
+
+fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    condition(conditions, type_).is_some_and(|c| c.status == "True")
+}
+
+fn to_ts(t: &k8s_openapi::jiff::Timestamp) -> Timestamp {
+    Timestamp::from_second(t.as_second()).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// The budget reason a `DisruptionReason` condition's reason names.
+pub fn reason_of(name: &str) -> Option<DisruptionReason> {
+    match name {
+        "Empty" => Some(DisruptionReason::Empty),
+        "Drifted" => Some(DisruptionReason::Drifted),
+        "Underutilized" => Some(DisruptionReason::Underutilized),
+        _ => None,
+    }
+}
+
+/// Reduces one cluster's objects to the disruption facts at `now`. `rule` says which unbound pods
+/// are pending (the hub: kube-scheduler's verdict; `plan`: every unbound pod).
+pub fn view(
+    snapshot: &Snapshot,
+    volumes: &Volumes,
+    cluster: &str,
+    rule: PendingRule,
+    settings: Settings,
+    now: Timestamp,
+) -> Result<View, ConvertError> {
+    let converted = build_input_with_volumes(snapshot, volumes, cluster, rule, settings)?;
+    let mut notes = converted.notes;
+    let input = converted.input;
+    let mut pools = Vec::new();
+    for p in snapshot.node_pools.iter().filter(|p| p.spec.cluster_name == cluster) {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let types_resolve = input.pools.iter().any(|ip| ip.name == name && !ip.instance_types.is_empty());
+        let mut facts = PoolFacts::from_spec(&name, &p.spec.disruption, types_resolve);
+        facts.protect_single_replica =
+            p.metadata.annotations.as_ref().and_then(|a| a.get(PROTECT_SINGLE_REPLICA)).is_some_and(|v| v == "true");
+        pools.push(facts);
+    }
+
+    let mut nodes = Vec::new();
+    let mut bound: Vec<Vec<&Pod>> = Vec::new();
+    // Claims in name order: indices stay put between passes unless claims come or go.
+    let mut claims: Vec<&crds::NodeClaim> =
+        snapshot.node_claims.iter().filter(|c| c.spec.cluster_name == cluster).collect();
+    claims.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    for claim in claims {
+        let claim_name = claim.metadata.name.clone().unwrap_or_default();
+        let conditions: &[Condition] = claim.status.as_ref().map_or(&[], |s| s.conditions.as_slice());
+        let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone());
+        let node: Option<&Node> =
+            node_name.as_deref().and_then(|n| snapshot.nodes.iter().find(|k| k.metadata.name.as_deref() == Some(n)));
+        let created = claim.metadata.creation_timestamp.as_ref().map_or(now, |t| to_ts(&t.0));
+        let label = |key: &str| {
+            node.and_then(|n| n.metadata.labels.as_ref()?.get(key).cloned())
+                .or_else(|| claim.metadata.labels.as_ref()?.get(key).cloned())
+        };
+        let pool = label(NODEPOOL_LABEL);
+        let mut f = NodeFacts::new(&claim_name, pool.as_deref().unwrap_or_default(), created);
+        f.nodepool = pool;
+        f.node = node.and_then(|n| n.metadata.name.clone());
+        f.initialized = label("karpenter.sh/initialized").as_deref() == Some("true");
+        f.node_ready = node
+            .and_then(|n| n.status.as_ref()?.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        f.instance_terminating = is_true(conditions, "InstanceTerminating");
+        f.marked_for_deletion = f.instance_terminating
+            || claim.metadata.deletion_timestamp.is_some()
+            || node.is_some_and(|n| n.metadata.deletion_timestamp.is_some());
+        let annotated =
+            |a: Option<&BTreeMap<String, String>>| a.and_then(|a| a.get(DO_NOT_DISRUPT)).is_some_and(|v| v == "true");
+        f.do_not_disrupt = annotated(claim.metadata.annotations.as_ref())
+            || annotated(node.and_then(|n| n.metadata.annotations.as_ref()));
+        f.consolidatable = is_true(conditions, "Consolidatable");
+        if node.is_some() && condition(conditions, "Consolidatable").is_none() {
+            // A snapshot written by hand rarely has it; the hub sets it once consolidateAfter has passed.
+            notes.push(format!(
+                "NodeClaim {claim_name} has no Consolidatable condition: taken as not consolidatable (set \
+                 status.conditions Consolidatable=True to plan its consolidation)"
+            ));
+        }
+        f.drifted = condition(conditions, "Drifted")
+            .filter(|c| c.status == "True")
+            .map(|c| Drift { reason: c.reason.clone(), since: to_ts(&c.last_transition_time.0) });
+        // A claim carrying a started command is queued, and charged to that command's reason even
+        // before the lifecycle mirrors it in the DisruptionReason condition.
+        let recorded = claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(disruption_queue::COMMAND_ANNOTATION))
+            .and_then(|v| disruption_queue::Recorded::from_annotation(v));
+        f.queued = recorded.is_some();
+        f.disruption_reason = recorded.map(|r| r.reason).or_else(|| {
+            condition(conditions, "DisruptionReason").filter(|c| c.status == "True").and_then(|c| reason_of(&c.reason))
+        });
+        let duration = |field: &str, value: &str| {
+            crds::admission::schedule::parse_duration(value, true).map_err(|e| {
+                document_error(format!("NodeClaim {claim_name}"), field, format!("{value:?} is not a duration: {e}"))
+            })
+        };
+        if let Some(tgp) = &claim.spec.termination_grace_period {
+            f.termination_grace_period = duration("spec.terminationGracePeriod", tgp)?;
+        }
+        f.expire_after = duration("spec.expireAfter", &claim.spec.expire_after)?;
+        f.instance_type = label("node.kubernetes.io/instance-type");
+        f.zone = label("topology.kubernetes.io/zone");
+        f.capacity_type = label("karpenter.sh/capacity-type");
+        f.price = price_of(&input, &f);
+        let mut on_node = Vec::new();
+        if let Some(n) = &f.node {
+            for p in snapshot.pods.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(n)) {
+                f.pods.push(pod_facts(p, snapshot, &mut notes)?);
+                on_node.push(p);
+            }
+        }
+        nodes.push(f);
+        bound.push(on_node);
+    }
+    let scope = Scope { pools, nodes };
+    let mut seen = std::collections::BTreeSet::new();
+    notes.retain(|n| seen.insert(n.clone()));
+
+    let mut model = ScopeModel { input, ..ScopeModel::default() };
+    for (i, f) in scope.nodes.iter().enumerate() {
+        let index = f.node.as_ref().and_then(|n| model.input.nodes.iter().position(|e| &e.name == n));
+        let mut movable = Vec::new();
+        for (pod, facts) in bound[i].iter().zip(&f.pods) {
+            if facts.reschedulable() {
+                movable.push(pod_from(pod, &format!("Pod {}", facts.name))?);
+            }
+        }
+        if f.marked_for_deletion {
+            model.leaving.append(&mut movable);
+        }
+        if let Some(j) = index {
+            let pool = f.nodepool.as_deref().and_then(|p| scope.pool(p));
+            if pool.is_some_and(|p| p.consolidate_after.is_some()) && !f.consolidatable {
+                model.no_destination.push(j);
+            }
+        }
+        model.node_index.push(index);
+        model.movable.push(movable);
+    }
+
+    Ok(View { scope, model, notes })
+}
+
+/// What one pass of the loop decided: each method tried, in order, with its outcome; the last one
+/// tried holds the command, if any.
+#[derive(Debug, Clone, Default)]
+pub struct Pass {
+    pub methods: Vec<(Method, Outcome)>,
+}
+
+impl Pass {
+    /// The command of the pass (the first method, in loop order, that decided).
+    pub fn command(&self) -> Option<&disruption::Command> {
+        self.methods.last().and_then(|(_, o)| o.command.as_ref())
+    }
+}
+
+/// One pass of the loop's methods in order (§4.2): emptiness, drift, multi-node, single-node
+/// consolidation; the first that decides ends the pass. `skip_consolidation` leaves out the methods
+/// that found nothing to do since the scope last changed (§4.12).
+pub fn decide(
+    scope: &Scope,
+    model: &ScopeModel,
+    now: Timestamp,
+    settings: disruption::Settings,
+    skip_consolidation: bool,
+) -> Pass {
+    let mut pass = Pass::default();
+    for method in [Method::Emptiness, Method::Drift, Method::MultiNodeConsolidation, Method::SingleNodeConsolidation] {
+        if skip_consolidation && method != Method::Drift {
+            continue;
+        }
+        let outcome = match method {
+            Method::Emptiness => disruption::emptiness(scope, now),
+            Method::Drift => disruption::drift(scope, now, &mut model.for_drift()),
+            Method::MultiNodeConsolidation => {
+                disruption::multi_node(scope, now, &mut model.for_consolidation(), settings)
+            }
+            Method::SingleNodeConsolidation => {
+                disruption::single_node(scope, now, &mut model.for_consolidation(), settings)
+            }
+        };
+        let decided = outcome.command.is_some();
+        pass.methods.push((method, outcome));
+        if decided {
+            break;
+        }
+    }
+    pass
+}
+
+/// The hourly price of a node's offering in its pool's instance types (0 when unknown).
+fn price_of(input: &scheduling::Input, f: &NodeFacts) -> f64 {
+    let Some(t) = &f.instance_type else { return 0.0 };
+    input
+        .pools
+        .iter()
+        .filter(|p| f.nodepool.as_deref().is_none_or(|n| n == p.name))
+        .flat_map(|p| p.instance_types.iter())
+        .filter(|it| &it.name == t)
+        .flat_map(|it| it.offerings.iter())
+        .find(|o| {
+            f.zone.as_deref().is_none_or(|z| z == o.zone)
+                && f.capacity_type.as_deref().is_none_or(|c| c == o.capacity_type)
+        })
+        .map_or(0.0, |o| o.price_hourly)
+}
+
+fn pod_facts(p: &Pod, snapshot: &Snapshot, notes: &mut Vec<String>) -> Result<PodFacts, ConvertError> {
+    let ns = p.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let name = format!("{ns}/{}", p.metadata.name.as_deref().unwrap_or_default());
+    let owner = p
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .or_else(|| p.metadata.owner_references.iter().flatten().next());
+    let status = p.status.as_ref();
+    let annotations = p.metadata.annotations.clone().unwrap_or_default();
+    let deletion_cost = match annotations.get("controller.kubernetes.io/pod-deletion-cost") {
+        Some(v) => v.parse::<i32>().map_err(|_| {
+            document_error(
+                format!("Pod {name}"),
+                "metadata.annotations[controller.kubernetes.io/pod-deletion-cost]",
+                format!("{v:?} is not a 32-bit integer"),
+            )
+        })?,
+        None => 0,
+    };
+    let labels = p.metadata.labels.clone().unwrap_or_default();
+    let mut pdbs = Vec::new();
+    for pdb in snapshot.pdbs.iter().filter(|d| d.metadata.namespace.as_deref().unwrap_or("default") == ns) {
+        let pdb_name = format!("{ns}/{}", pdb.metadata.name.as_deref().unwrap_or_default());
+        let Some(sel) = pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) else { continue };
+        let sel = selector_from(sel)
+            .map_err(|e| document_error(format!("PodDisruptionBudget {pdb_name}"), "spec.selector", e))?;
+        if scheduling::affinity::selector_matches(&sel, &labels) {
+            if pdb.status.is_none() {
+                notes.push(format!(
+                    "PodDisruptionBudget {pdb_name} has no status: taken as allowing no disruption, as before the \
+                     disruption controller has counted its pods"
+                ));
+            }
+            pdbs.push(PdbFacts {
+                name: pdb_name,
+                // No status: the disruption controller has not counted yet, so nothing may go.
+                disruptions_allowed: pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed),
+                always_allow_unhealthy: pdb.spec.as_ref().and_then(|s| s.unhealthy_pod_eviction_policy.as_deref())
+                    == Some("AlwaysAllow"),
+            });
+        }
+    }
+    Ok(PodFacts {
+        name,
+        owner: Owner::of(p.metadata.owner_references.as_deref().unwrap_or_default()),
+        terminal: matches!(status.and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")),
+        terminating: p.metadata.deletion_timestamp.is_some(),
+        ready: pod_ready(p),
+        tolerates_disrupted: p.spec.as_ref().and_then(|s| s.tolerations.as_ref()).is_some_and(|ts| {
+            ts.iter().any(|t| {
+                let key = t.key.as_deref().unwrap_or_default();
+                let effect_ok = matches!(t.effect.as_deref(), None | Some("") | Some("NoSchedule"));
+                effect_ok && (key == DISRUPTED_TAINT || (key.is_empty() && t.operator.as_deref() == Some("Exists")))
+            })
+        }),
+        started: status
+            .and_then(|s| s.start_time.as_ref())
+            .or(p.metadata.creation_timestamp.as_ref())
+            .map(|t| to_ts(&t.0)),
+        do_not_disrupt: annotations.get(DO_NOT_DISRUPT).cloned(),
+        pdbs,
+        deletion_cost,
+        priority: p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
+        only_ready_replica: pod_ready(p)
+            && owner.is_some_and(|o| {
+                let same = |q: &&Pod| {
+                    q.metadata.namespace.as_deref().unwrap_or("default") == ns
+                        && q.metadata.owner_references.iter().flatten().any(|r| r.kind == o.kind && r.name == o.name)
+                };
+                snapshot.pods.iter().filter(same).filter(|q| pod_ready(q)).count() == 1
+            }),
+    })
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}

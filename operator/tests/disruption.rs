@@ -1,0 +1,294 @@
+//! The disruption scenarios of clever-cloud.md §9 end to end on the simulated world (issue 12 item
+//! 7): the real hub, on a manual clock the test moves past `consolidateAfter` and the validation
+//! delay instead of waiting for them, against a management emulator and simulated CKE clusters.
+//! Each scenario is judged on what the API shows: which NodeClaims and NodeGroups go, that
+//! replacements are initialized before anything is deleted, and what the hub says (events,
+//! metrics) — and, where nothing may happen, that nothing does once the hub has passed by.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use crds::{NodeClaim, NodeGroup, labels};
+use k8s_openapi::api::{core::v1::Pod, events::v1::Event};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use operator::commands::sandbox::world::{World, quick_cke, workload_pod};
+use serde_json::{Value, json};
+use sim::clock::Clock;
+
+mod common;
+use common::{EXAMPLE, metric, wait_for};
+
+/// Pending pod → Running on a new node takes a few seconds with `quick_cke`; the bound only
+/// matters on a loaded machine.
+const UP: Duration = Duration::from_secs(90);
+
+async fn world(cluster: &str, edit: impl Fn(&mut Value)) -> (World, Clock) {
+    let clock = Clock::manual_now();
+    let mut world = World::start_on(&[("team", cluster)], |i| quick_cke(i as u64), clock.clone()).await.unwrap();
+    let name = cluster.to_string();
+    world
+        .apply_yaml("general-purpose.yaml", EXAMPLE, "team", |doc| {
+            if doc.get("kind").and_then(Value::as_str) == Some("NodePool") {
+                doc["spec"]["clusterName"] = json!(name);
+                doc["spec"].as_object_mut().unwrap().remove("limits");
+                edit(doc);
+            }
+        })
+        .await
+        .unwrap();
+    world.start_hub();
+    (world, clock)
+}
+
+async fn create(world: &World, pods: &[(&str, &str, &str)], extra: Value) {
+    let api: Api<Pod> = Api::namespaced(world.clusters[0].client(), "default");
+    for (name, cpu, memory) in pods {
+        let mut v = serde_json::to_value(workload_pod(name, cpu, memory)).unwrap();
+        if let Some(annotations) = extra.get("annotations") {
+            v["metadata"]["annotations"] = annotations.clone();
+        }
+        api.create(&PostParams::default(), &serde_json::from_value(v).unwrap()).await.unwrap();
+    }
+}
+
+async fn delete_pod(world: &World, name: &str) {
+    let api: Api<Pod> = Api::namespaced(world.clusters[0].client(), "default");
+    api.delete(name, &DeleteParams::default()).await.unwrap();
+}
+
+async fn claims(world: &World) -> Vec<NodeClaim> {
+    Api::<NodeClaim>::namespaced(world.mgmt.client(), "team").list(&ListParams::default()).await.unwrap().items
+}
+
+async fn groups(world: &World) -> Vec<NodeGroup> {
+    Api::<NodeGroup>::all(world.clusters[0].client()).list(&ListParams::default()).await.unwrap().items
+}
+
+async fn running(world: &World) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(world.clusters[0].client(), "default");
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .collect()
+}
+
+fn is_true(claim: &NodeClaim, type_: &str) -> bool {
+    claim.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == type_ && c.status == "True"))
+}
+
+fn flavor(claim: &NodeClaim) -> String {
+    claim.labels().get(labels::INSTANCE_TYPE).cloned().unwrap_or_default()
+}
+
+async fn events(world: &World, reason: &str) -> Vec<String> {
+    let api: Api<Event> = Api::namespaced(world.mgmt.client(), "team");
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| format!("{}: {}", e.regarding.and_then(|r| r.name).unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+/// Moves the hub's clock forward a little at a time (each step wakes the lifecycle and the
+/// disruption loop) until `check` holds; panics naming `what` after `timeout` of real time.
+async fn advance_until<F, Fut>(clock: &Clock, what: &str, step: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    wait_for(what, UP, || {
+        clock.advance(step);
+        check()
+    })
+    .await;
+}
+
+/// One initialized claim holding `pods` running pods; returns it.
+async fn settled(world: &World, pods: usize) -> NodeClaim {
+    wait_for("the pods running on an initialized claim", UP, || async {
+        running(world).await.len() == pods && claims(world).await.iter().all(|c| is_true(c, "Initialized"))
+    })
+    .await;
+    let cs = claims(world).await;
+    assert_eq!(cs.len(), 1, "one claim: {:?}", cs.iter().map(|c| c.name_any()).collect::<Vec<_>>());
+    cs.into_iter().next().unwrap()
+}
+
+/// Emptiness (§4.6, clever-cloud.md §9 scale to zero): once its pods are gone and `consolidateAfter`
+/// (30 s) has passed, an empty node is deleted after the 15 s validation delay — its NodeClaim and
+/// NodeGroup go, nothing is launched in its place, and the decision is counted and told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_node_goes_after_consolidate_after_and_the_validation_delay() {
+    let (world, clock) = world("empty", |_| {}).await;
+    create(&world, &[("web-0", "500m", "1Gi"), ("web-1", "500m", "1Gi")], json!({})).await;
+    let claim = settled(&world, 2).await;
+    delete_pod(&world, "web-0").await;
+    delete_pod(&world, "web-1").await;
+    wait_for("Empty=True on the claim", UP, || async {
+        clock.advance(Duration::from_secs(1));
+        claims(&world).await.first().is_some_and(|c| is_true(c, "Empty"))
+    })
+    .await;
+    advance_until(&clock, "the empty claim deleted and its NodeGroup gone", Duration::from_secs(5), || async {
+        claims(&world).await.is_empty() && groups(&world).await.is_empty()
+    })
+    .await;
+    let cluster = world.clusters[0].key().to_string();
+    assert_eq!(
+        metric(
+            &world,
+            "karpenter_voluntary_disruption_decisions_total",
+            &[("cluster", &cluster), ("decision", "delete"), ("reason", "empty")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(&world, "karpenter_nodeclaims_disrupted_total", &[("cluster", &cluster), ("reason", "empty")]),
+        1.0
+    );
+    let launching = events(&world, "DisruptionLaunching").await;
+    assert!(launching.iter().any(|e| e.starts_with(&claim.name_any()) && e.contains("emptiness")), "{launching:?}");
+    world.shutdown().await;
+}
+
+/// Consolidation-replace (§4.9, §4.13): a node left with one small pod is replaced by a cheaper one;
+/// the replacement is initialized before the old claim is deleted, the pod is evicted through the
+/// drain and its replacement pod lands on the new node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_under_used_node_is_replaced_by_a_cheaper_one_launched_first() {
+    let (world, clock) = world("replace", |_| {}).await;
+    create(&world, &[("big", "4", "5Gi"), ("web-0", "500m", "1Gi")], json!({})).await;
+    let old = settled(&world, 2).await;
+    assert_eq!(flavor(&old), "XS", "the two pods need an XS");
+    delete_pod(&world, "big").await;
+    // The claim's replacement: a 2XS (0.0333 EUR/h) for the XS (0.0611), 45 % cheaper.
+    advance_until(&clock, "a replacement claim", Duration::from_secs(5), || async { claims(&world).await.len() == 2 })
+        .await;
+    let replacement = claims(&world).await.into_iter().find(|c| c.name_any() != old.name_any()).unwrap();
+    assert!(replacement.annotations().contains_key("karpenter.clever-cloud.com/disruption-replacement-for"));
+    wait_for("the old claim deleted only after the replacement is initialized", UP, || async {
+        // The drain's settle time runs on the hub's clock.
+        clock.advance(Duration::from_secs(1));
+        let cs = claims(&world).await;
+        let old_now = cs.iter().find(|c| c.name_any() == old.name_any());
+        let new_now = cs.iter().find(|c| c.name_any() == replacement.name_any());
+        if old_now.is_some_and(|c| c.metadata.deletion_timestamp.is_some()) {
+            assert!(new_now.is_some_and(|c| is_true(c, "Initialized")), "deleted before its replacement initialized");
+        }
+        old_now.is_none()
+    })
+    .await;
+    let cs = claims(&world).await;
+    assert_eq!(cs.len(), 1);
+    assert_eq!(flavor(&cs[0]), "2XS");
+    // The evicted pod, recreated as its ReplicaSet would, runs on the new node.
+    create(&world, &[("web-0", "500m", "1Gi")], json!({})).await;
+    wait_for("web-0 running on the 2XS", UP, || async {
+        running(&world).await.iter().any(|p| {
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                == cs[0].status.as_ref().and_then(|s| s.node_name.as_deref())
+        })
+    })
+    .await;
+    wait_for("one NodeGroup left", UP, || async { groups(&world).await.len() == 1 }).await;
+    let cluster = world.clusters[0].key().to_string();
+    assert_eq!(
+        metric(
+            &world,
+            "karpenter_voluntary_disruption_decisions_total",
+            &[("cluster", &cluster), ("decision", "replace"), ("reason", "underutilized")]
+        ),
+        1.0
+    );
+    world.shutdown().await;
+}
+
+/// Drift (§4.7): a NodePool template change drifts its claim; a replacement is launched first (no
+/// validation delay) and the drifted claim goes once it is initialized. A hub crash in the middle
+/// of the command neither loses nor repeats it: one replacement, the old claim deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drifted_node_is_replaced_and_a_restart_mid_command_neither_loses_nor_repeats_it() {
+    let (mut world, clock) = world("drift", |_| {}).await;
+    create(&world, &[("web-0", "500m", "1Gi")], json!({})).await;
+    let old = settled(&world, 1).await;
+    let pools: Api<crds::NodePool> = Api::namespaced(world.mgmt.client(), "team");
+    let relabel = json!({"spec": {"template": {"metadata": {"labels": {"team": "platform-2"}}}}});
+    pools.patch("default", &PatchParams::default(), &Patch::Merge(&relabel)).await.unwrap();
+    advance_until(&clock, "a replacement for the drifted claim", Duration::from_secs(1), || async {
+        claims(&world).await.len() == 2
+    })
+    .await;
+    world.crash_hub().await;
+    world.start_hub();
+    wait_for("the drifted claim gone, its replacement initialized", UP, || async {
+        clock.advance(Duration::from_secs(1));
+        let cs = claims(&world).await;
+        cs.len() == 1 && cs[0].name_any() != old.name_any() && is_true(&cs[0], "Initialized")
+    })
+    .await;
+    let cs = claims(&world).await;
+    assert_eq!(cs[0].labels().get("team").map(String::as_str), Some("platform-2"), "launched from the new template");
+    wait_for("one NodeGroup: the replacement's", UP, || async { groups(&world).await.len() == 1 }).await;
+    world.shutdown().await;
+}
+
+/// Budgets and do-not-disrupt (§4.3, §4.5): a pool whose budget allows no disruption keeps its empty
+/// node, and a node running a `karpenter.sh/do-not-disrupt` pod is reported blocked and kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_budget_and_a_do_not_disrupt_pod_keep_their_nodes() {
+    let (world, clock) = world("blocked", |pool| {
+        pool["spec"]["disruption"]["budgets"] = json!([{"nodes": "0", "reasons": ["Empty"]}]);
+    })
+    .await;
+    create(&world, &[("big", "4", "5Gi")], json!({})).await;
+    create(&world, &[("web-0", "500m", "1Gi")], json!({"annotations": {labels::DO_NOT_DISRUPT: "true"}})).await;
+    let claim = settled(&world, 2).await;
+    advance_until(&clock, "DisruptionBlocked naming the do-not-disrupt pod", Duration::from_secs(5), || async {
+        events(&world, "DisruptionBlocked")
+            .await
+            .iter()
+            .any(|e| e.starts_with(&claim.name_any()) && e.contains("web-0"))
+    })
+    .await;
+    // Both pods gone: the node is empty, and the budget forbids emptiness.
+    delete_pod(&world, "big").await;
+    delete_pod(&world, "web-0").await;
+    wait_for("Empty=True on the claim", UP, || async {
+        clock.advance(Duration::from_secs(1));
+        claims(&world).await.first().is_some_and(|c| is_true(c, "Empty"))
+    })
+    .await;
+    let cluster = world.clusters[0].key().to_string();
+    // Past consolidateAfter and the validation delay, with the loop having looked at it many times.
+    for _ in 0..20 {
+        clock.advance(Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_for("the budget gauge at 0 for Empty", UP, || async {
+        metric(&world, "karpenter_nodepools_allowed_disruptions", &[("cluster", &cluster), ("reason", "empty")]) == 0.0
+            && metric(
+                &world,
+                "karpenter_voluntary_disruption_eligible_nodes",
+                &[("cluster", &cluster), ("reason", "empty")],
+            ) == 1.0
+    })
+    .await;
+    let cs = claims(&world).await;
+    assert_eq!(cs.len(), 1, "the empty node stays under a zero budget");
+    assert!(cs[0].metadata.deletion_timestamp.is_none());
+    assert_eq!(
+        metric(&world, "karpenter_voluntary_disruption_decisions_total", &[("cluster", &cluster)]),
+        0.0,
+        "no decision"
+    );
+    world.shutdown().await;
+}
