@@ -12,8 +12,8 @@ use std::{
 };
 
 use operator::infra::metrics::{
-    CatalogLabels, ClaimLabels, ClusterLabels, MethodErrorLabels, MethodLabels, Metrics, PhaseLabels, PoolLabels,
-    PoolReasonLabels, PoolResourceLabels, ResultLabels,
+    CatalogLabels, ClaimLabels, ClusterLabels, DecisionLabels, MethodErrorLabels, MethodLabels, Metrics, PhaseLabels,
+    PoolLabels, PoolReasonLabels, PoolResourceLabels, ReasonLabels, ResultLabels,
 };
 
 fn repo_file(path: &str) -> (PathBuf, String) {
@@ -92,6 +92,18 @@ fn hub_exposition() -> String {
     m.cloudprovider_errors
         .get(&MethodErrorLabels { cluster: cluster.clone(), method: "create".into(), error: "Forbidden".into() })
         .inc();
+    let decision = DecisionLabels {
+        cluster: cluster.clone(),
+        decision: "replace".into(),
+        reason: "underutilized".into(),
+        consolidation_type: "single".into(),
+    };
+    let reason = ReasonLabels { cluster: cluster.clone(), reason: "underutilized".into() };
+    m.disruption_decisions.get(&decision).inc();
+    m.disruption_queue_failures.get(&decision).inc();
+    m.disruption_eligible_nodes.get(&reason).set(1);
+    m.disruption_failed_validations.get(&reason).inc();
+    m.disruption_allowed.get(&pool_reason).set(1);
     m.catalog_invalid.get_or_create(&CatalogLabels { flavorcatalog: "team-a/default".into() }).set(1);
     m.render()
 }
