@@ -115,8 +115,8 @@ pub struct NodeClaimStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::common::status_resource_map")]
     pub allocatable: Option<ResourceMap>,
-    /// `Launched`, `Registered`, `Initialized`, `Ready`, `Drifted`, `Consolidatable`, `DisruptionReason`, `Drained`,
-    /// `VolumesDetached`, `InstanceTerminating`, `ConsistentStateFound`.
+    /// `Launched`, `Registered`, `Initialized`, `Ready`, `Drifted`, `Consolidatable`, `Empty`, `DisruptionReason`,
+    /// `Drained`, `VolumesDetached`, `InstanceTerminating`, `ConsistentStateFound`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::common::conditions")]
     pub conditions: Vec<Condition>,

@@ -36,7 +36,7 @@ pub struct CleverNodeClassSpec {
     /// there from the node's first second. Keys under `kubernetes.io/`, `node.kubernetes.io/` and
     /// `clever-cloud.com/` are refused by the platform; keys containing `kubernetes.io/`, and keys under
     /// `karpenter.sh/` or `karpenter.clever-cloud.com/`, belong to the system. Changing labels makes the
-    /// existing nodes drifted (replaced from the disruption release; until then only new nodes get the new labels).
+    /// existing nodes drifted: the hub replaces them within their pools' `Drifted` disruption budgets.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "class_labels")]
     pub labels: BTreeMap<String, String>,

@@ -152,7 +152,7 @@ pub struct NodeClaimTemplateSpec {
     )]
     pub requirements: Vec<NodeSelectorRequirement>,
     /// The `CleverNodeClass` (same namespace) giving the Clever-specific node settings. `group` and `kind` are
-    /// immutable; changing `name` makes the existing nodes drifted (replaced from the disruption release).
+    /// immutable; changing `name` makes the existing nodes drifted (the hub replaces them).
     #[x_kube(
         validation = Rule::new("self.group == oldSelf.group").message("nodeClassRef.group is immutable"),
         validation = Rule::new("self.kind == oldSelf.kind").message("nodeClassRef.kind is immutable")

@@ -292,3 +292,70 @@ async fn a_zero_budget_and_a_do_not_disrupt_pod_keep_their_nodes() {
     );
     world.shutdown().await;
 }
+
+/// Drift of the node class (§4.1, the provider's drift): a label change on the `CleverNodeClass`
+/// drifts its claims (`NodeClassDrifted`) and each is replaced by a node carrying the new label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_class_label_change_drifts_its_nodes_and_they_are_replaced() {
+    let (world, clock) = world("class-drift", |_| {}).await;
+    create(&world, &[("web-0", "500m", "1Gi")], json!({})).await;
+    let old = settled(&world, 1).await;
+    let classes: Api<crds::CleverNodeClass> = Api::namespaced(world.mgmt.client(), "team");
+    let relabel = json!({"spec": {"labels": {"team": "platform-2"}}});
+    classes.patch("default", &PatchParams::default(), &Patch::Merge(&relabel)).await.unwrap();
+    advance_until(&clock, "Drifted=True(NodeClassDrifted) on the claim", Duration::from_secs(1), || async {
+        claims(&world).await.iter().any(|c| {
+            c.name_any() == old.name_any()
+                && c.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|k| k.type_ == "Drifted" && k.status == "True" && k.reason == "NodeClassDrifted")
+                })
+        }) || claims(&world).await.len() == 2
+    })
+    .await;
+    advance_until(&clock, "the drifted claim replaced", Duration::from_secs(1), || async {
+        let cs = claims(&world).await;
+        cs.len() == 1 && cs[0].name_any() != old.name_any() && is_true(&cs[0], "Initialized")
+    })
+    .await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(world.clusters[0].client());
+    let node_name = claims(&world).await[0].status.as_ref().and_then(|s| s.node_name.clone()).unwrap();
+    let node = nodes.get(&node_name).await.unwrap();
+    assert_eq!(node.labels().get("team").map(String::as_str), Some("platform-2"), "the new node has the new label");
+    world.shutdown().await;
+}
+
+/// A PodDisruptionBudget allowing no disruption (§4.3): the under-used node is reported blocked and
+/// kept; once the budget allows one, the node is replaced by a cheaper one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pdb_that_allows_nothing_blocks_consolidation_until_it_allows_one() {
+    let (world, clock) = world("pdb", |_| {}).await;
+    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(world.clusters[0].client(), "default");
+    let pdb = serde_json::from_value(json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    create(&world, &[("big", "4", "5Gi"), ("web-0", "500m", "1Gi")], json!({})).await;
+    let old = settled(&world, 2).await;
+    // `big` carries the app label too: remove it, leaving web-0 alone under minAvailable 1.
+    delete_pod(&world, "big").await;
+    advance_until(&clock, "DisruptionBlocked naming the PodDisruptionBudget", Duration::from_secs(5), || async {
+        events(&world, "DisruptionBlocked").await.iter().any(|e| e.starts_with(&old.name_any()) && e.contains("web"))
+    })
+    .await;
+    assert_eq!(claims(&world).await.len(), 1, "no replacement while the budget allows nothing");
+    let relax = json!({"spec": {"minAvailable": 0}});
+    pdbs.patch("web", &PatchParams::default(), &Patch::Merge(&relax)).await.unwrap();
+    advance_until(&clock, "the node replaced once the PDB allows it", Duration::from_secs(2), || async {
+        let cs = claims(&world).await;
+        cs.len() == 1 && cs[0].name_any() != old.name_any() && is_true(&cs[0], "Initialized")
+    })
+    .await;
+    assert_eq!(flavor(&claims(&world).await[0]), "2XS");
+    world.shutdown().await;
+}

@@ -77,8 +77,8 @@ pub fn validate_node_class(
     {
         verdict.warn(
             "spec.labels",
-            "changing the labels makes every node of this class drifted; the hub does not replace drifted nodes yet \
-             (from the disruption release): only new nodes get the new labels",
+            "changing the labels makes every node of this class drifted: the hub replaces them, a new node launched \
+             before each old one goes, within their pools' Drifted disruption budgets",
         );
     }
     verdict

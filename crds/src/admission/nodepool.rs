@@ -515,7 +515,7 @@ fn check_durations(verdict: &mut Verdict, pool: &NodePool) {
             .warn(
                 "spec.disruption.consolidateAfter",
                 "0s (the default) will let a node be consolidated the moment its pods change, e.g. mid-rollout, which \
-             churns nodes; consider 1m or more (consolidation comes with the disruption release)",
+             churns nodes; consider 1m or more",
             ),
         Ok(_) => {}
     }
@@ -805,14 +805,14 @@ fn check_update(verdict: &mut Verdict, new: &NodePool, old: &NodePool) {
     if nodepool_hash(&new.spec) != nodepool_hash(&old.spec) {
         verdict.warn(
             "spec.template",
-            "this change makes the pool's nodes drifted; the hub does not replace drifted nodes yet (from the \
-             disruption release): only new nodes follow it",
+            "this change makes the pool's nodes drifted: the hub replaces them, a new node launched before each old \
+             one goes, within the pool's Drifted disruption budgets",
         );
     } else if new.spec.template.spec.requirements != old.spec.template.spec.requirements {
         verdict.warn(
             "spec.template.spec.requirements",
-            "nodes that no longer satisfy the new requirements stay until drift replacement (from the disruption \
-             release); only new nodes follow them",
+            "nodes that no longer satisfy the new requirements are drifted: the hub replaces them within the pool's \
+             Drifted disruption budgets",
         );
     }
 }

@@ -570,7 +570,8 @@ async fn start(
             tracing::info!(cluster = %key, nodepool = %new.nodepool, "disruption command dropped: its replacement's NodePool is gone");
             return Ok(());
         };
-        let mut claim = provisioning::node_claim(pool, new, key, &[])?;
+        let class = snapshot.node_classes.iter().find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
+        let mut claim = provisioning::node_claim(pool, class, new, key, &[])?;
         let name = disruption_queue::replacement_name(&new.nodepool, &id, i);
         claim.metadata.name = Some(name.clone());
         claim.annotations_mut().insert(disruption_queue::REPLACES_ANNOTATION.to_string(), id.clone());

@@ -224,7 +224,8 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
             continue;
         };
         let pod_uids: Vec<String> = claim.pods.iter().map(|i| input.pods[*i].key()).collect();
-        let nc = node_claim(pool, claim, key, &pod_uids)?;
+        let class = snapshot.node_classes.iter().find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
+        let nc = node_claim(pool, class, claim, key, &pod_uids)?;
         let name = nc.name_any();
         match api.create(&PostParams::default(), &nc).await {
             Ok(_) => {
@@ -304,7 +305,14 @@ pub fn correct_from_nodes(input: &mut scheduling::Input, nodes: &[Node]) -> Vec<
 
 /// The NodeClaim for a decided claim (karpenter-semantics §1.5). Its name is derived from the pool
 /// and the pods it was made for, so a retried create is idempotent.
-pub fn node_claim(pool: &NodePool, claim: &NewClaim, key: &ClusterKey, pods: &[String]) -> Result<NodeClaim, Error> {
+/// The node class's hash is stamped too, so a later change of the class drifts the claim (§4.1).
+pub fn node_claim(
+    pool: &NodePool,
+    nodeclass: Option<&CleverNodeClass>,
+    claim: &NewClaim,
+    key: &ClusterKey,
+    pods: &[String],
+) -> Result<NodeClaim, Error> {
     let pool_name = pool.name_any();
     let digest = Sha256::digest(format!("{}/{}/{}", key, pool_name, pods.join(",")).as_bytes());
     let suffix: String = digest.iter().take(3).map(|b| format!("{b:02x}")).collect::<String>()[..5].to_string();
@@ -323,6 +331,14 @@ pub fn node_claim(pool: &NodePool, claim: &NewClaim, key: &ClusterKey, pods: &[S
         crds::drift::NODEPOOL_HASH_VERSION_ANNOTATION.to_string(),
         crds::drift::NODEPOOL_HASH_VERSION.to_string(),
     );
+    if let Some(nodeclass) = nodeclass {
+        annotations
+            .insert(crds::drift::NODECLASS_HASH_ANNOTATION.to_string(), crds::drift::nodeclass_hash(&nodeclass.spec));
+        annotations.insert(
+            crds::drift::NODECLASS_HASH_VERSION_ANNOTATION.to_string(),
+            crds::drift::NODECLASS_HASH_VERSION.to_string(),
+        );
+    }
     annotations.insert(labels::MIN_VALUES_RELAXED.to_string(), claim.min_values_relaxed.to_string());
     let owner = pool.controller_owner_ref(&()).map(|mut o| {
         o.controller = None;

@@ -17,7 +17,7 @@ use crate::decisions::{
     disruption_queue,
 };
 use crds::{
-    NodeClaimStatus, NodePool,
+    CleverNodeClass, NodeClaimStatus, NodePool,
     common::{NodeSelectorRequirement, Operator},
     drift, labels,
 };
@@ -31,6 +31,7 @@ pub const EMPTY: &str = "Empty";
 pub const DISRUPTION_REASON: &str = "DisruptionReason";
 pub const NODEPOOL_DRIFTED: &str = "NodePoolDrifted";
 pub const REQUIREMENTS_DRIFTED: &str = "RequirementsDrifted";
+pub const NODECLASS_DRIFTED: &str = "NodeClassDrifted";
 
 /// Pod events closer than this to the last recorded one are not written (§4.1: at most one write
 /// per claim per 10 s, below the 15 s validation delay).
@@ -48,17 +49,25 @@ pub struct Outcome {
     pub warning: Option<String>,
 }
 
+/// What a claim was made from: its pool and its node class (`None`: gone, or not known).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Templates<'a> {
+    pub pool: Option<&'a NodePool>,
+    pub class: Option<&'a CleverNodeClass>,
+}
+
 /// Update `status` of a launched, initialized claim from its pool and the pods on its node.
 /// `claim_labels` and `claim_annotations` are the claim's own; `pods` those bound to its node.
 pub fn update(
     status: &mut NodeClaimStatus,
     claim_labels: &std::collections::BTreeMap<String, String>,
     claim_annotations: &std::collections::BTreeMap<String, String>,
-    pool: Option<&NodePool>,
+    templates: Templates<'_>,
     pods: &[&Pod],
     generation: Option<i64>,
     now: Timestamp,
 ) -> Outcome {
+    let Templates { pool, class } = templates;
     let mut out = Outcome::default();
     // lastPodEventTime: the latest pod event on the node, never moving back.
     if let Some(latest) = pods.iter().filter(|p| !daemonset(p)).filter_map(|p| last_event(p)).max() {
@@ -117,6 +126,21 @@ pub fn update(
     };
     let drift = drift.or_else(|| {
         unmet_requirement(&pool.spec.template.spec.requirements, claim_labels).map(|why| (REQUIREMENTS_DRIFTED, why))
+    });
+    // The provider's drift (§4.1 step 4): the node class changed since launch. A claim stamped by
+    // another algorithm version, or not at all (launched before classes were stamped), never drifts
+    // for it.
+    let drift = drift.or_else(|| {
+        let class = class?;
+        let judged = drift::judge(
+            claim_annotations.get(drift::NODECLASS_HASH_ANNOTATION).map(String::as_str),
+            claim_annotations.get(drift::NODECLASS_HASH_VERSION_ANNOTATION).map(String::as_str),
+            &drift::nodeclass_hash(&class.spec),
+            drift::NODECLASS_HASH_VERSION,
+        );
+        (judged == drift::Judgement::Drifted).then(|| {
+            (NODECLASS_DRIFTED, format!("CleverNodeClass {} changed since this node was launched", class.name_any()))
+        })
     });
     out.changed |= match drift {
         Some((reason, message)) => {
@@ -298,11 +322,27 @@ mod tests {
         let p = pool(json!({}));
         let mut s = initialized(t(0));
         let web = bound_at(t(100));
-        let o = update(&mut s, &claim_labels("XS"), &stamped(&p), Some(&p), &[&web], Some(1), t(100 + 599));
+        let o = update(
+            &mut s,
+            &claim_labels("XS"),
+            &stamped(&p),
+            Templates { pool: Some(&p), class: None },
+            &[&web],
+            Some(1),
+            t(100 + 599),
+        );
         assert_eq!(s.last_pod_event_time.as_ref().map(|t| t.0), Some(t(100)));
         assert!(!conditions::is_true(&s.conditions, CONSOLIDATABLE));
         assert_eq!(o.recheck_in, Some(Duration::from_secs(1)));
-        update(&mut s, &claim_labels("XS"), &stamped(&p), Some(&p), &[&web], Some(1), t(100 + 600));
+        update(
+            &mut s,
+            &claim_labels("XS"),
+            &stamped(&p),
+            Templates { pool: Some(&p), class: None },
+            &[&web],
+            Some(1),
+            t(100 + 600),
+        );
         assert!(conditions::is_true(&s.conditions, CONSOLIDATABLE));
     }
 
@@ -312,13 +352,37 @@ mod tests {
         let p = pool(json!({}));
         let mut s = initialized(t(0));
         let web = bound_at(t(100));
-        update(&mut s, &claim_labels("XS"), &stamped(&p), Some(&p), &[&web], Some(1), t(400));
+        update(
+            &mut s,
+            &claim_labels("XS"),
+            &stamped(&p),
+            Templates { pool: Some(&p), class: None },
+            &[&web],
+            Some(1),
+            t(400),
+        );
         let mut after_restart = s.clone();
-        update(&mut after_restart, &claim_labels("XS"), &stamped(&p), Some(&p), &[&web], Some(1), t(700));
+        update(
+            &mut after_restart,
+            &claim_labels("XS"),
+            &stamped(&p),
+            Templates { pool: Some(&p), class: None },
+            &[&web],
+            Some(1),
+            t(700),
+        );
         assert!(conditions::is_true(&after_restart.conditions, CONSOLIDATABLE), "still at t+10m");
         // An older event seen later does not move it back.
         let old = bound_at(t(50));
-        update(&mut s, &claim_labels("XS"), &stamped(&p), Some(&p), &[&old], Some(1), t(800));
+        update(
+            &mut s,
+            &claim_labels("XS"),
+            &stamped(&p),
+            Templates { pool: Some(&p), class: None },
+            &[&old],
+            Some(1),
+            t(800),
+        );
         assert_eq!(s.last_pod_event_time.as_ref().map(|t| t.0), Some(t(100)));
     }
 
@@ -327,7 +391,15 @@ mod tests {
         // §10.7 item 94.
         let p = pool(json!({"spec": {"disruption": {"consolidateAfter": "Never"}}}));
         let mut s = initialized(t(0));
-        update(&mut s, &claim_labels("XS"), &stamped(&p), Some(&p), &[], Some(1), t(99_999));
+        update(
+            &mut s,
+            &claim_labels("XS"),
+            &stamped(&p),
+            Templates { pool: Some(&p), class: None },
+            &[],
+            Some(1),
+            t(99_999),
+        );
         assert!(conditions::get(&s.conditions, CONSOLIDATABLE).is_none());
         assert!(conditions::is_true(&s.conditions, EMPTY));
     }
@@ -342,11 +414,27 @@ mod tests {
         let mut leaving = pod(owned("ReplicaSet"));
         leaving.metadata.deletion_timestamp = Some(Time(t(5)));
         let mut s = initialized(t(0));
-        update(&mut s, &claim_labels("XS"), &stamped(&p), Some(&p), &[&ds, &done, &leaving], Some(1), t(10));
+        update(
+            &mut s,
+            &claim_labels("XS"),
+            &stamped(&p),
+            Templates { pool: Some(&p), class: None },
+            &[&ds, &done, &leaving],
+            Some(1),
+            t(10),
+        );
         assert!(conditions::is_true(&s.conditions, EMPTY));
         let mut sts = pod(owned("StatefulSet"));
         sts.metadata.deletion_timestamp = Some(Time(t(5)));
-        update(&mut s, &claim_labels("XS"), &stamped(&p), Some(&p), &[&ds, &sts], Some(1), t(20));
+        update(
+            &mut s,
+            &claim_labels("XS"),
+            &stamped(&p),
+            Templates { pool: Some(&p), class: None },
+            &[&ds, &sts],
+            Some(1),
+            t(20),
+        );
         assert!(conditions::get(&s.conditions, EMPTY).is_none());
     }
 
@@ -356,17 +444,41 @@ mod tests {
         let before = pool(json!({}));
         let after = pool(json!({"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}}));
         let mut s = initialized(t(0));
-        update(&mut s, &claim_labels("XS"), &stamped(&before), Some(&after), &[], Some(1), t(10));
+        update(
+            &mut s,
+            &claim_labels("XS"),
+            &stamped(&before),
+            Templates { pool: Some(&after), class: None },
+            &[],
+            Some(1),
+            t(10),
+        );
         assert_eq!(conditions::get(&s.conditions, DRIFTED).unwrap().reason, NODEPOOL_DRIFTED);
         let narrowed = pool(json!({"spec": {"template": {"spec": {"requirements": [
             {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["S"]}]}}}}));
         let mut s = initialized(t(0));
-        update(&mut s, &claim_labels("XS"), &stamped(&narrowed), Some(&narrowed), &[], Some(1), t(10));
+        update(
+            &mut s,
+            &claim_labels("XS"),
+            &stamped(&narrowed),
+            Templates { pool: Some(&narrowed), class: None },
+            &[],
+            Some(1),
+            t(10),
+        );
         let d = conditions::get(&s.conditions, DRIFTED).unwrap();
         assert_eq!(d.reason, REQUIREMENTS_DRIFTED);
         assert!(d.message.contains("XS"), "{}", d.message);
         // Back in line: the condition goes.
-        update(&mut s, &claim_labels("S"), &stamped(&narrowed), Some(&narrowed), &[], Some(1), t(20));
+        update(
+            &mut s,
+            &claim_labels("S"),
+            &stamped(&narrowed),
+            Templates { pool: Some(&narrowed), class: None },
+            &[],
+            Some(1),
+            t(20),
+        );
         assert!(conditions::get(&s.conditions, DRIFTED).is_none());
     }
 
@@ -377,13 +489,29 @@ mod tests {
         let after = pool(json!({"spec": {"limits": {"cpu": "100"}, "weight": 10,
             "disruption": {"budgets": [{"nodes": "0"}]}}}));
         let mut s = initialized(t(0));
-        let o = update(&mut s, &claim_labels("XS"), &stamped(&before), Some(&after), &[], Some(1), t(10));
+        let o = update(
+            &mut s,
+            &claim_labels("XS"),
+            &stamped(&before),
+            Templates { pool: Some(&after), class: None },
+            &[],
+            Some(1),
+            t(10),
+        );
         assert!(conditions::get(&s.conditions, DRIFTED).is_none());
         assert_eq!(o.restamp, None);
         let mut old = stamped(&before);
         old.insert(drift::NODEPOOL_HASH_VERSION_ANNOTATION.to_string(), "hub-v0".to_string());
         old.insert(drift::NODEPOOL_HASH_ANNOTATION.to_string(), "something-else".to_string());
-        let o = update(&mut s, &claim_labels("XS"), &old, Some(&before), &[], Some(1), t(10));
+        let o = update(
+            &mut s,
+            &claim_labels("XS"),
+            &old,
+            Templates { pool: Some(&before), class: None },
+            &[],
+            Some(1),
+            t(10),
+        );
         assert!(conditions::get(&s.conditions, DRIFTED).is_none());
         assert_eq!(o.restamp, Some((drift::nodepool_hash(&before.spec), drift::NODEPOOL_HASH_VERSION.to_string())));
     }
@@ -403,11 +531,93 @@ mod tests {
             savings_per_hour: 0.05,
         };
         annotations.insert(disruption_queue::COMMAND_ANNOTATION.to_string(), record.to_annotation());
-        let o = update(&mut s, &claim_labels("XS"), &annotations, Some(&p), &[], Some(1), t(10));
+        let o = update(
+            &mut s,
+            &claim_labels("XS"),
+            &annotations,
+            Templates { pool: Some(&p), class: None },
+            &[],
+            Some(1),
+            t(10),
+        );
         let c = conditions::get(&s.conditions, DISRUPTION_REASON).unwrap();
         assert!(o.changed);
         assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Empty"));
-        let o = update(&mut s, &claim_labels("XS"), &stamped(&p), Some(&p), &[], Some(1), t(20));
+        let o = update(
+            &mut s,
+            &claim_labels("XS"),
+            &stamped(&p),
+            Templates { pool: Some(&p), class: None },
+            &[],
+            Some(1),
+            t(20),
+        );
         assert!(o.changed && conditions::get(&s.conditions, DISRUPTION_REASON).is_none());
+    }
+
+    #[test]
+    fn a_node_class_change_drifts_a_stamped_claim_and_never_an_unstamped_one() {
+        let p = pool(json!({}));
+        let class = |team: &str| -> CleverNodeClass {
+            serde_json::from_value(json!({
+                "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "CleverNodeClass",
+                "metadata": {"name": "default", "namespace": "team-a"},
+                "spec": {"labels": {"team": team}}
+            }))
+            .unwrap()
+        };
+        let before = class("a");
+        let mut annotations = stamped(&p);
+        annotations.insert(drift::NODECLASS_HASH_ANNOTATION.to_string(), drift::nodeclass_hash(&before.spec));
+        annotations
+            .insert(drift::NODECLASS_HASH_VERSION_ANNOTATION.to_string(), drift::NODECLASS_HASH_VERSION.to_string());
+        let mut s = initialized(t(0));
+        update(
+            &mut s,
+            &claim_labels("XS"),
+            &annotations,
+            Templates { pool: Some(&p), class: Some(&before) },
+            &[],
+            Some(1),
+            t(10),
+        );
+        assert!(conditions::get(&s.conditions, DRIFTED).is_none(), "same class: no drift");
+        let after = class("b");
+        update(
+            &mut s,
+            &claim_labels("XS"),
+            &annotations,
+            Templates { pool: Some(&p), class: Some(&after) },
+            &[],
+            Some(1),
+            t(20),
+        );
+        let c = conditions::get(&s.conditions, DRIFTED).unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", NODECLASS_DRIFTED));
+        // The pool's own drift comes first.
+        let mut s2 = initialized(t(0));
+        let changed = pool(json!({"spec": {"template": {"metadata": {"labels": {"x": "y"}}}}}));
+        update(
+            &mut s2,
+            &claim_labels("XS"),
+            &annotations,
+            Templates { pool: Some(&changed), class: Some(&after) },
+            &[],
+            Some(1),
+            t(20),
+        );
+        assert_eq!(conditions::get(&s2.conditions, DRIFTED).unwrap().reason, NODEPOOL_DRIFTED);
+        // A claim launched before classes were stamped never drifts for its class.
+        let mut s3 = initialized(t(0));
+        update(
+            &mut s3,
+            &claim_labels("XS"),
+            &stamped(&p),
+            Templates { pool: Some(&p), class: Some(&after) },
+            &[],
+            Some(1),
+            t(20),
+        );
+        assert!(conditions::get(&s3.conditions, DRIFTED).is_none());
     }
 }

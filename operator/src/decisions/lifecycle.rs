@@ -125,6 +125,8 @@ pub struct Facts<'a> {
     pub pool: PoolHealth,
     /// The claim's NodePool (`None`: gone), for its drift and `consolidateAfter`.
     pub nodepool: Option<&'a crds::NodePool>,
+    /// The claim's CleverNodeClass (`None`: gone or not read), for its drift.
+    pub nodeclass: Option<&'a crds::CleverNodeClass>,
     /// The pods bound to the claim's Node, for `Empty`, `Consolidatable` and `lastPodEventTime`.
     pub node_pods: &'a [&'a k8s_openapi::api::core::v1::Pod],
     pub now: Timestamp,
@@ -464,7 +466,7 @@ fn live(f: &Facts<'_>, s: &Settings, expiry: Option<Duration>) -> Decision {
         &mut status,
         claim.labels(),
         claim.annotations(),
-        f.nodepool,
+        disruption_conditions::Templates { pool: f.nodepool, class: f.nodeclass },
         f.node_pods,
         observed,
         now,
@@ -951,6 +953,7 @@ mod tests {
             attachments: Some(&[]),
             pool: PoolHealth { nodes: 1, unhealthy: 0 },
             nodepool: None,
+            nodeclass: None,
             node_pods: &[],
             now,
         }

@@ -192,6 +192,8 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
         .labels()
         .get(labels::NODEPOOL)
         .and_then(|pool| hub.cache.pools.get(&ObjectRef::<NodePool>::new(pool).within(&c.ns)));
+    let nodeclass =
+        hub.cache.classes.get(&ObjectRef::<crds::CleverNodeClass>::new(&obj.spec.node_class_ref.name).within(&c.ns));
     let now = hub.now();
     let settings = hub.settings.lifecycle;
     // Termination acts on the group's absence and ownership: always read live. The object read is
@@ -209,6 +211,7 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
         attachments: None,
         pool: pool_health(&c, &hub, &nodes, now),
         nodepool: nodepool.as_deref(),
+        nodeclass: nodeclass.as_deref(),
         node_pods: &node_pods,
         now,
     };
