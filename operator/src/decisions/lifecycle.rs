@@ -359,6 +359,23 @@ fn live(f: &Facts<'_>, s: &Settings, expiry: Option<Duration>) -> Decision {
                 .then(Write::DeleteClaim(DeleteReason::NodeDeleted))
                 .because(format!("node {} is being deleted; deleting its claim", node.name_any()));
         }
+        NodeMatch::One(node)
+            if !group.is_empty()
+                && registered
+                && unhealthy_since(node).is_some()
+                && (matches!(f.group, Group::MissingFromCache) || f.group.gone()) =>
+        {
+            // §5.2 / §7: a NotReady Node whose NodeGroup vanished is an instance that is gone (its
+            // VM will not come back); a Ready one is left to drain normally. Only a live read proves
+            // the group's absence (missing from the cache: read it live first).
+            if !f.group.gone() {
+                return Decision::live_group();
+            }
+            return Decision::default().then(Write::DeleteClaim(DeleteReason::InstanceGone)).because(format!(
+                "node {} is not Ready and its NodeGroup {group} is gone; deleting the claim",
+                node.name_any()
+            ));
+        }
         NodeMatch::One(node) if !registered => {
             let desired = node_registration::registered_node(node, claim);
             status.node_name = Some(node.name_any());
@@ -1112,6 +1129,25 @@ mod tests {
         n.metadata.deletion_timestamp = Some(Time(t(50)));
         let d = decide(&facts(&c, NodeMatch::One(&n), Group::Cached, t(60)), &Settings::default());
         assert_eq!(deletes(&d), Some(DeleteReason::NodeDeleted));
+    }
+
+    #[test]
+    fn a_not_ready_node_whose_group_vanished_deletes_its_claim_after_a_live_read() {
+        // §10.12 item 156 (issue 11 item 4): the instance is gone; a Ready node is left alone.
+        let c = registered_claim();
+        let not_ready = node("False", t(0));
+        let d = decide(&facts(&c, NodeMatch::One(&not_ready), Group::MissingFromCache, t(60)), &Settings::default());
+        assert!(d.needs_live_group && d.writes.is_empty(), "absence in the cache proves nothing: {d:?}");
+        let d = decide(&facts(&c, NodeMatch::One(&not_ready), Group::NotFound, t(60)), &Settings::default());
+        assert_eq!(deletes(&d), Some(DeleteReason::InstanceGone));
+        let d = decide(
+            &facts(&c, NodeMatch::One(&not_ready), Group::Present { ours: Ok(()) }, t(60)),
+            &Settings::default(),
+        );
+        assert_eq!(deletes(&d), None, "the group is there: repair's business");
+        let ready = node("True", t(0));
+        let d = decide(&facts(&c, NodeMatch::One(&ready), Group::MissingFromCache, t(60)), &Settings::default());
+        assert!(!d.needs_live_group && deletes(&d).is_none(), "a Ready node is never taken for gone");
     }
 
     #[test]

@@ -118,6 +118,21 @@ pub(super) async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node:
             }
         }
     }
+    for (p, _) in decision.waiting.iter().filter(|(_, w)| *w == termination::Wait::DoNotDisrupt) {
+        let note = format!(
+            "node {} (NodeClaim {}) is draining and waits for this pod: karpenter.sh/do-not-disrupt keeps it until \
+             it ends, the annotation is removed, or the claim's termination grace period runs out",
+            node.name_any(),
+            c.name
+        );
+        hub.workload_event(
+            &conn.client,
+            &pod_ref(p),
+            crate::infra::hub::event(false, "DisruptionBlocked", "Drain", note),
+            crate::infra::hub::EVENT_DEDUPE,
+        )
+        .await;
+    }
     let now = hub.now();
     let refusals = || hub.eviction_refusals();
     // Entries not refreshed for a minute belong to pods that went some other way (a refused pod is
@@ -166,6 +181,20 @@ pub(super) async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node:
                     entry.0
                 };
                 let note = format!("cannot evict pod {p}: {}", s.message);
+                // Also where the pod's owner looks (`kubectl describe pod`).
+                let on_pod = format!(
+                    "eviction refused while draining node {} (NodeClaim {}): {}",
+                    node.name_any(),
+                    c.name,
+                    s.message
+                );
+                hub.workload_event(
+                    &conn.client,
+                    &pod_ref(p),
+                    crate::infra::hub::event(true, termination::FAILED_DRAINING, "Drain", on_pod),
+                    crate::infra::hub::EVENT_DEDUPE,
+                )
+                .await;
                 if hub
                     .workload_event(
                         &conn.client,
