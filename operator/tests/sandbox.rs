@@ -140,3 +140,38 @@ async fn follow_keeps_reporting_progress_and_reasons_after_the_script() {
     assert!(text.contains("NodePool team-a/default limits: memory "), "{text}");
     world.shutdown().await;
 }
+
+/// The README's first command, as a new user runs it (issue 11 and 12 done-when): the binary's
+/// `sandbox` scales each cluster's workload up, then down, and the hub consolidates by itself —
+/// each S replaced by a cheaper XS, launched first, the cost per hour falling — then a deleted
+/// NodeClaim's node is drained visibly (taint, each pod evicted, NodeGroup and Node gone).
+#[test]
+fn the_sandbox_scales_down_by_itself_and_shows_a_drain() {
+    let dir = std::env::temp_dir().join(format!("karpenter-hub-sandbox-test-{}", std::process::id()));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter-hub"))
+        .args(["sandbox", "--dir"])
+        .arg(&dir)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "sandbox failed: {}\n{stdout}\n{stderr}", out.status);
+    for expected in [
+        "Scaled each workload down to 4 pods.",
+        "Consolidated: every cluster runs its 4 pods on cheaper capacity.",
+        "tainted karpenter.sh/disrupted:NoSchedule; evicting its pods",
+        "evicted",
+        "released",
+    ] {
+        assert!(stdout.contains(expected), "missing {expected:?} in:\n{stdout}\n{stderr}");
+    }
+    // The consolidation shows live: some progress line has the cheaper XS price while the S still
+    // runs (the replacement launched first: 0.0889 + 0.0611 = 0.1500 EUR/h), then 0.0611 alone.
+    let after_scale_down = stdout.split("Scaled each workload down").nth(1).unwrap();
+    assert!(after_scale_down.contains("0.1500 EUR/h"), "the replacement before the old node goes:\n{stdout}");
+    let summary = stdout.split("Summary:").nth(1).unwrap();
+    assert_eq!(summary.matches("0.0611 EUR/h").count(), 3, "each cluster on one XS at the end:\n{stdout}");
+    assert!(!stderr.contains("rolled back"), "no command rolled back:\n{stderr}");
+}
