@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use sim::clock::Clock;
 
 mod common;
-use common::{EXAMPLE, metric, wait_for};
+use common::{EXAMPLE, metric, wait_for, wait_quiet_over};
 
 /// Pending pod → Running on a new node takes a few seconds with `quick_cke`; the bound only
 /// matters on a loaded machine.
@@ -49,6 +49,9 @@ async fn create(world: &World, pods: &[(&str, &str, &str)], extra: Value) {
         let mut v = serde_json::to_value(workload_pod(name, cpu, memory)).unwrap();
         if let Some(annotations) = extra.get("annotations") {
             v["metadata"]["annotations"] = annotations.clone();
+        }
+        if let Some(affinity) = extra.get("affinity") {
+            v["spec"]["affinity"] = affinity.clone();
         }
         api.create(&PostParams::default(), &serde_json::from_value(v).unwrap()).await.unwrap();
     }
@@ -110,6 +113,34 @@ where
         check()
     })
     .await;
+}
+
+/// The disruption loop's passes over cluster 0 so far (drift is evaluated in every pass).
+fn passes(world: &World) -> u64 {
+    let cluster = world.clusters[0].key().to_string();
+    metric(
+        world,
+        "karpenter_voluntary_disruption_decision_evaluation_duration_seconds_count",
+        &[("cluster", &cluster), ("method", "drift")],
+    ) as u64
+}
+
+/// Which claims exist and which are being deleted, once the loop has made `passes` passes (the
+/// hub's clock moved 5 s before each look) without any change: the negative a test then asserts.
+async fn quiet_claims(world: &World, clock: &Clock, what: &str, steps: u64) -> Vec<(String, bool)> {
+    wait_quiet_over(
+        what,
+        UP,
+        steps,
+        || async {
+            claims(world).await.iter().map(|c| (c.name_any(), c.metadata.deletion_timestamp.is_some())).collect()
+        },
+        || async {
+            clock.advance(Duration::from_secs(5));
+            passes(world)
+        },
+    )
+    .await
 }
 
 /// One initialized claim holding `pods` running pods; returns it.
@@ -268,11 +299,9 @@ async fn a_zero_budget_and_a_do_not_disrupt_pod_keep_their_nodes() {
     })
     .await;
     let cluster = world.clusters[0].key().to_string();
-    // Past consolidateAfter and the validation delay, with the loop having looked at it many times.
-    for _ in 0..20 {
-        clock.advance(Duration::from_secs(5));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Past consolidateAfter and the validation delay (12 passes, 5 s apart), nothing changes.
+    let quiet = quiet_claims(&world, &clock, "the empty node under a zero budget", 12).await;
+    assert_eq!(quiet, [(claim.name_any(), false)], "the empty node stays under a zero budget");
     wait_for("the budget gauge at 0 for Empty", UP, || async {
         metric(&world, "karpenter_nodepools_allowed_disruptions", &[("cluster", &cluster), ("reason", "empty")]) == 0.0
             && metric(
@@ -280,6 +309,10 @@ async fn a_zero_budget_and_a_do_not_disrupt_pod_keep_their_nodes() {
                 "karpenter_voluntary_disruption_eligible_nodes",
                 &[("cluster", &cluster), ("reason", "empty")],
             ) == 1.0
+    })
+    .await;
+    wait_for("DisruptionBlocked on the NodePool naming the spent budget", UP, || async {
+        events(&world, "DisruptionBlocked").await.iter().any(|e| e.starts_with("default:") && e.contains("Empty"))
     })
     .await;
     let cs = claims(&world).await;
@@ -357,5 +390,59 @@ async fn a_pdb_that_allows_nothing_blocks_consolidation_until_it_allows_one() {
     })
     .await;
     assert_eq!(flavor(&claims(&world).await[0]), "2XS");
+    world.shutdown().await;
+}
+
+/// Budgets at runtime (§4.5): a cron window that allows nothing keeps two empty nodes; once only
+/// `50%` is left, they go one at a time — never both being deleted at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cron_window_forbids_and_a_percentage_paces_the_removal_of_empty_nodes() {
+    let (world, clock) = world("budgets", |pool| {
+        pool["spec"]["disruption"]["budgets"] =
+            json!([{"nodes": "50%"}, {"nodes": "0", "schedule": "0 0 * * *", "duration": "24h"}]);
+    })
+    .await;
+    let apart = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": labels::HOSTNAME, "labelSelector": {"matchLabels": {"app": "web"}}}
+    ]}}});
+    create(&world, &[("web-0", "500m", "1Gi"), ("web-1", "500m", "1Gi")], apart).await;
+    wait_for("two initialized claims, one pod each", UP, || async {
+        running(&world).await.len() == 2
+            && claims(&world).await.len() == 2
+            && claims(&world).await.iter().all(|c| is_true(c, "Initialized"))
+    })
+    .await;
+    delete_pod(&world, "web-0").await;
+    delete_pod(&world, "web-1").await;
+    wait_for("both claims Empty", UP, || async {
+        clock.advance(Duration::from_secs(1));
+        let cs = claims(&world).await;
+        cs.len() == 2 && cs.iter().all(|c| is_true(c, "Empty"))
+    })
+    .await;
+    let cluster = world.clusters[0].key().to_string();
+    // The window is open all day: past consolidateAfter and the validation delay, nothing goes.
+    wait_for("the loop seeing both empty nodes with no budget", UP, || async {
+        clock.advance(Duration::from_secs(5));
+        metric(&world, "karpenter_voluntary_disruption_eligible_nodes", &[("cluster", &cluster), ("reason", "empty")])
+            == 2.0
+            && metric(&world, "karpenter_nodepools_allowed_disruptions", &[("cluster", &cluster), ("reason", "empty")])
+                == 0.0
+    })
+    .await;
+    let quiet = quiet_claims(&world, &clock, "two empty nodes in a window that allows nothing", 12).await;
+    assert!(quiet.len() == 2 && quiet.iter().all(|(_, deleting)| !deleting), "the window forbids: {quiet:?}");
+    let pools: Api<crds::NodePool> = Api::namespaced(world.mgmt.client(), "team");
+    let open = json!({"spec": {"disruption": {"budgets": [{"nodes": "50%"}]}}});
+    pools.patch("default", &PatchParams::default(), &Patch::Merge(&open)).await.unwrap();
+    let most_at_once = std::cell::Cell::new(0);
+    advance_until(&clock, "both empty nodes gone, one at a time", Duration::from_secs(2), || async {
+        let cs = claims(&world).await;
+        let deleting = cs.iter().filter(|c| c.metadata.deletion_timestamp.is_some()).count();
+        most_at_once.set(most_at_once.get().max(deleting));
+        cs.is_empty()
+    })
+    .await;
+    assert_eq!(most_at_once.get(), 1, "50% of two nodes: one at a time");
     world.shutdown().await;
 }

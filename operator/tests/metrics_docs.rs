@@ -104,6 +104,7 @@ fn hub_exposition() -> String {
     m.disruption_eligible_nodes.get(&reason).set(1);
     m.disruption_failed_validations.get(&reason).inc();
     m.disruption_allowed.get(&pool_reason).set(1);
+    m.disruption_evaluation.get(&MethodLabels { cluster: cluster.clone(), method: "drift".into() }).observe(0.01);
     m.catalog_invalid.get_or_create(&CatalogLabels { flavorcatalog: "team-a/default".into() }).set(1);
     m.render()
 }

@@ -42,7 +42,7 @@ use crate::{
     },
     infra::{
         hub::Hub,
-        metrics::{DecisionLabels, PoolReasonLabels, ReasonLabels},
+        metrics::{DecisionLabels, MethodLabels, PoolReasonLabels, ReasonLabels},
         registry::{ClusterKey, Connection},
     },
 };
@@ -187,6 +187,7 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     provisioning::mark_unavailable(&mut view.model.input, &cooling);
     provisioning::correct_from_nodes(&mut view.model.input, &snapshot.nodes);
     publish_budgets(hub, key, &view.scope, now);
+    budget_events(hub, key, &view.scope, now).await;
 
     if let Some(pending) = state.pending.take() {
         let due = pending.decided + VALIDATION_DELAY;
@@ -215,7 +216,25 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     }
 
     let skip = state.consolidated.is_some_and(|(f, at)| f == fingerprint && elapsed(now, at) < CONSOLIDATED_TTL);
-    let pass = disruption_scope::decide(&view.scope, &view.model, now, disruption::Settings::default(), skip);
+    // The loop's order, each method timed (Karpenter's evaluation duration).
+    let mut pass = disruption_scope::Pass::default();
+    for method in disruption_scope::METHODS {
+        if skip && method != Method::Drift {
+            continue;
+        }
+        let started = std::time::Instant::now();
+        let outcome =
+            disruption_scope::evaluate(method, &view.scope, &view.model, now, disruption::Settings::default());
+        hub.metrics
+            .disruption_evaluation
+            .get(&MethodLabels { cluster: key.to_string(), method: method_label(method).to_string() })
+            .observe(started.elapsed().as_secs_f64());
+        let decided = outcome.command.is_some();
+        pass.methods.push((method, outcome));
+        if decided {
+            break;
+        }
+    }
     tracing::trace!(cluster = %key, skip, methods = pass.methods.len(), "disruption methods ran");
     report(hub, key, &view.scope, &pass).await;
     let consolidated =
@@ -326,6 +345,16 @@ fn claim_named<'a>(claims: &'a [Arc<NodeClaim>], name: &str) -> Option<&'a Arc<N
 fn node_of(conn: &Connection, claim: &NodeClaim) -> Option<Arc<Node>> {
     let name = claim.status.as_ref()?.node_name.as_deref()?;
     conn.cache.nodes.state().into_iter().find(|n| n.metadata.name.as_deref() == Some(name))
+}
+
+/// Karpenter's `method` label values.
+fn method_label(method: Method) -> &'static str {
+    match method {
+        Method::Emptiness => "emptiness",
+        Method::Drift => "drift",
+        Method::MultiNodeConsolidation => "multi_node_consolidation",
+        Method::SingleNodeConsolidation => "single_node_consolidation",
+    }
 }
 
 fn reason_label(reason: DisruptionReason) -> String {
@@ -621,11 +650,14 @@ async fn start(
             }
         }
     }
+    let node_note = format!("{method}: tainted karpenter.sh/disrupted:NoSchedule; {command}");
     for claim in &candidates {
         if let Some(node) = node_of(conn, claim)
             && node.metadata.deletion_timestamp.is_none()
         {
             set_taint(conn, &node, true).await?;
+            let ev = crate::infra::hub::event(false, DISRUPTION_LAUNCHING, "Disrupt", node_note.clone());
+            hub.workload_event(&conn.client, &node.object_ref(&()), ev, crate::infra::hub::EVENT_DEDUPE).await;
         }
     }
     hub.metrics
@@ -676,6 +708,39 @@ fn publish_budgets(hub: &Hub, key: &ClusterKey, scope: &disruption::Scope, now: 
             .disruption_eligible_nodes
             .get(&ReasonLabels { cluster: key.to_string(), reason: reason_label(method.reason()) })
             .set(i64::try_from(eligible).unwrap_or(i64::MAX));
+    }
+}
+
+/// §4.5: a pool whose budgets allow no disruption for a reason while some of its nodes are
+/// candidates for it says so (`DisruptionBlocked` on the NodePool, deduplicated).
+async fn budget_events(hub: &Hub, key: &ClusterKey, scope: &disruption::Scope, now: Timestamp) {
+    for method in [Method::Emptiness, Method::Drift, Method::SingleNodeConsolidation] {
+        let reason = method.reason();
+        let allowed = disruption::allowances(scope, reason, now);
+        // Nodes the method would otherwise consider: empty, drifted, or consolidatable.
+        let wanted = |c: &&disruption::Candidate| {
+            let n = &scope.nodes[c.index];
+            match method {
+                Method::Emptiness => n.consolidatable && n.is_empty(),
+                Method::Drift => n.drifted.is_some(),
+                _ => n.consolidatable && !n.is_empty(),
+            }
+        };
+        let eligible: Vec<disruption::Candidate> =
+            disruption::candidates(scope, method, now).eligible.iter().filter(wanted).cloned().collect();
+        for (pool, left) in allowed {
+            if left > 0 || !eligible.iter().any(|c| c.nodepool == pool) {
+                continue;
+            }
+            let Some(p) = hub.cache.pools.get(&kube::runtime::reflector::ObjectRef::new(&pool).within(&key.namespace))
+            else {
+                continue;
+            };
+            let note = format!(
+                "the disruption budgets of NodePool {pool} allow no {reason:?} disruption now; its candidate nodes wait"
+            );
+            hub.event(&p.object_ref(&()), false, DISRUPTION_BLOCKED, "Disrupt", note).await;
+        }
     }
 }
 

@@ -207,6 +207,28 @@ impl Pass {
     }
 }
 
+/// The methods of the loop, in order (§4.2).
+pub const METHODS: [Method; 4] =
+    [Method::Emptiness, Method::Drift, Method::MultiNodeConsolidation, Method::SingleNodeConsolidation];
+
+/// One method's evaluation.
+pub fn evaluate(
+    method: Method,
+    scope: &Scope,
+    model: &ScopeModel,
+    now: Timestamp,
+    settings: disruption::Settings,
+) -> Outcome {
+    match method {
+        Method::Emptiness => disruption::emptiness(scope, now),
+        Method::Drift => disruption::drift(scope, now, &mut model.for_drift()),
+        Method::MultiNodeConsolidation => disruption::multi_node(scope, now, &mut model.for_consolidation(), settings),
+        Method::SingleNodeConsolidation => {
+            disruption::single_node(scope, now, &mut model.for_consolidation(), settings)
+        }
+    }
+}
+
 /// One pass of the loop's methods in order (§4.2): emptiness, drift, multi-node, single-node
 /// consolidation; the first that decides ends the pass. `skip_consolidation` leaves out the methods
 /// that found nothing to do since the scope last changed (§4.12).
@@ -218,20 +240,11 @@ pub fn decide(
     skip_consolidation: bool,
 ) -> Pass {
     let mut pass = Pass::default();
-    for method in [Method::Emptiness, Method::Drift, Method::MultiNodeConsolidation, Method::SingleNodeConsolidation] {
+    for method in METHODS {
         if skip_consolidation && method != Method::Drift {
             continue;
         }
-        let outcome = match method {
-            Method::Emptiness => disruption::emptiness(scope, now),
-            Method::Drift => disruption::drift(scope, now, &mut model.for_drift()),
-            Method::MultiNodeConsolidation => {
-                disruption::multi_node(scope, now, &mut model.for_consolidation(), settings)
-            }
-            Method::SingleNodeConsolidation => {
-                disruption::single_node(scope, now, &mut model.for_consolidation(), settings)
-            }
-        };
+        let outcome = evaluate(method, scope, model, now, settings);
         let decided = outcome.command.is_some();
         pass.methods.push((method, outcome));
         if decided {

@@ -246,6 +246,7 @@ pub struct Metrics {
     pub disruption_allowed: Tracked<PoolReasonLabels, Gauge>,
     pub disruption_queue_failures: Tracked<DecisionLabels, Counter>,
     pub disruption_failed_validations: Tracked<ReasonLabels, Counter>,
+    pub disruption_evaluation: Tracked<MethodLabels, Histogram, Buckets>,
     pub nodepool_usage: Tracked<PoolResourceLabels, FloatGauge>,
     pub nodepool_limit: Tracked<PoolResourceLabels, FloatGauge>,
     /// Σ catalogue price of the pool's launched claims, EUR/h.
@@ -309,6 +310,7 @@ impl Metrics {
             disruption_allowed: Tracked::default(),
             disruption_queue_failures: Tracked::default(),
             disruption_failed_validations: Tracked::default(),
+            disruption_evaluation: Tracked::with_constructor(latency_histogram as Buckets),
             nodepool_usage: Tracked::default(),
             nodepool_limit: Tracked::default(),
             nodepool_price: Tracked::default(),
@@ -444,6 +446,12 @@ impl Metrics {
             "karpenter_voluntary_disruption_failed_validations",
             "Consolidation commands dropped at validation after the 15 s delay, by reason",
             &m.disruption_failed_validations,
+        );
+        register(
+            &mut r,
+            "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
+            "Duration of one evaluation of a disruption method, by method",
+            &m.disruption_evaluation,
         );
         register(
             &mut r,
@@ -605,6 +613,7 @@ impl Metrics {
         self.disruption_allowed.forget(cluster);
         self.disruption_queue_failures.forget(cluster);
         self.disruption_failed_validations.forget(cluster);
+        self.disruption_evaluation.forget(cluster);
         self.pods_drained.forget(cluster);
         self.eviction_requests.forget(cluster);
         self.termination_duration.forget(cluster);
