@@ -26,8 +26,12 @@ use common::{EXAMPLE, metric, wait_for, wait_quiet_over};
 const UP: Duration = Duration::from_secs(90);
 
 async fn world(cluster: &str, edit: impl Fn(&mut Value)) -> (World, Clock) {
+    world_with(cluster, quick_cke(0), edit).await
+}
+
+async fn world_with(cluster: &str, cke: sim::cke::SimCkeConfig, edit: impl Fn(&mut Value)) -> (World, Clock) {
     let clock = Clock::manual_now();
-    let mut world = World::start_on(&[("team", cluster)], |i| quick_cke(i as u64), clock.clone()).await.unwrap();
+    let mut world = World::start_on(&[("team", cluster)], |_| cke.clone(), clock.clone()).await.unwrap();
     let name = cluster.to_string();
     world
         .apply_yaml("general-purpose.yaml", EXAMPLE, "team", |doc| {
@@ -444,5 +448,50 @@ async fn a_cron_window_forbids_and_a_percentage_paces_the_removal_of_empty_nodes
     })
     .await;
     assert_eq!(most_at_once.get(), 1, "50% of two nodes: one at a time");
+    world.shutdown().await;
+}
+
+/// A replacement that fails (§4.13): CKE refuses its flavor for the organisation's quota, the claim
+/// goes, and the command is rolled back — the candidate keeps running, untainted, without its
+/// record, and the failure is counted and told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replacement_refused_by_the_quota_rolls_the_command_back() {
+    // 24 GB of control plane + an XS (8) leave no room for the 2XS (4) under a 32 GB quota.
+    let mut cke = quick_cke(0);
+    cke.quota.limit = sim::cke::Usage { vcpu: 40, ram_gb: 32 };
+    let (world, clock) = world_with("rollback", cke, |_| {}).await;
+    create(&world, &[("big", "4", "5Gi"), ("web-0", "500m", "1Gi")], json!({})).await;
+    let old = settled(&world, 2).await;
+    delete_pod(&world, "big").await;
+    advance_until(&clock, "DisruptionRolledBack on the candidate", Duration::from_secs(5), || async {
+        events(&world, "DisruptionRolledBack").await.iter().any(|e| e.starts_with(&old.name_any()))
+    })
+    .await;
+    let cluster = world.clusters[0].key().to_string();
+    assert_eq!(
+        metric(
+            &world,
+            "karpenter_voluntary_disruption_queue_failures_total",
+            &[("cluster", &cluster), ("decision", "replace")]
+        ),
+        1.0
+    );
+    wait_for("the candidate untainted, without its record, still running web-0", UP, || async {
+        let cs = claims(&world).await;
+        let Some(c) = cs.iter().find(|c| c.name_any() == old.name_any()) else { return false };
+        let node_name = c.status.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(world.clusters[0].client());
+        let node = nodes.get(&node_name).await.unwrap();
+        let tainted = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|ts| ts.iter().any(|t| t.key == labels::DISRUPTED_TAINT));
+        c.metadata.deletion_timestamp.is_none()
+            && !c.annotations().contains_key("karpenter.clever-cloud.com/disruption-command")
+            && !tainted
+            && running(&world).await.iter().any(|p| p.name_any() == "web-0")
+    })
+    .await;
     world.shutdown().await;
 }
