@@ -54,6 +54,8 @@ use scheduling::convert::{PendingRule, Snapshot, Volumes};
 pub const PASS_PERIOD: Duration = Duration::from_secs(10);
 /// Consolidation and emptiness commands wait this long, then are validated again (§4.12).
 pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
+/// How long a started command may take to show in the management watch cache.
+const CACHE_LAG: Duration = Duration::from_secs(10);
 /// A scope found consolidated is looked at again after this even if nothing changed (§4.12).
 const CONSOLIDATED_TTL: Duration = Duration::from_secs(300);
 /// Event reasons.
@@ -110,6 +112,9 @@ struct Pending {
 #[derive(Default)]
 struct LoopState {
     pending: Option<Pending>,
+    /// The command this loop started last, until the watch cache shows its record: deciding on a
+    /// cache that lags behind our own writes would start it a second time.
+    started: Option<(String, std::time::Instant)>,
     /// The scope's fingerprint when emptiness and consolidation last found nothing to do, and when.
     consolidated: Option<(u64, Timestamp)>,
 }
@@ -163,6 +168,13 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
         }
     }
     release_leftover_taints(&conn, key, &claims, &commands).await?;
+    if let Some((id, at)) = &state.started {
+        if commands.contains_key(id) || at.elapsed() > CACHE_LAG {
+            state.started = None;
+        } else {
+            return Ok(disruption_queue::POLL);
+        }
+    }
     if in_progress {
         state.pending = None;
         return Ok(disruption_queue::POLL);
@@ -198,7 +210,8 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
         }
         return match validate(&pending.command, &view, now) {
             Ok(command) => {
-                start(hub, &conn, key, &command, &snapshot, now).await?;
+                state.started =
+                    start(hub, &conn, key, &command, &snapshot, now).await?.map(|id| (id, std::time::Instant::now()));
                 Ok(Duration::ZERO)
             }
             Err(why) => {
@@ -247,7 +260,8 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     };
     if command.method == Method::Drift {
         // §4.7: no validation delay; budgets bound how many run at once.
-        start(hub, &conn, key, &command, &snapshot, now).await?;
+        state.started =
+            start(hub, &conn, key, &command, &snapshot, now).await?.map(|id| (id, std::time::Instant::now()));
         return Ok(Duration::ZERO);
     }
     tracing::info!(
@@ -405,24 +419,25 @@ async fn advance(
             }
         })
         .collect();
-    let replacements: Vec<ReplacementState> = command
-        .replacements
-        .iter()
-        .map(|name| {
-            let claim = claim_named(claims, name);
-            ReplacementState {
-                name: name.clone(),
-                present: claim.is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
-                initialized: claim.is_some_and(|c| {
-                    conditions::is_true(
-                        c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(),
-                        crate::decisions::lifecycle::INITIALIZED,
-                    )
-                }),
-            }
-        })
-        .collect();
     let api: Api<NodeClaim> = Api::namespaced(hub.mgmt.clone(), &key.namespace);
+    let mut replacements: Vec<ReplacementState> = Vec::new();
+    for name in &command.replacements {
+        // Absence decides a rollback: a replacement the cache does not show (yet) is read live.
+        let live = match claim_named(claims, name) {
+            Some(c) => Some(c.as_ref().clone()),
+            None => api.get_opt(name).await?,
+        };
+        replacements.push(ReplacementState {
+            name: name.clone(),
+            present: live.as_ref().is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
+            initialized: live.as_ref().is_some_and(|c| {
+                conditions::is_true(
+                    c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(),
+                    crate::decisions::lifecycle::INITIALIZED,
+                )
+            }),
+        });
+    }
     match disruption_queue::process(command, &candidates, &replacements, queued, now) {
         Step::Done => Ok(true),
         Step::Wait { why, .. } => {
@@ -572,9 +587,11 @@ fn validate(command: &Command, view: &disruption_scope::View, now: Timestamp) ->
     }
 }
 
-/// Starts a command (§4.13): replacements created first, then the command recorded on every
-/// candidate, then the candidates' Nodes tainted. A failure before the record is complete undoes
-/// what this start wrote.
+/// Starts a command (§4.13): the command recorded on every candidate (each read live, so the
+/// record's optimistic concurrency works on the newest version), then the replacements created
+/// under the names the record gives, then the candidates' Nodes tainted. A failure before the
+/// replacements exist undoes the records; a crash between the two leaves a record whose
+/// replacement is missing, which the next pass rolls back.
 async fn start(
     hub: &Hub,
     conn: &Connection,
@@ -582,48 +599,39 @@ async fn start(
     command: &Command,
     snapshot: &Snapshot,
     now: Timestamp,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     let api: Api<NodeClaim> = Api::namespaced(hub.mgmt.clone(), &key.namespace);
-    let candidates: Vec<&NodeClaim> = command
-        .candidates
-        .iter()
-        .filter_map(|c| snapshot.node_claims.iter().find(|n| n.metadata.name.as_deref() == Some(c.claim.as_str())))
-        .collect();
+    let mut candidates: Vec<NodeClaim> = Vec::new();
+    for c in &command.candidates {
+        match api.get_opt(&c.claim).await? {
+            Some(live)
+                if live.metadata.deletion_timestamp.is_none()
+                    && !live.annotations().contains_key(disruption_queue::COMMAND_ANNOTATION) =>
+            {
+                candidates.push(live);
+            }
+            _ => {
+                tracing::info!(cluster = %key, nodeclaim = %c.claim, "disruption command not started: a candidate is gone, deleting or already in a command; the next pass decides again");
+                return Ok(None);
+            }
+        }
+    }
     let uids: Vec<&str> = candidates.iter().filter_map(|c| c.metadata.uid.as_deref()).collect();
     let method = command.method.to_string();
     let id = disruption_queue::command_id(&method, &uids);
-
-    let mut replacements = Vec::new();
+    let mut planned = Vec::new();
     for (i, new) in command.replacements.iter().enumerate() {
         let Some(pool) = snapshot.node_pools.iter().find(|p| p.name_any() == new.nodepool) else {
             tracing::info!(cluster = %key, nodepool = %new.nodepool, "disruption command dropped: its replacement's NodePool is gone");
-            return Ok(());
+            return Ok(None);
         };
         let class = snapshot.node_classes.iter().find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
         let mut claim = provisioning::node_claim(pool, class, new, key, &[])?;
-        let name = disruption_queue::replacement_name(&new.nodepool, &id, i);
-        claim.metadata.name = Some(name.clone());
+        claim.metadata.name = Some(disruption_queue::replacement_name(&new.nodepool, &id, i));
         claim.annotations_mut().insert(disruption_queue::REPLACES_ANNOTATION.to_string(), id.clone());
-        match api.create(&PostParams::default(), &claim).await {
-            Ok(_) => {
-                hub.metrics
-                    .nodeclaims_created
-                    .get(&PoolReasonLabels {
-                        cluster: key.to_string(),
-                        nodepool: new.nodepool.clone(),
-                        reason: reason_label(command.reason),
-                    })
-                    .inc();
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => {
-                undo(&api, &replacements, &[]).await;
-                return Err(e.into());
-            }
-        }
-        replacements.push(name);
+        planned.push(claim);
     }
-
+    let replacements: Vec<String> = planned.iter().map(ResourceExt::name_any).collect();
     let record = Recorded {
         id: id.clone(),
         method: method.clone(),
@@ -633,6 +641,7 @@ async fn start(
         replacements: replacements.clone(),
         savings_per_hour: command.savings_per_hour,
     };
+
     let mut recorded: Vec<String> = Vec::new();
     for claim in &candidates {
         let name = claim.name_any();
@@ -645,8 +654,30 @@ async fn start(
             Ok(_) => recorded.push(name),
             Err(e) => {
                 tracing::info!(cluster = %key, nodeclaim = %name, error = %crate::infra::apierror::plain(&e), "disruption command not started: a candidate changed meanwhile; the next pass decides again");
-                undo(&api, &replacements, &recorded).await;
-                return Ok(());
+                undo(&api, &[], &recorded).await;
+                return Ok(None);
+            }
+        }
+    }
+    let mut created: Vec<String> = Vec::new();
+    for claim in &planned {
+        let name = claim.name_any();
+        match api.create(&PostParams::default(), claim).await {
+            Ok(_) => {
+                hub.metrics
+                    .nodeclaims_created
+                    .get(&PoolReasonLabels {
+                        cluster: key.to_string(),
+                        nodepool: claim.labels().get(labels::NODEPOOL).cloned().unwrap_or_default(),
+                        reason: reason_label(command.reason),
+                    })
+                    .inc();
+                created.push(name);
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => {
+                undo(&api, &created, &recorded).await;
+                return Err(e.into());
             }
         }
     }
@@ -678,7 +709,7 @@ async fn start(
     for claim in &candidates {
         hub.event(&claim.object_ref(&()), false, DISRUPTION_LAUNCHING, "Disrupt", note.clone()).await;
     }
-    Ok(())
+    Ok(Some(id))
 }
 
 /// Undoes a start cut short: replacements it created are deleted, records it wrote removed.

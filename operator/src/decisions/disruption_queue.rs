@@ -3,10 +3,10 @@
 //! candidates and replacements, what happens next (wait, delete the candidates, or roll back).
 //!
 //! The hub keeps the command on the candidates themselves (annotation [`COMMAND_ANNOTATION`]),
-//! written only after every replacement was created: a hub restarted at any later point finds the
-//! command where it left it, waits for the same replacements and deletes the same candidates — it
-//! neither loses nor repeats it. A crash before the annotation leaves the candidates untouched and
-//! the replacements as ordinary capacity (as upstream's in-memory queue does).
+//! written before the replacements are created under the deterministic names it lists: a hub
+//! restarted at any later point finds the command where it left it, waits for the same
+//! replacements and deletes the same candidates — it neither loses nor repeats it. A crash between
+//! the record and the creation leaves a replacement missing, which rolls the command back.
 //!
 //! Owns: the record's shape, the deterministic names (command id, replacement claims) and the
 //! processing decision. Must not: do I/O, read the clock, or log.
@@ -45,7 +45,7 @@ pub struct Recorded {
     pub started: Time,
     /// Candidate NodeClaims.
     pub candidates: Vec<String>,
-    /// Replacement NodeClaims, created before this record was written.
+    /// Replacement NodeClaims, created right after this record is written.
     pub replacements: Vec<String>,
     /// Σ candidate prices − Σ replacement prices, EUR/h.
     pub savings_per_hour: f64,
