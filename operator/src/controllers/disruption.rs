@@ -77,29 +77,7 @@ pub enum Error {
 
 /// Start and stop one disruption loop per registered cluster until `shutdown`.
 pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
-    let mut tasks: BTreeMap<ClusterKey, CancellationToken> = BTreeMap::new();
-    let mut changes = hub.registry.changes();
-    loop {
-        let registered: BTreeSet<ClusterKey> = hub.registry.clusters().into_iter().collect();
-        tasks.retain(|k, t| {
-            let keep = registered.contains(k);
-            if !keep {
-                t.cancel();
-            }
-            keep
-        });
-        for key in registered {
-            if !tasks.contains_key(&key) {
-                let token = shutdown.child_token();
-                tasks.insert(key.clone(), token.clone());
-                tokio::spawn(cluster_loop(hub.clone(), key, token));
-            }
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            r = changes.changed() => if r.is_err() { return },
-        }
-    }
+    crate::infra::hub::per_cluster(hub, shutdown, cluster_loop).await;
 }
 
 /// A consolidation or emptiness command waiting out the validation delay. In memory on purpose:

@@ -293,6 +293,18 @@ mod tests {
         .into()
     }
 
+    /// `update` for an XS claim at generation 1.
+    fn up(
+        s: &mut NodeClaimStatus,
+        annotations: &BTreeMap<String, String>,
+        pool: Option<&NodePool>,
+        class: Option<&CleverNodeClass>,
+        pods: &[&Pod],
+        at: Timestamp,
+    ) -> Outcome {
+        update(s, &claim_labels("XS"), annotations, Templates { pool, class }, pods, Some(1), at)
+    }
+
     fn claim_labels(flavor: &str) -> BTreeMap<String, String> {
         [(labels::INSTANCE_TYPE.to_string(), flavor.to_string())].into()
     }
@@ -322,27 +334,11 @@ mod tests {
         let p = pool(json!({}));
         let mut s = initialized(t(0));
         let web = bound_at(t(100));
-        let o = update(
-            &mut s,
-            &claim_labels("XS"),
-            &stamped(&p),
-            Templates { pool: Some(&p), class: None },
-            &[&web],
-            Some(1),
-            t(100 + 599),
-        );
+        let o = up(&mut s, &stamped(&p), Some(&p), None, &[&web], t(100 + 599));
         assert_eq!(s.last_pod_event_time.as_ref().map(|t| t.0), Some(t(100)));
         assert!(!conditions::is_true(&s.conditions, CONSOLIDATABLE));
         assert_eq!(o.recheck_in, Some(Duration::from_secs(1)));
-        update(
-            &mut s,
-            &claim_labels("XS"),
-            &stamped(&p),
-            Templates { pool: Some(&p), class: None },
-            &[&web],
-            Some(1),
-            t(100 + 600),
-        );
+        up(&mut s, &stamped(&p), Some(&p), None, &[&web], t(100 + 600));
         assert!(conditions::is_true(&s.conditions, CONSOLIDATABLE));
     }
 
@@ -352,37 +348,13 @@ mod tests {
         let p = pool(json!({}));
         let mut s = initialized(t(0));
         let web = bound_at(t(100));
-        update(
-            &mut s,
-            &claim_labels("XS"),
-            &stamped(&p),
-            Templates { pool: Some(&p), class: None },
-            &[&web],
-            Some(1),
-            t(400),
-        );
+        up(&mut s, &stamped(&p), Some(&p), None, &[&web], t(400));
         let mut after_restart = s.clone();
-        update(
-            &mut after_restart,
-            &claim_labels("XS"),
-            &stamped(&p),
-            Templates { pool: Some(&p), class: None },
-            &[&web],
-            Some(1),
-            t(700),
-        );
+        up(&mut after_restart, &stamped(&p), Some(&p), None, &[&web], t(700));
         assert!(conditions::is_true(&after_restart.conditions, CONSOLIDATABLE), "still at t+10m");
         // An older event seen later does not move it back.
         let old = bound_at(t(50));
-        update(
-            &mut s,
-            &claim_labels("XS"),
-            &stamped(&p),
-            Templates { pool: Some(&p), class: None },
-            &[&old],
-            Some(1),
-            t(800),
-        );
+        up(&mut s, &stamped(&p), Some(&p), None, &[&old], t(800));
         assert_eq!(s.last_pod_event_time.as_ref().map(|t| t.0), Some(t(100)));
     }
 
@@ -391,15 +363,7 @@ mod tests {
         // §10.7 item 94.
         let p = pool(json!({"spec": {"disruption": {"consolidateAfter": "Never"}}}));
         let mut s = initialized(t(0));
-        update(
-            &mut s,
-            &claim_labels("XS"),
-            &stamped(&p),
-            Templates { pool: Some(&p), class: None },
-            &[],
-            Some(1),
-            t(99_999),
-        );
+        up(&mut s, &stamped(&p), Some(&p), None, &[], t(99_999));
         assert!(conditions::get(&s.conditions, CONSOLIDATABLE).is_none());
         assert!(conditions::is_true(&s.conditions, EMPTY));
     }
@@ -414,27 +378,11 @@ mod tests {
         let mut leaving = pod(owned("ReplicaSet"));
         leaving.metadata.deletion_timestamp = Some(Time(t(5)));
         let mut s = initialized(t(0));
-        update(
-            &mut s,
-            &claim_labels("XS"),
-            &stamped(&p),
-            Templates { pool: Some(&p), class: None },
-            &[&ds, &done, &leaving],
-            Some(1),
-            t(10),
-        );
+        up(&mut s, &stamped(&p), Some(&p), None, &[&ds, &done, &leaving], t(10));
         assert!(conditions::is_true(&s.conditions, EMPTY));
         let mut sts = pod(owned("StatefulSet"));
         sts.metadata.deletion_timestamp = Some(Time(t(5)));
-        update(
-            &mut s,
-            &claim_labels("XS"),
-            &stamped(&p),
-            Templates { pool: Some(&p), class: None },
-            &[&ds, &sts],
-            Some(1),
-            t(20),
-        );
+        up(&mut s, &stamped(&p), Some(&p), None, &[&ds, &sts], t(20));
         assert!(conditions::get(&s.conditions, EMPTY).is_none());
     }
 
@@ -444,28 +392,12 @@ mod tests {
         let before = pool(json!({}));
         let after = pool(json!({"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}}));
         let mut s = initialized(t(0));
-        update(
-            &mut s,
-            &claim_labels("XS"),
-            &stamped(&before),
-            Templates { pool: Some(&after), class: None },
-            &[],
-            Some(1),
-            t(10),
-        );
+        up(&mut s, &stamped(&before), Some(&after), None, &[], t(10));
         assert_eq!(conditions::get(&s.conditions, DRIFTED).unwrap().reason, NODEPOOL_DRIFTED);
         let narrowed = pool(json!({"spec": {"template": {"spec": {"requirements": [
             {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["S"]}]}}}}));
         let mut s = initialized(t(0));
-        update(
-            &mut s,
-            &claim_labels("XS"),
-            &stamped(&narrowed),
-            Templates { pool: Some(&narrowed), class: None },
-            &[],
-            Some(1),
-            t(10),
-        );
+        up(&mut s, &stamped(&narrowed), Some(&narrowed), None, &[], t(10));
         let d = conditions::get(&s.conditions, DRIFTED).unwrap();
         assert_eq!(d.reason, REQUIREMENTS_DRIFTED);
         assert!(d.message.contains("XS"), "{}", d.message);
@@ -489,29 +421,13 @@ mod tests {
         let after = pool(json!({"spec": {"limits": {"cpu": "100"}, "weight": 10,
             "disruption": {"budgets": [{"nodes": "0"}]}}}));
         let mut s = initialized(t(0));
-        let o = update(
-            &mut s,
-            &claim_labels("XS"),
-            &stamped(&before),
-            Templates { pool: Some(&after), class: None },
-            &[],
-            Some(1),
-            t(10),
-        );
+        let o = up(&mut s, &stamped(&before), Some(&after), None, &[], t(10));
         assert!(conditions::get(&s.conditions, DRIFTED).is_none());
         assert_eq!(o.restamp, None);
         let mut old = stamped(&before);
         old.insert(drift::NODEPOOL_HASH_VERSION_ANNOTATION.to_string(), "hub-v0".to_string());
         old.insert(drift::NODEPOOL_HASH_ANNOTATION.to_string(), "something-else".to_string());
-        let o = update(
-            &mut s,
-            &claim_labels("XS"),
-            &old,
-            Templates { pool: Some(&before), class: None },
-            &[],
-            Some(1),
-            t(10),
-        );
+        let o = up(&mut s, &old, Some(&before), None, &[], t(10));
         assert!(conditions::get(&s.conditions, DRIFTED).is_none());
         assert_eq!(o.restamp, Some((drift::nodepool_hash(&before.spec), drift::NODEPOOL_HASH_VERSION.to_string())));
     }
@@ -531,27 +447,11 @@ mod tests {
             savings_per_hour: 0.05,
         };
         annotations.insert(disruption_queue::COMMAND_ANNOTATION.to_string(), record.to_annotation());
-        let o = update(
-            &mut s,
-            &claim_labels("XS"),
-            &annotations,
-            Templates { pool: Some(&p), class: None },
-            &[],
-            Some(1),
-            t(10),
-        );
+        let o = up(&mut s, &annotations, Some(&p), None, &[], t(10));
         let c = conditions::get(&s.conditions, DISRUPTION_REASON).unwrap();
         assert!(o.changed);
         assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Empty"));
-        let o = update(
-            &mut s,
-            &claim_labels("XS"),
-            &stamped(&p),
-            Templates { pool: Some(&p), class: None },
-            &[],
-            Some(1),
-            t(20),
-        );
+        let o = up(&mut s, &stamped(&p), Some(&p), None, &[], t(20));
         assert!(o.changed && conditions::get(&s.conditions, DISRUPTION_REASON).is_none());
     }
 
@@ -572,52 +472,20 @@ mod tests {
         annotations
             .insert(drift::NODECLASS_HASH_VERSION_ANNOTATION.to_string(), drift::NODECLASS_HASH_VERSION.to_string());
         let mut s = initialized(t(0));
-        update(
-            &mut s,
-            &claim_labels("XS"),
-            &annotations,
-            Templates { pool: Some(&p), class: Some(&before) },
-            &[],
-            Some(1),
-            t(10),
-        );
+        up(&mut s, &annotations, Some(&p), Some(&before), &[], t(10));
         assert!(conditions::get(&s.conditions, DRIFTED).is_none(), "same class: no drift");
         let after = class("b");
-        update(
-            &mut s,
-            &claim_labels("XS"),
-            &annotations,
-            Templates { pool: Some(&p), class: Some(&after) },
-            &[],
-            Some(1),
-            t(20),
-        );
+        up(&mut s, &annotations, Some(&p), Some(&after), &[], t(20));
         let c = conditions::get(&s.conditions, DRIFTED).unwrap();
         assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", NODECLASS_DRIFTED));
         // The pool's own drift comes first.
         let mut s2 = initialized(t(0));
         let changed = pool(json!({"spec": {"template": {"metadata": {"labels": {"x": "y"}}}}}));
-        update(
-            &mut s2,
-            &claim_labels("XS"),
-            &annotations,
-            Templates { pool: Some(&changed), class: Some(&after) },
-            &[],
-            Some(1),
-            t(20),
-        );
+        up(&mut s2, &annotations, Some(&changed), Some(&after), &[], t(20));
         assert_eq!(conditions::get(&s2.conditions, DRIFTED).unwrap().reason, NODEPOOL_DRIFTED);
         // A claim launched before classes were stamped never drifts for its class.
         let mut s3 = initialized(t(0));
-        update(
-            &mut s3,
-            &claim_labels("XS"),
-            &stamped(&p),
-            Templates { pool: Some(&p), class: Some(&after) },
-            &[],
-            Some(1),
-            t(20),
-        );
+        up(&mut s3, &stamped(&p), Some(&p), Some(&after), &[], t(20));
         assert!(conditions::get(&s3.conditions, DRIFTED).is_none());
     }
 }

@@ -464,6 +464,39 @@ pub fn capacity_configmap(key: &ClusterKey) -> String {
     format!("{}-karpenter-hub-capacity", key.name)
 }
 
+/// Runs `task` once per registered workload cluster until `shutdown`: started when a cluster is
+/// registered, cancelled (its token) when it is removed. The per-cluster loops of provisioning and
+/// disruption run on this.
+pub async fn per_cluster<F, Fut>(hub: Arc<Hub>, shutdown: CancellationToken, task: F)
+where
+    F: Fn(Arc<Hub>, ClusterKey, CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let mut tasks: BTreeMap<ClusterKey, CancellationToken> = BTreeMap::new();
+    let mut changes = hub.registry.changes();
+    loop {
+        let registered: std::collections::BTreeSet<ClusterKey> = hub.registry.clusters().into_iter().collect();
+        tasks.retain(|k, t| {
+            let keep = registered.contains(k);
+            if !keep {
+                t.cancel();
+            }
+            keep
+        });
+        for key in registered {
+            if !tasks.contains_key(&key) {
+                let token = shutdown.child_token();
+                tasks.insert(key.clone(), token.clone());
+                tokio::spawn(task(hub.clone(), key, token));
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            r = changes.changed() => if r.is_err() { return },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
