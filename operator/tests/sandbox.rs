@@ -175,3 +175,61 @@ fn the_sandbox_scales_down_by_itself_and_shows_a_drain() {
     assert_eq!(summary.matches("0.0611 EUR/h").count(), 3, "each cluster on one XS at the end:\n{stdout}");
     assert!(!stderr.contains("rolled back"), "no command rolled back:\n{stderr}");
 }
+
+/// Every kubectl command the sandbox's banner suggests works as written against a running sandbox
+/// world (issue 13 done-when): run exactly as printed, it succeeds and shows what it promises.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kubectl_command_the_banner_suggests_works_as_written() {
+    let mut world = World::start(&[("team-a", "prod-paris"), ("team-b", "staging-paris")], |i| quick_cke(i as u64 + 1))
+        .await
+        .unwrap();
+    for (ns, cluster) in [("team-a", "prod-paris"), ("team-b", "staging-paris")] {
+        world
+            .apply_yaml("examples/general-purpose.yaml", EXAMPLE, ns, |doc| {
+                if doc.get("kind").and_then(Value::as_str) == Some("NodePool") {
+                    doc["spec"]["clusterName"] = json!(cluster);
+                }
+            })
+            .await
+            .unwrap();
+    }
+    world.start_hub();
+    scale(&world, 0, 2, "1", "1Gi").await.unwrap();
+    wait_for("two pods running in prod-paris", Duration::from_secs(90), || async {
+        common::running(&world, 0).await == 2
+    })
+    .await;
+    let dir = std::env::temp_dir().join(format!("karpenter-hub-banner-test-{}", std::process::id()));
+    let files = world.write_kubeconfigs(&dir).unwrap();
+    let commands = operator::commands::sandbox::banner(&world, &files, &dir.join("management.kubeconfig"));
+    assert_eq!(commands.len(), 6, "{commands:?}");
+    for command in commands {
+        let line = command.join(" ");
+        let out = std::process::Command::new(&command[0]).args(&command[1..]).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{line}: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+        let needles: &[&str] = if line.contains("get nodes,nodegroups,pods") {
+            &["node/"]
+        } else if line.contains("get nodepools,nodeclaims") {
+            &["nodepool.karpenter.clever-cloud.com/default", "nodeclaim.karpenter.clever-cloud.com/default-"]
+        } else if line.contains("get events") {
+            &["Connected"]
+        } else if line.contains("describe nodeclaims") {
+            &["Name:", "Launched"]
+        } else {
+            &["FIELDS"]
+        };
+        for needle in needles {
+            assert!(stdout.contains(needle), "{line}: no {needle:?} in\n{stdout}");
+        }
+    }
+    // prod-paris shows its NodeGroup and the pods on its node.
+    let first = std::process::Command::new("kubectl")
+        .args(["--kubeconfig", &files[1].display().to_string(), "get", "nodes,nodegroups,pods", "-o", "wide"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&first.stdout);
+    assert!(text.contains("nodegroup.api.clever-cloud.com/default-") && text.contains("pod/web-0"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+    world.shutdown().await;
+}

@@ -68,18 +68,9 @@ pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(
         world.clusters.len()
     );
     let _ = writeln!(out, "Watch them with kubectl while this runs, e.g.:");
-    let management = args.dir.join("management.kubeconfig");
-    // Workload clusters show nodes, NodeGroups and pods; the management cluster the hub's objects
-    // and events (each command here is run against the emulator by sim/tests/kubectl.rs).
-    for f in files.iter().filter(|f| **f != management) {
-        let _ = writeln!(out, "  kubectl --kubeconfig {} get nodes,nodegroups,pods -o wide", f.display());
+    for command in banner(&world, &files, &args.dir.join("management.kubeconfig")) {
+        let _ = writeln!(out, "  {}", command.join(" "));
     }
-    let m = management.display();
-    let ns = world.clusters.first().map_or("team-a", |c| c.namespace.as_str());
-    let _ = writeln!(out, "  kubectl --kubeconfig {m} get nodepools,nodeclaims -A");
-    let _ = writeln!(out, "  kubectl --kubeconfig {m} get events -n {ns}");
-    let _ = writeln!(out, "  kubectl --kubeconfig {m} describe nodeclaims -n {ns}");
-    let _ = writeln!(out, "  kubectl --kubeconfig {m} explain nodepool.spec");
     for c in &world.clusters {
         let cluster = c.name.clone();
         world
@@ -185,6 +176,28 @@ pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(
     } else {
         Err(SandboxError::Timeout(format!("the workload did not settle within {}s", args.timeout_seconds)))
     }
+}
+
+/// The kubectl commands the sandbox suggests, each as its arguments (`kubectl` first): workload
+/// clusters show nodes, NodeGroups and pods; the management cluster the hub's objects and events.
+/// operator/tests/sandbox.rs runs each one against a running world.
+pub fn banner(world: &World, files: &[std::path::PathBuf], management: &std::path::Path) -> Vec<Vec<String>> {
+    let kubectl = |file: &std::path::Path, rest: &str| -> Vec<String> {
+        let mut v = vec!["kubectl".to_string(), "--kubeconfig".to_string(), file.display().to_string()];
+        v.extend(rest.split(' ').map(str::to_string));
+        v
+    };
+    let mut out: Vec<Vec<String>> = files
+        .iter()
+        .filter(|f| f.as_path() != management)
+        .map(|f| kubectl(f, "get nodes,nodegroups,pods -o wide"))
+        .collect();
+    let ns = world.clusters.first().map_or("team-a", |c| c.namespace.as_str());
+    out.push(kubectl(management, "get nodepools,nodeclaims -A"));
+    out.push(kubectl(management, &format!("get events -n {ns}")));
+    out.push(kubectl(management, &format!("describe nodeclaims -n {ns}")));
+    out.push(kubectl(management, "explain nodepool.spec"));
+    out
 }
 
 /// Delete the first cluster's busiest NodeClaim, as `kubectl delete nodeclaim` would, and show the
