@@ -315,3 +315,33 @@ async fn a_refused_leader_election_is_logged_once_while_retrying_on_the_emulator
     let _ = std::fs::remove_dir_all(&dir);
     server.shutdown().await;
 }
+
+/// The README's `karpenter-hub sim-cke --kubeconfig workload.kubeconfig`, as written: the binary
+/// plays CKE on a cluster without it — a NodeGroup it is given is judged (Synced; its node joins
+/// after CKE's 25 s, which sim/tests cover) — and stops cleanly on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_cke_plays_cke_on_a_workload_cluster_and_stops_on_sigterm() {
+    let server = ApiServer::start(ApiServerConfig::workload("sim-cke-binary")).await.unwrap();
+    let dir = scratch("sim-cke");
+    let file = dir.join("workload.kubeconfig");
+    write_kubeconfig(&server.kubeconfig(), &file);
+    let mut cke = Hub::start(&["sim-cke", "--kubeconfig", &file.display().to_string()]);
+    let groups: Api<crds::NodeGroup> = Api::all(server.client());
+    let group: crds::NodeGroup = serde_json::from_value(json!({
+        "apiVersion": "api.clever-cloud.com/v1", "kind": "NodeGroup",
+        "metadata": {"name": "readme-group"},
+        "spec": {"flavor": "2XS", "nodeCount": 1}
+    }))
+    .unwrap();
+    groups.create(&PostParams::default(), &group).await.unwrap();
+    let synced = poll_until(Duration::from_secs(30), || async {
+        groups.get("readme-group").await.ok().and_then(|g| g.status).and_then(|s| s.phase).as_deref() == Some("Synced")
+    })
+    .await;
+    assert!(synced, "the NodeGroup was not judged:\n{}", cke.output());
+    cke.terminate();
+    let (status, output) = cke.exit(Duration::from_secs(20)).await;
+    assert!(status.success(), "sim-cke did not stop cleanly ({status}):\n{output}");
+    readable(&output);
+    let _ = std::fs::remove_dir_all(&dir);
+}

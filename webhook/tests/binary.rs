@@ -100,3 +100,14 @@ async fn refuses_to_start_without_a_usable_certificate() {
     assert!(!status.success());
     assert!(stderr.contains("cannot start the webhook") && stderr.contains("no usable PEM certificate"), "{stderr}");
 }
+
+/// The README's `karpenter-hub-webhook --help`: it prints the flags a user sets and exits 0.
+#[test]
+fn help_lists_the_flags() {
+    let out = Command::new(env!("CARGO_BIN_EXE_karpenter-hub-webhook")).arg("--help").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for flag in ["--address", "--tls-cert-file", "--tls-key-file", "--lookups"] {
+        assert!(stdout.contains(flag), "{flag} missing from --help:\n{stdout}");
+    }
+}
