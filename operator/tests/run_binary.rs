@@ -325,7 +325,7 @@ async fn sim_cke_plays_cke_on_a_workload_cluster_and_stops_on_sigterm() {
     let dir = scratch("sim-cke");
     let file = dir.join("workload.kubeconfig");
     write_kubeconfig(&server.kubeconfig(), &file);
-    let mut cke = Hub::start(&["sim-cke", "--kubeconfig", &file.display().to_string()]);
+    let cke = Hub::start(&["sim-cke", "--kubeconfig", &file.display().to_string()]);
     let groups: Api<crds::NodeGroup> = Api::all(server.client());
     let group: crds::NodeGroup = serde_json::from_value(json!({
         "apiVersion": "api.clever-cloud.com/v1", "kind": "NodeGroup",
