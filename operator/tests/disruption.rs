@@ -495,3 +495,38 @@ async fn a_replacement_refused_by_the_quota_rolls_the_command_back() {
     .await;
     world.shutdown().await;
 }
+
+/// Consolidation-delete (§4.9, §4.11): two under-used nodes, each left with one small pod; the pod of
+/// one fits beside the other's, so that node is deleted without any replacement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_under_used_node_whose_pods_fit_elsewhere_is_deleted() {
+    let (world, clock) = world("consolidate-delete", |_| {}).await;
+    create(&world, &[("a", "3", "1Gi"), ("c", "700m", "256Mi")], json!({})).await;
+    settled(&world, 2).await;
+    create(&world, &[("b", "3", "1Gi"), ("d", "700m", "256Mi")], json!({})).await;
+    wait_for("four pods running on two initialized claims", UP, || async {
+        running(&world).await.len() == 4
+            && claims(&world).await.len() == 2
+            && claims(&world).await.iter().all(|c| is_true(c, "Initialized"))
+    })
+    .await;
+    delete_pod(&world, "a").await;
+    delete_pod(&world, "b").await;
+    advance_until(&clock, "one of the two claims deleted, nothing launched", Duration::from_secs(5), || async {
+        let cs = claims(&world).await;
+        assert!(cs.len() <= 2, "no replacement is launched for a delete: {}", cs.len());
+        cs.len() == 1 && cs[0].metadata.deletion_timestamp.is_none()
+    })
+    .await;
+    let cluster = world.clusters[0].key().to_string();
+    assert_eq!(
+        metric(
+            &world,
+            "karpenter_voluntary_disruption_decisions_total",
+            &[("cluster", &cluster), ("decision", "delete"), ("reason", "underutilized")]
+        ),
+        1.0
+    );
+    wait_for("one NodeGroup left", UP, || async { groups(&world).await.len() == 1 }).await;
+    world.shutdown().await;
+}
