@@ -530,3 +530,53 @@ async fn an_under_used_node_whose_pods_fit_elsewhere_is_deleted() {
     wait_for("one NodeGroup left", UP, || async { groups(&world).await.len() == 1 }).await;
     world.shutdown().await;
 }
+
+/// Drift of a flavor removed from the catalogue (§4.1, `InstanceTypeNotFound`): a node of a flavor a
+/// FlavorCatalog added is drifted once that entry is removed and the claim is over an hour old, and
+/// it is replaced by a node of a flavor still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flavor_removed_from_the_catalogue_drifts_its_nodes_after_an_hour() {
+    let mut cke = quick_cke(0);
+    cke.flavors.push(sim::cke::SimFlavor::new("CUSTOM", 2, 2_097_152));
+    let (world, clock) = world_with("flavor-gone", cke, |pool| {
+        pool["spec"]["template"]["spec"]["requirements"][0]["values"] = json!(["CUSTOM", "2XS", "XS"]);
+    })
+    .await;
+    let catalogs: Api<crds::FlavorCatalog> = Api::namespaced(world.mgmt.client(), "team");
+    let catalog = serde_json::from_value(json!({
+        "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "FlavorCatalog",
+        "metadata": {"name": "custom", "namespace": "team"},
+        "spec": {"flavors": [{"name": "CUSTOM", "cpu": 2, "memoryKi": 2_097_152, "priceHourly": 0.01}]}
+    }))
+    .unwrap();
+    catalogs.create(&PostParams::default(), &catalog).await.unwrap();
+    let classes: Api<crds::CleverNodeClass> = Api::namespaced(world.mgmt.client(), "team");
+    let reference = json!({"spec": {"flavorCatalogRef": {"name": "custom"}}});
+    classes.patch("default", &PatchParams::default(), &Patch::Merge(&reference)).await.unwrap();
+    create(&world, &[("web-0", "500m", "1Gi")], json!({})).await;
+    let old = settled(&world, 1).await;
+    assert_eq!(flavor(&old), "CUSTOM", "the catalogue's cheap flavor");
+    let without = json!({"spec": {"flavors": [{"name": "M", "priceHourly": 0.105}]}});
+    catalogs.patch("custom", &PatchParams::default(), &Patch::Merge(&without)).await.unwrap();
+    // An hour on (in one step: the replacement's launch timeouts run on the same clock afterwards).
+    clock.advance(Duration::from_secs(3660));
+    let seen = std::cell::Cell::new(false);
+    advance_until(&clock, "the CUSTOM node replaced by a served flavor", Duration::from_secs(1), || async {
+        let cs = claims(&world).await;
+        seen.set(
+            seen.get()
+                || cs.iter().any(|c| {
+                    c.status.as_ref().is_some_and(|s| {
+                        s.conditions
+                            .iter()
+                            .any(|k| k.type_ == "Drifted" && k.status == "True" && k.reason == "InstanceTypeNotFound")
+                    })
+                }),
+        );
+        cs.len() == 1 && cs[0].name_any() != old.name_any() && is_true(&cs[0], "Initialized")
+    })
+    .await;
+    assert!(seen.get(), "the old claim showed Drifted=True(InstanceTypeNotFound)");
+    assert_eq!(flavor(&claims(&world).await[0]), "2XS");
+    world.shutdown().await;
+}

@@ -32,6 +32,7 @@ pub const DISRUPTION_REASON: &str = "DisruptionReason";
 pub const NODEPOOL_DRIFTED: &str = "NodePoolDrifted";
 pub const REQUIREMENTS_DRIFTED: &str = "RequirementsDrifted";
 pub const NODECLASS_DRIFTED: &str = "NodeClassDrifted";
+pub const INSTANCE_TYPE_NOT_FOUND: &str = "InstanceTypeNotFound";
 
 /// Pod events closer than this to the last recorded one are not written (§4.1: at most one write
 /// per claim per 10 s, below the 15 s validation delay).
@@ -49,12 +50,20 @@ pub struct Outcome {
     pub warning: Option<String>,
 }
 
-/// What a claim was made from: its pool and its node class (`None`: gone, or not known).
+/// What a claim was made from, as it is now: its pool and its node class (`None`: gone, or not
+/// known), the flavors the class's catalogue serves now (`None`: not known), and when the claim was
+/// created.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Templates<'a> {
+pub struct Origin<'a> {
     pub pool: Option<&'a NodePool>,
     pub class: Option<&'a CleverNodeClass>,
+    pub offered: Option<&'a [String]>,
+    pub created: Option<Timestamp>,
 }
+
+/// A claim younger than this is never drifted for its flavor (§4.1: the catalogue may lag behind a
+/// launch).
+pub const INSTANCE_TYPE_DRIFT_MIN_AGE: Duration = Duration::from_secs(3600);
 
 /// Update `status` of a launched, initialized claim from its pool and the pods on its node.
 /// `claim_labels` and `claim_annotations` are the claim's own; `pods` those bound to its node.
@@ -62,12 +71,12 @@ pub fn update(
     status: &mut NodeClaimStatus,
     claim_labels: &std::collections::BTreeMap<String, String>,
     claim_annotations: &std::collections::BTreeMap<String, String>,
-    templates: Templates<'_>,
+    origin: Origin<'_>,
     pods: &[&Pod],
     generation: Option<i64>,
     now: Timestamp,
 ) -> Outcome {
-    let Templates { pool, class } = templates;
+    let Origin { pool, class, offered, created } = origin;
     let mut out = Outcome::default();
     // lastPodEventTime: the latest pod event on the node, never moving back.
     if let Some(latest) = pods.iter().filter(|p| !daemonset(p)).filter_map(|p| last_event(p)).max() {
@@ -140,6 +149,20 @@ pub fn update(
         );
         (judged == drift::Judgement::Drifted).then(|| {
             (NODECLASS_DRIFTED, format!("CleverNodeClass {} changed since this node was launched", class.name_any()))
+        })
+    });
+    // §4.1 step 3: the claim's flavor is no longer served by its class's catalogue (a flavor a
+    // FlavorCatalog added, then removed), for claims old enough that the catalogue cannot lag.
+    let drift = drift.or_else(|| {
+        let flavor = claim_labels.get(labels::INSTANCE_TYPE)?;
+        let old_enough = created.is_some_and(|c| {
+            Duration::try_from(now.duration_since(c)).unwrap_or_default() >= INSTANCE_TYPE_DRIFT_MIN_AGE
+        });
+        (old_enough && !offered?.contains(flavor)).then(|| {
+            (
+                INSTANCE_TYPE_NOT_FOUND,
+                format!("flavor {flavor} is no longer in the catalogue of this node's CleverNodeClass"),
+            )
         })
     });
     out.changed |= match drift {
@@ -302,7 +325,15 @@ mod tests {
         pods: &[&Pod],
         at: Timestamp,
     ) -> Outcome {
-        update(s, &claim_labels("XS"), annotations, Templates { pool, class }, pods, Some(1), at)
+        update(
+            s,
+            &claim_labels("XS"),
+            annotations,
+            Origin { pool, class, offered: None, created: None },
+            pods,
+            Some(1),
+            at,
+        )
     }
 
     fn claim_labels(flavor: &str) -> BTreeMap<String, String> {
@@ -406,7 +437,7 @@ mod tests {
             &mut s,
             &claim_labels("S"),
             &stamped(&narrowed),
-            Templates { pool: Some(&narrowed), class: None },
+            Origin { pool: Some(&narrowed), ..Origin::default() },
             &[],
             Some(1),
             t(20),
@@ -487,5 +518,32 @@ mod tests {
         let mut s3 = initialized(t(0));
         up(&mut s3, &stamped(&p), Some(&p), Some(&after), &[], t(20));
         assert!(conditions::get(&s3.conditions, DRIFTED).is_none());
+    }
+
+    #[test]
+    fn a_flavor_gone_from_the_catalogue_drifts_claims_older_than_an_hour() {
+        let p = pool(json!({}));
+        let offered = ["2XS".to_string(), "XS".to_string()];
+        let gone = ["2XS".to_string()];
+        let at = |created: i64, offered: &[String]| {
+            let mut s = initialized(t(0));
+            let origin = Origin { pool: Some(&p), class: None, offered: Some(offered), created: Some(t(created)) };
+            update(&mut s, &claim_labels("XS"), &stamped(&p), origin, &[], Some(1), t(4000));
+            conditions::get(&s.conditions, DRIFTED).map(|c| c.reason.clone())
+        };
+        assert_eq!(at(0, &offered), None, "still offered");
+        assert_eq!(at(0, &gone).as_deref(), Some(INSTANCE_TYPE_NOT_FOUND), "gone, claim 4000 s old");
+        assert_eq!(at(1000, &gone), None, "gone, but the claim is younger than an hour");
+        let mut s = initialized(t(0));
+        update(
+            &mut s,
+            &claim_labels("XS"),
+            &stamped(&p),
+            Origin { pool: Some(&p), ..Origin::default() },
+            &[],
+            Some(1),
+            t(4000),
+        );
+        assert!(conditions::get(&s.conditions, DRIFTED).is_none(), "catalogue not known: no drift");
     }
 }

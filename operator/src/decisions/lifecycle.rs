@@ -127,6 +127,8 @@ pub struct Facts<'a> {
     pub nodepool: Option<&'a crds::NodePool>,
     /// The claim's CleverNodeClass (`None`: gone or not read), for its drift.
     pub nodeclass: Option<&'a crds::CleverNodeClass>,
+    /// The flavors the class's catalogue serves now (`None`: not known), for `InstanceTypeNotFound`.
+    pub offered: Option<&'a [String]>,
     /// The pods bound to the claim's Node, for `Empty`, `Consolidatable` and `lastPodEventTime`.
     pub node_pods: &'a [&'a k8s_openapi::api::core::v1::Pod],
     pub now: Timestamp,
@@ -483,7 +485,12 @@ fn live(f: &Facts<'_>, s: &Settings, expiry: Option<Duration>) -> Decision {
         &mut status,
         claim.labels(),
         claim.annotations(),
-        disruption_conditions::Templates { pool: f.nodepool, class: f.nodeclass },
+        disruption_conditions::Origin {
+            pool: f.nodepool,
+            class: f.nodeclass,
+            offered: f.offered,
+            created: claim.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        },
         f.node_pods,
         observed,
         now,
@@ -971,6 +978,7 @@ mod tests {
             pool: PoolHealth { nodes: 1, unhealthy: 0 },
             nodepool: None,
             nodeclass: None,
+            offered: None,
             node_pods: &[],
             now,
         }

@@ -194,6 +194,18 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
         .and_then(|pool| hub.cache.pools.get(&ObjectRef::<NodePool>::new(pool).within(&c.ns)));
     let nodeclass =
         hub.cache.classes.get(&ObjectRef::<crds::CleverNodeClass>::new(&obj.spec.node_class_ref.name).within(&c.ns));
+    // The flavors its class serves now, from the cached catalogue (a FlavorCatalog may have dropped
+    // the claim's flavor: InstanceTypeNotFound drift). A catalogue missing or refused is a problem
+    // to fix, not a verdict on the flavors: not known, so no drift.
+    let offered: Option<Vec<String>> = nodeclass.as_deref().and_then(|class| {
+        let reference = class.spec.flavor_catalog_ref.as_ref().map(|r| r.name.as_str());
+        let found = reference
+            .and_then(|name| hub.cache.catalogs.get(&ObjectRef::<crds::FlavorCatalog>::new(name).within(&c.ns)));
+        match crds::catalog::served(&crds::catalog::Catalog::builtin(), reference, found.as_deref()) {
+            (catalog, None) => Some(catalog.instance_types(&hub.settings.zone).into_iter().map(|t| t.name).collect()),
+            (_, Some(_problem)) => None,
+        }
+    });
     let now = hub.now();
     let settings = hub.settings.lifecycle;
     // Termination acts on the group's absence and ownership: always read live. The object read is
@@ -212,6 +224,7 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
         pool: pool_health(&c, &hub, &nodes, now),
         nodepool: nodepool.as_deref(),
         nodeclass: nodeclass.as_deref(),
+        offered: offered.as_deref(),
         node_pods: &node_pods,
         now,
     };
