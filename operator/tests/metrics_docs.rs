@@ -596,3 +596,25 @@ fn every_reason_troubleshooting_and_operations_quote_is_one_the_code_writes() {
     assert!(quoted_reasons("see `NodeGroupMelted` and `Warning`").contains("NodeGroupMelted"));
     assert!(!code.contains("\"NodeGroupMelted\""));
 }
+
+/// Every family the hub exports is shown by some panel of the dashboard: a new metric family
+/// without a panel fails here (the check above only proves that what the panels query exists).
+#[test]
+fn every_family_the_hub_exports_has_a_dashboard_panel() {
+    let (path, d) = dashboard();
+    let exprs: Vec<String> = panels(&d).into_iter().flat_map(|(_, e)| e).collect();
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mentions = |e: &str, series: &str| {
+        e.match_indices(series).any(|(i, _)| {
+            let before = e[..i].chars().next_back().is_none_or(|c| !ident(c));
+            let after = e[i + series.len()..].chars().next().is_none_or(|c| !ident(c));
+            before && after
+        })
+    };
+    let missing: Vec<String> = parse_exposition(&hub_exposition())
+        .into_iter()
+        .filter(|(name, f)| !f.series(name).iter().any(|s| exprs.iter().any(|e| mentions(e, s))))
+        .map(|(name, _)| name)
+        .collect();
+    assert!(missing.is_empty(), "{}: no panel shows {missing:?}", path.display());
+}
