@@ -229,6 +229,9 @@ async fn a_claim_shows_consolidatable_empty_and_drifted_as_its_pool_and_pods_cha
             if doc.get("kind").and_then(serde_json::Value::as_str) == Some("NodePool") {
                 doc["spec"]["clusterName"] = json!(name);
                 doc["spec"]["disruption"]["consolidateAfter"] = json!("10m");
+                // The conditions are this test's subject: a zero budget keeps the disruption loop
+                // from acting on them (removing the empty or drifted node mid-test).
+                doc["spec"]["disruption"]["budgets"] = json!([{"nodes": "0"}]);
             }
         })
         .await
