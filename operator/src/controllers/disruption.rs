@@ -712,12 +712,26 @@ fn publish_budgets(hub: &Hub, key: &ClusterKey, scope: &disruption::Scope, now: 
         }
     }
     for method in [Method::Emptiness, Method::Drift, Method::SingleNodeConsolidation] {
-        let eligible = disruption::candidates(scope, method, now).eligible.len();
+        let eligible = eligible(scope, method, now).len();
         hub.metrics
             .disruption_eligible_nodes
             .get(&ReasonLabels { cluster: key.to_string(), reason: reason_label(method.reason()) })
             .set(i64::try_from(eligible).unwrap_or(i64::MAX));
     }
+}
+
+/// The candidates a method would consider for its reason: empty and consolidatable (emptiness),
+/// drifted (drift), consolidatable and not empty (consolidation).
+fn eligible(scope: &disruption::Scope, method: Method, now: Timestamp) -> Vec<disruption::Candidate> {
+    let wanted = |c: &&disruption::Candidate| {
+        let n = &scope.nodes[c.index];
+        match method {
+            Method::Emptiness => n.consolidatable && n.is_empty(),
+            Method::Drift => n.drifted.is_some(),
+            _ => n.consolidatable && !n.is_empty(),
+        }
+    };
+    disruption::candidates(scope, method, now).eligible.iter().filter(wanted).cloned().collect()
 }
 
 /// §4.5: a pool whose budgets allow no disruption for a reason while some of its nodes are
@@ -726,17 +740,7 @@ async fn budget_events(hub: &Hub, key: &ClusterKey, scope: &disruption::Scope, n
     for method in [Method::Emptiness, Method::Drift, Method::SingleNodeConsolidation] {
         let reason = method.reason();
         let allowed = disruption::allowances(scope, reason, now);
-        // Nodes the method would otherwise consider: empty, drifted, or consolidatable.
-        let wanted = |c: &&disruption::Candidate| {
-            let n = &scope.nodes[c.index];
-            match method {
-                Method::Emptiness => n.consolidatable && n.is_empty(),
-                Method::Drift => n.drifted.is_some(),
-                _ => n.consolidatable && !n.is_empty(),
-            }
-        };
-        let eligible: Vec<disruption::Candidate> =
-            disruption::candidates(scope, method, now).eligible.iter().filter(wanted).cloned().collect();
+        let eligible = eligible(scope, method, now);
         for (pool, left) in allowed {
             if left > 0 || !eligible.iter().any(|c| c.nodepool == pool) {
                 continue;
