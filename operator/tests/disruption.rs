@@ -147,15 +147,20 @@ async fn quiet_claims(world: &World, clock: &Clock, what: &str, steps: u64) -> V
     .await
 }
 
-/// One initialized claim holding `pods` running pods; returns it.
-async fn settled(world: &World, pods: usize) -> NodeClaim {
-    wait_for("the pods running on an initialized claim", UP, || async {
-        running(world).await.len() == pods && claims(world).await.iter().all(|c| is_true(c, "Initialized"))
+/// `pods` pods running on `count` claims, every one initialized.
+async fn running_on(world: &World, pods: usize, count: usize) {
+    let what = format!("{pods} pods running on {count} initialized claims");
+    wait_for(&what, UP, || async {
+        let cs = claims(world).await;
+        running(world).await.len() == pods && cs.len() == count && cs.iter().all(|c| is_true(c, "Initialized"))
     })
     .await;
-    let cs = claims(world).await;
-    assert_eq!(cs.len(), 1, "one claim: {:?}", cs.iter().map(|c| c.name_any()).collect::<Vec<_>>());
-    cs.into_iter().next().unwrap()
+}
+
+/// One initialized claim holding `pods` running pods; returns it.
+async fn settled(world: &World, pods: usize) -> NodeClaim {
+    running_on(world, pods, 1).await;
+    claims(world).await.into_iter().next().unwrap()
 }
 
 /// Emptiness (§4.6, clever-cloud.md §9 scale to zero): once its pods are gone and `consolidateAfter`
@@ -410,12 +415,7 @@ async fn a_cron_window_forbids_and_a_percentage_paces_the_removal_of_empty_nodes
         {"topologyKey": labels::HOSTNAME, "labelSelector": {"matchLabels": {"app": "web"}}}
     ]}}});
     create(&world, &[("web-0", "500m", "1Gi"), ("web-1", "500m", "1Gi")], apart).await;
-    wait_for("two initialized claims, one pod each", UP, || async {
-        running(&world).await.len() == 2
-            && claims(&world).await.len() == 2
-            && claims(&world).await.iter().all(|c| is_true(c, "Initialized"))
-    })
-    .await;
+    running_on(&world, 2, 2).await;
     delete_pod(&world, "web-0").await;
     delete_pod(&world, "web-1").await;
     wait_for("both claims Empty", UP, || async {
@@ -504,12 +504,7 @@ async fn an_under_used_node_whose_pods_fit_elsewhere_is_deleted() {
     create(&world, &[("a", "3", "1Gi"), ("c", "700m", "256Mi")], json!({})).await;
     settled(&world, 2).await;
     create(&world, &[("b", "3", "1Gi"), ("d", "700m", "256Mi")], json!({})).await;
-    wait_for("four pods running on two initialized claims", UP, || async {
-        running(&world).await.len() == 4
-            && claims(&world).await.len() == 2
-            && claims(&world).await.iter().all(|c| is_true(c, "Initialized"))
-    })
-    .await;
+    running_on(&world, 4, 2).await;
     delete_pod(&world, "a").await;
     delete_pod(&world, "b").await;
     advance_until(&clock, "one of the two claims deleted, nothing launched", Duration::from_secs(5), || async {
