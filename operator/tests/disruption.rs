@@ -157,6 +157,20 @@ async fn running_on(world: &World, pods: usize, count: usize) {
     .await;
 }
 
+/// Deletes `pods`, then moves the hub's clock a second at a time (the pods' end is a pod event,
+/// written at most every 10 s) until the `count` claims all show `Empty=True`.
+async fn empty(world: &World, clock: &Clock, pods: &[&str], count: usize) {
+    for pod in pods {
+        delete_pod(world, pod).await;
+    }
+    wait_for(&format!("{count} claims Empty"), UP, || async {
+        clock.advance(Duration::from_secs(1));
+        let cs = claims(world).await;
+        cs.len() == count && cs.iter().all(|c| is_true(c, "Empty"))
+    })
+    .await;
+}
+
 /// One initialized claim holding `pods` running pods; returns it.
 async fn settled(world: &World, pods: usize) -> NodeClaim {
     running_on(world, pods, 1).await;
@@ -171,13 +185,7 @@ async fn an_empty_node_goes_after_consolidate_after_and_the_validation_delay() {
     let (world, clock) = world("empty", |_| {}).await;
     create(&world, &[("web-0", "500m", "1Gi"), ("web-1", "500m", "1Gi")], json!({})).await;
     let claim = settled(&world, 2).await;
-    delete_pod(&world, "web-0").await;
-    delete_pod(&world, "web-1").await;
-    wait_for("Empty=True on the claim", UP, || async {
-        clock.advance(Duration::from_secs(1));
-        claims(&world).await.first().is_some_and(|c| is_true(c, "Empty"))
-    })
-    .await;
+    empty(&world, &clock, &["web-0", "web-1"], 1).await;
     advance_until(&clock, "the empty claim deleted and its NodeGroup gone", Duration::from_secs(5), || async {
         claims(&world).await.is_empty() && groups(&world).await.is_empty()
     })
@@ -300,13 +308,7 @@ async fn a_zero_budget_and_a_do_not_disrupt_pod_keep_their_nodes() {
     })
     .await;
     // Both pods gone: the node is empty, and the budget forbids emptiness.
-    delete_pod(&world, "big").await;
-    delete_pod(&world, "web-0").await;
-    wait_for("Empty=True on the claim", UP, || async {
-        clock.advance(Duration::from_secs(1));
-        claims(&world).await.first().is_some_and(|c| is_true(c, "Empty"))
-    })
-    .await;
+    empty(&world, &clock, &["big", "web-0"], 1).await;
     let cluster = world.clusters[0].key().to_string();
     // Past consolidateAfter and the validation delay (12 passes, 5 s apart), nothing changes.
     let quiet = quiet_claims(&world, &clock, "the empty node under a zero budget", 12).await;
@@ -416,14 +418,7 @@ async fn a_cron_window_forbids_and_a_percentage_paces_the_removal_of_empty_nodes
     ]}}});
     create(&world, &[("web-0", "500m", "1Gi"), ("web-1", "500m", "1Gi")], apart).await;
     running_on(&world, 2, 2).await;
-    delete_pod(&world, "web-0").await;
-    delete_pod(&world, "web-1").await;
-    wait_for("both claims Empty", UP, || async {
-        clock.advance(Duration::from_secs(1));
-        let cs = claims(&world).await;
-        cs.len() == 2 && cs.iter().all(|c| is_true(c, "Empty"))
-    })
-    .await;
+    empty(&world, &clock, &["web-0", "web-1"], 2).await;
     let cluster = world.clusters[0].key().to_string();
     // The window is open all day: past consolidateAfter and the validation delay, nothing goes.
     wait_for("the loop seeing both empty nodes with no budget", UP, || async {

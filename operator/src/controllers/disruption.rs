@@ -145,7 +145,7 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
             in_progress = true;
         }
     }
-    release_leftover_taints(&conn, key, &claims, &commands).await?;
+    release_leftover_taints(&conn, key, &claims).await?;
     if let Some((id, at)) = &state.started {
         if commands.contains_key(id) || at.elapsed() > CACHE_LAG {
             state.started = None;
@@ -176,8 +176,7 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     let cooling: BTreeSet<String> = capacity.unavailable(now).map(str::to_string).collect();
     provisioning::mark_unavailable(&mut view.model.input, &cooling);
     provisioning::correct_from_nodes(&mut view.model.input, &snapshot.nodes);
-    publish_budgets(hub, key, &view.scope, now);
-    budget_events(hub, key, &view.scope, now).await;
+    publish_budgets(hub, key, &view.scope, now).await;
 
     if let Some(pending) = state.pending.take() {
         let due = pending.decided + VALIDATION_DELAY;
@@ -208,24 +207,16 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
 
     let skip = state.consolidated.is_some_and(|(f, at)| f == fingerprint && elapsed(now, at) < CONSOLIDATED_TTL);
     // The loop's order, each method timed (Karpenter's evaluation duration).
-    let mut pass = disruption_scope::Pass::default();
-    for method in disruption_scope::METHODS {
-        if skip && method != Method::Drift {
-            continue;
-        }
+    let settings = disruption::Settings::default();
+    let pass = disruption_scope::decide(skip, |method| {
         let started = std::time::Instant::now();
-        let outcome =
-            disruption_scope::evaluate(method, &view.scope, &view.model, now, disruption::Settings::default());
+        let outcome = disruption_scope::evaluate(method, &view.scope, &view.model, now, settings);
         hub.metrics
             .disruption_evaluation
             .get(&MethodLabels { cluster: key.to_string(), method: method_label(method).to_string() })
             .observe(started.elapsed().as_secs_f64());
-        let decided = outcome.command.is_some();
-        pass.methods.push((method, outcome));
-        if decided {
-            break;
-        }
-    }
+        outcome
+    });
     tracing::trace!(cluster = %key, skip, methods = pass.methods.len(), "disruption methods ran");
     report(hub, key, &view.scope, &pass).await;
     let consolidated =
@@ -287,43 +278,42 @@ fn snapshot(hub: &Hub, conn: &Connection, key: &ClusterKey, claims: &[Arc<NodeCl
 /// What the consolidation methods' verdict rests on (§4.12's change stamp): claims, pools, nodes
 /// and where pods are. Two equal fingerprints mean nothing a decision reads has changed.
 fn fingerprint(s: &Snapshot) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    let mut items: Vec<String> = Vec::new();
-    items.extend(s.node_pools.iter().map(|p| format!("p/{}/{:?}", p.name_any(), p.metadata.resource_version)));
-    items.extend(s.node_claims.iter().map(|c| format!("c/{}/{:?}", c.name_any(), c.metadata.resource_version)));
-    items.extend(
-        s.pdbs.iter().map(|p| format!("b/{}/{:?}", p.name_any(), p.status.as_ref().map(|s| s.disruptions_allowed))),
-    );
-    items.extend(s.nodes.iter().map(|n| {
-        format!(
-            "n/{}/{:?}/{}/{:?}",
-            n.name_any(),
+    // Each object hashed alone and the hashes added: the caches' order does not matter, and nothing
+    // is allocated per pod.
+    fn one(item: impl Hash) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        item.hash(&mut h);
+        h.finish()
+    }
+    let pools = s.node_pools.iter().map(|p| one(("pool", &p.metadata.name, &p.metadata.resource_version)));
+    let claims = s.node_claims.iter().map(|c| one(("claim", &c.metadata.name, &c.metadata.resource_version)));
+    let pdbs = s.pdbs.iter().map(|p| one(("pdb", &p.metadata.name, p.status.as_ref().map(|s| s.disruptions_allowed))));
+    let nodes = s.nodes.iter().map(|n| {
+        one((
+            "node",
+            &n.metadata.name,
             n.labels().get(labels::INITIALIZED),
             n.metadata.deletion_timestamp.is_some(),
-            n.spec.as_ref().and_then(|s| s.taints.as_ref()).map(Vec::len)
-        )
-    }));
-    items.extend(s.pods.iter().map(|p| {
-        format!(
-            "o/{:?}/{:?}/{:?}/{}",
-            p.metadata.uid,
+            n.spec.as_ref().and_then(|s| s.taints.as_ref()).map(Vec::len),
+        ))
+    });
+    let pods = s.pods.iter().map(|p| {
+        one((
+            "pod",
+            &p.metadata.uid,
             p.spec.as_ref().and_then(|s| s.node_name.as_ref()),
             p.status.as_ref().and_then(|s| s.phase.as_ref()),
-            p.metadata.deletion_timestamp.is_some()
-        )
-    }));
-    items.sort_unstable();
-    items.hash(&mut h);
-    h.finish()
+            p.metadata.deletion_timestamp.is_some(),
+        ))
+    });
+    pools.chain(claims).chain(pdbs).chain(nodes).chain(pods).fold(0, u64::wrapping_add)
 }
 
 /// The commands recorded on the cluster's claims, by id.
 fn recorded_commands(claims: &[Arc<NodeClaim>]) -> BTreeMap<String, Recorded> {
     let mut out = BTreeMap::new();
     for c in claims {
-        if let Some(r) =
-            c.annotations().get(disruption_queue::COMMAND_ANNOTATION).and_then(|v| Recorded::from_annotation(v))
-        {
+        if let Some(r) = Recorded::on(c.annotations()) {
             out.entry(r.id.clone()).or_insert(r);
         }
     }
@@ -384,12 +374,8 @@ async fn advance(
         .candidates
         .iter()
         .map(|name| {
-            let claim = claim_named(claims, name).filter(|c| {
-                c.annotations()
-                    .get(disruption_queue::COMMAND_ANNOTATION)
-                    .and_then(|v| Recorded::from_annotation(v))
-                    .is_some_and(|r| r.id == command.id)
-            });
+            let claim =
+                claim_named(claims, name).filter(|c| Recorded::on(c.annotations()).is_some_and(|r| r.id == command.id));
             CandidateState {
                 name: name.clone(),
                 exists: claim.is_some(),
@@ -469,8 +455,7 @@ async fn advance(
         }
         Step::RollBack { why, claims: names } => {
             for name in &names {
-                let patch = json!({"metadata": {"annotations": {disruption_queue::COMMAND_ANNOTATION: null}}});
-                match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                match api.patch(name, &PatchParams::default(), &Patch::Merge(&Recorded::removal())).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => return Err(e.into()),
@@ -523,16 +508,10 @@ async fn set_taint(conn: &Connection, node: &Node, present: bool) -> Result<(), 
 
 /// §4.2 (2): a disrupted taint on the Node of a claim that is neither deleting nor in a command is
 /// a leftover of a command that never finished (a crash, a rollback cut short): removed.
-async fn release_leftover_taints(
-    conn: &Connection,
-    key: &ClusterKey,
-    claims: &[Arc<NodeClaim>],
-    commands: &BTreeMap<String, Recorded>,
-) -> Result<(), Error> {
+async fn release_leftover_taints(conn: &Connection, key: &ClusterKey, claims: &[Arc<NodeClaim>]) -> Result<(), Error> {
     for claim in claims {
-        let recorded = claim.annotations().contains_key(disruption_queue::COMMAND_ANNOTATION)
-            && commands.values().any(|c| c.candidates.iter().any(|n| claim.metadata.name.as_ref() == Some(n)));
-        if recorded || claim.metadata.deletion_timestamp.is_some() {
+        // A claim carrying a record that reads is one of its command's candidates.
+        if Recorded::on(claim.annotations()).is_some() || claim.metadata.deletion_timestamp.is_some() {
             continue;
         }
         if let Some(node) = node_of(conn, claim)
@@ -695,28 +674,43 @@ async fn undo(api: &Api<NodeClaim>, replacements: &[String], recorded: &[String]
     for name in replacements {
         let _ = api.delete(name, &DeleteParams::default()).await;
     }
-    let patch = json!({"metadata": {"annotations": {disruption_queue::COMMAND_ANNOTATION: null}}});
     for name in recorded {
-        let _ = api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+        let _ = api.patch(name, &PatchParams::default(), &Patch::Merge(&Recorded::removal())).await;
     }
 }
 
-/// Budgets and eligible nodes as gauges (§4.5).
-fn publish_budgets(hub: &Hub, key: &ClusterKey, scope: &disruption::Scope, now: Timestamp) {
-    for reason in [DisruptionReason::Empty, DisruptionReason::Drifted, DisruptionReason::Underutilized] {
-        for (pool, allowed) in disruption::allowances(scope, reason, now) {
-            hub.metrics
-                .disruption_allowed
-                .get(&PoolReasonLabels { cluster: key.to_string(), nodepool: pool, reason: reason_label(reason) })
-                .set(i64::try_from(allowed).unwrap_or(i64::MAX));
-        }
-    }
+/// Budgets and eligible nodes per reason (§4.5), each computed once: the gauges, and a
+/// `DisruptionBlocked` event on a pool whose budgets allow no disruption for a reason while some of
+/// its nodes are candidates for it (deduplicated).
+async fn publish_budgets(hub: &Hub, key: &ClusterKey, scope: &disruption::Scope, now: Timestamp) {
     for method in [Method::Emptiness, Method::Drift, Method::SingleNodeConsolidation] {
-        let eligible = eligible(scope, method, now).len();
+        let reason = method.reason();
+        let eligible = eligible(scope, method, now);
         hub.metrics
             .disruption_eligible_nodes
-            .get(&ReasonLabels { cluster: key.to_string(), reason: reason_label(method.reason()) })
-            .set(i64::try_from(eligible).unwrap_or(i64::MAX));
+            .get(&ReasonLabels { cluster: key.to_string(), reason: reason_label(reason) })
+            .set(i64::try_from(eligible.len()).unwrap_or(i64::MAX));
+        for (pool, left) in disruption::allowances(scope, reason, now) {
+            hub.metrics
+                .disruption_allowed
+                .get(&PoolReasonLabels {
+                    cluster: key.to_string(),
+                    nodepool: pool.clone(),
+                    reason: reason_label(reason),
+                })
+                .set(i64::try_from(left).unwrap_or(i64::MAX));
+            if left > 0 || !eligible.iter().any(|c| c.nodepool == pool) {
+                continue;
+            }
+            let Some(p) = hub.cache.pools.get(&kube::runtime::reflector::ObjectRef::new(&pool).within(&key.namespace))
+            else {
+                continue;
+            };
+            let note = format!(
+                "the disruption budgets of NodePool {pool} allow no {reason:?} disruption now; its candidate nodes wait"
+            );
+            hub.event(&p.object_ref(&()), false, DISRUPTION_BLOCKED, "Disrupt", note).await;
+        }
     }
 }
 
@@ -732,29 +726,6 @@ fn eligible(scope: &disruption::Scope, method: Method, now: Timestamp) -> Vec<di
         }
     };
     disruption::candidates(scope, method, now).eligible.iter().filter(wanted).cloned().collect()
-}
-
-/// §4.5: a pool whose budgets allow no disruption for a reason while some of its nodes are
-/// candidates for it says so (`DisruptionBlocked` on the NodePool, deduplicated).
-async fn budget_events(hub: &Hub, key: &ClusterKey, scope: &disruption::Scope, now: Timestamp) {
-    for method in [Method::Emptiness, Method::Drift, Method::SingleNodeConsolidation] {
-        let reason = method.reason();
-        let allowed = disruption::allowances(scope, reason, now);
-        let eligible = eligible(scope, method, now);
-        for (pool, left) in allowed {
-            if left > 0 || !eligible.iter().any(|c| c.nodepool == pool) {
-                continue;
-            }
-            let Some(p) = hub.cache.pools.get(&kube::runtime::reflector::ObjectRef::new(&pool).within(&key.namespace))
-            else {
-                continue;
-            };
-            let note = format!(
-                "the disruption budgets of NodePool {pool} allow no {reason:?} disruption now; its candidate nodes wait"
-            );
-            hub.event(&p.object_ref(&()), false, DISRUPTION_BLOCKED, "Disrupt", note).await;
-        }
-    }
 }
 
 /// `DisruptionBlocked` events on the claims a user would expect to go (deduplicated per claim),

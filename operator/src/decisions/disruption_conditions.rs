@@ -97,9 +97,7 @@ pub fn update(
     };
     // DisruptionReason mirrors the command the disruption loop recorded on the claim (one writer of
     // the status: this decision).
-    let command = claim_annotations
-        .get(disruption_queue::COMMAND_ANNOTATION)
-        .and_then(|v| disruption_queue::Recorded::from_annotation(v));
+    let command = disruption_queue::Recorded::on(claim_annotations);
     out.changed |= match command {
         Some(c) => conditions::set(
             &mut status.conditions,

@@ -62,6 +62,16 @@ impl Recorded {
         serde_json::from_str(value).ok()
     }
 
+    /// The record among a claim's annotations, if it carries one that reads.
+    pub fn on(annotations: &std::collections::BTreeMap<String, String>) -> Option<Recorded> {
+        annotations.get(COMMAND_ANNOTATION).and_then(|v| Recorded::from_annotation(v))
+    }
+
+    /// A merge patch removing the record from a claim.
+    pub fn removal() -> serde_json::Value {
+        serde_json::json!({"metadata": {"annotations": {COMMAND_ANNOTATION: null}}})
+    }
+
     /// How long the command may wait for its replacements, given how many commands are queued.
     pub fn timeout(queued: usize) -> Duration {
         let per = Duration::from_millis(80).saturating_mul(u32::try_from(queued).unwrap_or(u32::MAX));

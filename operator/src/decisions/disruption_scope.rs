@@ -131,12 +131,7 @@ pub fn view(
             .map(|c| Drift { reason: c.reason.clone(), since: to_ts(&c.last_transition_time.0) });
         // A claim carrying a started command is queued, and charged to that command's reason even
         // before the lifecycle mirrors it in the DisruptionReason condition.
-        let recorded = claim
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(disruption_queue::COMMAND_ANNOTATION))
-            .and_then(|v| disruption_queue::Recorded::from_annotation(v));
+        let recorded = claim.metadata.annotations.as_ref().and_then(disruption_queue::Recorded::on);
         f.queued = recorded.is_some();
         f.disruption_reason = recorded.map(|r| r.reason).or_else(|| {
             condition(conditions, "DisruptionReason").filter(|c| c.status == "True").and_then(|c| reason_of(&c.reason))
@@ -208,7 +203,7 @@ impl Pass {
 }
 
 /// The methods of the loop, in order (§4.2).
-pub const METHODS: [Method; 4] =
+const METHODS: [Method; 4] =
     [Method::Emptiness, Method::Drift, Method::MultiNodeConsolidation, Method::SingleNodeConsolidation];
 
 /// One method's evaluation.
@@ -231,20 +226,15 @@ pub fn evaluate(
 
 /// One pass of the loop's methods in order (§4.2): emptiness, drift, multi-node, single-node
 /// consolidation; the first that decides ends the pass. `skip_consolidation` leaves out the methods
-/// that found nothing to do since the scope last changed (§4.12).
-pub fn decide(
-    scope: &Scope,
-    model: &ScopeModel,
-    now: Timestamp,
-    settings: disruption::Settings,
-    skip_consolidation: bool,
-) -> Pass {
+/// that found nothing to do since the scope last changed (§4.12). `evaluate` runs one method
+/// ([`evaluate`], which a caller may wrap, e.g. to time it).
+pub fn decide(skip_consolidation: bool, mut evaluate: impl FnMut(Method) -> Outcome) -> Pass {
     let mut pass = Pass::default();
     for method in METHODS {
         if skip_consolidation && method != Method::Drift {
             continue;
         }
-        let outcome = evaluate(method, scope, model, now, settings);
+        let outcome = evaluate(method);
         let decided = outcome.command.is_some();
         pass.methods.push((method, outcome));
         if decided {

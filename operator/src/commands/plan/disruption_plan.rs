@@ -139,7 +139,10 @@ pub fn plan_disruption(
     let view = disruption_scope::view(snapshot, &manifests.volumes, &cluster, PendingRule::Unbound, settings, now)?;
     notes.extend(view.notes);
     let scope = view.scope;
-    let pass = disruption_scope::decide(&scope, &view.model, now, disruption::Settings::default(), false);
+    let settings = disruption::Settings::default();
+    let pass = disruption_scope::decide(false, |method| {
+        disruption_scope::evaluate(method, &scope, &view.model, now, settings)
+    });
     let mut methods = Vec::new();
     let mut decision = None;
     let mut warnings: Vec<Blocked> = Vec::new();

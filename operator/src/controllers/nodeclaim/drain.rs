@@ -85,12 +85,8 @@ pub(super) async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node:
     };
     let exactly = |p: &PodRef| Some(Preconditions { uid: Some(p.uid.clone()), resource_version: None });
     // §5.4: the claim's DisruptionReason when a disruption command took it, else a forceful termination.
-    let recorded = c
-        .obj
-        .annotations()
-        .get(crate::decisions::disruption_queue::COMMAND_ANNOTATION)
-        .and_then(|v| crate::decisions::disruption_queue::Recorded::from_annotation(v))
-        .map(|r| format!("{:?}", r.reason));
+    let recorded =
+        crate::decisions::disruption_queue::Recorded::on(c.obj.annotations()).map(|r| format!("{:?}", r.reason));
     let reason = recorded.as_deref().unwrap_or("Forceful Termination");
     for (p, grace) in &decision.force {
         let pods: Api<Pod> = Api::namespaced(conn.client.clone(), &p.namespace);
