@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     controllers::cluster_status, controllers::disruption, controllers::flavorcatalog, controllers::gc,
     controllers::nodeclaim, controllers::nodeclass, controllers::nodepool, controllers::provisioning,
-    decisions::capacity, infra::apierror::plain, infra::hub, infra::kubeconfig, infra::leader, infra::metrics,
-    infra::registry,
+    decisions::capacity, decisions::sharding as shard_rules, infra::apierror::plain, infra::hub, infra::kubeconfig,
+    infra::leader, infra::metrics, infra::registry, infra::sharding,
 };
 
 /// Flags of `karpenter-hub run` (each also read from the environment).
@@ -48,6 +48,23 @@ pub struct RunArgs {
     /// Namespace of the leader election Lease (default: $POD_NAMESPACE, else `karpenter-hub`).
     #[arg(long, env = "KARPENTER_HUB_LEADER_ELECTION_NAMESPACE")]
     pub leader_election_namespace: Option<String>,
+    /// Spread the workload clusters across every replica running with this flag (hub.md §6): each
+    /// cluster is owned through a Lease of its own in the leader election namespace; a replica
+    /// that dies has its clusters taken over within --shard-lease-duration. Off: one active
+    /// replica (--leader-elect).
+    #[arg(long, env = "KARPENTER_HUB_SHARDING", default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub sharding: bool,
+    /// Sharded mode: seconds a cluster's Lease holds without renewal (how long a dead replica's
+    /// clusters wait for another owner).
+    #[arg(long, env = "KARPENTER_HUB_SHARD_LEASE_DURATION", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub shard_lease_duration: u64,
+    /// Sharded mode: seconds after which a replica that could not renew a cluster's Lease stops
+    /// acting on it; must be shorter than --shard-lease-duration.
+    #[arg(long, env = "KARPENTER_HUB_SHARD_RENEW_DEADLINE", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub shard_renew_deadline: u64,
+    /// Sharded mode: seconds between renewals; each renewal is one write per owned cluster.
+    #[arg(long, env = "KARPENTER_HUB_SHARD_RETRY_PERIOD", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub shard_retry_period: u64,
     /// Seconds a flavor refused by CKE is not offered again in that cluster.
     #[arg(long, env = "KARPENTER_HUB_FLAVOR_COOLDOWN", default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub flavor_cooldown_seconds: u64,
@@ -86,8 +103,18 @@ impl RunArgs {
             kubeconfig_policy: kubeconfig::Policy { allow_insecure: self.allow_insecure_kubeconfig },
             probe_interval: Duration::from_secs(self.probe_interval_seconds),
             namespace: self.namespace.clone(),
+            sharded: self.sharding,
             ..registry::Settings::default()
         }
+    }
+
+    /// The shard Lease timings, validated (the error names the flags and the fix).
+    pub fn shard_timings(&self) -> Result<shard_rules::Timings, shard_rules::TimingsError> {
+        shard_rules::Timings::new(
+            Duration::from_secs(self.shard_lease_duration),
+            Duration::from_secs(self.shard_renew_deadline),
+            Duration::from_secs(self.shard_retry_period),
+        )
     }
 }
 
@@ -106,6 +133,12 @@ pub enum RunError {
     LostLeadership(String),
     #[error(transparent)]
     Leader(#[from] leader::LeaderError),
+    #[error("invalid sharding flags: {0}")]
+    ShardTimings(#[from] shard_rules::TimingsError),
+    #[error(
+        "--sharding needs leader election: one replica at a time writes the namespace-wide status (node classes, flavor catalogues) under the leader Lease; drop --leader-elect=false"
+    )]
+    ShardingWithoutLeaderElection,
 }
 
 /// The namespace of the leader election Lease, and whether someone chose it (flag, environment or
@@ -145,29 +178,133 @@ pub async fn run_with(
     let hub = hub::Hub::new(mgmt.clone(), registry.clone(), hub_settings, metrics.clone(), cache);
     tracing::info!(hub_id = %hub.settings.hub_id, "starting the hub");
     let mut tasks = tokio::task::JoinSet::new();
-    {
-        let (registry, mgmt, shutdown) = (registry.clone(), mgmt.clone(), shutdown.clone());
-        tasks.spawn(async move {
-            if let Err(e) = registry.run(mgmt, shutdown).await {
-                tracing::error!(error = %e, "cluster registry stopped");
-            }
-        });
-    }
-    tasks.spawn(nodeclaim::run(hub.clone(), shutdown.clone()));
+    spawn_registry(&mut tasks, &registry, &mgmt, &shutdown);
+    spawn_per_cluster(&mut tasks, &hub, &shutdown);
     tasks.spawn(nodeclass::run(hub.clone(), shutdown.clone()));
     tasks.spawn(flavorcatalog::run(hub.clone(), shutdown.clone()));
+    metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    shutdown.cancelled().await;
+    finish(tasks, &metrics).await;
+    Ok(())
+}
+
+fn spawn_registry(
+    tasks: &mut tokio::task::JoinSet<()>,
+    registry: &registry::Registry,
+    mgmt: &Client,
+    shutdown: &CancellationToken,
+) {
+    let (registry, mgmt, shutdown) = (registry.clone(), mgmt.clone(), shutdown.clone());
+    tasks.spawn(async move {
+        if let Err(e) = registry.run(mgmt, shutdown).await {
+            tracing::error!(error = %e, "cluster registry stopped");
+        }
+    });
+}
+
+/// The controllers whose every write is about one workload cluster: they act only on the clusters
+/// the registry serves (in sharded mode, those this replica owns).
+fn spawn_per_cluster(tasks: &mut tokio::task::JoinSet<()>, hub: &Arc<hub::Hub>, shutdown: &CancellationToken) {
+    tasks.spawn(nodeclaim::run(hub.clone(), shutdown.clone()));
     tasks.spawn(nodepool::run(hub.clone(), shutdown.clone()));
     tasks.spawn(provisioning::run(hub.clone(), shutdown.clone()));
     tasks.spawn(disruption::run(hub.clone(), shutdown.clone()));
     tasks.spawn(gc::run(hub.clone(), shutdown.clone()));
     tasks.spawn(cluster_status::run(hub.clone(), shutdown.clone()));
-    metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
-    shutdown.cancelled().await;
+}
+
+async fn finish(mut tasks: tokio::task::JoinSet<()>, metrics: &metrics::Metrics) {
     metrics.ready.store(false, std::sync::atomic::Ordering::Relaxed);
     // Controllers finish their current reconcile; give them a bounded time.
     let _ = tokio::time::timeout(Duration::from_secs(10), async { while tasks.join_next().await.is_some() {} }).await;
     tasks.abort_all();
-    Ok(())
+}
+
+/// Sharded mode (hub.md §6) over an existing management client, until `shutdown`: this replica
+/// owns the clusters the shard Leases give it and runs the per-cluster controllers for those only;
+/// the namespace-wide status writers (node classes, flavor catalogues, and the NodePools of
+/// clusters nobody registered) run only while it holds the leader Lease `karpenter-hub-<hub-id>`,
+/// so each of those objects has one writer whatever the number of replicas.
+pub async fn run_sharded_with(
+    mgmt: Client,
+    hub_settings: hub::Settings,
+    mut registry_settings: registry::Settings,
+    shard: sharding::Settings,
+    create_namespace: bool,
+    metrics: Arc<metrics::Metrics>,
+    shutdown: CancellationToken,
+) -> Result<(), RunError> {
+    registry_settings.sharded = true;
+    let registry = registry::Registry::with_metrics(registry_settings, metrics.clone());
+    let cache = hub::MgmtCache::start(&mgmt, hub_settings.namespace.as_deref(), &shutdown);
+    let hub = hub::Hub::new(mgmt.clone(), registry.clone(), hub_settings, metrics.clone(), cache);
+    tracing::info!(hub_id = %hub.settings.hub_id, identity = %shard.identity, namespace = %shard.namespace, "starting the hub in sharded mode");
+    let mut tasks = tokio::task::JoinSet::new();
+    spawn_registry(&mut tasks, &registry, &mgmt, &shutdown);
+    let sharder = sharding::Sharder::new(mgmt.clone(), shard.clone(), registry.clone(), metrics.clone());
+    {
+        let (sharder, shutdown) = (sharder.clone(), shutdown.clone());
+        tasks.spawn(async move { sharder.run(shutdown).await });
+    }
+    spawn_per_cluster(&mut tasks, &hub, &shutdown);
+    let timings = leader::Timings {
+        lease_duration: shard.timings.lease_duration,
+        renew_deadline: shard.timings.renew_deadline,
+        retry_period: shard.timings.retry_period,
+    };
+    let lease = format!("karpenter-hub-{}", hub.settings.hub_id);
+    let elector = leader::Elector::new(mgmt.clone(), &shard.namespace, &lease, &shard.identity, timings)
+        .creating_namespace(create_namespace);
+    let namespace_wide = tokio::spawn(namespace_wide(hub.clone(), elector, shutdown.clone()));
+    metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    let result = tokio::select! {
+        () = shutdown.cancelled() => Ok(()),
+        r = namespace_wide => match r {
+            Ok(Err(e)) => Err(RunError::Leader(e)),
+            _ => Ok(()),
+        },
+    };
+    finish(tasks, &metrics).await;
+    result
+}
+
+/// Sharded mode: campaign for the leader Lease; while held, run the namespace-wide status writers;
+/// when lost, stop them and campaign again (the per-cluster work goes on meanwhile).
+async fn namespace_wide(
+    hub: Arc<hub::Hub>,
+    elector: leader::Elector,
+    shutdown: CancellationToken,
+) -> Result<(), leader::LeaderError> {
+    loop {
+        if !elector.campaign(&shutdown).await? {
+            return Ok(());
+        }
+        tracing::info!(hub_id = %hub.settings.hub_id, "holding the leader Lease: writing node class and flavor catalogue status");
+        let (lost, stop) = (CancellationToken::new(), CancellationToken::new());
+        let keeper = {
+            let (elector, lost, stop) = (elector.clone(), lost.clone(), stop.clone());
+            tokio::spawn(async move { elector.keep(lost, stop).await })
+        };
+        let writers = shutdown.child_token();
+        hub.registry.set_namespace_writer(true);
+        let mut tasks = tokio::task::JoinSet::new();
+        tasks.spawn(nodeclass::run(hub.clone(), writers.clone()));
+        tasks.spawn(flavorcatalog::run(hub.clone(), writers.clone()));
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            () = lost.cancelled() => {}
+        }
+        hub.registry.set_namespace_writer(false);
+        writers.cancel();
+        while tasks.join_next().await.is_some() {}
+        stop.cancel();
+        let _ = keeper.await;
+        if shutdown.is_cancelled() {
+            elector.release().await;
+            return Ok(());
+        }
+        tracing::warn!(hub_id = %hub.settings.hub_id, "lost the leader Lease: stopped writing node class and flavor catalogue status; campaigning again");
+    }
 }
 
 /// `karpenter-hub run`.
@@ -176,16 +313,32 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
     mgmt.apiserver_version().await?;
     let metrics = Arc::new(metrics::Metrics::new());
     let server = tokio::spawn(metrics::serve(metrics.clone(), args.metrics_addr, shutdown.clone()));
-    if args.leader_elect {
-        let pod_namespace = std::env::var("POD_NAMESPACE").ok();
-        let (namespace, chosen) =
-            leader_election_namespace(args.leader_election_namespace.as_deref(), pod_namespace.as_deref());
-        let lease = format!("karpenter-hub-{}", args.hub_id);
-        let identity = format!(
-            "{}-{}",
-            std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")).unwrap_or_else(|_| "karpenter-hub".into()),
-            std::process::id()
+    let pod_namespace = std::env::var("POD_NAMESPACE").ok();
+    let (namespace, chosen) =
+        leader_election_namespace(args.leader_election_namespace.as_deref(), pod_namespace.as_deref());
+    // The process id too: a restarted container is a new member, never a dead one come back.
+    let identity = format!(
+        "{}-{}",
+        std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")).unwrap_or_else(|_| "karpenter-hub".into()),
+        std::process::id()
+    );
+    if args.sharding {
+        if !args.leader_elect {
+            return Err(RunError::ShardingWithoutLeaderElection);
+        }
+        let timings = args.shard_timings()?;
+        tracing::info!(
+            lease_duration_seconds = timings.lease_duration.as_secs(),
+            renew_deadline_seconds = timings.renew_deadline.as_secs(),
+            retry_period_seconds = timings.retry_period.as_secs(),
+            "sharded mode: each owned cluster costs one Lease write every {} s",
+            timings.retry_period.as_secs()
         );
+        let shard = sharding::Settings::new(&args.hub_id, &namespace, &identity, timings);
+        run_sharded_with(mgmt, args.hub_settings(), args.registry_settings(), shard, !chosen, metrics, shutdown.clone())
+            .await?;
+    } else if args.leader_elect {
+        let lease = format!("karpenter-hub-{}", args.hub_id);
         // A namespace someone named and that does not exist is more likely a mistake than a wish:
         // only the default one is created (a first run by hand, before installing the manifests).
         let elector = leader::Elector::new(mgmt.clone(), &namespace, &lease, &identity, leader::Timings::default())

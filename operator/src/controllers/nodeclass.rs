@@ -94,7 +94,9 @@ async fn reconcile(class: Arc<CleverNodeClass>, hub: Arc<Hub>) -> Result<Action,
         .filter(|p| p.spec.template.spec.node_class_ref.name == name)
         .map(|p| {
             let key = ClusterKey::new(ns.clone(), p.spec.cluster_name.clone());
-            let phase = hub.registry.status(&key).phase;
+            // Sharded mode: a cluster owned by another replica, as its owner reported it.
+            let reported = p.status.as_ref().and_then(|s| conditions::get(&s.conditions, "ClusterReachable"));
+            let phase = hub.registry.phase_or_reported(&key, reported.map(|c| c.reason.as_str()));
             (key, phase)
         })
         .collect();

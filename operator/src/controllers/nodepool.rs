@@ -129,6 +129,11 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
     let ns = pool.namespace().unwrap_or_default();
     let name = pool.name_any();
     let key = ClusterKey::new(ns.clone(), pool.spec.cluster_name.clone());
+    // Sharded mode (hub.md §6): the replica owning the pool's cluster writes its status; the
+    // others leave it (a change of ownership re-reconciles every pool).
+    if !hub.registry.writes_for(&key) {
+        return Ok(Action::requeue(Duration::from_secs(60)));
+    }
     let cluster = hub.registry.status(&key);
     let synced = hub.registry.connection(&key).is_some_and(|c| c.is_synced());
     let now = hub.now();

@@ -12,4 +12,5 @@ pub mod launch;
 pub mod lifecycle;
 pub mod node_registration;
 pub mod ownership;
+pub mod sharding;
 pub mod termination;

@@ -313,6 +313,11 @@ impl Hub {
         self.gates.lock().unwrap_or_else(PoisonError::into_inner).entry(key.clone()).or_default().clone()
     }
 
+    /// Drop the in-memory copy of a cluster's capacity memory.
+    pub fn forget_capacity(&self, key: &ClusterKey) {
+        self.capacity.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
+    }
+
     /// The capacity memory of a cluster, loaded from the management cluster the first time.
     pub async fn capacity(&self, key: &ClusterKey) -> Result<CapacityState, kube::Error> {
         if let Some(s) = self.capacity.lock().unwrap_or_else(PoisonError::into_inner).get(key) {
@@ -480,6 +485,9 @@ where
             let keep = registered.contains(k);
             if !keep {
                 t.cancel();
+                // Unregistered, or (sharded mode) owned by another replica now, which may change
+                // it: read it again from its ConfigMap if it comes back.
+                hub.forget_capacity(k);
             }
             keep
         });

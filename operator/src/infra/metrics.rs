@@ -107,6 +107,14 @@ pub struct CatalogLabels {
     pub flavorcatalog: String,
 }
 
+/// How a replica's ownership of a cluster changed in sharded mode: `acquired`, `released` (handed
+/// over, unregistered or stopping) or `fenced` (its Lease could not be renewed in time, or another
+/// replica took it).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct DirectionLabels {
+    pub direction: String,
+}
+
 /// Label sets that belong to one workload cluster, so its series can go when it is removed.
 pub trait PerCluster {
     fn cluster(&self) -> &str;
@@ -269,6 +277,12 @@ pub struct Metrics {
     pub unknown_flavor_lookups: Tracked<ClusterLabels, Counter>,
     /// 1 while a FlavorCatalog cannot be used (label `flavorcatalog`: `<namespace>/<name>`).
     pub catalog_invalid: Family<CatalogLabels, Gauge>,
+    /// Sharded mode: workload clusters this replica holds the Lease of (0 in single-leader mode).
+    pub shard_owned: Gauge,
+    /// Sharded mode: live replicas of this hub id, as this replica sees them.
+    pub shard_members: Gauge,
+    /// Sharded mode: ownership changes of this replica, by direction.
+    pub shard_handovers: Family<DirectionLabels, Counter>,
     pub ready: AtomicBool,
 }
 
@@ -331,6 +345,9 @@ impl Metrics {
             unmanaged: Tracked::default(),
             unknown_flavor_lookups: Tracked::default(),
             catalog_invalid: Family::default(),
+            shard_owned: Gauge::default(),
+            shard_members: Gauge::default(),
+            shard_handovers: Family::default(),
             ready: AtomicBool::new(false),
         };
         register(
@@ -559,6 +576,25 @@ impl Metrics {
             "karpenter_hub_instancetype_flavors_config_invalid",
             "1 while a FlavorCatalog cannot be used",
             m.catalog_invalid.clone(),
+        );
+        r.register(
+            "karpenter_hub_shard_owned_clusters",
+            "Sharded mode: workload clusters this replica owns (holds the Lease of)",
+            m.shard_owned.clone(),
+        );
+        r.register(
+            "karpenter_hub_shard_members",
+            "Sharded mode: live replicas of this hub id, as this replica sees them",
+            m.shard_members.clone(),
+        );
+        // Every direction from the start, so increase() sees the first handover.
+        for d in ["acquired", "released", "fenced"] {
+            let _ = m.shard_handovers.get_or_create(&DirectionLabels { direction: d.to_string() });
+        }
+        r.register(
+            "karpenter_hub_shard_handovers",
+            "Sharded mode: ownership changes of workload clusters on this replica, by direction (acquired, released, fenced)",
+            m.shard_handovers.clone(),
         );
         *m.registry.lock().unwrap_or_else(PoisonError::into_inner) = r;
         m

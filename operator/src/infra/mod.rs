@@ -8,3 +8,4 @@ pub mod leader;
 pub mod manifests;
 pub mod metrics;
 pub mod registry;
+pub mod sharding;

@@ -7,6 +7,10 @@
 //! dead cluster never delays another. Also which registration speaks for a workload cluster
 //! registered more than once (identified by the UID of its `kube-system` namespace): the oldest
 //! Secret; the others stay `DuplicateCluster` and get no connection until it goes.
+//! In sharded mode (hub.md §6) a registered cluster gets a connection only while this replica
+//! owns it ([`Registry::grant`]): the connection runs under the ownership token and its clients
+//! are fenced by it, so when ownership ends the cluster's tasks stop and its clients refuse
+//! every request.
 //!
 //! Must not: make decisions about nodes (controllers read the connection and decide), delete
 //! anything when a Secret disappears (claims and groups stay; NodePools report the cluster
@@ -80,6 +84,22 @@ pub enum Phase {
 }
 
 impl Phase {
+    const ALL: [Phase; 8] = [
+        Phase::SecretMissing,
+        Phase::InvalidKubeconfig,
+        Phase::Unauthorized,
+        Phase::Unreachable,
+        Phase::NodeGroupApiNotServed,
+        Phase::DuplicateCluster,
+        Phase::Syncing,
+        Phase::Connected,
+    ];
+
+    /// The phase a condition reason names.
+    pub fn from_reason(reason: &str) -> Option<Phase> {
+        Phase::ALL.into_iter().find(|p| p.reason() == reason)
+    }
+
     /// The condition reason.
     pub fn reason(self) -> &'static str {
         match self {
@@ -123,6 +143,8 @@ pub struct Settings {
     pub reconnect_max: Duration,
     /// Only watch Secrets in this namespace (default: all namespaces).
     pub namespace: Option<String>,
+    /// Sharded mode: connect only to the clusters this replica is granted (hub.md §6).
+    pub sharded: bool,
 }
 
 impl Default for Settings {
@@ -135,6 +157,7 @@ impl Default for Settings {
             reconnect_min: Duration::from_secs(1),
             reconnect_max: Duration::from_secs(60),
             namespace: None,
+            sharded: false,
         }
     }
 }
@@ -148,8 +171,6 @@ pub enum RegistryError {
 
 struct Entry {
     secret_version: String,
-    /// Kept across rotations: the registration's place among duplicates.
-    rank: Rank,
     cancel: CancellationToken,
     status: watch::Receiver<ClusterStatus>,
     connection: watch::Receiver<Option<Arc<Connection>>>,
@@ -161,8 +182,25 @@ pub struct Registry {
     inner: Arc<Inner>,
 }
 
+/// A registration Secret as last seen, kept in sharded mode so a cluster can be connected when
+/// ownership is granted later.
+struct Known {
+    version: String,
+    kubeconfig: Option<SecretSlice<u8>>,
+    rank: Rank,
+}
+
 struct Inner {
     settings: Settings,
+    /// Every registration Secret seen (all of them, owned or not).
+    known: RwLock<BTreeMap<ClusterKey, Known>>,
+    /// Sharded mode: the clusters this replica owns, by ownership token.
+    owned: RwLock<BTreeMap<ClusterKey, CancellationToken>>,
+    /// The management client and the registry's shutdown token, once [`Registry::run`] started.
+    context: RwLock<Option<(Client, CancellationToken)>>,
+    /// Sharded mode: whether this replica writes what belongs to no registered cluster (it holds
+    /// the hub's leader Lease).
+    namespace_writer: std::sync::atomic::AtomicBool,
     metrics: Arc<crate::infra::metrics::Metrics>,
     clusters: RwLock<BTreeMap<ClusterKey, Entry>>,
     identities: Arc<Identities>,
@@ -190,6 +228,10 @@ impl Registry {
             inner: Arc::new(Inner {
                 settings,
                 metrics,
+                known: RwLock::new(BTreeMap::new()),
+                owned: RwLock::new(BTreeMap::new()),
+                context: RwLock::new(None),
+                namespace_writer: std::sync::atomic::AtomicBool::new(false),
                 clusters: RwLock::new(BTreeMap::new()),
                 identities: Arc::new(Identities::default()),
                 seen: std::sync::atomic::AtomicU64::new(0),
@@ -214,9 +256,100 @@ impl Registry {
         })
     }
 
-    /// Registered clusters, sorted.
+    /// The clusters this replica serves, sorted: every registered cluster, or in sharded mode
+    /// those it owns. Per-cluster controllers iterate these.
     pub fn clusters(&self) -> Vec<ClusterKey> {
         self.inner.clusters.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect()
+    }
+
+    /// Every registered cluster (a registration Secret exists), owned here or not, sorted.
+    pub fn registered(&self) -> Vec<ClusterKey> {
+        self.inner.known.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect()
+    }
+
+    /// Whether the registry runs in sharded mode.
+    pub fn is_sharded(&self) -> bool {
+        self.inner.settings.sharded
+    }
+
+    /// Whether this replica acts for cluster `key` (its claims, pools, NodeGroups): always in
+    /// single-leader mode; in sharded mode while it owns the cluster, or, for a cluster nobody
+    /// registered (its pools only report it missing), while it is the namespace-wide writer.
+    pub fn writes_for(&self, key: &ClusterKey) -> bool {
+        if !self.is_sharded() {
+            return true;
+        }
+        if self.inner.known.read().unwrap_or_else(PoisonError::into_inner).contains_key(key) {
+            self.owns(key)
+        } else {
+            self.is_namespace_writer()
+        }
+    }
+
+    /// Sharded mode: whether this replica owns `key` now (its ownership token is live).
+    pub fn owns(&self, key: &ClusterKey) -> bool {
+        self.inner.owned.read().unwrap_or_else(PoisonError::into_inner).get(key).is_some_and(|t| !t.is_cancelled())
+    }
+
+    /// Whether this replica writes the namespace-wide state: always in single-leader mode (the
+    /// whole process runs under the leader Lease), in sharded mode while it holds the leader Lease.
+    pub fn is_namespace_writer(&self) -> bool {
+        !self.is_sharded() || self.inner.namespace_writer.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sharded mode: this replica became (or stopped being) the namespace-wide writer.
+    pub fn set_namespace_writer(&self, writer: bool) {
+        self.inner.namespace_writer.store(writer, std::sync::atomic::Ordering::Relaxed);
+        self.notify();
+    }
+
+    /// The connection phase of `key` as this replica knows it, else as its owner reported it
+    /// (`reported`: the `ClusterReachable` reason of one of its NodePools), for readers of
+    /// clusters owned by another replica in sharded mode.
+    pub fn phase_or_reported(&self, key: &ClusterKey, reported: Option<&str>) -> Phase {
+        let known_elsewhere = self.is_sharded()
+            && !self.owns(key)
+            && self.inner.known.read().unwrap_or_else(PoisonError::into_inner).contains_key(key);
+        if known_elsewhere {
+            return reported.and_then(Phase::from_reason).unwrap_or(Phase::Syncing);
+        }
+        self.status(key).phase
+    }
+
+    /// Sharded mode: this replica now owns `key` until `ownership` is cancelled. The cluster's
+    /// connection starts under that token (and its clients are fenced by it); when it is
+    /// cancelled, the connection ends and the cluster leaves [`Registry::clusters`].
+    pub fn grant(&self, key: &ClusterKey, ownership: CancellationToken) {
+        self.inner.owned.write().unwrap_or_else(PoisonError::into_inner).insert(key.clone(), ownership.clone());
+        let context = self.inner.context.read().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some((mgmt, shutdown)) = context {
+            self.connect(&mgmt, key, &shutdown);
+        }
+        let (registry, key) = (self.clone(), key.clone());
+        tokio::spawn(async move {
+            ownership.cancelled().await;
+            registry.ownership_ended(&key);
+        });
+    }
+
+    /// The ownership of `key` was cancelled: drop its connection (already told to stop by its
+    /// token) unless a newer grant replaced it meanwhile.
+    fn ownership_ended(&self, key: &ClusterKey) {
+        {
+            let mut owned = self.inner.owned.write().unwrap_or_else(PoisonError::into_inner);
+            if owned.get(key).is_some_and(CancellationToken::is_cancelled) {
+                owned.remove(key);
+            }
+        }
+        let removed = {
+            let mut clusters = self.inner.clusters.write().unwrap_or_else(PoisonError::into_inner);
+            if clusters.get(key).is_some_and(|e| e.cancel.is_cancelled()) { clusters.remove(key) } else { None }
+        };
+        if removed.is_some() {
+            self.inner.identities.release(key);
+            tracing::info!(cluster = %key, "no longer owned by this replica: its connection is closed and its clients refuse every request");
+            self.notify();
+        }
     }
 
     /// The status of a cluster; `SecretMissing` when it is not registered.
@@ -266,6 +399,7 @@ impl Registry {
             None => Api::all(mgmt.clone()),
         };
         // Label-selected: the hub never caches other Secrets, and holds none of them after an event.
+        *self.inner.context.write().unwrap_or_else(PoisonError::into_inner) = Some((mgmt.clone(), shutdown.clone()));
         let config = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
         let mut events = watcher(secrets, config).default_backoff().boxed();
         let mut listed: Option<Vec<ClusterKey>> = None;
@@ -290,7 +424,7 @@ impl Registry {
                 Some(Ok(watcher::Event::InitDone)) => {
                     // A relist: clusters whose Secret is no longer there were removed while the watch was down.
                     if let Some(seen) = listed.take() {
-                        for key in self.clusters() {
+                        for key in self.registered() {
                             if !seen.contains(&key) {
                                 self.remove(&key, "its Secret is gone");
                             }
@@ -307,7 +441,7 @@ impl Registry {
                 }
             }
         }
-        for key in self.clusters() {
+        for key in self.registered() {
             self.remove(&key, "the hub is stopping");
         }
         Ok(())
@@ -319,28 +453,73 @@ impl Registry {
     fn apply(&self, mgmt: &Client, secret: &Secret, shutdown: &CancellationToken) -> Option<ClusterKey> {
         let key = registration_key(secret)?;
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
+        let bytes: Option<SecretSlice<u8>> =
+            secret.data.as_ref().and_then(|d| d.get(KUBECONFIG_KEY)).map(|b| SecretSlice::from(b.0.clone()));
+        {
+            let mut known = self.inner.known.write().unwrap_or_else(PoisonError::into_inner);
+            let rank = known.get(&key).map_or_else(
+                || Rank {
+                    created: secret.metadata.creation_timestamp.clone(),
+                    seen: self.inner.seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                },
+                |k| k.rank.clone(),
+            );
+            let added = !known.contains_key(&key);
+            known.insert(key.clone(), Known { version: version.clone(), kubeconfig: bytes, rank });
+            if added && self.is_sharded() {
+                // The sharder decides who owns it.
+                self.notify();
+            }
+        }
         if let Some(e) = self.inner.clusters.read().unwrap_or_else(PoisonError::into_inner).get(&key)
             && e.secret_version == version
         {
             return Some(key);
         }
-        let rank = self.inner.clusters.read().unwrap_or_else(PoisonError::into_inner).get(&key).map_or_else(
-            || Rank {
-                created: secret.metadata.creation_timestamp.clone(),
-                seen: self.inner.seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            },
-            |e| e.rank.clone(),
-        );
-        let bytes: Option<SecretSlice<u8>> =
-            secret.data.as_ref().and_then(|d| d.get(KUBECONFIG_KEY)).map(|b| SecretSlice::from(b.0.clone()));
-        let cancel = shutdown.child_token();
+        self.connect(mgmt, &key, shutdown);
+        Some(key)
+    }
+
+    /// Start or restart the connection of a known cluster: under `shutdown`, or in sharded mode
+    /// only while owned, under the ownership token (and fenced by it).
+    fn connect(&self, mgmt: &Client, key: &ClusterKey, shutdown: &CancellationToken) {
+        let (parent, fence) = if self.is_sharded() {
+            let owned = self.inner.owned.read().unwrap_or_else(PoisonError::into_inner).get(key).cloned();
+            match owned.filter(|t| !t.is_cancelled()) {
+                Some(t) => (t.clone(), Some(t)),
+                None => return,
+            }
+        } else {
+            (shutdown.clone(), None)
+        };
+        let Some((version, bytes, rank)) = self
+            .inner
+            .known
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .map(|k| (k.version.clone(), k.kubeconfig.clone(), k.rank.clone()))
+        else {
+            return;
+        };
+        let key = key.clone();
+        // Also a child of the hub's shutdown in sharded mode: the ownership token outlives it.
+        let cancel = parent.child_token();
+        if fence.is_some() {
+            let (cancel, shutdown) = (cancel.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = shutdown.cancelled() => cancel.cancel(),
+                    () = cancel.cancelled() => {}
+                }
+            });
+        }
         let (status_tx, status_rx) = watch::channel(ClusterStatus::new(Phase::Syncing, "connecting"));
         let (conn_tx, conn_rx) = watch::channel(None);
         let replaced = self.inner.clusters.write().unwrap_or_else(PoisonError::into_inner).insert(
             key.clone(),
             Entry {
                 secret_version: version,
-                rank: rank.clone(),
                 cancel: cancel.clone(),
                 status: status_rx,
                 connection: conn_rx,
@@ -364,14 +543,19 @@ impl Registry {
             identities: self.inner.identities.clone(),
             rank,
             cancel,
+            fence,
         };
         tokio::spawn(task.run());
         self.notify();
-        Some(key)
     }
 
     fn remove(&self, key: &ClusterKey, why: &str) {
+        let known = self.inner.known.write().unwrap_or_else(PoisonError::into_inner).remove(key);
         let removed = self.inner.clusters.write().unwrap_or_else(PoisonError::into_inner).remove(key);
+        if known.is_some() && removed.is_none() {
+            // Registered but not owned here (sharded mode): the sharder releases nothing of it.
+            self.notify();
+        }
         if let Some(e) = removed {
             e.cancel.cancel();
             // A duplicate registration of the same cluster may take over now.

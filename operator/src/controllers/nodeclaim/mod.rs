@@ -146,6 +146,10 @@ async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> 
         ns,
         name,
     };
+    // Sharded mode (hub.md §6): only the replica owning the claim's cluster acts on the claim.
+    if !hub.registry.writes_for(&c.key) {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
     let has_finalizer = obj.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER);
     let deleting = obj.metadata.deletion_timestamp.is_some();
     if !has_finalizer {

@@ -106,6 +106,9 @@ pub(super) struct Task {
     pub identities: Arc<Identities>,
     pub rank: Rank,
     pub cancel: CancellationToken,
+    /// Sharded mode: this replica's ownership of the cluster; the clients refuse every request
+    /// once it is cancelled.
+    pub fence: Option<CancellationToken>,
 }
 
 /// How a session ended.
@@ -276,8 +279,8 @@ impl Task {
         config.connect_timeout = Some(self.settings.probe_timeout);
         let mut direct = config.clone();
         direct.default_retry = false;
-        let evictions = Client::try_from(direct);
-        let client = match Client::try_from(config).and_then(|c| evictions.map(|e| (c, e))) {
+        let evictions = self.client(direct);
+        let client = match self.client(config).and_then(|c| evictions.map(|e| (c, e))) {
             Ok(c) => c,
             Err(e) => {
                 return Ended::Fatal(ClusterStatus::new(
@@ -404,6 +407,18 @@ impl Task {
                 },
             }
         }
+    }
+
+    /// A client from `config`; in sharded mode fenced by the ownership token (hub.md §6): once it
+    /// is cancelled every request is refused, even one from a round already under way.
+    fn client(&self, config: Config) -> Result<Client, kube::Error> {
+        let builder = kube::client::ClientBuilder::try_from(config)?;
+        Ok(match &self.fence {
+            Some(token) => builder
+                .with_layer(&crate::infra::sharding::FenceLayer { token: token.clone(), cluster: self.key.to_string() })
+                .build(),
+            None => builder.build(),
+        })
     }
 
     /// A health probe, counted by result (`karpenter_hub_cluster_probes_total`).

@@ -1,0 +1,659 @@
+//! Sharded mode (hub.md §6, `karpenter-hub run --sharding`): workload clusters spread across hub
+//! replicas, each cluster owned through a `coordination.k8s.io/v1` Lease of its own in the
+//! management cluster; Kubernetes is the only coordination.
+//!
+//! Each replica heartbeats a membership Lease; the live members come from a label-selected watch of
+//! the hub's Leases; [`crate::decisions::sharding`] says which member should own each registered
+//! cluster and what to do with its Lease. Owning a cluster means holding an ownership token: the
+//! registry runs the cluster's connection only under it, and the workload clients it builds refuse
+//! every request once it is cancelled ([`FenceLayer`]). A watchdog cancels the token when the
+//! Lease could not be renewed within the renew deadline, which is shorter than the Lease duration:
+//! the replica has stopped writing to the cluster before anyone else may take it.
+//!
+//! Owns: the Lease protocol of sharded mode (membership heartbeat, acquire, renew, hand over,
+//! fence, deleting dead members' Leases) and the shard metrics. Must not: decide anything itself
+//! (the decisions module does), act on a cluster without a live ownership token, or release a
+//! cluster's Lease before its token is cancelled.
+
+use std::{
+    collections::BTreeMap,
+    pin::Pin,
+    sync::{Arc, PoisonError},
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::MicroTime,
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, ObjectMeta, PostParams, Preconditions},
+    runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
+};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    decisions::sharding::{self, LeaseView, Step, Timings},
+    infra::{apierror::plain, metrics::Metrics, registry::ClusterKey, registry::Registry},
+};
+
+/// Label on every shard Lease: the hub id (several hubs may share a namespace).
+pub const HUB_LABEL: &str = crds::labels::HUB;
+/// Label telling membership Leases (`member`) from cluster Leases (`cluster`).
+pub const ROLE_LABEL: &str = "karpenter.clever-cloud.com/shard";
+/// Annotation naming the cluster (`namespace/name`) a cluster Lease is for, for people.
+pub const CLUSTER_ANNOTATION: &str = "karpenter.clever-cloud.com/cluster";
+
+/// Settings of sharded mode.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub hub_id: String,
+    /// Namespace of the Leases (the leader election namespace).
+    pub namespace: String,
+    /// This replica's identity (pod name and process id: a restarted process is a new member).
+    pub identity: String,
+    pub timings: Timings,
+    /// How long a dead member's expired Lease stays before a survivor deletes it.
+    pub member_grace: Duration,
+}
+
+impl Settings {
+    pub fn new(hub_id: &str, namespace: &str, identity: &str, timings: Timings) -> Self {
+        Self {
+            hub_id: hub_id.to_string(),
+            namespace: namespace.to_string(),
+            identity: identity.to_string(),
+            timings,
+            // Long enough that a replica paused (GC, node pressure) for a few renewals is not
+            // deleted under its feet; short enough that Leases of rolled pods do not pile up.
+            member_grace: timings.lease_duration * 4,
+        }
+    }
+}
+
+// ---- the fence ----
+
+/// Why a fenced client refused a request.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "this hub replica no longer owns workload cluster {cluster} (its shard Lease was not renewed in time or was handed over): request refused so two replicas never write to one cluster"
+)]
+pub struct Fenced {
+    pub cluster: String,
+}
+
+/// A tower layer refusing every request once `token` is cancelled, and abandoning those in flight
+/// at that moment: a round already under way cannot write to the cluster after the fence.
+#[derive(Debug, Clone)]
+pub struct FenceLayer {
+    pub token: CancellationToken,
+    pub cluster: String,
+}
+
+impl<S> tower::Layer<S> for FenceLayer {
+    type Service = FenceService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        FenceService { inner, token: self.token.clone(), cluster: self.cluster.clone() }
+    }
+}
+
+/// The service of [`FenceLayer`].
+#[derive(Debug, Clone)]
+pub struct FenceService<S> {
+    inner: S,
+    token: CancellationToken,
+    cluster: String,
+}
+
+impl<S, Req> tower::Service<Req> for FenceService<S>
+where
+    S: tower::Service<Req>,
+    S::Error: Into<tower::BoxError>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = tower::BoxError;
+    type Future = Pin<Box<dyn std::future::Future<Output = Result<S::Response, tower::BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let refused = || -> tower::BoxError { Box::new(Fenced { cluster: self.cluster.clone() }) };
+        if self.token.is_cancelled() {
+            let e = refused();
+            return Box::pin(async move { Err(e) });
+        }
+        let (token, fenced) = (self.token.clone(), refused());
+        let call = self.inner.call(req);
+        Box::pin(async move {
+            tokio::select! {
+                // Checked first: a response racing the fence is dropped, not acted upon.
+                biased;
+                () = token.cancelled() => Err(fenced),
+                r = call => r.map_err(Into::into),
+            }
+        })
+    }
+}
+
+/// Whether a kube error is a fenced client's refusal.
+pub fn is_fenced(e: &kube::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.is::<Fenced>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+// ---- the runtime ----
+
+/// A cluster Lease this replica holds.
+struct Held {
+    key: ClusterKey,
+    token: CancellationToken,
+    /// When the last successful write of the Lease was *sent*: the renewTime it carries is no
+    /// earlier, so fencing at `sent + renew_deadline` is before anyone may see it expired.
+    sent: Instant,
+    /// The Lease as last written by us (its resourceVersion for the next renewal: the watch may
+    /// lag our own writes).
+    lease: Lease,
+}
+
+#[derive(Default)]
+struct State {
+    held: BTreeMap<String, Held>,
+    /// Our membership Lease as last written, and when that write was sent.
+    member: Option<(Lease, Instant)>,
+}
+
+/// One replica's part in sharded mode.
+#[derive(Clone)]
+pub struct Sharder {
+    api: Api<Lease>,
+    settings: Arc<Settings>,
+    registry: Registry,
+    metrics: Arc<Metrics>,
+    state: Arc<std::sync::Mutex<State>>,
+}
+
+impl std::fmt::Debug for Sharder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sharder").field("settings", &self.settings).finish()
+    }
+}
+
+/// The outcome of one write to one cluster Lease.
+enum Wrote {
+    Ok(Lease),
+    /// Someone else changed it first (409): re-decide from a fresh read next round.
+    Conflict,
+    Failed(String),
+}
+
+impl Sharder {
+    pub fn new(mgmt: Client, settings: Settings, registry: Registry, metrics: Arc<Metrics>) -> Self {
+        Self {
+            api: Api::namespaced(mgmt, &settings.namespace),
+            settings: Arc::new(settings),
+            registry,
+            metrics,
+            state: Arc::default(),
+        }
+    }
+
+    fn selector(&self) -> String {
+        format!("{HUB_LABEL}={},{ROLE_LABEL}", self.settings.hub_id)
+    }
+
+    /// Clusters this replica holds the Lease of, sorted.
+    pub fn owned(&self) -> Vec<ClusterKey> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Vec<ClusterKey> = state.held.values().map(|h| h.key.clone()).collect();
+        out.sort();
+        out
+    }
+
+    /// Run until `shutdown`; then stop acting on every cluster, release their Leases and delete
+    /// the membership Lease, so the others take over at once.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        let (store, writer) = reflector::store();
+        let config = watcher::Config::default().labels(&self.selector());
+        let stream = reflector::reflector(writer, watcher(self.api.clone(), config).default_backoff());
+        let watch_stop = shutdown.child_token();
+        tokio::spawn({
+            let stop = watch_stop.clone();
+            async move {
+                let mut stream = std::pin::pin!(stream);
+                loop {
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        next = stream.next() => match next {
+                            None => return,
+                            Some(Err(e)) => tracing::debug!(error = %crate::infra::apierror::plain_watch(&e), "shard Lease watch error; retrying"),
+                            Some(Ok(_)) => {}
+                        },
+                    }
+                }
+            }
+        });
+        let watchdog = tokio::spawn({
+            let (me, stop) = (self.clone(), shutdown.clone());
+            async move { me.watchdog(stop).await }
+        });
+        let mut tick = tokio::time::interval(self.settings.timings.retry_period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut registry_changes = self.registry.changes();
+        let mut last_error: Option<String> = None;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+                // A cluster registered or removed: decide for it now, not at the next tick.
+                r = registry_changes.changed() => if r.is_err() { break },
+            }
+            // Before the Leases have been listed once, absence means nothing: take nothing.
+            if futures::FutureExt::now_or_never(store.wait_until_ready()).is_some_and(|r| r.is_ok()) {
+                self.round(&store, &mut last_error).await;
+            }
+        }
+        watch_stop.cancel();
+        let _ = watchdog.await;
+        self.stop().await;
+    }
+
+    /// One round: heartbeat, then one step per registered cluster, then delete dead members'
+    /// Leases.
+    async fn round(&self, store: &Store<Lease>, last_error: &mut Option<String>) {
+        let timings = self.settings.timings;
+        let me = self.settings.identity.clone();
+        let heartbeat = self.heartbeat().await;
+        match &heartbeat {
+            Ok(()) => *last_error = None,
+            Err(e) if last_error.as_deref() != Some(e.as_str()) => {
+                tracing::warn!(identity = %me, error = %e, "renewing this replica's membership Lease failed; retrying every {} s (logged again only if the error changes)", timings.retry_period.as_secs_f64());
+                *last_error = Some(e.clone());
+            }
+            Err(_) => {}
+        }
+        let now = Timestamp::now();
+        let leases = store.state();
+        let role = |l: &Lease, r: &str| l.labels().get(ROLE_LABEL).map(String::as_str) == Some(r);
+        let member_views: Vec<LeaseView> = leases.iter().filter(|l| role(l, "member")).map(|l| view(l)).collect();
+        let mut members = sharding::live_members(&member_views, now);
+        // Ourselves only while our own heartbeat holds: a replica cut off from the management
+        // cluster must not go on taking clusters.
+        let self_live = {
+            let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.member.as_ref().is_some_and(|(_, sent)| sent.elapsed() < timings.renew_deadline)
+        };
+        members.retain(|m| *m != me);
+        if self_live {
+            members.push(me.clone());
+            members.sort();
+        }
+        self.metrics.shard_members.set(members.len() as i64);
+
+        let by_name: BTreeMap<String, Arc<Lease>> = leases.iter().map(|l| (l.name_any(), l.clone())).collect();
+        let registered = self.registry.registered();
+        let mut work = Vec::new();
+        for key in &registered {
+            let name = sharding::cluster_lease_name(&self.settings.hub_id, &key.namespace, &key.name);
+            let cluster = key.to_string();
+            let desired = sharding::desired_owner(&cluster, &members).map(str::to_string);
+            // Our own last write beats the watch, which may lag it.
+            let ours = self.state.lock().unwrap_or_else(PoisonError::into_inner).held.get(&name).map(|h| h.lease.clone());
+            let current = ours.or_else(|| by_name.get(&name).map(|l| l.as_ref().clone()));
+            let step = sharding::step(current.as_ref().map(view).as_ref(), &me, desired.as_deref(), now);
+            work.push((key.clone(), name, current, step));
+        }
+        // Clusters held but no longer registered: stop and release.
+        let stale: Vec<(String, Held)> = {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let names: Vec<String> =
+                state.held.iter().filter(|(_, h)| !registered.contains(&h.key)).map(|(n, _)| n.clone()).collect();
+            names.into_iter().filter_map(|n| state.held.remove(&n).map(|h| (n, h))).collect()
+        };
+        for (name, held) in stale {
+            held.token.cancel();
+            self.metrics.shard_handovers.get_or_create(&direction("released")).inc();
+            tracing::info!(cluster = %held.key, lease = %name, identity = %me, "cluster unregistered: stopped acting on it and releasing its Lease");
+            let _ = self.release(held.lease).await;
+        }
+        futures::stream::iter(work)
+            .for_each_concurrent(16, |(key, name, current, step)| async move {
+                self.apply(key, name, current, step).await;
+            })
+            .await;
+        self.collect_members(&leases, now).await;
+        let owned = self.state.lock().unwrap_or_else(PoisonError::into_inner).held.len();
+        self.metrics.shard_owned.set(owned as i64);
+    }
+
+    /// Carry out one cluster's step.
+    async fn apply(&self, key: ClusterKey, name: String, current: Option<Lease>, step: Step) {
+        let me = &self.settings.identity;
+        let timeout = self.settings.timings.retry_period;
+        let held = self.state.lock().unwrap_or_else(PoisonError::into_inner).held.contains_key(&name);
+        match &step {
+            Step::Acquire | Step::Renew => {
+                let sent = Instant::now();
+                let wrote = match tokio::time::timeout(timeout, self.write_cluster(&key, &name, current)).await {
+                    Ok(w) => w,
+                    Err(_) => Wrote::Failed(format!("no answer within {timeout:?}")),
+                };
+                match wrote {
+                    Wrote::Ok(lease) => {
+                        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                        if let Some(h) = state.held.get_mut(&name) {
+                            // Never move `sent` back: a slow answer to an older write must not
+                            // extend the fence past what the Lease says.
+                            if sent > h.sent {
+                                h.sent = sent;
+                            }
+                            h.lease = lease;
+                        } else {
+                            let token = CancellationToken::new();
+                            state.held.insert(name.clone(), Held { key: key.clone(), token: token.clone(), sent, lease });
+                            self.metrics.shard_owned.set(state.held.len() as i64);
+                            drop(state);
+                            self.metrics.shard_handovers.get_or_create(&direction("acquired")).inc();
+                            tracing::info!(cluster = %key, lease = %name, identity = %me, why = step.why(), "took ownership of the cluster");
+                            self.registry.grant(&key, token);
+                        }
+                    }
+                    Wrote::Conflict if held => {
+                        // Someone else wrote our Lease: it is not ours any more.
+                        self.fence(&name, "another replica changed the cluster's Lease");
+                    }
+                    Wrote::Conflict => {
+                        tracing::debug!(cluster = %key, lease = %name, "another replica took the cluster's Lease first");
+                    }
+                    Wrote::Failed(e) => {
+                        // The watchdog fences once the renew deadline has passed.
+                        tracing::debug!(cluster = %key, lease = %name, error = %e, "writing the cluster's Lease failed");
+                    }
+                }
+            }
+            Step::Release { to } => {
+                // Fence first, then release: the Lease is free only once we stopped acting.
+                if let Some(h) = self.take(&name) {
+                    h.token.cancel();
+                    let released = tokio::time::timeout(timeout, self.release(h.lease)).await;
+                    if matches!(released, Ok(Ok(()))) {
+                        self.metrics.shard_handovers.get_or_create(&direction("released")).inc();
+                        tracing::info!(cluster = %key, lease = %name, identity = %me, to = %to, why = step.why(), "stopped acting on the cluster and released its Lease");
+                    } else {
+                        // Stopped acting all the same; the Lease expires for the next owner.
+                        self.metrics.shard_handovers.get_or_create(&direction("fenced")).inc();
+                        tracing::warn!(cluster = %key, lease = %name, identity = %me, to = %to, why = step.why(), "stopped acting on the cluster; releasing its Lease failed, it will expire");
+                    }
+                }
+            }
+            Step::Leave { holder } => {
+                if held {
+                    // We thought we held it, but another replica holds it live now.
+                    self.fence(&name, "another replica holds the cluster's Lease");
+                } else {
+                    tracing::trace!(cluster = %key, holder = ?holder, why = step.why(), "leaving the cluster to another replica");
+                }
+            }
+        }
+    }
+
+    fn take(&self, name: &str) -> Option<Held> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let held = state.held.remove(name);
+        self.metrics.shard_owned.set(state.held.len() as i64);
+        held
+    }
+
+    /// Stop acting on a cluster now (its token cancelled: its connection ends and its clients
+    /// refuse every request).
+    fn fence(&self, name: &str, why: &str) {
+        if let Some(h) = self.take(name) {
+            h.token.cancel();
+            self.metrics.shard_handovers.get_or_create(&direction("fenced")).inc();
+            tracing::error!(cluster = %h.key, lease = %name, identity = %self.settings.identity, why, "fenced: stopped acting on the cluster");
+        }
+    }
+
+    /// Fence every cluster whose Lease was not renewed within the renew deadline. A task of its
+    /// own, so a hung management API cannot hold the fence back.
+    async fn watchdog(&self, shutdown: CancellationToken) {
+        let deadline = self.settings.timings.renew_deadline;
+        let every = (self.settings.timings.retry_period / 10).clamp(Duration::from_millis(20), Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            let late: Vec<String> = {
+                let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                state.held.iter().filter(|(_, h)| h.sent.elapsed() >= deadline).map(|(n, _)| n.clone()).collect()
+            };
+            for name in late {
+                self.fence(&name, "could not renew the cluster's Lease within the renew deadline");
+            }
+        }
+    }
+
+    /// Create or renew our membership Lease.
+    async fn heartbeat(&self) -> Result<(), String> {
+        let name = sharding::member_lease_name(&self.settings.hub_id, &self.settings.identity);
+        let current = self.state.lock().unwrap_or_else(PoisonError::into_inner).member.as_ref().map(|(l, _)| l.clone());
+        let sent = Instant::now();
+        let timeout = self.settings.timings.retry_period;
+        let labels = [(ROLE_LABEL, "member")];
+        let write = self.write(&name, current, &labels, None);
+        match tokio::time::timeout(timeout, write).await {
+            Ok(Wrote::Ok(lease)) => {
+                self.state.lock().unwrap_or_else(PoisonError::into_inner).member = Some((lease, sent));
+                Ok(())
+            }
+            Ok(Wrote::Conflict) => {
+                // A stale copy (restarted watch, a survivor's cleanup): start from a fresh read.
+                self.state.lock().unwrap_or_else(PoisonError::into_inner).member = None;
+                Err("the membership Lease changed under us; re-reading it".to_string())
+            }
+            Ok(Wrote::Failed(e)) => Err(e),
+            Err(_) => Err(format!("no answer within {timeout:?}")),
+        }
+    }
+
+    async fn write_cluster(&self, key: &ClusterKey, name: &str, current: Option<Lease>) -> Wrote {
+        let labels = [(ROLE_LABEL, "cluster")];
+        self.write(name, current, &labels, Some(key.to_string())).await
+    }
+
+    /// Write `name` held by us: replace `current` (carrying its resourceVersion, so two replicas
+    /// racing for it cannot both win), or create it. With no copy at hand, read it first.
+    async fn write(&self, name: &str, current: Option<Lease>, labels: &[(&str, &str)], cluster: Option<String>) -> Wrote {
+        let current = match current {
+            Some(c) => Some(c),
+            None => match self.api.get_opt(name).await {
+                Ok(c) => c,
+                Err(e) => return Wrote::Failed(plain(&e).to_string()),
+            },
+        };
+        let now = Timestamp::now();
+        let me = &self.settings.identity;
+        let spec = lease_spec(current.as_ref().and_then(|l| l.spec.as_ref()), me, now, self.settings.timings);
+        let result = match current {
+            Some(mut lease) => {
+                lease.spec = Some(spec);
+                self.api.replace(name, &PostParams::default(), &lease).await
+            }
+            None => {
+                let mut all_labels = BTreeMap::from([(HUB_LABEL.to_string(), self.settings.hub_id.clone())]);
+                all_labels.extend(labels.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())));
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(name.to_string()),
+                        labels: Some(all_labels),
+                        annotations: cluster.map(|c| BTreeMap::from([(CLUSTER_ANNOTATION.to_string(), c)])),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(spec),
+                };
+                self.api.create(&PostParams::default(), &lease).await
+            }
+        };
+        match result {
+            Ok(l) => Wrote::Ok(l),
+            Err(kube::Error::Api(s)) if s.code == 409 => Wrote::Conflict,
+            Err(e) => Wrote::Failed(plain(&e).to_string()),
+        }
+    }
+
+    /// Release a Lease we held (its holder emptied), so the next owner need not wait for expiry.
+    async fn release(&self, mut lease: Lease) -> Result<(), kube::Error> {
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.holder_identity = None;
+            spec.renew_time = None;
+        }
+        self.api.replace(&lease.name_any(), &PostParams::default(), &lease).await.map(|_| ())
+    }
+
+    /// Delete the membership Leases of replicas dead for longer than the grace period, each under
+    /// a resourceVersion precondition (a replica that came back in between keeps its Lease).
+    async fn collect_members(&self, leases: &[Arc<Lease>], now: Timestamp) {
+        let me = sharding::member_lease_name(&self.settings.hub_id, &self.settings.identity);
+        for l in leases {
+            let is_member = l.labels().get(ROLE_LABEL).map(String::as_str) == Some("member");
+            if !is_member || l.name_any() == me || !sharding::stale_member(&view(l), now, self.settings.member_grace) {
+                continue;
+            }
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions { resource_version: l.resource_version(), uid: l.uid() }),
+                ..DeleteParams::default()
+            };
+            match self.api.delete(&l.name_any(), &dp).await {
+                Ok(_) => tracing::info!(
+                    lease = %l.name_any(),
+                    holder = ?l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()),
+                    grace_seconds = self.settings.member_grace.as_secs(),
+                    "deleted the membership Lease of a replica gone for longer than the grace period"
+                ),
+                // Gone already or renewed meanwhile: another survivor or the replica itself acted.
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) => tracing::debug!(lease = %l.name_any(), error = %plain(&e), "deleting a stale membership Lease failed"),
+            }
+        }
+    }
+
+    /// Graceful stop: fence every cluster, release its Lease, delete the membership Lease.
+    async fn stop(&self) {
+        let (held, member) = {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            (std::mem::take(&mut state.held), state.member.take())
+        };
+        let timeout = self.settings.timings.retry_period;
+        for (name, h) in held {
+            h.token.cancel();
+            self.metrics.shard_handovers.get_or_create(&direction("released")).inc();
+            tracing::info!(cluster = %h.key, lease = %name, "hub stopping: stopped acting on the cluster; releasing its Lease");
+            let _ = tokio::time::timeout(timeout, self.release(h.lease)).await;
+        }
+        if let Some((lease, _)) = member {
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions { resource_version: lease.resource_version(), uid: lease.uid() }),
+                ..DeleteParams::default()
+            };
+            let _ = tokio::time::timeout(timeout, self.api.delete(&lease.name_any(), &dp)).await;
+        }
+        self.metrics.shard_owned.set(0);
+    }
+}
+
+fn direction(d: &str) -> crate::infra::metrics::DirectionLabels {
+    crate::infra::metrics::DirectionLabels { direction: d.to_string() }
+}
+
+/// The decisions' view of a Lease.
+fn view(l: &Lease) -> LeaseView {
+    let spec = l.spec.as_ref();
+    LeaseView {
+        holder: spec.and_then(|s| s.holder_identity.clone()),
+        renewed: spec.and_then(|s| s.renew_time.as_ref().or(s.acquire_time.as_ref())).map(|t| t.0),
+        duration: Duration::from_secs(
+            spec.and_then(|s| s.lease_duration_seconds).and_then(|d| u64::try_from(d).ok()).unwrap_or(0),
+        ),
+    }
+}
+
+/// The spec we write when taking or renewing a Lease.
+fn lease_spec(current: Option<&LeaseSpec>, me: &str, now: Timestamp, timings: Timings) -> LeaseSpec {
+    let ours = current.and_then(|s| s.holder_identity.as_deref()) == Some(me);
+    let transitions = current.and_then(|s| s.lease_transitions).unwrap_or(0);
+    LeaseSpec {
+        holder_identity: Some(me.to_string()),
+        lease_duration_seconds: Some(i32::try_from(timings.lease_duration.as_secs()).unwrap_or(i32::MAX)),
+        acquire_time: if ours { current.and_then(|s| s.acquire_time.clone()) } else { Some(MicroTime(now)) },
+        renew_time: Some(MicroTime(now)),
+        lease_transitions: Some(if ours { transitions } else { transitions + 1 }),
+        ..LeaseSpec::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use futures::future::BoxFuture;
+    use tower::{Layer, Service};
+
+    type Call<T> = BoxFuture<'static, Result<T, tower::BoxError>>;
+
+    /// A service answering when `release` fires (a request in flight).
+    #[derive(Clone)]
+    struct Slow(CancellationToken);
+
+    impl Service<u32> for Slow {
+        type Response = u32;
+        type Error = tower::BoxError;
+        type Future = Call<u32>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: u32) -> Self::Future {
+            let release = self.0.clone();
+            Box::pin(async move {
+                release.cancelled().await;
+                Ok(req)
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn the_fence_refuses_new_requests_and_abandons_those_in_flight() {
+        let (fence, answer) = (CancellationToken::new(), CancellationToken::new());
+        let mut svc = FenceLayer { token: fence.clone(), cluster: "team-a/prod".into() }.layer(Slow(answer.clone()));
+        // Before the fence: requests go through.
+        let before = svc.call(1);
+        answer.cancel();
+        assert_eq!(before.await.unwrap(), 1);
+        // A request in flight when the fence falls is abandoned, not answered.
+        let mut svc =
+            FenceLayer { token: fence.clone(), cluster: "team-a/prod".into() }.layer(Slow(CancellationToken::new()));
+        let in_flight = tokio::spawn(svc.call(2));
+        tokio::task::yield_now().await;
+        fence.cancel();
+        let e = in_flight.await.unwrap().unwrap_err();
+        assert!(e.to_string().contains("no longer owns workload cluster team-a/prod"), "{e}");
+        // After it: refused at once.
+        let e = svc.call(3).await.unwrap_err();
+        assert!(e.is::<Fenced>());
+    }
+}

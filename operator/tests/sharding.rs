@@ -1,0 +1,556 @@
+//! Sharded mode (hub.md §6) on the simulated world: workload clusters spread over hub replicas,
+//! each owned through a Lease of its own in the management cluster.
+//!
+//! Each replica runs `run_sharded_with` on a tokio runtime of its own, so killing one is dropping
+//! that runtime: every task of the replica stops where it is, nothing is released (as SIGKILL).
+//!
+//! - 3 replicas over 30 clusters: every cluster owned by exactly one, each replica owns some; a
+//!   replica killed has its clusters provisioning again on the others within the Lease duration,
+//!   with one NodeGroup per NodeClaim across the handover; its membership Lease is deleted after
+//!   the grace period; a new replica joining takes a share.
+//! - A replica partitioned from the management cluster (a relay black-holing its traffic) fences
+//!   its clusters before their Leases expire, makes no NodeGroup or eviction write to them after
+//!   the fence, and the other replica takes them over.
+//! - The same Lease protocol on a real kube-apiserver (envtest).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    cell::{Cell, RefCell},
+    collections::{BTreeMap, BTreeSet},
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, SystemTime},
+};
+
+use crds::{NodeClaim, NodeGroup, labels};
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Namespace};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ListParams, PostParams},
+};
+use operator::{
+    commands::run,
+    commands::sandbox::world::{World, quick_cke, scale},
+    decisions::{ownership, sharding::Timings},
+    infra::{hub, metrics::Metrics, registry, sharding},
+};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+mod common;
+use common::{apply_example, poll_every, running, wait_for};
+
+/// Short Lease timings, so a handover takes seconds.
+const FAST: Timings = Timings {
+    lease_duration: Duration::from_secs(3),
+    renew_deadline: Duration::from_secs(2),
+    retry_period: Duration::from_millis(500),
+};
+/// Namespace of the shard Leases.
+const LEASES: &str = "karpenter-hub";
+/// Two such pods never share a 2XS: every new pod needs a node of its own.
+const POD_CPU: &str = "500m";
+const POD_MEMORY: &str = "2Gi";
+
+/// One hub replica on a runtime of its own.
+struct Replica {
+    identity: String,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Replica {
+    fn start(identity: &str, mgmt: kube::Config, hub: hub::Settings, registry: registry::Settings) -> Replica {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(identity.to_string())
+            .enable_all()
+            .build()
+            .unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let stop = CancellationToken::new();
+        let shard = sharding::Settings::new("default", LEASES, identity, FAST);
+        let (m, s, id) = (metrics.clone(), stop.clone(), identity.to_string());
+        runtime.spawn(async move {
+            // Built here: its connections belong to this runtime and die with it.
+            let client = Client::try_from(mgmt).unwrap();
+            if let Err(e) = run::run_sharded_with(client, hub, registry, shard, false, m, s).await {
+                eprintln!("replica {id} stopped: {e}");
+            }
+        });
+        Replica { identity: identity.to_string(), metrics, stop, runtime: Some(runtime) }
+    }
+
+    /// A sample of this replica's metrics (summed over the series with these labels).
+    fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        metric(&self.metrics, name, labels)
+    }
+
+    fn owned(&self) -> usize {
+        self.metric("karpenter_hub_shard_owned_clusters", &[]) as usize
+    }
+
+    /// Clusters this replica has a connection series for (it runs their connection).
+    fn connected(&self) -> BTreeSet<String> {
+        series_label(&self.metrics, "karpenter_hub_cluster_connected", "cluster")
+    }
+
+    /// As SIGKILL would: every task dropped where it is, no Lease released.
+    fn kill(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+
+    /// Graceful stop: the replica releases its Leases, then its runtime goes.
+    async fn stop(mut self) {
+        self.stop.cancel();
+        let metrics = self.metrics.clone();
+        common::poll_until(Duration::from_secs(15), || {
+            let m = metrics.clone();
+            async move { metric(&m, "karpenter_hub_shard_owned_clusters", &[]) == 0.0 }
+        })
+        .await;
+        self.kill();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn metric(metrics: &Metrics, name: &str, labels: &[(&str, &str)]) -> f64 {
+    metrics
+        .render()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (n, rest) = series.split_once('{').unwrap_or((series, "}"));
+            let pairs = rest.strip_suffix('}')?;
+            let ok = n == name && labels.iter().all(|(k, v)| pairs.split(',').any(|p| p == format!("{k}=\"{v}\"")));
+            if ok { value.parse::<f64>().ok() } else { None }
+        })
+        .sum()
+}
+
+fn series_label(metrics: &Metrics, name: &str, label: &str) -> BTreeSet<String> {
+    metrics
+        .render()
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter_map(|l| {
+            let pairs = l.split_once('{')?.1.split_once('}')?.0;
+            pairs.split(',').find_map(|p| p.strip_prefix(&format!("{label}=\"")).map(|v| v.trim_end_matches('"').to_string()))
+        })
+        .collect()
+}
+
+/// The cluster Leases: cluster (`namespace/name`) → (holder, the Lease's spec).
+async fn cluster_leases(mgmt: &Client) -> BTreeMap<String, (String, Lease)> {
+    let leases = Api::<Lease>::namespaced(mgmt.clone(), LEASES)
+        .list(&ListParams::default().labels(&format!("{}=cluster", sharding::ROLE_LABEL)))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    leases
+        .into_iter()
+        .filter_map(|l| {
+            let cluster = l.annotations().get(sharding::CLUSTER_ANNOTATION)?.clone();
+            let holder = l.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
+            Some((cluster, (holder, l)))
+        })
+        .collect()
+}
+
+async fn member_leases(mgmt: &Client) -> Vec<String> {
+    Api::<Lease>::namespaced(mgmt.clone(), LEASES)
+        .list(&ListParams::default().labels(&format!("{}=member", sharding::ROLE_LABEL)))
+        .await
+        .map(|l| l.items.iter().filter_map(|l| l.spec.as_ref()?.holder_identity.clone()).collect())
+        .unwrap_or_default()
+}
+
+/// Whether every cluster of `keys` is held by one of `live`, and the replicas' own counts agree:
+/// none thinks it owns a cluster another holds, none runs a connection of a cluster it does not
+/// own. Returns the holders by replica.
+async fn settled(mgmt: &Client, keys: &[String], live: &[&Replica]) -> Option<BTreeMap<String, Vec<String>>> {
+    let leases = cluster_leases(mgmt).await;
+    let mut by_holder: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for k in keys {
+        let (holder, _) = leases.get(k)?;
+        if !live.iter().any(|r| &r.identity == holder) {
+            return None;
+        }
+        by_holder.entry(holder.clone()).or_default().push(k.clone());
+    }
+    for r in live {
+        let held = by_holder.get(&r.identity).map_or(0, Vec::len);
+        if r.owned() != held {
+            return None;
+        }
+        let connected = r.connected();
+        if !connected.iter().all(|c| by_holder.get(&r.identity).is_some_and(|h| h.contains(c))) {
+            return None;
+        }
+    }
+    Some(by_holder)
+}
+
+async fn ensure_lease_namespace(mgmt: &Client) {
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": LEASES}})).unwrap();
+    match Api::<Namespace>::all(mgmt.clone()).create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating namespace {LEASES}: {e}"),
+    }
+}
+
+/// One NodeGroup per NodeClaim and back, named after it: no duplicate across a handover.
+async fn assert_one_group_per_claim(world: &World, i: usize) {
+    let c = &world.clusters[i];
+    let claims = Api::<NodeClaim>::namespaced(world.mgmt.client(), &c.namespace).list(&ListParams::default()).await;
+    let groups = Api::<NodeGroup>::all(c.client()).list(&ListParams::default()).await;
+    let (claims, groups) = (claims.unwrap().items, groups.unwrap().items);
+    let claim_names: BTreeSet<String> = claims.iter().map(ResourceExt::name_any).collect();
+    let owners: Vec<String> =
+        groups.iter().map(|g| g.labels().get(labels::NODECLAIM).cloned().unwrap_or_default()).collect();
+    let distinct: BTreeSet<String> = owners.iter().cloned().collect();
+    assert_eq!(distinct.len(), owners.len(), "{}: two NodeGroups for one NodeClaim: {owners:?}", c.name);
+    assert_eq!(distinct, claim_names, "{}: NodeGroups and NodeClaims do not pair up", c.name);
+    for g in &groups {
+        let claim = g.labels().get(labels::NODECLAIM).unwrap();
+        assert_eq!(g.name_any(), ownership::nodegroup_name("default", &c.namespace, claim), "{}", c.name);
+    }
+}
+
+/// Writes only the hub makes in a workload cluster (the simulated CKE writes Nodes and pods too):
+/// NodeGroup creations, patches and deletions, and evictions.
+fn hub_writes(world: &World, i: usize) -> u64 {
+    let r = world.clusters[i].server.requests();
+    r.count("create", "nodegroups")
+        + r.count("patch", "nodegroups")
+        + r.count("update", "nodegroups")
+        + r.count("delete", "nodegroups")
+        + r.count("create", "pods/eviction")
+}
+
+fn index_of(world: &World, cluster: &str) -> usize {
+    world.clusters.iter().position(|c| format!("{}/{}", c.namespace, c.name) == cluster).unwrap()
+}
+
+async fn world_of(n: usize) -> World {
+    let names: Vec<(String, String)> = (0..n).map(|i| (format!("team-{i}"), format!("c-{i}"))).collect();
+    let refs: Vec<(&str, &str)> = names.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let world = World::start(&refs, |i| quick_cke(i as u64 + 100)).await.unwrap();
+    for i in 0..n {
+        apply_example(&world, i).await;
+    }
+    ensure_lease_namespace(&world.mgmt.client()).await;
+    world
+}
+
+fn keys(world: &World) -> Vec<String> {
+    world.clusters.iter().map(|c| format!("{}/{}", c.namespace, c.name)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one() {
+    let world = world_of(30).await;
+    let mgmt = world.mgmt.client();
+    let all = keys(&world);
+    let start = |id: &str| Replica::start(id, world.mgmt.client_config(), world.hub_settings.clone(), world.registry_settings.clone());
+    let mut replicas = vec![start("replica-0"), start("replica-1"), start("replica-2")];
+
+    // Spread: every cluster held by exactly one replica, each replica some.
+    let t = Instant::now();
+    let spread = RefCell::new(None);
+    let ok = common::poll_until(Duration::from_secs(60), || async {
+        let live: Vec<&Replica> = replicas.iter().collect();
+        let s = settled(&mgmt, &all, &live).await.filter(|s| s.len() == 3);
+        *spread.borrow_mut() = s;
+        spread.borrow().is_some()
+    })
+    .await;
+    assert!(ok, "30 clusters not spread over 3 replicas within 60 s: {:?}", cluster_leases(&mgmt).await.values().map(|v| &v.0).collect::<Vec<_>>());
+    let spread = spread.into_inner().unwrap();
+    eprintln!(
+        "spread after {:?}: {:?}",
+        t.elapsed(),
+        spread.iter().map(|(k, v)| (k.clone(), v.len())).collect::<BTreeMap<_, _>>()
+    );
+
+    // The victim's clusters provision before the kill (its replica acts on them).
+    let victim = &replicas[1].identity.clone();
+    assert!(spread.contains_key(victim));
+    let theirs: Vec<usize> = spread[victim].iter().take(3).map(|k| index_of(&world, k)).collect();
+    for &i in &theirs {
+        scale(&world, i, 1, POD_CPU, POD_MEMORY).await.unwrap();
+    }
+    for &i in &theirs {
+        wait_for(&format!("{}: a pod running", world.clusters[i].name), Duration::from_secs(90), || async {
+            running(&world, i).await == 1
+        })
+        .await;
+    }
+
+    // Kill it: nothing released. Its clusters get a pending pod each at once.
+    replicas[1].kill();
+    let killed = Instant::now();
+    for &i in &theirs {
+        scale(&world, i, 2, POD_CPU, POD_MEMORY).await.unwrap();
+    }
+    let survivors = [&replicas[0], &replicas[2]];
+    let ok = poll_every(Duration::from_millis(100), Duration::from_secs(30), || async {
+        settled(&mgmt, &all, &survivors).await.is_some()
+    })
+    .await;
+    assert!(ok, "the killed replica's clusters not taken over within 30 s");
+    let handover = killed.elapsed();
+    eprintln!("handover of {} clusters after the kill: {handover:?}", spread[victim].len());
+    // Within the Lease duration of the last renewal, plus a retry period for the survivors to look.
+    assert!(
+        handover <= FAST.lease_duration + FAST.retry_period * 2 + Duration::from_secs(1),
+        "handover took {handover:?} (lease {:?})",
+        FAST.lease_duration
+    );
+    for &i in &theirs {
+        wait_for(&format!("{}: the pending pod running on a new node", world.clusters[i].name), Duration::from_secs(90), || async {
+            running(&world, i).await == 2
+        })
+        .await;
+    }
+    eprintln!("pending pods of the killed replica's clusters running {:?} after the kill", killed.elapsed());
+    for &i in &theirs {
+        assert_one_group_per_claim(&world, i).await;
+    }
+
+    // Its membership Lease goes after the grace period (4 × the Lease duration).
+    wait_for("the dead replica's membership Lease deleted", Duration::from_secs(40), || async {
+        !member_leases(&mgmt).await.contains(victim)
+    })
+    .await;
+    eprintln!("dead member's Lease deleted {:?} after the kill", killed.elapsed());
+
+    // A new replica joins and takes a share; the others hand it over.
+    replicas.push(start("replica-3"));
+    let joined = Instant::now();
+    let after = RefCell::new(None);
+    let ok = common::poll_until(Duration::from_secs(30), || async {
+        let live = [&replicas[0], &replicas[2], &replicas[3]];
+        let s = settled(&mgmt, &all, &live).await.filter(|s| s.contains_key("replica-3"));
+        *after.borrow_mut() = s;
+        after.borrow().is_some()
+    })
+    .await;
+    assert!(ok, "the new replica took no share within 30 s");
+    let after = after.into_inner().unwrap();
+    eprintln!(
+        "new replica's share after {:?}: {:?}",
+        joined.elapsed(),
+        after.iter().map(|(k, v)| (k.clone(), v.len())).collect::<BTreeMap<_, _>>()
+    );
+    let released: f64 =
+        [&replicas[0], &replicas[2]].iter().map(|r| r.metric("karpenter_hub_shard_handovers_total", &[("direction", "released")])).sum();
+    assert!(released >= after["replica-3"].len() as f64, "handed over {released}, new replica owns {}", after["replica-3"].len());
+    // And it acts on them: a pod in one of its clusters gets a node.
+    let new_one = index_of(&world, &after["replica-3"][0]);
+    let before = running(&world, new_one).await;
+    scale(&world, new_one, before + 1, POD_CPU, POD_MEMORY).await.unwrap();
+    wait_for("a pod in a cluster of the new replica running", Duration::from_secs(90), || async {
+        running(&world, new_one).await == before + 1
+    })
+    .await;
+    for &i in theirs.iter().chain([new_one].iter()) {
+        assert_one_group_per_claim(&world, i).await;
+    }
+    for r in replicas.drain(..) {
+        r.stop().await;
+    }
+    world.shutdown().await;
+}
+
+/// A TCP relay to `upstream` that can black-hole: while on, bytes are no longer passed either way
+/// and new connections are accepted but never forwarded (as a network partition looks to a client).
+struct Relay {
+    addr: SocketAddr,
+    holed: Arc<AtomicBool>,
+    wake: Arc<tokio::sync::Notify>,
+    accepting: tokio::task::JoinHandle<()>,
+    stalled: Arc<Mutex<Vec<tokio::net::TcpStream>>>,
+}
+
+impl Relay {
+    async fn start(upstream: SocketAddr) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let holed = Arc::new(AtomicBool::new(false));
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let stalled: Arc<Mutex<Vec<tokio::net::TcpStream>>> = Arc::default();
+        let (h, w, s) = (holed.clone(), wake.clone(), stalled.clone());
+        let accepting = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if h.load(Ordering::SeqCst) {
+                    // Held open, never answered.
+                    s.lock().unwrap_or_else(PoisonError::into_inner).push(client);
+                    continue;
+                }
+                let (h, w) = (h.clone(), w.clone());
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else { return };
+                    let hole = async {
+                        while !h.load(Ordering::SeqCst) {
+                            w.notified().await;
+                        }
+                    };
+                    let (mut from_client, mut to_client) = client.split();
+                    let (mut from_server, mut to_server) = server.split();
+                    tokio::select! {
+                        _ = tokio::io::copy(&mut from_client, &mut to_server) => return,
+                        _ = tokio::io::copy(&mut from_server, &mut to_client) => return,
+                        () = hole => {}
+                    }
+                    // Black-holed: keep both ends open and silent until the test ends.
+                    std::future::pending::<()>().await;
+                });
+            }
+        });
+        Relay { addr, holed, wake, accepting, stalled }
+    }
+
+    fn black_hole(&self, on: bool) {
+        self.holed.store(on, Ordering::SeqCst);
+        self.wake.notify_waiters();
+        if !on {
+            // Stalled connections never get through; the client gives up on them and dials again.
+            self.stalled.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_leases_expire() {
+    let world = world_of(6).await;
+    let mgmt = world.mgmt.client();
+    let all = keys(&world);
+    let relay = Relay::start(world.mgmt.addr()).await;
+    let mut via_relay = world.mgmt.client_config();
+    via_relay.cluster_url = format!("https://{}", relay.addr).parse().unwrap();
+    // The partitioned replica's requests to the management cluster must not wait 295 s either.
+    via_relay.read_timeout = Some(Duration::from_secs(5));
+    let p = Replica::start("replica-p", via_relay, world.hub_settings.clone(), world.registry_settings.clone());
+    let q = Replica::start("replica-q", world.mgmt.client_config(), world.hub_settings.clone(), world.registry_settings.clone());
+    let spread = RefCell::new(None);
+    let ok = common::poll_until(Duration::from_secs(60), || async {
+        let s = settled(&mgmt, &all, &[&p, &q]).await.filter(|s| s.len() == 2);
+        *spread.borrow_mut() = s;
+        spread.borrow().is_some()
+    })
+    .await;
+    assert!(ok, "6 clusters not spread over 2 replicas within 60 s");
+    let spread = spread.into_inner().unwrap();
+    let ps: Vec<usize> = spread["replica-p"].iter().map(|k| index_of(&world, k)).collect();
+    eprintln!("replica-p owns {:?}, replica-q {:?}", spread["replica-p"], spread["replica-q"]);
+    // P is at work on its clusters.
+    scale(&world, ps[0], 1, POD_CPU, POD_MEMORY).await.unwrap();
+    wait_for("a pod running in a cluster of replica-p", Duration::from_secs(90), || async {
+        running(&world, ps[0]).await == 1
+    })
+    .await;
+
+    // The partition. P's last renewal of each cluster Lease is what the Lease shows from now on,
+    // until Q takes it.
+    let last: BTreeMap<String, Lease> = cluster_leases(&mgmt).await.into_iter().map(|(k, (_, l))| (k, l)).collect();
+    relay.black_hole(true);
+    let cut = Instant::now();
+    for &i in &ps {
+        let n = running(&world, i).await;
+        scale(&world, i, n + 1, POD_CPU, POD_MEMORY).await.unwrap();
+    }
+    let last_renewal: RefCell<BTreeMap<String, k8s_openapi::jiff::Timestamp>> = RefCell::default();
+    let fenced_at: RefCell<Option<(Instant, SystemTime, Vec<u64>)>> = RefCell::default();
+    let taken = Cell::new(false);
+    let ok = poll_every(Duration::from_millis(20), Duration::from_secs(30), || async {
+        let leases = cluster_leases(&mgmt).await;
+        for k in &spread["replica-p"] {
+            if let Some((holder, l)) = leases.get(k)
+                && holder == "replica-p"
+                && let Some(t) = l.spec.as_ref().and_then(|s| s.renew_time.as_ref())
+            {
+                last_renewal.borrow_mut().insert(k.clone(), t.0);
+            }
+        }
+        if fenced_at.borrow().is_none() && p.owned() == 0 {
+            let writes = ps.iter().map(|&i| hub_writes(&world, i)).collect();
+            *fenced_at.borrow_mut() = Some((Instant::now(), SystemTime::now(), writes));
+        }
+        taken.set(spread["replica-p"].iter().all(|k| leases.get(k).is_some_and(|(h, _)| h == "replica-q")));
+        fenced_at.borrow().is_some() && taken.get()
+    })
+    .await;
+    assert!(ok, "fenced: {:?}, taken over: {}", fenced_at.borrow().as_ref().map(|f| f.0 - cut), taken.get());
+    let (fence, fence_wall, writes_at_fence) = fenced_at.into_inner().unwrap();
+    let last_renewal = last_renewal.into_inner();
+    let takeover = cut.elapsed();
+    eprintln!("replica-p fenced {:?} after the cut; replica-q holds all its clusters {takeover:?} after", fence - cut);
+    assert!(fence - cut <= FAST.renew_deadline + Duration::from_secs(1), "fence after {:?}", fence - cut);
+    // No hub write reached P's clusters between its fence and the takeover (only P could write).
+    let writes_at_takeover: Vec<u64> = ps.iter().map(|&i| hub_writes(&world, i)).collect();
+    assert_eq!(writes_at_takeover, writes_at_fence, "NodeGroup or eviction writes after the fence, before the takeover");
+    // Q took each Lease only once expired, and P had stopped before: P's last renewal + duration.
+    let leases = cluster_leases(&mgmt).await;
+    for k in &spread["replica-p"] {
+        let renewed = last_renewal.get(k).copied().or_else(|| {
+            last.get(k).and_then(|l| l.spec.as_ref()?.renew_time.as_ref()).map(|t| t.0)
+        });
+        let acquired = leases[k].1.spec.as_ref().and_then(|s| s.acquire_time.as_ref()).map(|t| t.0).unwrap();
+        let renewed = renewed.expect("P's renewal seen");
+        let expiry = renewed + FAST.lease_duration;
+        assert!(acquired >= expiry, "{k}: taken at {acquired}, before the expiry {expiry}");
+        let fence_ts = k8s_openapi::jiff::Timestamp::try_from(fence_wall).unwrap();
+        assert!(fence_ts < acquired, "{k}: replica-p fenced at {fence_ts}, after replica-q took it at {acquired}");
+    }
+    // Cut off, it could neither renew nor release: every cluster counted fenced.
+    assert_eq!(
+        p.metric("karpenter_hub_shard_handovers_total", &[("direction", "fenced")]) as usize,
+        ps.len(),
+        "every cluster of replica-p fenced"
+    );
+    assert!(p.connected().is_empty(), "replica-p still runs connections: {:?}", p.connected());
+    // Q provisions the pods that went pending at the cut.
+    for &i in &ps {
+        wait_for(&format!("{}: the pending pod running under replica-q", world.clusters[i].name), Duration::from_secs(90), || async {
+            running(&world, i).await >= 1 && Api::<k8s_openapi::api::core::v1::Pod>::namespaced(world.clusters[i].client(), "default").list(&ListParams::default()).await.unwrap().items.len() == running(&world, i).await
+        })
+        .await;
+        assert_one_group_per_claim(&world, i).await;
+    }
+
+    // The partition heals: P rejoins and gets its share back, handed over by Q.
+    relay.black_hole(false);
+    let healed = Instant::now();
+    let ok = common::poll_until(Duration::from_secs(60), || async {
+        settled(&mgmt, &all, &[&p, &q]).await.is_some_and(|s| s.get("replica-p").is_some_and(|c| c.len() == ps.len()))
+    })
+    .await;
+    assert!(ok, "replica-p did not get its share back after the partition healed");
+    eprintln!("replica-p owns its share again {:?} after the partition healed", healed.elapsed());
+    for &i in &ps {
+        assert_one_group_per_claim(&world, i).await;
+    }
+    p.stop().await;
+    q.stop().await;
+    world.shutdown().await;
+}
