@@ -29,8 +29,8 @@ use sim::cke::{SimCkeConfig, SimFlavor, Usage};
 
 mod common;
 use common::{
-    EXAMPLE as GENERAL_PURPOSE, Writes, metric, poll_every, poll_until, rounds, running, wait_quiet, wait_quiet_over,
-    writes,
+    EXAMPLE as GENERAL_PURPOSE, Writes, metric, poll_every, poll_until, probes, rounds, running, wait_quiet,
+    wait_quiet_over, writes,
 };
 
 const TEAM_DEDICATED: &str = include_str!("../../examples/team-dedicated.yaml");
@@ -270,8 +270,9 @@ where
 /// How the hub is seen at work while a negative is judged.
 #[derive(Clone, Copy)]
 enum Work {
-    /// A pod is pending and the cluster does not back off: the hub runs a provisioning round about
-    /// every 1.25 s, each one a chance to decide otherwise; quiet spans this many rounds.
+    /// A pod is pending and the cluster does not back off: the hub runs one provisioning round for
+    /// it at once (rounds are event-driven: none again without news) and keeps probing the
+    /// cluster; quiet spans this many rounds or probes of the cluster after the last write.
     Rounds(u64),
     /// Nothing the hub does shows a count (every pod placed, or creations backing off after a
     /// refusal): quiet spans [`QUIET`].
@@ -299,7 +300,14 @@ where
     let what = format!("{what} (quiet)");
     match work {
         Work::Rounds(n) => {
-            wait_quiet_over(&what, SETTLE, n, || async { decisions(world, i) }, || async { rounds(world, i) }).await
+            wait_quiet_over(
+                &what,
+                SETTLE,
+                n,
+                || async { decisions(world, i) },
+                || async { rounds(world, i) + probes(world, i) },
+            )
+            .await
         }
         Work::Reacting => wait_quiet(&what, SETTLE, QUIET, || async { decisions(world, i) }).await,
     };

@@ -7,6 +7,7 @@
 //! out. Errors name the object and the field; things that are merely ignored become notes.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crds::catalog::{Catalog, DEFAULT_ZONE, InstanceType};
 use crds::quantity::{Resources, parse_quantity};
@@ -54,14 +55,23 @@ pub struct Snapshot {
     pub flavor_catalogs: Vec<FlavorCatalog>,
     /// NodeClaims (all clusters; filtered by `clusterName`).
     pub node_claims: Vec<NodeClaim>,
-    /// Nodes of the workload cluster.
-    pub nodes: Vec<K8sNode>,
-    /// Pods of the workload cluster.
-    pub pods: Vec<K8sPod>,
+    /// Nodes of the workload cluster. Shared (`Arc`), so that the operator hands its watch cache
+    /// over without copying it.
+    pub nodes: Vec<Arc<K8sNode>>,
+    /// Pods of the workload cluster (shared, as nodes).
+    pub pods: Vec<Arc<K8sPod>>,
     /// DaemonSets of the workload cluster.
-    pub daemonsets: Vec<K8sDaemonSet>,
+    pub daemonsets: Vec<Arc<K8sDaemonSet>>,
     /// PodDisruptionBudgets of the workload cluster.
-    pub pdbs: Vec<PodDisruptionBudget>,
+    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
+    /// The zone flavors are offered in (the one the hub launches in); [`DEFAULT_ZONE`] when unset.
+    pub zone: Option<String>,
+}
+
+impl Snapshot {
+    fn zone(&self) -> &str {
+        self.zone.as_deref().unwrap_or(DEFAULT_ZONE)
+    }
 }
 
 /// The storage objects of a workload cluster, for the volume checks of §3.2 (pods with invalid
@@ -176,6 +186,14 @@ pub fn build_input_with_volumes(
     let pools: Vec<&NodePool> = snapshot.node_pools.iter().filter(|p| p.spec.cluster_name == cluster).collect();
     let pool_names: BTreeSet<&str> = pools.iter().filter_map(|p| p.metadata.name.as_deref()).collect();
     let claims: Vec<&NodeClaim> = snapshot.node_claims.iter().filter(|c| c.spec.cluster_name == cluster).collect();
+    // Each pool's catalogue is resolved once per round, for its claims in flight and its offer.
+    let mut catalogs: BTreeMap<String, (Vec<InstanceType>, BTreeMap<String, String>)> = BTreeMap::new();
+    for p in &pools {
+        if let Some(name) = &p.metadata.name {
+            let resolved = pool_types(p, &object("NodePool", &p.metadata), snapshot, &mut out.notes);
+            catalogs.insert(name.clone(), resolved);
+        }
+    }
 
     // Existing capacity: active nodes and in-flight claims.
     let mut deleting_nodes: BTreeSet<String> = BTreeSet::new();
@@ -226,7 +244,8 @@ pub fn build_input_with_volumes(
         }
         let obj = object("NodeClaim", &c.metadata);
         let pool = c.metadata.labels.as_ref().and_then(|l| l.get(labels::NODEPOOL)).cloned();
-        let existing = in_flight(c, &obj, pool.clone(), pools.iter().copied(), snapshot)?;
+        let types = pool.as_deref().and_then(|p| catalogs.get(p)).map(|(t, _)| t.as_slice());
+        let existing = in_flight(c, &obj, pool.clone(), types, snapshot)?;
         if let Some(p) = pool {
             let u = usage.entry(p).or_default();
             u.resources += existing.capacity;
@@ -239,7 +258,7 @@ pub fn build_input_with_volumes(
     for p in &pools {
         let obj = object("NodePool", &p.metadata);
         let name = p.metadata.name.clone().ok_or_else(|| err(&obj, "metadata.name", "missing"))?;
-        let (instance_types, class_labels) = pool_types(p, &obj, snapshot, &mut out.notes);
+        let (instance_types, class_labels) = catalogs.remove(&name).unwrap_or_default();
         let mut pool_labels = class_labels;
         if let Some(m) = &p.spec.template.metadata {
             pool_labels.extend(m.labels.clone());
@@ -353,7 +372,7 @@ pub fn build_input_with_volumes(
 }
 
 /// Whether a pod on a leaving node stays: `do-not-disrupt`, or a PDB that allows no eviction.
-fn blocks_eviction(p: &K8sPod, pdbs: &[PodDisruptionBudget]) -> Option<String> {
+fn blocks_eviction(p: &K8sPod, pdbs: &[Arc<PodDisruptionBudget>]) -> Option<String> {
     let ann = p.metadata.annotations.as_ref();
     if ann.and_then(|a| a.get(labels::DO_NOT_DISRUPT)).is_some_and(|v| v == "true") {
         return Some(format!("{}=true", labels::DO_NOT_DISRUPT));
@@ -957,11 +976,11 @@ fn node_from(
 
 /// An in-flight claim (no Node yet): labels from its single-valued requirements, its own taints,
 /// allocatable from its status or, before launch, the smallest of its options.
-fn in_flight<'a>(
+fn in_flight(
     c: &NodeClaim,
     obj: &str,
     pool: Option<String>,
-    pools: impl Iterator<Item = &'a NodePool>,
+    types: Option<&[InstanceType]>,
     snapshot: &Snapshot,
 ) -> Result<ExistingNode, ConvertError> {
     let name = c.metadata.name.clone().ok_or_else(|| err(obj, "metadata.name", "missing"))?;
@@ -985,10 +1004,13 @@ fn in_flight<'a>(
             .filter(|r| r.key == labels::INSTANCE_TYPE && r.operator == Operator::In)
             .flat_map(|r| r.values.iter())
             .collect();
-        let class_pool = pools.into_iter().find(|p| p.metadata.name == pool);
-        let types = match class_pool {
-            Some(p) => pool_types(p, obj, snapshot, &mut Vec::new()).0,
-            None => Catalog::builtin().instance_types(DEFAULT_ZONE),
+        let builtin;
+        let types = match types {
+            Some(t) => t,
+            None => {
+                builtin = Catalog::builtin().instance_types(snapshot.zone());
+                builtin.as_slice()
+            }
         };
         let smallest = types
             .iter()
@@ -1032,7 +1054,7 @@ fn pool_types(
     });
     let Some(class) = class else {
         notes.push(format!("{obj}: CleverNodeClass {class_name} not found; the built-in flavors are used"));
-        return (Catalog::builtin().instance_types(DEFAULT_ZONE), BTreeMap::new());
+        return (Catalog::builtin().instance_types(snapshot.zone()), BTreeMap::new());
     };
     let reference = class.spec.flavor_catalog_ref.as_ref().map(|r| r.name.as_str());
     let found = reference.and_then(|name| {
@@ -1046,7 +1068,7 @@ fn pool_types(
         notes.push(format!("{obj}: {problem}"));
     }
     notes.extend(catalog.warnings.iter().map(|w| format!("{obj}: FlavorCatalog: {w}")));
-    (catalog.instance_types(DEFAULT_ZONE), class.spec.labels.clone())
+    (catalog.instance_types(snapshot.zone()), class.spec.labels.clone())
 }
 
 fn limits_of(p: &NodePool, obj: &str) -> Result<Limits, ConvertError> {
@@ -1117,11 +1139,11 @@ mod tests {
         .unwrap()
     }
 
-    fn pod(name: &str, extra: serde_json::Value) -> K8sPod {
+    fn pod(name: &str, extra: serde_json::Value) -> Arc<K8sPod> {
         let mut v = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "shop"},
             "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}}}]}});
         merge(&mut v, extra);
-        serde_json::from_value(v).unwrap()
+        Arc::new(serde_json::from_value(v).unwrap())
     }
 
     fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
@@ -1203,7 +1225,7 @@ mod tests {
         .unwrap();
         let snap = Snapshot {
             node_pools: vec![pool()],
-            nodes: vec![node],
+            nodes: vec![Arc::new(node)],
             pods: vec![
                 pod("web", json!({"spec": {"nodeName": "old"}})),
                 pod("db", json!({"metadata": {"labels": {"app": "db"}}, "spec": {"nodeName": "old"}})),
@@ -1216,7 +1238,7 @@ mod tests {
                     json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u"}]}, "spec": {"nodeName": "old"}}),
                 ),
             ],
-            pdbs: vec![pdb],
+            pdbs: vec![Arc::new(pdb)],
             ..Snapshot::default()
         };
         let c = convert(&snap, PendingRule::Unschedulable);
@@ -1237,7 +1259,7 @@ mod tests {
         };
         let snap = Snapshot {
             node_pools: vec![pool()],
-            nodes: vec![node],
+            nodes: vec![Arc::new(node)],
             pods: vec![
                 pod("from-replicaset", owned("ReplicaSet")),
                 pod(
@@ -1329,10 +1351,10 @@ mod tests {
         let uses =
             |claim: &str| json!({"spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]}});
         let mut running = pod("db-0", uses("a"));
-        running.spec.as_mut().unwrap().node_name = Some("n1".into());
+        Arc::make_mut(&mut running).spec.as_mut().unwrap().node_name = Some("n1".into());
         let snap = Snapshot {
             node_pools: vec![pool()],
-            nodes: vec![node],
+            nodes: vec![Arc::new(node)],
             pods: vec![running, pod("db-1", uses("b"))],
             ..Snapshot::default()
         };

@@ -462,13 +462,13 @@ fn add_document(reader: &mut Reader, file: &str, index: usize, doc: Value) -> Re
             snap.snapshot.node_claims.push(typed(doc).map_err(fail)?);
             reader.origins.node_claims.push(origin);
         }
-        ("Node", false) => snap.snapshot.nodes.push(typed(doc).map_err(fail)?),
+        ("Node", false) => snap.snapshot.nodes.push(std::sync::Arc::new(typed(doc).map_err(fail)?)),
         ("Pod", false) => {
-            snap.snapshot.pods.push(typed(doc).map_err(fail)?);
+            snap.snapshot.pods.push(std::sync::Arc::new(typed(doc).map_err(fail)?));
             reader.origins.pods.push(origin);
         }
-        ("DaemonSet", false) => snap.snapshot.daemonsets.push(typed(doc).map_err(fail)?),
-        ("PodDisruptionBudget", false) => snap.snapshot.pdbs.push(typed(doc).map_err(fail)?),
+        ("DaemonSet", false) => snap.snapshot.daemonsets.push(std::sync::Arc::new(typed(doc).map_err(fail)?)),
+        ("PodDisruptionBudget", false) => snap.snapshot.pdbs.push(std::sync::Arc::new(typed(doc).map_err(fail)?)),
         ("PersistentVolumeClaim", false) => {
             snap.volumes.pvcs.get_or_insert_with(Vec::new).push(typed(doc).map_err(fail)?)
         }

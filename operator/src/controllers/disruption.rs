@@ -175,7 +175,7 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     let capacity = hub.capacity(key).await?;
     let cooling: BTreeSet<String> = capacity.unavailable(now).map(str::to_string).collect();
     provisioning::mark_unavailable(&mut view.model.input, &cooling);
-    provisioning::correct_from_nodes(&mut view.model.input, &snapshot.nodes);
+    provisioning::correct_from_nodes(&mut view.model.input, snapshot.nodes.iter().map(AsRef::as_ref));
     publish_budgets(hub, key, &view.scope, now).await;
 
     if let Some(pending) = state.pending.take() {
@@ -268,10 +268,12 @@ fn snapshot(hub: &Hub, conn: &Connection, key: &ClusterKey, claims: &[Arc<NodeCl
         node_classes: classes.iter().map(|c| c.as_ref().clone()).collect(),
         flavor_catalogs: hub.cache.catalogs_in(ns).iter().map(|c| c.as_ref().clone()).collect(),
         node_claims: claims.iter().map(|c| c.as_ref().clone()).collect(),
-        nodes: conn.cache.nodes.state().iter().map(|n| n.as_ref().clone()).collect(),
-        pods: conn.cache.pods.state().iter().map(|p| p.as_ref().clone()).collect(),
-        daemonsets: conn.cache.daemonsets.state().iter().map(|d| d.as_ref().clone()).collect(),
-        pdbs: conn.cache.pdbs.state().iter().map(|p| p.as_ref().clone()).collect(),
+        // Shared with the watch caches, not copied (B4).
+        nodes: conn.cache.nodes.state(),
+        pods: conn.cache.pods.state(),
+        daemonsets: conn.cache.daemonsets.state(),
+        pdbs: conn.cache.pdbs.state(),
+        zone: Some(hub.settings.zone.clone()),
     }
 }
 

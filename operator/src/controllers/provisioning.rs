@@ -1,7 +1,9 @@
 //! Provisioning (karpenter-semantics §3): per workload cluster, collect pending pods into a batch
 //! window, and when it closes on a synced cluster, run the scheduling core over the cluster's
 //! caches and the namespace's NodePools, node classes, catalogues and claims, then create the
-//! NodeClaims it decides.
+//! NodeClaims it decides. Event-driven: the loop sleeps until the pod watch reports a pod that
+//! started waiting, the management caches change what the decision reads, or a retry is due;
+//! a round reads watch caches only (its requests are the claims it creates).
 //!
 //! Owns: one task per registered cluster (started and stopped with the registry), the batch
 //! window, and the creation of NodeClaims (deterministic names: a retried create after a lost
@@ -14,25 +16,22 @@ use std::{
     time::Duration,
 };
 
-use kube::{
-    Api, Resource, ResourceExt,
-    api::{ListParams, PostParams},
-};
+use kube::{Api, Resource, ResourceExt, api::PostParams, runtime::reflector::ObjectRef};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    decisions::batcher::Batcher,
+    decisions::batcher::{Batcher, Outcome, RESYNC, Rounds, fingerprint},
     decisions::conditions,
     infra::hub::Hub,
     infra::metrics::{ClusterLabels, PoolReasonLabels},
     infra::registry::{ClusterKey, Connection},
 };
-use crds::{CleverNodeClass, FlavorCatalog, NodeClaim, NodePool, labels, quantity::Resources};
+use crds::{CleverNodeClass, NodeClaim, NodePool, labels, quantity::Resources};
 use k8s_openapi::api::core::v1::Node;
 use scheduling::{
-    convert::{PendingRule, Snapshot, build_input, triggers_provisioning},
+    convert::{PendingRule, Snapshot, build_input},
     model::{NewClaim, Settings},
 };
 
@@ -54,10 +53,61 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
 
 async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken) {
     let mut batcher = Batcher::default();
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rounds = Rounds::default();
+    let mut changes = hub.registry.changes();
+    let mut scope = hub.cache.scope_changes();
     let labels = ClusterLabels { cluster: key.to_string() };
     loop {
+        let conn = hub.registry.connection(&key);
+        let mut wake = None;
+        match conn.as_ref().filter(|c| c.is_synced()) {
+            None => {
+                // The hub cannot see the cluster's pods: no series rather than a stale count.
+                hub.metrics.queue_depth.remove(&labels);
+                hub.metrics.unschedulable_pods.remove(&labels);
+            }
+            Some(conn) => {
+                let now = tokio::time::Instant::now();
+                let pending = conn.pending.snapshot();
+                hub.metrics.queue_depth.get(&labels).set(i64::try_from(pending.len()).unwrap_or(i64::MAX));
+                if pending.is_empty() {
+                    // The unschedulable pods are some of those waiting; with none waiting no round
+                    // runs to say so, and the last decision's count would stay.
+                    hub.metrics.unschedulable_pods.get(&labels).set(0);
+                }
+                let (scope_now, world) = (*scope.borrow_and_update(), nodes_fingerprint(conn));
+                rounds.offer(&mut batcher, &pending, scope_now, world, now);
+                if batcher.is_due(now) {
+                    let batch = batcher.take();
+                    let outcome = match round(&hub, conn, &key).await {
+                        Ok(outcome) => outcome,
+                        Err(e) => {
+                            tracing::warn!(cluster = %key, pods = batch.len(), error = %e, "provisioning round failed; retrying");
+                            Outcome::Failed
+                        }
+                    };
+                    rounds.ran(&pending, scope_now, world, outcome, tokio::time::Instant::now());
+                    continue;
+                }
+                wake = rounds.next_wake(&batcher);
+            }
+        }
+        let joined = async {
+            match &conn {
+                // Woken by the pod watch when a pod starts waiting, or when the caches are synced.
+                Some(c) if c.is_synced() => c.pending.joined().await,
+                Some(c) => {
+                    c.wait_synced().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let sleep = async {
+            match wake {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = cancel.cancelled() => {
                 // The cluster was removed: a round that ran meanwhile may have set these again.
@@ -65,56 +115,38 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
                 hub.metrics.unschedulable_pods.remove(&labels);
                 return;
             }
-            _ = tick.tick() => {}
-        }
-        let Some(conn) = hub.registry.connection(&key).filter(|c| c.is_synced()) else {
-            // The hub cannot see the cluster's pods: no series rather than a stale count.
-            hub.metrics.queue_depth.remove(&labels);
-            hub.metrics.unschedulable_pods.remove(&labels);
-            continue;
-        };
-        let now = tokio::time::Instant::now();
-        let mut waiting = 0;
-        for pod in conn.cache.pods.state() {
-            if triggers_provisioning(&pod) {
-                waiting += 1;
-                if let Some(uid) = pod.uid() {
-                    batcher.trigger(&uid, now);
-                }
-            }
-        }
-        hub.metrics.queue_depth.get(&labels).set(waiting);
-        if waiting == 0 {
-            // The unschedulable pods are some of those waiting; with none waiting no round runs to
-            // say so, and the last decision's count would stay.
-            hub.metrics.unschedulable_pods.get(&labels).set(0);
-        }
-        if !batcher.is_due(now) {
-            continue;
-        }
-        let batch = batcher.take();
-        match round(&hub, &conn, &key).await {
-            Ok(created) => {
-                if created > 0 {
-                    // Let the new claims show up in the next round's listing before deciding again.
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-            }
-            Err(e) => {
-                tracing::warn!(cluster = %key, pods = batch.len(), error = %e, "provisioning round failed; the next window retries")
-            }
+            _ = changes.changed() => {}
+            _ = scope.changed() => {}
+            () = joined => {}
+            () = sleep => {}
         }
     }
 }
 
-/// One scheduling round for one cluster; returns how many claims it created.
-pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usize, Error> {
-    let lp = ListParams::default();
+/// The cluster's nodes as far as a waiting pod cares: which exist and which are Ready.
+fn nodes_fingerprint(conn: &Connection) -> u64 {
+    fingerprint(conn.cache.nodes.state().iter().map(|n| {
+        let ready = n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        (n.metadata.name.clone(), ready, n.metadata.deletion_timestamp.is_some())
+    }))
+}
+
+/// How long to wait for the management cache to show the claims a round created, before the next
+/// round may decide (it would otherwise not count them and decide them again).
+const CREATED_VISIBLE: Duration = Duration::from_secs(5);
+
+/// One scheduling round for one cluster, over the watch caches (no request but the creates).
+pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Outcome, Error> {
+    if !hub.cache.is_ready() {
+        // Absence in an unlisted cache means nothing; look again shortly.
+        return Ok(Outcome::Deferred { until: tokio::time::Instant::now() + Duration::from_millis(200) });
+    }
     let ns = &key.namespace;
-    let node_pools = Api::<NodePool>::namespaced(hub.mgmt.clone(), ns).list(&lp).await?.items;
-    let node_classes = Api::<CleverNodeClass>::namespaced(hub.mgmt.clone(), ns).list(&lp).await?.items;
-    let flavor_catalogs = Api::<FlavorCatalog>::namespaced(hub.mgmt.clone(), ns).list(&lp).await?.items;
-    let node_claims = Api::<NodeClaim>::namespaced(hub.mgmt.clone(), ns).list(&lp).await?.items;
+    let node_classes: Vec<CleverNodeClass> = hub.cache.classes_in(ns).iter().map(|c| c.as_ref().clone()).collect();
     // Only pools whose node class is Ready and not being deleted take part.
     let ready_classes: BTreeSet<String> = node_classes
         .iter()
@@ -123,31 +155,40 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
         })
         .map(|c| c.name_any())
         .collect();
-    let pools: Vec<NodePool> = node_pools
-        .into_iter()
+    let pools: Vec<NodePool> = hub
+        .cache
+        .pools_in(ns)
+        .iter()
         .filter(|p| {
             p.spec.cluster_name == key.name
                 && p.metadata.deletion_timestamp.is_none()
                 && ready_classes.contains(&p.spec.template.spec.node_class_ref.name)
         })
+        .map(|p| p.as_ref().clone())
         .collect();
     let unschedulable = hub.metrics.unschedulable_pods.get(&ClusterLabels { cluster: key.to_string() });
     if pools.is_empty() {
         tracing::debug!(cluster = %key, "no ready NodePool for this cluster; nothing to provision");
         // No pool can take any of them: every pending pod is unschedulable for the hub.
-        let pending = conn.cache.pods.state().iter().filter(|p| triggers_provisioning(p)).count();
-        unschedulable.set(i64::try_from(pending).unwrap_or(i64::MAX));
-        return Ok(0);
+        unschedulable.set(i64::try_from(conn.pending.len()).unwrap_or(i64::MAX));
+        return Ok(Outcome::Done);
     }
     let snapshot = Snapshot {
         node_pools: pools.clone(),
         node_classes,
-        flavor_catalogs,
-        node_claims,
-        nodes: conn.cache.nodes.state().iter().map(|n| n.as_ref().clone()).collect(),
-        pods: conn.cache.pods.state().iter().map(|p| p.as_ref().clone()).collect(),
-        daemonsets: conn.cache.daemonsets.state().iter().map(|d| d.as_ref().clone()).collect(),
-        pdbs: conn.cache.pdbs.state().iter().map(|p| p.as_ref().clone()).collect(),
+        flavor_catalogs: hub.cache.catalogs_in(ns).iter().map(|c| c.as_ref().clone()).collect(),
+        node_claims: hub
+            .cache
+            .claims_in(ns)
+            .iter()
+            .filter(|c| c.spec.cluster_name == key.name)
+            .map(|c| c.as_ref().clone())
+            .collect(),
+        nodes: conn.cache.nodes.state(),
+        pods: conn.cache.pods.state(),
+        daemonsets: conn.cache.daemonsets.state(),
+        pdbs: conn.cache.pdbs.state(),
+        zone: Some(hub.settings.zone.clone()),
     };
     let converted = build_input(&snapshot, &key.name, PendingRule::Unschedulable, Settings::default())?;
     for note in &converted.notes {
@@ -156,7 +197,7 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
     let mut input = converted.input;
     if input.pods.is_empty() {
         unschedulable.set(0);
-        return Ok(0);
+        return Ok(Outcome::Done);
     }
     // CKE's refusals (clever-cloud.md §3.5): no new claims while the cluster backs off, and flavors
     // cooling down are not offered, so the decision picks another flavor.
@@ -164,11 +205,11 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
     let now = hub.now();
     if let Some(left) = capacity.backoff_remaining(now) {
         tracing::debug!(cluster = %key, pods = input.pods.len(), seconds = left.as_secs(), "creation back-off after a CKE refusal; pods wait");
-        return Ok(0);
+        return Ok(Outcome::Deferred { until: tokio::time::Instant::now() + left.min(RESYNC) });
     }
     let cooling: BTreeSet<String> = capacity.unavailable(now).map(str::to_string).collect();
     mark_unavailable(&mut input, &cooling);
-    for (flavor, e) in correct_from_nodes(&mut input, &snapshot.nodes) {
+    for (flavor, e) in correct_from_nodes(&mut input, snapshot.nodes.iter().map(AsRef::as_ref)) {
         tracing::debug!(cluster = %key, flavor = %flavor, error = %e, "observed node capacity ignored");
     }
     let started = std::time::Instant::now();
@@ -196,7 +237,7 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
         }
     }
     let api: Api<NodeClaim> = Api::namespaced(hub.mgmt.clone(), ns);
-    let mut created = 0;
+    let mut created = Vec::new();
     for claim in &decision.new_claims {
         let Some(pool) = pools.iter().find(|p| p.name_any() == claim.nodepool) else {
             continue;
@@ -207,7 +248,7 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
         let name = nc.name_any();
         match api.create(&PostParams::default(), &nc).await {
             Ok(_) => {
-                created += 1;
+                created.push(name.clone());
                 hub.metrics
                     .nodeclaims_created
                     .get(&PoolReasonLabels {
@@ -225,6 +266,7 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
             }
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 tracing::debug!(cluster = %key, nodeclaim = %name, "NodeClaim already exists (a retried round)");
+                created.push(name);
             }
             Err(e) => return Err(e.into()),
         }
@@ -233,7 +275,31 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<usi
         let nominated: usize = decision.existing.iter().map(|a| a.pods.len()).sum();
         tracing::debug!(cluster = %key, pods = nominated, "pods expected on existing or in-flight capacity");
     }
-    Ok(created)
+    if !created.is_empty() && !claims_visible(hub, ns, &created).await {
+        tracing::warn!(cluster = %key, claims = created.len(), "the management cache does not show the new NodeClaims yet; the next round may repeat work");
+    }
+    if !decision.unschedulable.is_empty() && !cooling.is_empty() {
+        // Pods left out while flavors cool down: nothing in the caches will announce the end of a
+        // cool-down, so look again then (at the latest after RESYNC: the hub's clock may be moved).
+        let until = capacity.next_expiry(now).unwrap_or(RESYNC).min(RESYNC);
+        return Ok(Outcome::Deferred { until: tokio::time::Instant::now() + until });
+    }
+    Ok(Outcome::Done)
+}
+
+/// Wait until the management cache shows every claim in `names` (or [`CREATED_VISIBLE`] passed).
+async fn claims_visible(hub: &Hub, ns: &str, names: &[String]) -> bool {
+    let deadline = tokio::time::Instant::now() + CREATED_VISIBLE;
+    loop {
+        let shown = names.iter().all(|n| hub.cache.claims.get(&ObjectRef::<NodeClaim>::new(n).within(ns)).is_some());
+        if shown {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Take the offerings of flavors CKE refused recently out of every pool's catalogue.
@@ -253,7 +319,10 @@ pub fn mark_unavailable(input: &mut scheduling::Input, flavors: &BTreeSet<String
 /// Runtime self-correction of the catalogue (clever-cloud.md §4): the first Ready-reported worker
 /// Node of each flavor gives that flavor its real capacity and allocatable in every pool. Returns
 /// the observations refused (too far from the catalogue), for the log.
-pub fn correct_from_nodes(input: &mut scheduling::Input, nodes: &[Node]) -> Vec<(String, String)> {
+pub fn correct_from_nodes<'a>(
+    input: &mut scheduling::Input,
+    nodes: impl IntoIterator<Item = &'a Node>,
+) -> Vec<(String, String)> {
     let mut observed: BTreeMap<String, (Resources, Resources)> = BTreeMap::new();
     for node in nodes {
         let labels = node.labels();

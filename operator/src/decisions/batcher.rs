@@ -7,7 +7,11 @@
 //! Owns: the window arithmetic, with time passed in. Must not: sleep or read the clock; the caller
 //! sleeps until [`Batcher::deadline`].
 
-use std::{collections::HashSet, time::Duration};
+use std::{
+    collections::HashSet,
+    hash::{Hash, Hasher},
+    time::Duration,
+};
 
 use tokio::time::Instant;
 
@@ -72,6 +76,99 @@ impl Default for Batcher {
     }
 }
 
+/// How often pods still waiting after a round are looked at again while the cluster's nodes change
+/// (a node that joined may not fit what it was launched for), and how long after a failed round.
+pub const RESYNC: Duration = Duration::from_secs(10);
+
+/// Which rounds are worth running (B4): a round runs for news only — a pod that started waiting
+/// since the last round, a change of what the decision reads in the management cluster (`scope`),
+/// or, at most every [`RESYNC`], a change of the cluster's nodes (`world`) while pods still wait.
+/// A failed or deferred round is retried at its time. Pods a round already saw do not open a
+/// window again: their claims are in flight.
+#[derive(Debug, Clone, Default)]
+pub struct Rounds {
+    handled: HashSet<String>,
+    scope: Option<u64>,
+    world: Option<u64>,
+    retry_at: Option<Instant>,
+    resync_at: Option<Instant>,
+}
+
+/// How a round ended, for [`Rounds::ran`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Decided (claims created or not).
+    Done,
+    /// Decided what could be, and look again at `until` even without news (CKE's creation
+    /// back-off or a flavor's cool-down ends, the caches were not ready).
+    Deferred { until: Instant },
+    /// The round failed; retried after [`RESYNC`].
+    Failed,
+}
+
+impl Rounds {
+    /// What the loop sees now: the waiting pods, the management scope's counter, a fingerprint of
+    /// the cluster's nodes. Triggers `batcher` for each piece of news.
+    pub fn offer(&mut self, batcher: &mut Batcher, pending: &HashSet<String>, scope: u64, world: u64, now: Instant) {
+        self.handled.retain(|u| pending.contains(u));
+        if pending.is_empty() {
+            // Nothing waits: nothing to retry or look at again.
+            self.retry_at = None;
+            self.resync_at = None;
+            return;
+        }
+        for uid in pending {
+            if !self.handled.contains(uid) {
+                batcher.trigger(uid, now);
+            }
+        }
+        let retry = self.retry_at.is_some_and(|t| now >= t);
+        let scope_changed = self.scope != Some(scope);
+        let world_changed = self.world != Some(world) && self.resync_at.is_none_or(|t| now >= t);
+        if retry || scope_changed || world_changed {
+            batcher.trigger(&format!("resync {scope} {world}"), now);
+        }
+    }
+
+    /// A round ran over `pending` (the set it was offered) at `scope`/`world`.
+    pub fn ran(&mut self, pending: &HashSet<String>, scope: u64, world: u64, outcome: Outcome, now: Instant) {
+        match outcome {
+            Outcome::Done | Outcome::Deferred { .. } => {
+                self.handled.extend(pending.iter().cloned());
+                self.scope = Some(scope);
+                self.world = Some(world);
+                self.retry_at = match outcome {
+                    Outcome::Deferred { until } => Some(until),
+                    _ => None,
+                };
+                self.resync_at = Some(now + RESYNC);
+            }
+            // Not handled: the pods open a window again at the next wake, or at the retry.
+            Outcome::Failed => self.retry_at = Some(now + RESYNC),
+        }
+    }
+
+    /// When to look again without news: a retry, or the next look at the nodes.
+    pub fn next_wake(&self, batcher: &Batcher) -> Option<Instant> {
+        [batcher.deadline(), self.retry_at, self.resync_at.filter(|_| !self.handled.is_empty())]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+}
+
+/// A fingerprint of an unordered set of items (order-independent).
+pub fn fingerprint<T: Hash>(items: impl IntoIterator<Item = T>) -> u64 {
+    items
+        .into_iter()
+        .map(|i| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            i.hash(&mut h);
+            h.finish()
+        })
+        .fold(0u64, u64::wrapping_add)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -103,6 +200,86 @@ mod tests {
         b.trigger("a", t0);
         assert!(!b.trigger("a", ms(t0, 900)));
         assert_eq!(b.deadline(), Some(ms(t0, 1000)));
+    }
+
+    fn set(uids: &[&str]) -> HashSet<String> {
+        uids.iter().map(|u| u.to_string()).collect()
+    }
+
+    /// Offer, and run the round if the window is due; returns whether a round ran.
+    fn step(r: &mut Rounds, b: &mut Batcher, pending: &HashSet<String>, scope: u64, world: u64, now: Instant) -> bool {
+        r.offer(b, pending, scope, world, now);
+        if b.is_due(now) {
+            b.take();
+            r.ran(pending, scope, world, Outcome::Done, now);
+            true
+        } else {
+            false
+        }
+    }
+
+    #[test]
+    fn only_news_runs_a_round() {
+        let t0 = Instant::now();
+        let (mut r, mut b) = (Rounds::default(), Batcher::default());
+        assert!(!step(&mut r, &mut b, &set(&[]), 0, 0, t0), "nothing waits");
+        assert_eq!(r.next_wake(&b), None, "and nothing to wake for");
+        assert!(!step(&mut r, &mut b, &set(&["a"]), 0, 0, t0));
+        assert!(step(&mut r, &mut b, &set(&["a"]), 0, 0, ms(t0, 1000)), "the window closed");
+        // The same pod still waits (its claim is in flight): no round, however often the loop wakes.
+        for i in 1..20 {
+            assert!(!step(&mut r, &mut b, &set(&["a"]), 0, 0, ms(t0, 1000 + i * 1000)));
+        }
+        // A new pod: a round, after the idle window.
+        assert!(!step(&mut r, &mut b, &set(&["a", "b"]), 0, 0, ms(t0, 30_000)));
+        assert!(step(&mut r, &mut b, &set(&["a", "b"]), 0, 0, ms(t0, 31_000)));
+        // A NodePool became ready (scope): a round for the pods still waiting.
+        assert!(!step(&mut r, &mut b, &set(&["a", "b"]), 1, 0, ms(t0, 32_000)));
+        assert!(step(&mut r, &mut b, &set(&["a", "b"]), 1, 0, ms(t0, 33_000)));
+    }
+
+    #[test]
+    fn node_changes_are_looked_at_no_more_than_every_resync() {
+        let t0 = Instant::now();
+        let (mut r, mut b) = (Rounds::default(), Batcher::default());
+        step(&mut r, &mut b, &set(&["a"]), 0, 0, t0);
+        assert!(step(&mut r, &mut b, &set(&["a"]), 0, 0, ms(t0, 1000)));
+        assert_eq!(r.next_wake(&b), Some(ms(t0, 11_000)));
+        assert!(!step(&mut r, &mut b, &set(&["a"]), 0, 7, ms(t0, 5000)), "a node joined, but too soon");
+        assert!(!step(&mut r, &mut b, &set(&["a"]), 0, 7, ms(t0, 11_000)), "the window opens");
+        assert!(step(&mut r, &mut b, &set(&["a"]), 0, 7, ms(t0, 12_000)));
+        // Unchanged nodes at the next resync: nothing.
+        assert!(!step(&mut r, &mut b, &set(&["a"]), 0, 7, ms(t0, 23_000)));
+        assert!(!step(&mut r, &mut b, &set(&["a"]), 0, 7, ms(t0, 24_000)));
+    }
+
+    #[test]
+    fn failed_and_deferred_rounds_are_retried_at_their_time_and_forgotten_when_nothing_waits() {
+        let t0 = Instant::now();
+        let (mut r, mut b) = (Rounds::default(), Batcher::default());
+        let p = set(&["a"]);
+        r.offer(&mut b, &p, 0, 0, t0);
+        b.take();
+        r.ran(&p, 0, 0, Outcome::Failed, ms(t0, 1000));
+        assert_eq!(r.next_wake(&b), Some(ms(t0, 11_000)));
+        assert!(!step(&mut r, &mut b, &p, 0, 0, ms(t0, 10_999)));
+        r.offer(&mut b, &p, 0, 0, ms(t0, 11_000));
+        assert!(b.deadline().is_some(), "the retry opens a window");
+        b.take();
+        r.ran(&p, 0, 0, Outcome::Deferred { until: ms(t0, 60_000) }, ms(t0, 12_000));
+        assert!(!step(&mut r, &mut b, &p, 0, 0, ms(t0, 59_999)), "deferred: the pod is not news meanwhile");
+        assert_eq!(b.deadline(), None);
+        r.offer(&mut b, &p, 0, 0, ms(t0, 60_000));
+        assert!(b.deadline().is_some(), "looked at again when the back-off ends");
+        b.take();
+        r.offer(&mut b, &set(&[]), 0, 0, ms(t0, 61_000));
+        assert_eq!(r.next_wake(&b), None, "the pod went: no retry");
+    }
+
+    #[test]
+    fn fingerprints_ignore_order() {
+        assert_eq!(fingerprint(["a", "b"]), fingerprint(["b", "a"]));
+        assert_ne!(fingerprint(["a", "b"]), fingerprint(["a", "c"]));
     }
 
     #[test]

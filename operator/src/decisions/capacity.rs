@@ -121,6 +121,16 @@ impl CapacityState {
         self.unavailable_until.iter().filter(move |(_, u)| **u > now).map(|(f, _)| f.as_str())
     }
 
+    /// How long until the next cool-down or back-off ends, if any is running.
+    pub fn next_expiry(&self, now: Timestamp) -> Option<Duration> {
+        self.unavailable_until
+            .values()
+            .chain(self.backoff_until.iter())
+            .filter(|u| **u > now)
+            .min()
+            .and_then(|u| Duration::try_from(u.duration_since(now)).ok())
+    }
+
     /// Creations fail fast until this instant, if any.
     pub fn backoff_remaining(&self, now: Timestamp) -> Option<Duration> {
         self.backoff_until.filter(|u| *u > now).and_then(|u| Duration::try_from(u.duration_since(now)).ok())

@@ -6,7 +6,7 @@
 //! Owns that reduction and the method order. Must not: do I/O, read the clock (`now` is an
 //! argument), or log; the controller and `plan` render and act on what it returns.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crds::nodepool::DisruptionReason;
 use disruption::{Drift, Method, NodeFacts, Outcome, Owner, PdbFacts, PodFacts, PoolFacts, Scope, ScopeModel};
@@ -87,6 +87,21 @@ pub fn view(
 
     let mut nodes = Vec::new();
     let mut bound: Vec<Vec<&Pod>> = Vec::new();
+    // One pass over the pods: by node, and the ready replicas per owner (a pod per pod would be
+    // quadratic at a thousand pods).
+    let mut by_node: HashMap<&str, Vec<&Pod>> = HashMap::new();
+    let mut ready_replicas: HashMap<(&str, &str, &str), usize> = HashMap::new();
+    for p in &snapshot.pods {
+        if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            by_node.entry(n).or_default().push(p.as_ref());
+        }
+        if pod_ready(p) {
+            let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+            for r in p.metadata.owner_references.iter().flatten() {
+                *ready_replicas.entry((ns, r.kind.as_str(), r.name.as_str())).or_default() += 1;
+            }
+        }
+    }
     // Claims in name order: indices stay put between passes unless claims come or go.
     let mut claims: Vec<&crds::NodeClaim> =
         snapshot.node_claims.iter().filter(|c| c.spec.cluster_name == cluster).collect();
@@ -95,8 +110,10 @@ pub fn view(
         let claim_name = claim.metadata.name.clone().unwrap_or_default();
         let conditions: &[Condition] = claim.status.as_ref().map_or(&[], |s| s.conditions.as_slice());
         let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone());
-        let node: Option<&Node> =
-            node_name.as_deref().and_then(|n| snapshot.nodes.iter().find(|k| k.metadata.name.as_deref() == Some(n)));
+        let node: Option<&Node> = node_name
+            .as_deref()
+            .and_then(|n| snapshot.nodes.iter().find(|k| k.metadata.name.as_deref() == Some(n)))
+            .map(AsRef::as_ref);
         let created = claim.metadata.creation_timestamp.as_ref().map_or(now, |t| to_ts(&t.0));
         let label = |key: &str| {
             node.and_then(|n| n.metadata.labels.as_ref()?.get(key).cloned())
@@ -151,9 +168,9 @@ pub fn view(
         f.price = price_of(&input, &f);
         let mut on_node = Vec::new();
         if let Some(n) = &f.node {
-            for p in snapshot.pods.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(n)) {
-                f.pods.push(pod_facts(p, snapshot, &mut notes)?);
-                on_node.push(p);
+            for p in by_node.get(n.as_str()).into_iter().flatten() {
+                f.pods.push(pod_facts(p, snapshot, &ready_replicas, &mut notes)?);
+                on_node.push(*p);
             }
         }
         nodes.push(f);
@@ -261,7 +278,12 @@ fn price_of(input: &scheduling::Input, f: &NodeFacts) -> f64 {
         .map_or(0.0, |o| o.price_hourly)
 }
 
-fn pod_facts(p: &Pod, snapshot: &Snapshot, notes: &mut Vec<String>) -> Result<PodFacts, ConvertError> {
+fn pod_facts(
+    p: &Pod,
+    snapshot: &Snapshot,
+    ready_replicas: &HashMap<(&str, &str, &str), usize>,
+    notes: &mut Vec<String>,
+) -> Result<PodFacts, ConvertError> {
     let ns = p.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let name = format!("{ns}/{}", p.metadata.name.as_deref().unwrap_or_default());
     let owner = p
@@ -329,11 +351,7 @@ fn pod_facts(p: &Pod, snapshot: &Snapshot, notes: &mut Vec<String>) -> Result<Po
         priority: p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
         only_ready_replica: pod_ready(p)
             && owner.is_some_and(|o| {
-                let same = |q: &&Pod| {
-                    q.metadata.namespace.as_deref().unwrap_or("default") == ns
-                        && q.metadata.owner_references.iter().flatten().any(|r| r.kind == o.kind && r.name == o.name)
-                };
-                snapshot.pods.iter().filter(same).filter(|q| pod_ready(q)).count() == 1
+                ready_replicas.get(&(ns.as_str(), o.kind.as_str(), o.name.as_str())).copied() == Some(1)
             }),
     })
 }

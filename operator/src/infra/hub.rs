@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     decisions::capacity::{self, CapacityState},
+    decisions::conditions,
     infra::metrics::Metrics,
     infra::registry::{ClusterKey, Registry},
 };
@@ -90,6 +91,7 @@ pub struct MgmtCache {
     pub classes: Store<CleverNodeClass>,
     pub catalogs: Store<FlavorCatalog>,
     ready: tokio::sync::watch::Receiver<bool>,
+    scope: tokio::sync::watch::Receiver<u64>,
 }
 
 impl std::fmt::Debug for MgmtCache {
@@ -107,10 +109,31 @@ impl std::fmt::Debug for MgmtCache {
 impl MgmtCache {
     /// Start the watches; they stop with `shutdown`.
     pub fn start(mgmt: &Client, namespace: Option<&str>, shutdown: &CancellationToken) -> Self {
-        let claims = spawn_reflector(scoped::<NodeClaim>(mgmt, namespace), shutdown);
-        let pools = spawn_reflector(scoped::<NodePool>(mgmt, namespace), shutdown);
-        let classes = spawn_reflector(scoped::<CleverNodeClass>(mgmt, namespace), shutdown);
-        let catalogs = spawn_reflector(scoped::<FlavorCatalog>(mgmt, namespace), shutdown);
+        let (scope_tx, scope) = tokio::sync::watch::channel(0u64);
+        let scope_tx = Arc::new(scope_tx);
+        // What provisioning's decision depends on, per kind: a pool's or catalogue's spec, a class's
+        // spec and readiness, a claim going away (its capacity with it). A claim's creation or
+        // status is not: provisioning made it, or it changes nothing a pending pod waits for.
+        let claims = spawn_reflector(
+            scoped::<NodeClaim>(mgmt, namespace),
+            shutdown,
+            Some((scope_tx.clone(), |c: &NodeClaim| u64::from(c.metadata.deletion_timestamp.is_some()), false)),
+        );
+        let pools = spawn_reflector(
+            scoped::<NodePool>(mgmt, namespace),
+            shutdown,
+            Some((scope_tx.clone(), |p: &NodePool| generation(p.metadata.generation), true)),
+        );
+        let classes = spawn_reflector(
+            scoped::<CleverNodeClass>(mgmt, namespace),
+            shutdown,
+            Some((scope_tx.clone(), class_scope, true)),
+        );
+        let catalogs = spawn_reflector(
+            scoped::<FlavorCatalog>(mgmt, namespace),
+            shutdown,
+            Some((scope_tx, |f: &FlavorCatalog| generation(f.metadata.generation), true)),
+        );
         let (tx, ready) = tokio::sync::watch::channel(false);
         let (c, p, k, f) = (claims.clone(), pools.clone(), classes.clone(), catalogs.clone());
         tokio::spawn(async move {
@@ -123,7 +146,13 @@ impl MgmtCache {
                 let _ = tx.send(true);
             }
         });
-        Self { claims, pools, classes, catalogs, ready }
+        Self { claims, pools, classes, catalogs, ready, scope }
+    }
+
+    /// A counter bumped whenever something provisioning decides from changes (see [`Self::start`]);
+    /// the provisioning loops re-run a round for pods still waiting when it moves.
+    pub fn scope_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.scope.clone()
     }
 
     /// Whether every cache has listed once. Before that, absence means nothing.
@@ -163,7 +192,20 @@ where
     }
 }
 
-fn spawn_reflector<K>(api: Api<K>, shutdown: &CancellationToken) -> Store<K>
+fn generation(g: Option<i64>) -> u64 {
+    g.and_then(|g| u64::try_from(g).ok()).unwrap_or(0)
+}
+
+fn class_scope(c: &CleverNodeClass) -> u64 {
+    let ready = conditions::is_true(c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(), "Ready");
+    generation(c.metadata.generation) << 1 | u64::from(ready)
+}
+
+/// Where a watch reports changes of its objects' relevant part: the counter, the part (a
+/// fingerprint), and whether a new object counts as a change.
+type ScopeHook<K> = (Arc<tokio::sync::watch::Sender<u64>>, fn(&K) -> u64, bool);
+
+fn spawn_reflector<K>(api: Api<K>, shutdown: &CancellationToken, scope: Option<ScopeHook<K>>) -> Store<K>
 where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
@@ -172,13 +214,37 @@ where
     let stop = shutdown.clone();
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
+        // The last fingerprint per object (uid), to tell a relevant change from a status write.
+        let mut seen: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 next = stream.next() => match next {
                     None => return,
                     Some(Err(e)) => tracing::debug!(kind = %K::kind(&()), error = %crate::infra::apierror::plain_watch(&e), "management watch error; retrying"),
-                    Some(Ok(_)) => {}
+                    Some(Ok(ev)) => if let Some((tx, fingerprint, new_counts)) = &scope {
+                        let changed = match &ev {
+                            watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                                let uid = o.meta().uid.clone().unwrap_or_default();
+                                let before = seen.insert(uid, fingerprint(o));
+                                matches!(ev, watcher::Event::Apply(_))
+                                    && before.map_or(*new_counts, |b| b != fingerprint(o))
+                            }
+                            watcher::Event::Delete(o) => {
+                                seen.remove(o.meta().uid.as_deref().unwrap_or_default());
+                                true
+                            }
+                            watcher::Event::Init => {
+                                seen.clear();
+                                false
+                            }
+                            // A relist: whatever happened while the watch was down.
+                            watcher::Event::InitDone => true,
+                        };
+                        if changed {
+                            tx.send_modify(|n| *n = n.wrapping_add(1));
+                        }
+                    },
                 },
             }
         }

@@ -17,6 +17,7 @@
 //! missing), or keep kubeconfig bytes anywhere but in `secrecy` wrappers.
 
 mod connection;
+pub mod pending;
 
 use std::{
     collections::BTreeMap,
@@ -35,7 +36,7 @@ use secrecy::SecretSlice;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-pub use connection::{Connection, WorkloadCache};
+pub use connection::{Connection, WorkloadCache, project_pod};
 
 use crate::infra::kubeconfig;
 
@@ -518,12 +519,7 @@ impl Registry {
         let (conn_tx, conn_rx) = watch::channel(None);
         let replaced = self.inner.clusters.write().unwrap_or_else(PoisonError::into_inner).insert(
             key.clone(),
-            Entry {
-                secret_version: version,
-                cancel: cancel.clone(),
-                status: status_rx,
-                connection: conn_rx,
-            },
+            Entry { secret_version: version, cancel: cancel.clone(), status: status_rx, connection: conn_rx },
         );
         let rotated = replaced.is_some();
         if let Some(old) = replaced {

@@ -142,11 +142,20 @@ pub fn metric(world: &World, name: &str, labels: &[(&str, &str)]) -> f64 {
 }
 
 /// Provisioning rounds the hub has run for cluster `i` (each observes the scheduling duration;
-/// a round runs about every 1.25 s while a pod is pending and the cluster is not backing off).
+/// a round runs for news only: a pod that started waiting, a change of pools, classes, catalogues
+/// or a claim going away, or, at most every 10 s, of the cluster's nodes while pods wait).
 pub fn rounds(world: &World, i: usize) -> u64 {
     let c = &world.clusters[i];
     let cluster = format!("{}/{}", c.namespace, c.name);
     metric(world, "karpenter_provisioner_scheduling_duration_seconds_count", &[("cluster", &cluster)]) as u64
+}
+
+/// Health probes the hub has made of cluster `i` (every probe interval while it is connected):
+/// the hub seen at work when nothing else it does shows a count.
+pub fn probes(world: &World, i: usize) -> u64 {
+    let c = &world.clusters[i];
+    let cluster = format!("{}/{}", c.namespace, c.name);
+    metric(world, "karpenter_hub_cluster_probes_total", &[("cluster", &cluster)]) as u64
 }
 
 /// Write counts by (verb, resource, count).

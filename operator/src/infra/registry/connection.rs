@@ -67,6 +67,8 @@ pub struct Connection {
     /// PodDisruptionBudget answers 429 by design, and termination backs off itself.
     pub evictions: Client,
     pub cache: WorkloadCache,
+    /// The pods waiting for capacity, from the pod watch (wakes provisioning).
+    pub pending: Arc<super::pending::PendingPods>,
     synced: watch::Receiver<bool>,
 }
 
@@ -311,11 +313,24 @@ impl Task {
         let _stop_watches = watches.clone().drop_guard();
         let (failures_tx, mut failures) = mpsc::channel::<kube::Error>(16);
         let (synced_tx, synced_rx) = watch::channel(false);
+        let pending = Arc::new(super::pending::PendingPods::default());
+        let observe_pods = {
+            let pending = pending.clone();
+            move |ev: &watcher::Event<Pod>| pending.observe(ev)
+        };
         let cache = WorkloadCache {
-            pods: spawn_cache(Api::all(client.clone()), trim_pod, &watches, &failures_tx, &self.key, None),
+            pods: spawn_cache_observed(
+                Api::all(client.clone()),
+                trim_pod,
+                &watches,
+                &failures_tx,
+                &self.key,
+                None,
+                observe_pods,
+            ),
             nodes: spawn_cache(
                 Api::all(client.clone()),
-                trim_meta,
+                trim_node,
                 &watches,
                 &failures_tx,
                 &self.key,
@@ -337,6 +352,7 @@ impl Task {
             client: client.clone(),
             evictions,
             cache: cache.clone(),
+            pending,
             synced: synced_rx,
         });
         self.connection.send_replace(Some(conn));
@@ -523,6 +539,22 @@ fn spawn_cache<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
+    spawn_cache_observed(api, trim, cancel, failures, key, touched, |_: &watcher::Event<K>| {})
+}
+
+/// [`spawn_cache`], calling `observe` with every event once the store holds it.
+fn spawn_cache_observed<K>(
+    api: Api<K>,
+    trim: fn(&mut K),
+    cancel: &CancellationToken,
+    failures: &mpsc::Sender<kube::Error>,
+    key: &ClusterKey,
+    touched: Option<TouchedHook<K>>,
+    observe: impl Fn(&watcher::Event<K>) + Send + 'static,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
     let (store, writer) = reflector::store();
     let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).modify(trim).default_backoff());
     let cancel = cancel.clone();
@@ -537,6 +569,7 @@ where
                 next = stream.next() => match next {
                     None => return,
                     Some(Ok(ev)) => {
+                        observe(&ev);
                         // Changes (not the initial listing) of the objects claims depend on.
                         if let (Some((tx, group_of)), watcher::Event::Apply(obj) | watcher::Event::Delete(obj)) =
                             (&touched, &ev)
@@ -588,30 +621,103 @@ fn trim_meta<K: Resource>(obj: &mut K) {
     }
 }
 
-/// Pods dominate a cluster's cache: keep what scheduling, disruption and termination read
-/// (requests, ports, affinity, tolerations, owner, phase, conditions) and drop the rest.
+/// Nodes: the image list (often the largest part of a Node) and volume bookkeeping are not read.
+fn trim_node(node: &mut k8s_openapi::api::core::v1::Node) {
+    trim_meta(node);
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+        status.config = None;
+    }
+}
+
+/// Pods dominate a cluster's cache (performance.md B4): keep only what scheduling, disruption and
+/// termination read, rebuilt as a fresh object rather than trimmed in place, so the decoded
+/// original (with its environment, probes, mounts and statuses) is freed whole and the cache holds
+/// small, contiguous allocations.
 fn trim_pod(pod: &mut Pod) {
-    trim_meta(pod);
-    if let Some(spec) = pod.spec.as_mut() {
-        for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
-            c.env = None;
-            c.env_from = None;
-            c.command = None;
-            c.args = None;
-            c.liveness_probe = None;
-            c.readiness_probe = None;
-            c.startup_probe = None;
-            c.volume_mounts = None;
-            c.lifecycle = None;
-            c.security_context = None;
-        }
-        spec.ephemeral_containers = None;
-    }
-    if let Some(status) = pod.status.as_mut() {
-        status.container_statuses = None;
-        status.init_container_statuses = None;
-        status.ephemeral_container_statuses = None;
-    }
+    *pod = project_pod(std::mem::take(pod));
+}
+
+/// Annotations a decision reads on pods; every other annotation is dropped from the cache.
+fn read_pod_annotation(key: &str) -> bool {
+    key.starts_with("karpenter.sh/")
+        || key.starts_with("karpenter.clever-cloud.com/")
+        || key == "controller.kubernetes.io/pod-deletion-cost"
+}
+
+/// The projection of a pod the watch cache holds (public for the B4 bench's footprint figure).
+pub fn project_pod(pod: Pod) -> Pod {
+    use k8s_openapi::api::core::v1::{Container, ContainerPort, PodCondition, PodSpec, PodStatus, Volume};
+    use kube::api::ObjectMeta;
+    let m = pod.metadata;
+    let metadata = ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        creation_timestamp: m.creation_timestamp,
+        deletion_timestamp: m.deletion_timestamp,
+        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+        labels: m.labels,
+        annotations: m.annotations.map(|a| a.into_iter().filter(|(k, _)| read_pod_annotation(k)).collect()),
+        owner_references: m.owner_references,
+        ..ObjectMeta::default()
+    };
+    let container = |c: Container| Container {
+        name: c.name,
+        resources: c.resources,
+        restart_policy: c.restart_policy,
+        // Only host ports constrain placement.
+        ports: c
+            .ports
+            .map(|ps| ps.into_iter().filter(|p| p.host_port.is_some_and(|h| h > 0)).collect::<Vec<ContainerPort>>())
+            .filter(|ps| !ps.is_empty()),
+        ..Container::default()
+    };
+    let spec = pod.spec.map(|s| PodSpec {
+        node_name: s.node_name,
+        containers: s.containers.into_iter().map(container).collect(),
+        init_containers: s.init_containers.map(|cs| cs.into_iter().map(container).collect()),
+        overhead: s.overhead,
+        resources: s.resources,
+        node_selector: s.node_selector,
+        affinity: s.affinity,
+        tolerations: s.tolerations,
+        topology_spread_constraints: s.topology_spread_constraints,
+        priority: s.priority,
+        termination_grace_period_seconds: s.termination_grace_period_seconds,
+        // Only claimed volumes matter (zones, attach limits); service-account tokens, config maps
+        // and secrets do not.
+        volumes: s
+            .volumes
+            .map(|vs| {
+                vs.into_iter()
+                    .filter(|v| v.persistent_volume_claim.is_some())
+                    .map(|v| Volume {
+                        name: v.name,
+                        persistent_volume_claim: v.persistent_volume_claim,
+                        ..Volume::default()
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .filter(|vs| !vs.is_empty()),
+        ..PodSpec::default()
+    });
+    let status = pod.status.map(|s| PodStatus {
+        phase: s.phase,
+        nominated_node_name: s.nominated_node_name,
+        start_time: s.start_time,
+        conditions: s.conditions.map(|cs| {
+            cs.into_iter()
+                .filter(|c| c.type_ == "PodScheduled" || c.type_ == "Ready")
+                .map(|c| PodCondition { message: None, ..c })
+                .collect()
+        }),
+        ..PodStatus::default()
+    });
+    Pod { metadata, spec, status }
 }
 
 #[cfg(test)]
@@ -639,6 +745,71 @@ mod tests {
         let c = &pod.spec.as_ref().unwrap().containers[0];
         assert!(c.env.is_none());
         assert!(c.resources.is_some(), "requests are kept");
+    }
+
+    #[test]
+    fn the_projection_keeps_every_field_a_decision_reads() {
+        let full: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "shop", "uid": "u1", "resourceVersion": "7",
+                "creationTimestamp": "2026-01-01T00:00:00Z", "deletionTimestamp": "2026-01-01T00:01:00Z",
+                "labels": {"app": "web"},
+                "annotations": {"karpenter.sh/do-not-disrupt": "true", "controller.kubernetes.io/pod-deletion-cost": "5",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{...}", "prometheus.io/scrape": "true"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": true}]},
+            "spec": {"nodeName": "n1", "priority": 10, "terminationGracePeriodSeconds": 30,
+                "nodeSelector": {"zone": "a"}, "tolerations": [{"key": "k", "operator": "Exists"}],
+                "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}]}},
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}],
+                "overhead": {"cpu": "10m"},
+                "containers": [{"name": "app", "image": "nginx", "env": [{"name": "X", "value": "y"}],
+                    "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "1Gi"}},
+                    "ports": [{"containerPort": 80}, {"containerPort": 9100, "hostPort": 9100}]}],
+                "initContainers": [{"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                    {"name": "token", "projected": {"sources": []}}]},
+            "status": {"phase": "Running", "nominatedNodeName": "n2", "startTime": "2026-01-01T00:00:05Z", "podIP": "10.0.0.1",
+                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"},
+                    {"type": "Initialized", "status": "True"}],
+                "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "image": "nginx", "imageID": ""}]}
+        }))
+        .unwrap();
+        let p = project_pod(full.clone());
+        let (m, s, st) = (&p.metadata, p.spec.as_ref().unwrap(), p.status.as_ref().unwrap());
+        let fs = full.spec.as_ref().unwrap();
+        assert_eq!(
+            (m.name.as_deref(), m.namespace.as_deref(), m.uid.as_deref()),
+            (Some("web-1"), Some("shop"), Some("u1"))
+        );
+        assert_eq!(m.labels, full.metadata.labels);
+        assert_eq!(m.owner_references, full.metadata.owner_references);
+        assert!(m.creation_timestamp.is_some() && m.deletion_timestamp.is_some());
+        let kept: Vec<&String> = m.annotations.as_ref().unwrap().keys().collect();
+        assert_eq!(kept, ["controller.kubernetes.io/pod-deletion-cost", "karpenter.sh/do-not-disrupt"]);
+        assert_eq!(
+            (s.node_name.as_deref(), s.priority, s.termination_grace_period_seconds),
+            (Some("n1"), Some(10), Some(30))
+        );
+        assert_eq!(s.node_selector, fs.node_selector);
+        assert_eq!(s.tolerations, fs.tolerations);
+        assert_eq!(s.affinity, fs.affinity);
+        assert_eq!(s.topology_spread_constraints, fs.topology_spread_constraints);
+        assert_eq!(s.overhead, fs.overhead);
+        assert_eq!(s.containers[0].resources, fs.containers[0].resources);
+        assert!(s.containers[0].env.is_none() && s.containers[0].image.is_none());
+        let ports = s.containers[0].ports.as_ref().unwrap();
+        assert_eq!((ports.len(), ports[0].host_port), (1, Some(9100)), "only host ports");
+        let init = &s.init_containers.as_ref().unwrap()[0];
+        assert_eq!((init.restart_policy.as_deref(), init.resources.is_some()), (Some("Always"), true));
+        let volumes = s.volumes.as_ref().unwrap();
+        assert_eq!((volumes.len(), volumes[0].name.as_str()), (1, "data"), "only claimed volumes");
+        assert_eq!((st.phase.as_deref(), st.nominated_node_name.as_deref()), (Some("Running"), Some("n2")));
+        assert!(st.start_time.is_some() && st.container_statuses.is_none() && st.pod_ip.is_none());
+        let conds: Vec<&str> = st.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
+        assert_eq!(conds, ["PodScheduled", "Ready"]);
+        // What the scheduling core makes of the pod is the same before and after.
+        let before = scheduling::convert::pod_from(&full, "Pod shop/web-1").unwrap();
+        let after = scheduling::convert::pod_from(&p, "Pod shop/web-1").unwrap();
+        assert_eq!(format!("{before:?}"), format!("{after:?}"));
     }
 
     #[test]

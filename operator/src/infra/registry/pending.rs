@@ -1,0 +1,167 @@
+//! The pending pods of one workload cluster, kept up to date by its pod watch: the set of pods that
+//! would trigger provisioning right now, and a wake-up for the provisioning loop whenever a pod
+//! joins it. This is what makes provisioning event-driven (performance.md B4): the loop sleeps until
+//! the watch says something is new instead of scanning the pod cache on a timer.
+//!
+//! Owns: the set and its notification. Must not: decide anything (the provisioning loop and the
+//! batch window do) or hold pods (only their UIDs).
+
+use std::{
+    collections::HashSet,
+    sync::{Mutex, PoisonError},
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher;
+use scheduling::convert::triggers_provisioning;
+use tokio::sync::Notify;
+
+/// The UIDs of the pods waiting for capacity, maintained from watch events.
+#[derive(Debug, Default)]
+pub struct PendingPods {
+    state: Mutex<State>,
+    joined: Notify,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    pending: HashSet<String>,
+    /// A relist in progress: the new set being built (the old one stays valid until it is done).
+    relist: Option<HashSet<String>>,
+    /// Bumped whenever a pod joins the set.
+    version: u64,
+}
+
+impl PendingPods {
+    /// Apply one event of the pod watch (after the reflector stored it).
+    pub fn observe(&self, event: &watcher::Event<Pod>) {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let joined = match event {
+            watcher::Event::Apply(pod) => s.update(pod),
+            watcher::Event::Delete(pod) => {
+                if let Some(uid) = pod.metadata.uid.as_deref() {
+                    s.pending.remove(uid);
+                }
+                false
+            }
+            watcher::Event::Init => {
+                s.relist = Some(HashSet::new());
+                false
+            }
+            watcher::Event::InitApply(pod) => {
+                if let (Some(set), Some(uid)) = (s.relist.as_mut(), pod.metadata.uid.as_deref())
+                    && triggers_provisioning(pod)
+                {
+                    set.insert(uid.to_string());
+                }
+                false
+            }
+            watcher::Event::InitDone => match s.relist.take() {
+                Some(set) => {
+                    let joined = set.iter().any(|u| !s.pending.contains(u));
+                    s.pending = set;
+                    joined
+                }
+                None => false,
+            },
+        };
+        if joined {
+            s.version = s.version.wrapping_add(1);
+            drop(s);
+            self.joined.notify_one();
+        }
+    }
+
+    /// The pods waiting now.
+    pub fn snapshot(&self) -> HashSet<String> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).pending.clone()
+    }
+
+    /// How many pods wait now.
+    pub fn len(&self) -> usize {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).pending.len()
+    }
+
+    /// Whether no pod waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Resolves when a pod joins the set after the last call (one consumer: the provisioning loop;
+    /// a join while nobody waits is remembered, so none is missed).
+    pub async fn joined(&self) {
+        self.joined.notified().await;
+    }
+}
+
+impl State {
+    /// Returns whether the pod joined the set.
+    fn update(&mut self, pod: &Pod) -> bool {
+        let Some(uid) = pod.metadata.uid.as_deref() else { return false };
+        if triggers_provisioning(pod) {
+            self.pending.insert(uid.to_string())
+        } else {
+            self.pending.remove(uid);
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use std::time::Duration;
+
+    fn pod(uid: &str, unschedulable: bool, node: Option<&str>) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": uid, "namespace": "default", "uid": uid},
+            "spec": {"containers": [{"name": "c"}], "nodeName": node},
+            "status": {"phase": "Pending", "conditions": if unschedulable {
+                serde_json::json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}])
+            } else { serde_json::json!([]) }},
+        }))
+        .unwrap()
+    }
+
+    async fn woken(p: &PendingPods) -> bool {
+        tokio::time::timeout(Duration::from_millis(50), p.joined()).await.is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_pod_marked_unschedulable_joins_and_wakes_and_leaves_when_bound_or_deleted() {
+        let p = PendingPods::default();
+        p.observe(&watcher::Event::Apply(pod("a", false, None)));
+        assert!(p.is_empty(), "not yet refused by the scheduler");
+        assert!(!woken(&p).await);
+        p.observe(&watcher::Event::Apply(pod("a", true, None)));
+        assert_eq!(p.snapshot(), HashSet::from(["a".to_string()]));
+        assert!(woken(&p).await);
+        // A status update of a pod already waiting is not news.
+        p.observe(&watcher::Event::Apply(pod("a", true, None)));
+        assert!(!woken(&p).await);
+        p.observe(&watcher::Event::Apply(pod("a", true, Some("n1"))));
+        assert!(p.is_empty(), "bound");
+        p.observe(&watcher::Event::Apply(pod("b", true, None)));
+        p.observe(&watcher::Event::Delete(pod("b", true, None)));
+        assert!(p.is_empty(), "deleted");
+    }
+
+    #[tokio::test]
+    async fn a_relist_replaces_the_set_and_wakes_only_for_pods_new_to_it() {
+        let p = PendingPods::default();
+        p.observe(&watcher::Event::Apply(pod("a", true, None)));
+        assert!(woken(&p).await);
+        p.observe(&watcher::Event::Init);
+        p.observe(&watcher::Event::InitApply(pod("a", true, None)));
+        assert_eq!(p.len(), 1, "the old set holds until the relist is done");
+        p.observe(&watcher::Event::InitDone);
+        assert!(!woken(&p).await, "nothing new");
+        p.observe(&watcher::Event::Init);
+        p.observe(&watcher::Event::InitApply(pod("b", true, None)));
+        p.observe(&watcher::Event::InitDone);
+        assert_eq!(p.snapshot(), HashSet::from(["b".to_string()]), "a went while the watch was down");
+        assert!(woken(&p).await);
+    }
+}

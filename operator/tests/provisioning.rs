@@ -1,0 +1,120 @@
+//! Provisioning is event-driven (issue 16, performance.md B4): the pod watch wakes the batch window,
+//! a round runs only for news, and a round reads the watch caches instead of listing the
+//! management cluster. Judged by counts (rounds, LISTs), not by timings; the latency is printed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use crds::{NodeGroup, NodePool};
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, api::ListParams};
+use operator::commands::sandbox::world::{World, quick_cke, scale};
+
+mod common;
+use common::{apply_example, metric, rounds, running, wait_for, wait_quiet_over};
+
+/// Health probes the hub has made of every cluster: proof that it is alive and its loops turn.
+fn probes(world: &World) -> u64 {
+    metric(world, "karpenter_hub_cluster_probes_total", &[]) as u64
+}
+
+/// Full or selected LISTs the hub sent to the management cluster for the kinds a round reads.
+fn management_lists(world: &World) -> u64 {
+    world
+        .mgmt
+        .requests()
+        .snapshot()
+        .into_iter()
+        .filter(|((verb, resource), _)| {
+            verb == "list"
+                && ["nodepools", "clevernodeclasses", "flavorcatalogs", "nodeclaims"].contains(&resource.as_str())
+        })
+        .map(|(_, n)| n)
+        .sum()
+}
+
+fn unschedulable(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_pod_runs_one_round_reading_caches_and_idle_clusters_run_none() {
+    let mut world = World::start(&[("team-a", "alpha"), ("team-b", "beta")], |i| quick_cke(i as u64)).await.unwrap();
+    for i in 0..2 {
+        apply_example(&world, i).await;
+    }
+    world.start_hub();
+    for c in &world.clusters {
+        let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), &c.namespace);
+        wait_for("NodePool Ready", Duration::from_secs(30), || async {
+            pools
+                .get("default")
+                .await
+                .ok()
+                .and_then(|p| p.status)
+                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .await;
+    }
+    // Idle: the hub is at work (probes), and no round runs anywhere.
+    let idle = wait_quiet_over(
+        "idle clusters",
+        Duration::from_secs(60),
+        4,
+        || async { (rounds(&world, 0), rounds(&world, 1)) },
+        || async { probes(&world) },
+    )
+    .await;
+    assert_eq!(idle, (0, 0), "no pod waits, so no round runs");
+    let lists_before = management_lists(&world);
+
+    scale(&world, 0, 1, "500m", "1Gi").await.unwrap();
+    let c = &world.clusters[0];
+    let pods: Api<Pod> = Api::namespaced(c.client(), "default");
+    let groups: Api<NodeGroup> = Api::all(c.client());
+    // Timed from the moment the test sees the scheduler's verdict (itself polled every 10 ms).
+    let mut marked = None;
+    let mut claimed = None;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        let now = Instant::now();
+        if marked.is_none() && pods.list(&ListParams::default()).await.unwrap().items.iter().any(unschedulable) {
+            marked = Some(now);
+        }
+        // The hub's own count: a LIST of claims here would be counted as the hub's.
+        if marked.is_some() && metric(&world, "karpenter_nodeclaims_created_total", &[]) >= 1.0 {
+            claimed = Some(now);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (marked, claimed) = (marked.expect("the pod is marked Unschedulable"), claimed.expect("a NodeClaim"));
+    wait_for("a NodeGroup", Duration::from_secs(30), || async {
+        !groups.list(&ListParams::default()).await.unwrap().items.is_empty()
+    })
+    .await;
+    let grouped = Instant::now();
+    println!(
+        "pending -> NodeClaim {:.0} ms, -> NodeGroup seen {:.0} ms (batch idle window 1000 ms)",
+        (claimed - marked).as_secs_f64() * 1000.0,
+        (grouped - marked).as_secs_f64() * 1000.0
+    );
+    wait_for("the pod running", Duration::from_secs(60), || async { running(&world, 0).await == 1 }).await;
+    let after = wait_quiet_over(
+        "rounds after the pod ran",
+        Duration::from_secs(60),
+        4,
+        || async { (rounds(&world, 0), rounds(&world, 1)) },
+        || async { probes(&world) },
+    )
+    .await;
+    assert_eq!(after, (1, 0), "one round for the one new pod (its claim in flight needs no other), none elsewhere");
+    assert_eq!(management_lists(&world), lists_before, "rounds read the management caches: no LIST");
+    // And the claim was made.
+    let claims = Api::<crds::NodeClaim>::namespaced(world.mgmt.client(), &c.namespace);
+    assert_eq!(claims.list(&ListParams::default()).await.unwrap().items.len(), 1);
+    world.shutdown().await;
+}
