@@ -538,6 +538,23 @@ fn each_ci_values_file_changes_what_it_sets() {
         }
     }
 
+    // Sharded mode: the flags, and a Role for the shard Leases beside the leader election's.
+    let r = file("sharding-values.yaml");
+    let hub = r.get("Deployment", "karpenter-hub");
+    assert_eq!(hub["spec"]["replicas"], 3);
+    let a = args(hub);
+    for expected in
+        ["--sharding=true", "--shard-lease-duration=15", "--shard-renew-deadline=10", "--shard-retry-period=5"]
+    {
+        assert!(a.contains(&expected.to_string()), "hub args {a:?} lack {expected}");
+        assert!(!default_hub_args.iter().any(|d| d.starts_with("--shard")), "sharding is on by default");
+    }
+    let role = r.get("Role", "karpenter-hub-sharding");
+    assert_eq!(role["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(role["rules"][0]["verbs"], json!(["get", "list", "watch", "create", "update", "delete"]));
+    assert_eq!(r.get("RoleBinding", "karpenter-hub-sharding")["roleRef"]["name"], "karpenter-hub-sharding");
+    assert!(default.find("Role", "karpenter-hub-sharding").is_none(), "no shard Role unless sharding");
+
     // One replica without leader election, no webhook.
     let r = file("single-replica-values.yaml");
     let hub = r.get("Deployment", "karpenter-hub");
@@ -597,6 +614,19 @@ fn wrong_values_are_refused_with_a_message_naming_the_value() {
             &["caBundle is not a base64-encoded PEM certificate"],
         ),
         (&["hub.leaderElection.enabled=false"], &["hub.replicas is 2 but hub.leaderElection.enabled is false"]),
+        (
+            &["hub.sharding.enabled=true", "hub.replicas=1", "hub.leaderElection.enabled=false"],
+            &["hub.sharding.enabled needs hub.leaderElection.enabled"],
+        ),
+        (
+            &["hub.sharding.enabled=true", "hub.sharding.renewDeadlineSeconds=30"],
+            &["hub.sharding.renewDeadlineSeconds (30) must be below hub.sharding.leaseDurationSeconds (30)"],
+        ),
+        (
+            &["hub.sharding.enabled=true", "hub.sharding.retryPeriodSeconds=20"],
+            &["hub.sharding.retryPeriodSeconds (20) must be below hub.sharding.renewDeadlineSeconds (20)"],
+        ),
+        (&["hub.sharding.leaseDurationSeconds=0"], &["/hub/sharding/leaseDurationSeconds", "minimum"]),
     ];
     for (sets, expected) in cases {
         match template(&helm, None, sets) {

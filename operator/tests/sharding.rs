@@ -147,7 +147,9 @@ fn series_label(metrics: &Metrics, name: &str, label: &str) -> BTreeSet<String> 
         .filter(|l| l.starts_with(&format!("{name}{{")))
         .filter_map(|l| {
             let pairs = l.split_once('{')?.1.split_once('}')?.0;
-            pairs.split(',').find_map(|p| p.strip_prefix(&format!("{label}=\"")).map(|v| v.trim_end_matches('"').to_string()))
+            pairs
+                .split(',')
+                .find_map(|p| p.strip_prefix(&format!("{label}=\"")).map(|v| v.trim_end_matches('"').to_string()))
         })
         .collect()
 }
@@ -265,7 +267,9 @@ async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one(
     let world = world_of(30).await;
     let mgmt = world.mgmt.client();
     let all = keys(&world);
-    let start = |id: &str| Replica::start(id, world.mgmt.client_config(), world.hub_settings.clone(), world.registry_settings.clone());
+    let start = |id: &str| {
+        Replica::start(id, world.mgmt.client_config(), world.hub_settings.clone(), world.registry_settings.clone())
+    };
     let mut replicas = vec![start("replica-0"), start("replica-1"), start("replica-2")];
 
     // Spread: every cluster held by exactly one replica, each replica some.
@@ -278,7 +282,11 @@ async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one(
         spread.borrow().is_some()
     })
     .await;
-    assert!(ok, "30 clusters not spread over 3 replicas within 60 s: {:?}", cluster_leases(&mgmt).await.values().map(|v| &v.0).collect::<Vec<_>>());
+    assert!(
+        ok,
+        "30 clusters not spread over 3 replicas within 60 s: {:?}",
+        cluster_leases(&mgmt).await.values().map(|v| &v.0).collect::<Vec<_>>()
+    );
     let spread = spread.into_inner().unwrap();
     eprintln!(
         "spread after {:?}: {:?}",
@@ -321,9 +329,11 @@ async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one(
         FAST.lease_duration
     );
     for &i in &theirs {
-        wait_for(&format!("{}: the pending pod running on a new node", world.clusters[i].name), Duration::from_secs(90), || async {
-            running(&world, i).await == 2
-        })
+        wait_for(
+            &format!("{}: the pending pod running on a new node", world.clusters[i].name),
+            Duration::from_secs(90),
+            || async { running(&world, i).await == 2 },
+        )
         .await;
     }
     eprintln!("pending pods of the killed replica's clusters running {:?} after the kill", killed.elapsed());
@@ -356,9 +366,15 @@ async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one(
         joined.elapsed(),
         after.iter().map(|(k, v)| (k.clone(), v.len())).collect::<BTreeMap<_, _>>()
     );
-    let released: f64 =
-        [&replicas[0], &replicas[2]].iter().map(|r| r.metric("karpenter_hub_shard_handovers_total", &[("direction", "released")])).sum();
-    assert!(released >= after["replica-3"].len() as f64, "handed over {released}, new replica owns {}", after["replica-3"].len());
+    let released: f64 = [&replicas[0], &replicas[2]]
+        .iter()
+        .map(|r| r.metric("karpenter_hub_shard_handovers_total", &[("direction", "released")]))
+        .sum();
+    assert!(
+        released >= after["replica-3"].len() as f64,
+        "handed over {released}, new replica owns {}",
+        after["replica-3"].len()
+    );
     // And it acts on them: a pod in one of its clusters gets a node.
     let new_one = index_of(&world, &after["replica-3"][0]);
     let before = running(&world, new_one).await;
@@ -451,7 +467,12 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
     // The partitioned replica's requests to the management cluster must not wait 295 s either.
     via_relay.read_timeout = Some(Duration::from_secs(5));
     let p = Replica::start("replica-p", via_relay, world.hub_settings.clone(), world.registry_settings.clone());
-    let q = Replica::start("replica-q", world.mgmt.client_config(), world.hub_settings.clone(), world.registry_settings.clone());
+    let q = Replica::start(
+        "replica-q",
+        world.mgmt.client_config(),
+        world.hub_settings.clone(),
+        world.registry_settings.clone(),
+    );
     let spread = RefCell::new(None);
     let ok = common::poll_until(Duration::from_secs(60), || async {
         let s = settled(&mgmt, &all, &[&p, &q]).await.filter(|s| s.len() == 2);
@@ -508,13 +529,17 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
     assert!(fence - cut <= FAST.renew_deadline + Duration::from_secs(1), "fence after {:?}", fence - cut);
     // No hub write reached P's clusters between its fence and the takeover (only P could write).
     let writes_at_takeover: Vec<u64> = ps.iter().map(|&i| hub_writes(&world, i)).collect();
-    assert_eq!(writes_at_takeover, writes_at_fence, "NodeGroup or eviction writes after the fence, before the takeover");
+    assert_eq!(
+        writes_at_takeover, writes_at_fence,
+        "NodeGroup or eviction writes after the fence, before the takeover"
+    );
     // Q took each Lease only once expired, and P had stopped before: P's last renewal + duration.
     let leases = cluster_leases(&mgmt).await;
     for k in &spread["replica-p"] {
-        let renewed = last_renewal.get(k).copied().or_else(|| {
-            last.get(k).and_then(|l| l.spec.as_ref()?.renew_time.as_ref()).map(|t| t.0)
-        });
+        let renewed = last_renewal
+            .get(k)
+            .copied()
+            .or_else(|| last.get(k).and_then(|l| l.spec.as_ref()?.renew_time.as_ref()).map(|t| t.0));
         let acquired = leases[k].1.spec.as_ref().and_then(|s| s.acquire_time.as_ref()).map(|t| t.0).unwrap();
         let renewed = renewed.expect("P's renewal seen");
         let expiry = renewed + FAST.lease_duration;
@@ -531,9 +556,20 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
     assert!(p.connected().is_empty(), "replica-p still runs connections: {:?}", p.connected());
     // Q provisions the pods that went pending at the cut.
     for &i in &ps {
-        wait_for(&format!("{}: the pending pod running under replica-q", world.clusters[i].name), Duration::from_secs(90), || async {
-            running(&world, i).await >= 1 && Api::<k8s_openapi::api::core::v1::Pod>::namespaced(world.clusters[i].client(), "default").list(&ListParams::default()).await.unwrap().items.len() == running(&world, i).await
-        })
+        wait_for(
+            &format!("{}: the pending pod running under replica-q", world.clusters[i].name),
+            Duration::from_secs(90),
+            || async {
+                running(&world, i).await >= 1
+                    && Api::<k8s_openapi::api::core::v1::Pod>::namespaced(world.clusters[i].client(), "default")
+                        .list(&ListParams::default())
+                        .await
+                        .unwrap()
+                        .items
+                        .len()
+                        == running(&world, i).await
+            },
+        )
         .await;
         assert_one_group_per_claim(&world, i).await;
     }
@@ -553,4 +589,215 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
     p.stop().await;
     q.stop().await;
     world.shutdown().await;
+}
+
+/// The Lease protocol on a real kube-apiserver (resourceVersion conflicts, MicroTime, label
+/// selectors, deletion preconditions as the real server applies them): 2 replicas over 4 clusters
+/// (workload emulators registered through Secrets in the real management plane), one killed, the
+/// other holding all four within the Lease duration, the dead one's membership Lease deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_spread_and_survive_a_killed_replica_on_a_real_api_server() {
+    let cp = envtest::shared_or_skip!("sharding");
+    let mgmt = cp.client().await.unwrap();
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(mgmt.clone());
+    for file in crds::crd::hub_crds() {
+        match crds.create(&PostParams::default(), &file.crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("installing {}: {e}", file.file_name),
+        }
+    }
+    wait_for("nodeclaims served", Duration::from_secs(30), || async {
+        Api::<NodeClaim>::all(mgmt.clone()).list(&ListParams::default().limit(1)).await.is_ok()
+    })
+    .await;
+    ensure_lease_namespace(&mgmt).await;
+    let mut workloads = Vec::new();
+    let mut all = Vec::new();
+    for i in 0..4 {
+        let (ns, name) = (format!("real-{i}"), format!("w-{i}"));
+        let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
+        let _ = Api::<Namespace>::all(mgmt.clone()).create(&PostParams::default(), &namespace).await;
+        let server =
+            sim::apiserver::ApiServer::start(sim::apiserver::ApiServerConfig::workload(name.as_str())).await.unwrap();
+        let kubeconfig = serde_json::to_vec(&server.kubeconfig()).unwrap();
+        operator::commands::register_cluster::write_secret(&mgmt, &ns, &name, kubeconfig).await.unwrap();
+        all.push(format!("{ns}/{name}"));
+        workloads.push(server);
+    }
+    let registry = registry::Settings {
+        probe_interval: Duration::from_secs(2),
+        probe_timeout: Duration::from_secs(2),
+        reconnect_min: Duration::from_millis(200),
+        reconnect_max: Duration::from_secs(5),
+        ..registry::Settings::default()
+    };
+    let config = cp.config().await.unwrap();
+    let start = |id: &str| Replica::start(id, config.clone(), hub::Settings::default(), registry.clone());
+    let mut replicas = vec![start("real-0"), start("real-1")];
+    wait_for("4 clusters held by the 2 replicas", Duration::from_secs(60), || async {
+        let live: Vec<&Replica> = replicas.iter().collect();
+        settled(&mgmt, &all, &live).await.is_some()
+    })
+    .await;
+    let before = settled(&mgmt, &all, &[&replicas[0], &replicas[1]]).await.unwrap();
+    eprintln!(
+        "on the real API server: {:?}",
+        before.iter().map(|(k, v)| (k.clone(), v.len())).collect::<BTreeMap<_, _>>()
+    );
+
+    replicas[0].kill();
+    let killed = Instant::now();
+    let ok = poll_every(Duration::from_millis(100), Duration::from_secs(30), || async {
+        settled(&mgmt, &all, &[&replicas[1]]).await.is_some()
+    })
+    .await;
+    assert!(ok, "the killed replica's clusters not taken over within 30 s");
+    let handover = killed.elapsed();
+    eprintln!("on the real API server: all 4 clusters held by real-1 {handover:?} after the kill");
+    assert!(handover <= FAST.lease_duration + FAST.retry_period * 2 + Duration::from_secs(1), "{handover:?}");
+    wait_for("the dead replica's membership Lease deleted", Duration::from_secs(40), || async {
+        !member_leases(&mgmt).await.contains(&"real-0".to_string())
+    })
+    .await;
+    for r in replicas.drain(..) {
+        r.stop().await;
+    }
+    // Stopped gracefully: every cluster Lease released, the membership Lease gone.
+    let leases = cluster_leases(&mgmt).await;
+    assert!(all.iter().all(|k| leases.get(k).is_some_and(|(h, _)| h.is_empty())), "{leases:?}");
+    assert!(member_leases(&mgmt).await.is_empty());
+    for i in 0..4 {
+        let _ = Api::<Namespace>::all(mgmt.clone()).delete(&format!("real-{i}"), &Default::default()).await;
+    }
+    for s in workloads {
+        s.shutdown().await;
+    }
+}
+
+/// `karpenter-hub run --sharding` as an OS process, its output in a file; SIGKILL when dropped.
+struct Process {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl Process {
+    fn start(name: &str, kubeconfig: &std::path::Path, dir: &std::path::Path) -> Process {
+        let log = dir.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter-hub"))
+            .args([
+                "run",
+                "--sharding",
+                "--shard-lease-duration=3",
+                "--shard-renew-deadline=2",
+                "--shard-retry-period=1",
+            ])
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--metrics-addr=127.0.0.1:{port}"))
+            .arg(format!("--leader-election-namespace={LEASES}"))
+            .arg("--probe-interval-seconds=2")
+            .env_clear()
+            .env("POD_NAME", name)
+            .env("RUST_LOG", "info,kube=warn,tower=warn,hyper=warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        Process { child, log }
+    }
+
+    /// The identity it holds Leases under: `<POD_NAME>-<pid>`.
+    fn identity(&self, name: &str) -> String {
+        format!("{name}-{}", self.child.id())
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL: nothing released, nothing flushed.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Each of `keys` held by one of `holders` (`None` when not).
+async fn holders(mgmt: &Client, keys: &[String], live: &[String]) -> Option<BTreeMap<String, Vec<String>>> {
+    let leases = cluster_leases(mgmt).await;
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for k in keys {
+        let (holder, _) = leases.get(k)?;
+        if !live.contains(holder) {
+            return None;
+        }
+        out.entry(holder.clone()).or_default().push(k.clone());
+    }
+    Some(out)
+}
+
+/// Two `karpenter-hub run --sharding` processes over 8 clusters; one killed with SIGKILL: the other
+/// holds all 8 within the Lease duration and provisions a pod gone pending in a cluster of the
+/// dead one, one NodeGroup per NodeClaim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_process_killed_with_sigkill_hands_its_clusters_over() {
+    let world = world_of(8).await;
+    let mgmt = world.mgmt.client();
+    let all = keys(&world);
+    let dir = std::env::temp_dir().join(format!("karpenter-hub-sharding-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("management.kubeconfig");
+    world.mgmt.write_kubeconfig(&kubeconfig).unwrap();
+    let mut a = Process::start("proc-a", &kubeconfig, &dir);
+    let b = Process::start("proc-b", &kubeconfig, &dir);
+    let (ida, idb) = (a.identity("proc-a"), b.identity("proc-b"));
+    let spread = RefCell::new(None);
+    let ok = common::poll_until(Duration::from_secs(60), || async {
+        let s = holders(&mgmt, &all, &[ida.clone(), idb.clone()]).await.filter(|s| s.len() == 2);
+        *spread.borrow_mut() = s;
+        spread.borrow().is_some()
+    })
+    .await;
+    assert!(ok, "8 clusters not spread over 2 processes within 60 s:\n{}\n{}", a.output(), b.output());
+    let spread = spread.into_inner().unwrap();
+    eprintln!("proc-a owns {}, proc-b {}", spread[&ida].len(), spread[&idb].len());
+    let victim = index_of(&world, &spread[&ida][0]);
+    scale(&world, victim, 1, POD_CPU, POD_MEMORY).await.unwrap();
+    wait_for("a pod running in a cluster of proc-a", Duration::from_secs(90), || async {
+        running(&world, victim).await == 1
+    })
+    .await;
+
+    a.kill();
+    let killed = Instant::now();
+    scale(&world, victim, 2, POD_CPU, POD_MEMORY).await.unwrap();
+    let ok = poll_every(Duration::from_millis(100), Duration::from_secs(30), || async {
+        holders(&mgmt, &all, std::slice::from_ref(&idb)).await.is_some()
+    })
+    .await;
+    assert!(ok, "proc-a's clusters not taken over within 30 s:\n{}", b.output());
+    let handover = killed.elapsed();
+    eprintln!("after SIGKILL: all 8 clusters held by proc-b {handover:?} later");
+    assert!(handover <= Duration::from_secs(3) + Duration::from_secs(3), "handover took {handover:?}");
+    wait_for("the pending pod running under proc-b", Duration::from_secs(90), || async {
+        running(&world, victim).await == 2
+    })
+    .await;
+    eprintln!("the pending pod of a cluster of proc-a running {:?} after the SIGKILL", killed.elapsed());
+    assert_one_group_per_claim(&world, victim).await;
+    let log = b.output();
+    assert!(log.contains("took ownership of the cluster"), "proc-b's log says nothing of the takeover:\n{log}");
+    drop(b);
+    world.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -87,6 +87,17 @@ what to set instead.
 {{- if and (gt (int .Values.hub.replicas) 1) (not .Values.hub.leaderElection.enabled) }}
 {{- fail (printf "hub.replicas is %d but hub.leaderElection.enabled is false: several replicas without leader election would all act on the same clusters. Set hub.leaderElection.enabled=true or hub.replicas=1." (int .Values.hub.replicas)) }}
 {{- end }}
+{{- if .Values.hub.sharding.enabled }}
+{{- if not .Values.hub.leaderElection.enabled }}
+{{- fail "hub.sharding.enabled needs hub.leaderElection.enabled: the node class and flavor catalogue status are written by the holder of the leader Lease only. Set hub.leaderElection.enabled=true." }}
+{{- end }}
+{{- if ge (int .Values.hub.sharding.renewDeadlineSeconds) (int .Values.hub.sharding.leaseDurationSeconds) }}
+{{- fail (printf "hub.sharding.renewDeadlineSeconds (%d) must be below hub.sharding.leaseDurationSeconds (%d): a replica must stop acting on a cluster before its Lease expires and another replica may take it. Lower the deadline or raise the duration." (int .Values.hub.sharding.renewDeadlineSeconds) (int .Values.hub.sharding.leaseDurationSeconds)) }}
+{{- end }}
+{{- if ge (int .Values.hub.sharding.retryPeriodSeconds) (int .Values.hub.sharding.renewDeadlineSeconds) }}
+{{- fail (printf "hub.sharding.retryPeriodSeconds (%d) must be below hub.sharding.renewDeadlineSeconds (%d): otherwise one missed renewal already stops a replica acting on its clusters. Lower the retry period or raise the deadline." (int .Values.hub.sharding.retryPeriodSeconds) (int .Values.hub.sharding.renewDeadlineSeconds)) }}
+{{- end }}
+{{- end }}
 {{- if .Values.webhook.enabled }}
 {{- if eq .Values.webhook.certificate.mode "secret" }}
 {{- if not .Values.webhook.certificate.secret.name }}

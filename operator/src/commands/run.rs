@@ -335,8 +335,16 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
             timings.retry_period.as_secs()
         );
         let shard = sharding::Settings::new(&args.hub_id, &namespace, &identity, timings);
-        run_sharded_with(mgmt, args.hub_settings(), args.registry_settings(), shard, !chosen, metrics, shutdown.clone())
-            .await?;
+        run_sharded_with(
+            mgmt,
+            args.hub_settings(),
+            args.registry_settings(),
+            shard,
+            !chosen,
+            metrics,
+            shutdown.clone(),
+        )
+        .await?;
     } else if args.leader_elect {
         let lease = format!("karpenter-hub-{}", args.hub_id);
         // A namespace someone named and that does not exist is more likely a mistake than a wish:

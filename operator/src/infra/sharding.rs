@@ -196,7 +196,7 @@ impl std::fmt::Debug for Sharder {
 
 /// The outcome of one write to one cluster Lease.
 enum Wrote {
-    Ok(Lease),
+    Ok(Box<Lease>),
     /// Someone else changed it first (409): re-decide from a fresh read next round.
     Conflict,
     Failed(String),
@@ -313,7 +313,8 @@ impl Sharder {
             let cluster = key.to_string();
             let desired = sharding::desired_owner(&cluster, &members).map(str::to_string);
             // Our own last write beats the watch, which may lag it.
-            let ours = self.state.lock().unwrap_or_else(PoisonError::into_inner).held.get(&name).map(|h| h.lease.clone());
+            let ours =
+                self.state.lock().unwrap_or_else(PoisonError::into_inner).held.get(&name).map(|h| h.lease.clone());
             let current = ours.or_else(|| by_name.get(&name).map(|l| l.as_ref().clone()));
             let step = sharding::step(current.as_ref().map(view).as_ref(), &me, desired.as_deref(), now);
             work.push((key.clone(), name, current, step));
@@ -362,10 +363,13 @@ impl Sharder {
                             if sent > h.sent {
                                 h.sent = sent;
                             }
-                            h.lease = lease;
+                            h.lease = *lease;
                         } else {
                             let token = CancellationToken::new();
-                            state.held.insert(name.clone(), Held { key: key.clone(), token: token.clone(), sent, lease });
+                            state.held.insert(
+                                name.clone(),
+                                Held { key: key.clone(), token: token.clone(), sent, lease: *lease },
+                            );
                             self.metrics.shard_owned.set(state.held.len() as i64);
                             drop(state);
                             self.metrics.shard_handovers.get_or_create(&direction("acquired")).inc();
@@ -433,7 +437,8 @@ impl Sharder {
     /// own, so a hung management API cannot hold the fence back.
     async fn watchdog(&self, shutdown: CancellationToken) {
         let deadline = self.settings.timings.renew_deadline;
-        let every = (self.settings.timings.retry_period / 10).clamp(Duration::from_millis(20), Duration::from_millis(500));
+        let every =
+            (self.settings.timings.retry_period / 10).clamp(Duration::from_millis(20), Duration::from_millis(500));
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -459,7 +464,7 @@ impl Sharder {
         let write = self.write(&name, current, &labels, None);
         match tokio::time::timeout(timeout, write).await {
             Ok(Wrote::Ok(lease)) => {
-                self.state.lock().unwrap_or_else(PoisonError::into_inner).member = Some((lease, sent));
+                self.state.lock().unwrap_or_else(PoisonError::into_inner).member = Some((*lease, sent));
                 Ok(())
             }
             Ok(Wrote::Conflict) => {
@@ -479,7 +484,13 @@ impl Sharder {
 
     /// Write `name` held by us: replace `current` (carrying its resourceVersion, so two replicas
     /// racing for it cannot both win), or create it. With no copy at hand, read it first.
-    async fn write(&self, name: &str, current: Option<Lease>, labels: &[(&str, &str)], cluster: Option<String>) -> Wrote {
+    async fn write(
+        &self,
+        name: &str,
+        current: Option<Lease>,
+        labels: &[(&str, &str)],
+        cluster: Option<String>,
+    ) -> Wrote {
         let current = match current {
             Some(c) => Some(c),
             None => match self.api.get_opt(name).await {
@@ -511,7 +522,7 @@ impl Sharder {
             }
         };
         match result {
-            Ok(l) => Wrote::Ok(l),
+            Ok(l) => Wrote::Ok(Box::new(l)),
             Err(kube::Error::Api(s)) if s.code == 409 => Wrote::Conflict,
             Err(e) => Wrote::Failed(plain(&e).to_string()),
         }
@@ -548,7 +559,9 @@ impl Sharder {
                 ),
                 // Gone already or renewed meanwhile: another survivor or the replica itself acted.
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                Err(e) => tracing::debug!(lease = %l.name_any(), error = %plain(&e), "deleting a stale membership Lease failed"),
+                Err(e) => {
+                    tracing::debug!(lease = %l.name_any(), error = %plain(&e), "deleting a stale membership Lease failed")
+                }
             }
         }
     }
