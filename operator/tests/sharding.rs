@@ -294,6 +294,22 @@ async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one(
         spread.iter().map(|(k, v)| (k.clone(), v.len())).collect::<BTreeMap<_, _>>()
     );
 
+    // The write cost of a settled fleet: at most one Lease write per cluster, per replica
+    // (membership) and for the leader Lease per retry period, and ownership holds throughout.
+    let lease_writes = || {
+        let r = world.mgmt.requests();
+        r.count("update", "leases") + r.count("create", "leases") + r.count("delete", "leases")
+    };
+    let (w0, t0) = (lease_writes(), Instant::now());
+    wait_for("five retry periods", Duration::from_secs(10), || async { t0.elapsed() >= FAST.retry_period * 5 }).await;
+    let (writes, window) = (lease_writes() - w0, t0.elapsed());
+    let periods = (window.as_secs_f64() / FAST.retry_period.as_secs_f64()).ceil() as u64 + 1;
+    let bound = (30 + 3 + 1) * periods;
+    eprintln!("{writes} Lease writes in {window:?} ({bound} at most: 34 Leases x {periods} periods)");
+    assert!(writes <= bound, "{writes} Lease writes in {window:?}, more than one per Lease per retry period ({bound})");
+    let live: Vec<&Replica> = replicas.iter().collect();
+    assert!(settled(&mgmt, &all, &live).await.is_some(), "ownership moved in a quiet fleet");
+
     // The victim's clusters provision before the kill (its replica acts on them).
     let victim = &replicas[1].identity.clone();
     assert!(spread.contains_key(victim));

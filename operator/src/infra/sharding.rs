@@ -257,15 +257,17 @@ impl Sharder {
         let mut registry_changes = self.registry.changes();
         let mut last_error: Option<String> = None;
         loop {
-            tokio::select! {
+            // Renewals (and the heartbeat) only at the tick, so their write cost stays one per
+            // Lease per retry period however often the registry changes.
+            let renewing = tokio::select! {
                 () = shutdown.cancelled() => break,
-                _ = tick.tick() => {}
+                _ = tick.tick() => true,
                 // A cluster registered or removed: decide for it now, not at the next tick.
-                r = registry_changes.changed() => if r.is_err() { break },
-            }
+                r = registry_changes.changed() => if r.is_err() { break } else { false },
+            };
             // Before the Leases have been listed once, absence means nothing: take nothing.
             if futures::FutureExt::now_or_never(store.wait_until_ready()).is_some_and(|r| r.is_ok()) {
-                self.round(&store, &mut last_error).await;
+                self.round(&store, &mut last_error, renewing).await;
             }
         }
         watch_stop.cancel();
@@ -274,18 +276,20 @@ impl Sharder {
     }
 
     /// One round: heartbeat, then one step per registered cluster, then delete dead members'
-    /// Leases.
-    async fn round(&self, store: &Store<Lease>, last_error: &mut Option<String>) {
+    /// Leases. Without `renewing` (a round woken by a registry change), only ownership changes are
+    /// written: no heartbeat, no renewal, no cleanup.
+    async fn round(&self, store: &Store<Lease>, last_error: &mut Option<String>, renewing: bool) {
         let timings = self.settings.timings;
         let me = self.settings.identity.clone();
-        let heartbeat = self.heartbeat().await;
-        match &heartbeat {
-            Ok(()) => *last_error = None,
-            Err(e) if last_error.as_deref() != Some(e.as_str()) => {
-                tracing::warn!(identity = %me, error = %e, "renewing this replica's membership Lease failed; retrying every {} s (logged again only if the error changes)", timings.retry_period.as_secs_f64());
-                *last_error = Some(e.clone());
+        if renewing {
+            match self.heartbeat().await {
+                Ok(()) => *last_error = None,
+                Err(e) if last_error.as_deref() != Some(e.as_str()) => {
+                    tracing::warn!(identity = %me, error = %e, "renewing this replica's membership Lease failed; retrying every {} s (logged again only if the error changes)", timings.retry_period.as_secs_f64());
+                    *last_error = Some(e);
+                }
+                Err(_) => {}
             }
-            Err(_) => {}
         }
         let now = Timestamp::now();
         let leases = store.state();
@@ -317,6 +321,9 @@ impl Sharder {
                 self.state.lock().unwrap_or_else(PoisonError::into_inner).held.get(&name).map(|h| h.lease.clone());
             let current = ours.or_else(|| by_name.get(&name).map(|l| l.as_ref().clone()));
             let step = sharding::step(current.as_ref().map(view).as_ref(), &me, desired.as_deref(), now);
+            if step == Step::Renew && !renewing {
+                continue;
+            }
             work.push((key.clone(), name, current, step));
         }
         // Clusters held but no longer registered: stop and release.
@@ -330,14 +337,16 @@ impl Sharder {
             held.token.cancel();
             self.metrics.shard_handovers.get_or_create(&direction("released")).inc();
             tracing::info!(cluster = %held.key, lease = %name, identity = %me, "cluster unregistered: stopped acting on it and releasing its Lease");
-            let _ = self.release(held.lease).await;
+            let _ = tokio::time::timeout(timings.retry_period, self.release(held.lease)).await;
         }
         futures::stream::iter(work)
             .for_each_concurrent(16, |(key, name, current, step)| async move {
                 self.apply(key, name, current, step).await;
             })
             .await;
-        self.collect_members(&leases, now).await;
+        if renewing {
+            self.collect_members(&leases, now).await;
+        }
         let owned = self.state.lock().unwrap_or_else(PoisonError::into_inner).held.len();
         self.metrics.shard_owned.set(owned as i64);
     }
