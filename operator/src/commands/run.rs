@@ -316,7 +316,9 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
     let pod_namespace = std::env::var("POD_NAMESPACE").ok();
     let (namespace, chosen) =
         leader_election_namespace(args.leader_election_namespace.as_deref(), pod_namespace.as_deref());
-    // The process id too: a restarted container is a new member, never a dead one come back.
+    // The process id too: two processes on one host differ. A restarted container (same pod name,
+    // usually pid 1) comes back as the same member and renews the Leases it held, which is safe:
+    // its previous process is gone.
     let identity = format!(
         "{}-{}",
         std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")).unwrap_or_else(|_| "karpenter-hub".into()),

@@ -115,8 +115,9 @@ pub fn live_members<'a>(leases: impl IntoIterator<Item = &'a LeaseView>, now: Ti
 }
 
 /// Whether a membership Lease is stale at `now`: released, or expired for longer than `grace`, so
-/// a survivor may delete it (a dead replica never comes back under the same identity: identities
-/// carry the process id). Pure.
+/// a survivor may delete it. A replica coming back under the same identity (a restarted container
+/// keeps its pod name and, usually, process id 1) renews it first, so the deletion's precondition
+/// fails. Pure.
 pub fn stale_member(lease: &LeaseView, now: Timestamp, grace: Duration) -> bool {
     if lease.holder.as_deref().is_none_or(str::is_empty) {
         return true;

@@ -55,7 +55,7 @@ pub struct Settings {
     pub hub_id: String,
     /// Namespace of the Leases (the leader election namespace).
     pub namespace: String,
-    /// This replica's identity (pod name and process id: a restarted process is a new member).
+    /// This replica's identity (pod name and process id).
     pub identity: String,
     pub timings: Timings,
     /// How long a dead member's expired Lease stays before a survivor deletes it.
