@@ -704,6 +704,65 @@ mod tests {
         assert_eq!(ids.owner("uid-2"), Some(c));
     }
 
+    /// Wait (woken by the registry's changes) until `check` holds; panics after 20 s.
+    async fn until(registry: &Registry, what: &str, check: impl Fn(&Registry) -> bool) {
+        let mut changes = registry.changes();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !check(registry) {
+            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+            // Some changes (a watch syncing) do not bump the counter: look again now and then.
+            let _ = tokio::time::timeout(Duration::from_millis(200), changes.changed()).await;
+        }
+    }
+
+    /// Sharded mode, structurally: no connection before ownership is granted, one while it lasts,
+    /// none after, and the client a controller still holds refuses every request once ownership
+    /// ended (the fence), while the cluster itself answers as before.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sharded_registry_connects_only_while_owning_and_fences_the_old_client() {
+        use kube::api::PostParams;
+        use sim::apiserver::{ApiServer, ApiServerConfig};
+        let mgmt = ApiServer::start(ApiServerConfig::new("management")).await.unwrap();
+        let workload = ApiServer::start(ApiServerConfig::workload("alpha")).await.unwrap();
+        let mut s = secret("alpha-kubeconfig", Some("alpha"));
+        s.metadata.namespace = Some("default".into());
+        let kubeconfig = serde_json::to_vec(&workload.kubeconfig()).unwrap();
+        s.data = Some(BTreeMap::from([(KUBECONFIG_KEY.to_string(), k8s_openapi::ByteString(kubeconfig))]));
+        Api::<Secret>::namespaced(mgmt.client(), "default").create(&PostParams::default(), &s).await.unwrap();
+        let registry = Registry::new(Settings { sharded: true, ..Settings::default() });
+        let shutdown = CancellationToken::new();
+        let (r, client, stop) = (registry.clone(), mgmt.client(), shutdown.clone());
+        tokio::spawn(async move { r.run(client, stop).await });
+        let key = ClusterKey::new("default", "alpha");
+        until(&registry, "the Secret seen", |r| r.registered() == vec![key.clone()]).await;
+        // Registered, not owned: no connection, not served, nobody writes for it here.
+        assert!(registry.clusters().is_empty() && registry.connection(&key).is_none());
+        assert!(!registry.writes_for(&key) && !registry.owns(&key));
+
+        let ownership = CancellationToken::new();
+        registry.grant(&key, ownership.clone());
+        until(&registry, "the owned cluster synced", |r| r.connection(&key).is_some_and(|c| c.is_synced())).await;
+        assert!(registry.writes_for(&key) && registry.clusters() == vec![key.clone()]);
+        let held = registry.connection(&key).unwrap();
+        held.client.apiserver_version().await.expect("the owner's client works");
+
+        // Ownership ends: the connection goes, and the client held by a round under way refuses.
+        ownership.cancel();
+        until(&registry, "the connection closed", |r| r.connection(&key).is_none() && r.clusters().is_empty()).await;
+        assert!(!registry.writes_for(&key));
+        for e in
+            [held.client.apiserver_version().await.unwrap_err(), held.evictions.apiserver_version().await.unwrap_err()]
+        {
+            assert!(crate::infra::sharding::is_fenced(&e), "not the fence: {e}");
+        }
+        workload.client().apiserver_version().await.expect("the cluster itself still answers");
+
+        // Granted again (a new token): connected again.
+        registry.grant(&key, CancellationToken::new());
+        until(&registry, "connected again", |r| r.connection(&key).is_some_and(|c| c.is_synced())).await;
+        shutdown.cancel();
+    }
+
     #[test]
     fn an_unregistered_cluster_reports_the_secret_it_needs() {
         let r = Registry::new(Settings::default());
