@@ -902,40 +902,27 @@ async fn http_status(port: u16, path: &str) -> Option<u16> {
 }
 
 /// Whether the API server lets `user` do `verb` on `resource` in `namespace` (admin's question).
+/// `resource` is `<group>/<plural>` outside the core group (`coordination.k8s.io/leases`): a review
+/// naming no group asks about the core group, where no Lease is.
 async fn allowed(admin: &Client, user: &str, verb: &str, resource: &str, namespace: &str) -> bool {
     use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let (group, resource) = resource.rsplit_once('/').unwrap_or(("", resource));
     let review: SubjectAccessReview = serde_json::from_value(json!({
-        "spec": {"user": user, "resourceAttributes": {"verb": verb, "resource": resource, "namespace": namespace}}
+        "spec": {"user": user, "resourceAttributes": {
+            "verb": verb, "group": group, "resource": resource, "namespace": namespace
+        }}
     }))
     .unwrap();
     let answer = Api::<SubjectAccessReview>::all(admin.clone()).create(&PostParams::default(), &review).await.unwrap();
     answer.status.is_some_and(|s| s.allowed)
 }
 
-/// The chart's hub, for real: its ServiceAccount, roles and bindings created on a kube-apiserver,
-/// `karpenter-hub` started with exactly the container's arguments and environment (every flag of
-/// custom-flags-values.yaml) and that ServiceAccount's token. It parses them, wins the Lease where
-/// the chart's Role allows it, and writes the status of a NodePool in the watched namespace; its
-/// identity may read kubeconfig Secrets there and nowhere else.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_hub_runs_with_the_chart_flags_and_rbac_on_a_real_api_server() {
+/// Create the hub's ServiceAccount, roles and bindings of a rendered chart (server-side apply).
+async fn apply_hub_rbac(admin: &Client, r: &Rendered) {
     use k8s_openapi::api::{
-        coordination::v1::Lease,
         core::v1::ServiceAccount,
         rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
     };
-    let helm = helm_or_skip!();
-    let cp = envtest::shared_or_skip!("charts");
-    let admin = cp.client().await.unwrap();
-    install_crds_chart(&helm, &admin).await;
-    let release_ns = "chart-run";
-    for ns in [release_ns, "fleet", "hub-leases"] {
-        create_namespace(&admin, ns).await;
-    }
-    let port = free_port();
-    let port_value = format!("hub.metrics.port={port}");
-    let r = template_in(&helm, release_ns, Some(&ci_file("custom-flags-values.yaml")), &[&port_value]).unwrap();
-
     let apply =
         PatchParams { field_validation: Some(ValidationDirective::Strict), ..PatchParams::apply("charts-test") };
     for d in r.docs.iter().filter(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == "hub") {
@@ -958,6 +945,57 @@ async fn the_hub_runs_with_the_chart_flags_and_rbac_on_a_real_api_server() {
         };
         result.unwrap_or_else(|e| panic!("creating {} {name}: {e}", d["kind"]));
     }
+}
+
+/// A kubeconfig file in `dir` for the API server of `cp` as ServiceAccount `ns/sa` (a fresh token).
+async fn service_account_kubeconfig(
+    admin: &Client,
+    cp: &envtest::ControlPlane,
+    ns: &str,
+    sa: &str,
+    dir: &Path,
+) -> PathBuf {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": []}})).unwrap();
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .create_token_request(sa, &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    std::fs::create_dir_all(dir).unwrap();
+    let mut kubeconfig = serde_json::to_value(cp.kubeconfig().unwrap()).unwrap();
+    kubeconfig["users"][0]["user"] = json!({"token": token});
+    let path = dir.join(format!("{sa}.kubeconfig"));
+    std::fs::write(&path, serde_json::to_string(&kubeconfig).unwrap()).unwrap();
+    path
+}
+
+/// The chart's hub, for real: its ServiceAccount, roles and bindings created on a kube-apiserver,
+/// `karpenter-hub` started with exactly the container's arguments and environment (every flag of
+/// custom-flags-values.yaml) and that ServiceAccount's token. It parses them, wins the Lease where
+/// the chart's Role allows it, and writes the status of a NodePool in the watched namespace; its
+/// identity may read kubeconfig Secrets there and nowhere else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hub_runs_with_the_chart_flags_and_rbac_on_a_real_api_server() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let helm = helm_or_skip!();
+    let cp = envtest::shared_or_skip!("charts");
+    let admin = cp.client().await.unwrap();
+    install_crds_chart(&helm, &admin).await;
+    let release_ns = "chart-run";
+    for ns in [release_ns, "fleet", "hub-leases"] {
+        create_namespace(&admin, ns).await;
+    }
+    let port = free_port();
+    let port_value = format!("hub.metrics.port={port}");
+    let r = template_in(&helm, release_ns, Some(&ci_file("custom-flags-values.yaml")), &[&port_value]).unwrap();
+
+    apply_hub_rbac(&admin, &r).await;
+    let apply =
+        PatchParams { field_validation: Some(ValidationDirective::Strict), ..PatchParams::apply("charts-test") };
 
     // The identity is the chart's, with what the chart grants: Secrets of the watched namespace only.
     let user = format!("system:serviceaccount:{release_ns}:hub-operator");
@@ -966,23 +1004,12 @@ async fn the_hub_runs_with_the_chart_flags_and_rbac_on_a_real_api_server() {
         !allowed(&admin, &user, "watch", "secrets", "default").await,
         "Secrets readable outside hub.watchNamespace"
     );
-    assert!(!allowed(&admin, &user, "update", "leases", release_ns).await, "Lease rights outside its namespace");
+    let leases = "coordination.k8s.io/leases";
+    assert!(allowed(&admin, &user, "update", leases, "hub-leases").await, "no Lease rights in the Lease namespace");
+    assert!(!allowed(&admin, &user, "update", leases, release_ns).await, "Lease rights outside its namespace");
 
-    let request: k8s_openapi::api::authentication::v1::TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": []}})).unwrap();
-    let token = Api::<ServiceAccount>::namespaced(admin.clone(), release_ns)
-        .create_token_request("hub-operator", &PostParams::default(), &request)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .token;
     let dir = std::env::temp_dir().join(format!("karpenter-hub-charts-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut kubeconfig = serde_json::to_value(cp.kubeconfig().unwrap()).unwrap();
-    kubeconfig["users"][0]["user"] = json!({"token": token});
-    let kubeconfig_path = dir.join("hub.kubeconfig");
-    std::fs::write(&kubeconfig_path, serde_json::to_string(&kubeconfig).unwrap()).unwrap();
+    let kubeconfig_path = service_account_kubeconfig(&admin, cp, release_ns, "hub-operator", &dir).await;
 
     // The container's command line and environment, as rendered; only the metrics listener moves
     // from all interfaces to the loopback one (tests listen on 127.0.0.1 only).
@@ -1068,6 +1095,116 @@ async fn the_hub_runs_with_the_chart_flags_and_rbac_on_a_real_api_server() {
     // Text logs, as logFormat asked (JSON lines would start with '{').
     assert!(output.lines().any(|l| !l.is_empty()) && !output.lines().any(|l| l.starts_with('{')), "{output}");
     drop(running);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The chart's hub in sharded mode, for real: ci/sharding-values.yaml's arguments, run as the
+/// chart's ServiceAccount with the chart's roles. With one workload cluster registered, it holds
+/// its membership Lease, the cluster's Lease and the leader Lease, is Ready; stopped with SIGTERM,
+/// it releases the cluster's Lease and deletes its membership Lease; the API refused it nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sharded_hub_runs_with_the_chart_rbac_on_a_real_api_server() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::ListParams;
+    let helm = helm_or_skip!();
+    let cp = envtest::shared_or_skip!("charts");
+    let admin = cp.client().await.unwrap();
+    install_crds_chart(&helm, &admin).await;
+    let (release_ns, team) = ("chart-shard", "shard-team");
+    for ns in [release_ns, team] {
+        create_namespace(&admin, ns).await;
+    }
+    let port = free_port();
+    let sets = [format!("hub.metrics.port={port}"), format!("hub.watchNamespace={team}")];
+    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let r = template_in(&helm, release_ns, Some(&ci_file("sharding-values.yaml")), &sets).unwrap();
+    apply_hub_rbac(&admin, &r).await;
+    let user = format!("system:serviceaccount:{release_ns}:karpenter-hub");
+    for verb in ["get", "list", "watch", "create", "update", "delete"] {
+        let granted = allowed(&admin, &user, verb, "coordination.k8s.io/leases", release_ns).await;
+        assert!(granted, "the chart does not grant {verb} on Leases");
+    }
+    let dir = std::env::temp_dir().join(format!("karpenter-hub-charts-sharded-{}", std::process::id()));
+    let kubeconfig_path = service_account_kubeconfig(&admin, cp, release_ns, "karpenter-hub", &dir).await;
+    // One workload cluster (an emulator on 127.0.0.1), registered as a user would.
+    let workload = sim::apiserver::ApiServer::start(sim::apiserver::ApiServerConfig::workload("w")).await.unwrap();
+    let bytes = serde_json::to_vec(&workload.kubeconfig()).unwrap();
+    operator::commands::register_cluster::write_secret(&admin, team, "w", bytes).await.unwrap();
+
+    let hub = r.get("Deployment", "karpenter-hub");
+    let mut hub_args = args(hub);
+    let all_interfaces = format!("--metrics-addr=0.0.0.0:{port}");
+    let position = hub_args.iter().position(|a| *a == all_interfaces).expect("the chart sets --metrics-addr");
+    hub_args[position] = format!("--metrics-addr=127.0.0.1:{port}");
+    hub_args.push(format!("--kubeconfig={}", kubeconfig_path.display()));
+    assert!(hub_args.contains(&"--sharding=true".to_string()), "{hub_args:?}");
+    let log = dir.join("hub.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let mut running = Running {
+        child: Command::new(env!("CARGO_BIN_EXE_karpenter-hub"))
+            .args(&hub_args)
+            .env_clear()
+            .env("POD_NAMESPACE", release_ns)
+            .env("POD_NAME", "hub-0")
+            .env("RUST_LOG", env(hub, "RUST_LOG").unwrap())
+            .stdin(std::process::Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap(),
+        log,
+    };
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), release_ns);
+    let holders = |role: &'static str| {
+        let leases = leases.clone();
+        async move {
+            let selector = format!("karpenter.clever-cloud.com/hub=default,karpenter.clever-cloud.com/shard={role}");
+            leases
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .map(|l| l.spec.and_then(|s| s.holder_identity).unwrap_or_default())
+                .collect::<Vec<_>>()
+        }
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        running.assert_alive();
+        let ours = |h: &Vec<String>| h.len() == 1 && h[0].starts_with("hub-0-");
+        let leader = leases.get_opt("karpenter-hub-default").await.unwrap().and_then(|l| l.spec?.holder_identity);
+        if ours(&holders("member").await)
+            && ours(&holders("cluster").await)
+            && leader.is_some_and(|h| h.starts_with("hub-0-"))
+            && http_status(port, "/readyz").await == Some(200)
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sharded hub did not hold its Leases and get Ready within 30 s:\n{}",
+            running.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // SIGTERM: it stops acting, releases the cluster's Lease and deletes its membership Lease.
+    let terminated = Command::new("kill").args(["-TERM", &running.child.id().to_string()]).status().unwrap();
+    assert!(terminated.success());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while running.child.try_wait().unwrap().is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "no exit 30 s after SIGTERM:\n{}", running.output());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(holders("cluster").await, vec![String::new()], "the cluster's Lease is not released");
+    assert!(holders("member").await.is_empty(), "the membership Lease is not deleted");
+    let output = running.output();
+    for refused in ["forbidden", "Forbidden", " 403"] {
+        assert!(!output.contains(refused), "the chart's RBAC refused the sharded hub something:\n{output}");
+    }
+    drop(running);
+    workload.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
