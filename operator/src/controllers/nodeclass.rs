@@ -4,16 +4,22 @@
 //! `FlavorCatalogResolved` (False while its catalogue reference dangles or is refused: the built-in
 //! catalogue is served meanwhile).
 //!
-//! Owns: the status of node classes. Must not: block on a cluster (it reads the registry's published
-//! state), or change the spec.
+//! Owns: the status of node classes, and a cache of the flavor catalogues its watch already
+//! receives (read instead of a GET per reconcile). Must not: block on a cluster (it reads the
+//! registry's published state), or change the spec.
 
 use std::{sync::Arc, time::Duration};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use kube::{
     Api, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::{Controller, WatchStreamExt, controller::Action, watcher},
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::Action,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
 };
 use serde_json::json;
 
@@ -39,14 +45,27 @@ pub enum Error {
     Kube(#[from] kube::Error),
 }
 
+/// The controller's context: the hub, and the catalogues as the watch that wakes the classes saw
+/// them. A store of its own rather than the hub's management cache: a change is in this store
+/// before it wakes the classes (the reflector applies it first), so a class is never judged on a
+/// catalogue older than the change that woke it. Catalogues are few and small.
+struct Ctx {
+    hub: Arc<Hub>,
+    catalogs: Store<FlavorCatalog>,
+}
+
 pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
     let classes: Api<CleverNodeClass> = hub.scoped();
     // A cluster connecting or failing changes NodeGroupAPIServed: re-check every class then.
     let cluster_changes = hub.registry.change_stream();
     // A catalogue created, fixed or broken changes FlavorCatalogResolved of the classes using it.
-    let catalog_changes = watcher(hub.scoped::<FlavorCatalog>(), watcher::Config::default())
-        .touched_objects()
-        .filter_map(|r| async move { r.ok().map(|_| ()) });
+    let (catalogs, writer) = reflector::store();
+    let catalog_changes = reflector::reflector(
+        writer,
+        watcher(hub.scoped::<FlavorCatalog>(), watcher::Config::default()).default_backoff(),
+    )
+    .touched_objects()
+    .filter_map(|r| async move { r.ok().map(|_| ()) });
     Controller::new(classes, watcher::Config::default())
         // A pool starting (or stopping) to use a class changes the clusters it is checked against.
         .watches(hub.scoped::<NodePool>(), watcher::Config::default(), |pool| {
@@ -55,7 +74,7 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
         })
         .reconcile_all_on(futures::stream::select(cluster_changes, catalog_changes))
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(10)), hub)
+        .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(10)), Arc::new(Ctx { hub, catalogs }))
         .for_each(|_| async {})
         .await;
 }
@@ -75,15 +94,19 @@ pub fn api_served(clusters: &[(ClusterKey, Phase)]) -> (&'static str, &'static s
     }
 }
 
-async fn reconcile(class: Arc<CleverNodeClass>, hub: Arc<Hub>) -> Result<Action, Error> {
+async fn reconcile(class: Arc<CleverNodeClass>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let hub = &ctx.hub;
     let ns = class.namespace().unwrap_or_default();
     let name = class.name_any();
+    // Before the catalogue watch has listed once, a missing catalogue means nothing: judge later.
+    if class.spec.flavor_catalog_ref.is_some() && ctx.catalogs.wait_until_ready().now_or_never().is_none() {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
     let catalog = match &class.spec.flavor_catalog_ref {
         None => Lookup::Missing,
-        Some(r) => match Api::<FlavorCatalog>::namespaced(hub.mgmt.clone(), &ns).get_opt(&r.name).await {
-            Ok(Some(fc)) => Lookup::Found(fc),
-            Ok(None) => Lookup::Missing,
-            Err(e) => Lookup::Unchecked(e.to_string()),
+        Some(r) => match ctx.catalogs.get(&ObjectRef::new(&r.name).within(&ns)) {
+            Some(fc) => Lookup::Found(FlavorCatalog::clone(&fc)),
+            None => Lookup::Missing,
         },
     };
     let verdict = validate_node_class(&class, None, catalog.as_ref());

@@ -3,20 +3,31 @@
 //! informational `NodeRegistrationHealthy`, the root `Ready`, the pool's usage (`resources`,
 //! `nodes`) summed over its claims, and its cost per hour (a metric only).
 //!
-//! Owns: NodePool status. Must not: change specs or act on claims.
+//! Owns: NodePool status, written only when it differs from what the pool shows. Reads claims,
+//! classes and catalogues from the hub's management cache, never from the API (it runs on every
+//! claim event: performance.md B4). Must not: change specs or act on claims.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, Instant},
+};
 
 use futures::StreamExt;
 use kube::{
     Api, Resource, ResourceExt,
-    api::{ListParams, Patch, PatchParams},
-    runtime::{Controller, controller::Action, watcher},
+    api::{Patch, PatchParams},
+    runtime::{
+        Controller,
+        controller::{self, Action},
+        reflector::ObjectRef,
+        watcher,
+    },
 };
 use serde_json::json;
 
 use crate::{
-    controllers::nodeclaim::instance_types,
+    controllers::nodeclaim::cached_instance_types,
     decisions::conditions::{self, FALSE, TRUE, UNKNOWN},
     infra::hub::Hub,
     infra::metrics::{Metrics, PoolLabels, PoolResourceLabels},
@@ -40,9 +51,6 @@ pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
 pub enum Error {
     #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
     Kube(#[from] kube::Error),
-    /// The node class's catalogue could not be read, so the pool's cost is not known.
-    #[error("pricing NodePool {pool}: {message}")]
-    Catalog { pool: String, message: String },
 }
 
 /// What a pool's claims cost by the catalogue (see [`price_per_hour`]).
@@ -58,9 +66,9 @@ pub struct PoolPrice {
 /// (launch writes the flavor as its instance-type label; before that no flavor is chosen, so nothing
 /// is paid), at the offering of the claim's zone and capacity type, else the type's cheapest one.
 /// Pure.
-pub fn price_per_hour(claims: &[NodeClaim], types: &[InstanceType]) -> PoolPrice {
+pub fn price_per_hour<'a>(claims: impl IntoIterator<Item = &'a NodeClaim>, types: &[InstanceType]) -> PoolPrice {
     let mut out = PoolPrice { eur_per_hour: 0.0, unpriced: Vec::new() };
-    for c in claims.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
+    for c in claims.into_iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
         let l = c.labels();
         let Some(flavor) = l.get(labels::INSTANCE_TYPE) else { continue };
         let offerings = types.iter().find(|t| &t.name == flavor).map(|t| t.offerings.as_slice()).unwrap_or_default();
@@ -77,32 +85,136 @@ pub fn price_per_hour(claims: &[NodeClaim], types: &[InstanceType]) -> PoolPrice
     out
 }
 
+/// Claim events close together (a launch writes the claim several times within a second) wake the
+/// pool once: its status is computed from their end state.
+const DEBOUNCE: Duration = Duration::from_millis(500);
+/// How long the cache may lag behind the event that woke the pool before the pool is computed
+/// anyway (a claim deleted without ever being cached cannot be caught up with).
+pub const CATCH_UP_LIMIT: Duration = Duration::from_secs(2);
+/// How soon a pool whose cache lags is looked at again.
+const CATCH_UP_RETRY: Duration = Duration::from_millis(100);
+
+/// The kinds whose events wake a pool and that its status is computed from (through the cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Claim,
+    Class,
+}
+
+/// One event a pool was woken by: the object's namespace and name, the resourceVersion the event
+/// carried, whether the object was being deleted, and when the event came.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+    pub resource_version: Option<String>,
+    pub deleting: bool,
+    pub at: Instant,
+}
+
+/// Whether the management cache has caught up with every event a pool was woken by: each object is
+/// cached at the event's resourceVersion, or absent when the event showed it being deleted, or the
+/// event is older than [`CATCH_UP_LIMIT`] (give up waiting: a later event wakes the pool again).
+/// `cached` gives the cached resourceVersion of an object (`None`: not cached). Pure.
+pub fn caught_up(seen: &[Seen], cached: impl Fn(Kind, &str, &str) -> Option<Option<String>>, now: Instant) -> bool {
+    seen.iter().all(|s| {
+        let matches = match cached(s.kind, &s.namespace, &s.name) {
+            Some(rv) => rv == s.resource_version,
+            None => s.deleting,
+        };
+        matches || now.saturating_duration_since(s.at) >= CATCH_UP_LIMIT
+    })
+}
+
+/// The events each pool was woken by and has not computed its status after yet. The controller's
+/// own watches wake the pool, but the status is read from the hub's cache, a separate watch that
+/// may not have seen the same event yet: the reconcile waits (briefly) until it has, so the status
+/// never settles on a stale count.
+#[derive(Debug, Default)]
+pub struct Awaited(Mutex<HashMap<ObjectRef<NodePool>, Vec<Seen>>>);
+
+impl Awaited {
+    fn expect<K: Resource>(&self, pool: &ObjectRef<NodePool>, kind: Kind, obj: &K) {
+        let meta = obj.meta();
+        let seen = Seen {
+            kind,
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            resource_version: meta.resource_version.clone(),
+            deleting: meta.deletion_timestamp.is_some(),
+            at: Instant::now(),
+        };
+        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let list = all.entry(pool.clone()).or_default();
+        // Only the latest event of an object matters.
+        list.retain(|s| !(s.kind == seen.kind && s.namespace == seen.namespace && s.name == seen.name));
+        list.push(seen);
+    }
+
+    /// The events `pool` waits for.
+    fn of(&self, pool: &ObjectRef<NodePool>) -> Vec<Seen> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).get(pool).cloned().unwrap_or_default()
+    }
+
+    /// Forget a deleted pool.
+    fn forget(&self, pool: &ObjectRef<NodePool>) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(pool);
+    }
+
+    /// Forget the events the pool has now been computed after (not ones that came meanwhile).
+    fn done(&self, pool: &ObjectRef<NodePool>, handled: &[Seen]) {
+        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(list) = all.get_mut(pool) {
+            list.retain(|s| !handled.contains(s));
+            if list.is_empty() {
+                all.remove(pool);
+            }
+        }
+    }
+}
+
+/// The controller's context: the hub and the events each pool waits for the cache to show.
+struct Ctx {
+    hub: Arc<Hub>,
+    awaited: Awaited,
+}
+
 pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
     let pools: Api<NodePool> = hub.scoped();
     let claims: Api<NodeClaim> = hub.scoped();
     let cluster_changes = hub.registry.change_stream();
-    let controller = Controller::new(pools, watcher::Config::default());
+    let controller = Controller::new(pools, watcher::Config::default())
+        .with_config(controller::Config::default().debounce(DEBOUNCE));
     let pools_store = controller.store();
+    let ctx = Arc::new(Ctx { hub: hub.clone(), awaited: Awaited::default() });
+    let (on_claim, on_class) = (ctx.clone(), ctx.clone());
     controller
-        .watches(claims, watcher::Config::default(), |claim| {
+        // A claim event wakes its own pool only.
+        .watches(claims, watcher::Config::default(), move |claim| {
             let ns = claim.namespace()?;
-            let pool = claim.labels().get(labels::NODEPOOL)?.clone();
-            Some(kube::runtime::reflector::ObjectRef::new(&pool).within(&ns))
+            let pool = ObjectRef::new(claim.labels().get(labels::NODEPOOL)?).within(&ns);
+            on_claim.awaited.expect(&pool, Kind::Claim, &claim);
+            Some(pool)
         })
         // A node class turning Ready or not changes NodeClassReady of the pools using it.
         .watches(hub.scoped::<CleverNodeClass>(), watcher::Config::default(), move |class| {
             let ns = class.namespace();
             let name = class.name_any();
-            pools_store
+            let using: Vec<ObjectRef<NodePool>> = pools_store
                 .state()
                 .into_iter()
                 .filter(|p| p.namespace() == ns && p.spec.template.spec.node_class_ref.name == name)
-                .map(|p| kube::runtime::reflector::ObjectRef::from_obj(p.as_ref()))
-                .collect::<Vec<_>>()
+                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .collect();
+            for pool in &using {
+                on_class.awaited.expect(pool, Kind::Class, &class);
+            }
+            using
         })
         .reconcile_all_on(cluster_changes)
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(10)), hub.clone())
+        .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(10)), ctx.clone())
         .for_each(|r| {
             // A deleted pool is not reconciled; its claims going (owner cascade) still ask for it,
             // which is when its gauges go, so a dashboard does not keep its last cost and usage.
@@ -110,6 +222,7 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
                 && let Some(ns) = &pool.namespace
             {
                 forget_pool(&hub.metrics, ns, &pool.name);
+                ctx.awaited.forget(&ObjectRef::new(&pool.name).within(ns));
             }
             async {}
         })
@@ -125,9 +238,27 @@ pub fn forget_pool(m: &Metrics, ns: &str, name: &str) {
     m.nodepool_price.forget_where(|l| of_pool(&l.cluster, &l.nodepool));
 }
 
-async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> {
+async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let hub = &ctx.hub;
     let ns = pool.namespace().unwrap_or_default();
     let name = pool.name_any();
+    // Before the cache has listed once, a missing claim or class means nothing: no status yet.
+    if !hub.cache.is_ready() {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let me = ObjectRef::from_obj(pool.as_ref());
+    let seen = ctx.awaited.of(&me);
+    let cached = |kind: Kind, ns: &str, name: &str| match kind {
+        Kind::Claim => {
+            hub.cache.claims.get(&ObjectRef::new(name).within(ns)).map(|c| c.metadata.resource_version.clone())
+        }
+        Kind::Class => {
+            hub.cache.classes.get(&ObjectRef::new(name).within(ns)).map(|c| c.metadata.resource_version.clone())
+        }
+    };
+    if !caught_up(&seen, cached, Instant::now()) {
+        return Ok(Action::requeue(CATCH_UP_RETRY));
+    }
     let key = ClusterKey::new(ns.clone(), pool.spec.cluster_name.clone());
     // Sharded mode (hub.md §6): the replica owning the pool's cluster writes its status; the
     // others leave it (a change of ownership re-reconciles every pool).
@@ -167,7 +298,7 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
         hub.event(&pool.object_ref(&()), !reachable, &now_reachable.reason, "Connect", note).await;
     }
     let class_name = &pool.spec.template.spec.node_class_ref.name;
-    let class = Api::<CleverNodeClass>::namespaced(hub.mgmt.clone(), &ns).get_opt(class_name).await?;
+    let class = hub.cache.classes.get(&ObjectRef::<CleverNodeClass>::new(class_name).within(&ns));
     let (class_status, class_reason, class_message) = match &class {
         None => (FALSE, "NodeClassNotFound", format!("CleverNodeClass {ns}/{class_name} does not exist")),
         Some(c) => match conditions::get(c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(), READY)
@@ -180,7 +311,7 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
     conditions::set(&mut conds, NODECLASS_READY, class_status, class_reason, &class_message, generation, now);
     // The webhook's rules, re-checked: a pool stored without the webhook must say what is wrong.
     let references = NodePoolReferences {
-        node_class: class.as_ref().map_or(Lookup::Missing, Lookup::Found),
+        node_class: class.as_deref().map_or(Lookup::Missing, Lookup::Found),
         flavor_catalog: Lookup::Unchecked("not read by the status controller".to_string()),
         base: None,
     };
@@ -189,7 +320,7 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
         Some(m) => conditions::set(&mut conds, VALIDATION_SUCCEEDED, FALSE, "ValidationFailed", &m, generation, now),
     };
     // Informational (karpenter-semantics §6.4): recent launches of this pool failing to register.
-    let class_generation = class.as_ref().and_then(|c| c.metadata.generation);
+    let class_generation = class.as_deref().and_then(|c| c.metadata.generation);
     hub.observe_class_generation(&ns, class_name, class_generation);
     let (health, health_reason, health_message) =
         match hub.registration_healthy(&ns, &name, (generation, class_generation)) {
@@ -205,10 +336,8 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
     let ready = conditions::set_root_except(&mut conds, READY, &[NODE_REGISTRATION_HEALTHY], generation, now);
 
     // Usage: Σ capacity of the pool's claims that are not being deleted.
-    let claims = Api::<NodeClaim>::namespaced(hub.mgmt.clone(), &ns)
-        .list(&ListParams::default().labels(&format!("{}={name}", labels::NODEPOOL)))
-        .await?
-        .items;
+    let claims: Vec<Arc<NodeClaim>> =
+        hub.cache.claims_in(&ns).into_iter().filter(|c| c.labels().get(labels::NODEPOOL) == Some(&name)).collect();
     let mut total = Resources::ZERO;
     let mut nodes = 0i64;
     for c in claims.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
@@ -224,12 +353,13 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
         nodepool: name.clone(),
         resource_type: resource_type.to_string(),
     };
-    // Cost, with the catalogue the pool's launches use (the built-in one while the class is missing).
-    let catalogue = match &class {
-        Some(c) => instance_types(&hub, &ns, c).await,
-        None => Ok(Catalog::builtin().instance_types(&hub.settings.zone)),
+    // Cost, with the catalogue the pool's launches use (the built-in one while the class is missing),
+    // as the cache shows it: a price is no reason for a live read.
+    let types = match &class {
+        Some(c) => cached_instance_types(hub, &ns, c),
+        None => Catalog::builtin().instance_types(&hub.settings.zone),
     };
-    let priced = catalogue.map(|types| price_per_hour(&claims, &types));
+    let priced = price_per_hour(claims.iter().map(AsRef::as_ref), &types);
     let m = &hub.metrics;
     if hub.registry.clusters().contains(&key) {
         m.nodepool_usage.get(&labels("cpu")).set(total.cpu_millis as f64 / 1000.0);
@@ -244,13 +374,9 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
                 m.nodepool_limit.get(&labels("memory")).set(limits.memory_bytes as f64);
             }
         }
-        if let Ok(price) = &priced {
-            m.nodepool_price
-                .get(&PoolLabels { cluster: key.to_string(), nodepool: name.clone() })
-                .set(price.eur_per_hour);
-            if !price.unpriced.is_empty() {
-                tracing::debug!(namespace = %ns, nodepool = %name, claims = ?price.unpriced, "claims of flavors the catalogue does not price are left out of the pool's cost");
-            }
+        m.nodepool_price.get(&PoolLabels { cluster: key.to_string(), nodepool: name.clone() }).set(priced.eur_per_hour);
+        if !priced.unpriced.is_empty() {
+            tracing::debug!(namespace = %ns, nodepool = %name, claims = ?priced.unpriced, "claims of flavors the catalogue does not price are left out of the pool's cost");
         }
     } else {
         // A removed cluster's series are gone (hub.md §3 "Removal"): a pool of an unregistered
@@ -265,7 +391,7 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
         "conditions": conds,
         "resources": resources,
         "nodes": nodes,
-        "nodeClassObservedGeneration": class.as_ref().and_then(|c| c.metadata.generation),
+        "nodeClassObservedGeneration": class.as_deref().and_then(|c| c.metadata.generation),
     });
     let current = serde_json::to_value(&pool.status).unwrap_or_default();
     let changed = ["conditions", "resources", "nodes"].iter().any(|k| current.get(*k) != status.get(*k));
@@ -275,11 +401,7 @@ async fn reconcile(pool: Arc<NodePool>, hub: Arc<Hub>) -> Result<Action, Error> 
             .await?;
         tracing::debug!(namespace = %ns, nodepool = %name, ready, cluster = %key, "nodepool status updated");
     }
-    if let Err(message) = priced {
-        // The status is written; the cost is retried by the error policy, its gauge left as it was.
-        tracing::warn!(namespace = %ns, nodepool = %name, error = %message, "cannot price the pool's claims");
-        return Err(Error::Catalog { pool: format!("{ns}/{name}"), message });
-    }
+    ctx.awaited.done(&me, &seen);
     // Every input is watched (pool, its claims, its class, the registry): no periodic re-check,
     // so a steady fleet costs no LIST (performance.md B4).
     Ok(Action::await_change())
@@ -326,7 +448,44 @@ mod tests {
         let want = price(&types, "XS") + price(&types, "M");
         assert!((p.eur_per_hour - want).abs() < 1e-9, "{p:?} != {want}");
         assert!(p.unpriced.is_empty(), "{p:?}");
-        assert_eq!(price_per_hour(&[], &types).eur_per_hour, 0.0);
+        assert_eq!(price_per_hour(std::iter::empty(), &types).eur_per_hour, 0.0);
+    }
+
+    #[test]
+    fn a_pool_waits_for_the_cache_to_show_the_events_that_woke_it() {
+        let now = Instant::now() + Duration::from_secs(10);
+        // An event that came `age` before now.
+        let seen = |name: &str, rv: &str, deleting: bool, age: Duration| Seen {
+            kind: Kind::Claim,
+            namespace: "team-a".into(),
+            name: name.into(),
+            resource_version: Some(rv.into()),
+            deleting,
+            at: now - age,
+        };
+        // The cache: claim a at "5", claim b not there.
+        let cached = |_: Kind, _: &str, name: &str| (name == "a").then(|| Some("5".to_string()));
+        let cases = [
+            ("nothing awaited", vec![], true),
+            ("the cache shows the event", vec![seen("a", "5", false, Duration::ZERO)], true),
+            ("the cache is behind the event", vec![seen("a", "6", false, Duration::ZERO)], false),
+            ("a new claim not cached yet", vec![seen("b", "1", false, Duration::ZERO)], false),
+            ("a deleted claim gone from the cache", vec![seen("b", "2", true, Duration::ZERO)], true),
+            (
+                "a claim being deleted still cached at an older version",
+                vec![seen("a", "7", true, Duration::ZERO)],
+                false,
+            ),
+            ("waited long enough", vec![seen("a", "6", false, CATCH_UP_LIMIT)], true),
+            (
+                "one event caught up, one not",
+                vec![seen("a", "5", false, Duration::ZERO), seen("b", "1", false, Duration::ZERO)],
+                false,
+            ),
+        ];
+        for (what, seen, want) in cases {
+            assert_eq!(caught_up(&seen, cached, now), want, "{what}");
+        }
     }
 
     #[test]

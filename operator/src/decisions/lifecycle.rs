@@ -179,8 +179,10 @@ pub enum Write {
     /// Merge-patch the claim's status with this one.
     Status(Box<NodeClaimStatus>),
     /// Run the launch sequence (create or adopt the NodeGroup, await CKE's verdict) and report its
-    /// outcome through [`launched`].
-    Launch,
+    /// outcome through [`launched`]. The status given (`Launched=Unknown(Launching)`, set by this
+    /// pass) is written only when the launch does not conclude in this pass: a launch that does
+    /// writes its outcome in the same single status write.
+    Launch(Option<Box<NodeClaimStatus>>),
     /// Replace the Node with this one (optimistic concurrency: it carries the resourceVersion read).
     RegisterNode(Box<Node>),
     /// Label the Node `karpenter.sh/initialized=true`.
@@ -382,6 +384,12 @@ fn live(f: &Facts<'_>, s: &Settings, expiry: Option<Duration>) -> Decision {
             let desired = node_registration::registered_node(node, claim);
             status.node_name = Some(node.name_any());
             changed |= conditions::set(&mut status.conditions, REGISTERED, TRUE, "Registered", "", observed, now);
+            // What blocks initialization of the Node as registered, in the same status write (the
+            // next pass would write it alone); a Node with nothing blocking is initialized by the
+            // next pass, once the registration is read back.
+            if let Some((reason, message)) = node_registration::initialization_blocker(&desired, claim) {
+                conditions::set(&mut status.conditions, INITIALIZED, UNKNOWN, reason, &message, observed, now);
+            }
             // Counted by the pass that registers the Node; a pass reading a claim status that lags
             // behind (the Node change wakes it) only writes the condition.
             if &desired != *node {
@@ -404,15 +412,23 @@ fn live(f: &Facts<'_>, s: &Settings, expiry: Option<Duration>) -> Decision {
                         conditions::set(&mut status.conditions, INITIALIZED, UNKNOWN, reason, &message, observed, now);
                     requeue = SOON;
                 }
-                None if !initialized => {
-                    d = d
-                        .then(Write::LabelInitialized { node: node.name_any() })
-                        .because(format!("node {} initialized", node.name_any()));
-                    changed |=
-                        conditions::set(&mut status.conditions, INITIALIZED, TRUE, "Initialized", "", observed, now);
-                }
                 None => {
-                    // §6.6: the node CKE made has the shape we paid for.
+                    if !initialized {
+                        d = d
+                            .then(Write::LabelInitialized { node: node.name_any() })
+                            .because(format!("node {} initialized", node.name_any()));
+                        changed |= conditions::set(
+                            &mut status.conditions,
+                            INITIALIZED,
+                            TRUE,
+                            "Initialized",
+                            "",
+                            observed,
+                            now,
+                        );
+                    }
+                    // §6.6: the node CKE made has the shape we paid for (judged from the pass that
+                    // initializes it on, in the same status write).
                     let verdict = node_registration::consistency(node, claim);
                     let (st, reason, message) = match &verdict {
                         Ok(()) => (TRUE, "ConsistentStateFound", String::new()),
@@ -536,7 +552,10 @@ fn live(f: &Facts<'_>, s: &Settings, expiry: Option<Duration>) -> Decision {
     {
         requeue = requeue.min(s.registration_ttl.saturating_sub(age));
     }
-    if changed {
+    // `changed` says a step touched the status; whether it differs is the comparison (a condition
+    // set then removed again in the same pass, as `Empty` before initialization, is no change and
+    // no write).
+    if changed && claim.status.as_ref() != Some(&status) {
         // The status before the Node writes' follow-ups: a registration's writes go first, so a
         // failed Node write leaves the condition unset and the next pass retries.
         d.writes.push(Write::Status(Box::new(status)));
@@ -545,13 +564,96 @@ fn live(f: &Facts<'_>, s: &Settings, expiry: Option<Duration>) -> Decision {
     d.requeue(requeue)
 }
 
+/// The registration of `read` (the Node as cached) into `desired` ([`Write::RegisterNode`]) as a
+/// JSON patch (RFC 6902) of only what the hub changes: the labels and annotations it sets, its
+/// finalizer added, and the taints replaced, each list after a `test` that it is still as read.
+/// The taints are the list others change too (the kubelet and the node lifecycle controller remove
+/// `node.kubernetes.io/not-ready`): a concurrent change there fails the test (422) and the next
+/// pass retries on the new list, while a change anywhere else (the Node's status, heartbeats, labels
+/// of others) no longer conflicts as the whole-object `replace` did. `None` when nothing differs.
+pub fn registration_patch(read: &Node, desired: &Node) -> Option<serde_json::Value> {
+    use serde_json::json;
+    // JSON pointer escaping of a map key (RFC 6901).
+    let key = |k: &str| k.replace('~', "~0").replace('/', "~1");
+    let mut ops = Vec::new();
+    let maps = [
+        ("labels", read.metadata.labels.as_ref(), desired.metadata.labels.as_ref()),
+        ("annotations", read.metadata.annotations.as_ref(), desired.metadata.annotations.as_ref()),
+    ];
+    for (field, have, want) in maps {
+        let Some(want) = want else { continue };
+        match have {
+            None => ops.push(json!({"op": "add", "path": format!("/metadata/{field}"), "value": want})),
+            Some(have) => {
+                for (k, v) in want.iter().filter(|(k, v)| have.get(*k) != Some(*v)) {
+                    ops.push(json!({"op": "add", "path": format!("/metadata/{field}/{}", key(k)), "value": v}));
+                }
+            }
+        }
+    }
+    // The finalizer appended to the list as read (tested, so a stale read never adds it twice), or
+    // the list created when the Node has none (a Node joins without finalizers; registration
+    // follows within seconds, before any other controller finalizes it).
+    let have = read.metadata.finalizers.as_deref().unwrap_or_default();
+    let missing: Vec<&String> = desired.metadata.finalizers.iter().flatten().filter(|f| !have.contains(f)).collect();
+    if !missing.is_empty() {
+        match &read.metadata.finalizers {
+            None => ops.push(json!({"op": "add", "path": "/metadata/finalizers", "value": missing})),
+            Some(list) => {
+                ops.push(json!({"op": "test", "path": "/metadata/finalizers", "value": list}));
+                for f in missing {
+                    ops.push(json!({"op": "add", "path": "/metadata/finalizers/-", "value": f}));
+                }
+            }
+        }
+    }
+    let taints = |n: &Node| n.spec.as_ref().and_then(|s| s.taints.clone());
+    let (have, want) = (taints(read), taints(desired));
+    if have != want {
+        match (&have, &want) {
+            (None, Some(w)) => ops.push(json!({"op": "add", "path": "/spec/taints", "value": w})),
+            (Some(h), None) => {
+                ops.push(json!({"op": "test", "path": "/spec/taints", "value": h}));
+                ops.push(json!({"op": "remove", "path": "/spec/taints"}));
+            }
+            (Some(h), Some(w)) => {
+                ops.push(json!({"op": "test", "path": "/spec/taints", "value": h}));
+                ops.push(json!({"op": "replace", "path": "/spec/taints", "value": w}));
+            }
+            (None, None) => {}
+        }
+    }
+    (!ops.is_empty()).then_some(serde_json::Value::Array(ops))
+}
+
+/// Which copy of a claim a pass decides from: the one read (the controller's cache), or `written`,
+/// the claim as this controller's last status write returned it `age` ago, while the read copy
+/// does not show that write yet (the watch lags behind it). Only this controller writes a claim's
+/// status, so a read status other than the written one means the read copy is older, until `fresh`
+/// has passed; a read copy being deleted while the written one is not is newer whatever its status.
+/// Deciding from a lagging copy would write the same status again, and re-set conditions the
+/// write had set (moving their `lastTransitionTime`).
+pub fn freshest<'a>(read: &'a NodeClaim, written: Option<(&'a NodeClaim, Duration)>, fresh: Duration) -> &'a NodeClaim {
+    match written {
+        Some((w, age))
+            if age < fresh
+                && w.metadata.uid == read.metadata.uid
+                && w.status != read.status
+                && (read.metadata.deletion_timestamp.is_none() || w.metadata.deletion_timestamp.is_some()) =>
+        {
+            w
+        }
+        _ => read,
+    }
+}
+
 /// Before `Launched=True`: mark Launching, enforce the launch TTL, else launch.
 fn launch(f: &Facts<'_>, s: &Settings, mut status: NodeClaimStatus) -> Decision {
-    let mut d = Decision::default();
-    if conditions::get(&status.conditions, LAUNCHED).is_none() {
+    let d = Decision::default();
+    let launching = conditions::get(&status.conditions, LAUNCHED).is_none().then(|| {
         conditions::set(&mut status.conditions, LAUNCHED, UNKNOWN, "Launching", "", f.claim.metadata.generation, f.now);
-        d = d.then(Write::Status(Box::new(status.clone())));
-    }
+        Box::new(status.clone())
+    });
     if conditions::age(&status.conditions, LAUNCHED, f.now).is_some_and(|a| a >= s.launch_ttl) {
         return d
             .then(Write::RegistrationOutcome { registered: false })
@@ -559,7 +661,7 @@ fn launch(f: &Facts<'_>, s: &Settings, mut status: NodeClaimStatus) -> Decision 
             .event(true, "LaunchTimeout", "Delete", format!("not launched within {:?}", s.launch_ttl))
             .because("claim did not launch in time; deleting it");
     }
-    d.then(Write::Launch)
+    d.then(Write::Launch(launching))
 }
 
 /// What the launch sequence reported.
@@ -589,6 +691,8 @@ pub fn launched(claim: &NodeClaim, outcome: &LaunchOutcome, now: Timestamp) -> N
             status.allocatable = Some(allocatable.clone());
             conditions::set(&mut status.conditions, LAUNCHED, TRUE, "Launched", "", observed, now);
             awaiting_node(&mut status, observed, now);
+            // What the next pass would add (`live`'s root condition): written now, in the same patch.
+            conditions::set(&mut status.conditions, READY, UNKNOWN, "NotReady", "", observed, now);
         }
         LaunchOutcome::Conflict(why) => {
             conditions::set(&mut status.conditions, LAUNCHED, UNKNOWN, "NodeGroupConflict", why, observed, now);
@@ -1014,9 +1118,12 @@ mod tests {
     fn a_new_claim_is_marked_launching_and_launched() {
         let c = claim();
         let d = decide(&facts(&c, NodeMatch::NotFound, Group::Cached, t(1)), &Settings::default());
-        let s = status_of(&d).expect("a status write");
+        // One status write at most: Launching goes with the launch, written alone only if the
+        // launch concludes nothing in this pass.
+        assert_eq!(status_of(&d), None, "{d:?}");
+        let Some(Write::Launch(Some(s))) = d.writes.last() else { panic!("no launch with its status: {d:?}") };
         assert_eq!(conditions::get(&s.conditions, LAUNCHED).unwrap().reason, "Launching");
-        assert_eq!(d.writes.last(), Some(&Write::Launch));
+        assert_eq!(conditions::get(&s.conditions, LAUNCHED).unwrap().last_transition_time.0, t(1));
     }
 
     #[test]
@@ -1028,7 +1135,8 @@ mod tests {
         let settings = Settings::default();
         let before = decide(&facts(&c, NodeMatch::NotFound, Group::Cached, t(100 + 299)), &settings);
         assert_eq!(deletes(&before), None);
-        assert!(has(&before, |w| *w == Write::Launch));
+        // Launching already written: the launch carries no status of its own.
+        assert!(has(&before, |w| *w == Write::Launch(None)));
         let at = decide(&facts(&c, NodeMatch::NotFound, Group::Cached, t(100 + 300)), &settings);
         assert_eq!(deletes(&at), Some(DeleteReason::LaunchTimeout));
         assert!(has(&at, |w| *w == Write::RegistrationOutcome { registered: false }));
@@ -1115,6 +1223,147 @@ mod tests {
         let d = decide(&facts(&c, NodeMatch::One(&registered), Group::Cached, t(61)), &Settings::default());
         assert!(!has(&d, |w| matches!(w, Write::RegisterNode(_) | Write::NodeCreated)));
         assert!(status_of(&d).is_some());
+    }
+
+    #[test]
+    fn a_launched_claim_waiting_for_its_node_writes_nothing_more() {
+        // `launched` writes what the next pass would add (Ready=Unknown); Empty, which the
+        // disruption conditions set and a claim not initialized drops again, is no change either.
+        let c = launched_claim();
+        let d = decide(&facts(&c, NodeMatch::NotFound, Group::Cached, t(11)), &Settings::default());
+        assert_eq!(status_of(&d), None, "{d:?}");
+        assert_eq!(conditions::get(&c.status.as_ref().unwrap().conditions, READY).unwrap().reason, "NotReady");
+    }
+
+    #[test]
+    fn registration_writes_what_blocks_initialization_in_the_same_status() {
+        let c = launched_claim();
+        let mut n = node("False", t(0));
+        n.metadata.labels = None;
+        let d = decide(&facts(&c, NodeMatch::One(&n), Group::Cached, t(60)), &Settings::default());
+        let writes = d.writes.iter().filter(|w| matches!(w, Write::Status(_))).count();
+        assert_eq!(writes, 1, "{d:?}");
+        let s = status_of(&d).unwrap();
+        assert!(conditions::is_true(&s.conditions, REGISTERED));
+        let init = conditions::get(&s.conditions, INITIALIZED).expect("Initialized set at registration");
+        assert_eq!((init.status.as_str(), init.reason.as_str()), (UNKNOWN, "NodeNotReady"));
+        // Read back, the blocker unchanged: nothing to write.
+        let mut back = c.clone();
+        back.status = Some(s.clone());
+        let registered = node_registration::registered_node(&n, &c);
+        let d = decide(&facts(&back, NodeMatch::One(&registered), Group::Cached, t(61)), &Settings::default());
+        assert_eq!(status_of(&d), None, "{d:?}");
+    }
+
+    #[test]
+    fn the_pass_that_initializes_a_node_also_judges_its_consistency() {
+        let mut c = registered_claim();
+        conditions::remove(&mut c.status.as_mut().unwrap().conditions, INITIALIZED);
+        let n = node("True", t(0));
+        let d = decide(&facts(&c, NodeMatch::One(&n), Group::Cached, t(60)), &Settings::default());
+        assert!(has(&d, |w| matches!(w, Write::LabelInitialized { .. })), "{d:?}");
+        let s = status_of(&d).unwrap();
+        assert!(conditions::is_true(&s.conditions, INITIALIZED));
+        assert!(conditions::get(&s.conditions, CONSISTENT_STATE_FOUND).is_some(), "{s:?}");
+        assert!(conditions::is_true(&s.conditions, READY));
+    }
+
+    #[test]
+    fn a_pass_decides_from_its_own_last_write_while_the_cache_lags() {
+        let fresh = Duration::from_secs(10);
+        let read = claim();
+        let written = launched_claim();
+        let mut other = launched_claim();
+        other.metadata.uid = Some("u2".into());
+        let mut deleting = read.clone();
+        deleting.metadata.deletion_timestamp = Some(Time(t(5)));
+        type Case<'a> = (&'a str, &'a NodeClaim, Option<(&'a NodeClaim, Duration)>, bool);
+        let cases: [Case<'_>; 6] = [
+            ("nothing written", &read, None, false),
+            ("the cache lags behind the write", &read, Some((&written, Duration::from_secs(1))), true),
+            ("the cache shows the write", &written, Some((&written, Duration::from_secs(1))), false),
+            ("the write is too old to trust", &read, Some((&written, fresh)), false),
+            ("another claim of that name", &read, Some((&other, Duration::from_secs(1))), false),
+            ("the read copy is being deleted", &deleting, Some((&written, Duration::from_secs(1))), false),
+        ];
+        for (what, read, written, want_written) in cases {
+            let got = freshest(read, written, fresh);
+            assert_eq!(std::ptr::eq(got, read), !want_written, "{what}");
+        }
+    }
+
+    /// The RFC 6902 operations `registration_patch` uses, as the API server applies them (a failed
+    /// `test` panics here).
+    fn apply_ops(v: &mut serde_json::Value, ops: &[serde_json::Value]) {
+        for op in ops {
+            let path = op["path"].as_str().unwrap();
+            let (parent, last) = path.rsplit_once('/').unwrap();
+            let last = last.replace("~1", "/").replace("~0", "~");
+            let value = op.get("value").cloned();
+            match op["op"].as_str().unwrap() {
+                "test" => assert_eq!(v.pointer(path), value.as_ref(), "test of {path} failed"),
+                "remove" => {
+                    v.pointer_mut(parent).unwrap().as_object_mut().unwrap().remove(&last);
+                }
+                "add" | "replace" => match v.pointer_mut(parent).unwrap() {
+                    serde_json::Value::Array(a) if last == "-" => a.push(value.unwrap()),
+                    serde_json::Value::Object(m) => {
+                        m.insert(last, value.unwrap());
+                    }
+                    other => panic!("{path}: cannot add to {other}"),
+                },
+                other => panic!("unexpected op {other}"),
+            }
+        }
+    }
+
+    fn taint(key: &str, effect: &str) -> k8s_openapi::api::core::v1::Taint {
+        k8s_openapi::api::core::v1::Taint { key: key.into(), effect: effect.into(), ..Default::default() }
+    }
+
+    #[test]
+    fn registration_patches_only_what_the_hub_owns_and_tests_the_taints() {
+        let mut read = node("False", t(0));
+        read.metadata.labels = Some([("a/b".to_string(), "1".to_string())].into());
+        read.metadata.finalizers = None;
+        read.spec.as_mut().unwrap().taints = Some(vec![
+            taint(labels::UNREGISTERED_TAINT, "NoExecute"),
+            taint("node.kubernetes.io/not-ready", "NoSchedule"),
+        ]);
+        let desired = node_registration::registered_node(&read, &claim());
+        let ops = registration_patch(&read, &desired).unwrap();
+        let ops = ops.as_array().unwrap();
+        let has_op = |op: &str, path: &str| ops.iter().any(|o| o["op"] == op && o["path"] == path);
+        // Labels one by one (JSON pointer escaping), the label already there untouched.
+        assert!(has_op("add", "/metadata/labels/karpenter.sh~1registered"), "{ops:?}");
+        assert!(!ops.iter().any(|o| o["path"] == "/metadata/labels/a~1b"), "{ops:?}");
+        assert!(has_op("add", "/metadata/finalizers"), "{ops:?}");
+        // The taints replaced only if they are still the ones read: the unregistered taint goes,
+        // the kubelet's not-ready taint stays.
+        let test = ops.iter().position(|o| o["op"] == "test" && o["path"] == "/spec/taints").expect("a test");
+        let replace = ops.iter().position(|o| o["op"] == "replace" && o["path"] == "/spec/taints").expect("a replace");
+        assert!(test < replace);
+        assert_eq!(ops[test]["value"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            ops[replace]["value"],
+            serde_json::json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}])
+        );
+        assert!(!ops.iter().any(|o| o["path"].as_str().is_some_and(|p| p.starts_with("/status"))), "{ops:?}");
+        // Applied, it gives the registered Node.
+        let mut v = serde_json::to_value(&read).unwrap();
+        apply_ops(&mut v, ops);
+        assert_eq!(serde_json::from_value::<Node>(v).unwrap(), desired);
+        // A Node already registered: no patch at all.
+        assert_eq!(registration_patch(&desired, &desired), None);
+        // A Node with a finalizer of someone else's: ours appended to the list as read, tested.
+        read.metadata.finalizers = Some(vec!["example.com/other".into()]);
+        let desired = node_registration::registered_node(&read, &claim());
+        let ops = registration_patch(&read, &desired).unwrap();
+        let ops = ops.as_array().unwrap();
+        assert!(ops.iter().any(|o| o["op"] == "test" && o["path"] == "/metadata/finalizers"), "{ops:?}");
+        let mut v = serde_json::to_value(&read).unwrap();
+        apply_ops(&mut v, ops);
+        assert_eq!(serde_json::from_value::<Node>(v).unwrap(), desired);
     }
 
     #[test]

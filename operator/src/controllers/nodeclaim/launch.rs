@@ -1,18 +1,22 @@
 //! The launch sequence of one claim (karpenter-semantics §6.1, clever-cloud.md §3.4–3.5): create or
-//! adopt its NodeGroup, await CKE's verdict by watch with a deadline, and turn the outcome into the
-//! claim's status through [`lifecycle::launched`].
+//! adopt its NodeGroup, await CKE's verdict on the workload cluster's NodeGroup cache with a
+//! deadline, and turn the outcome into the claim's status through [`lifecycle::launched`].
 //!
-//! Owns: the launch's I/O (the node class and catalogue reads, the one-at-a-time gate per cluster,
-//! the create, the verdict watch, the capacity memory). Must not: choose a flavor or judge adoption
-//! itself ([`crate::decisions::launch`] does), or launch for a claim that is already being deleted.
+//! Owns: the launch's I/O (the node class and catalogue, from the hub's caches, the one-at-a-time
+//! gate per cluster, the create, the verdict wait on the workload cache, the capacity memory). Must
+//! not: choose a flavor or judge adoption itself ([`crate::decisions::launch`] does), launch for a
+//! claim that is already being deleted, or act on an absence only a cache shows (each live read
+//! left says why it is there).
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
+
+use futures::StreamExt;
 
 use k8s_openapi::{apimachinery::pkg::api::resource::Quantity, jiff::Timestamp};
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
-    runtime::{controller::Action, wait::await_condition},
+    runtime::{controller::Action, reflector::ObjectRef},
 };
 use serde_json::json;
 
@@ -27,17 +31,35 @@ use crate::{
     infra::{hub::Hub, metrics::Metrics, registry::Connection},
 };
 use crds::{
-    CleverNodeClass, FlavorCatalog, NodeGroup,
+    CleverNodeClass, FlavorCatalog, NodeClaim, NodeClaimStatus, NodeGroup,
     catalog::{Catalog, InstanceType},
     labels,
     nodegroup::Verdict,
     quantity::Resources,
 };
 
-/// Carry out [`lifecycle::Write::Launch`]: launch (or adopt), then write the outcome.
-pub(super) async fn launch(c: &Claim<'_>, hub: &Hub, conn: &Connection) -> Result<Action, Error> {
+/// Carry out [`lifecycle::Write::Launch`]: launch (or adopt), then write the outcome, in one status
+/// write with `launching` (the `Launched=Unknown(Launching)` status the decision set, if it did).
+/// A launch that concludes nothing yet writes `launching` alone: the launch TTL counts from it.
+pub(super) async fn launch(
+    c: &Claim<'_>,
+    hub: &Hub,
+    conn: &Connection,
+    launching: Option<NodeClaimStatus>,
+) -> Result<Action, Error> {
     let now = hub.now();
-    match try_launch(c, hub, conn, now).await {
+    let result = try_launch(c, hub, conn, now).await;
+    // The outcome is set on the status the decision made (Launching included), not the one read.
+    let (with_launching, owned);
+    let c = match &launching {
+        Some(status) if !matches!(result, Err(Failure::Pending(_))) => {
+            with_launching = NodeClaim { status: Some(status.clone()), ..c.obj.clone() };
+            owned = Claim { obj: &with_launching, ..c.clone() };
+            &owned
+        }
+        _ => c,
+    };
+    match result {
         Ok(Launched { flavor, offering_zone, capacity_type, instance_type }) => {
             let group = ownership::nodegroup_name(&hub.settings.hub_id, &c.ns, &c.name);
             let mut labels_patch = instance_type.labels.clone();
@@ -48,9 +70,17 @@ pub(super) async fn launch(c: &Claim<'_>, hub: &Hub, conn: &Connection) -> Resul
             for (k, v) in c.obj.labels() {
                 labels_patch.insert(k.clone(), v.clone());
             }
-            c.api
+            if let Err(e) = c
+                .api
                 .patch(&c.name, &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"labels": labels_patch}})))
-                .await?;
+                .await
+            {
+                // The launch TTL must count from the first attempt even when this write fails.
+                if let Some(status) = c.obj.status.clone().filter(|_| launching.is_some()) {
+                    write_status(c, status).await?;
+                }
+                return Err(e.into());
+            }
             let outcome = LaunchOutcome::Launched {
                 provider_id: ownership::provider_id(&group),
                 capacity: to_map(&instance_type.capacity),
@@ -77,7 +107,12 @@ pub(super) async fn launch(c: &Claim<'_>, hub: &Hub, conn: &Connection) -> Resul
             write_status(c, lifecycle::launched(c.obj, &LaunchOutcome::Conflict(e.to_string()), now)).await?;
             Ok(Action::requeue(Duration::from_secs(60)))
         }
-        Err(Failure::Pending(why)) => Ok(Action::requeue(why)),
+        Err(Failure::Pending(why)) => {
+            if let Some(status) = launching {
+                write_status(c, status).await?;
+            }
+            Ok(Action::requeue(why))
+        }
         Err(Failure::Kube(e)) => {
             let why = crate::infra::apierror::plain(&e).to_string();
             write_status(c, lifecycle::launched(c.obj, &LaunchOutcome::Failed(why), now)).await?;
@@ -112,28 +147,54 @@ impl From<kube::Error> for Failure {
 
 /// The instance types a node class offers: the built-in catalogue with its FlavorCatalog merged on,
 /// or the built-in alone while the reference dangles or the catalogue is refused (clever-cloud.md
-/// §5; the FlavorCatalog and node class controllers report it). Errors only when it cannot be read.
+/// §5; the FlavorCatalog and node class controllers report it), as the hub's cache shows it. For
+/// what only reports (a pool's price): no read.
+pub fn cached_instance_types(hub: &Hub, ns: &str, class: &CleverNodeClass) -> Vec<InstanceType> {
+    let reference = class.spec.flavor_catalog_ref.as_ref().map(|r| r.name.as_str());
+    let found = reference.and_then(|name| hub.cache.catalogs.get(&ObjectRef::new(name).within(ns)));
+    crds::catalog::served(&Catalog::builtin(), reference, found.as_deref()).0.instance_types(&hub.settings.zone)
+}
+
+/// [`cached_instance_types`] for a launch, which acts on it: a catalogue the cache does not show is
+/// read live before the built-in one is served instead (a catalogue just created, a cache not
+/// listed yet), so a launch never picks a flavor on a cache's word that the catalogue is missing.
+/// Errors only when it cannot be read.
 pub async fn instance_types(hub: &Hub, ns: &str, class: &CleverNodeClass) -> Result<Vec<InstanceType>, String> {
     let reference = class.spec.flavor_catalog_ref.as_ref().map(|r| r.name.as_str());
     let found = match reference {
         None => None,
-        Some(name) => Api::<FlavorCatalog>::namespaced(hub.mgmt.clone(), ns)
-            .get_opt(name)
-            .await
-            .map_err(|e| format!("reading FlavorCatalog {ns}/{name}: {e}"))?,
+        Some(name) => match hub.cache.catalogs.get(&ObjectRef::new(name).within(ns)) {
+            Some(fc) => Some(fc),
+            None => Api::<FlavorCatalog>::namespaced(hub.mgmt.clone(), ns)
+                .get_opt(name)
+                .await
+                .map_err(|e| format!("reading FlavorCatalog {ns}/{name}: {e}"))?
+                .map(Arc::new),
+        },
     };
-    let (catalog, _problem) = crds::catalog::served(&Catalog::builtin(), reference, found.as_ref());
+    let (catalog, _problem) = crds::catalog::served(&Catalog::builtin(), reference, found.as_deref());
     Ok(catalog.instance_types(&hub.settings.zone))
 }
 
 async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp) -> Result<Launched, Failure> {
     let class_name = &c.obj.spec.node_class_ref.name;
-    let classes: Api<CleverNodeClass> = Api::namespaced(hub.mgmt.clone(), &c.ns);
-    let Some(class) = classes.get_opt(class_name).await? else {
-        return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
-            "CleverNodeClass {}/{class_name} does not exist",
-            c.ns
-        ))));
+    let ready = |class: &CleverNodeClass| {
+        conditions::is_true(class.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(), READY)
+    };
+    let class = match hub.cache.classes.get(&ObjectRef::new(class_name).within(&c.ns)) {
+        Some(class) if ready(&class) => class,
+        // Missing or not Ready in the cache: the claim is deleted for it below, so confirm with a
+        // live read (a class just created or turned Ready, a cache that has not listed yet).
+        _ => {
+            let classes: Api<CleverNodeClass> = Api::namespaced(hub.mgmt.clone(), &c.ns);
+            let Some(class) = classes.get_opt(class_name).await? else {
+                return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
+                    "CleverNodeClass {}/{class_name} does not exist",
+                    c.ns
+                ))));
+            };
+            Arc::new(class)
+        }
     };
     let class_conditions = class.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     if !conditions::is_true(class_conditions, READY) {
@@ -160,7 +221,21 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
     }
     // Read after the wait: a refusal judged meanwhile must be seen by this launch.
     let capacity = hub.capacity(&c.key).await?;
-    let existing = groups.get_opt(&group_name).await?;
+    // Subscribed before the create, so that CKE's verdict cannot come between the two.
+    let touched = {
+        let (key, name) = (c.key.clone(), group_name.clone());
+        hub.registry
+            .touched()
+            .filter_map(move |t| std::future::ready((t.cluster == key && t.group == name).then_some(())))
+    };
+    // The group from the workload cache: absent, the create below is the real check (AlreadyExists
+    // is read live and adopted); shown terminating, it is confirmed live, since the claim is
+    // deleted for it.
+    let existing = match conn.cache.nodegroups.get(&ObjectRef::new(&group_name)) {
+        Some(g) if g.is_terminating() => groups.get_opt(&group_name).await?,
+        Some(g) => Some(NodeGroup::clone(&g)),
+        None => None,
+    };
     let (flavor, group) = match existing {
         Some(g) if g.is_terminating() => {
             // Ours being deleted (a refusal handled by an earlier pass): nothing to adopt.
@@ -214,9 +289,15 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
             {
                 Ok(g) => g,
                 Err(kube::Error::Api(s)) if s.code == 409 => {
+                    // The name is taken although the cache did not show it: read what holds it.
                     let Some(g) = groups.get_opt(&group_name).await? else {
                         return Err(Failure::Pending(Duration::from_secs(1)));
                     };
+                    if g.is_terminating() {
+                        return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
+                            "NodeGroup {group_name} is being deleted"
+                        ))));
+                    }
                     launch::adopt(&g, &hub.settings.hub_id, &c.ns, c.obj).map_err(Failure::Launch)?;
                     g
                 }
@@ -226,25 +307,14 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
             (flavor, created)
         }
     };
-    // Wait for the verdict by watch, with a deadline; then go on optimistically.
+    // Wait for the verdict on the workload cache, with a deadline; then go on optimistically.
     let verdict = match group.verdict() {
         Verdict::Pending => {
             let uid = group.uid().unwrap_or_default();
-            let settled = |g: Option<&NodeGroup>| {
-                g.is_none_or(|g| g.uid().as_deref() != Some(uid.as_str()) || g.verdict() != Verdict::Pending)
-            };
-            match tokio::time::timeout(
-                hub.settings.verdict_timeout,
-                await_condition(groups.clone(), &group_name, settled),
-            )
-            .await
+            match tokio::time::timeout(hub.settings.verdict_timeout, await_verdict(conn, &group_name, &uid, touched))
+                .await
             {
-                Ok(Ok(Some(g))) => Some(g.verdict()),
-                Ok(Ok(None)) => None,
-                Ok(Err(e)) => {
-                    tracing::debug!(cluster = %c.key, error = %e, "watching the NodeGroup verdict failed");
-                    Some(Verdict::Pending)
-                }
+                Ok(v) => v,
                 Err(_) => {
                     Metrics::inc(&hub.metrics.acceptance_timeouts, &c.key);
                     hub.event(
@@ -329,5 +399,46 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
         Some(Verdict::Accepted | Verdict::Pending) => {
             Ok(Launched { flavor, offering_zone: zone, capacity_type: "on-demand".into(), instance_type: it })
         }
+    }
+}
+
+/// How often the verdict wait looks at the cache without a change announced (the announcements are
+/// lossy under bursts).
+const VERDICT_RECHECK: Duration = Duration::from_secs(1);
+
+/// CKE's verdict on the group `name` of UID `uid`, from the workload cluster's NodeGroup cache, woken
+/// by the announcements of its changes (`touched`, subscribed before the group was created): no request of
+/// its own. `None` once the group was seen and is gone (or replaced by another of the same name);
+/// the caller confirms that with a live read. A group not cached yet is waited for. Unbounded: the
+/// caller sets the deadline.
+async fn await_verdict(
+    conn: &Connection,
+    name: &str,
+    uid: &str,
+    touched: impl futures::Stream<Item = ()>,
+) -> Option<Verdict> {
+    let mut touched = std::pin::pin!(touched);
+    let mut seen = false;
+    loop {
+        match conn.cache.nodegroups.get(&ObjectRef::new(name)) {
+            Some(g) if g.uid().as_deref() == Some(uid) => {
+                seen = true;
+                let v = g.verdict();
+                if v != Verdict::Pending {
+                    return Some(v);
+                }
+            }
+            Some(_) => return None,
+            None if seen => return None,
+            None => {}
+        }
+        // The next change of this group, or a periodic look.
+        let _ = tokio::time::timeout(VERDICT_RECHECK, async {
+            if touched.next().await.is_none() {
+                // The registry is gone: only the deadline ends the wait.
+                std::future::pending::<()>().await;
+            }
+        })
+        .await;
     }
 }

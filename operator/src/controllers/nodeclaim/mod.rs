@@ -4,7 +4,10 @@
 //! out the writes in order.
 //!
 //! Owns: fact gathering and the API writes, each idempotent (deterministic NodeGroup name,
-//! adoption after a crash, optimistic concurrency on Nodes, UID preconditions). The launch
+//! adoption after a crash, guarded writes on Nodes, UID preconditions), the claim's status written
+//! at most once per pass and only when it differs from the freshest copy known (the cache's, or
+//! this controller's own last write while the cache lags). Reads come from the watch caches; the
+//! live reads left act on an absence or guard against a duplicate (each says so). The launch
 //! sequence's I/O is in `launch`, the drain's in `drain`.
 //! Must not: decide anything itself (every choice is [`lifecycle`]'s), act on a cluster that is not
 //! connected and synced, delete a NodeGroup that fails the ownership proof, or decide which pods go.
@@ -12,13 +15,17 @@
 mod drain;
 mod launch;
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, Instant},
+};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, Patch, PatchParams},
     runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };
 use serde_json::json;
@@ -27,7 +34,7 @@ pub use crate::decisions::lifecycle::{
     CONSISTENT_STATE_FOUND, INITIALIZED, INSTANCE_TERMINATING, LAUNCHED, READY, REGISTERED,
 };
 pub use drain::evict_exactly;
-pub use launch::instance_types;
+pub use launch::{cached_instance_types, instance_types};
 
 use crate::{
     decisions::{
@@ -51,6 +58,41 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("the NodeClaim has no namespace or name")]
     Unnamed,
+    #[error("building the Node registration patch: {0}")]
+    Patch(serde_json::Error),
+}
+
+/// How long the claim this controller's own status write returned is trusted over the cached copy
+/// that does not show the write yet (the watch lags behind the write): long enough for any watch to
+/// catch up, short enough that a cache that disagrees for another reason is soon believed again.
+const WRITTEN_FRESH: Duration = Duration::from_secs(10);
+
+/// The claim each status write of this controller returned, by claim UID, and when. A pass that
+/// reads a claim before the watch shows the previous pass's write decides from the written copy
+/// instead, so it neither rewrites the same status nor moves a condition's `lastTransitionTime`
+/// (see [`lifecycle::freshest`]).
+#[derive(Debug, Default)]
+struct Written(Mutex<HashMap<String, (Arc<NodeClaim>, Instant)>>);
+
+impl Written {
+    fn get(&self, claim: &NodeClaim) -> Option<(Arc<NodeClaim>, Instant)> {
+        let uid = claim.metadata.uid.as_deref()?;
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).get(uid).cloned()
+    }
+
+    fn record(&self, claim: NodeClaim) {
+        let Some(uid) = claim.metadata.uid.clone() else { return };
+        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        // Only recent writes are ever used: the map stays as small as the claims being worked on.
+        all.retain(|_, (_, at)| at.elapsed() < WRITTEN_FRESH);
+        all.insert(uid, (Arc::new(claim), Instant::now()));
+    }
+}
+
+/// The controller's context.
+struct Ctx {
+    hub: Arc<Hub>,
+    written: Written,
 }
 
 /// Run the controller until `shutdown`.
@@ -74,7 +116,7 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
         .reconcile_on(touched)
         .reconcile_all_on(ticks)
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, error_policy, hub)
+        .run(reconcile, error_policy, Arc::new(Ctx { hub, written: Written::default() }))
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "nodeclaim reconcile failed");
@@ -83,7 +125,7 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
         .await;
 }
 
-fn error_policy(claim: Arc<NodeClaim>, e: &Error, _: Arc<Hub>) -> Action {
+fn error_policy(claim: Arc<NodeClaim>, e: &Error, _: Arc<Ctx>) -> Action {
     let ns = claim.namespace().unwrap_or_default();
     if matches!(e, Error::Kube(kube::Error::Api(s)) if s.code == 409) {
         // Optimistic concurrency doing its job (e.g. the kubelet updated the Node meanwhile): retry soon.
@@ -94,8 +136,10 @@ fn error_policy(claim: Arc<NodeClaim>, e: &Error, _: Arc<Hub>) -> Action {
     Action::requeue(Duration::from_secs(5))
 }
 
+#[derive(Clone)]
 struct Claim<'a> {
     obj: &'a NodeClaim,
+    written: &'a Written,
     ns: String,
     name: String,
     key: ClusterKey,
@@ -135,12 +179,25 @@ impl Claim<'_> {
     }
 }
 
-async fn reconcile(obj: Arc<NodeClaim>, hub: Arc<Hub>) -> Result<Action, Error> {
+async fn reconcile(obj: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let hub = ctx.hub.clone();
     let (Some(ns), Some(name)) = (obj.namespace(), obj.metadata.name.clone()) else {
         return Err(Error::Unnamed);
     };
+    let obj = match ctx.written.get(&obj) {
+        Some((written, at))
+            if std::ptr::eq(
+                lifecycle::freshest(&obj, Some((&written, at.elapsed())), WRITTEN_FRESH),
+                written.as_ref(),
+            ) =>
+        {
+            written
+        }
+        _ => obj,
+    };
     let c = Claim {
         obj: &obj,
+        written: &ctx.written,
         key: ClusterKey::new(ns.clone(), obj.spec.cluster_name.clone()),
         api: Api::namespaced(hub.mgmt.clone(), &ns),
         ns,
@@ -336,10 +393,24 @@ async fn carry_out(
             return Ok(Some(Action::await_change()));
         }
         Write::Status(status) => write_status(c, *status).await?,
-        Write::Launch => return launch::launch(c, hub, conn).await.map(Some),
+        Write::Launch(launching) => return launch::launch(c, hub, conn, launching.map(|s| *s)).await.map(Some),
         Write::RegisterNode(desired) => {
-            // `replace` carries the resourceVersion: a concurrent change makes it fail and retry.
-            nodes.replace(&desired.name_any(), &PostParams::default(), &desired).await?;
+            // Only the fields the hub owns, the taints guarded by a test (see
+            // `lifecycle::registration_patch`): the kubelet's writes to the Node do not conflict.
+            let Some(read) = node else { return Ok(Some(Action::requeue(Duration::from_millis(100)))) };
+            if let Some(ops) = lifecycle::registration_patch(read, &desired) {
+                let patch = Patch::Json::<()>(serde_json::from_value(ops).map_err(Error::Patch)?);
+                match nodes.patch(&desired.name_any(), &PatchParams::default(), &patch).await {
+                    Ok(_) => {}
+                    // The taints test failed: the kubelet changed them meanwhile; the next pass
+                    // registers on the list it sees then.
+                    Err(kube::Error::Api(s)) if s.code == 422 => {
+                        tracing::debug!(cluster = %c.key, nodeclaim = %c.name, node = %desired.name_any(), "node taints changed during registration; retrying");
+                        return Ok(Some(Action::requeue(Duration::from_millis(500))));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
         }
         Write::LabelInitialized { node } => {
             let patch = json!({"metadata": {"labels": {labels::INITIALIZED: "true"}}});
@@ -430,9 +501,11 @@ async fn carry_out(
     Ok(None)
 }
 
+/// Write the claim's whole status (one patch per pass) and remember what the API returned.
 async fn write_status(c: &Claim<'_>, status: NodeClaimStatus) -> Result<(), Error> {
     let patch = json!({"status": status});
-    c.api.patch_status(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    let written = c.api.patch_status(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    c.written.record(written);
     Ok(())
 }
 
