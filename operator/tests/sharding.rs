@@ -206,12 +206,7 @@ async fn settled(mgmt: &Client, keys: &[String], live: &[&Replica]) -> Option<BT
 }
 
 async fn ensure_lease_namespace(mgmt: &Client) {
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": LEASES}})).unwrap();
-    match Api::<Namespace>::all(mgmt.clone()).create(&PostParams::default(), &ns).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("creating namespace {LEASES}: {e}"),
-    }
+    ensure_namespace_named(mgmt, LEASES).await;
 }
 
 /// One NodeGroup per NodeClaim and back, named after it: no duplicate across a handover.
@@ -816,4 +811,65 @@ async fn a_replica_process_killed_with_sigkill_hands_its_clusters_over() {
     drop(b);
     world.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A workload cluster registered twice (two Secrets, one API server): both registrations are
+/// placed on the same replica (placement hashes the API server URL), where the duplicate check
+/// lets the older one speak and keeps the other `DuplicateCluster`: one replica, one writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_registrations_of_one_cluster_meet_on_one_replica() {
+    let world = world_of(6).await;
+    let mgmt = world.mgmt.client();
+    ensure_namespace_named(&mgmt, "team-dup").await;
+    let copy = serde_json::to_vec(&world.clusters[0].server.kubeconfig()).unwrap();
+    world.put_secret("team-dup", "c-0-copy", &copy).await.unwrap();
+    let mut all = keys(&world);
+    all.push("team-dup/c-0-copy".to_string());
+    let start = |id: &str| {
+        Replica::start(id, world.mgmt.client_config(), world.hub_settings.clone(), world.registry_settings.clone())
+    };
+    let replicas = [start("replica-0"), start("replica-1"), start("replica-2")];
+    let live: Vec<&Replica> = replicas.iter().collect();
+    let phase = |r: &Replica, cluster: &str, phase: &str| {
+        r.metric("karpenter_hub_cluster_phase", &[("cluster", cluster), ("phase", phase)]) == 1.0
+    };
+    let owner = RefCell::new(None);
+    let ok = common::poll_until(Duration::from_secs(60), || async {
+        let Some(s) = settled(&mgmt, &all, &live).await else { return false };
+        let holder = |k: &str| s.iter().find(|(_, v)| v.iter().any(|c| c == k)).map(|(r, _)| r.clone());
+        let (first, second) = (holder("team-0/c-0"), holder("team-dup/c-0-copy"));
+        let r = replicas.iter().find(|r| Some(&r.identity) == first.as_ref());
+        let done = first.is_some()
+            && first == second
+            && r.is_some_and(|r| {
+                phase(r, "team-0/c-0", "Connected") && phase(r, "team-dup/c-0-copy", "DuplicateCluster")
+            });
+        *owner.borrow_mut() = first;
+        done
+    })
+    .await;
+    assert!(
+        ok,
+        "the two registrations of c-0 not on one replica, the older Connected and the copy DuplicateCluster: {:?}",
+        owner.borrow()
+    );
+    eprintln!("both registrations of c-0 on {:?}", owner.borrow());
+    // No other replica connects to it under either name.
+    for r in replicas.iter().filter(|r| Some(&r.identity) != owner.borrow().as_ref()) {
+        let connected = r.connected();
+        assert!(!connected.contains("team-0/c-0") && !connected.contains("team-dup/c-0-copy"), "{connected:?}");
+    }
+    for r in replicas {
+        r.stop().await;
+    }
+    world.shutdown().await;
+}
+
+async fn ensure_namespace_named(mgmt: &Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    match Api::<Namespace>::all(mgmt.clone()).create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating namespace {name}: {e}"),
+    }
 }

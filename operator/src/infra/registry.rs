@@ -32,7 +32,7 @@ use kube::{
     Api, Client,
     runtime::{WatchStreamExt, watcher},
 };
-use secrecy::SecretSlice;
+use secrecy::{ExposeSecret, SecretSlice};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -189,6 +189,10 @@ struct Known {
     version: String,
     kubeconfig: Option<SecretSlice<u8>>,
     rank: Rank,
+    /// What sharded mode hashes to place the cluster: its API server URL when the kubeconfig
+    /// names one, so two registrations of one workload cluster land on the same replica, whose
+    /// duplicate check (in process) then sees both; else the cluster key.
+    placement: String,
 }
 
 struct Inner {
@@ -266,6 +270,11 @@ impl Registry {
     /// Every registered cluster (a registration Secret exists), owned here or not, sorted.
     pub fn registered(&self) -> Vec<ClusterKey> {
         self.inner.known.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect()
+    }
+
+    /// What sharded mode hashes to place a registered cluster on a replica (see [`Known`]).
+    pub fn placement(&self, key: &ClusterKey) -> Option<String> {
+        self.inner.known.read().unwrap_or_else(PoisonError::into_inner).get(key).map(|k| k.placement.clone())
     }
 
     /// Whether the registry runs in sharded mode.
@@ -466,7 +475,11 @@ impl Registry {
                 |k| k.rank.clone(),
             );
             let added = !known.contains_key(&key);
-            known.insert(key.clone(), Known { version: version.clone(), kubeconfig: bytes, rank });
+            let placement = bytes
+                .as_ref()
+                .and_then(|b| kubeconfig::harden(b.expose_secret(), self.inner.settings.kubeconfig_policy).ok())
+                .map_or_else(|| key.to_string(), |h| h.server);
+            known.insert(key.clone(), Known { version: version.clone(), kubeconfig: bytes, rank, placement });
             if added && self.is_sharded() {
                 // The sharder decides who owns it.
                 self.notify();

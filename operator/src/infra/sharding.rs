@@ -314,8 +314,10 @@ impl Sharder {
         let mut work = Vec::new();
         for key in &registered {
             let name = sharding::cluster_lease_name(&self.settings.hub_id, &key.namespace, &key.name);
-            let cluster = key.to_string();
-            let desired = sharding::desired_owner(&cluster, &members).map(str::to_string);
+            // Placed by API server URL (see `Registry::placement`): registrations of one
+            // workload cluster meet on one replica, where the duplicate check sees them.
+            let placement = self.registry.placement(key).unwrap_or_else(|| key.to_string());
+            let desired = sharding::desired_owner(&placement, &members).map(str::to_string);
             // Our own last write beats the watch, which may lag it.
             let ours =
                 self.state.lock().unwrap_or_else(PoisonError::into_inner).held.get(&name).map(|h| h.lease.clone());
