@@ -34,7 +34,10 @@ use kube::{
 use operator::{
     commands::run,
     commands::sandbox::world::{World, quick_cke, scale},
-    decisions::{ownership, sharding::Timings},
+    decisions::{
+        ownership,
+        sharding::{Timings, desired_owner},
+    },
     infra::{hub, metrics::Metrics, registry, sharding},
 };
 use tokio::time::Instant;
@@ -257,6 +260,22 @@ fn keys(world: &World) -> Vec<String> {
     world.clusters.iter().map(|c| format!("{}/{}", c.namespace, c.name)).collect()
 }
 
+/// Four replica names such that, over the clusters of `world`, each of the first three owns at
+/// least 3 clusters and the fourth, joining the first and third, takes at least one: computed with
+/// the hub's own placement rule over the clusters' API server URLs.
+fn four_sharing(world: &World) -> [String; 4] {
+    let urls: Vec<String> = world.clusters.iter().map(|c| c.server.url()).collect();
+    let owns = |members: &[String], m: &str| urls.iter().filter(|u| desired_owner(u, members) == Some(m)).count();
+    (0..100)
+        .map(|n| [0, 1, 2, 3].map(|i| format!("replica-{i}-{n}")))
+        .find(|names| {
+            let first = names[..3].to_vec();
+            let after = vec![names[0].clone(), names[2].clone(), names[3].clone()];
+            first.iter().all(|m| owns(&first, m) >= 3) && owns(&after, &names[3]) >= 1
+        })
+        .expect("four names sharing the clusters")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one() {
     let world = world_of(30).await;
@@ -265,7 +284,10 @@ async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one(
     let start = |id: &str| {
         Replica::start(id, world.mgmt.client_config(), world.hub_settings.clone(), world.registry_settings.clone())
     };
-    let mut replicas = vec![start("replica-0"), start("replica-1"), start("replica-2")];
+    // Names under which each replica owns at least 3 clusters and a fourth joining takes some (the
+    // placement hashes the emulators' URLs, whose ports vary from run to run).
+    let names = four_sharing(&world);
+    let mut replicas = vec![start(&names[0]), start(&names[1]), start(&names[2])];
 
     // Spread: every cluster held by exactly one replica, each replica some.
     let t = Instant::now();
@@ -360,12 +382,12 @@ async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one(
     eprintln!("dead member's Lease deleted {:?} after the kill", killed.elapsed());
 
     // A new replica joins and takes a share; the others hand it over.
-    replicas.push(start("replica-3"));
+    replicas.push(start(&names[3]));
     let joined = Instant::now();
     let after = RefCell::new(None);
     let ok = common::poll_until(Duration::from_secs(30), || async {
         let live = [&replicas[0], &replicas[2], &replicas[3]];
-        let s = settled(&mgmt, &all, &live).await.filter(|s| s.contains_key("replica-3"));
+        let s = settled(&mgmt, &all, &live).await.filter(|s| s.contains_key(&names[3]));
         *after.borrow_mut() = s;
         after.borrow().is_some()
     })
@@ -382,12 +404,12 @@ async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one(
         .map(|r| r.metric("karpenter_hub_shard_handovers_total", &[("direction", "released")]))
         .sum();
     assert!(
-        released >= after["replica-3"].len() as f64,
+        released >= after[&names[3]].len() as f64,
         "handed over {released}, new replica owns {}",
-        after["replica-3"].len()
+        after[&names[3]].len()
     );
     // And it acts on them: a pod in one of its clusters gets a node.
-    let new_one = index_of(&world, &after["replica-3"][0]);
+    let new_one = index_of(&world, &after[&names[3]][0]);
     let before = running(&world, new_one).await;
     scale(&world, new_one, before + 1, POD_CPU, POD_MEMORY).await.unwrap();
     wait_for("a pod in a cluster of the new replica running", Duration::from_secs(90), || async {
@@ -467,6 +489,21 @@ impl Drop for Relay {
     }
 }
 
+/// Two replica names under which each replica of the pair should own some clusters of `world`
+/// (at least a third of them), computed with the hub's own placement rule over the clusters' API
+/// server URLs, so the scenario does not depend on the ports the emulators got.
+fn two_sharing(world: &World) -> (String, String) {
+    let urls: Vec<String> = world.clusters.iter().map(|c| c.server.url()).collect();
+    (0..100)
+        .map(|n| (format!("replica-p{n}"), format!("replica-q{n}")))
+        .find(|(p, q)| {
+            let members = [p.clone(), q.clone()];
+            let ps = urls.iter().filter(|u| desired_owner(u, &members) == Some(p.as_str())).count();
+            ps * 3 >= urls.len() && (urls.len() - ps) * 3 >= urls.len()
+        })
+        .expect("two names sharing the clusters")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_leases_expire() {
     let world = world_of(6).await;
@@ -477,13 +514,12 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
     via_relay.cluster_url = format!("https://{}", relay.addr).parse().unwrap();
     // The partitioned replica's requests to the management cluster must not wait 295 s either.
     via_relay.read_timeout = Some(Duration::from_secs(5));
-    let p = Replica::start("replica-p", via_relay, world.hub_settings.clone(), world.registry_settings.clone());
-    let q = Replica::start(
-        "replica-q",
-        world.mgmt.client_config(),
-        world.hub_settings.clone(),
-        world.registry_settings.clone(),
-    );
+    // Names under which both replicas own some of these clusters (the placement hashes the
+    // emulators' URLs, whose ports vary from run to run).
+    let (pid, qid) = two_sharing(&world);
+    let p = Replica::start(&pid, via_relay, world.hub_settings.clone(), world.registry_settings.clone());
+    let q =
+        Replica::start(&qid, world.mgmt.client_config(), world.hub_settings.clone(), world.registry_settings.clone());
     let spread = RefCell::new(None);
     let ok = common::poll_until(Duration::from_secs(60), || async {
         let s = settled(&mgmt, &all, &[&p, &q]).await.filter(|s| s.len() == 2);
@@ -493,8 +529,8 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
     .await;
     assert!(ok, "6 clusters not spread over 2 replicas within 60 s");
     let spread = spread.into_inner().unwrap();
-    let ps: Vec<usize> = spread["replica-p"].iter().map(|k| index_of(&world, k)).collect();
-    eprintln!("replica-p owns {:?}, replica-q {:?}", spread["replica-p"], spread["replica-q"]);
+    let ps: Vec<usize> = spread[&pid].iter().map(|k| index_of(&world, k)).collect();
+    eprintln!("replica-p owns {:?}, replica-q {:?}", spread[&pid], spread[&qid]);
     // P is at work on its clusters.
     scale(&world, ps[0], 1, POD_CPU, POD_MEMORY).await.unwrap();
     wait_for("a pod running in a cluster of replica-p", Duration::from_secs(90), || async {
@@ -516,9 +552,9 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
     let taken = Cell::new(false);
     let ok = poll_every(Duration::from_millis(20), Duration::from_secs(30), || async {
         let leases = cluster_leases(&mgmt).await;
-        for k in &spread["replica-p"] {
+        for k in &spread[&pid] {
             if let Some((holder, l)) = leases.get(k)
-                && holder == "replica-p"
+                && *holder == pid
                 && let Some(t) = l.spec.as_ref().and_then(|s| s.renew_time.as_ref())
             {
                 last_renewal.borrow_mut().insert(k.clone(), t.0);
@@ -528,7 +564,7 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
             let writes = ps.iter().map(|&i| hub_writes(&world, i)).collect();
             *fenced_at.borrow_mut() = Some((Instant::now(), SystemTime::now(), writes));
         }
-        taken.set(spread["replica-p"].iter().all(|k| leases.get(k).is_some_and(|(h, _)| h == "replica-q")));
+        taken.set(spread[&pid].iter().all(|k| leases.get(k).is_some_and(|(h, _)| *h == qid)));
         fenced_at.borrow().is_some() && taken.get()
     })
     .await;
@@ -546,7 +582,7 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
     );
     // Q took each Lease only once expired, and P had stopped before: P's last renewal + duration.
     let leases = cluster_leases(&mgmt).await;
-    for k in &spread["replica-p"] {
+    for k in &spread[&pid] {
         let renewed = last_renewal
             .get(k)
             .copied()
@@ -589,7 +625,7 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
     relay.black_hole(false);
     let healed = Instant::now();
     let ok = common::poll_until(Duration::from_secs(60), || async {
-        settled(&mgmt, &all, &[&p, &q]).await.is_some_and(|s| s.get("replica-p").is_some_and(|c| c.len() == ps.len()))
+        settled(&mgmt, &all, &[&p, &q]).await.is_some_and(|s| s.get(&pid).is_some_and(|c| c.len() == ps.len()))
     })
     .await;
     assert!(ok, "replica-p did not get its share back after the partition healed");
@@ -769,46 +805,50 @@ async fn a_replica_process_killed_with_sigkill_hands_its_clusters_over() {
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("management.kubeconfig");
     world.mgmt.write_kubeconfig(&kubeconfig).unwrap();
-    let mut a = Process::start("proc-a", &kubeconfig, &dir);
-    let b = Process::start("proc-b", &kubeconfig, &dir);
-    let (ida, idb) = (a.identity("proc-a"), b.identity("proc-b"));
+    let mut procs = [Process::start("proc-a", &kubeconfig, &dir), Process::start("proc-b", &kubeconfig, &dir)];
+    let ids = [procs[0].identity("proc-a"), procs[1].identity("proc-b")];
     let spread = RefCell::new(None);
     let ok = common::poll_until(Duration::from_secs(60), || async {
-        let s = holders(&mgmt, &all, &[ida.clone(), idb.clone()]).await.filter(|s| s.len() == 2);
+        let s = holders(&mgmt, &all, &ids).await;
         *spread.borrow_mut() = s;
         spread.borrow().is_some()
     })
     .await;
-    assert!(ok, "8 clusters not spread over 2 processes within 60 s:\n{}\n{}", a.output(), b.output());
+    assert!(ok, "8 clusters not held by the 2 processes within 60 s:\n{}\n{}", procs[0].output(), procs[1].output());
     let spread = spread.into_inner().unwrap();
-    eprintln!("proc-a owns {}, proc-b {}", spread[&ida].len(), spread[&idb].len());
-    let victim = index_of(&world, &spread[&ida][0]);
+    let owned = |i: usize| spread.get(&ids[i]).map_or(0, Vec::len);
+    eprintln!("proc-a owns {}, proc-b {}", owned(0), owned(1));
+    // The one owning more dies (the emulators' ports decide the placement: either may have none).
+    let (dead, alive) = if owned(0) >= owned(1) { (0, 1) } else { (1, 0) };
+    let victim = index_of(&world, &spread[&ids[dead]][0]);
     scale(&world, victim, 1, POD_CPU, POD_MEMORY).await.unwrap();
-    wait_for("a pod running in a cluster of proc-a", Duration::from_secs(90), || async {
+    wait_for("a pod running in a cluster of the process to kill", Duration::from_secs(90), || async {
         running(&world, victim).await == 1
     })
     .await;
 
-    a.kill();
+    procs[dead].kill();
     let killed = Instant::now();
     scale(&world, victim, 2, POD_CPU, POD_MEMORY).await.unwrap();
     let ok = poll_every(Duration::from_millis(100), Duration::from_secs(30), || async {
-        holders(&mgmt, &all, std::slice::from_ref(&idb)).await.is_some()
+        holders(&mgmt, &all, std::slice::from_ref(&ids[alive])).await.is_some()
     })
     .await;
-    assert!(ok, "proc-a's clusters not taken over within 30 s:\n{}", b.output());
+    assert!(ok, "the killed process's clusters not taken over within 30 s:\n{}", procs[alive].output());
     let handover = killed.elapsed();
-    eprintln!("after SIGKILL: all 8 clusters held by proc-b {handover:?} later");
-    assert!(handover <= Duration::from_secs(3) + Duration::from_secs(3), "handover took {handover:?}");
-    wait_for("the pending pod running under proc-b", Duration::from_secs(90), || async {
+    eprintln!("after SIGKILL: all 8 clusters held by the survivor {handover:?} later");
+    // The Lease duration after the last renewal (at most a retry period before the kill), and a
+    // retry period for the survivor to look.
+    assert!(handover <= Duration::from_secs(3 + 1 + 1) + Duration::from_secs(1), "handover took {handover:?}");
+    wait_for("the pending pod running under the survivor", Duration::from_secs(90), || async {
         running(&world, victim).await == 2
     })
     .await;
-    eprintln!("the pending pod of a cluster of proc-a running {:?} after the SIGKILL", killed.elapsed());
+    eprintln!("the pending pod of a cluster of the killed process running {:?} after the SIGKILL", killed.elapsed());
     assert_one_group_per_claim(&world, victim).await;
-    let log = b.output();
-    assert!(log.contains("took ownership of the cluster"), "proc-b's log says nothing of the takeover:\n{log}");
-    drop(b);
+    let log = procs[alive].output();
+    assert!(log.contains("took ownership of the cluster"), "the survivor's log says nothing of the takeover:\n{log}");
+    drop(procs);
     world.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
