@@ -502,41 +502,55 @@ impl Sharder {
         labels: &[(&str, &str)],
         cluster: Option<String>,
     ) -> Wrote {
-        let current = match current {
+        let me = &self.settings.identity;
+        let mut current = match current {
             Some(c) => Some(c),
             None => match self.api.get_opt(name).await {
                 Ok(c) => c,
                 Err(e) => return Wrote::Failed(plain(&e).to_string()),
             },
         };
-        let now = Timestamp::now();
-        let me = &self.settings.identity;
-        let spec = lease_spec(current.as_ref().and_then(|l| l.spec.as_ref()), me, now, self.settings.timings);
-        let result = match current {
-            Some(mut lease) => {
-                lease.spec = Some(spec);
-                self.api.replace(name, &PostParams::default(), &lease).await
+        // Two attempts: the second from a fresh read, when our copy was stale (a write whose
+        // answer we gave up on went through, or the watch lagged) but the Lease may still be ours.
+        for attempt in 0..2 {
+            let now = Timestamp::now();
+            // Never over another replica's live Lease, whatever the copy we decided on said.
+            if current.as_ref().map(view).and_then(|v| v.live_holder(now).map(str::to_string)).is_some_and(|h| h != *me)
+            {
+                return Wrote::Conflict;
             }
-            None => {
-                let mut all_labels = BTreeMap::from([(HUB_LABEL.to_string(), self.settings.hub_id.clone())]);
-                all_labels.extend(labels.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())));
-                let lease = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(name.to_string()),
-                        labels: Some(all_labels),
-                        annotations: cluster.map(|c| BTreeMap::from([(CLUSTER_ANNOTATION.to_string(), c)])),
-                        ..ObjectMeta::default()
-                    },
-                    spec: Some(spec),
-                };
-                self.api.create(&PostParams::default(), &lease).await
+            let spec = lease_spec(current.as_ref().and_then(|l| l.spec.as_ref()), me, now, self.settings.timings);
+            let result = match current.clone() {
+                Some(mut lease) => {
+                    lease.spec = Some(spec);
+                    self.api.replace(name, &PostParams::default(), &lease).await
+                }
+                None => {
+                    let mut all_labels = BTreeMap::from([(HUB_LABEL.to_string(), self.settings.hub_id.clone())]);
+                    all_labels.extend(labels.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())));
+                    let lease = Lease {
+                        metadata: ObjectMeta {
+                            name: Some(name.to_string()),
+                            labels: Some(all_labels),
+                            annotations: cluster.clone().map(|c| BTreeMap::from([(CLUSTER_ANNOTATION.to_string(), c)])),
+                            ..ObjectMeta::default()
+                        },
+                        spec: Some(spec),
+                    };
+                    self.api.create(&PostParams::default(), &lease).await
+                }
+            };
+            match result {
+                Ok(l) => return Wrote::Ok(Box::new(l)),
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt == 0 => match self.api.get_opt(name).await {
+                    Ok(fresh) => current = fresh,
+                    Err(e) => return Wrote::Failed(plain(&e).to_string()),
+                },
+                Err(kube::Error::Api(s)) if s.code == 409 => return Wrote::Conflict,
+                Err(e) => return Wrote::Failed(plain(&e).to_string()),
             }
-        };
-        match result {
-            Ok(l) => Wrote::Ok(Box::new(l)),
-            Err(kube::Error::Api(s)) if s.code == 409 => Wrote::Conflict,
-            Err(e) => Wrote::Failed(plain(&e).to_string()),
         }
+        Wrote::Conflict
     }
 
     /// Release a Lease we held (its holder emptied), so the next owner need not wait for expiry.
@@ -658,6 +672,47 @@ mod tests {
                 Ok(req)
             })
         }
+    }
+
+    /// The Lease writes against the API emulator: never over another replica's live Lease, even
+    /// when the copy a step was decided on (or the lack of one) said it was free; a stale copy of
+    /// our own Lease renewed from a fresh read instead of counting as lost.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lease_writes_never_take_a_live_lease_and_survive_a_stale_copy() {
+        use sim::apiserver::{ApiServer, ApiServerConfig};
+        let server = ApiServer::start(ApiServerConfig::management("management")).await.unwrap();
+        let client = server.client();
+        let ns: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "leases"}})).unwrap();
+        Api::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+        let registry = Registry::new(crate::infra::registry::Settings::default());
+        let settings = |id: &str| Settings::new("default", "leases", id, Timings::DEFAULT);
+        let a = Sharder::new(client.clone(), settings("a"), registry.clone(), Arc::new(Metrics::new()));
+        let b = Sharder::new(client.clone(), settings("b"), registry, Arc::new(Metrics::new()));
+        let key = ClusterKey::new("team-a", "prod");
+        let name = sharding::cluster_lease_name("default", "team-a", "prod");
+        let holder = |w: &Wrote| match w {
+            Wrote::Ok(l) => l.spec.as_ref().and_then(|s| s.holder_identity.clone()),
+            _ => None,
+        };
+        let api = Api::<Lease>::namespaced(client.clone(), "leases");
+        // A takes it (no Lease yet), releases it, and takes it again.
+        assert_eq!(holder(&a.write_cluster(&key, &name, None).await), Some("a".to_string()));
+        a.release(api.get(&name).await.unwrap()).await.unwrap();
+        let free = api.get(&name).await.unwrap();
+        let retaken = a.write_cluster(&key, &name, Some(free.clone())).await;
+        assert_eq!(holder(&retaken), Some("a".to_string()));
+        // B, deciding on no copy (a watch that has not listed it yet), must not take A's live Lease.
+        assert!(matches!(b.write_cluster(&key, &name, None).await, Wrote::Conflict));
+        // Nor from the older copy that showed it free (the fresh read shows A).
+        assert!(matches!(b.write_cluster(&key, &name, Some(free)).await, Wrote::Conflict));
+        // A renews twice from the same copy: the second, stale, goes through a fresh read.
+        let Wrote::Ok(copy) = retaken else { unreachable!() };
+        assert_eq!(holder(&a.write_cluster(&key, &name, Some(copy.as_ref().clone())).await), Some("a".into()));
+        assert_eq!(holder(&a.write_cluster(&key, &name, Some(*copy)).await), Some("a".into()));
+        let lease = api.get(&name).await.unwrap();
+        assert_eq!(lease.spec.and_then(|s| s.holder_identity).as_deref(), Some("a"));
+        server.shutdown().await;
     }
 
     #[tokio::test]
