@@ -1,5 +1,6 @@
 //! What the controllers run on: the shared hub context, the registry of workload-cluster
-//! connections, leader election, sharding across replicas, metrics and the API-error and manifest helpers. No decisions.
+//! connections, leader election, sharding across replicas, metrics and the API-error and manifest
+//! helpers. No decisions.
 
 pub mod apierror;
 pub mod hub;
