@@ -133,8 +133,9 @@ pub enum RunError {
     LostLeadership(String),
     #[error(transparent)]
     Leader(#[from] leader::LeaderError),
+    /// Not a `source`: the message already says it all, once.
     #[error("invalid sharding flags: {0}")]
-    ShardTimings(#[from] shard_rules::TimingsError),
+    ShardTimings(shard_rules::TimingsError),
     #[error(
         "--sharding needs leader election: one replica at a time writes the namespace-wide status (node classes, flavor catalogues) under the leader Lease; drop --leader-elect=false"
     )]
@@ -309,6 +310,15 @@ async fn namespace_wide(
 
 /// `karpenter-hub run`.
 pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunError> {
+    // Flags first: a wrong combination is refused before anything is reached.
+    let shard_timings = if args.sharding {
+        if !args.leader_elect {
+            return Err(RunError::ShardingWithoutLeaderElection);
+        }
+        Some(args.shard_timings().map_err(RunError::ShardTimings)?)
+    } else {
+        None
+    };
     let mgmt = management_client(args.kubeconfig.as_ref()).await?;
     mgmt.apiserver_version().await?;
     let metrics = Arc::new(metrics::Metrics::new());
@@ -324,11 +334,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
         std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")).unwrap_or_else(|_| "karpenter-hub".into()),
         std::process::id()
     );
-    if args.sharding {
-        if !args.leader_elect {
-            return Err(RunError::ShardingWithoutLeaderElection);
-        }
-        let timings = args.shard_timings()?;
+    if let Some(timings) = shard_timings {
         tracing::info!(
             lease_duration_seconds = timings.lease_duration.as_secs(),
             renew_deadline_seconds = timings.renew_deadline.as_secs(),
@@ -388,4 +394,38 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
         return Err(e.into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn parse(args: &[&str]) -> RunArgs {
+        Cli::try_parse_from(std::iter::once("karpenter-hub").chain(args.iter().copied())).unwrap().run
+    }
+
+    #[test]
+    fn sharding_is_off_by_default_and_its_timings_are_validated_naming_the_flags() {
+        let default = parse(&[]);
+        assert!(!default.sharding && !default.registry_settings().sharded);
+        assert_eq!(default.shard_timings(), Ok(shard_rules::Timings::DEFAULT));
+        let on =
+            parse(&["--sharding", "--shard-lease-duration=15", "--shard-renew-deadline=10", "--shard-retry-period=5"]);
+        assert!(on.sharding && on.registry_settings().sharded);
+        assert_eq!(on.shard_timings().unwrap().renew_deadline, Duration::from_secs(10));
+        assert!(parse(&["--sharding=false"]).sharding.eq(&false));
+        let e = parse(&["--sharding", "--shard-renew-deadline=30"]).shard_timings().unwrap_err().to_string();
+        assert!(e.contains("--shard-renew-deadline (30s)") && e.contains("--shard-lease-duration (30s)"), "{e}");
+        let e = parse(&["--sharding", "--shard-retry-period=20"]).shard_timings().unwrap_err().to_string();
+        assert!(e.contains("--shard-retry-period") && e.contains("raise the deadline"), "{e}");
+        assert!(Cli::try_parse_from(["karpenter-hub", "--shard-lease-duration=0"]).is_err(), "below the range");
+    }
 }
