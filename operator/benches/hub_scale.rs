@@ -59,8 +59,15 @@ use operator::{
     infra::metrics, infra::registry,
 };
 
-const NODES: usize = 50;
-const PODS: usize = 1000;
+/// Running pods per workload cluster (`--pods-per-cluster`, default 1,000), 20 per node.
+fn pods_per_cluster() -> usize {
+    std::env::var("B4_PODS").ok().and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(1000)
+}
+
+/// Worker nodes per workload cluster: full with 20 pods each (50 at 1,000 pods).
+fn nodes_per_cluster() -> usize {
+    pods_per_cluster().div_ceil(20)
+}
 const EXAMPLE: &str = include_str!("../../examples/general-purpose.yaml");
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -71,7 +78,11 @@ fn main() {
     match std::env::var("B4_ROLE").as_deref() {
         Ok("emulators") => emulators::main(),
         Ok("hub") => hub_process::main(),
-        _ => orchestrate(),
+        Ok("replica") => sharded::replica_main(),
+        _ => match Options::parse().sharded {
+            Some(n) => sharded::orchestrate(n, &Options::parse()),
+            None => orchestrate(),
+        },
     }
 }
 
@@ -86,11 +97,25 @@ struct Options {
     settle_seconds: u64,
     burst_pods: usize,
     json: bool,
+    /// `--sharded N`: the sharded run (N clusters over `replicas` hub processes) instead of B4.
+    sharded: Option<usize>,
+    replicas: usize,
+    /// `--pods-per-cluster P` (default 1,000).
+    pods: Option<usize>,
 }
 
 impl Options {
     fn parse() -> Options {
-        let mut o = Options { clusters: vec![5], idle_seconds: 15, settle_seconds: 10, burst_pods: 3, json: false };
+        let mut o = Options {
+            clusters: vec![5],
+            idle_seconds: 15,
+            settle_seconds: 10,
+            burst_pods: 3,
+            json: false,
+            sharded: None,
+            replicas: 3,
+            pods: None,
+        };
         let args: Vec<String> = std::env::args().skip(1).collect();
         let mut i = 0;
         while i < args.len() {
@@ -113,6 +138,18 @@ impl Options {
                     i += 1;
                 }
                 "--json" => o.json = true,
+                "--sharded" => {
+                    o.sharded = value.parse().ok().filter(|n| *n > 0);
+                    i += 1;
+                }
+                "--replicas" => {
+                    o.replicas = value.parse().unwrap_or(o.replicas).max(2);
+                    i += 1;
+                }
+                "--pods-per-cluster" => {
+                    o.pods = value.parse().ok().filter(|n| *n > 0);
+                    i += 1;
+                }
                 // `cargo bench` adds `--bench`; anything else is ignored.
                 _ => {}
             }
@@ -125,11 +162,15 @@ impl Options {
     }
 
     fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
+        let mut env = vec![
             ("B4_IDLE_SECONDS", self.idle_seconds.to_string()),
             ("B4_SETTLE_SECONDS", self.settle_seconds.to_string()),
             ("B4_BURST_PODS", self.burst_pods.to_string()),
-        ]
+        ];
+        if let Some(p) = self.pods {
+            env.push(("B4_PODS", p.to_string()));
+        }
+        env
     }
 
     fn from_env(clusters: usize) -> Options {
@@ -140,6 +181,9 @@ impl Options {
             settle_seconds: get("B4_SETTLE_SECONDS", 10),
             burst_pods: get("B4_BURST_PODS", 3) as usize,
             json: false,
+            sharded: None,
+            replicas: 3,
+            pods: None,
         }
     }
 }
@@ -502,6 +546,285 @@ fn summary(results: &[Value]) {
                 my - slope * mx
             );
         }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Sharded run
+// ------------------------------------------------------------------------------------------------
+
+/// `--sharded N`: N clusters over `--replicas R` hub processes in sharded mode (production shard
+/// timings), each process reporting its owned and connected clusters, RSS and CPU twice a second;
+/// then one replica is killed with SIGKILL and the time until the survivors have connected every
+/// cluster again is the hand-over; then a burst checks that every cluster provisions, with one
+/// NodeGroup per NodeClaim.
+mod sharded {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[derive(Debug, Clone, Default)]
+    struct Status {
+        owned: f64,
+        connected: usize,
+        rss: f64,
+        cpu: f64,
+    }
+
+    fn cluster_keys(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("team-{i:03}/cke-{i:03}")).collect()
+    }
+
+    pub fn orchestrate(n: usize, opts: &Options) {
+        let replicas = opts.replicas;
+        println!(
+            "B4 sharded run: {n} clusters of {} Running pods over {replicas} hub processes (sharded mode, production timings)",
+            opts.pods.unwrap_or(1000)
+        );
+        let dir = std::env::temp_dir().join(format!("b4-sharded-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let exe = std::env::current_exe().expect("own executable");
+        let mut emu = Command::new(&exe);
+        emu.env("B4_ROLE", "emulators")
+            .env("B4_CLUSTERS", n.to_string())
+            .env("B4_DIR", &dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in opts.env() {
+            emu.env(k, v);
+        }
+        let mut emu = emu.spawn().expect("start the emulator process");
+        let mut emu_in = emu.stdin.take().expect("stdin");
+        let mut emu_out = BufReader::new(emu.stdout.take().expect("stdout")).lines();
+        let mut ask = |cmd: Option<&str>| -> Value {
+            if let Some(cmd) = cmd {
+                writeln!(emu_in, "{cmd}").expect("emulator stdin");
+                emu_in.flush().expect("emulator stdin");
+            }
+            let line = emu_out.next().and_then(Result::ok).unwrap_or_default();
+            serde_json::from_str(&line).unwrap_or(Value::Null)
+        };
+        let ready = ask(None);
+        println!(
+            "emulators: {n} workload clusters filled in {:.1} s ({} objects); emulator process RSS {:.0} MiB",
+            f(&ready, "fill_s"),
+            ready["objects"].as_u64().unwrap_or(0),
+            f(&ready, "rss_mib")
+        );
+        let kubeconfig = ready["mgmt_kubeconfig"].as_str().unwrap_or_default().to_string();
+
+        let statuses: Arc<Mutex<Vec<Status>>> = Arc::new(Mutex::new(vec![Status::default(); replicas]));
+        let alive: Vec<Arc<AtomicBool>> = (0..replicas).map(|_| Arc::new(AtomicBool::new(true))).collect();
+        let mut children = Vec::new();
+        let t0 = Instant::now();
+        for r in 0..replicas {
+            let mut child = Command::new(&exe)
+                .env("B4_ROLE", "replica")
+                .env("B4_CLUSTERS", n.to_string())
+                .env("B4_REPLICA", r.to_string())
+                .env("B4_MGMT_KUBECONFIG", &kubeconfig)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("start a replica");
+            let out = child.stdout.take().expect("replica stdout");
+            let (statuses, alive) = (statuses.clone(), alive[r].clone());
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    if let Some(j) = line.strip_prefix("B4_REPLICA ")
+                        && let Ok(v) = serde_json::from_str::<Value>(j)
+                    {
+                        lock(&statuses)[r] = Status {
+                            owned: f(&v, "owned"),
+                            connected: v["connected"].as_u64().unwrap_or(0) as usize,
+                            rss: f(&v, "rss_mib"),
+                            cpu: f(&v, "cpu_s"),
+                        };
+                    }
+                }
+                alive.store(false, Ordering::SeqCst);
+            });
+            children.push(child);
+        }
+        let wait_connected = |live: &[usize], limit: Duration| -> Option<Duration> {
+            let start = Instant::now();
+            loop {
+                let connected: usize = {
+                    let s = lock(&statuses);
+                    live.iter().map(|r| s[*r].connected).sum()
+                };
+                if connected == n {
+                    return Some(start.elapsed());
+                }
+                if start.elapsed() > limit {
+                    println!("only {connected}/{n} clusters connected after {limit:?}");
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        };
+        let all: Vec<usize> = (0..replicas).collect();
+        let startup = wait_connected(&all, Duration::from_secs(900));
+        let pools = ask(Some("waitpools"));
+        println!(
+            "start-up: every cluster connected by one replica in {:.1} s; every NodePool Ready {:.1} s after start ({})",
+            startup.map_or(f64::NAN, |d| d.as_secs_f64()),
+            t0.elapsed().as_secs_f64(),
+            if pools["ok"].as_bool() == Some(true) { "all" } else { "NOT all" }
+        );
+        std::thread::sleep(Duration::from_secs(opts.settle_seconds));
+        let before = lock(&statuses).clone();
+        for (r, s) in before.iter().enumerate() {
+            println!(
+                "  replica {r}: owns {:.0} clusters, connected {}; RSS {:.0} MiB ({:.2} MiB per owned cluster); CPU {:.1} s",
+                s.owned,
+                s.connected,
+                s.rss,
+                s.rss / s.owned.max(1.0),
+                s.cpu
+            );
+        }
+        // Kill one replica as a node failure would: no release of its Leases.
+        let victim = 0;
+        let lost = before[victim].connected;
+        let t_kill = Instant::now();
+        children[victim].kill().expect("SIGKILL the replica");
+        let _ = children[victim].wait();
+        while alive[victim].load(Ordering::SeqCst) && t_kill.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        lock(&statuses)[victim] = Status::default();
+        let survivors: Vec<usize> = (0..replicas).filter(|r| *r != victim).collect();
+        let handover = wait_connected(&survivors, Duration::from_secs(300));
+        println!(
+            "hand-over: replica {victim} (owning {lost} clusters) killed with SIGKILL; the {} survivors connected every cluster {:.1} s later (shard Lease duration {} s)",
+            survivors.len(),
+            handover.map_or(f64::NAN, |d| d.as_secs_f64()),
+            operator::decisions::sharding::Timings::DEFAULT.lease_duration.as_secs()
+        );
+        std::thread::sleep(Duration::from_secs(opts.settle_seconds));
+        for r in &survivors {
+            let s = lock(&statuses)[*r].clone();
+            println!(
+                "  replica {r}: owns {:.0} clusters, connected {}; RSS {:.0} MiB ({:.2} MiB per owned cluster)",
+                s.owned,
+                s.connected,
+                s.rss,
+                s.rss / s.owned.max(1.0)
+            );
+        }
+        let b = ask(Some(&format!("burst {}", opts.burst_pods)));
+        let groups: Vec<i64> =
+            b["nodegroups_per_cluster"].as_array().map_or(Vec::new(), |a| a.iter().filter_map(Value::as_i64).collect());
+        let claims: Vec<i64> =
+            b["claims_per_cluster"].as_array().map_or(Vec::new(), |a| a.iter().filter_map(Value::as_i64).collect());
+        let without = groups.iter().filter(|g| **g == 0).count();
+        let mismatched = groups.iter().zip(&claims).filter(|(g, c)| g != c).count();
+        let rows = b["pods"].as_array().cloned().unwrap_or_default();
+        let mut lat: Vec<f64> = rows.iter().filter_map(|r| Some(r.get(4)?.as_f64()? - r.get(2)?.as_f64()?)).collect();
+        lat.sort_by(f64::total_cmp);
+        let pct =
+            |q: f64| lat.get(((lat.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied().unwrap_or(f64::NAN);
+        println!(
+            "burst after the hand-over: {} pending pods per cluster; {} NodeClaims, {} NodeGroups; clusters without a NodeGroup: {without}; clusters whose NodeGroups differ from their claims in number: {mismatched}; Unschedulable -> NodeGroup p50 {:.0} ms, p99 {:.0} ms",
+            opts.burst_pods,
+            claims.iter().sum::<i64>(),
+            groups.iter().sum::<i64>(),
+            pct(0.5),
+            pct(0.99)
+        );
+        let result = json!({
+            "bench": "hub_scale_sharded",
+            "clusters": n,
+            "replicas": replicas,
+            "startup_s": startup.map(|d| d.as_secs_f64()),
+            "rss_mib": before.iter().map(|s| s.rss).collect::<Vec<_>>(),
+            "owned": before.iter().map(|s| s.owned).collect::<Vec<_>>(),
+            "handover_s": handover.map(|d| d.as_secs_f64()),
+            "killed_owned": lost,
+            "clusters_without_nodegroup": without,
+            "clusters_mismatched": mismatched,
+            "latency_p50_ms": pct(0.5),
+            "latency_p99_ms": pct(0.99),
+        });
+        println!("B4_SHARDED {result}");
+        let _ = ask(Some("quit"));
+        for mut c in children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = emu.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    pub fn replica_main() {
+        let observed = Observed::default();
+        init_tracing(&observed);
+        let n = env_usize("B4_CLUSTERS").max(1);
+        let r = env_usize("B4_REPLICA");
+        let path = PathBuf::from(std::env::var("B4_MGMT_KUBECONFIG").unwrap_or_default());
+        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+        rt.block_on(async move {
+            let mgmt = run::management_client(Some(&path)).await.expect("management client");
+            let metrics = Arc::new(metrics::Metrics::new());
+            let shard = operator::infra::sharding::Settings::new(
+                "default",
+                "karpenter-hub",
+                &format!("replica-{r}-{}", std::process::id()),
+                operator::decisions::sharding::Timings::DEFAULT,
+            );
+            let shutdown = CancellationToken::new();
+            {
+                let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = run::run_sharded_with(
+                        mgmt,
+                        hub::Settings::default(),
+                        registry::Settings::default(),
+                        shard,
+                        true,
+                        metrics,
+                        shutdown,
+                    )
+                    .await
+                    {
+                        eprintln!("replica stopped: {e}");
+                    }
+                });
+            }
+            let keys = cluster_keys(n);
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let connected = keys
+                    .iter()
+                    .filter(|k| {
+                        metrics.cluster_connected.get(&metrics::ClusterLabels { cluster: (*k).clone() }).get() == 1
+                    })
+                    .count();
+                let owned = metric_value(&metrics, "karpenter_hub_shard_owned_clusters");
+                let line =
+                    json!({"owned": owned, "connected": connected, "rss_mib": rss_mib().0, "cpu_s": cpu_seconds()});
+                let mut out = std::io::stdout().lock();
+                if writeln!(out, "B4_REPLICA {line}").and_then(|()| out.flush()).is_err() {
+                    shutdown.cancel();
+                    return;
+                }
+            }
+        });
+    }
+
+    /// The sum of a family's samples in the rendered metrics.
+    fn metric_value(metrics: &metrics::Metrics, name: &str) -> f64 {
+        metrics
+            .render()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (series, value) = l.rsplit_once(' ')?;
+                let family = series.split('{').next()?;
+                (family == name).then(|| value.parse::<f64>().ok()).flatten()
+            })
+            .sum()
     }
 }
 
@@ -1030,7 +1353,7 @@ mod emulators {
                          "labels": {"app": format!("app-{}", i % 20), "team": "a", "pod-template-hash": "7d9f8c6b5"},
                          "annotations": {"example.com/owner": "hub-scale-bench"}},
             "spec": {
-                "nodeName": format!("worker-{:02}", i % NODES),
+                "nodeName": format!("worker-{:02}", i % nodes_per_cluster()),
                 "nodeSelector": {crds::labels::CLEVER_NODE_ROLE: "worker"},
                 "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
                                 "resources": {"requests": {"cpu": "480m", "memory": "700Mi"}, "limits": {"memory": "700Mi"}},
@@ -1058,7 +1381,7 @@ mod emulators {
         let flavor = SimFlavor::builtins().into_iter().find(|f| f.name == "M").expect("flavor M");
         let clock = sim::clock::Clock::real();
         let napi: Api<Node> = Api::all(c.client.clone());
-        for j in 0..NODES {
+        for j in 0..nodes_per_cluster() {
             let n: Node = serde_json::from_value(node(j, &flavor, &clock)).unwrap();
             napi.create(&PostParams::default(), &n).await.unwrap();
         }
@@ -1068,9 +1391,10 @@ mod emulators {
             let papi = papi.clone();
             let clock = clock.clone();
             writers.push(tokio::spawn(async move {
-                for i in (w..PODS).step_by(4) {
+                let nodes = nodes_per_cluster();
+                for i in (w..pods_per_cluster()).step_by(4) {
                     let created = papi.create(&PostParams::default(), &pod(i)).await.unwrap();
-                    let host = format!("10.0.{}.{}", (i % NODES) / 250, (i % NODES) % 250 + 1);
+                    let host = format!("10.0.{}.{}", (i % nodes) / 250, (i % nodes) % 250 + 1);
                     let ip = format!("10.1.{}.{}", i / 250, i % 250 + 1);
                     let status = objects::pod_running_status(&created, &host, &ip, clock.now());
                     papi.patch_status(
@@ -1164,7 +1488,8 @@ mod emulators {
         }
         // The CKEs are up when their control-plane nodes exist; then give their caches a moment.
         let deadline = Instant::now() + Duration::from_secs(300);
-        while world.clusters.iter().any(|c| c.server.object_count("", "nodes") < NODES + 2) && Instant::now() < deadline
+        while world.clusters.iter().any(|c| c.server.object_count("", "nodes") < nodes_per_cluster() + 2)
+            && Instant::now() < deadline
         {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -1172,7 +1497,7 @@ mod emulators {
 
         let path = dir.join("management.kubeconfig");
         world.mgmt.write_kubeconfig(&path).unwrap();
-        let objects_total = n * (NODES + PODS);
+        let objects_total = n * (nodes_per_cluster() + pods_per_cluster());
         reply(&json!({
             "ready": true,
             "mgmt_kubeconfig": path.display().to_string(),
@@ -1180,7 +1505,7 @@ mod emulators {
             "clusters": world.clusters.iter().map(|c| format!("{}/{}", c.namespace, c.name)).collect::<Vec<_>>(),
             "fill_s": fill_s,
             "objects": objects_total,
-            "writes_per_s": (n * (NODES + 2 * PODS)) as f64 / fill_s,
+            "writes_per_s": (n * (nodes_per_cluster() + 2 * pods_per_cluster())) as f64 / fill_s,
             "rss_mib": rss_mib().0,
         }));
 

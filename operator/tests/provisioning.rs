@@ -11,7 +11,7 @@ use kube::{Api, api::ListParams};
 use operator::commands::sandbox::world::{World, quick_cke, scale};
 
 mod common;
-use common::{apply_example, metric, rounds, running, wait_for, wait_quiet_over};
+use common::{apply_example, metric, rounds, running, wait_for, wait_quiet_over, writes};
 
 /// Health probes the hub has made of every cluster: proof that it is alive and its loops turn.
 fn probes(world: &World) -> u64 {
@@ -113,8 +113,41 @@ async fn a_pending_pod_runs_one_round_reading_caches_and_idle_clusters_run_none(
     .await;
     assert_eq!(after, (1, 0), "one round for the one new pod (its claim in flight needs no other), none elsewhere");
     assert_eq!(management_lists(&world), lists_before, "rounds read the management caches: no LIST");
-    // And the claim was made.
+    // With the node up and its pod running, the hub writes nothing more (B4's idle target) once the
+    // claim has become Consolidatable (consolidateAfter: 30s after its pods last changed, once).
     let claims = Api::<crds::NodeClaim>::namespaced(world.mgmt.client(), &c.namespace);
+    wait_for("the claim Consolidatable", Duration::from_secs(90), || async {
+        claims.list(&ListParams::default()).await.unwrap().items.iter().all(|c| {
+            c.status
+                .as_ref()
+                .is_some_and(|s| s.conditions.iter().any(|k| k.type_ == "Consolidatable" && k.status == "True"))
+        })
+    })
+    .await;
+    let writes_now = || async {
+        let mut w = writes(&world.mgmt, &["nodeclaims", "nodeclaims/status", "nodepools/status"]);
+        w.extend(writes(&world.clusters[0].server, &["nodes", "nodegroups", "pods"]));
+        w
+    };
+    let settled =
+        wait_quiet_over("writes once the node runs its pod", Duration::from_secs(90), 3, writes_now, || async {
+            probes(&world)
+        })
+        .await;
+    let later =
+        wait_quiet_over("still no writes", Duration::from_secs(120), 40, writes_now, || async { probes(&world) }).await;
+    let conditions: Vec<String> = claims
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .flat_map(|c| {
+            c.status.iter().flat_map(|s| s.conditions.iter().map(|k| format!("{}={} {}", k.type_, k.status, k.reason)))
+        })
+        .collect();
+    assert_eq!(settled, later, "an idle cluster with a hub node costs no write; the claim: {conditions:?}");
+    // And the claim was made.
     assert_eq!(claims.list(&ListParams::default()).await.unwrap().items.len(), 1);
     world.shutdown().await;
 }

@@ -527,6 +527,9 @@ async fn nodegroups_served(client: &Client) -> Result<(), ClusterStatus> {
     }
 }
 
+/// Objects per page of a cache's initial LIST (kube's default is 500).
+const LIST_PAGE: u32 = 100;
+
 /// Start a reflector for `K` under `cancel`; its errors are forwarded to `failures`.
 fn spawn_cache<K>(
     api: Api<K>,
@@ -556,7 +559,10 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).modify(trim).default_backoff());
+    // Small pages: a page is decoded whole (full objects, before `trim`) while it is applied, and
+    // that transient, times every cluster listing at once, is what the process's memory keeps.
+    let config = watcher::Config::default().page_size(LIST_PAGE);
+    let stream = reflector::reflector(writer, watcher(api, config).modify(trim).default_backoff());
     let cancel = cancel.clone();
     let failures = failures.clone();
     let kind = K::kind(&()).to_string();
@@ -645,6 +651,7 @@ fn read_pod_annotation(key: &str) -> bool {
     key.starts_with("karpenter.sh/")
         || key.starts_with("karpenter.clever-cloud.com/")
         || key == "controller.kubernetes.io/pod-deletion-cost"
+        || key == crate::decisions::termination::drain::MIRROR_ANNOTATION
 }
 
 /// The projection of a pod the watch cache holds (public for the B4 bench's footprint figure).
@@ -687,6 +694,8 @@ pub fn project_pod(pod: Pod) -> Pod {
         tolerations: s.tolerations,
         topology_spread_constraints: s.topology_spread_constraints,
         priority: s.priority,
+        // The drain's critical tier.
+        priority_class_name: s.priority_class_name,
         termination_grace_period_seconds: s.termination_grace_period_seconds,
         // Only claimed volumes matter (zones, attach limits); service-account tokens, config maps
         // and secrets do not.
@@ -754,9 +763,10 @@ mod tests {
                 "creationTimestamp": "2026-01-01T00:00:00Z", "deletionTimestamp": "2026-01-01T00:01:00Z",
                 "labels": {"app": "web"},
                 "annotations": {"karpenter.sh/do-not-disrupt": "true", "controller.kubernetes.io/pod-deletion-cost": "5",
-                    "kubectl.kubernetes.io/last-applied-configuration": "{...}", "prometheus.io/scrape": "true"},
+                    "kubectl.kubernetes.io/last-applied-configuration": "{...}", "prometheus.io/scrape": "true",
+                    "kubernetes.io/config.mirror": "abc"},
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": true}]},
-            "spec": {"nodeName": "n1", "priority": 10, "terminationGracePeriodSeconds": 30,
+            "spec": {"nodeName": "n1", "priority": 10, "priorityClassName": "system-node-critical", "terminationGracePeriodSeconds": 30,
                 "nodeSelector": {"zone": "a"}, "tolerations": [{"key": "k", "operator": "Exists"}],
                 "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}]}},
                 "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}],
@@ -784,7 +794,14 @@ mod tests {
         assert_eq!(m.owner_references, full.metadata.owner_references);
         assert!(m.creation_timestamp.is_some() && m.deletion_timestamp.is_some());
         let kept: Vec<&String> = m.annotations.as_ref().unwrap().keys().collect();
-        assert_eq!(kept, ["controller.kubernetes.io/pod-deletion-cost", "karpenter.sh/do-not-disrupt"]);
+        assert_eq!(
+            kept,
+            [
+                "controller.kubernetes.io/pod-deletion-cost",
+                "karpenter.sh/do-not-disrupt",
+                "kubernetes.io/config.mirror"
+            ]
+        );
         assert_eq!(
             (s.node_name.as_deref(), s.priority, s.termination_grace_period_seconds),
             (Some("n1"), Some(10), Some(30))
@@ -809,6 +826,11 @@ mod tests {
         // What the scheduling core makes of the pod is the same before and after.
         let before = scheduling::convert::pod_from(&full, "Pod shop/web-1").unwrap();
         let after = scheduling::convert::pod_from(&p, "Pod shop/web-1").unwrap();
+        assert_eq!(format!("{before:?}"), format!("{after:?}"));
+        // And the drain's.
+        use crate::decisions::termination::PodFacts;
+        let (before, after) = (PodFacts::from_pod(&full), PodFacts::from_pod(&p));
+        assert!(before.critical && before.mirror, "the fixture exercises both");
         assert_eq!(format!("{before:?}"), format!("{after:?}"));
     }
 
