@@ -118,12 +118,13 @@ async fn pending_pods_unschedulable_pods_and_pool_cost_follow_the_cluster() {
     .await;
     // A later reconcile of the pool (its status still says SecretMissing) must not write them back.
     let pools: Api<crds::NodePool> = Api::namespaced(world.mgmt.client(), "team-a");
-    // The reconcile lists the pool's claims; nothing else lists them for an unregistered cluster.
-    let before = world.mgmt.requests().count("list", "nodeclaims");
-    let touch = json!({"metadata": {"labels": {"touched": "yes"}}});
+    // A change the reconcile must write (its class now missing) proves the reconcile ran.
+    let touch = json!({"spec": {"template": {"spec": {"nodeClassRef": {"name": "missing"}}}}});
     pools.patch("default", &PatchParams::default(), &Patch::Merge(&touch)).await.unwrap();
     wait_for("the pool reconciled after the touch", WAIT, || async {
-        world.mgmt.requests().count("list", "nodeclaims") > before
+        pools.get("default").await.ok().and_then(|p| p.status).is_some_and(|s| {
+            s.conditions.iter().any(|c| c.type_ == "NodeClassReady" && c.status != "True")
+        })
     })
     .await;
     let text = world.metrics.render();

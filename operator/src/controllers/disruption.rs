@@ -268,9 +268,10 @@ fn snapshot(hub: &Hub, conn: &Connection, key: &ClusterKey, claims: &[Arc<NodeCl
         node_classes: classes.iter().map(|c| c.as_ref().clone()).collect(),
         flavor_catalogs: hub.cache.catalogs_in(ns).iter().map(|c| c.as_ref().clone()).collect(),
         node_claims: claims.iter().map(|c| c.as_ref().clone()).collect(),
-        // Shared with the watch caches, not copied (B4).
-        nodes: conn.cache.nodes.state(),
-        pods: conn.cache.pods.state(),
+        // Shared with the watch caches, not copied (B4). Without a claim the hub has no node to
+        // disrupt: the view then needs only the pools (budgets), not the cluster's pods.
+        nodes: if claims.is_empty() { Vec::new() } else { conn.cache.nodes.state() },
+        pods: if claims.is_empty() { Vec::new() } else { conn.cache.pods.state() },
         daemonsets: conn.cache.daemonsets.state(),
         pdbs: conn.cache.pdbs.state(),
         zone: Some(hub.settings.zone.clone()),
