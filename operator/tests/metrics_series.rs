@@ -122,9 +122,12 @@ async fn pending_pods_unschedulable_pods_and_pool_cost_follow_the_cluster() {
     let touch = json!({"spec": {"template": {"spec": {"nodeClassRef": {"name": "missing"}}}}});
     pools.patch("default", &PatchParams::default(), &Patch::Merge(&touch)).await.unwrap();
     wait_for("the pool reconciled after the touch", WAIT, || async {
-        pools.get("default").await.ok().and_then(|p| p.status).is_some_and(|s| {
-            s.conditions.iter().any(|c| c.type_ == "NodeClassReady" && c.status != "True")
-        })
+        pools
+            .get("default")
+            .await
+            .ok()
+            .and_then(|p| p.status)
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "NodeClassReady" && c.status != "True"))
     })
     .await;
     let text = world.metrics.render();
