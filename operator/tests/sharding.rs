@@ -44,7 +44,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 mod common;
-use common::{apply_example, poll_every, running, wait_for};
+use common::{apply_example, metric_in as metric, poll_every, running, wait_for};
 
 /// Short Lease timings, so a handover takes seconds.
 const FAST: Timings = Timings {
@@ -126,21 +126,6 @@ impl Drop for Replica {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-fn metric(metrics: &Metrics, name: &str, labels: &[(&str, &str)]) -> f64 {
-    metrics
-        .render()
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (n, rest) = series.split_once('{').unwrap_or((series, "}"));
-            let pairs = rest.strip_suffix('}')?;
-            let ok = n == name && labels.iter().all(|(k, v)| pairs.split(',').any(|p| p == format!("{k}=\"{v}\"")));
-            if ok { value.parse::<f64>().ok() } else { None }
-        })
-        .sum()
 }
 
 fn series_label(metrics: &Metrics, name: &str, label: &str) -> BTreeSet<String> {

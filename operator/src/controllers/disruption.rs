@@ -16,7 +16,6 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    hash::{Hash, Hasher},
     sync::Arc,
     time::Duration,
 };
@@ -281,13 +280,7 @@ fn snapshot(hub: &Hub, conn: &Connection, key: &ClusterKey, claims: &[Arc<NodeCl
 /// What the consolidation methods' verdict rests on (§4.12's change stamp): claims, pools, nodes
 /// and where pods are. Two equal fingerprints mean nothing a decision reads has changed.
 fn fingerprint(s: &Snapshot) -> u64 {
-    // Each object hashed alone and the hashes added: the caches' order does not matter, and nothing
-    // is allocated per pod.
-    fn one(item: impl Hash) -> u64 {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        item.hash(&mut h);
-        h.finish()
-    }
+    use crate::decisions::fingerprint::one;
     let pools = s.node_pools.iter().map(|p| one(("pool", &p.metadata.name, &p.metadata.resource_version)));
     let claims = s.node_claims.iter().map(|c| one(("claim", &c.metadata.name, &c.metadata.resource_version)));
     let pdbs = s.pdbs.iter().map(|p| one(("pdb", &p.metadata.name, p.status.as_ref().map(|s| s.disruptions_allowed))));
@@ -309,7 +302,7 @@ fn fingerprint(s: &Snapshot) -> u64 {
             p.metadata.deletion_timestamp.is_some(),
         ))
     });
-    pools.chain(claims).chain(pdbs).chain(nodes).chain(pods).fold(0, u64::wrapping_add)
+    crate::decisions::fingerprint::sum(pools.chain(claims).chain(pdbs).chain(nodes).chain(pods))
 }
 
 /// The commands recorded on the cluster's claims, by id.

@@ -22,8 +22,9 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    decisions::batcher::{Batcher, Outcome, RESYNC, Rounds, fingerprint},
+    decisions::batcher::{Batcher, Outcome, RESYNC, Rounds},
     decisions::conditions,
+    decisions::fingerprint,
     infra::hub::Hub,
     infra::metrics::{ClusterLabels, PoolReasonLabels},
     infra::registry::{ClusterKey, Connection},
@@ -75,7 +76,9 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
                     // runs to say so, and the last decision's count would stay.
                     hub.metrics.unschedulable_pods.get(&labels).set(0);
                 }
-                let (scope_now, world) = (*scope.borrow_and_update(), nodes_fingerprint(conn));
+                // The nodes matter only to pods that wait: an idle cluster skips the scan.
+                let world = if pending.is_empty() { 0 } else { nodes_fingerprint(conn) };
+                let scope_now = *scope.borrow_and_update();
                 rounds.offer(&mut batcher, &pending, scope_now, world, now);
                 if batcher.is_due(now) {
                     let batch = batcher.take();
@@ -125,13 +128,13 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
 
 /// The cluster's nodes as far as a waiting pod cares: which exist and which are Ready.
 fn nodes_fingerprint(conn: &Connection) -> u64 {
-    fingerprint(conn.cache.nodes.state().iter().map(|n| {
+    fingerprint::sum(conn.cache.nodes.state().iter().map(|n| {
         let ready = n
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        (n.metadata.name.clone(), ready, n.metadata.deletion_timestamp.is_some())
+        fingerprint::one((&n.metadata.name, ready, n.metadata.deletion_timestamp.is_some()))
     }))
 }
 

@@ -7,11 +7,7 @@
 //! Owns: the window arithmetic, with time passed in. Must not: sleep or read the clock; the caller
 //! sleeps until [`Batcher::deadline`].
 
-use std::{
-    collections::HashSet,
-    hash::{Hash, Hasher},
-    time::Duration,
-};
+use std::{collections::HashSet, time::Duration};
 
 use tokio::time::Instant;
 
@@ -157,18 +153,6 @@ impl Rounds {
     }
 }
 
-/// A fingerprint of an unordered set of items (order-independent).
-pub fn fingerprint<T: Hash>(items: impl IntoIterator<Item = T>) -> u64 {
-    items
-        .into_iter()
-        .map(|i| {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            i.hash(&mut h);
-            h.finish()
-        })
-        .fold(0u64, u64::wrapping_add)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -274,12 +258,6 @@ mod tests {
         b.take();
         r.offer(&mut b, &set(&[]), 0, 0, ms(t0, 61_000));
         assert_eq!(r.next_wake(&b), None, "the pod went: no retry");
-    }
-
-    #[test]
-    fn fingerprints_ignore_order() {
-        assert_eq!(fingerprint(["a", "b"]), fingerprint(["b", "a"]));
-        assert_ne!(fingerprint(["a", "b"]), fingerprint(["a", "c"]));
     }
 
     #[test]

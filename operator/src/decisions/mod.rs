@@ -7,6 +7,7 @@ pub mod conditions;
 pub mod disruption_conditions;
 pub mod disruption_queue;
 pub mod disruption_scope;
+pub mod fingerprint;
 pub mod garbage;
 pub mod launch;
 pub mod lifecycle;

@@ -225,10 +225,9 @@ where
                     Some(Ok(ev)) => if let Some((tx, fingerprint, new_counts)) = &scope {
                         let changed = match &ev {
                             watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
-                                let uid = o.meta().uid.clone().unwrap_or_default();
-                                let before = seen.insert(uid, fingerprint(o));
-                                matches!(ev, watcher::Event::Apply(_))
-                                    && before.map_or(*new_counts, |b| b != fingerprint(o))
+                                let (uid, now) = (o.meta().uid.clone().unwrap_or_default(), fingerprint(o));
+                                let before = seen.insert(uid, now);
+                                matches!(ev, watcher::Event::Apply(_)) && before.map_or(*new_counts, |b| b != now)
                             }
                             watcher::Event::Delete(o) => {
                                 seen.remove(o.meta().uid.as_deref().unwrap_or_default());

@@ -127,7 +127,12 @@ where
 /// The value of the sample `name` with (at least) these labels in the hub's metrics, summed over
 /// the series that match; 0 when there is none.
 pub fn metric(world: &World, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let text = world.metrics.render();
+    metric_in(&world.metrics, name, labels)
+}
+
+/// [`metric`] in any hub's metrics (a replica of its own, say).
+pub fn metric_in(metrics: &operator::infra::metrics::Metrics, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let text = metrics.render();
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {

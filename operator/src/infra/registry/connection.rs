@@ -319,22 +319,14 @@ impl Task {
             move |ev: &watcher::Event<Pod>| pending.observe(ev)
         };
         let cache = WorkloadCache {
-            pods: spawn_cache_observed(
-                Api::all(client.clone()),
-                trim_pod,
-                &watches,
-                &failures_tx,
-                &self.key,
-                None,
-                observe_pods,
-            ),
+            pods: spawn_cache(Api::all(client.clone()), trim_pod, &watches, &failures_tx, &self.key, observe_pods),
             nodes: spawn_cache(
                 Api::all(client.clone()),
                 trim_node,
                 &watches,
                 &failures_tx,
                 &self.key,
-                Some((self.touched.clone(), crate::decisions::ownership::node_group)),
+                announce(&self.touched, &self.key, crate::decisions::ownership::node_group),
             ),
             nodegroups: spawn_cache(
                 Api::all(client.clone()),
@@ -342,10 +334,10 @@ impl Task {
                 &watches,
                 &failures_tx,
                 &self.key,
-                Some((self.touched.clone(), |g: &NodeGroup| g.metadata.name.clone())),
+                announce(&self.touched, &self.key, |g: &NodeGroup| g.metadata.name.clone()),
             ),
-            daemonsets: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key, None),
-            pdbs: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key, None),
+            daemonsets: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key, |_| {}),
+            pdbs: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key, |_| {}),
         };
         let conn = Arc::new(Connection {
             key: self.key.clone(),
@@ -530,29 +522,14 @@ async fn nodegroups_served(client: &Client) -> Result<(), ClusterStatus> {
 /// Objects per page of a cache's initial LIST (kube's default is 500).
 const LIST_PAGE: u32 = 100;
 
-/// Start a reflector for `K` under `cancel`; its errors are forwarded to `failures`.
+/// Start a reflector for `K` under `cancel`, calling `observe` with every event once the store
+/// holds it; its errors are forwarded to `failures`.
 fn spawn_cache<K>(
     api: Api<K>,
     trim: fn(&mut K),
     cancel: &CancellationToken,
     failures: &mpsc::Sender<kube::Error>,
     key: &ClusterKey,
-    touched: Option<TouchedHook<K>>,
-) -> Store<K>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
-    spawn_cache_observed(api, trim, cancel, failures, key, touched, |_: &watcher::Event<K>| {})
-}
-
-/// [`spawn_cache`], calling `observe` with every event once the store holds it.
-fn spawn_cache_observed<K>(
-    api: Api<K>,
-    trim: fn(&mut K),
-    cancel: &CancellationToken,
-    failures: &mpsc::Sender<kube::Error>,
-    key: &ClusterKey,
-    touched: Option<TouchedHook<K>>,
     observe: impl Fn(&watcher::Event<K>) + Send + 'static,
 ) -> Store<K>
 where
@@ -574,16 +551,7 @@ where
                 () = cancel.cancelled() => return,
                 next = stream.next() => match next {
                     None => return,
-                    Some(Ok(ev)) => {
-                        observe(&ev);
-                        // Changes (not the initial listing) of the objects claims depend on.
-                        if let (Some((tx, group_of)), watcher::Event::Apply(obj) | watcher::Event::Delete(obj)) =
-                            (&touched, &ev)
-                            && let Some(group) = group_of(obj)
-                        {
-                            let _ = tx.send(Touched { cluster: key.clone(), group });
-                        }
-                    }
+                    Some(Ok(ev)) => observe(&ev),
                     Some(Err(e)) => {
                         tracing::debug!(cluster = %key, kind, error = %crate::infra::apierror::plain_watch(&e), "watch error");
                         if let Some(e) = into_client_error(e) {
@@ -597,8 +565,25 @@ where
     store
 }
 
-/// Where a cache announces changes, and how it names the NodeGroup an object belongs to.
-type TouchedHook<K> = (tokio::sync::broadcast::Sender<Touched>, fn(&K) -> Option<String>);
+/// An observer announcing changes (not the initial listing) of the objects claims depend on on
+/// `tx`, naming the NodeGroup each belongs to with `group_of`.
+fn announce<K>(
+    tx: &tokio::sync::broadcast::Sender<Touched>,
+    key: &ClusterKey,
+    group_of: fn(&K) -> Option<String>,
+) -> impl Fn(&watcher::Event<K>) + Send + 'static
+where
+    K: 'static,
+{
+    let (tx, key) = (tx.clone(), key.clone());
+    move |ev| {
+        if let watcher::Event::Apply(obj) | watcher::Event::Delete(obj) = ev
+            && let Some(group) = group_of(obj)
+        {
+            let _ = tx.send(Touched { cluster: key.clone(), group });
+        }
+    }
+}
 
 /// A Node or NodeGroup of a workload cluster changed: the NodeGroup it belongs to, so the claim
 /// launched as that group is reconciled at once instead of at its next periodic check.
