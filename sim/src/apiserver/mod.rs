@@ -11,6 +11,7 @@
 //! What is simplified, and how, is written down in `docs/emulator.md`.
 
 mod builtin;
+mod disruptions;
 mod events;
 mod faults;
 mod jsonpath;
@@ -38,6 +39,8 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 pub use faults::{ErrorFault, Faults, Requests};
+
+pub use disruptions::{DisruptionLog, PdbState, PodDisruption, Via};
 
 use crate::clock::{Clock, SeededRng};
 
@@ -327,6 +330,12 @@ impl ApiServer {
     /// Request counters of this cluster.
     pub fn requests(&self) -> Requests {
         self.shared.requests.clone()
+    }
+
+    /// Every pod whose termination began on this cluster, how (eviction or DELETE), on which
+    /// node, and under what PodDisruptionBudget state.
+    pub fn disruptions(&self) -> DisruptionLog {
+        lock(&self.shared.store).disruptions.clone()
     }
 
     /// The clock this cluster stamps objects with.

@@ -15,6 +15,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use super::disruptions::{DisruptionLog, PdbState, PodDisruption, Via};
 use super::events;
 use super::object::Stored;
 use super::patch::{self, PatchType};
@@ -104,6 +105,8 @@ pub(crate) struct State {
     pub ca_pem: String,
     /// While set (a `dryRun` request), writes are computed and validated but not stored.
     pub dry_run: bool,
+    /// Every pod whose termination began, and how (an observation point for tests).
+    pub disruptions: DisruptionLog,
 }
 
 fn meta(obj: &Value) -> Option<&Map<String, Value>> {
@@ -197,6 +200,7 @@ impl State {
             minted_tokens: BTreeMap::new(),
             ca_pem: String::new(),
             dry_run: false,
+            disruptions: DisruptionLog::default(),
         };
         if let Some(cr) = s.registry.get("rbac.authorization.k8s.io", "v1", "clusterroles") {
             let _ = s.create(
@@ -930,6 +934,19 @@ impl State {
         name: &str,
         opts: &DeleteOptions,
     ) -> Result<Arc<Value>, ApiError> {
+        self.delete_as(res, ns, name, opts, None)
+    }
+
+    /// [`State::delete`]; `eviction` is `Some` (with the budget that admitted it, if any) when
+    /// the eviction subresource asks, so the disruption log says how the pod left.
+    fn delete_as(
+        &mut self,
+        res: &Arc<Resource>,
+        ns: Option<&str>,
+        name: &str,
+        opts: &DeleteOptions,
+        eviction: Option<Option<PdbState>>,
+    ) -> Result<Arc<Value>, ApiError> {
         let ns = if res.namespaced { ns.unwrap_or("").to_string() } else { String::new() };
         let old = self.get(res, &ns, name)?;
         if let Some(uid) = &opts.precondition_uid
@@ -965,6 +982,9 @@ impl State {
         } else {
             0
         };
+        if is_pod {
+            self.record_disruption(&old, grace, eviction);
+        }
         let fins = finalizers(&old);
         if is_ns {
             if !being_deleted(&old) {
@@ -1281,8 +1301,10 @@ impl State {
                 "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
             ));
         }
+        let mut admitted_by = None;
         if let Some(pdb) = matching.first() {
             let status = self.pdb_status(pdb);
+            admitted_by = Some(pdb_state(pdb, &status));
             let allowed = status.get("disruptionsAllowed").and_then(Value::as_i64).unwrap_or(0);
             let healthy = status.get("currentHealthy").and_then(Value::as_i64).unwrap_or(0);
             let desired = status.get("desiredHealthy").and_then(Value::as_i64).unwrap_or(0);
@@ -1303,8 +1325,46 @@ impl State {
                 });
             }
         }
-        self.delete(&pods, Some(ns), name, &opts)?;
+        self.delete_as(&pods, Some(ns), name, &opts, Some(admitted_by))?;
         Ok(())
+    }
+
+    /// Logs a pod whose termination begins now (not one already terminating or terminal, not a
+    /// dry run): how, on which node, and its budget's state before this write.
+    fn record_disruption(&self, pod: &Value, grace: i64, eviction: Option<Option<PdbState>>) {
+        let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
+        if self.dry_run || being_deleted(pod) || phase == "Succeeded" || phase == "Failed" {
+            return;
+        }
+        let ns = meta_str(pod, "namespace").unwrap_or("");
+        let (via, pdb) = match eviction {
+            Some(pdb) => (Via::Eviction, pdb),
+            None => {
+                let pdb_key = ("policy".to_string(), "poddisruptionbudgets".to_string());
+                let labels = pod.pointer("/metadata/labels");
+                let mut matching = self
+                    .objects_of(&pdb_key, Some(ns))
+                    .map(|s| s.value())
+                    .filter(|pdb| pdb_selects(pdb, |k| labels.and_then(|l| l.get(k)).and_then(Value::as_str)));
+                let pdb = match (matching.next(), matching.next()) {
+                    (Some(one), None) => Some(pdb_state(&one, &self.pdb_status(&one))),
+                    _ => None,
+                };
+                (Via::Delete { grace_seconds: grace }, pdb)
+            }
+        };
+        self.disruptions.record(PodDisruption {
+            seq: 0,
+            at: self.clock.now(),
+            resource_version: self.rv,
+            namespace: ns.to_string(),
+            name: meta_str(pod, "name").unwrap_or("").to_string(),
+            uid: meta_str(pod, "uid").unwrap_or("").to_string(),
+            node: pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()).map(String::from),
+            ready: pod_ready(pod),
+            via,
+            pdb,
+        });
     }
 
     /// What the disruption controller computes for a PDB (pods matched by its selector in its namespace).
@@ -1395,6 +1455,18 @@ fn set_condition(status: &mut Value, cond: Value) {
             Some(c) => *c = cond,
             None => a.push(cond),
         }
+    }
+}
+
+/// A budget's computed status, for the disruption log.
+fn pdb_state(pdb: &Value, status: &Value) -> PdbState {
+    let n = |k: &str| status.get(k).and_then(Value::as_i64).unwrap_or(0);
+    PdbState {
+        name: meta_str(pdb, "name").unwrap_or("").to_string(),
+        disruptions_allowed: n("disruptionsAllowed"),
+        current_healthy: n("currentHealthy"),
+        desired_healthy: n("desiredHealthy"),
+        expected_pods: n("expectedPods"),
     }
 }
 
@@ -1616,6 +1688,44 @@ mod tests {
         assert_eq!(err.code, 429);
         // The unready pod may go: the budget is met without it.
         st.evict("default", "c", &json!({})).unwrap();
+    }
+
+    #[test]
+    fn the_disruption_log_says_how_each_pod_began_to_leave_and_under_which_budget() {
+        let mut st = state(1);
+        let pods = res(&st, "", "pods");
+        let pdbs = res(&st, "policy", "poddisruptionbudgets");
+        for n in ["a", "b", "c"] {
+            let p = json!({"metadata": {"name": n, "labels": {"app": "x"}},
+                           "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+                           "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+            st.create(&pods, Some("default"), p.clone()).unwrap();
+            st.update(&pods, Some("default"), n, p, Sub::Status).unwrap();
+        }
+        st.create(
+            &pdbs,
+            Some("default"),
+            json!({"metadata": {"name": "p"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "x"}}}}),
+        )
+        .unwrap();
+        st.evict("default", "a", &json!({})).unwrap();
+        assert_eq!(st.evict("default", "b", &json!({})).unwrap_err().code, 429, "refusals are not logged");
+        // A DELETE ignores the budget: logged with the budget's state, which forbade it.
+        st.delete(&pods, Some("default"), "b", &DeleteOptions::default()).unwrap();
+        // The kubelet confirming a graceful deletion is not a new disruption.
+        let confirm = DeleteOptions { grace_period: Some(0), ..DeleteOptions::default() };
+        st.delete(&pods, Some("default"), "a", &confirm).unwrap();
+        let log = st.disruptions.entries();
+        let seen: Vec<(u64, &str, Via, Option<i64>)> = log
+            .iter()
+            .map(|d| (d.seq, d.name.as_str(), d.via.clone(), d.pdb.as_ref().map(|p| p.disruptions_allowed)))
+            .collect();
+        assert_eq!(
+            seen,
+            [(0, "a", Via::Eviction, Some(1)), (1, "b", Via::Delete { grace_seconds: 30 }, Some(0))],
+            "{log:#?}"
+        );
+        assert!(log.iter().all(|d| d.ready && d.node.as_deref() == Some("n1")));
     }
 
     #[test]
