@@ -68,6 +68,15 @@ pub struct RunArgs {
     /// Seconds a flavor refused by CKE is not offered again in that cluster.
     #[arg(long, env = "KARPENTER_HUB_FLAVOR_COOLDOWN", default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub flavor_cooldown_seconds: u64,
+    /// Seconds a NodeGroup without its NodeClaim (or a launched claim whose NodeGroup vanished)
+    /// must have existed before garbage collection removes it: younger, it may be a launch or a
+    /// list still under way.
+    #[arg(long, env = "KARPENTER_HUB_GC_MIN_AGE", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub gc_min_age_seconds: u64,
+    /// Seconds between garbage-collection sweeps of each cluster (one also runs whenever a
+    /// cluster connects or its state changes).
+    #[arg(long, env = "KARPENTER_HUB_GC_PERIOD", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub gc_period_seconds: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -94,6 +103,8 @@ impl RunArgs {
                 cooldown: Duration::from_secs(self.flavor_cooldown_seconds),
                 ..capacity::Policy::default()
             },
+            gc_min_age: Duration::from_secs(self.gc_min_age_seconds),
+            gc_period: Duration::from_secs(self.gc_period_seconds),
             ..hub::Settings::default()
         }
     }
@@ -427,5 +438,14 @@ mod tests {
         let e = parse(&["--sharding", "--shard-retry-period=20"]).shard_timings().unwrap_err().to_string();
         assert!(e.contains("--shard-retry-period") && e.contains("raise the deadline"), "{e}");
         assert!(Cli::try_parse_from(["karpenter-hub", "--shard-lease-duration=0"]).is_err(), "below the range");
+    }
+
+    #[test]
+    fn garbage_collection_timings_default_to_two_minutes_and_are_passed_on() {
+        let default = parse(&[]).hub_settings();
+        assert_eq!((default.gc_min_age, default.gc_period), (Duration::from_secs(120), Duration::from_secs(120)));
+        let short = parse(&["--gc-min-age-seconds=5", "--gc-period-seconds=10"]).hub_settings();
+        assert_eq!((short.gc_min_age, short.gc_period), (Duration::from_secs(5), Duration::from_secs(10)));
+        assert!(Cli::try_parse_from(["karpenter-hub", "--gc-min-age-seconds=0"]).is_err(), "below the range");
     }
 }
