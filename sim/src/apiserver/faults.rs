@@ -1,8 +1,10 @@
 //! Fault injection and request counters of one emulator instance.
 //!
-//! Owns: the fault settings a test turns on ([`Faults`]: failing a share of requests, latency,
-//! dropping watch streams, unreachability, expired credentials) and the per-verb, per-resource
-//! request counts ([`Requests`]). Must not do: request handling itself; the server consults these.
+//! Owns: the fault settings a test turns on ([`Faults`]: failing a share of requests, 409
+//! conflicts on writes, latency and slow responses, dropping and expiring watch streams,
+//! unreachability, expired credentials), the seeded draws that decide each one, the count of what
+//! was injected by kind, and the per-verb, per-resource request counts ([`Requests`]). Must not do:
+//! request handling itself; the server consults these and words each fault as kube-apiserver does.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,9 +42,108 @@ impl ErrorFault {
     }
 }
 
+/// Request header that exempts a request from the injected faults (errors, conflicts, latency,
+/// slow responses, watch churn) — not from unreachability, the black hole or expired credentials,
+/// which are the cluster's state. For a test's own observers; kube-apiserver ignores the header.
+pub const FAULT_EXEMPT_HEADER: &str = "x-sim-fault-exempt";
+
+/// Makes the clients built from `config` exempt from injected faults ([`FAULT_EXEMPT_HEADER`]).
+pub fn exempt_from_faults(config: &mut kube::Config) {
+    config
+        .headers
+        .push((axum::http::HeaderName::from_static(FAULT_EXEMPT_HEADER), axum::http::HeaderValue::from_static("true")));
+}
+
+/// 409s on writes: a share of the writes to matching resources that would have succeeded get the
+/// 409 a real server answers to a write that lost a race. An update, patch or delete (of the object
+/// or its `status`/`scale`) of an existing object is refused unapplied with `Conflict` ("the object
+/// has been modified; please apply your changes to the latest version and try again"). A create
+/// of a named object is stored and then answered `AlreadyExists`, as a client sees when it retries a
+/// create whose first answer was lost. Writes of a missing object (404), creates with
+/// `generateName`, other subresources (eviction, binding) and dry runs are never touched.
+#[derive(Clone, Debug)]
+pub struct ConflictFault {
+    /// Share of eligible writes answered 409, in `[0, 1]`.
+    pub rate: f64,
+    /// Only these resources (`nodegroups`, `nodeclaims`, …); all when empty.
+    pub resources: Vec<String>,
+}
+
+/// Slow responses: a share of requests waits a seeded random time in `[min, max]` before it is
+/// handled (on top of [`Faults::set_latency`]).
+#[derive(Clone, Debug)]
+pub struct SlowFault {
+    /// Share of requests delayed, in `[0, 1]`.
+    pub rate: f64,
+    /// Shortest delay.
+    pub min: Duration,
+    /// Longest delay.
+    pub max: Duration,
+}
+
+/// Watch churn: every watch stream ends after a seeded random lifetime in `[min_life, max_life]`.
+/// A share `expired_share` of those ends is an expiry as after an etcd compaction: the stream gets
+/// an `ERROR` event `410 Expired` ("The resourceVersion for the provided watch is too old.") and
+/// every later watch from an older resourceVersion gets `410 Expired` ("too old resource version"),
+/// so clients must relist. The other ends are clean, as when a connection or an apiserver goes
+/// away: clients re-watch from their last resourceVersion.
+#[derive(Clone, Debug)]
+pub struct WatchChurn {
+    /// Shortest stream lifetime.
+    pub min_life: Duration,
+    /// Longest stream lifetime.
+    pub max_life: Duration,
+    /// Share of stream ends that are expiries (410), in `[0, 1]`.
+    pub expired_share: f64,
+}
+
+/// What was injected, by kind (the keys of [`Faults::injected_by_kind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// An injected error status (500, 503, 429, …).
+    Error(u16),
+    /// `409 Conflict` on an update, patch or delete.
+    Conflict,
+    /// `409 AlreadyExists` on a create that was stored.
+    AlreadyExists,
+    /// A slow response.
+    Slow,
+    /// A watch stream ended cleanly ([`Faults::drop_watches`] or churn).
+    WatchDropped,
+    /// A watch stream ended with `410 Expired` ([`Faults::expire_watches`] or churn).
+    WatchExpired,
+    /// A watch request refused with `410 Expired` because an injected expiry compacted its
+    /// resourceVersion away.
+    WatchRefusedExpired,
+}
+
+impl std::fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FaultKind::Error(c) => write!(f, "{c}"),
+            FaultKind::Conflict => f.write_str("409 Conflict"),
+            FaultKind::AlreadyExists => f.write_str("409 AlreadyExists"),
+            FaultKind::Slow => f.write_str("slow"),
+            FaultKind::WatchDropped => f.write_str("watch dropped"),
+            FaultKind::WatchExpired => f.write_str("watch expired (410)"),
+            FaultKind::WatchRefusedExpired => f.write_str("re-watch refused (410)"),
+        }
+    }
+}
+
+/// How a watch stream's injected end looks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WatchEnd {
+    Clean,
+    Expired,
+}
+
 #[derive(Debug)]
 pub(crate) struct FaultState {
-    error: Mutex<Option<ErrorFault>>,
+    errors: Mutex<Vec<ErrorFault>>,
+    conflict: Mutex<Option<ConflictFault>>,
+    slow: Mutex<Option<SlowFault>>,
+    churn: Mutex<Option<WatchChurn>>,
     rng: Mutex<SeededRng>,
     latency_us: AtomicU64,
     unauthorized: AtomicBool,
@@ -52,36 +153,100 @@ pub(crate) struct FaultState {
     pub(crate) blackhole: tokio::sync::watch::Sender<bool>,
     /// Bumped to end every open watch stream.
     pub(crate) watch_drops: tokio::sync::watch::Sender<u64>,
+    /// Bumped to expire every open watch stream (410).
+    pub(crate) watch_expiries: tokio::sync::watch::Sender<u64>,
+    /// Watches from a resourceVersion below this one get 410 (an injected compaction).
+    expired_below: AtomicU64,
     injected: AtomicU64,
+    by_kind: Mutex<BTreeMap<FaultKind, u64>>,
 }
 
 impl FaultState {
     pub(crate) fn new(seed: u64) -> FaultState {
         FaultState {
-            error: Mutex::new(None),
+            errors: Mutex::new(Vec::new()),
+            conflict: Mutex::new(None),
+            slow: Mutex::new(None),
+            churn: Mutex::new(None),
             rng: Mutex::new(SeededRng::new(seed ^ 0xFA17)),
             latency_us: AtomicU64::new(0),
             unauthorized: AtomicBool::new(false),
             unreachable: tokio::sync::watch::Sender::new(false),
             blackhole: tokio::sync::watch::Sender::new(false),
             watch_drops: tokio::sync::watch::Sender::new(0),
+            watch_expiries: tokio::sync::watch::Sender::new(0),
+            expired_below: AtomicU64::new(0),
             injected: AtomicU64::new(0),
+            by_kind: Mutex::new(BTreeMap::new()),
         }
     }
 
-    /// The status to fail this request with, if a fault says so.
+    fn roll(&self) -> f64 {
+        lock(&self.rng).next_f64()
+    }
+
+    pub(crate) fn record(&self, kind: FaultKind) {
+        *lock(&self.by_kind).entry(kind).or_insert(0) += 1;
+    }
+
+    /// The status to fail this request with, if a fault says so (the first matching fault whose
+    /// draw hits).
     pub(crate) fn injected_error(&self, verb: &str, resource: &str) -> Option<u16> {
-        let fault = lock(&self.error).clone()?;
-        if !fault.matches(verb, resource) {
+        let faults = lock(&self.errors).clone();
+        for fault in faults.iter().filter(|f| f.matches(verb, resource)) {
+            if self.roll() < fault.rate {
+                self.injected.fetch_add(1, Ordering::Relaxed);
+                self.record(FaultKind::Error(fault.status));
+                return Some(fault.status);
+            }
+        }
+        None
+    }
+
+    /// Whether this eligible write to `resource` gets a 409 (`create`: AlreadyExists after storing
+    /// it; other verbs: Conflict, unapplied). The caller checks eligibility ([`ConflictFault`]).
+    pub(crate) fn injected_conflict(&self, verb: &str, resource: &str) -> bool {
+        let Some(fault) = lock(&self.conflict).clone() else { return false };
+        if !(fault.resources.is_empty() || fault.resources.iter().any(|r| r == resource)) {
+            return false;
+        }
+        let hit = self.roll() < fault.rate;
+        if hit {
+            self.record(if verb == "create" { FaultKind::AlreadyExists } else { FaultKind::Conflict });
+        }
+        hit
+    }
+
+    /// How long this request is held back by a slow-response fault, if at all.
+    pub(crate) fn slow_delay(&self) -> Option<Duration> {
+        let fault = lock(&self.slow).clone()?;
+        if self.roll() >= fault.rate {
             return None;
         }
-        let roll = lock(&self.rng).next_f64();
-        if roll < fault.rate {
-            self.injected.fetch_add(1, Ordering::Relaxed);
-            Some(fault.status)
-        } else {
-            None
-        }
+        self.record(FaultKind::Slow);
+        let span = fault.max.saturating_sub(fault.min);
+        Some(fault.min + span.mul_f64(self.roll()))
+    }
+
+    /// The injected end of a new watch stream under churn: after how long, and how.
+    pub(crate) fn watch_end(&self) -> Option<(Duration, WatchEnd)> {
+        let churn = lock(&self.churn).clone()?;
+        let span = churn.max_life.saturating_sub(churn.min_life);
+        let life = churn.min_life + span.mul_f64(self.roll());
+        let end = if self.roll() < churn.expired_share { WatchEnd::Expired } else { WatchEnd::Clean };
+        Some((life, end))
+    }
+
+    /// Records an expiry at resourceVersion `rv`: later watches from before it get 410.
+    pub(crate) fn expire_below(&self, rv: u64) {
+        self.expired_below.fetch_max(rv, Ordering::Relaxed);
+    }
+
+    /// The oldest resourceVersion a watch may start from, when a watch from `rv` falls before an
+    /// injected expiry.
+    pub(crate) fn expired(&self, rv: u64) -> Option<u64> {
+        let below = self.expired_below.load(Ordering::Relaxed);
+        (rv < below).then_some(below)
     }
 
     pub(crate) fn latency(&self) -> Duration {
@@ -105,19 +270,53 @@ impl Faults {
         self.set_error(ErrorFault::all(rate, status));
     }
 
-    /// Fails matching requests as `fault` says.
+    /// Fails matching requests as `fault` says (replacing any other error fault).
     pub fn set_error(&self, fault: ErrorFault) {
-        *lock(&self.state.error) = Some(fault);
+        self.set_errors(vec![fault]);
+    }
+
+    /// Several error faults at once (say 5xx and 429): each matching one draws in turn, the first
+    /// hit answers.
+    pub fn set_errors(&self, faults: Vec<ErrorFault>) {
+        *lock(&self.state.errors) = faults;
     }
 
     /// Stops failing requests.
     pub fn clear_errors(&self) {
-        *lock(&self.state.error) = None;
+        lock(&self.state.errors).clear();
     }
 
-    /// Number of requests failed by injection so far.
+    /// Number of requests failed by an injected error status so far (not conflicts).
     pub fn injected_errors(&self) -> u64 {
         self.state.injected.load(Ordering::Relaxed)
+    }
+
+    /// Everything injected so far, by kind (kinds never injected are absent).
+    pub fn injected_by_kind(&self) -> BTreeMap<FaultKind, u64> {
+        lock(&self.state.by_kind).clone()
+    }
+
+    /// Answers a share of writes with 409 as `fault` says (`None`: no more conflicts).
+    pub fn set_conflicts(&self, fault: Option<ConflictFault>) {
+        *lock(&self.state.conflict) = fault;
+    }
+
+    /// Holds a share of requests back as `fault` says (`None`: no more slow responses).
+    pub fn set_slow(&self, fault: Option<SlowFault>) {
+        *lock(&self.state.slow) = fault;
+    }
+
+    /// Ends watch streams after a seeded lifetime as `churn` says (`None`: streams live until the
+    /// client's timeout). Applies to streams opened from now on.
+    pub fn set_watch_churn(&self, churn: Option<WatchChurn>) {
+        *lock(&self.state.churn) = churn;
+    }
+
+    /// Expires every open watch stream now, as an etcd compaction does: each gets an `ERROR` event
+    /// `410 Expired` and ends, and a watch from any resourceVersion before now gets `410` too, so
+    /// clients relist.
+    pub fn expire_watches(&self) {
+        self.state.watch_expiries.send_modify(|n| *n += 1);
     }
 
     /// Delays every request (and the start of every watch) by `d`.
@@ -159,9 +358,14 @@ impl Faults {
         self.state.unauthorized.store(false, Ordering::Relaxed);
     }
 
-    /// Clears every fault (errors, latency, unreachability, black hole, expired credentials).
+    /// Clears every fault (errors, conflicts, latency, slow responses, watch churn,
+    /// unreachability, black hole, expired credentials). Expiries already injected stay (a
+    /// compaction is not undone).
     pub fn clear(&self) {
         self.clear_errors();
+        self.set_conflicts(None);
+        self.set_slow(None);
+        self.set_watch_churn(None);
         self.set_latency(Duration::ZERO);
         self.set_unreachable(false);
         self.set_blackhole(false);

@@ -38,7 +38,10 @@ use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
-pub use faults::{ErrorFault, Faults, Requests};
+pub use faults::{
+    ConflictFault, ErrorFault, FAULT_EXEMPT_HEADER, FaultKind, Faults, Requests, SlowFault, WatchChurn,
+    exempt_from_faults,
+};
 
 pub use disruptions::{DisruptionLog, PdbState, PodDisruption, Via};
 

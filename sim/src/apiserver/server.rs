@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::broadcast::error::RecvError;
 
+use super::faults::{FaultKind, WatchEnd};
 use super::object::Stored;
 use super::patch::PatchType;
 use super::resources::Resource;
@@ -262,9 +263,9 @@ async fn handle(
         _ => ("get", String::new()),
     };
     shared.requests.record(verb, &resource);
-    let latency = shared.faults.latency();
-    if !latency.is_zero() {
-        tokio::time::sleep(latency).await;
+    let exempt = headers.contains_key(super::faults::FAULT_EXEMPT_HEADER);
+    if !exempt {
+        injected_delay(&shared).await;
     }
     let mut blackhole = shared.faults.blackhole.subscribe();
     if *blackhole.borrow() {
@@ -301,7 +302,8 @@ async fn handle(
             return error_response(&e);
         }
     }
-    if !matches!(route, Route::Health)
+    if !exempt
+        && !matches!(route, Route::Health)
         && let Some(code) = shared.faults.injected_error(verb, &resource)
     {
         return error_response(&ApiError::injected(code));
@@ -371,7 +373,7 @@ async fn handle(
             if res.namespaced && p.ns.is_none() && p.name.is_some() {
                 return error_response(&ApiError::not_found_path());
             }
-            match resource_request(&shared, &res, &p, verb, &q, &headers, &body, table).await {
+            match resource_request(&shared, &res, &p, verb, &q, &headers, &body, table, exempt).await {
                 Ok(r) => r,
                 Err(e) => error_response(&e),
             }
@@ -515,10 +517,15 @@ async fn resource_request(
     headers: &HeaderMap,
     body: &Bytes,
     table: bool,
+    exempt: bool,
 ) -> Result<Response, ApiError> {
     let ns = p.ns.as_deref();
     let name = p.name.as_deref().unwrap_or("");
     let dry_run = q.contains_key("dryRun");
+    let faulty = !exempt && !dry_run;
+    if faulty && let Some(e) = injected_conflict(shared, res, p, verb) {
+        return Err(e);
+    }
     let sub = match p.sub.as_deref() {
         None => Sub::Main,
         Some("status") if res.has_status() => Sub::Status,
@@ -584,7 +591,7 @@ async fn resource_request(
         }
     };
     match (verb, p.sub.as_deref()) {
-        ("watch", _) => Ok(watch(shared.clone(), res.clone(), p, q, table, metadata_only)),
+        ("watch", _) => Ok(watch(shared.clone(), res.clone(), p, q, table, metadata_only, exempt)),
         ("get", None) | ("get", Some("status")) => {
             let obj = lock(&shared.store).get(res, ns.unwrap_or(""), name)?;
             Ok(render_one(&obj, 200))
@@ -621,9 +628,13 @@ async fn resource_request(
         ("create", None) => {
             let mut obj = parse_body(body, false)?;
             let mut warnings = check_builtin(&mut obj)?;
+            let named = meta_str(&obj, "name").is_some_and(|n| !n.is_empty());
             let mut st = write_store(shared, dry_run);
             let (o, w) = st.create(res, ns, obj)?;
             drop(st);
+            if faulty && named && shared.faults.injected_conflict(verb, &p.plural) {
+                return Err(ApiError::already_exists(res, meta_str(&o, "name").unwrap_or("")));
+            }
             warnings.extend(w);
             Ok(with_warnings(render_one(&o, 201), &warnings))
         }
@@ -768,6 +779,40 @@ async fn resource_request(
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// Ends a watch stream as an etcd compaction does: an `ERROR` event `410 Expired`, and every later
+/// watch from before the current resourceVersion refused with 410, so the client relists.
+async fn expire_stream(shared: &Shared, tx: &tokio::sync::mpsc::Sender<Bytes>) {
+    let rv = lock(&shared.store).rv;
+    shared.faults.expire_below(rv);
+    shared.faults.record(FaultKind::WatchExpired);
+    let status = ApiError::gone("The resourceVersion for the provided watch is too old.").to_status();
+    let _ = tx.send(event_line("ERROR", &status)).await;
+}
+
+/// Injected latency, then a slow response's extra wait (faults the request is not exempt from).
+async fn injected_delay(shared: &Shared) {
+    let latency = shared.faults.latency();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    if let Some(d) = shared.faults.slow_delay() {
+        tokio::time::sleep(d).await;
+    }
+}
+
+/// The `409 Conflict` an injected conflict answers to an update, patch or delete of an existing
+/// object (its main resource, `status` or `scale`), unapplied: what kube-apiserver says to a write
+/// that lost a race. Creates are handled where they are stored (`AlreadyExists` after the write).
+fn injected_conflict(shared: &Shared, res: &Resource, p: &ResPath, verb: &str) -> Option<ApiError> {
+    if !matches!(verb, "update" | "patch" | "delete") || !matches!(p.sub.as_deref(), None | Some("status" | "scale")) {
+        return None;
+    }
+    let name = p.name.as_deref()?;
+    // A missing object is a 404 on a real server, never a conflict.
+    lock(&shared.store).lookup(res, p.ns.as_deref().unwrap_or(""), name)?;
+    shared.faults.injected_conflict(verb, &p.plural).then(|| ApiError::stale(res, name))
 }
 
 /// kube-apiserver's answer for a path no API serves: plain text, not a Status.
@@ -995,6 +1040,7 @@ fn watch(
     q: &BTreeMap<String, String>,
     table: bool,
     metadata_only: bool,
+    exempt: bool,
 ) -> Response {
     let labels = match LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str)) {
         Ok(l) => l,
@@ -1034,6 +1080,10 @@ fn watch(
         } else {
             match rv_param.parse::<u64>() {
                 Ok(rv) => match st.history_since(rv) {
+                    Ok(_) if !exempt && let Some(oldest) = shared.faults.expired(rv) => {
+                        shared.faults.record(FaultKind::WatchRefusedExpired);
+                        gone = Some(ApiError::gone(format!("too old resource version: {rv} ({oldest})")));
+                    }
                     Ok(h) => backlog = h,
                     Err(e) => gone = Some(e),
                 },
@@ -1046,6 +1096,10 @@ fn watch(
     let (tx, out_rx) = tokio::sync::mpsc::channel::<Bytes>(256);
     let mut drops = shared.faults.watch_drops.subscribe();
     drops.mark_unchanged();
+    let mut expiries = shared.faults.watch_expiries.subscribe();
+    expiries.mark_unchanged();
+    let churn = if exempt { None } else { shared.faults.watch_end() };
+    let faults = shared.clone();
     let mut shutdown = shared.shutdown.subscribe();
     let bookmark_interval = shared.bookmark_interval;
     let clock = shared.clock.clone();
@@ -1100,6 +1154,7 @@ fn watch(
             if before_end > now { periodic.min(before_end) } else { periodic }
         };
         let mut next_bookmark = bookmark_at(tokio::time::Instant::now());
+        let churn_at = churn.map(|(life, _)| tokio::time::Instant::now() + life);
         loop {
             tokio::select! {
                 r = rx.recv() => match r {
@@ -1125,7 +1180,21 @@ fn watch(
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => return,
-                _ = drops.changed() => return,
+                _ = drops.changed() => {
+                    faults.faults.record(FaultKind::WatchDropped);
+                    return;
+                }
+                _ = expiries.changed(), if !exempt => {
+                    expire_stream(&faults, &tx).await;
+                    return;
+                }
+                _ = async { if let Some(t) = churn_at { tokio::time::sleep_until(t).await } }, if churn_at.is_some() => {
+                    match churn.map(|(_, end)| end) {
+                        Some(WatchEnd::Expired) => expire_stream(&faults, &tx).await,
+                        _ => faults.faults.record(FaultKind::WatchDropped),
+                    }
+                    return;
+                }
                 _ = async { let _ = shutdown.wait_for(|s| *s).await; } => return,
                 _ = tx.closed() => return,
             }
