@@ -1,0 +1,551 @@
+//! Chaos, process kills (issue 17 item 1): the `karpenter-hub` binary, run as a child process
+//! against the emulated world (management emulator + two workload emulators with simulated CKE),
+//! killed with SIGKILL at seeded-random moments and restarted, while the test drives a workload
+//! through every phase of a node's life: pods created (launch, registration), a burst past the
+//! organisation quota (rejection, persisted flavor cool-down), pods deleted (emptiness and
+//! consolidation: drain under a PodDisruptionBudget, termination), the node class changed (drift),
+//! expiry, and claims force-deleted while the hub is down (their NodeGroups orphaned: GC).
+//!
+//! The invariants of `common/invariants.rs` are checked every 150 ms by a background task and at
+//! the end; after the last restart the fleet must converge (every pod Running, one claim per
+//! NodeGroup, no empty node, nothing deleting) within [`CONVERGENCE`].
+//!
+//! CI runs [`CI_KILLS`] kills. The soak: `KARPENTER_HUB_CHAOS_KILLS=2000 cargo test -p operator
+//! --test chaos_kills -- --nocapture` (ten times the kills; the workload script repeats). Set
+//! `KARPENTER_HUB_CHAOS_SEED` to replay another sequence of lifetimes. Figures: docs/reliability.md.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    collections::BTreeMap,
+    io::Write,
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use crds::{NodeClaim, NodeGroup, labels};
+use k8s_openapi::api::{
+    core::v1::{Node, Pod},
+    policy::v1::PodDisruptionBudget,
+};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use operator::commands::sandbox::world::{World, quick_cke, workload_pod};
+use serde_json::{Value, json};
+use sim::{
+    cke::{DelayRange, Usage},
+    clock::SeededRng,
+};
+
+mod common;
+#[path = "common/invariants.rs"]
+mod invariants;
+
+use invariants::{Exemptions, Invariants, Settings};
+
+/// Kills in the CI-sized run.
+const CI_KILLS: u64 = 200;
+/// How long the fleet may take to converge after the last restart (drift of one cluster's nodes
+/// included), on a loaded 2-core machine.
+const CONVERGENCE: Duration = Duration::from_secs(120);
+/// Hub flags that make every phase happen within seconds.
+const GC_MIN_AGE: u64 = 5;
+const GC_PERIOD: u64 = 5;
+const COOLDOWN: u64 = 20;
+/// Pod size: about two per 2XS.
+const CPU: &str = "500m";
+const MEMORY: &str = "1200Mi";
+
+/// The hub process of one life.
+struct Hub {
+    child: std::process::Child,
+}
+
+impl Hub {
+    fn start(kubeconfig: &Path, log: &Path, life: u64) -> Hub {
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+        writeln!(file, "===== life {life} =====").unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter-hub"))
+            .arg("run")
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            // One replica: a SIGKILLed leader's Lease would hold its successor off for the
+            // Lease duration at every one of hundreds of restarts.
+            .arg("--leader-elect=false")
+            .arg("--metrics-addr=127.0.0.1:0")
+            .arg("--probe-interval-seconds=2")
+            .arg(format!("--flavor-cooldown-seconds={COOLDOWN}"))
+            .arg(format!("--gc-min-age-seconds={GC_MIN_AGE}"))
+            .arg(format!("--gc-period-seconds={GC_PERIOD}"))
+            .env_clear()
+            .env("RUST_LOG", "info,kube=warn,tower=warn,hyper=warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        Hub { child }
+    }
+
+    /// SIGKILL: nothing released, nothing flushed, no shutdown path.
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Whether the process died on its own (it must not).
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+}
+
+/// Seeded lifetimes. Most are short (kills during start-up, relists and the first decisions);
+/// some pass the 5 s a claim waits after a restart (launches, registrations and drains under
+/// way); one in 200 passes the disruption loop's 15 s validation, so a consolidation or drift
+/// command is started and then killed half-done.
+fn lifetime(rng: &mut SeededRng, kill: u64) -> Duration {
+    let ms = if kill % 200 == 100 {
+        16_000 + rng.below(3_000)
+    } else if rng.below(100) < 3 {
+        5_500 + rng.below(1_500)
+    } else {
+        100 + rng.below(300)
+    };
+    Duration::from_millis(ms)
+}
+
+/// Each cluster's pods: named `web-<n>` with `n` never reused, the newest deleted first.
+#[derive(Default)]
+struct Pods {
+    next: Vec<usize>,
+}
+
+impl Pods {
+    async fn set(&mut self, world: &World, ex: &Exemptions, i: usize, count: usize) {
+        if self.next.len() <= i {
+            self.next.resize(i + 1, 0);
+        }
+        let api: Api<Pod> = Api::namespaced(world.clusters[i].client(), "default");
+        let mut live: Vec<(usize, Pod)> = api
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| Some((p.name_any().strip_prefix("web-")?.parse().ok()?, p)))
+            .collect();
+        live.sort_by_key(|(n, _)| *n);
+        while live.len() > count {
+            let (_, pod) = live.pop().unwrap();
+            ex.pod_deleted_by_test(&pod.uid().unwrap());
+            let _ = api.delete(&pod.name_any(), &DeleteParams::default()).await;
+        }
+        for _ in live.len()..count {
+            let n = self.next[i];
+            self.next[i] += 1;
+            let mut pod = workload_pod(&format!("web-{n}"), CPU, MEMORY);
+            // The drain's tier and the budget see an ordinary workload pod of one app.
+            pod.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+            api.create(&PostParams::default(), &pod).await.unwrap();
+        }
+    }
+}
+
+/// One step of the workload script, at an offset of its cycle.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Pods(usize, usize),
+    /// Change cluster `i`'s node class labels: every node drifts.
+    Drift(usize),
+    /// Force-delete one launched claim of cluster `i` (finalizers dropped) while the hub is down.
+    ForceDelete(usize),
+}
+
+const ALPHA: usize = 0;
+const BETA: usize = 1;
+
+/// The script of one cycle (seconds into the cycle). Alpha's quota leaves room for ~12 GB of
+/// workers: its burst to 12 pods is refused (a cool-down and a creation back-off), once.
+fn cycle(first: bool) -> Vec<(u64, Step)> {
+    let mut steps = vec![(0, Step::Pods(ALPHA, 5)), (0, Step::Pods(BETA, 5))];
+    if first {
+        steps.push((10, Step::Pods(ALPHA, 12)));
+        steps.push((22, Step::Pods(ALPHA, 4)));
+    } else {
+        steps.push((22, Step::Pods(ALPHA, 3)));
+    }
+    steps.extend([
+        (14, Step::ForceDelete(BETA)),
+        (20, Step::Pods(BETA, 2)),
+        (30, Step::Drift(BETA)),
+        (36, Step::ForceDelete(ALPHA)),
+        (40, Step::Pods(BETA, 6)),
+        (50, Step::Pods(ALPHA, 5)),
+        (55, Step::Pods(BETA, 3)),
+    ]);
+    if !first {
+        steps.push((45, Step::Drift(ALPHA)));
+    }
+    steps.sort_by_key(|(t, _)| *t);
+    steps
+}
+const CYCLE: u64 = 60;
+
+async fn run_step(
+    world: &World,
+    ex: &Exemptions,
+    pods: &mut Pods,
+    desired: &mut [usize],
+    step: Step,
+    generation: usize,
+) -> String {
+    match step {
+        Step::Pods(i, n) => {
+            desired[i] = n;
+            pods.set(world, ex, i, n).await;
+            format!("{}: {n} pods", world.clusters[i].name)
+        }
+        Step::Drift(i) => {
+            let c = &world.clusters[i];
+            let api: Api<crds::CleverNodeClass> = Api::namespaced(world.mgmt.client(), &c.namespace);
+            let patch = json!({"spec": {"labels": {"team": format!("platform-{generation}")}}});
+            api.patch("default", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+            format!("{}: node class changed (drift)", c.name)
+        }
+        Step::ForceDelete(i) => {
+            let c = &world.clusters[i];
+            let api: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &c.namespace);
+            let claims = api.list(&ListParams::default()).await.unwrap().items;
+            let Some(claim) = claims.iter().find(|cl| {
+                cl.spec.cluster_name == c.name
+                    && cl.metadata.deletion_timestamp.is_none()
+                    && cl.status.as_ref().and_then(|s| s.provider_id.as_ref()).is_some()
+            }) else {
+                return format!("{}: no launched claim to force-delete", c.name);
+            };
+            let group = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .and_then(|p| p.strip_prefix("clevercloud://"))
+                .unwrap()
+                .to_string();
+            ex.claim_force_deleted(i, &group);
+            let name = claim.name_any();
+            let drop = json!({"metadata": {"finalizers": null}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&drop)).await.unwrap();
+            let _ = api.delete(&name, &DeleteParams::default()).await;
+            format!("{}: claim {name} force-deleted (NodeGroup {group} orphaned)", c.name)
+        }
+    }
+}
+
+/// What was under way when the hub was killed, per phase (a kill may count in several).
+#[derive(Debug, Default)]
+struct Phases(BTreeMap<&'static str, u64>);
+
+async fn phases_under_way(world: &World, phases: &mut Phases) {
+    for c in &world.clusters {
+        let claims: Vec<NodeClaim> = Api::<NodeClaim>::namespaced(world.mgmt.client(), &c.namespace)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let groups: Vec<NodeGroup> = Api::all(c.client()).list(&ListParams::default()).await.unwrap().items;
+        let nodes: Vec<Node> = Api::all(c.client()).list(&ListParams::default()).await.unwrap().items;
+        let cond = |cl: &NodeClaim, t: &str| {
+            cl.status.as_ref().is_some_and(|s| s.conditions.iter().any(|x| x.type_ == t && x.status == "True"))
+        };
+        let mine: Vec<&NodeClaim> = claims.iter().filter(|cl| cl.spec.cluster_name == c.name).collect();
+        let pods: Vec<Pod> = Api::namespaced(c.client(), "default").list(&ListParams::default()).await.unwrap().items;
+        let mut seen = Vec::new();
+        if pods.iter().any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")) {
+            seen.push("provisioning (pods pending)");
+        }
+        if mine.iter().any(|cl| cl.metadata.deletion_timestamp.is_none() && !cond(cl, "Launched")) {
+            seen.push("launch");
+        }
+        if mine
+            .iter()
+            .any(|cl| cl.metadata.deletion_timestamp.is_none() && cond(cl, "Launched") && !cond(cl, "Initialized"))
+        {
+            seen.push("registration");
+        }
+        if mine.iter().any(|cl| cl.metadata.deletion_timestamp.is_some()) {
+            seen.push("drain/termination");
+        }
+        let tainted = nodes.iter().any(|n| {
+            n.metadata.deletion_timestamp.is_none()
+                && n.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|ts| ts.iter().any(|t| t.key == labels::DISRUPTED_TAINT))
+        });
+        if tainted || mine.iter().any(|cl| cl.metadata.deletion_timestamp.is_none() && cond(cl, "DisruptionReason")) {
+            seen.push("disruption command");
+        }
+        let orphan = groups.iter().any(|g| {
+            !g.is_terminating()
+                && g.labels().get(labels::NODECLAIM).is_some_and(|n| {
+                    !mine.iter().any(|cl| {
+                        &cl.name_any() == n && g.annotations().get(labels::NODECLAIM_UID) == cl.uid().as_ref()
+                    })
+                })
+        });
+        if orphan {
+            seen.push("gc (orphan NodeGroup)");
+        }
+        if seen.is_empty() {
+            seen.push("steady");
+        }
+        for p in seen {
+            *phases.0.entry(p).or_default() += 1;
+        }
+    }
+}
+
+/// The end state a user expects, per cluster: every pod Running, every claim with its one
+/// NodeGroup and every hub NodeGroup with its claim, nothing deleting or tainted, no empty node.
+async fn converged(world: &World, expected: &[usize]) -> Result<(), String> {
+    for (i, c) in world.clusters.iter().enumerate() {
+        let pods: Vec<Pod> =
+            Api::namespaced(c.client(), "default").list(&ListParams::default()).await.map_err(|e| e.to_string())?.items;
+        let running =
+            pods.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).count();
+        if pods.len() != expected[i] || running != expected[i] {
+            return Err(format!("{}: {running} of {} pods Running, {} expected", c.name, pods.len(), expected[i]));
+        }
+        let claims: Vec<NodeClaim> = Api::<NodeClaim>::namespaced(world.mgmt.client(), &c.namespace)
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .into_iter()
+            .filter(|cl| cl.spec.cluster_name == c.name)
+            .collect();
+        let groups: Vec<NodeGroup> =
+            Api::all(c.client()).list(&ListParams::default()).await.map_err(|e| e.to_string())?.items;
+        let nodes: Vec<Node> =
+            Api::all(c.client()).list(&ListParams::default()).await.map_err(|e| e.to_string())?.items;
+        if let Some(cl) = claims.iter().find(|cl| cl.metadata.deletion_timestamp.is_some()) {
+            return Err(format!("{}: claim {} still deleting", c.name, cl.name_any()));
+        }
+        if let Some(g) = groups.iter().find(|g| g.is_terminating()) {
+            return Err(format!("{}: NodeGroup {} still deleting", c.name, g.name_any()));
+        }
+        let group_claims: Vec<(String, String)> = groups
+            .iter()
+            .map(|g| {
+                (
+                    g.labels().get(labels::NODECLAIM).cloned().unwrap_or_default(),
+                    g.annotations().get(labels::NODECLAIM_UID).cloned().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let claim_ids: Vec<(String, String)> =
+            claims.iter().map(|cl| (cl.name_any(), cl.uid().unwrap_or_default())).collect();
+        if group_claims.len() != claim_ids.len() || !claim_ids.iter().all(|id| group_claims.contains(id)) {
+            return Err(format!("{}: claims {claim_ids:?} vs NodeGroups for {group_claims:?}", c.name));
+        }
+        let workers: Vec<&Node> = nodes.iter().filter(|n| n.labels().get(labels::CLEVER_NODEGROUP).is_some()).collect();
+        if workers.len() != groups.len() {
+            return Err(format!("{}: {} worker nodes for {} NodeGroups", c.name, workers.len(), groups.len()));
+        }
+        for n in &workers {
+            let name = n.name_any();
+            if n.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|ts| ts.iter().any(|t| t.key == labels::DISRUPTED_TAINT))
+            {
+                return Err(format!("{}: node {name} still tainted for disruption", c.name));
+            }
+            if !pods.iter().any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())) {
+                return Err(format!("{}: node {name} is empty", c.name));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn kills_wanted() -> u64 {
+    std::env::var("KARPENTER_HUB_CHAOS_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(CI_KILLS)
+}
+
+fn scratch() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("karpenter-hub-chaos-kills-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_keeps_its_invariants_through_sigkills_and_converges_after_the_last_restart() {
+    let wanted = kills_wanted();
+    let seed: u64 = std::env::var("KARPENTER_HUB_CHAOS_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(17);
+    let started = Instant::now();
+    let world = World::start(&[("team-a", "alpha"), ("team-b", "beta")], |i| {
+        let mut cke = quick_cke(seed + i as u64);
+        if i == ALPHA {
+            // Workers get 12 GB beside the control plane's 24.
+            cke.quota.limit = Usage { vcpu: 40, ram_gb: 36 };
+        }
+        cke.node_removal_delay = DelayRange::between(Duration::from_millis(800), Duration::from_millis(1500));
+        cke
+    })
+    .await
+    .unwrap();
+    for (i, c) in world.clusters.iter().enumerate() {
+        let name = c.name.clone();
+        world
+            .apply_yaml("general-purpose.yaml", common::EXAMPLE, &c.namespace, |doc| {
+                if doc.get("kind").and_then(Value::as_str) == Some("NodePool") {
+                    doc["spec"]["clusterName"] = json!(name);
+                    doc["spec"].as_object_mut().unwrap().remove("limits");
+                    doc["spec"]["disruption"]["consolidateAfter"] = json!("2s");
+                    doc["spec"]["disruption"]["budgets"] = json!([{"nodes": "50%"}]);
+                    if i == BETA {
+                        doc["spec"]["template"]["spec"]["expireAfter"] = json!("45s");
+                    }
+                }
+            })
+            .await
+            .unwrap();
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+        }))
+        .unwrap();
+        Api::<PodDisruptionBudget>::namespaced(c.client(), "default")
+            .create(&PostParams::default(), &pdb)
+            .await
+            .unwrap();
+    }
+    let world = Arc::new(world);
+    let dir = scratch();
+    let kubeconfig = dir.join("management.kubeconfig");
+    world.mgmt.write_kubeconfig(&kubeconfig).unwrap();
+    let log = dir.join("hub.log");
+
+    let mut inv = Invariants::new(Settings {
+        hub_id: "default".into(),
+        gc_min_age: Duration::from_secs(GC_MIN_AGE),
+        gc_period: Duration::from_secs(GC_PERIOD),
+        flavor_cooldown: Duration::from_secs(COOLDOWN),
+        slack: Duration::from_secs(20),
+        command_bound: Duration::from_secs(60),
+    });
+    let ex = inv.exemptions();
+    let stop = Arc::new(AtomicBool::new(false));
+    let observer = {
+        let (world, stop) = (world.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                inv.observe(&world).await;
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+            inv
+        })
+    };
+
+    // The kill loop; the script's steps run while the hub is down (a force-deleted claim needs it).
+    let mut rng = SeededRng::new(seed);
+    let mut pods = Pods::default();
+    let mut phases = Phases::default();
+    let (mut kills, mut life, mut generation) = (0u64, 0u64, 0usize);
+    let mut script: Vec<(u64, Step)> = Vec::new();
+    // The test plays the ReplicaSet: evicted pods are replaced (bare pods do not come back).
+    let mut desired = [0usize; 2];
+    let chaos = Instant::now();
+    loop {
+        if kills >= wanted {
+            break;
+        }
+        // The script, a cycle at a time.
+        if script.is_empty() {
+            let base = generation as u64 * CYCLE;
+            script = cycle(generation == 0).into_iter().map(|(t, s)| (base + t, s)).rev().collect();
+            generation += 1;
+        }
+        while let Some(&(at, step)) = script.last() {
+            if chaos.elapsed() < Duration::from_secs(at) {
+                break;
+            }
+            script.pop();
+            let said = run_step(&world, &ex, &mut pods, &mut desired, step, generation).await;
+            eprintln!("[{:>6.1}s] {said}", chaos.elapsed().as_secs_f64());
+        }
+        ex.hub_running(true);
+        life += 1;
+        let mut hub = Hub::start(&kubeconfig, &log, life);
+        tokio::time::sleep(lifetime(&mut rng, kills)).await;
+        if let Some(status) = hub.exited() {
+            panic!("the hub exited on its own ({status}) in life {life}; log: {}", log.display());
+        }
+        hub.kill();
+        ex.hub_running(false);
+        kills += 1;
+        phases_under_way(&world, &mut phases).await;
+        for (i, n) in desired.iter().enumerate() {
+            pods.set(&world, &ex, i, *n).await;
+        }
+        // Down for a moment, sometimes longer (a pod rescheduled elsewhere, a slow restart).
+        let longest = if rng.below(10) == 0 { 1500 } else { 150 };
+        tokio::time::sleep(Duration::from_millis(rng.below(longest))).await;
+    }
+    let chaos_time = chaos.elapsed();
+
+    // The last restart: the fleet converges.
+    ex.hub_running(true);
+    life += 1;
+    let mut hub = Hub::start(&kubeconfig, &log, life);
+    let expected = [5, 3];
+    pods.set(&world, &ex, ALPHA, expected[ALPHA]).await;
+    pods.set(&world, &ex, BETA, expected[BETA]).await;
+    let calm = Instant::now();
+    let mut last = String::new();
+    let mut ok = false;
+    while calm.elapsed() < CONVERGENCE {
+        for (i, n) in expected.iter().enumerate() {
+            pods.set(&world, &ex, i, *n).await;
+        }
+        match converged(&world, &expected).await {
+            Ok(()) => {
+                ok = true;
+                break;
+            }
+            Err(e) => last = e,
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let convergence = calm.elapsed();
+    assert!(hub.exited().is_none(), "the hub exited after the last restart; log: {}", log.display());
+    stop.store(true, Ordering::Relaxed);
+    let mut inv = observer.await.unwrap();
+    inv.observe_final(&world).await;
+    let report = inv.report();
+    eprintln!(
+        "chaos kills: seed {seed}, {kills} SIGKILLs, {life} starts over {:.0}s; phases under way at the kills: {:?}; convergence after the last restart: {}; {report}; wall time {:.0}s",
+        chaos_time.as_secs_f64(),
+        phases.0,
+        if ok { format!("{:.1}s", convergence.as_secs_f64()) } else { format!("NOT within {CONVERGENCE:?} ({last})") },
+        started.elapsed().as_secs_f64(),
+    );
+    assert!(kills >= wanted, "{kills} kills, {wanted} wanted");
+    assert!(
+        ok,
+        "the fleet did not converge within {CONVERGENCE:?} after the last restart: {last}; log: {}",
+        log.display()
+    );
+    assert!(report.violations.is_empty(), "invariants violated:\n{report}\nlog: {}", log.display());
+    assert!(report.checks > 0 && report.pod_disruptions > 0, "the invariants were not exercised: {report}");
+    hub.kill();
+    let world = Arc::try_unwrap(world).expect("the observer is done");
+    world.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
