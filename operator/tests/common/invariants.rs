@@ -413,7 +413,7 @@ impl Invariants {
             }
             checks += 1;
             let group = n.labels().get(labels::CLEVER_NODEGROUP);
-            let claim = group.and_then(|g| s.groups.iter().find(|x| &x.name_any() == g)).and_then(|g| claim_of(g));
+            let claim = group.and_then(|g| s.groups.iter().find(|x| &x.name_any() == g)).and_then(&claim_of);
             if claim.is_none_or(|c| c.metadata.deletion_timestamp.is_some()) {
                 continue; // terminating: the drain holds the taint
             }
