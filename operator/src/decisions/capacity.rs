@@ -7,7 +7,10 @@
 //! persist it in the management cluster and reload it after a restart or a leader change.
 //! Must not: read the clock (time is passed in) or talk to any cluster.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -71,6 +74,11 @@ pub struct CapacityState {
     /// CKE's last refusal message, shown on conditions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_message: Option<String>,
+    /// Accepted NodeGroups whose node had registered, deleted while a cool-down or the back-off ran:
+    /// when one of them is fully gone, capacity was freed (§3.5). Persisted, so a restart between
+    /// the deletion and the disappearance does not forget it.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub freeing: BTreeSet<String>,
 }
 
 impl CapacityState {
@@ -106,10 +114,44 @@ impl CapacityState {
 
     /// A previously accepted hub-owned group is fully gone: real capacity was freed, so everything
     /// may be tried again. (Deleting a *rejected* group frees nothing and must not call this.)
+    /// Groups still [`freeing`](Self::freeing) are forgotten: nothing is left for them to clear.
     pub fn record_capacity_freed(&mut self) {
         self.unavailable_until.clear();
         self.backoff_until = None;
         self.consecutive_failures = 0;
+        self.freeing.clear();
+    }
+
+    /// Whether a cool-down or the back-off runs at `now` (something an early clear would lift).
+    pub fn restricted(&self, now: Timestamp) -> bool {
+        self.unavailable(now).next().is_some() || self.backoff_remaining(now).is_some()
+    }
+
+    /// The hub is terminating the claim of `group`, an accepted group whose node registered (so not
+    /// a vanish, and not a rejected group): `gone` when the group no longer exists, else it is
+    /// still terminating. Gone: capacity is freed now if anything restricts launches. Terminating:
+    /// remembered, if anything restricts launches, until [`group_gone`](Self::group_gone). Returns
+    /// whether the state changed (only then is it written).
+    pub fn group_released(&mut self, group: &str, gone: bool, now: Timestamp) -> bool {
+        if !self.restricted(now) {
+            return false;
+        }
+        if gone {
+            self.record_capacity_freed();
+        } else if !self.freeing.insert(group.to_string()) {
+            return false;
+        }
+        true
+    }
+
+    /// `group` is no longer in the workload cluster: if it was [`freeing`](Self::freeing), capacity
+    /// was freed. Returns whether the state changed.
+    pub fn group_gone(&mut self, group: &str) -> bool {
+        if !self.freeing.contains(group) {
+            return false;
+        }
+        self.record_capacity_freed();
+        true
     }
 
     pub fn is_available(&self, flavor: &str, now: Timestamp) -> bool {
@@ -226,9 +268,40 @@ mod tests {
     }
 
     #[test]
+    fn a_registered_group_fully_gone_clears_the_backoff_and_a_rejected_or_unknown_one_does_not() {
+        let p = Policy::default();
+        let mut s = CapacityState::default();
+        // Nothing restricts launches: nothing to remember, nothing written.
+        assert!(!s.group_released("g1", false, t(0)));
+        assert!(!s.group_released("g1", true, t(0)));
+        assert!(s.freeing.is_empty());
+        s.record_rejection("M", RAM, &flavors(), t(0), p);
+        // Terminating: remembered once.
+        assert!(s.group_released("g1", false, t(1)));
+        assert!(!s.group_released("g1", false, t(2)), "the same group twice changes nothing");
+        assert!(s.restricted(t(2)));
+        // Another group going (a rejected one is never released; a vanished one never freeing) frees nothing.
+        assert!(!s.group_gone("g2"));
+        assert!(!s.is_available("M", t(3)));
+        // The remembered group is gone: everything may be tried again.
+        assert!(s.group_gone("g1"));
+        assert!(s.is_available("M", t(3)) && s.backoff_remaining(t(3)).is_none() && s.freeing.is_empty());
+        assert_eq!(s.consecutive_failures, 0);
+        assert!(!s.group_gone("g1"), "idempotent");
+        // Already gone when the claim's termination sees it: cleared at once.
+        s.record_vanish("S", t(10), p);
+        assert!(s.group_released("g3", true, t(11)));
+        assert!(!s.restricted(t(11)));
+        // After the restriction expired there is nothing to clear.
+        s.record_vanish("S", t(20), p);
+        assert!(!s.group_released("g4", false, t(20 + 600)));
+    }
+
+    #[test]
     fn state_survives_a_round_trip_through_json() {
         let mut s = CapacityState::default();
         s.record_rejection("2XS", RAM, &flavors(), t(5), Policy::default());
+        s.group_released("g", false, t(6));
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<CapacityState>(&json).unwrap(), s);
         assert_eq!(serde_json::from_str::<CapacityState>("{}").unwrap(), CapacityState::default());

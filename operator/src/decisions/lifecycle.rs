@@ -220,6 +220,12 @@ pub enum Write {
     ReleaseNodeFinalizers,
     /// Remove the claim's termination finalizer: the claim is gone.
     RemoveFinalizer,
+    /// The group of a claim whose node registered (accepted, not a vanish) is going (`gone`: no
+    /// longer exists): its capacity is freed once it is fully gone (clever-cloud.md §3.5; see
+    /// [`crate::decisions::capacity::CapacityState::group_released`]).
+    ReleaseCapacity {
+        gone: bool,
+    },
     Event(Event),
 }
 
@@ -929,6 +935,11 @@ fn terminate(f: &Facts<'_>) -> Decision {
     debug_assert!(gone);
     // The group is going: release our Node finalizer so CKE's can delete the Node.
     d = d.then(Write::ReleaseNodeFinalizers);
+    // An accepted group whose node registered frees real capacity once fully gone; a rejected
+    // group never registers a node, and a vanish happens before registration.
+    if registered && matches!(f.group, Group::NotFound | Group::Terminating) {
+        d = d.then(Write::ReleaseCapacity { gone: f.group == Group::NotFound });
+    }
     changed |= conditions::set(
         &mut status.conditions,
         INSTANCE_TERMINATING,
@@ -1628,6 +1639,31 @@ mod tests {
         // Once that pod is gone (or going), its volume is waited for like any other.
         agent.deletion = Some(t(1));
         assert_eq!(termination::blocking_attachments(&attached, &[agent]), ["ds-vol"]);
+    }
+
+    #[test]
+    fn only_a_registered_claims_group_going_releases_capacity() {
+        let released = |d: &Decision| {
+            d.writes.iter().find_map(|w| match w {
+                Write::ReleaseCapacity { gone } => Some(*gone),
+                _ => None,
+            })
+        };
+        let c = deleting(registered_claim(), t(100));
+        let d = decide(&facts(&c, NodeMatch::NotFound, Group::Terminating, t(101)), &Settings::default());
+        assert_eq!(released(&d), Some(false));
+        let d = decide(&facts(&c, NodeMatch::NotFound, Group::NotFound, t(101)), &Settings::default());
+        assert_eq!(released(&d), Some(true));
+        let d = decide(
+            &facts(&c, NodeMatch::NotFound, Group::Present { ours: Err("another hub's".into()) }, t(101)),
+            &Settings::default(),
+        );
+        assert_eq!(released(&d), None, "a group that is not the claim's frees nothing of the hub's");
+        // Launched, never registered (a rejected or vanished group): nothing released.
+        let c = deleting(launched_claim(), t(100));
+        let d = decide(&facts(&c, NodeMatch::NotFound, Group::NotFound, t(101)), &Settings::default());
+        assert_eq!(released(&d), None);
+        assert_eq!(d.writes.last(), Some(&Write::RemoveFinalizer));
     }
 
     #[test]

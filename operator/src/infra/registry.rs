@@ -214,6 +214,8 @@ struct Inner {
     /// Bumped on every status or connection change of any cluster, so controllers can wake up.
     changes: watch::Sender<u64>,
     touched: tokio::sync::broadcast::Sender<connection::Touched>,
+    /// The key of each cluster whose connection just became synced (see [`Registry::synced`]).
+    synced: tokio::sync::broadcast::Sender<ClusterKey>,
 }
 
 impl fmt::Debug for Registry {
@@ -242,6 +244,7 @@ impl Registry {
                 seen: std::sync::atomic::AtomicU64::new(0),
                 changes: watch::channel(0).0,
                 touched: tokio::sync::broadcast::channel(1024).0,
+                synced: tokio::sync::broadcast::channel(1024).0,
             }),
         }
     }
@@ -259,6 +262,34 @@ impl Registry {
                 }
             }
         })
+    }
+
+    /// Each cluster whose connection just became synced: connected first, reconnected after a
+    /// failure or a rotation, or (sharded mode) newly owned by this replica, since ownership starts
+    /// a connection. Lets a controller wake only that cluster's objects, where
+    /// [`Registry::change_stream`] would wake the whole fleet's. Should the subscriber lag behind,
+    /// every cluster synced at that moment is yielded instead: a wake too many, never one lost.
+    pub fn synced(&self) -> impl futures::Stream<Item = ClusterKey> + Send + use<> {
+        let rx = self.inner.synced.subscribe();
+        let registry = self.clone();
+        futures::stream::unfold(rx, move |mut rx| {
+            let registry = registry.clone();
+            async move {
+                match rx.recv().await {
+                    Ok(key) => Some((vec![key], rx)),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        let all = registry
+                            .clusters()
+                            .into_iter()
+                            .filter(|k| registry.connection(k).is_some_and(|c| c.is_synced()))
+                            .collect();
+                        Some((all, rx))
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
+                }
+            }
+        })
+        .flat_map(futures::stream::iter)
     }
 
     /// The clusters this replica serves, sorted: every registered cluster, or in sharded mode
@@ -549,6 +580,7 @@ impl Registry {
             connection: conn_tx,
             changes: self.inner.changes.clone(),
             touched: self.inner.touched.clone(),
+            synced: self.inner.synced.clone(),
             identities: self.inner.identities.clone(),
             rank,
             cancel,

@@ -23,7 +23,8 @@
 //!   (unless its claim was force-deleted by the test, or its termination deadline has passed).
 //! - `deleted-under-live-claim`: a NodeGroup is never deleted while its claim lives on.
 //! - `cooldown-honoured`: no NodeGroup of a flavor is created while that flavor is in the cluster's
-//!   persisted cool-down (its ConfigMap), whatever restarts happened since it was recorded.
+//!   persisted cool-down (its ConfigMap), whatever restarts happened since it was recorded; a
+//!   cool-down cleared early (capacity freed, clever-cloud.md §3.5) ends where it was last seen.
 //! - `disruption-not-half-done`: a Node carrying `karpenter.sh/disrupted` whose claim is not being
 //!   deleted is released (or its claim deleted) within a bound of hub live time.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
@@ -165,8 +166,9 @@ struct Track {
     tainted_live: BTreeMap<String, Duration>,
     /// Node name → its NodeGroup (nodes outlive nothing, but the log outlives nodes).
     group_of_node: BTreeMap<String, String>,
-    /// (flavor, end) of every cool-down seen in the persisted capacity state.
-    cooldowns: BTreeSet<(String, Timestamp)>,
+    /// (flavor, end) of every cool-down seen in the persisted capacity state → when it was last
+    /// seen there, and whether it was lifted early (gone before its end: capacity freed, §3.5).
+    cooldowns: BTreeMap<(String, Timestamp), (Timestamp, bool)>,
     /// Group UID → (name, flavor, creation) of every group seen.
     created: BTreeMap<String, (String, String, Timestamp)>,
 }
@@ -444,8 +446,16 @@ impl Invariants {
             .and_then(|d| d.get(operator::infra::hub::CAPACITY_KEY))
             .and_then(|j| serde_json::from_str::<operator::decisions::capacity::CapacityState>(j).ok())
         {
+            let seen_at = Timestamp::now();
+            for ((flavor, until), (_, lifted)) in &mut self.clusters[i].cooldowns {
+                if !*lifted && *until > seen_at && state.unavailable_until.get(flavor) != Some(until) {
+                    // Cleared early (an accepted group fully gone): the window ended after it was last seen.
+                    *lifted = true;
+                }
+            }
             for (flavor, until) in state.unavailable_until {
-                self.clusters[i].cooldowns.insert((flavor, until));
+                let e = self.clusters[i].cooldowns.entry((flavor, until)).or_insert((seen_at, false));
+                e.0 = seen_at;
             }
         }
         // CKE stamps whole seconds; the hub records the cool-down just after the refusal.
@@ -453,10 +463,13 @@ impl Invariants {
         let cooldown = k8s_openapi::jiff::SignedDuration::try_from(st.flavor_cooldown).unwrap_or_default();
         let mut breaches = Vec::new();
         for (uid, (name, flavor, created)) in &self.clusters[i].created {
-            for (f, until) in &self.clusters[i].cooldowns {
+            for ((f, until), (last_seen, lifted)) in &self.clusters[i].cooldowns {
                 checks += 1;
                 let from = *until - cooldown;
-                if f == flavor && *created > from + margin && *created < *until - margin {
+                // A window lifted early ends where it was last seen (a group created between that
+                // observation and the clear goes unjudged: one observation period).
+                let end = if *lifted { (*last_seen).min(*until) } else { *until };
+                if f == flavor && *created > from + margin && *created < end - margin {
                     breaches.push((
                         uid.clone(),
                         format!("NodeGroup {name} ({flavor}) created at {created}, inside the cool-down of {flavor} recorded at ~{from} until {until}"),

@@ -8,12 +8,15 @@
 //! at most once per pass and only when it differs from the freshest copy known (the cache's, or
 //! this controller's own last write while the cache lags). Reads come from the watch caches; the
 //! live reads left act on an absence or guard against a duplicate (each says so). The launch
-//! sequence's I/O is in `launch`, the drain's in `drain`.
+//! sequence's I/O is in `launch`, the drain's in `drain`, capacity freed by a group gone in
+//! `released`. A claim whose cluster is not synced (or not owned here) waits for that cluster's
+//! sync, which wakes that cluster's claims only, with a long safety requeue behind it.
 //! Must not: decide anything itself (every choice is [`lifecycle`]'s), act on a cluster that is not
 //! connected and synced, delete a NodeGroup that fails the ownership proof, or decide which pods go.
 
 mod drain;
 mod launch;
+mod released;
 
 use std::{
     collections::HashMap,
@@ -95,8 +98,14 @@ struct Ctx {
     written: Written,
 }
 
+/// How long a claim waits for its cluster (not synced, or owned by another replica) when nothing
+/// wakes it: a safety net only, since the cluster syncing (after a restart, a reconnection, or
+/// ownership coming here) wakes that cluster's claims at once.
+const CLUSTER_NOT_READY_RECHECK: Duration = Duration::from_secs(60);
+
 /// Run the controller until `shutdown`.
 pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
+    tokio::spawn(released::run(hub.clone(), shutdown.clone()));
     let claims: Api<NodeClaim> = hub.scoped();
     // A Node or NodeGroup changing in a workload cluster wakes the claim launched as that group
     // (a deleted Node, a vanished group, a node joining) without waiting for its periodic check.
@@ -112,8 +121,25 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
     // A test moving a manual clock forward re-decides every claim at once (TTLs, expiry, repair);
     // on the real clock this never fires.
     let ticks = hub.settings.clock.advances();
-    Controller::new(claims, watcher::Config::default())
+    let controller = Controller::new(claims, watcher::Config::default());
+    // A cluster syncing wakes its own claims only (from the controller's store: every claim a pass
+    // ever saw is there), not the fleet's.
+    let store = controller.store();
+    let synced = hub.registry.synced().flat_map(move |key| {
+        let wake: Vec<ObjectRef<NodeClaim>> = store
+            .state()
+            .iter()
+            .filter(|c| {
+                c.spec.cluster_name == key.name && c.metadata.namespace.as_deref() == Some(key.namespace.as_str())
+            })
+            .map(|c| ObjectRef::from_obj(c.as_ref()))
+            .collect();
+        tracing::debug!(cluster = %key, claims = wake.len(), "cluster synced; waking its claims");
+        futures::stream::iter(wake)
+    });
+    controller
         .reconcile_on(touched)
+        .reconcile_on(synced)
         .reconcile_all_on(ticks)
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, Arc::new(Ctx { hub, written: Written::default() }))
@@ -205,7 +231,8 @@ async fn reconcile(obj: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     };
     // Sharded mode (hub.md §6): only the replica owning the claim's cluster acts on the claim.
     if !hub.registry.writes_for(&c.key) {
-        return Ok(Action::requeue(Duration::from_secs(5)));
+        // Woken when ownership comes here (its connection syncs).
+        return Ok(Action::requeue(CLUSTER_NOT_READY_RECHECK));
     }
     let has_finalizer = obj.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER);
     let deleting = obj.metadata.deletion_timestamp.is_some();
@@ -218,8 +245,9 @@ async fn reconcile(obj: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         return Ok(Action::await_change());
     }
     let Some(conn) = hub.registry.connection(&c.key).filter(|c| c.is_synced()) else {
-        // No decisions, and no writes, on a cluster we cannot see.
-        return Ok(Action::requeue(Duration::from_secs(5)));
+        // No decisions, and no writes, on a cluster we cannot see; woken when it syncs.
+        tracing::debug!(cluster = %c.key, nodeclaim = %c.name, "cluster not synced; waiting for it");
+        return Ok(Action::requeue(CLUSTER_NOT_READY_RECHECK));
     };
     let group_name = c.group_name(&hub);
     let launched = obj.status.as_ref().and_then(|s| s.provider_id.as_deref()).is_some();
@@ -444,6 +472,17 @@ async fn carry_out(
         Write::RecordVanish { flavor } => {
             let now = hub.now();
             hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity)).await?;
+        }
+        Write::ReleaseCapacity { gone } => {
+            let now = hub.now();
+            // Written only when it changes something (most terminations happen under no back-off).
+            if hub.capacity(&c.key).await?.group_released(group_name, gone, now) {
+                let mut changed = false;
+                hub.update_capacity(&c.key, now, |s| changed = s.group_released(group_name, gone, now)).await?;
+                if changed {
+                    tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, gone, "an accepted NodeGroup is going: the flavor cool-downs and the creation back-off end when it is gone");
+                }
+            }
         }
         Write::RegistrationOutcome { registered } => hub.record_registration(&c.ns, &c.pool().nodepool, registered),
         Write::NodeCreated => {

@@ -105,6 +105,8 @@ pub(super) struct Task {
     pub connection: watch::Sender<Option<Arc<Connection>>>,
     pub changes: watch::Sender<u64>,
     pub touched: tokio::sync::broadcast::Sender<Touched>,
+    /// Told this cluster's key once its caches are synced (wakes its claims).
+    pub synced: tokio::sync::broadcast::Sender<ClusterKey>,
     pub identities: Arc<Identities>,
     pub rank: Rank,
     pub cancel: CancellationToken,
@@ -379,6 +381,8 @@ impl Task {
             return Ended::Duplicate { uid, first };
         }
         synced_tx.send_replace(true);
+        // No subscriber (no controller running yet) is not an error.
+        let _ = self.synced.send(self.key.clone());
         self.publish(ClusterStatus::new(Phase::Connected, format!("connected to {server}; watches synced")));
         tracing::info!(cluster = %self.key, "workload cluster connected and synced");
 
