@@ -288,6 +288,12 @@ fn kinds(server: &ApiServer) -> BTreeMap<FaultKind, u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hub_keeps_its_invariants_and_makes_progress_under_api_faults() {
+    // The hub's decisions, shown when the test fails.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn,operator=info"))
+        .with_ansi(false)
+        .with_test_writer()
+        .try_init();
     let started = Instant::now();
     let clock = Clock::manual_now();
     let mut world = World::start_on(&CLUSTERS, |i| quick_cke(i as u64 + 170), clock.clone()).await.unwrap();
@@ -447,6 +453,25 @@ async fn the_hub_keeps_its_invariants_and_makes_progress_under_api_faults() {
             }
             true
         }
+    })
+    .await;
+
+    // The replacements' pods were evicted (bare pods, nothing recreates them): the empty
+    // replacements go too, and the next pods need fresh launches (a pod landing on a node whose
+    // emptiness was already decided may be evicted with it, as upstream allows).
+    obs.until(&world, DISRUPTING_STEP, "the empty replacements consolidated away", STEP_BOUND, |o| async move {
+        for i in 0..CLUSTERS.len() {
+            let ours = o
+                .groups(i)
+                .await
+                .iter()
+                .filter(|g| g.labels().get(labels::HUB).map(String::as_str) == Some("default"))
+                .count();
+            if !o.claims(i).await.is_empty() || ours > 0 {
+                return false;
+            }
+        }
+        true
     })
     .await;
 
