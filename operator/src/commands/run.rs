@@ -77,6 +77,10 @@ pub struct RunArgs {
     /// cluster connects or its state changes).
     #[arg(long, env = "KARPENTER_HUB_GC_PERIOD", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub gc_period_seconds: u64,
+    /// Seconds a consolidation or emptiness command waits before it is validated against the
+    /// cluster as it is then and started (drift has no such wait).
+    #[arg(long, env = "KARPENTER_HUB_DISRUPTION_VALIDATION", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub disruption_validation_seconds: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -105,6 +109,7 @@ impl RunArgs {
             },
             gc_min_age: Duration::from_secs(self.gc_min_age_seconds),
             gc_period: Duration::from_secs(self.gc_period_seconds),
+            disruption_validation: Duration::from_secs(self.disruption_validation_seconds),
             ..hub::Settings::default()
         }
     }
@@ -447,5 +452,16 @@ mod tests {
         let short = parse(&["--gc-min-age-seconds=5", "--gc-period-seconds=10"]).hub_settings();
         assert_eq!((short.gc_min_age, short.gc_period), (Duration::from_secs(5), Duration::from_secs(10)));
         assert!(Cli::try_parse_from(["karpenter-hub", "--gc-min-age-seconds=0"]).is_err(), "below the range");
+    }
+
+    #[test]
+    fn the_disruption_validation_delay_defaults_to_fifteen_seconds_and_is_passed_on() {
+        assert_eq!(parse(&[]).hub_settings().disruption_validation, Duration::from_secs(15));
+        let short = parse(&["--disruption-validation-seconds=2"]).hub_settings();
+        assert_eq!(short.disruption_validation, Duration::from_secs(2));
+        assert!(
+            Cli::try_parse_from(["karpenter-hub", "--disruption-validation-seconds=0"]).is_err(),
+            "below the range"
+        );
     }
 }

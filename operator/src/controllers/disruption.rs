@@ -51,7 +51,8 @@ use scheduling::convert::{PendingRule, Snapshot, Volumes};
 
 /// The loop's period when nothing happened (§4.2).
 pub const PASS_PERIOD: Duration = Duration::from_secs(10);
-/// Consolidation and emptiness commands wait this long, then are validated again (§4.12).
+/// Consolidation and emptiness commands wait this long by default (`--disruption-validation-seconds`),
+/// then are validated again (§4.12).
 pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
 /// How long a started command may take to show in the management watch cache.
 const CACHE_LAG: Duration = Duration::from_secs(10);
@@ -178,7 +179,7 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     publish_budgets(hub, key, &view.scope, now).await;
 
     if let Some(pending) = state.pending.take() {
-        let due = pending.decided + VALIDATION_DELAY;
+        let due = pending.decided + hub.settings.disruption_validation;
         if now < due {
             let left = elapsed(due, now);
             state.pending = Some(pending);
@@ -234,10 +235,10 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     }
     tracing::info!(
         cluster = %key, method = %command.method, nodeclaims = %command.claims().join(","),
-        "disruption decided, validating after {} s: {command}", VALIDATION_DELAY.as_secs()
+        "disruption decided, validating after {} s: {command}", hub.settings.disruption_validation.as_secs()
     );
     state.pending = Some(Pending { command, decided: now });
-    Ok(VALIDATION_DELAY)
+    Ok(hub.settings.disruption_validation)
 }
 
 /// The cluster's objects as the scheduling and disruption cores read them: pools whose node class

@@ -63,6 +63,9 @@ pub struct Settings {
     pub gc_min_age: Duration,
     /// Period of the garbage-collection safety sweep (2 min).
     pub gc_period: Duration,
+    /// How long a consolidation or emptiness command waits before it is validated and started
+    /// (karpenter-semantics: 15 s).
+    pub disruption_validation: Duration,
 }
 
 impl Default for Settings {
@@ -77,6 +80,7 @@ impl Default for Settings {
             namespace: None,
             gc_min_age: crate::decisions::garbage::MIN_AGE,
             gc_period: crate::decisions::garbage::SWEEP_PERIOD,
+            disruption_validation: crate::controllers::disruption::VALIDATION_DELAY,
         }
     }
 }
