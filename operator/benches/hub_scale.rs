@@ -568,6 +568,28 @@ mod sharded {
         connected: usize,
         rss: f64,
         cpu: f64,
+        /// Fences so far (`karpenter_hub_shard_handovers_total{direction="fenced"}`).
+        fenced: u64,
+        /// The worst scheduling delay of the replica's runtime since the phase began.
+        lag_ms: u64,
+    }
+
+    /// Per replica: fences since the last call and the worst scheduling delay of its runtime
+    /// (then reset); returns the fences of the phase, summed.
+    fn phase(title: &str, statuses: &Mutex<Vec<Status>>, fenced_before: &mut [u64], live: &[usize]) -> (u64, u64) {
+        let mut s = lock(statuses);
+        let (mut fences, mut worst) = (0, 0);
+        let mut parts = Vec::new();
+        for r in live {
+            let f = s[*r].fenced.saturating_sub(fenced_before[*r]);
+            fenced_before[*r] = s[*r].fenced;
+            parts.push(format!("replica {r}: {f} fences, runtime lag ≤ {} ms", s[*r].lag_ms));
+            fences += f;
+            worst = worst.max(s[*r].lag_ms);
+            s[*r].lag_ms = 0;
+        }
+        println!("  {title}: {}", parts.join("; "));
+        (fences, worst)
     }
 
     fn cluster_keys(n: usize) -> Vec<String> {
@@ -634,11 +656,15 @@ mod sharded {
                     if let Some(j) = line.strip_prefix("B4_REPLICA ")
                         && let Ok(v) = serde_json::from_str::<Value>(j)
                     {
-                        lock(&statuses)[r] = Status {
+                        let mut s = lock(&statuses);
+                        let lag_ms = s[r].lag_ms.max(v["lag_ms"].as_u64().unwrap_or(0));
+                        s[r] = Status {
                             owned: f(&v, "owned"),
                             connected: v["connected"].as_u64().unwrap_or(0) as usize,
                             rss: f(&v, "rss_mib"),
                             cpu: f(&v, "cpu_s"),
+                            fenced: v["fenced"].as_u64().unwrap_or(0),
+                            lag_ms,
                         };
                     }
                 }
@@ -684,6 +710,8 @@ mod sharded {
                 s.cpu
             );
         }
+        let mut fenced_before = vec![0u64; replicas];
+        let (startup_fences, startup_lag) = phase("start-up and settle", &statuses, &mut fenced_before, &all);
         // Kill one replica as a node failure would: no release of its Leases.
         let victim = 0;
         let lost = before[victim].connected;
@@ -713,7 +741,23 @@ mod sharded {
                 s.rss / s.owned.max(1.0)
             );
         }
+        let (handover_fences, handover_lag) = phase("hand-over and settle", &statuses, &mut fenced_before, &survivors);
         let b = ask(Some(&format!("burst {}", opts.burst_pods)));
+        let (burst_fences, burst_lag) = phase("burst", &statuses, &mut fenced_before, &survivors);
+        let p = &b["pairing"];
+        println!(
+            "NodeGroups against NodeClaims after the burst (listed): at most {} live NodeGroup(s) per claim; {} NodeGroups without a live claim; {} claims without a NodeGroup; {} NodeGroups and {} claims added again under a name seen before; {} NodeGroups and {} claims deleted during the burst",
+            p["max_nodegroups_per_claim"],
+            p["nodegroups_without_claim"],
+            p["claims_without_nodegroup"],
+            p["nodegroups_readded"],
+            p["claims_readded"],
+            p["nodegroups_deleted"],
+            p["claims_deleted"]
+        );
+        for c in p["clusters"].as_array().into_iter().flatten().take(20) {
+            println!("  {c}");
+        }
         let groups: Vec<i64> =
             b["nodegroups_per_cluster"].as_array().map_or(Vec::new(), |a| a.iter().filter_map(Value::as_i64).collect());
         let claims: Vec<i64> =
@@ -746,6 +790,12 @@ mod sharded {
             "clusters_mismatched": mismatched,
             "latency_p50_ms": pct(0.5),
             "latency_p99_ms": pct(0.99),
+            "fences": {"startup": startup_fences, "handover": handover_fences, "burst": burst_fences},
+            "runtime_lag_ms": {"startup": startup_lag, "handover": handover_lag, "burst": burst_lag},
+            "max_nodegroups_per_claim": p["max_nodegroups_per_claim"],
+            "nodegroups_without_claim": p["nodegroups_without_claim"],
+            "nodegroups_readded": p["nodegroups_readded"],
+            "claims_readded": p["claims_readded"],
         });
         println!("B4_SHARDED {result}");
         let _ = ask(Some("quit"));
@@ -765,14 +815,16 @@ mod sharded {
         let path = PathBuf::from(std::env::var("B4_MGMT_KUBECONFIG").unwrap_or_default());
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
         rt.block_on(async move {
-            let mgmt = run::management_client(Some(&path)).await.expect("management client");
+            let config = run::management_config(Some(&path)).await.expect("management client configuration");
+            let mgmt = Client::try_from(config.clone()).expect("management client");
             let metrics = Arc::new(metrics::Metrics::new());
             let shard = operator::infra::sharding::Settings::new(
                 "default",
                 "karpenter-hub",
                 &format!("replica-{r}-{}", std::process::id()),
                 operator::decisions::sharding::Timings::DEFAULT,
-            );
+            )
+            .with_lease_client(config);
             let shutdown = CancellationToken::new();
             {
                 let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
@@ -792,6 +844,19 @@ mod sharded {
                     }
                 });
             }
+            // The runtime's scheduling delay: how late a 50 ms sleep wakes, worst per report.
+            let lag = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            tokio::spawn({
+                let lag = lag.clone();
+                async move {
+                    loop {
+                        let t = Instant::now();
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        let late = t.elapsed().saturating_sub(Duration::from_millis(50)).as_millis() as u64;
+                        lag.fetch_max(late, Ordering::Relaxed);
+                    }
+                }
+            });
             let keys = cluster_keys(n);
             loop {
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -802,8 +867,14 @@ mod sharded {
                     })
                     .count();
                 let owned = metric_value(&metrics, "karpenter_hub_shard_owned_clusters");
-                let line =
-                    json!({"owned": owned, "connected": connected, "rss_mib": rss_mib().0, "cpu_s": cpu_seconds()});
+                let fenced = metrics
+                    .shard_handovers
+                    .get_or_create(&metrics::DirectionLabels { direction: "fenced".to_string() })
+                    .get();
+                let line = json!({
+                    "owned": owned, "connected": connected, "rss_mib": rss_mib().0, "cpu_s": cpu_seconds(),
+                    "fenced": fenced, "lag_ms": lag.swap(0, Ordering::Relaxed),
+                });
                 let mut out = std::io::stdout().lock();
                 if writeln!(out, "B4_REPLICA {line}").and_then(|()| out.flush()).is_err() {
                     shutdown.cancel();
@@ -1566,6 +1637,10 @@ mod emulators {
         running: HashMap<(usize, String), Instant>,
         groups: Vec<Vec<Instant>>,
         claims: Vec<Vec<Instant>>,
+        /// Per cluster, every NodeGroup and NodeClaim event by name (`+` added, `-` deleted), to
+        /// tell a duplicate from a re-creation under the same name.
+        group_events: Vec<Vec<(char, String)>>,
+        claim_events: Vec<Vec<(char, String)>>,
     }
 
     fn unschedulable(p: &Pod) -> bool {
@@ -1579,8 +1654,13 @@ mod emulators {
     /// `k` pending pods in every cluster at once; times of each step, from watches opened before.
     async fn burst(world: &World, k: usize) -> Value {
         let n = world.clusters.len();
-        let seen =
-            Arc::new(Mutex::new(Seen { groups: vec![Vec::new(); n], claims: vec![Vec::new(); n], ..Seen::default() }));
+        let seen = Arc::new(Mutex::new(Seen {
+            groups: vec![Vec::new(); n],
+            claims: vec![Vec::new(); n],
+            group_events: vec![Vec::new(); n],
+            claim_events: vec![Vec::new(); n],
+            ..Seen::default()
+        }));
         let wp = WatchParams::default().timeout(290);
         let mut watchers = Vec::new();
         for (i, c) in world.clusters.iter().enumerate() {
@@ -1607,8 +1687,14 @@ mod emulators {
             let s = seen.clone();
             watchers.push(tokio::spawn(async move {
                 while let Some(ev) = stream.next().await {
-                    if let Ok(WatchEvent::Added(_)) = ev {
-                        lock(&s).groups[i].push(Instant::now());
+                    match ev {
+                        Ok(WatchEvent::Added(g)) => {
+                            let mut s = lock(&s);
+                            s.groups[i].push(Instant::now());
+                            s.group_events[i].push(('+', g.name_any()));
+                        }
+                        Ok(WatchEvent::Deleted(g)) => lock(&s).group_events[i].push(('-', g.name_any())),
+                        _ => {}
                     }
                 }
             }));
@@ -1620,10 +1706,17 @@ mod emulators {
         let s = seen.clone();
         watchers.push(tokio::spawn(async move {
             while let Some(ev) = stream.next().await {
-                if let Ok(WatchEvent::Added(c)) = ev
-                    && let Some(i) = c.namespace().and_then(|ns| index.get(&ns).copied())
-                {
-                    lock(&s).claims[i].push(Instant::now());
+                let (sign, c) = match ev {
+                    Ok(WatchEvent::Added(c)) => ('+', c),
+                    Ok(WatchEvent::Deleted(c)) => ('-', c),
+                    _ => continue,
+                };
+                if let Some(i) = c.namespace().and_then(|ns| index.get(&ns).copied()) {
+                    let mut s = lock(&s);
+                    if sign == '+' {
+                        s.claims[i].push(Instant::now());
+                    }
+                    s.claim_events[i].push((sign, c.name_any()));
                 }
             }
         }));
@@ -1659,6 +1752,11 @@ mod emulators {
         for w in watchers {
             w.abort();
         }
+        let events = {
+            let s = lock(&seen);
+            (s.group_events.clone(), s.claim_events.clone())
+        };
+        let pairing = pairing(world, &events.0, &events.1).await;
         let s = lock(&seen);
         let ms = |t: Option<Instant>| t.map(|t| t.saturating_duration_since(t0).as_secs_f64() * 1000.0);
         let rows: Vec<Value> = created
@@ -1679,6 +1777,83 @@ mod emulators {
             "pods": rows,
             "nodegroups_per_cluster": s.groups.iter().map(Vec::len).collect::<Vec<_>>(),
             "claims_per_cluster": s.claims.iter().map(Vec::len).collect::<Vec<_>>(),
+            "pairing": pairing,
+        })
+    }
+
+    /// NodeGroups against NodeClaims at the end of the burst, read from the clusters (not inferred
+    /// from event counts): the most live NodeGroups naming one claim (2 or more is a duplicate),
+    /// live NodeGroups whose claim is gone, live claims without a NodeGroup, and, from the
+    /// watches, NodeGroups or claims added again under a name already seen (a re-creation) and
+    /// deletions; with the clusters where anything differs.
+    async fn pairing(
+        world: &World,
+        group_events: &[Vec<(char, String)>],
+        claim_events: &[Vec<(char, String)>],
+    ) -> Value {
+        let claims = Api::<NodeClaim>::all(world.mgmt_client.clone()).list(&ListParams::default()).await;
+        let claims = claims.map(|l| l.items).unwrap_or_default();
+        let (mut max_per_claim, mut orphans, mut unlaunched, mut regroups, mut reclaims) = (0usize, 0, 0, 0, 0);
+        let (mut group_deletes, mut claim_deletes) = (0, 0);
+        let mut odd = Vec::new();
+        for (i, c) in world.clusters.iter().enumerate() {
+            let live: Vec<NodeGroup> = Api::<NodeGroup>::all(c.client.clone())
+                .list(&ListParams::default())
+                .await
+                .map_or(Vec::new(), |l| l.items);
+            let live_claims: std::collections::BTreeSet<String> = claims
+                .iter()
+                .filter(|k| k.namespace().as_deref() == Some(c.namespace.as_str()))
+                .map(ResourceExt::name_any)
+                .collect();
+            let mut per_claim: BTreeMap<String, usize> = BTreeMap::new();
+            for g in &live {
+                if let Some(claim) = g.labels().get(crds::labels::NODECLAIM) {
+                    *per_claim.entry(claim.clone()).or_default() += 1;
+                }
+            }
+            let most = per_claim.values().copied().max().unwrap_or(0);
+            let orphan_groups: Vec<String> = live
+                .iter()
+                .filter_map(|g| {
+                    let claim = g.labels().get(crds::labels::NODECLAIM)?;
+                    let created = g.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
+                    (!live_claims.contains(claim))
+                        .then(|| format!("{} (claim {claim}, created {created})", g.name_any()))
+                })
+                .collect();
+            let orphan = orphan_groups.len();
+            let without = live_claims.iter().filter(|k| !per_claim.contains_key(*k)).count();
+            let again = |events: &[(char, String)]| {
+                let mut added = std::collections::BTreeSet::new();
+                events.iter().filter(|(sign, name)| *sign == '+' && !added.insert(name.clone())).count()
+            };
+            let deleted = |events: &[(char, String)]| events.iter().filter(|(sign, _)| *sign == '-').count();
+            let (rg, rc) = (again(&group_events[i]), again(&claim_events[i]));
+            let (dg, dc) = (deleted(&group_events[i]), deleted(&claim_events[i]));
+            max_per_claim = max_per_claim.max(most);
+            orphans += orphan;
+            unlaunched += without;
+            regroups += rg;
+            reclaims += rc;
+            group_deletes += dg;
+            claim_deletes += dc;
+            if most > 1 || orphan + without + rg + rc + dg + dc > 0 {
+                odd.push(json!({
+                    "cluster": format!("{}/{}", c.namespace, c.name),
+                    "live_nodegroups": live.len(), "live_claims": live_claims.len(), "most_per_claim": most,
+                    "orphans": orphan, "claims_without": without, "nodegroups_readded": rg, "claims_readded": rc,
+                    "nodegroups_deleted": dg, "claims_deleted": dc, "orphan_groups": orphan_groups,
+                    "live_claim_names": live_claims.iter().collect::<Vec<_>>(),
+                    "group_events": group_events[i].iter().map(|(s, n)| format!("{s}{n}")).collect::<Vec<_>>(),
+                    "claim_events": claim_events[i].iter().map(|(s, n)| format!("{s}{n}")).collect::<Vec<_>>(),
+                }));
+            }
+        }
+        json!({
+            "max_nodegroups_per_claim": max_per_claim, "nodegroups_without_claim": orphans,
+            "claims_without_nodegroup": unlaunched, "nodegroups_readded": regroups, "claims_readded": reclaims,
+            "nodegroups_deleted": group_deletes, "claims_deleted": claim_deletes, "clusters": odd,
         })
     }
 }

@@ -11,6 +11,8 @@
 //! - A replica partitioned from the management cluster (a relay black-holing its traffic) fences
 //!   its clusters before their Leases expire, makes no NodeGroup or eviction write to them after
 //!   the fence, and the other replica takes them over.
+//! - A replica whose runtime is frozen past the renew deadline keeps renewing its Leases from its
+//!   Lease thread: no fence, its clusters and their connections kept.
 //! - The same Lease protocol on a real kube-apiserver (envtest).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -76,7 +78,7 @@ impl Replica {
             .unwrap();
         let metrics = Arc::new(Metrics::new());
         let stop = CancellationToken::new();
-        let shard = sharding::Settings::new("default", LEASES, identity, FAST);
+        let shard = sharding::Settings::new("default", LEASES, identity, FAST).with_lease_client(mgmt.clone());
         let (m, s, id) = (metrics.clone(), stop.clone(), identity.to_string());
         runtime.spawn(async move {
             // Built here: its connections belong to this runtime and die with it.
@@ -100,6 +102,18 @@ impl Replica {
     /// Clusters this replica has a connection series for (it runs their connection).
     fn connected(&self) -> BTreeSet<String> {
         series_label(&self.metrics, "karpenter_hub_cluster_connected", "cluster")
+    }
+
+    /// Freeze the replica's runtime for `d`: its one worker thread blocked, as a saturated runtime
+    /// delays every task. Returns a flag set once the freeze has begun.
+    fn freeze(&self, d: Duration) -> Arc<AtomicBool> {
+        let begun = Arc::new(AtomicBool::new(false));
+        let flag = begun.clone();
+        self.runtime.as_ref().unwrap().spawn(async move {
+            flag.store(true, Ordering::SeqCst);
+            std::thread::sleep(d);
+        });
+        begun
     }
 
     /// As SIGKILL would: every task dropped where it is, no Lease released.
@@ -477,6 +491,53 @@ impl Drop for Relay {
 /// Two replica names under which each replica of the pair should own some clusters of `world`
 /// (at least a third of them), computed with the hub's own placement rule over the clusters' API
 /// server URLs, so the scenario does not depend on the ports the emulators got.
+/// The renewals do not wait on the hub's runtime: with its only worker thread blocked for twice
+/// the renew deadline (what a saturated runtime does to every task, only longer), the replica's
+/// Lease thread and its own management client go on renewing, nothing is fenced, and the replica
+/// still owns and is connected to its clusters afterwards. Before the Lease thread, the watchdog
+/// (on the frozen runtime) fenced every cluster as soon as the runtime woke.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_runtime_is_frozen_past_the_renew_deadline_keeps_its_leases() {
+    let world = world_of(2).await;
+    let mgmt = world.mgmt.client();
+    let all = keys(&world);
+    let r = Replica::start(
+        "frozen",
+        world.mgmt.client_config(),
+        world.hub_settings.clone(),
+        world.registry_settings.clone(),
+    );
+    wait_for("both clusters held and connected", Duration::from_secs(60), || async {
+        settled(&mgmt, &all, &[&r]).await.is_some() && r.connected().len() == 2
+    })
+    .await;
+    let fenced = || r.metric("karpenter_hub_shard_handovers_total", &[("direction", "fenced")]);
+    let acquired = r.metric("karpenter_hub_shard_handovers_total", &[("direction", "acquired")]);
+    assert_eq!(fenced(), 0.0);
+
+    let freeze = FAST.renew_deadline * 2;
+    let begun = r.freeze(freeze);
+    wait_for("the freeze begun", Duration::from_secs(10), || async { begun.load(Ordering::SeqCst) }).await;
+    let (frozen_at, frozen_wall) = (Instant::now(), k8s_openapi::jiff::Timestamp::now());
+    // Past the renew deadline and the Lease duration, still frozen: every Lease renewed since.
+    tokio::time::sleep(FAST.lease_duration + FAST.retry_period).await;
+    assert!(frozen_at.elapsed() < freeze, "the check must fall inside the freeze");
+    let leases = cluster_leases(&mgmt).await;
+    for k in &all {
+        let (holder, lease) = &leases[k];
+        assert_eq!(holder, "frozen", "{k}");
+        let renewed = lease.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0).unwrap();
+        assert!(renewed > frozen_wall, "{k}: last renewed {renewed}, before the freeze began at {frozen_wall}");
+    }
+    // After the freeze: nothing fenced, nothing re-acquired, both clusters still connected.
+    tokio::time::sleep(freeze.saturating_sub(frozen_at.elapsed()) + FAST.retry_period * 2).await;
+    assert_eq!(fenced(), 0.0, "a renewal on time was counted late");
+    assert_eq!(r.metric("karpenter_hub_shard_handovers_total", &[("direction", "acquired")]), acquired);
+    assert_eq!(r.owned(), 2);
+    assert_eq!(r.connected().len(), 2);
+    r.stop().await;
+}
+
 fn two_sharing(world: &World) -> (String, String) {
     let urls: Vec<String> = world.clusters.iter().map(|c| c.server.url()).collect();
     (0..100)

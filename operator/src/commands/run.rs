@@ -169,6 +169,12 @@ pub fn leader_election_namespace(flag: Option<&str>, pod_namespace: Option<&str>
 
 /// The management cluster's client from `--kubeconfig` or the environment.
 pub async fn management_client(path: Option<&PathBuf>) -> Result<Client, RunError> {
+    Ok(Client::try_from(management_config(path).await?)?)
+}
+
+/// The management cluster's client configuration: the kubeconfig at `path`, else in-cluster or
+/// `$KUBECONFIG` (sharded mode builds a second client from it for its Lease thread).
+pub async fn management_config(path: Option<&PathBuf>) -> Result<Config, RunError> {
     let config = match path {
         Some(p) => {
             let kc = kube::config::Kubeconfig::read_from(p)
@@ -179,7 +185,7 @@ pub async fn management_client(path: Option<&PathBuf>) -> Result<Client, RunErro
         }
         None => Config::infer().await.map_err(|e| RunError::Config(e.to_string()))?,
     };
-    Ok(Client::try_from(config)?)
+    Ok(config)
 }
 
 /// Every controller of the hub over an existing management client, until `shutdown`.
@@ -335,7 +341,8 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
     } else {
         None
     };
-    let mgmt = management_client(args.kubeconfig.as_ref()).await?;
+    let mgmt_config = management_config(args.kubeconfig.as_ref()).await?;
+    let mgmt = Client::try_from(mgmt_config.clone())?;
     mgmt.apiserver_version().await?;
     let metrics = Arc::new(metrics::Metrics::new());
     let server = tokio::spawn(metrics::serve(metrics.clone(), args.metrics_addr, shutdown.clone()));
@@ -358,7 +365,8 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
             "sharded mode: each owned cluster costs one Lease write every {} s",
             timings.retry_period.as_secs()
         );
-        let shard = sharding::Settings::new(&args.hub_id, &namespace, &identity, timings);
+        let shard =
+            sharding::Settings::new(&args.hub_id, &namespace, &identity, timings).with_lease_client(mgmt_config);
         run_sharded_with(
             mgmt,
             args.hub_settings(),

@@ -105,6 +105,29 @@ pub fn step(lease: Option<&LeaseView>, me: &str, desired: Option<&str>, now: Tim
     }
 }
 
+/// Whether a cluster Lease held by this replica must be fenced, `since_sent` after its last
+/// successful renewal was sent: from the renew deadline on (before the Lease's expiry, so the
+/// replica has stopped acting before any other may take the cluster). Pure.
+pub fn overdue(since_sent: Duration, timings: Timings) -> bool {
+    since_sent >= timings.renew_deadline
+}
+
+/// The order of one round's Lease writes, as indices into `since_sent` (per write: how long ago
+/// the Lease's last successful renewal was sent, `None` when not held): held Leases first, the
+/// longest unrenewed first, so one near its deadline never waits behind a hundred fresh ones;
+/// then the others (acquisitions, hand-overs) in their given order. Pure.
+pub fn renewal_order(since_sent: &[Option<Duration>]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..since_sent.len()).collect();
+    // Stable: equal ages and the unheld keep their given (key) order.
+    order.sort_by(|a, b| match (since_sent[*a], since_sent[*b]) {
+        (Some(x), Some(y)) => y.cmp(&x),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    });
+    order
+}
+
 /// The live members at `now` from the membership Leases: the holders of live ones, sorted and
 /// without repeats. Pure.
 pub fn live_members<'a>(leases: impl IntoIterator<Item = &'a LeaseView>, now: Timestamp) -> Vec<String> {
@@ -266,6 +289,30 @@ mod tests {
         ];
         for (what, lease, desired, want) in table {
             assert_eq!(step(lease.as_ref(), "a", desired, now), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_held_lease_is_overdue_from_the_renew_deadline_on() {
+        let ms = Duration::from_millis;
+        let table = [(ms(0), false), (ms(19_999), false), (ms(20_000), true), (ms(29_000), true)];
+        for (since_sent, want) in table {
+            assert_eq!(overdue(since_sent, Timings::DEFAULT), want, "{since_sent:?}");
+        }
+    }
+
+    #[test]
+    fn renewals_go_oldest_first_then_the_unheld_in_their_order() {
+        let s = |n: u64| Some(Duration::from_secs(n));
+        let table: Vec<(&str, Vec<Option<Duration>>, Vec<usize>)> = vec![
+            ("nothing", vec![], vec![]),
+            ("held only", vec![s(3), s(12), s(7)], vec![1, 2, 0]),
+            ("unheld only: as given", vec![None, None, None], vec![0, 1, 2]),
+            ("held before unheld", vec![None, s(1), None, s(19)], vec![3, 1, 0, 2]),
+            ("ties keep their order", vec![s(5), None, s(5)], vec![0, 2, 1]),
+        ];
+        for (what, since, want) in table {
+            assert_eq!(renewal_order(&since), want, "{what}");
         }
     }
 

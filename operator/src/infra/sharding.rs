@@ -50,7 +50,7 @@ pub const ROLE_LABEL: &str = "karpenter.clever-cloud.com/shard";
 pub const CLUSTER_ANNOTATION: &str = "karpenter.clever-cloud.com/cluster";
 
 /// Settings of sharded mode.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Settings {
     pub hub_id: String,
     /// Namespace of the Leases (the leader election namespace).
@@ -60,6 +60,24 @@ pub struct Settings {
     pub timings: Timings,
     /// How long a dead member's expired Lease stays before a survivor deletes it.
     pub member_grace: Duration,
+    /// The management cluster's client configuration for the Lease thread's own client (see
+    /// [`Sharder::run`]); without it the Lease thread shares the process's management client,
+    /// whose requests are driven by the process's runtime and queue with everything else.
+    pub lease_client: Option<kube::Config>,
+}
+
+impl std::fmt::Debug for Settings {
+    // By hand: the client configuration may carry credentials, which are never logged.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("hub_id", &self.hub_id)
+            .field("namespace", &self.namespace)
+            .field("identity", &self.identity)
+            .field("timings", &self.timings)
+            .field("member_grace", &self.member_grace)
+            .field("lease_client", &self.lease_client.as_ref().map(|c| c.cluster_url.to_string()))
+            .finish()
+    }
 }
 
 impl Settings {
@@ -72,7 +90,15 @@ impl Settings {
             // Long enough that a replica paused (GC, node pressure) for a few renewals is not
             // deleted under its feet; short enough that Leases of rolled pods do not pile up.
             member_grace: timings.lease_duration * 4,
+            lease_client: None,
         }
+    }
+
+    /// Give the Lease thread a management client of its own, built from `config`.
+    #[must_use]
+    pub fn with_lease_client(mut self, config: kube::Config) -> Self {
+        self.lease_client = Some(config);
+        self
     }
 }
 
@@ -171,6 +197,23 @@ struct Held {
     lease: Lease,
 }
 
+/// Lease writes in flight at once in a round: a round's time is about (owned / this) × one write's
+/// latency, so under a slow management API (seconds per write in the 300-cluster bench) 150
+/// clusters 16 at a time took longer than the renew deadline; 32 keeps a round of a few hundred
+/// clusters to a handful of round trips without a flood of connections.
+const WRITES_AT_ONCE: usize = 32;
+
+/// Where one round's time went (for its log line).
+#[derive(Default)]
+struct RoundStats {
+    heartbeat: Duration,
+    writes: usize,
+    failed: usize,
+    slowest: Duration,
+    /// The longest time between two successful renewals of one Lease (sent to sent).
+    widest_gap: Duration,
+}
+
 #[derive(Default)]
 struct State {
     held: BTreeMap<String, Held>,
@@ -186,6 +229,9 @@ pub struct Sharder {
     registry: Registry,
     metrics: Arc<Metrics>,
     state: Arc<std::sync::Mutex<State>>,
+    /// The runtime [`Sharder::run`] was called on, where a granted cluster's connection runs
+    /// (never the Lease thread's).
+    parent: Option<tokio::runtime::Handle>,
 }
 
 impl std::fmt::Debug for Sharder {
@@ -210,6 +256,7 @@ impl Sharder {
             registry,
             metrics,
             state: Arc::default(),
+            parent: None,
         }
     }
 
@@ -227,7 +274,69 @@ impl Sharder {
 
     /// Run until `shutdown`; then stop acting on every cluster, release their Leases and delete
     /// the membership Lease, so the others take over at once.
+    ///
+    /// The Lease protocol (watch, renewals, watchdog) runs on an OS thread of its own with a
+    /// current-thread runtime and, given [`Settings::lease_client`], a management client of its
+    /// own: the clusters' caches and decisions can saturate the process's runtime (a burst over
+    /// hundreds of clusters did, and the renewals then missed the deadline by seconds), but the
+    /// kernel still schedules this thread, so a busy replica keeps its Leases. Dropping this future
+    /// without `shutdown` (the runtime it runs on going away, as in a crash) stops the thread
+    /// without releasing anything: every ownership token is cancelled and the Leases expire.
     pub async fn run(&self, shutdown: CancellationToken) {
+        let parent = tokio::runtime::Handle::current();
+        let alive = CancellationToken::new();
+        let _alive = alive.clone().drop_guard();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+        let mut me = self.clone();
+        me.parent = Some(parent);
+        let spawned = runtime.map_err(|e| e.to_string()).and_then(|rt| {
+            let (me, shutdown) = (me.clone(), shutdown.clone());
+            std::thread::Builder::new()
+                .name("shard-leases".to_string())
+                .spawn(move || {
+                    rt.block_on(me.on_lease_thread(shutdown, alive));
+                    let _ = done_tx.send(());
+                })
+                .map_err(|e| e.to_string())
+        });
+        match spawned {
+            Ok(_) => {
+                let _ = done_rx.await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, identity = %self.settings.identity, "cannot start the shard Lease thread; renewing the Leases on the hub's runtime instead, where a busy hub may renew late and fence its clusters");
+                me.protocol(shutdown).await;
+            }
+        }
+    }
+
+    /// The Lease thread: its own client, then the protocol until `shutdown` (releasing), or until
+    /// `alive` falls without it (the hub's runtime is gone: fence everything, release nothing).
+    async fn on_lease_thread(mut self, shutdown: CancellationToken, alive: CancellationToken) {
+        if let Some(config) = self.settings.lease_client.clone() {
+            // Built on this runtime: its request queue and connections are driven here.
+            match Client::try_from(config) {
+                Ok(client) => self.api = Api::namespaced(client, &self.settings.namespace),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot build the shard Lease thread's own management client; sharing the hub's")
+                }
+            }
+        }
+        tokio::select! {
+            () = self.protocol(shutdown) => {}
+            () = alive.cancelled() => {
+                let held = std::mem::take(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner).held);
+                for h in held.into_values() {
+                    h.token.cancel();
+                }
+                tracing::warn!(identity = %self.settings.identity, "the hub's runtime stopped without a shutdown: stopped acting on every cluster without releasing their Leases");
+            }
+        }
+    }
+
+    /// The Lease protocol until `shutdown`, then the graceful stop.
+    async fn protocol(&self, shutdown: CancellationToken) {
         let (store, writer) = reflector::store();
         let config = watcher::Config::default().labels(&self.selector());
         let stream = reflector::reflector(writer, watcher(self.api.clone(), config).default_backoff());
@@ -259,15 +368,17 @@ impl Sharder {
         loop {
             // Renewals (and the heartbeat) only at the tick, so their write cost stays one per
             // Lease per retry period however often the registry changes.
-            let renewing = tokio::select! {
+            let late = tokio::select! {
                 () = shutdown.cancelled() => break,
-                _ = tick.tick() => true,
+                at = tick.tick() => Some(at.elapsed()),
                 // A cluster registered or removed: decide for it now, not at the next tick.
-                r = registry_changes.changed() => if r.is_err() { break } else { false },
+                r = registry_changes.changed() => if r.is_err() { break } else { None },
             };
             // Before the Leases have been listed once, absence means nothing: take nothing.
             if futures::FutureExt::now_or_never(store.wait_until_ready()).is_some_and(|r| r.is_ok()) {
-                self.round(&store, &mut last_error, renewing).await;
+                let started = Instant::now();
+                let stats = self.round(&store, &mut last_error, late.is_some()).await;
+                self.report(late, started.elapsed(), &stats);
             }
         }
         watch_stop.cancel();
@@ -278,11 +389,15 @@ impl Sharder {
     /// One round: heartbeat, then one step per registered cluster, then delete dead members'
     /// Leases. Without `renewing` (a round woken by a registry change), only ownership changes are
     /// written: no heartbeat, no renewal, no cleanup.
-    async fn round(&self, store: &Store<Lease>, last_error: &mut Option<String>, renewing: bool) {
+    async fn round(&self, store: &Store<Lease>, last_error: &mut Option<String>, renewing: bool) -> RoundStats {
         let timings = self.settings.timings;
         let me = self.settings.identity.clone();
+        let stats = std::sync::Mutex::new(RoundStats::default());
         if renewing {
-            match self.heartbeat().await {
+            let sent = Instant::now();
+            let beat = self.heartbeat().await;
+            stats.lock().unwrap_or_else(PoisonError::into_inner).heartbeat = sent.elapsed();
+            match beat {
                 Ok(()) => *last_error = None,
                 Err(e) if last_error.as_deref() != Some(e.as_str()) => {
                     tracing::warn!(identity = %me, error = %e, "renewing this replica's membership Lease failed; retrying every {} s (logged again only if the error changes)", timings.retry_period.as_secs_f64());
@@ -341,9 +456,16 @@ impl Sharder {
             tracing::info!(cluster = %held.key, lease = %name, identity = %me, "cluster unregistered: stopped acting on it and releasing its Lease");
             let _ = tokio::time::timeout(timings.retry_period, self.release(held.lease)).await;
         }
+        let since_sent: Vec<Option<Duration>> = {
+            let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            work.iter().map(|(_, name, _, _)| state.held.get(name).map(|h| h.sent.elapsed())).collect()
+        };
+        let mut slots: Vec<Option<_>> = work.into_iter().map(Some).collect();
+        let work: Vec<_> = sharding::renewal_order(&since_sent).into_iter().filter_map(|i| slots[i].take()).collect();
+        let stats_ref = &stats;
         futures::stream::iter(work)
-            .for_each_concurrent(16, |(key, name, current, step)| async move {
-                self.apply(key, name, current, step).await;
+            .for_each_concurrent(WRITES_AT_ONCE, |(key, name, current, step)| async move {
+                self.apply(key, name, current, step, stats_ref).await;
             })
             .await;
         if renewing {
@@ -351,10 +473,35 @@ impl Sharder {
         }
         let owned = self.state.lock().unwrap_or_else(PoisonError::into_inner).held.len();
         self.metrics.shard_owned.set(owned as i64);
+        stats.into_inner().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One line per round: at debug always, at warn when a Lease came close to its renew deadline
+    /// (two renewals of one Lease further apart than the retry period plus half the margin left
+    /// before the deadline: 15 s by default), saying where the time went.
+    fn report(&self, late: Option<Duration>, took: Duration, stats: &RoundStats) {
+        let ms = |d: Duration| d.as_millis() as u64;
+        let deadline = self.settings.timings.renew_deadline;
+        let (tick_late_ms, round_ms, heartbeat_ms) = (late.map(ms), ms(took), ms(stats.heartbeat));
+        let (writes, failed, slowest_write_ms, widest_gap_ms) =
+            (stats.writes, stats.failed, ms(stats.slowest), ms(stats.widest_gap));
+        let close = deadline - deadline.saturating_sub(self.settings.timings.retry_period) / 2;
+        if stats.widest_gap > close {
+            tracing::warn!(identity = %self.settings.identity, tick_late_ms, round_ms, heartbeat_ms, writes, failed, slowest_write_ms, widest_gap_ms, deadline_ms = ms(deadline), "a cluster Lease came close to its renew deadline between two renewals");
+        } else {
+            tracing::debug!(identity = %self.settings.identity, tick_late_ms, round_ms, heartbeat_ms, writes, failed, slowest_write_ms, widest_gap_ms, "shard round");
+        }
     }
 
     /// Carry out one cluster's step.
-    async fn apply(&self, key: ClusterKey, name: String, current: Option<Lease>, step: Step) {
+    async fn apply(
+        &self,
+        key: ClusterKey,
+        name: String,
+        current: Option<Lease>,
+        step: Step,
+        stats: &std::sync::Mutex<RoundStats>,
+    ) {
         let me = &self.settings.identity;
         let timeout = self.settings.timings.retry_period;
         let held = self.state.lock().unwrap_or_else(PoisonError::into_inner).held.contains_key(&name);
@@ -365,10 +512,19 @@ impl Sharder {
                     Ok(w) => w,
                     Err(_) => Wrote::Failed(format!("no answer within {timeout:?}")),
                 };
+                {
+                    let mut s = stats.lock().unwrap_or_else(PoisonError::into_inner);
+                    s.writes += 1;
+                    s.slowest = s.slowest.max(sent.elapsed());
+                    s.failed += usize::from(!matches!(wrote, Wrote::Ok(_)));
+                }
                 match wrote {
                     Wrote::Ok(lease) => {
                         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
                         if let Some(h) = state.held.get_mut(&name) {
+                            let mut s = stats.lock().unwrap_or_else(PoisonError::into_inner);
+                            s.widest_gap = s.widest_gap.max(sent.saturating_duration_since(h.sent));
+                            drop(s);
                             // Never move `sent` back: a slow answer to an older write must not
                             // extend the fence past what the Lease says.
                             if sent > h.sent {
@@ -385,6 +541,8 @@ impl Sharder {
                             drop(state);
                             self.metrics.shard_handovers.get_or_create(&direction("acquired")).inc();
                             tracing::info!(cluster = %key, lease = %name, identity = %me, why = step.why(), "took ownership of the cluster");
+                            // On the hub's runtime: the connection's tasks must not run here.
+                            let _entered = self.parent.as_ref().map(tokio::runtime::Handle::enter);
                             self.registry.grant(&key, token);
                         }
                     }
@@ -447,19 +605,28 @@ impl Sharder {
     /// Fence every cluster whose Lease was not renewed within the renew deadline. A task of its
     /// own, so a hung management API cannot hold the fence back.
     async fn watchdog(&self, shutdown: CancellationToken) {
-        let deadline = self.settings.timings.renew_deadline;
+        let timings = self.settings.timings;
         let every =
             (self.settings.timings.retry_period / 10).clamp(Duration::from_millis(20), Duration::from_millis(500));
         loop {
+            let slept = Instant::now();
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(every) => {}
             }
-            let late: Vec<String> = {
+            // How late this task woke: the runtime's scheduling delay, logged with any fence.
+            let woke_late_ms = slept.elapsed().saturating_sub(every).as_millis() as u64;
+            let late: Vec<(String, u64)> = {
                 let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-                state.held.iter().filter(|(_, h)| h.sent.elapsed() >= deadline).map(|(n, _)| n.clone()).collect()
+                state
+                    .held
+                    .iter()
+                    .filter(|(_, h)| sharding::overdue(h.sent.elapsed(), timings))
+                    .map(|(n, h)| (n.clone(), h.sent.elapsed().as_millis() as u64))
+                    .collect()
             };
-            for name in late {
+            for (name, since_sent_ms) in late {
+                tracing::warn!(lease = %name, since_sent_ms, woke_late_ms, "renew deadline passed since the last renewal was sent");
                 self.fence(&name, "could not renew the cluster's Lease within the renew deadline");
             }
         }
