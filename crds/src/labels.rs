@@ -69,6 +69,10 @@ pub const HUB_NODEPOOL: &str = "karpenter.clever-cloud.com/nodepool";
 pub const NODECLASS: &str = "karpenter.clever-cloud.com/nodeclass";
 /// NodeClaim label naming its class (`karpenter.clever-cloud.com/clevernodeclass=<name>`).
 pub const CLEVERNODECLASS: &str = "karpenter.clever-cloud.com/clevernodeclass";
+/// Annotation on a provisioned NodeClaim: the digest of its cluster, pool and the UIDs of the pods
+/// it was made for. A create answered 409 is the hub's own retried create only if the claim
+/// holding the name carries the same digest.
+pub const PROVISIONING_DIGEST: &str = "karpenter.clever-cloud.com/provisioning-digest";
 /// Annotation with the owning NodeClaim's UID: the ownership proof.
 pub const NODECLAIM_UID: &str = "karpenter.clever-cloud.com/nodeclaim-uid";
 /// vCPUs of the flavor (well-known, usable in requirements).

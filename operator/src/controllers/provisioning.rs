@@ -245,33 +245,36 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
         let Some(pool) = pools.iter().find(|p| p.name_any() == claim.nodepool) else {
             continue;
         };
-        let pod_uids: Vec<String> = claim.pods.iter().map(|i| input.pods[*i].key()).collect();
+        // Pod incarnations, not names: a pod deleted and recreated under its name (a StatefulSet's)
+        // must not meet the claim made for its predecessor.
+        let pod_ids: Vec<String> = claim
+            .pods
+            .iter()
+            .map(|i| &input.pods[*i])
+            .map(|p| if p.uid.is_empty() { p.key() } else { p.uid.clone() })
+            .collect();
         let class = snapshot.node_classes.iter().find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
-        let nc = node_claim(pool, class, claim, key, &pod_uids)?;
-        let name = nc.name_any();
-        match api.create(&PostParams::default(), &nc).await {
-            Ok(_) => {
-                created.push(name.clone());
-                hub.metrics
-                    .nodeclaims_created
-                    .get(&PoolReasonLabels {
-                        cluster: key.to_string(),
-                        nodepool: claim.nodepool.clone(),
-                        reason: "provisioning".to_string(),
-                    })
-                    .inc();
-                tracing::info!(
-                    cluster = %key, nodeclaim = %name, nodepool = %claim.nodepool,
-                    flavor = claim.instance_types.first().map(|o| o.name.as_str()).unwrap_or_default(),
-                    candidates = claim.instance_types.len(), pods = claim.pods.len(), price_per_hour = claim.price,
-                    "created NodeClaim: cheapest flavor fitting the batch"
-                );
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                tracing::debug!(cluster = %key, nodeclaim = %name, "NodeClaim already exists (a retried round)");
-                created.push(name);
-            }
-            Err(e) => return Err(e.into()),
+        let mut nc = node_claim(pool, class, claim, key, &pod_ids)?;
+        let Some(name) = create_claim(hub, &api, key, &mut nc).await? else {
+            continue;
+        };
+        created.push(name.clone());
+        // Only a create made by this call counts and is announced (a replayed one was, before).
+        if nc.metadata.uid.is_some() {
+            hub.metrics
+                .nodeclaims_created
+                .get(&PoolReasonLabels {
+                    cluster: key.to_string(),
+                    nodepool: claim.nodepool.clone(),
+                    reason: "provisioning".to_string(),
+                })
+                .inc();
+            tracing::info!(
+                cluster = %key, nodeclaim = %name, nodepool = %claim.nodepool,
+                flavor = claim.instance_types.first().map(|o| o.name.as_str()).unwrap_or_default(),
+                candidates = claim.instance_types.len(), pods = claim.pods.len(), price_per_hour = claim.price,
+                "created NodeClaim: cheapest flavor fitting the batch"
+            );
         }
     }
     if !decision.existing.is_empty() {
@@ -288,6 +291,75 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
         return Ok(Outcome::Deferred { until: tokio::time::Instant::now() + until });
     }
     Ok(Outcome::Done)
+}
+
+/// How many names a decided claim may try when others hold them (a 20-bit suffix collides with
+/// another live claim of the namespace about once per million pairs).
+const NAME_ATTEMPTS: u32 = 8;
+
+/// Create the decided claim under the first of its deterministic names that is free or already
+/// holds this very claim (same [`labels::PROVISIONING_DIGEST`]: the hub's own create, retried after
+/// a lost answer). Returns the name, with `claim`'s uid set when this call created it; `None` when
+/// every name is held by other claims (the pods wait for the next round).
+async fn create_claim(
+    hub: &Hub,
+    api: &Api<NodeClaim>,
+    key: &ClusterKey,
+    claim: &mut NodeClaim,
+) -> Result<Option<String>, kube::Error> {
+    let digest = claim.annotations().get(labels::PROVISIONING_DIGEST).cloned().unwrap_or_default();
+    let pool = claim.labels().get(labels::NODEPOOL).cloned().unwrap_or_default();
+    for attempt in 0..NAME_ATTEMPTS {
+        let name = claim_name(&pool, &digest, attempt);
+        claim.metadata.name = Some(name.clone());
+        match api.create(&PostParams::default(), claim).await {
+            Ok(made) => {
+                claim.metadata.uid = made.metadata.uid;
+                return Ok(Some(name));
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let ns = key.namespace.as_str();
+                let holder = match hub.cache.claims.get(&ObjectRef::<NodeClaim>::new(&name).within(ns)) {
+                    Some(held) => Some(held.annotations().get(labels::PROVISIONING_DIGEST).cloned()),
+                    None => api
+                        .get_opt(&name)
+                        .await?
+                        .map(|held| held.annotations().get(labels::PROVISIONING_DIGEST).cloned()),
+                };
+                if holder.as_ref().is_some_and(|d| d.as_deref() == Some(digest.as_str())) {
+                    tracing::debug!(cluster = %key, nodeclaim = %name, "NodeClaim already exists (a retried create of this decision)");
+                    return Ok(Some(name));
+                }
+                tracing::info!(cluster = %key, nodeclaim = %name, attempt, "NodeClaim name held by another claim; trying the decision's next name");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    tracing::warn!(cluster = %key, nodepool = %pool, "every name of a decided NodeClaim is held by other claims; its pods wait for the next round");
+    Ok(None)
+}
+
+/// The digest of a provisioning decision: its cluster, pool and pods (UIDs).
+pub fn provisioning_digest(key: &ClusterKey, pool: &str, pods: &[String]) -> String {
+    Sha256::digest(format!("{}/{}/{}", key, pool, pods.join(",")).as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The `attempt`-th name of a decision: the pool and five hex digits, as Karpenter's
+/// `<pool>-<suffix>`; attempt 0 takes them from the digest itself, later ones from the digest
+/// salted with the attempt, so every replay of the decision walks the same names.
+pub fn claim_name(pool: &str, digest: &str, attempt: u32) -> String {
+    let salted = if attempt == 0 {
+        digest.to_string()
+    } else {
+        Sha256::digest(format!("{digest}/{attempt}").as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    };
+    let mut name: String = pool.chars().take(63 - 6).collect();
+    name.push('-');
+    name.extend(salted.chars().take(5));
+    name
 }
 
 /// Wait until the management cache shows every claim in `names` (or [`CREATED_VISIBLE`] passed).
@@ -354,7 +426,8 @@ pub fn correct_from_nodes<'a>(
 }
 
 /// The NodeClaim for a decided claim (karpenter-semantics §1.5). Its name is derived from the pool
-/// and the pods it was made for, so a retried create is idempotent.
+/// and the UIDs of the pods it was made for (also stamped as [`labels::PROVISIONING_DIGEST`]), so
+/// a retried create is idempotent.
 /// The node class's hash is stamped too, so a later change of the class drifts the claim (§4.1).
 pub fn node_claim(
     pool: &NodePool,
@@ -364,11 +437,8 @@ pub fn node_claim(
     pods: &[String],
 ) -> Result<NodeClaim, Error> {
     let pool_name = pool.name_any();
-    let digest = Sha256::digest(format!("{}/{}/{}", key, pool_name, pods.join(",")).as_bytes());
-    let suffix: String = digest.iter().take(3).map(|b| format!("{b:02x}")).collect::<String>()[..5].to_string();
-    let mut name: String = pool_name.chars().take(63 - 6).collect();
-    name.push('-');
-    name.push_str(&suffix);
+    let digest = provisioning_digest(key, &pool_name, pods);
+    let name = claim_name(&pool_name, &digest, 0);
     let template = &pool.spec.template;
     let class = &template.spec.node_class_ref;
     let mut claim_labels = template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default();
@@ -390,6 +460,9 @@ pub fn node_claim(
         );
     }
     annotations.insert(labels::MIN_VALUES_RELAXED.to_string(), claim.min_values_relaxed.to_string());
+    if !pods.is_empty() {
+        annotations.insert(labels::PROVISIONING_DIGEST.to_string(), digest);
+    }
     let owner = pool.controller_owner_ref(&()).map(|mut o| {
         o.controller = None;
         o.block_owner_deletion = Some(true);
@@ -429,6 +502,24 @@ mod tests {
     fn first_flavor(input: &scheduling::Input) -> String {
         let d = scheduling::solve(input);
         d.new_claims[0].instance_types[0].name.clone()
+    }
+
+    #[test]
+    fn claim_names_follow_pod_incarnations_and_walk_the_same_names_on_every_replay() {
+        let key = ClusterKey { namespace: "team-a".into(), name: "prod".into() };
+        let first = provisioning_digest(&key, "default", &["uid-1".into()]);
+        let recreated = provisioning_digest(&key, "default", &["uid-2".into()]);
+        // The same pod name recreated (new UID) is another decision, under another name.
+        assert_ne!(claim_name("default", &first, 0), claim_name("default", &recreated, 0));
+        // A replay of one decision walks the same names, and each attempt is a new name.
+        let walk = |d: &str| (0..NAME_ATTEMPTS).map(|a| claim_name("default", d, a)).collect::<Vec<_>>();
+        assert_eq!(walk(&first), walk(&first));
+        let distinct: BTreeSet<String> = walk(&first).into_iter().collect();
+        assert_eq!(distinct.len(), NAME_ATTEMPTS as usize);
+        // Karpenter's shape: `<pool>-<5 hex>`, and within the 63 characters of a name.
+        let name = claim_name("default", &first, 0);
+        assert!(name.starts_with("default-") && name.len() == "default-".len() + 5, "{name}");
+        assert!(claim_name(&"p".repeat(80), &first, 3).len() <= 63);
     }
 
     #[test]
