@@ -16,7 +16,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     io::Write,
     path::{Path, PathBuf},
     sync::{
@@ -26,6 +26,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crds::nodepool::DisruptionReason;
 use crds::{NodeClaim, NodeGroup, labels};
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -35,7 +36,10 @@ use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
-use operator::commands::sandbox::world::{World, quick_cke, workload_pod};
+use operator::{
+    commands::sandbox::world::{World, quick_cke, workload_pod},
+    decisions::{disruption_queue::Recorded, termination},
+};
 use serde_json::{Value, json};
 use sim::{
     cke::{DelayRange, Usage},
@@ -57,6 +61,11 @@ const CONVERGENCE: Duration = Duration::from_secs(120);
 const GC_MIN_AGE: u64 = 5;
 const GC_PERIOD: u64 = 5;
 const COOLDOWN: u64 = 20;
+/// The disruption loop's validation wait (15 s by default): 1 s lets a consolidation command be
+/// decided, validated and started within the longer lives, and killed half-done.
+const VALIDATION: u64 = 1;
+/// The phases every CI-sized run must have killed the hub in, at least once each.
+const REQUIRED_PHASES: [&str; 5] = ["launch", "registration", "drain", "consolidation", "gc"];
 /// Pod size: about two per 2XS.
 const CPU: &str = "500m";
 const MEMORY: &str = "1200Mi";
@@ -81,6 +90,7 @@ impl Hub {
             .arg(format!("--flavor-cooldown-seconds={COOLDOWN}"))
             .arg(format!("--gc-min-age-seconds={GC_MIN_AGE}"))
             .arg(format!("--gc-period-seconds={GC_PERIOD}"))
+            .arg(format!("--disruption-validation-seconds={VALIDATION}"))
             .env_clear()
             .env("RUST_LOG", "info,kube=warn,tower=warn,hyper=warn")
             .stdin(std::process::Stdio::null())
@@ -103,17 +113,15 @@ impl Hub {
     }
 }
 
-/// Seeded lifetimes. Most are short (kills during start-up, relists and the first decisions);
-/// some pass the 5 s a claim waits after a restart (launches, registrations and drains under
-/// way); one in 200 passes the disruption loop's 15 s validation, so a consolidation or drift
-/// command is started and then killed half-done.
-fn lifetime(rng: &mut SeededRng, kill: u64) -> Duration {
-    let ms = if kill % 200 == 100 {
-        16_000 + rng.below(3_000)
-    } else if rng.below(100) < 3 {
-        5_500 + rng.below(1_500)
-    } else {
-        100 + rng.below(300)
+/// Seeded lifetimes. Most are short (kills during start-up, relists and a claim's first steps:
+/// a claim acts as soon as its cluster syncs); some last 1-2.5 s (a provisioning batch, launches,
+/// registrations, drain passes); a few last 2.5-4 s, past the disruption loop's first pass plus
+/// its validation wait, so consolidation and emptiness commands start and are killed half-done.
+fn lifetime(rng: &mut SeededRng) -> Duration {
+    let ms = match rng.below(100) {
+        0..=2 => 2_500 + rng.below(1_500),
+        3..=11 => 1_200 + rng.below(1_300),
+        _ => 100 + rng.below(200),
     };
     Duration::from_millis(ms)
 }
@@ -203,6 +211,7 @@ async fn run_step(
     desired: &mut [usize],
     step: Step,
     generation: usize,
+    forced: &mut BTreeSet<(usize, String)>,
 ) -> String {
     match step {
         Step::Pods(i, n) => {
@@ -236,6 +245,7 @@ async fn run_step(
                 .unwrap()
                 .to_string();
             ex.claim_force_deleted(i, &group);
+            forced.insert((i, group.clone()));
             let name = claim.name_any();
             let drop = json!({"metadata": {"finalizers": null}});
             api.patch(&name, &PatchParams::default(), &Patch::Merge(&drop)).await.unwrap();
@@ -245,12 +255,20 @@ async fn run_step(
     }
 }
 
-/// What was under way when the hub was killed, per phase (a kill may count in several).
+/// Kills by the phase under way at that moment in either cluster (a kill counts once in each
+/// phase under way, so in several at once).
 #[derive(Debug, Default)]
 struct Phases(BTreeMap<&'static str, u64>);
 
-async fn phases_under_way(world: &World, phases: &mut Phases) {
-    for c in &world.clusters {
+/// The phases under way now, read from the API: `launch` (a claim not launched yet),
+/// `registration` (launched, not initialized), `drain` (a deleting claim whose node is there and
+/// not drained), `consolidation` (a started consolidation or emptiness command recorded on a claim
+/// still there), `drift/expiry` (the same for drift), `gc` (a NodeGroup orphaned by a force-deleted claim
+/// still there: not reaped yet, or reaped and its nodes' finalizers still to be released),
+/// `provisioning` (pods pending), else `steady`.
+async fn phases_under_way(world: &World, forced: &BTreeSet<(usize, String)>) -> BTreeSet<&'static str> {
+    let mut seen = BTreeSet::new();
+    for (i, c) in world.clusters.iter().enumerate() {
         let claims: Vec<NodeClaim> = Api::<NodeClaim>::namespaced(world.mgmt.client(), &c.namespace)
             .list(&ListParams::default())
             .await
@@ -263,50 +281,41 @@ async fn phases_under_way(world: &World, phases: &mut Phases) {
         };
         let mine: Vec<&NodeClaim> = claims.iter().filter(|cl| cl.spec.cluster_name == c.name).collect();
         let pods: Vec<Pod> = Api::namespaced(c.client(), "default").list(&ListParams::default()).await.unwrap().items;
-        let mut seen = Vec::new();
         if pods.iter().any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")) {
-            seen.push("provisioning (pods pending)");
+            seen.insert("provisioning");
         }
-        if mine.iter().any(|cl| cl.metadata.deletion_timestamp.is_none() && !cond(cl, "Launched")) {
-            seen.push("launch");
+        let live = |cl: &&&NodeClaim| cl.metadata.deletion_timestamp.is_none();
+        if mine.iter().filter(live).any(|cl| !cond(cl, "Launched")) {
+            seen.insert("launch");
         }
-        if mine
-            .iter()
-            .any(|cl| cl.metadata.deletion_timestamp.is_none() && cond(cl, "Launched") && !cond(cl, "Initialized"))
-        {
-            seen.push("registration");
+        if mine.iter().filter(live).any(|cl| cond(cl, "Launched") && !cond(cl, "Initialized")) {
+            seen.insert("registration");
         }
-        if mine.iter().any(|cl| cl.metadata.deletion_timestamp.is_some()) {
-            seen.push("drain/termination");
+        let node_of = |cl: &NodeClaim| {
+            let id = cl.status.as_ref().and_then(|s| s.provider_id.clone())?;
+            nodes.iter().find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_ref()) == Some(&id))
+        };
+        if mine.iter().any(|cl| {
+            cl.metadata.deletion_timestamp.is_some() && node_of(cl).is_some() && !cond(cl, termination::DRAINED)
+        }) {
+            seen.insert("drain");
         }
-        let tainted = nodes.iter().any(|n| {
-            n.metadata.deletion_timestamp.is_none()
-                && n.spec
-                    .as_ref()
-                    .and_then(|s| s.taints.as_ref())
-                    .is_some_and(|ts| ts.iter().any(|t| t.key == labels::DISRUPTED_TAINT))
-        });
-        if tainted || mine.iter().any(|cl| cl.metadata.deletion_timestamp.is_none() && cond(cl, "DisruptionReason")) {
-            seen.push("disruption command");
+        for cl in &mine {
+            match Recorded::on(cl.annotations()).map(|r| r.reason) {
+                Some(DisruptionReason::Empty | DisruptionReason::Underutilized) => seen.insert("consolidation"),
+                Some(DisruptionReason::Drifted) => seen.insert("drift/expiry"),
+                None => false,
+            };
         }
-        let orphan = groups.iter().any(|g| {
-            !g.is_terminating()
-                && g.labels().get(labels::NODECLAIM).is_some_and(|n| {
-                    !mine.iter().any(|cl| {
-                        &cl.name_any() == n && g.annotations().get(labels::NODECLAIM_UID) == cl.uid().as_ref()
-                    })
-                })
-        });
+        let orphan = groups.iter().any(|g| forced.contains(&(i, g.name_any())));
         if orphan {
-            seen.push("gc (orphan NodeGroup)");
-        }
-        if seen.is_empty() {
-            seen.push("steady");
-        }
-        for p in seen {
-            *phases.0.entry(p).or_default() += 1;
+            seen.insert("gc");
         }
     }
+    if seen.is_empty() {
+        seen.insert("steady");
+    }
+    seen
 }
 
 /// The end state a user expects, per cluster: every pod Running, every claim with its one
@@ -396,6 +405,8 @@ async fn the_fleet_keeps_its_invariants_through_sigkills_and_converges_after_the
             cke.quota.limit = Usage { vcpu: 40, ram_gb: 36 };
         }
         cke.node_removal_delay = DelayRange::between(Duration::from_millis(800), Duration::from_millis(1500));
+        // CKE's verdict takes seconds, as on the platform: launches stay under way across lives.
+        cke.verdict_delay = DelayRange::between(Duration::from_millis(1500), Duration::from_millis(3000));
         cke
     })
     .await
@@ -457,6 +468,8 @@ async fn the_fleet_keeps_its_invariants_through_sigkills_and_converges_after_the
     let mut rng = SeededRng::new(seed);
     let mut pods = Pods::default();
     let mut phases = Phases::default();
+    // The NodeGroups orphaned by force-deleted claims, by cluster: garbage collection's work.
+    let mut forced: BTreeSet<(usize, String)> = BTreeSet::new();
     let (mut kills, mut life, mut generation) = (0u64, 0u64, 0usize);
     let mut script: Vec<(u64, Step)> = Vec::new();
     // The test plays the ReplicaSet: evicted pods are replaced (bare pods do not come back).
@@ -477,25 +490,27 @@ async fn the_fleet_keeps_its_invariants_through_sigkills_and_converges_after_the
                 break;
             }
             script.pop();
-            let said = run_step(&world, &ex, &mut pods, &mut desired, step, generation).await;
+            let said = run_step(&world, &ex, &mut pods, &mut desired, step, generation, &mut forced).await;
             eprintln!("[{:>6.1}s] {said}", chaos.elapsed().as_secs_f64());
         }
         ex.hub_running(true);
         life += 1;
         let mut hub = Hub::start(&kubeconfig, &log, life);
-        tokio::time::sleep(lifetime(&mut rng, kills)).await;
+        tokio::time::sleep(lifetime(&mut rng)).await;
         if let Some(status) = hub.exited() {
             panic!("the hub exited on its own ({status}) in life {life}; log: {}", log.display());
         }
         hub.kill();
         ex.hub_running(false);
         kills += 1;
-        phases_under_way(&world, &mut phases).await;
+        for p in phases_under_way(&world, &forced).await {
+            *phases.0.entry(p).or_default() += 1;
+        }
         for (i, n) in desired.iter().enumerate() {
             pods.set(&world, &ex, i, *n).await;
         }
         // Down for a moment, sometimes longer (a pod rescheduled elsewhere, a slow restart).
-        let longest = if rng.below(10) == 0 { 1500 } else { 150 };
+        let longest = if rng.below(10) == 0 { 1000 } else { 150 };
         tokio::time::sleep(Duration::from_millis(rng.below(longest))).await;
     }
     let chaos_time = chaos.elapsed();
@@ -530,13 +545,15 @@ async fn the_fleet_keeps_its_invariants_through_sigkills_and_converges_after_the
     inv.observe_final(&world).await;
     let report = inv.report();
     eprintln!(
-        "chaos kills: seed {seed}, {kills} SIGKILLs, {life} starts over {:.0}s; phases under way at the kills: {:?}; convergence after the last restart: {}; {report}; wall time {:.0}s",
+        "chaos kills: seed {seed}, {kills} SIGKILLs, {life} starts over {:.0}s; kills by phase under way: {:?}; convergence after the last restart: {}; {report}; wall time {:.0}s",
         chaos_time.as_secs_f64(),
         phases.0,
         if ok { format!("{:.1}s", convergence.as_secs_f64()) } else { format!("NOT within {CONVERGENCE:?} ({last})") },
         started.elapsed().as_secs_f64(),
     );
     assert!(kills >= wanted, "{kills} kills, {wanted} wanted");
+    let missing: Vec<&str> = REQUIRED_PHASES.into_iter().filter(|p| !phases.0.contains_key(p)).collect();
+    assert!(missing.is_empty(), "no kill landed during {missing:?}; kills by phase: {:?}", phases.0);
     assert!(
         ok,
         "the fleet did not converge within {CONVERGENCE:?} after the last restart: {last}; log: {}",

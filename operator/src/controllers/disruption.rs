@@ -20,6 +20,7 @@ use std::{
     time::Duration,
 };
 
+use futures::StreamExt;
 use k8s_openapi::{
     api::core::v1::{Node, ObjectReference, Taint},
     apimachinery::pkg::apis::meta::v1::Time,
@@ -99,6 +100,10 @@ struct LoopState {
 
 async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken) {
     let mut state = LoopState::default();
+    // The cluster syncing (after a restart or a reconnection) starts a pass at once rather than at
+    // the next poll of a pass that found it not synced.
+    let this = key.clone();
+    let mut synced = std::pin::pin!(hub.registry.synced().filter(move |k| std::future::ready(*k == this)));
     loop {
         let wait = match pass(&hub, &key, &mut state).await {
             Ok(wait) => wait,
@@ -113,6 +118,7 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
             () = cancel.cancelled() => return,
             () = hub.settings.clock.sleep(wait) => {}
             () = tokio::time::sleep(wait) => {}
+            Some(_) = synced.next() => {}
         }
     }
 }

@@ -21,7 +21,8 @@
 //!   termination deadline here; the pod GC of a Node that vanished undrained shows up here too).
 //! - `drained-before-deletion`: a NodeGroup being deleted has no active, drainable pod on its node
 //!   (unless its claim was force-deleted by the test, or its termination deadline has passed).
-//! - `deleted-under-live-claim`: a NodeGroup is never deleted while its claim lives on.
+//! - `deleted-under-live-claim`: a NodeGroup is never deleted while its claim lives on (but for a
+//!   group refused for quota, deleted at once and its claim just after).
 //! - `cooldown-honoured`: no NodeGroup of a flavor is created while that flavor is in the cluster's
 //!   persisted cool-down (its ConfigMap), whatever restarts happened since it was recorded; a
 //!   cool-down cleared early (capacity freed, clever-cloud.md §3.5) ends where it was last seen.
@@ -318,9 +319,10 @@ impl Invariants {
                 continue;
             }
 
-            // Deleting: never under a live claim, never with pods left on its node.
+            // Deleting: never under a live claim (but a group CKE refused for quota is deleted at
+            // once, its claim just after: clever-cloud.md §3.5), never with pods left on its node.
             checks += 1;
-            if let Some(c) = claim_alive.filter(|c| c.metadata.deletion_timestamp.is_none()) {
+            if let Some(c) = claim_alive.filter(|c| c.metadata.deletion_timestamp.is_none() && !g.is_quota_rejected()) {
                 found.push((
                     "deleted-under-live-claim",
                     guid.clone(),
