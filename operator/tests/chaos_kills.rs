@@ -76,10 +76,10 @@ struct Hub {
 }
 
 impl Hub {
-    fn start(kubeconfig: &Path, log: &Path, life: u64) -> Hub {
+    fn start(bin: &Path, kubeconfig: &Path, log: &Path, life: u64) -> Hub {
         let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
         writeln!(file, "===== life {life} =====").unwrap();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter-hub"))
+        let child = std::process::Command::new(bin)
             .arg("run")
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             // One replica: a SIGKILLed leader's Lease would hold its successor off for the
@@ -442,6 +442,13 @@ async fn the_fleet_keeps_its_invariants_through_sigkills_and_converges_after_the
     let kubeconfig = dir.join("management.kubeconfig");
     world.mgmt.write_kubeconfig(&kubeconfig).unwrap();
     let log = dir.join("hub.log");
+    // The binary as built now, kept for the whole run: a build relinking it meanwhile (a shared
+    // target directory) must not make one of hundreds of restarts fail.
+    let bin = dir.join("karpenter-hub");
+    let built = Path::new(env!("CARGO_BIN_EXE_karpenter-hub"));
+    if std::fs::hard_link(built, &bin).is_err() {
+        std::fs::copy(built, &bin).unwrap();
+    }
 
     let mut inv = Invariants::new(Settings {
         hub_id: "default".into(),
@@ -495,7 +502,7 @@ async fn the_fleet_keeps_its_invariants_through_sigkills_and_converges_after_the
         }
         ex.hub_running(true);
         life += 1;
-        let mut hub = Hub::start(&kubeconfig, &log, life);
+        let mut hub = Hub::start(&bin, &kubeconfig, &log, life);
         tokio::time::sleep(lifetime(&mut rng)).await;
         if let Some(status) = hub.exited() {
             panic!("the hub exited on its own ({status}) in life {life}; log: {}", log.display());
@@ -518,7 +525,7 @@ async fn the_fleet_keeps_its_invariants_through_sigkills_and_converges_after_the
     // The last restart: the fleet converges.
     ex.hub_running(true);
     life += 1;
-    let mut hub = Hub::start(&kubeconfig, &log, life);
+    let mut hub = Hub::start(&bin, &kubeconfig, &log, life);
     let expected = [5, 3];
     pods.set(&world, &ex, ALPHA, expected[ALPHA]).await;
     pods.set(&world, &ex, BETA, expected[BETA]).await;
