@@ -374,18 +374,42 @@ impl Faults {
 }
 
 /// Request counts by verb and resource (`pods`, `pods/eviction`, `nodegroups`; `""` for
-/// non-resource paths such as discovery). Cheap to clone.
+/// non-resource paths such as discovery), also by the client's `User-Agent` (`""` when it sends
+/// none), so a test can tell the traffic of the client under test from its own and the simulated
+/// CKE's. Cheap to clone.
 #[derive(Clone, Debug, Default)]
 pub struct Requests {
-    counts: Arc<Mutex<BTreeMap<(String, String), u64>>>,
+    counts: Arc<Mutex<Counts>>,
+    by_agent: Arc<Mutex<BTreeMap<String, Counts>>>,
 }
+
+/// Counts by (verb, resource).
+type Counts = BTreeMap<(String, String), u64>;
 
 /// The verbs that write.
 pub const WRITE_VERBS: &[&str] = &["create", "update", "patch", "delete", "deletecollection"];
 
 impl Requests {
-    pub(crate) fn record(&self, verb: &str, resource: &str) {
-        *lock(&self.counts).entry((verb.to_string(), resource.to_string())).or_insert(0) += 1;
+    pub(crate) fn record(&self, verb: &str, resource: &str, agent: &str) {
+        let key = (verb.to_string(), resource.to_string());
+        *lock(&self.by_agent).entry(agent.to_string()).or_default().entry(key.clone()).or_insert(0) += 1;
+        *lock(&self.counts).entry(key).or_insert(0) += 1;
+    }
+
+    /// [`Requests::snapshot`] of the requests whose `User-Agent` starts with `prefix`.
+    pub fn snapshot_of(&self, prefix: &str) -> BTreeMap<(String, String), u64> {
+        let mut out = BTreeMap::new();
+        for (_, counts) in lock(&self.by_agent).iter().filter(|(agent, _)| agent.starts_with(prefix)) {
+            for (key, n) in counts {
+                *out.entry(key.clone()).or_insert(0) += n;
+            }
+        }
+        out
+    }
+
+    /// The user agents seen, each with its number of requests.
+    pub fn agents(&self) -> BTreeMap<String, u64> {
+        lock(&self.by_agent).iter().map(|(agent, counts)| (agent.clone(), counts.values().sum())).collect()
     }
 
     /// Requests with this verb on this resource.
@@ -416,5 +440,27 @@ impl Requests {
     /// Resets every count to zero.
     pub fn reset(&self) {
         lock(&self.counts).clear();
+        lock(&self.by_agent).clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn requests_are_counted_in_all_and_by_user_agent_prefix() {
+        let r = Requests::default();
+        r.record("list", "nodegroups", "karpenter-hub/0.1.0");
+        r.record("list", "nodegroups", "");
+        r.record("create", "nodegroups", "karpenter-hub/0.1.0");
+        assert_eq!(r.count("list", "nodegroups"), 2);
+        let hub = r.snapshot_of("karpenter-hub/");
+        assert_eq!(hub.get(&("list".into(), "nodegroups".into())), Some(&1));
+        assert_eq!(hub.get(&("create".into(), "nodegroups".into())), Some(&1));
+        assert_eq!(r.agents(), BTreeMap::from([(String::new(), 1), ("karpenter-hub/0.1.0".into(), 2)]));
+        r.reset();
+        assert!(r.snapshot_of("").is_empty() && r.agents().is_empty());
     }
 }

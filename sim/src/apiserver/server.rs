@@ -262,7 +262,8 @@ async fn handle(
         }
         _ => ("get", String::new()),
     };
-    shared.requests.record(verb, &resource);
+    let agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    shared.requests.record(verb, &resource, agent);
     let exempt = headers.contains_key(super::faults::FAULT_EXEMPT_HEADER);
     if !exempt {
         injected_delay(&shared).await;
