@@ -10,3 +10,12 @@ pub mod manifests;
 pub mod metrics;
 pub mod registry;
 pub mod sharding;
+
+/// The `User-Agent` of every request the hub sends (API server audit logs tell its traffic apart
+/// by it; kube's client sends none of its own).
+pub const USER_AGENT: &str = concat!("karpenter-hub/", env!("CARGO_PKG_VERSION"));
+
+/// Identify the clients built from `config` as the hub ([`USER_AGENT`]).
+pub fn identify(config: &mut kube::Config) {
+    config.headers.push((axum::http::header::USER_AGENT, axum::http::HeaderValue::from_static(USER_AGENT)));
+}

@@ -281,6 +281,7 @@ impl Task {
         };
         // Connect fast or fail; reads keep kube's default (watches are long polls).
         config.connect_timeout = Some(self.settings.probe_timeout);
+        crate::infra::identify(&mut config);
         let mut direct = config.clone();
         direct.default_retry = false;
         let evictions = self.client(direct);
