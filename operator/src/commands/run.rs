@@ -48,6 +48,17 @@ pub struct RunArgs {
     /// Namespace of the leader election Lease (default: $POD_NAMESPACE, else `karpenter-hub`).
     #[arg(long, env = "KARPENTER_HUB_LEADER_ELECTION_NAMESPACE")]
     pub leader_election_namespace: Option<String>,
+    /// Leader election: seconds the leader's Lease holds without renewal (how long a dead
+    /// leader's standby waits).
+    #[arg(long, env = "KARPENTER_HUB_LEADER_ELECT_LEASE_DURATION", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub leader_elect_lease_duration: u64,
+    /// Leader election: seconds after which a leader that could not renew its Lease stops acting
+    /// (its workload clients refuse every request from then on); shorter than the lease duration.
+    #[arg(long, env = "KARPENTER_HUB_LEADER_ELECT_RENEW_DEADLINE", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub leader_elect_renew_deadline: u64,
+    /// Leader election: seconds between renewals (and between a standby's attempts).
+    #[arg(long, env = "KARPENTER_HUB_LEADER_ELECT_RETRY_PERIOD", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub leader_elect_retry_period: u64,
     /// Spread the workload clusters across every replica running with this flag (hub.md §6): each
     /// cluster is owned through a Lease of its own in the leader election namespace; a replica
     /// that dies has its clusters taken over within --shard-lease-duration. Off: one active
@@ -124,6 +135,15 @@ impl RunArgs {
         }
     }
 
+    /// The leader election timings, validated (the error names the flags and the fix).
+    pub fn leader_timings(&self) -> Result<leader::Timings, leader::TimingsError> {
+        leader::Timings::new(
+            Duration::from_secs(self.leader_elect_lease_duration),
+            Duration::from_secs(self.leader_elect_renew_deadline),
+            Duration::from_secs(self.leader_elect_retry_period),
+        )
+    }
+
     /// The shard Lease timings, validated (the error names the flags and the fix).
     pub fn shard_timings(&self) -> Result<shard_rules::Timings, shard_rules::TimingsError> {
         shard_rules::Timings::new(
@@ -149,6 +169,9 @@ pub enum RunError {
     LostLeadership(String),
     #[error(transparent)]
     Leader(#[from] leader::LeaderError),
+    /// Not a `source`: the message already says it all, once.
+    #[error("invalid leader election flags: {0}")]
+    LeaderTimings(leader::TimingsError),
     /// Not a `source`: the message already says it all, once.
     #[error("invalid sharding flags: {0}")]
     ShardTimings(shard_rules::TimingsError),
@@ -185,6 +208,8 @@ pub async fn management_config(path: Option<&PathBuf>) -> Result<Config, RunErro
         }
         None => Config::infer().await.map_err(|e| RunError::Config(e.to_string()))?,
     };
+    let mut config = config;
+    crate::infra::identify(&mut config);
     Ok(config)
 }
 
@@ -341,6 +366,12 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
     } else {
         None
     };
+    // Sharded mode's leader Lease follows the shard timings; these are for one active replica.
+    let leader_timings = if args.leader_elect && !args.sharding {
+        args.leader_timings().map_err(RunError::LeaderTimings)?
+    } else {
+        leader::Timings::default()
+    };
     let mgmt_config = management_config(args.kubeconfig.as_ref()).await?;
     let mgmt = Client::try_from(mgmt_config.clone())?;
     mgmt.apiserver_version().await?;
@@ -381,7 +412,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
         let lease = format!("karpenter-hub-{}", args.hub_id);
         // A namespace someone named and that does not exist is more likely a mistake than a wish:
         // only the default one is created (a first run by hand, before installing the manifests).
-        let elector = leader::Elector::new(mgmt.clone(), &namespace, &lease, &identity, leader::Timings::default())
+        let elector = leader::Elector::new(mgmt.clone(), &namespace, &lease, &identity, leader_timings)
             .creating_namespace(!chosen);
         if !elector.campaign(&shutdown).await? {
             return Ok(());
@@ -403,7 +434,10 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
                 controllers.cancel();
             });
         }
-        run_with(mgmt, args.hub_settings(), args.registry_settings(), metrics, controllers).await?;
+        // Fenced: once the Lease is lost, a reconcile still finishing reaches no workload cluster
+        // (a standby may take over one lease duration after the last renewal).
+        let registry_settings = registry::Settings { fence_on_shutdown: true, ..args.registry_settings() };
+        run_with(mgmt, args.hub_settings(), registry_settings, metrics, controllers).await?;
         stop.cancel();
         let _ = keeper.await;
         if lost.is_cancelled() {
@@ -451,6 +485,24 @@ mod tests {
         let e = parse(&["--sharding", "--shard-retry-period=20"]).shard_timings().unwrap_err().to_string();
         assert!(e.contains("--shard-retry-period") && e.contains("raise the deadline"), "{e}");
         assert!(Cli::try_parse_from(["karpenter-hub", "--shard-lease-duration=0"]).is_err(), "below the range");
+    }
+
+    #[test]
+    fn leader_election_timings_default_to_client_go_s_and_are_validated_naming_the_flags() {
+        assert_eq!(parse(&[]).leader_timings(), Ok(leader::Timings::default()));
+        let short = parse(&[
+            "--leader-elect-lease-duration=3",
+            "--leader-elect-renew-deadline=2",
+            "--leader-elect-retry-period=1",
+        ]);
+        assert_eq!(short.leader_timings().unwrap().renew_deadline, Duration::from_secs(2));
+        let e = parse(&["--leader-elect-renew-deadline=15"]).leader_timings().unwrap_err().to_string();
+        assert!(
+            e.contains("--leader-elect-renew-deadline (15s)") && e.contains("--leader-elect-lease-duration (15s)"),
+            "{e}"
+        );
+        let e = parse(&["--leader-elect-retry-period=10"]).leader_timings().unwrap_err().to_string();
+        assert!(e.contains("--leader-elect-retry-period") && e.contains("raise the deadline"), "{e}");
     }
 
     #[test]

@@ -43,6 +43,36 @@ impl Default for Timings {
     }
 }
 
+/// Leader election timings that cannot keep one active replica (named after the flags).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimingsError {
+    #[error(
+        "--leader-elect-renew-deadline ({renew:?}) must be shorter than --leader-elect-lease-duration ({lease:?}): the leader must stop acting before its Lease expires and a standby may take over; lower the deadline or raise the duration"
+    )]
+    DeadlineNotBeforeExpiry { renew: Duration, lease: Duration },
+    #[error(
+        "--leader-elect-retry-period ({retry:?}) must be shorter than --leader-elect-renew-deadline ({renew:?}): otherwise one missed renewal already stops the leader; lower the retry period or raise the deadline"
+    )]
+    RetryNotBeforeDeadline { retry: Duration, renew: Duration },
+}
+
+impl Timings {
+    /// Validated timings (the error names the flags and the fix).
+    pub fn new(
+        lease_duration: Duration,
+        renew_deadline: Duration,
+        retry_period: Duration,
+    ) -> Result<Self, TimingsError> {
+        if renew_deadline >= lease_duration {
+            return Err(TimingsError::DeadlineNotBeforeExpiry { renew: renew_deadline, lease: lease_duration });
+        }
+        if retry_period >= renew_deadline {
+            return Err(TimingsError::RetryNotBeforeDeadline { retry: retry_period, renew: renew_deadline });
+        }
+        Ok(Self { lease_duration, renew_deadline, retry_period })
+    }
+}
+
 /// What a candidate may do with the Lease as it stands. Pure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -266,24 +296,43 @@ impl Elector {
 
     /// Renew until renewal has failed for `renew_deadline` or another replica holds the Lease
     /// (then cancel `lost`), or until `stop`. Releasing is the caller's, once it stopped acting.
+    ///
+    /// `lost` fires no later than `renew_deadline` after the start of the last renewal that
+    /// succeeded, whatever the management cluster does: an attempt that hangs (a partition that
+    /// drops packets rather than refusing connections) is abandoned at the deadline, and the wait
+    /// between attempts never runs past it.
     pub async fn keep(&self, lost: CancellationToken, stop: CancellationToken) {
         let mut last_ok = tokio::time::Instant::now();
         loop {
+            let deadline = last_ok + self.timings.renew_deadline;
+            let wake = (tokio::time::Instant::now() + self.timings.retry_period).min(deadline);
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(self.timings.retry_period) => {}
+                () = tokio::time::sleep_until(wake) => {}
             }
-            match self.try_hold().await {
-                Ok(true) => last_ok = tokio::time::Instant::now(),
-                Ok(false) => {
+            // The Lease says it was renewed when the attempt began: count from there.
+            let attempt = tokio::time::Instant::now();
+            match tokio::time::timeout_at(deadline, self.try_hold()).await {
+                Ok(Ok(true)) => {
+                    last_ok = attempt;
+                    continue;
+                }
+                Ok(Ok(false)) => {
                     tracing::error!(lease = %self.name, "another replica took the Lease; stopping");
                     lost.cancel();
                     return;
                 }
-                Err(e) => tracing::warn!(lease = %self.name, error = %plain(&e), "renewing the Lease failed"),
+                Ok(Err(e)) => tracing::warn!(lease = %self.name, error = %plain(&e), "renewing the Lease failed"),
+                Err(_) => {
+                    tracing::warn!(lease = %self.name, "renewing the Lease got no answer before the renew deadline")
+                }
             }
-            if last_ok.elapsed() >= self.timings.renew_deadline {
-                tracing::error!(lease = %self.name, "could not renew the Lease in time; stopping");
+            if tokio::time::Instant::now() >= deadline {
+                tracing::error!(
+                    lease = %self.name,
+                    renew_deadline_seconds = self.timings.renew_deadline.as_secs_f64(),
+                    "could not renew the Lease in time; stopping"
+                );
                 lost.cancel();
                 return;
             }

@@ -146,6 +146,9 @@ pub struct Settings {
     pub namespace: Option<String>,
     /// Sharded mode: connect only to the clusters this replica is granted (hub.md §6).
     pub sharded: bool,
+    /// Fence every workload client by the registry's shutdown token (leader election: once the
+    /// leader stops, a request already under way in a finishing reconcile is refused too).
+    pub fence_on_shutdown: bool,
 }
 
 impl Default for Settings {
@@ -159,6 +162,7 @@ impl Default for Settings {
             reconnect_max: Duration::from_secs(60),
             namespace: None,
             sharded: false,
+            fence_on_shutdown: false,
         }
     }
 }
@@ -535,7 +539,7 @@ impl Registry {
                 None => return,
             }
         } else {
-            (shutdown.clone(), None)
+            (shutdown.clone(), self.inner.settings.fence_on_shutdown.then(|| shutdown.clone()))
         };
         let Some((version, bytes, rank)) = self
             .inner
