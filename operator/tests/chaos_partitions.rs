@@ -1,18 +1,19 @@
-//! Partitions (issue 17, part 3; hub.md §3 and §5) on the simulated world with the real hub
-//! in-process: a workload cluster black-holed for a simulated hour gets no write and no deletion
-//! while it is cut off, the other clusters keep their provisioning latency, and the healed cluster
-//! catches up without a relist storm; with the management cluster unreachable the hub acts nowhere,
-//! then resumes cleanly.
+//! Partitions (issue 17, part 3; hub.md §3, §5 and §6) on the simulated world: a workload cluster
+//! black-holed for a simulated hour gets no write and no deletion while it is cut off, the other
+//! clusters keep their provisioning latency, and the healed cluster catches up with one LIST per
+//! kind the hub watches there; with the management cluster cut off while launches are in flight, the
+//! hub run as in production (`run`, leader election on) writes to no workload cluster after its
+//! Lease's renew deadline, stops, and resumes cleanly once the management cluster is back.
 //!
-//! Time: the hub and the management emulator share a manual clock that the test moves forward; the
-//! workload emulators and the simulated CKEs keep the wall clock (see `World::start_on`). The hub's
-//! clock only jumps while every cluster it can see is settled (no launch in flight), so a jump never
-//! makes CKE look slow to the hub; the cut-off cluster is frozen whole (its CKE talks to the same
-//! black-holed API server), which is why it holds no launch in flight when it is cut off.
+//! Time: in the first scenario the hub (in-process, `World::start_hub`) and the management emulator
+//! share a manual clock that the test moves forward; the workload emulators and the simulated CKEs
+//! keep the wall clock (see `World::start_on`). The hub's clock only jumps while every cluster it can
+//! see is settled, so a jump never makes CKE look slow to the hub; the cut-off cluster is frozen
+//! whole (its CKE talks to the same black-holed API server). The second scenario is on the wall
+//! clock, with short leader election timings.
 //!
-//! Who writes: node heartbeat Leases are off in the simulated CKEs, and the settled clusters hold no
-//! pod that changes, so what reaches a quiet cluster's emulator is the hub's (and this test's own
-//! watches, which only read).
+//! Who sent what: the emulators count requests by `User-Agent`; the hub's carry
+//! `operator::infra::USER_AGENT`, this test's watches `TEST_AGENT`, the simulated CKE's none.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -23,12 +24,14 @@ use std::{
 
 use crds::{NodeClaim, NodeGroup, NodePool, common::Condition, labels};
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
+use operator::commands::run;
 use operator::{
     commands::sandbox::world::{World, quick_cke, workload_pod},
     decisions::conditions::TRUE,
@@ -40,7 +43,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 mod common;
-use common::{EXAMPLE, rounds, wait_for, wait_quiet, wait_quiet_over};
+#[path = "common/invariants.rs"]
+mod invariants;
+use common::{EXAMPLE, rounds, wait_for, wait_quiet};
+use invariants::{Invariants, Settings};
 
 /// The two scenarios load the 2-core machine; each measures with the machine to itself.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -76,37 +82,11 @@ fn lists(counts: &Counts) -> Counts {
 const WRITES: &[&str] = &["create", "update", "patch", "delete", "deletecollection"];
 
 /// What this test's own watches show of one workload cluster: when each NodeGroup was first seen,
-/// and each pod's phase. Watches, not polling: the test sends no LIST after it starts, so the LISTs
-/// an emulator counts after a heal are the hub's (and CKE's).
+/// and each pod's phase.
 #[derive(Clone, Default)]
 struct Seen {
     groups: Arc<Mutex<BTreeMap<String, Instant>>>,
     pods: Arc<Mutex<BTreeMap<String, String>>>,
-}
-
-/// LISTs this test's own watches sent, by resource (the last path segment: they list `pods` and
-/// `nodegroups` only), so the LISTs an emulator served can be told apart from the hub's.
-#[derive(Clone, Default)]
-struct OwnLists(Arc<Mutex<BTreeMap<String, u64>>>);
-
-impl OwnLists {
-    fn client(&self, server: &ApiServer) -> Client {
-        let own = self.0.clone();
-        let layer = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
-            let query = req.uri().query().unwrap_or_default();
-            let watch = query.split('&').any(|kv| kv == "watch=true" || kv == "watch=1");
-            if req.method() == http::Method::GET && !watch {
-                let resource = req.uri().path().rsplit('/').next().unwrap_or_default().to_string();
-                *own.lock().unwrap().entry(resource).or_insert(0) += 1;
-            }
-            req
-        });
-        kube::client::ClientBuilder::try_from(server.client_config()).unwrap().with_layer(&layer).build()
-    }
-
-    fn get(&self) -> BTreeMap<String, u64> {
-        self.0.lock().unwrap().clone()
-    }
 }
 
 impl Seen {
@@ -195,7 +175,7 @@ fn identities<K: ResourceExt>(items: &[K]) -> Vec<(String, String, bool)> {
 /// The invariants of issue 17 that a partition could break, for cluster `i`, as violations (empty
 /// when they hold) and the number of checks made: one NodeGroup per NodeClaim and back, named after
 /// it, and no pod left waiting.
-async fn violations(world: &World, i: usize, pods: usize) -> (Vec<String>, usize) {
+async fn violations(world: &World, i: usize, pods: Option<usize>) -> (Vec<String>, usize) {
     let c = &world.clusters[i];
     let claims = claims_of(world, i).await;
     let groups = Api::<NodeGroup>::all(c.client()).list(&ListParams::default()).await.unwrap().items;
@@ -220,9 +200,11 @@ async fn violations(world: &World, i: usize, pods: usize) -> (Vec<String>, usize
             found.push(format!("{}: NodeGroup {} is not named after its claim {claim}", c.name, g.name_any()));
         }
     }
-    checks += 1;
-    if groups.len() != pods {
-        found.push(format!("{}: {} NodeGroups for {pods} pods that each need a node", c.name, groups.len()));
+    if let Some(pods) = pods {
+        checks += 1;
+        if groups.len() != pods {
+            found.push(format!("{}: {} NodeGroups for {pods} pods that each need a node", c.name, groups.len()));
+        }
     }
     (found, checks)
 }
@@ -303,12 +285,11 @@ fn pool_edit(name: String, limits: Option<Value>) -> impl Fn(&mut Value) {
     }
 }
 
-/// Start `n` clusters on a manual clock (CKE quick, node Leases off), their pools applied (cluster
-/// `limited` with a CPU limit of one 2XS node), the hub started and every cluster Connected.
-async fn fleet(n: usize, limited: Option<usize>) -> (World, Clock, Vec<(Seen, OwnLists)>, CancellationToken) {
+/// Start `n` clusters on `clock` (CKE quick, node Leases off) with their pools applied (cluster
+/// `limited` with a CPU limit of one 2XS node); the hub is not started.
+async fn fleet(n: usize, limited: Option<usize>, clock: Clock) -> World {
     let names: Vec<(String, String)> = (0..n).map(|i| (format!("team-{i:02}"), format!("c{i:02}"))).collect();
     let refs: Vec<(&str, &str)> = names.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-    let clock = Clock::manual_now();
     // Quota for the test's nodes (the default organisation quota holds four 2XS workers).
     let quota =
         sim::cke::QuotaConfig { limit: sim::cke::Usage { vcpu: 400, ram_gb: 400 }, ..sim::cke::QuotaConfig::default() };
@@ -317,30 +298,48 @@ async fn fleet(n: usize, limited: Option<usize>) -> (World, Clock, Vec<(Seen, Ow
         quota: quota.clone(),
         ..quick_cke(i as u64 + 1700)
     };
-    let mut world = World::start_on(&refs, cke, clock.clone()).await.unwrap();
+    let world = World::start_on(&refs, cke, clock).await.unwrap();
     for (i, (ns, name)) in names.iter().enumerate() {
         let limits = (Some(i) == limited).then(|| json!({"cpu": "4"}));
         world.apply_yaml("general-purpose.yaml", EXAMPLE, ns, pool_edit(name.clone(), limits)).await.unwrap();
     }
-    world.start_hub();
+    world
+}
+
+/// Every cluster `Connected`, then this test's watches of each.
+async fn watch_fleet(world: &World, stop: &CancellationToken) -> Vec<Seen> {
     let mgmt = world.mgmt.client();
-    for (ns, _) in &names {
-        wait_reachable(&mgmt, ns, TRUE, "Connected").await;
+    for c in &world.clusters {
+        wait_reachable(&mgmt, &c.namespace, TRUE, "Connected").await;
     }
-    let stop = CancellationToken::new();
-    let seen = world
+    world
         .clusters
         .iter()
         .map(|c| {
-            let own = OwnLists::default();
-            (Seen::start(own.client(&c.server), &stop), own)
+            let mut config = c.server.client_config();
+            config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(TEST_AGENT)));
+            Seen::start(Client::try_from(config).unwrap(), stop)
         })
-        .collect();
-    (world, clock, seen, stop)
+        .collect()
 }
 
-fn requests(server: &ApiServer) -> Counts {
-    server.requests().snapshot()
+/// The `User-Agent` of this test's watches (the simulated CKE's clients send none).
+const TEST_AGENT: &str = "chaos-partitions-test";
+
+/// The hub's requests to an emulator (by its `User-Agent`): not this test's, not CKE's.
+fn hub_requests(server: &ApiServer) -> Counts {
+    server.requests().snapshot_of(operator::infra::USER_AGENT)
+}
+
+fn invariants() -> Invariants {
+    Invariants::new(Settings {
+        hub_id: "default".into(),
+        gc_min_age: Duration::from_secs(120),
+        gc_period: Duration::from_secs(120),
+        flavor_cooldown: Duration::from_secs(180),
+        slack: Duration::from_secs(30),
+        command_bound: Duration::from_secs(120),
+    })
 }
 
 /// One of 20 clusters black-holed for a simulated hour: no write and no deletion reaches it, the
@@ -357,8 +356,12 @@ async fn a_cluster_black_holed_for_an_hour_gets_no_write_and_delays_no_other() {
     const CLUSTERS: usize = 20;
     const CUT: usize = 7;
     let t_start = Instant::now();
-    let (world, clock, watches, stop) = fleet(CLUSTERS, Some(CUT)).await;
-    let seen: Vec<Seen> = watches.iter().map(|(s, _)| s.clone()).collect();
+    let clock = Clock::manual_now();
+    let mut world = fleet(CLUSTERS, Some(CUT), clock.clone()).await;
+    world.start_hub();
+    let stop = CancellationToken::new();
+    let seen = watch_fleet(&world, &stop).await;
+    let mut checker = invariants();
     let mgmt = world.mgmt.client();
     let healthy: Vec<usize> = (0..CLUSTERS).filter(|&i| i != CUT).collect();
     let all: Vec<usize> = (0..CLUSTERS).collect();
@@ -391,8 +394,9 @@ async fn a_cluster_black_holed_for_an_hour_gets_no_write_and_delays_no_other() {
         identities(&Api::<NodeGroup>::all(cut_server.client()).list(&ListParams::default()).await.unwrap().items);
     assert_eq!((claims_before.len(), groups_before.len()), (1, 1), "the cut-off cluster holds one node");
 
+    checker.observe(&world).await;
     // The partition.
-    let at_cut = requests(cut_server);
+    let at_cut = hub_requests(cut_server);
     cut_server.faults().set_blackhole(true);
     wait_reachable(&mgmt, &cut_ns, "False", "Unreachable").await;
     // Its pool may grow now: a hub deciding on what it last saw would launch for the waiting pod.
@@ -408,12 +412,13 @@ async fn a_cluster_black_holed_for_an_hour_gets_no_write_and_delays_no_other() {
     }
     // An hour later (on the hub's clock): the claims of the cut-off cluster are untouched.
     assert_eq!(cut_claims().await, claims_before, "the cut-off cluster's NodeClaims changed while it was cut off");
-    let during = minus(&requests(cut_server), &at_cut);
+    let during = minus(&hub_requests(cut_server), &at_cut);
     let (writes, deletes) = (sum_verbs(&during, WRITES), sum_verbs(&during, &["delete", "deletecollection"]));
 
     // Heal.
-    let at_heal: Vec<Counts> = world.clusters.iter().map(|c| requests(&c.server)).collect();
-    let own_at_heal = watches[CUT].1.get();
+    let at_heal: Vec<Counts> = world.clusters.iter().map(|c| hub_requests(&c.server)).collect();
+    let cke_at_heal = cut_server.requests().snapshot_of("");
+    let test_at_heal = cut_server.requests().snapshot_of(TEST_AGENT);
     cut_server.faults().set_blackhole(false);
     wait_reachable(&mgmt, &cut_ns, TRUE, "Connected").await;
     wait_for("the cut-off cluster's waiting pod running", UP, || async { seen[CUT].running() == 2 }).await;
@@ -430,28 +435,32 @@ async fn a_cluster_black_holed_for_an_hour_gets_no_write_and_delays_no_other() {
         baseline.extend(round(&world, &seen, &healthy, n).await);
         n += 1;
     }
-    // The test's own requests since the heal: none but its checks below, which come after this.
+    // The hub's requests since the heal (this test's and CKE's carry another user agent).
     let since_heal: Vec<Counts> =
-        world.clusters.iter().zip(&at_heal).map(|(c, before)| minus(&requests(&c.server), before)).collect();
-    // The hub's LISTs: what the emulator served minus this test's own watches' relists.
-    let mut cut_lists = lists(&since_heal[CUT]);
-    for (resource, n) in watches[CUT].1.get() {
-        let own = n - own_at_heal.get(&resource).copied().unwrap_or(0);
-        if let Some(served) = cut_lists.get_mut(&("list".to_string(), resource)) {
-            *served -= own;
+        world.clusters.iter().zip(&at_heal).map(|(c, before)| minus(&hub_requests(&c.server), before)).collect();
+    let cut_lists = lists(&since_heal[CUT]);
+    // Everyone's LISTs there, to show where the others come from: the simulated CKE sends no user
+    // agent, so its requests are all requests minus the hub's and this test's.
+    let test_lists = lists(&minus(&cut_server.requests().snapshot_of(TEST_AGENT), &test_at_heal));
+    let mut cke_lists = lists(&minus(&cut_server.requests().snapshot_of(""), &cke_at_heal));
+    for (k, n) in cut_lists.iter().chain(&test_lists) {
+        if let Some(m) = cke_lists.get_mut(k) {
+            *m -= n;
         }
     }
-    cut_lists.retain(|_, n| *n > 0);
+    cke_lists.retain(|_, n| *n > 0);
     let other_lists: u64 = healthy.iter().map(|&i| sum_verbs(&since_heal[i], &["list"])).sum();
 
     let mut found = Vec::new();
     let mut checks = 0;
     for i in 0..CLUSTERS {
         let pods = if i == CUT { 2 } else { n };
-        let (v, c) = violations(&world, i, pods).await;
+        let (v, c) = violations(&world, i, Some(pods)).await;
         found.extend(v);
         checks += c;
     }
+    checker.observe_final(&world).await;
+    let report = checker.report();
     let (b50, b99, p50, p99) = (
         percentile(&baseline, 0.5),
         percentile(&baseline, 0.99),
@@ -461,8 +470,9 @@ async fn a_cluster_black_holed_for_an_hour_gets_no_write_and_delays_no_other() {
     eprintln!(
         "partition summary: cut-off cluster {}: writes {writes}, deletions {deletes} during the partition \
          (requests {during:?}); pending→NodeGroup of the other {}: baseline p50 {} ms p99 {} ms ({} pods), \
-         partitioned p50 {} ms p99 {} ms ({} pods); LISTs after healing: cut-off cluster {cut_lists:?}, \
-         others {other_lists}; invariant checks {checks}, violations {}; wall {:.1} s",
+         partitioned p50 {} ms p99 {} ms ({} pods); LISTs after healing: cut-off cluster {cut_lists:?} (CKE's there {cke_lists:?}, this test's \
+         {test_lists:?}), \
+         others {other_lists}; test's checks {checks}, violations {}; shared invariants: {report}; wall {:.1} s",
         world.clusters[CUT].name,
         healthy.len(),
         ms(b50),
@@ -475,6 +485,7 @@ async fn a_cluster_black_holed_for_an_hour_gets_no_write_and_delays_no_other() {
         t_start.elapsed().as_secs_f64()
     );
     assert!(found.is_empty(), "invariants violated: {found:#?}");
+    assert!(report.violations.is_empty() && report.failed_observations == 0, "{report}");
     assert_eq!(writes, 0, "writes reached the cut-off cluster while it was cut off: {during:?}");
     assert_eq!(deletes, 0, "deletions reached the cut-off cluster while it was cut off: {during:?}");
     assert!(
@@ -490,93 +501,216 @@ async fn a_cluster_black_holed_for_an_hour_gets_no_write_and_delays_no_other() {
         ms(b99)
     );
     assert_eq!(other_lists, 0, "the healthy clusters were re-listed after the heal: {since_heal:?}");
-    // One LIST per kind the hub watches there when it reconnects; NodeGroups were seen listed twice
-    // (a second LIST whose origin is not pinned down yet): the bound is two per kind, not a storm.
+    // One LIST per kind the hub watches there when it reconnects (the second NodeGroups LIST seen
+    // before user agents were told apart was the simulated CKE's).
     assert!(
-        cut_lists.values().all(|&n| n <= 2),
-        "the healed cluster was re-listed more than twice per kind: {cut_lists:?}"
+        cut_lists.values().all(|&n| n <= 1),
+        "the hub re-listed the healed cluster more than once per kind: {cut_lists:?}"
     );
     stop.cancel();
     world.shutdown().await;
 }
 
-/// The management cluster unreachable (connections refused): the hub writes to no workload cluster
-/// while pods wait in every one of them and its clock moves past the collector's minimum age, then
-/// provisions them once the management cluster is back, one NodeGroup per NodeClaim.
+/// Leader election timings of the hub under test (`--leader-elect-*`), short for the test.
+const LEASE_DURATION: u64 = 5;
+const RENEW_DEADLINE: Duration = Duration::from_secs(3);
+const RETRY_PERIOD: u64 = 1;
+/// What may still arrive after the renew deadline: the timer firing late on a loaded machine, a
+/// request already sent when the fence closed, the sampling grain.
+const ARRIVAL_SLACK: Duration = Duration::from_millis(500);
+
+#[derive(clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    run: operator::commands::run::RunArgs,
+}
+
+/// The hub as the binary runs it (`karpenter-hub run`, leader election on), in this process.
+fn start_production_hub(kubeconfig: &std::path::Path) -> tokio::task::JoinHandle<Result<(), run::RunError>> {
+    let args = [
+        "karpenter-hub".to_string(),
+        format!("--kubeconfig={}", kubeconfig.display()),
+        "--metrics-addr=127.0.0.1:0".into(),
+        "--leader-elect=true".into(),
+        "--leader-election-namespace=karpenter-hub".into(),
+        format!("--leader-elect-lease-duration={LEASE_DURATION}"),
+        format!("--leader-elect-renew-deadline={}", RENEW_DEADLINE.as_secs()),
+        format!("--leader-elect-retry-period={RETRY_PERIOD}"),
+        "--probe-interval-seconds=2".into(),
+    ];
+    let args = <Cli as clap::Parser>::try_parse_from(args).unwrap().run;
+    tokio::spawn(run::run(args, CancellationToken::new()))
+}
+
+/// (holder, transitions) of the hub's leader Lease.
+async fn leader(mgmt: &Client) -> Option<(String, i32)> {
+    let lease =
+        Api::<Lease>::namespaced(mgmt.clone(), "karpenter-hub").get_opt("karpenter-hub-default").await.ok()??;
+    let spec = lease.spec?;
+    Some((spec.holder_identity?, spec.lease_transitions.unwrap_or(0)))
+}
+
+/// Writes of the hub to each workload cluster, sampled every 20 ms with the time each count was
+/// first seen: when the last one arrived, to the grain of the sampling.
+#[derive(Clone, Default)]
+struct WriteLog(Arc<Mutex<Vec<Sample>>>);
+
+/// When, and the hub's writes to each cluster by then.
+type Sample = (Instant, Vec<u64>);
+
+impl WriteLog {
+    fn start(world: &World, stop: &CancellationToken) -> WriteLog {
+        let log = WriteLog::default();
+        let servers: Vec<sim::apiserver::Requests> = world.clusters.iter().map(|c| c.server.requests()).collect();
+        let (out, stop) = (log.clone(), stop.clone());
+        tokio::spawn(async move {
+            loop {
+                let now: Vec<u64> =
+                    servers.iter().map(|r| sum_verbs(&r.snapshot_of(operator::infra::USER_AGENT), WRITES)).collect();
+                {
+                    let mut log = out.0.lock().unwrap();
+                    if log.last().is_none_or(|(_, last)| *last != now) {
+                        log.push((Instant::now(), now));
+                    }
+                }
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                }
+            }
+        });
+        log
+    }
+
+    /// When the hub's writes last changed, and their totals then.
+    fn last_change(&self) -> Option<Sample> {
+        self.0.lock().unwrap().last().cloned()
+    }
+
+    fn at(&self, t: Instant) -> Vec<u64> {
+        let log = self.0.lock().unwrap();
+        log.iter().rev().find(|(at, _)| *at <= t).map(|(_, c)| c.clone()).unwrap_or_default()
+    }
+}
+
+/// The management cluster cut off (a black hole: requests hang, as when packets are dropped) while
+/// launches are in flight, with the hub run as in production (`run`, leader election on): no hub
+/// write reaches any workload cluster later than the Lease's renew deadline after the cut, the hub
+/// stops (it lost its Lease); once the management cluster is back, the restarted hub re-acquires the
+/// Lease and provisions every waiting pod, one NodeGroup per claim, the invariants holding.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_management_cluster_unreachable_stops_the_hub_everywhere_until_it_is_back() {
+async fn the_management_cluster_cut_off_stops_the_leader_everywhere_by_its_renew_deadline() {
     let _serial = SERIAL.lock().await;
     const CLUSTERS: usize = 3;
+    /// Pods created at once per cluster just before the cut, each needing a node.
+    const BURST: usize = 2;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn,operator=info"))
+        .with_ansi(false)
+        .with_test_writer()
+        .try_init();
     let t_start = Instant::now();
-    let (world, clock, watches, stop) = fleet(CLUSTERS, None).await;
-    let seen: Vec<Seen> = watches.iter().map(|(s, _)| s.clone()).collect();
+    let world = fleet(CLUSTERS, None, Clock::real()).await;
+    let dir =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chaos-partitions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("management.kubeconfig");
+    world.mgmt.write_kubeconfig(&kubeconfig).unwrap();
+    let mgmt = world.mgmt.client();
+    // The leader election namespace, as the chart installs it.
+    operator::infra::manifests::ensure_namespace(&mgmt, "karpenter-hub").await.unwrap();
+    let mut hub = start_production_hub(&kubeconfig);
+    let stop = CancellationToken::new();
+    let seen = watch_fleet(&world, &stop).await;
+    let (identity, transitions) = leader(&mgmt).await.expect("the hub holds its leader Lease");
     let all: Vec<usize> = (0..CLUSTERS).collect();
+    let mut checker = invariants();
     round(&world, &seen, &all, 0).await;
+    checker.observe(&world).await;
+    let writes = WriteLog::start(&world, &stop);
 
-    let at_cut: Vec<Counts> = world.clusters.iter().map(|c| requests(&c.server)).collect();
-    let mgmt_faults = world.mgmt.faults();
-    mgmt_faults.set_unreachable(true);
-    // Pods wait in every cluster; the hub sees them (its workload watches are fine) and runs a
-    // provisioning round for each, but every decision needs the management cluster.
-    let looked: Vec<u64> = all.iter().map(|&i| rounds(&world, i)).collect();
+    // Work in flight: pods needing a node each, the cut as soon as the hub has created a claim.
+    let claims_before: usize =
+        futures::future::join_all(all.iter().map(|&i| claims_of(&world, i))).await.iter().map(Vec::len).sum();
     for &i in &all {
         let api: Api<Pod> = Api::namespaced(world.clusters[i].client(), "default");
-        api.create(&PostParams::default(), &workload_pod("web-1", POD_CPU, POD_MEMORY)).await.unwrap();
+        for k in 0..BURST {
+            api.create(&PostParams::default(), &workload_pod(&format!("web-{}", k + 1), POD_CPU, POD_MEMORY))
+                .await
+                .unwrap();
+        }
     }
-    wait_for("a provisioning round in every cluster", UP, || async {
-        all.iter().all(|&i| rounds(&world, i) > looked[i])
+    common::poll_every(Duration::from_millis(10), UP, || async {
+        let claims = Api::<NodeClaim>::all(mgmt.clone()).list(&ListParams::default()).await.map(|l| l.items.len());
+        claims.is_ok_and(|n| n > claims_before)
     })
     .await;
-    // Ten minutes pass on the hub's clock (past the collector's minimum age, under the
-    // registration TTL).
-    clock.advance(Duration::from_secs(10 * 60));
-    // Quiet: no hub-made write in any workload cluster while the hub probed every cluster three
-    // more times.
-    let hub_writes = || async {
-        world
-            .clusters
-            .iter()
-            .zip(&at_cut)
-            .map(|(c, before)| {
-                let d = minus(&requests(&c.server), before);
-                d.into_iter()
-                    .filter(|((v, r), _)| {
-                        WRITES.contains(&v.as_str())
-                            // This test's pod creates and CKE's binder marking them unschedulable.
-                            && !(r == "pods" && v == "create")
-                            && r != "pods/status"
-                    })
-                    .collect::<Counts>()
-            })
-            .collect::<Vec<_>>()
-    };
-    let probed = || async { all.iter().map(|&i| common::probes(&world, i)).sum::<u64>() };
-    let during = wait_quiet_over("workload writes, management unreachable", UP, 3 * 3, hub_writes, probed).await;
-    let writes: u64 = during.iter().map(|d| sum_verbs(d, WRITES)).sum();
-    let waiting = all.iter().filter(|&&i| seen[i].running() == 1).count();
+    let mgmt_faults = world.mgmt.faults();
+    mgmt_faults.set_blackhole(true);
+    let cut = Instant::now();
+    let at_cut = writes.at(cut);
+    // What was in flight then (read from the workload clusters, which stay reachable): pods waiting
+    // for a node of their own.
+    let waiting_at_cut: usize = all.iter().map(|&i| BURST + 1 - seen[i].running()).sum();
+    let groups_at_cut: usize = seen.iter().map(|s| s.groups().len()).sum::<usize>() - CLUSTERS;
 
-    mgmt_faults.set_unreachable(false);
+    // The hub must lose its Lease by the renew deadline and stop; `run` returns (the binary exits).
+    let stopped = tokio::time::timeout(UP, &mut hub).await;
+    let stopped_after = cut.elapsed();
+    let outcome = match stopped {
+        Ok(Ok(r)) => r.map_err(|e| e.to_string()),
+        Ok(Err(e)) => panic!("the hub panicked: {e}"),
+        Err(_) => panic!("the hub still runs {UP:?} after the management cluster was cut off"),
+    };
+    // `run` returned well after the deadline (its controllers get 10 s to finish): the write log up
+    // to now covers the deadline and what followed while the cut lasted.
+    let (last_at, totals) = writes.last_change().unwrap();
+    let after_cut: Vec<u64> = totals.iter().zip(&at_cut).map(|(t, c)| t - c).collect();
+    let last_write = last_at.checked_duration_since(cut);
+
+    // Back: the hub restarts (as the Deployment restarts the binary) and resumes.
+    mgmt_faults.set_blackhole(false);
+    let hub = start_production_hub(&kubeconfig);
     wait_for("every waiting pod running once the management cluster is back", UP, || async {
-        all.iter().all(|&i| seen[i].running() == 2)
+        all.iter().all(|&i| seen[i].running() == BURST + 1)
     })
     .await;
+    let (holder, transitions_after) = leader(&mgmt).await.expect("a leader Lease once back");
     let mut found = Vec::new();
     let mut checks = 0;
     for &i in &all {
-        let (v, c) = violations(&world, i, 2).await;
+        // Pods created together may share a node: NodeGroups pair with claims, not with pods.
+        let (v, c) = violations(&world, i, None).await;
         found.extend(v);
         checks += c;
     }
+    checker.observe_final(&world).await;
+    let report = checker.report();
     eprintln!(
-        "management partition summary: {CLUSTERS} clusters: hub writes to workload clusters while the management \
-         cluster was unreachable {writes} ({during:?}), clusters whose pod still waited {waiting}; after it came \
-         back every pod running; invariant checks {checks}, violations {}; wall {:.1} s",
+        "management partition summary: {CLUSTERS} clusters, {waiting_at_cut} pods waiting for a node at the cut \
+         (the hub's first claim for them created, {groups_at_cut} of their NodeGroups created); \
+         renew deadline {RENEW_DEADLINE:?}: the hub stopped {stopped_after:?} after the cut ({outcome:?}), hub writes \
+         to the workload clusters after the cut {after_cut:?}, the last one {last_write:?} after it; back: leader \
+         {holder} (transitions {transitions} -> {transitions_after}), every pod running; test's checks {checks}, \
+         violations {}; shared invariants: {report}; wall {:.1} s",
         found.len(),
         t_start.elapsed().as_secs_f64()
     );
-    assert_eq!(writes, 0, "the hub wrote to workload clusters while the management cluster was unreachable");
-    assert_eq!(waiting, CLUSTERS, "a waiting pod was provisioned while the management cluster was unreachable");
+    assert!(waiting_at_cut > 0, "nothing was in flight at the cut");
+    assert!(
+        outcome.as_ref().is_err_and(|e| e.contains("lost the leader election Lease")),
+        "the hub did not stop for its lost Lease: {outcome:?}"
+    );
+    if let Some(last) = last_write {
+        assert!(
+            last <= RENEW_DEADLINE + ARRIVAL_SLACK,
+            "a hub write reached a workload cluster {last:?} after the cut (renew deadline {RENEW_DEADLINE:?})"
+        );
+    }
+    assert_eq!(holder, identity, "the restarted hub (same process, same identity) holds the Lease again");
     assert!(found.is_empty(), "invariants violated: {found:#?}");
+    assert!(report.violations.is_empty() && report.failed_observations == 0, "{report}");
     stop.cancel();
+    hub.abort();
     world.shutdown().await;
 }
