@@ -97,3 +97,41 @@ async fn one_leader_at_a_time_and_a_standby_takes_over(client: Client, ns: &str)
     assert!(lost.is_cancelled());
     let _ = Api::<Namespace>::all(client).delete(ns, &Default::default()).await;
 }
+
+/// A partition that drops packets (the management emulator accepts requests and never answers):
+/// the leader stops by its renew deadline, not after the client's read timeout (kube's is 295 s,
+/// and each hung renewal used to block the deadline check for that long).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_renewals_hang_stops_by_its_renew_deadline() {
+    let server = ApiServer::start(ApiServerConfig::management("management")).await.unwrap();
+    let client = server.client();
+    let ns = "karpenter-hub";
+    let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+    let leader = Elector::new(client.clone(), ns, "karpenter-hub-default", "a", FAST);
+    assert!(leader.acquire(&CancellationToken::new()).await);
+    let (lost, stop) = (CancellationToken::new(), CancellationToken::new());
+    let keeper = tokio::spawn({
+        let (leader, lost, stop) = (leader.clone(), lost.clone(), stop.clone());
+        async move { leader.keep(lost, stop).await }
+    });
+    // A few renewals go through, then the black hole.
+    tokio::time::sleep(FAST.retry_period * 3).await;
+    assert!(!lost.is_cancelled(), "renewals answered: still leading");
+    server.faults().set_blackhole(true);
+    let cut = tokio::time::Instant::now();
+    // The last renewal that succeeded began at most one retry period before the cut.
+    let bound = FAST.renew_deadline + Duration::from_secs(1);
+    let stopped = tokio::time::timeout(Duration::from_secs(30), lost.cancelled()).await;
+    let after = cut.elapsed();
+    assert!(stopped.is_ok(), "still leading 30 s into the partition");
+    assert!(after <= bound, "stopped leading {after:?} after the cut; the renew deadline is {:?}", FAST.renew_deadline);
+    eprintln!(
+        "leader stopped {after:?} after its management cluster stopped answering (renew deadline {:?})",
+        FAST.renew_deadline
+    );
+    keeper.await.unwrap();
+    stop.cancel();
+    server.faults().set_blackhole(false);
+    server.shutdown().await;
+}
