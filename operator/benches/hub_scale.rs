@@ -557,7 +557,8 @@ fn summary(results: &[Value]) {
 /// timings), each process reporting its owned and connected clusters, RSS and CPU twice a second;
 /// then one replica is killed with SIGKILL and the time until the survivors have connected every
 /// cluster again is the hand-over; then a burst checks that every cluster provisions, with one
-/// NodeGroup per NodeClaim.
+/// NodeGroup per NodeClaim (listed and paired at the end, not inferred from event counts). Per
+/// phase: each replica's fences and the worst lag of its runtime (how late a 50 ms timer woke).
 mod sharded {
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};

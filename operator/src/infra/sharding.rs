@@ -10,8 +10,11 @@
 //! Lease could not be renewed within the renew deadline, which is shorter than the Lease duration:
 //! the replica has stopped writing to the cluster before anyone else may take it.
 //!
+//! The protocol runs on an OS thread of its own with its own management client, so the clusters'
+//! work saturating the hub's runtime cannot make the renewals late ([`Sharder::run`]).
+//!
 //! Owns: the Lease protocol of sharded mode (membership heartbeat, acquire, renew, hand over,
-//! fence, deleting dead members' Leases) and the shard metrics. Must not: decide anything itself
+//! fence, deleting dead members' Leases), its thread, and the shard metrics. Must not: decide anything itself
 //! (the decisions module does), act on a cluster without a live ownership token, or release a
 //! cluster's Lease before its token is cancelled.
 
