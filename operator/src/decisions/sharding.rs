@@ -304,7 +304,9 @@ mod tests {
     #[test]
     fn renewals_go_oldest_first_then_the_unheld_in_their_order() {
         let s = |n: u64| Some(Duration::from_secs(n));
-        let table: Vec<(&str, Vec<Option<Duration>>, Vec<usize>)> = vec![
+        // (case, time since each Lease was last renewed (None: not held), expected order)
+        type Case = (&'static str, Vec<Option<Duration>>, Vec<usize>);
+        let table: Vec<Case> = vec![
             ("nothing", vec![], vec![]),
             ("held only", vec![s(3), s(12), s(7)], vec![1, 2, 0]),
             ("unheld only: as given", vec![None, None, None], vec![0, 1, 2]),
