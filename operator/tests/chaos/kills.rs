@@ -11,9 +11,8 @@
 //! NodeGroup, no empty node, nothing deleting) within [`CONVERGENCE`].
 //!
 //! CI runs [`CI_KILLS`] kills. The soak: `KARPENTER_HUB_CHAOS_KILLS=2000 cargo test -p operator
-//! --test chaos_kills -- --nocapture` (ten times the kills; the workload script repeats). Set
+//! --test chaos kills -- --nocapture` (ten times the kills; the workload script repeats). Set
 //! `KARPENTER_HUB_CHAOS_SEED` to replay another sequence of lifetimes. Figures: docs/reliability.md.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -46,9 +45,7 @@ use sim::{
     clock::SeededRng,
 };
 
-mod common;
-#[path = "common/invariants.rs"]
-mod invariants;
+use crate::{common, invariants};
 
 use invariants::{Exemptions, Invariants, Settings};
 

@@ -8,7 +8,9 @@ use crds::{NodeClaim, NodeGroup, NodePool};
 use kube::{Api, ResourceExt, api::ListParams};
 use operator::commands::sandbox::world::{World, quick_cke, scale};
 
+#[path = "../common/mod.rs"]
 mod common;
+mod wakeups;
 use common::{apply_example, running, wait_for, wait_quiet, writes};
 
 /// How long writes must have stopped to call the world quiet where the hub's work shows no count.

@@ -10,7 +10,6 @@
 //! past the GC grace, no pod evicted outside its budget, no pod deleted but by the test (a node
 //! deleted undrained shows as its pods deleted), no foreign NodeGroup touched; plus progress:
 //! every pod that can be placed runs within `PLACE_BOUND`. A summary line gives the figures.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -37,9 +36,7 @@ use sim::{
 };
 use tokio::time::Instant;
 
-mod common;
-#[path = "common/invariants.rs"]
-mod invariants;
+use crate::{common, invariants};
 use common::EXAMPLE;
 use invariants::{Invariants, Settings};
 

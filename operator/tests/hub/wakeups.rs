@@ -3,7 +3,6 @@
 //! (after a restart they used to wait 5 s each), and an accepted NodeGroup fully gone clears the
 //! cluster's flavor cool-downs and creation back-off (clever-cloud.md §3.5), so a launch refused
 //! for quota proceeds as soon as capacity is freed instead of after the back-off.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 
@@ -21,7 +20,7 @@ use operator::{
 use serde_json::{Value, json};
 use sim::cke::Usage;
 
-mod common;
+use crate::common;
 use common::{EXAMPLE, running, wait_for};
 
 /// One pod per 2XS node (the pool offers 2XS only).
