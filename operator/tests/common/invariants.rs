@@ -510,26 +510,7 @@ fn drainable(p: &Pod) -> bool {
 }
 
 async fn snapshot(world: &World, i: usize) -> Result<Snapshot, kube::Error> {
-    let c = &world.clusters[i];
-    let lp = ListParams::default();
-    // The capacity state first: a cool-down recorded is seen before any group created inside it.
-    let capacity = Api::<ConfigMap>::namespaced(world.mgmt.client(), &c.namespace)
-        .get_opt(&operator::infra::hub::capacity_configmap(&c.key()))
-        .await?;
-    let groups = Api::<NodeGroup>::all(c.client()).list(&lp).await?.items;
-    let nodes = Api::<Node>::all(c.client()).list(&lp).await?.items;
-    let pods = Api::<Pod>::all(c.client()).list(&lp).await?.items;
-    // Claims last: a claim's deletion precedes its group's, so a group seen deleting whose claim
-    // is read alive afterwards was deleted under it; the reverse order would see a claim deleted
-    // just after it was read as alive.
-    let claims = Api::<NodeClaim>::namespaced(world.mgmt.client(), &c.namespace)
-        .list(&lp)
-        .await?
-        .items
-        .into_iter()
-        .filter(|claim| claim.spec.cluster_name == c.name)
-        .collect();
-    Ok(Snapshot { claims, groups, nodes, pods, capacity })
+    snapshot_through(world, i, &world.mgmt.client(), &world.clusters[i].client()).await
 }
 
 impl Invariants {
@@ -564,7 +545,7 @@ impl Invariants {
     }
 }
 
-/// [`snapshot`] through the given clients, in the same order.
+/// One cluster's state read through the given clients, in an order that makes the checks sound.
 async fn snapshot_through(
     world: &World,
     i: usize,
@@ -573,12 +554,16 @@ async fn snapshot_through(
 ) -> Result<Snapshot, kube::Error> {
     let c = &world.clusters[i];
     let lp = ListParams::default();
+    // The capacity state first: a cool-down recorded is seen before any group created inside it.
     let capacity = Api::<ConfigMap>::namespaced(mgmt.clone(), &c.namespace)
         .get_opt(&operator::infra::hub::capacity_configmap(&c.key()))
         .await?;
     let groups = Api::<NodeGroup>::all(workload.clone()).list(&lp).await?.items;
     let nodes = Api::<Node>::all(workload.clone()).list(&lp).await?.items;
     let pods = Api::<Pod>::all(workload.clone()).list(&lp).await?.items;
+    // Claims last: a claim's deletion precedes its group's, so a group seen deleting whose claim
+    // is read alive afterwards was deleted under it; the reverse order would see a claim deleted
+    // just after it was read as alive.
     let claims = Api::<NodeClaim>::namespaced(mgmt.clone(), &c.namespace)
         .list(&lp)
         .await?
