@@ -6,7 +6,7 @@
 
 use std::{cell::Cell, collections::BTreeSet, time::Duration};
 
-use crds::{NodeClaim, NodeClaimStatus, NodeGroup, NodePool, common::Condition, labels, nodegroup::NodeGroupSpec};
+use crds::{NodeClaim, NodeClaimStatus, NodeGroup, NodePool, labels, nodegroup::NodeGroupSpec};
 use k8s_openapi::{
     api::core::v1::{Namespace, Secret},
     jiff::Timestamp,
@@ -34,7 +34,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 mod common;
-use common::{EXAMPLE, Writes, apply_example, poll_every, running, wait_for, wait_quiet, wait_quiet_over, writes};
+use common::{
+    EXAMPLE, Writes, apply_example, poll_every, reachable, running, wait_for, wait_quiet, wait_quiet_over,
+    wait_reachable, writes,
+};
 
 /// Two such pods never share a 2XS (3.63Gi allocatable): every new pod needs a node of its own.
 const POD_CPU: &str = "500m";
@@ -42,20 +45,6 @@ const POD_MEMORY: &str = "2Gi";
 /// How long writes must have stopped to call the world quiet after the hub's deciders were seen
 /// refused their reads (their verdict follows the read at once).
 const QUIET: Duration = Duration::from_secs(2);
-
-/// `ClusterReachable` of the pool `default` in `ns`: (status, reason, lastTransitionTime).
-async fn reachable(mgmt: &Client, ns: &str) -> Option<(String, String, String)> {
-    let pool = Api::<NodePool>::namespaced(mgmt.clone(), ns).get("default").await.ok()?;
-    let c: Condition = pool.status?.conditions.into_iter().find(|c| c.type_ == "ClusterReachable")?;
-    Some((c.status, c.reason, c.last_transition_time.0.to_string()))
-}
-
-async fn wait_reachable(mgmt: &Client, ns: &str, status: &str, reason: &str, timeout: Duration) {
-    wait_for(&format!("{ns}: ClusterReachable={status}/{reason}"), timeout, || async {
-        reachable(mgmt, ns).await.is_some_and(|(s, r, _)| s == status && r == reason)
-    })
-    .await;
-}
 
 async fn claims(mgmt: &Client, ns: &str) -> Vec<NodeClaim> {
     Api::<NodeClaim>::namespaced(mgmt.clone(), ns).list(&ListParams::default()).await.unwrap().items

@@ -110,6 +110,18 @@ impl View {
         Api::<NodeGroup>::all(self.workloads[i].clone()).list(&ListParams::default()).await.unwrap().items
     }
 
+    /// This hub's NodeGroups (hub id `default`), not the foreign ones planted beside them.
+    async fn ours(&self, i: usize) -> Vec<NodeGroup> {
+        let mut groups = self.groups(i).await;
+        groups.retain(|g| g.labels().get(labels::HUB).map(String::as_str) == Some("default"));
+        groups
+    }
+
+    /// The claims this hub's NodeGroups name.
+    async fn owners(&self, i: usize) -> BTreeSet<String> {
+        self.ours(i).await.iter().filter_map(|g| g.labels().get(labels::NODECLAIM).cloned()).collect()
+    }
+
     async fn pods(&self, i: usize) -> Vec<Pod> {
         Api::<Pod>::namespaced(self.workloads[i].clone(), "default").list(&ListParams::default()).await.unwrap().items
     }
@@ -436,13 +448,7 @@ async fn the_hub_keeps_its_invariants_and_makes_progress_under_api_faults() {
                 if claims.iter().any(|c| old.contains(&c.name_any())) {
                     return false;
                 }
-                let groups: BTreeSet<String> = o
-                    .groups(i)
-                    .await
-                    .iter()
-                    .filter(|g| g.labels().get(labels::HUB).map(String::as_str) == Some("default"))
-                    .filter_map(|g| g.labels().get(labels::NODECLAIM).cloned())
-                    .collect();
+                let groups = o.owners(i).await;
                 let names: BTreeSet<String> = claims.iter().map(ResourceExt::name_any).collect();
                 if groups != names {
                     return false;
@@ -458,13 +464,7 @@ async fn the_hub_keeps_its_invariants_and_makes_progress_under_api_faults() {
     // emptiness was already decided may be evicted with it, as upstream allows).
     obs.until(&world, DISRUPTING_STEP, "the empty replacements consolidated away", STEP_BOUND, |o| async move {
         for i in 0..CLUSTERS.len() {
-            let ours = o
-                .groups(i)
-                .await
-                .iter()
-                .filter(|g| g.labels().get(labels::HUB).map(String::as_str) == Some("default"))
-                .count();
-            if !o.claims(i).await.is_empty() || ours > 0 {
+            if !o.claims(i).await.is_empty() || !o.ours(i).await.is_empty() {
                 return false;
             }
         }
@@ -497,13 +497,7 @@ async fn the_hub_keeps_its_invariants_and_makes_progress_under_api_faults() {
     obs.until(&world, DISRUPTING_STEP, "the fleet converged", STEP_BOUND, |o| async move {
         for i in 0..CLUSTERS.len() {
             let claims: BTreeSet<String> = o.claims(i).await.iter().map(ResourceExt::name_any).collect();
-            let owners: BTreeSet<String> = o
-                .groups(i)
-                .await
-                .iter()
-                .filter(|g| g.labels().get(labels::HUB).map(String::as_str) == Some("default"))
-                .filter_map(|g| g.labels().get(labels::NODECLAIM).cloned())
-                .collect();
+            let owners = o.owners(i).await;
             if claims.len() != 2 || claims != owners || o.running(i).await.len() != 2 || o.tainted(i).await > 0 {
                 return false;
             }

@@ -231,3 +231,18 @@ pub fn documents(path: &Path) -> Vec<Value> {
         .filter(|v| !v.is_null())
         .collect()
 }
+
+/// `ClusterReachable` of the pool `default` in `ns`: (status, reason, lastTransitionTime).
+pub async fn reachable(mgmt: &kube::Client, ns: &str) -> Option<(String, String, String)> {
+    let pool = Api::<crds::NodePool>::namespaced(mgmt.clone(), ns).get("default").await.ok()?;
+    let c = pool.status?.conditions.into_iter().find(|c| c.type_ == "ClusterReachable")?;
+    Some((c.status, c.reason, c.last_transition_time.0.to_string()))
+}
+
+/// Wait until the pool `default` in `ns` says `ClusterReachable={status}` for `reason`.
+pub async fn wait_reachable(mgmt: &kube::Client, ns: &str, status: &str, reason: &str, timeout: Duration) {
+    wait_for(&format!("{ns}: ClusterReachable={status}/{reason}"), timeout, || async {
+        reachable(mgmt, ns).await.is_some_and(|(s, r, _)| s == status && r == reason)
+    })
+    .await;
+}

@@ -11,7 +11,7 @@ use operator::commands::sandbox::world::{World, quick_cke, scale};
 #[path = "../common/mod.rs"]
 mod common;
 mod wakeups;
-use common::{apply_example, running, wait_for, wait_quiet, writes};
+use common::{apply_example, running, wait_for, wait_quiet, wait_reachable, writes};
 
 /// How long writes must have stopped to call the world quiet where the hub's work shows no count.
 const QUIET: Duration = Duration::from_secs(2);
@@ -91,14 +91,7 @@ async fn a_kubeconfig_with_an_exec_plugin_is_refused_and_reported_on_the_nodepoo
     world.start_hub();
     scale(&world, 0, 1, "500m", "1Gi").await.unwrap();
     let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), "team-a");
-    wait_for("ClusterReachable=False/InvalidKubeconfig", Duration::from_secs(30), || async {
-        pools.get("default").await.ok().and_then(|p| p.status).is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "ClusterReachable" && c.status == "False" && c.reason == "InvalidKubeconfig")
-        })
-    })
-    .await;
+    wait_reachable(&world.mgmt.client(), "team-a", "False", "InvalidKubeconfig", Duration::from_secs(30)).await;
     let pool = pools.get("default").await.unwrap();
     let cond = pool.status.unwrap().conditions.into_iter().find(|c| c.type_ == "ClusterReachable").unwrap();
     assert!(cond.message.contains("exec"), "{}", cond.message);
@@ -155,15 +148,7 @@ async fn removing_the_kubeconfig_secret_stops_the_cluster_but_deletes_nothing() 
     let before = deletes();
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(world.mgmt.client(), "team-a");
     secrets.delete("alpha-kubeconfig", &Default::default()).await.unwrap();
-    let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), "team-a");
-    wait_for("ClusterReachable=False/SecretMissing", Duration::from_secs(30), || async {
-        pools.get("default").await.ok().and_then(|p| p.status).is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "ClusterReachable" && c.status == "False" && c.reason == "SecretMissing")
-        })
-    })
-    .await;
+    wait_reachable(&world.mgmt.client(), "team-a", "False", "SecretMissing", Duration::from_secs(30)).await;
     // No mass deletion because a Secret vanished: the claim and its NodeGroup stay. Quiet here: no
     // write to NodeClaims (management) or NodeGroups (workload) for 2 s after the hub reported the
     // Secret missing (it has dropped the cluster by then; nothing it does is pending a count).

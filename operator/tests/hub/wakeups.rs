@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crds::{NodeClaim, NodePool, labels};
+use crds::{NodeClaim, labels};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::{
     Api, ResourceExt,
@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use sim::cke::Usage;
 
 use crate::common;
-use common::{EXAMPLE, running, wait_for};
+use common::{EXAMPLE, running, wait_for, wait_reachable};
 
 /// One pod per 2XS node (the pool offers 2XS only).
 const CPU: &str = "1";
@@ -72,15 +72,7 @@ async fn a_claim_is_acted_upon_as_soon_as_its_cluster_syncs_after_a_restart() {
     claims.delete(&claim.name_any(), &DeleteParams::default()).await.unwrap();
     world.start_hub();
     // The new hub is up and has found the cluster missing (its claim has been looked at by then).
-    let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), "team-a");
-    wait_for("ClusterReachable=False/SecretMissing", Duration::from_secs(30), || async {
-        pools.get("default").await.ok().and_then(|p| p.status).is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "ClusterReachable" && c.status == "False" && c.reason == "SecretMissing")
-        })
-    })
-    .await;
+    wait_reachable(&world.mgmt.client(), "team-a", "False", "SecretMissing", Duration::from_secs(30)).await;
     let nodes: Api<Node> = Api::all(world.clusters[0].client());
     assert!(
         !nodes.list(&ListParams::default()).await.unwrap().items.iter().any(tainted),
