@@ -166,6 +166,10 @@ async fn a_hung_or_unreachable_cluster_does_not_delay_the_others() {
     .await;
 
     // Unreachable: connections to gamma are cut and refused.
+    // The True condition's transition time from the reconnect above is seconds old by now (pods ran
+    // since); the one after this outage must differ from it. (Comparing with the False transition
+    // instead would be flaky: times have one-second resolution and the reconnect can follow within it.)
+    let (_, _, connected_since) = reachable(&mgmt, "team-c").await.unwrap();
     scale(&world, BAD, 3, POD_CPU, POD_MEMORY).await.unwrap();
     bad.set_unreachable(true);
     let (a2, b2) = tokio::join!(grow(&world, 0, 3), grow(&world, 1, 3));
@@ -173,10 +177,13 @@ async fn a_hung_or_unreachable_cluster_does_not_delay_the_others() {
     check("alpha while gamma is unreachable", a2);
     check("beta while gamma is unreachable", b2);
     wait_reachable(&mgmt, "team-c", "False", "Unreachable", Duration::from_secs(30)).await;
-    let (_, _, since) = reachable(&mgmt, "team-c").await.unwrap();
     bad.set_unreachable(false);
     wait_reachable(&mgmt, "team-c", TRUE, "Connected", Duration::from_secs(30)).await;
-    assert_ne!(reachable(&mgmt, "team-c").await.unwrap().2, since, "the condition moved back to True");
+    assert_ne!(
+        reachable(&mgmt, "team-c").await.unwrap().2,
+        connected_since,
+        "Connected again after the outage, with a new transition time"
+    );
     wait_for("gamma's pods running after the outage", Duration::from_secs(60), || async {
         running(&world, BAD).await == 3
     })
