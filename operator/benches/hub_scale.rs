@@ -463,22 +463,35 @@ fn typed_pod_footprint() {
         })
         .collect();
     let json_bytes: usize = texts.iter().map(String::len).sum();
-    // As the hub's pod cache holds them: decoded, then projected (first, while the heap is fresh).
+    // As the hub's pod cache holds them (first, while the heap is fresh): decoded into the
+    // projection, specs shared within a cluster (one table per 1,000 pods, as per cluster in B4).
     let before = rss_mib().0;
-    let projected: Vec<Arc<Pod>> = texts
+    let mut specs = operator::infra::registry::specs::SpecTable::default();
+    let projected: Vec<Arc<scheduling::CompactPod>> = texts
         .iter()
-        .map(|t| Arc::new(operator::infra::registry::project_pod(serde_json::from_str(t).unwrap())))
+        .enumerate()
+        .map(|(i, t)| {
+            if i % pods_per_cluster() == 0 {
+                specs = Default::default();
+            }
+            let mut pod: scheduling::CompactPod = serde_json::from_str(t).unwrap();
+            pod.spec = pod.spec.map(|s| specs.intern(s));
+            Arc::new(pod)
+        })
         .collect();
     let cached = rss_mib().0;
     let pods: Vec<Arc<Pod>> = texts.iter().map(|t| Arc::new(serde_json::from_str(t).unwrap())).collect();
     let after = rss_mib().0;
     println!(
-        "one pod of this shape: {:.1} KiB as JSON, {:.1} KiB as a decoded k8s_openapi Pod, {:.1} KiB as the hub caches it (projected) ({COUNT} of each decoded here; size_of::<Pod>() = {} B, size_of::<Container>() = {} B)",
+        "one pod of this shape: {:.1} KiB as JSON, {:.1} KiB as a decoded k8s_openapi Pod, {:.1} KiB as the hub caches it (CompactPod, {} specs per {} pods) ({COUNT} of each decoded here; size_of::<Pod>() = {} B, size_of::<Container>() = {} B, size_of::<CompactPod>() = {} B)",
         json_bytes as f64 / COUNT as f64 / 1024.0,
         (after - cached) * 1024.0 / pods.len() as f64,
         (cached - before) * 1024.0 / projected.len() as f64,
+        specs.len(),
+        pods_per_cluster(),
         std::mem::size_of::<Pod>(),
-        std::mem::size_of::<k8s_openapi::api::core::v1::Container>()
+        std::mem::size_of::<k8s_openapi::api::core::v1::Container>(),
+        std::mem::size_of::<scheduling::CompactPod>()
     );
 }
 

@@ -14,8 +14,7 @@ use crds::quantity::{Resources, parse_quantity};
 use crds::{CleverNodeClass, FlavorCatalog, NodeClaim, NodePool, labels};
 use k8s_openapi::api::apps::v1::DaemonSet as K8sDaemonSet;
 use k8s_openapi::api::core::v1::{
-    Node as K8sNode, NodeSelectorRequirement as K8sNodeReq, Pod as K8sPod, PodSpec, Taint as K8sTaint,
-    Toleration as K8sToleration,
+    Node as K8sNode, NodeSelectorRequirement as K8sNodeReq, PodSpec, Taint as K8sTaint, Toleration as K8sToleration,
 };
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -24,6 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as K8sSelecto
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::affinity::selector_matches;
+use crate::compact::CompactPod;
 use crate::model::{
     Constraints, DaemonSet, ExistingNode, HostPort, Input, LabelSelector, Limits, NodeInclusionPolicy,
     NodeSelectorRequirement, Operator, Pod, PodAffinityTerm, Pool, RunningPod, SelectorOperator, SelectorRequirement,
@@ -59,7 +59,7 @@ pub struct Snapshot {
     /// over without copying it.
     pub nodes: Vec<Arc<K8sNode>>,
     /// Pods of the workload cluster (shared, as nodes).
-    pub pods: Vec<Arc<K8sPod>>,
+    pub pods: Vec<Arc<CompactPod>>,
     /// DaemonSets of the workload cluster.
     pub daemonsets: Vec<Arc<K8sDaemonSet>>,
     /// PodDisruptionBudgets of the workload cluster.
@@ -128,11 +128,11 @@ fn is_static_pod(meta: &ObjectMeta) -> bool {
     meta.owner_references.iter().flatten().any(|o| o.kind == "Node")
 }
 
-fn is_terminal(p: &K8sPod) -> bool {
+fn is_terminal(p: &CompactPod) -> bool {
     matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
-fn unschedulable_by_scheduler(p: &K8sPod) -> bool {
+fn unschedulable_by_scheduler(p: &CompactPod) -> bool {
     p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
         cs.iter()
             .any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
@@ -142,7 +142,7 @@ fn unschedulable_by_scheduler(p: &K8sPod) -> bool {
 /// Whether an unbound pod is one the operator's round would take as pending (§3.2 under
 /// [`PendingRule::Unschedulable`]): the trigger of the batch window, with the same tests as
 /// [`build_input`] so a trigger never opens a round that has nothing to place.
-pub fn triggers_provisioning(p: &K8sPod) -> bool {
+pub fn triggers_provisioning(p: &CompactPod) -> bool {
     let bound = p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
     let nominated = p.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()).is_some_and(|n| !n.is_empty());
     !bound
@@ -277,7 +277,7 @@ pub fn build_input_with_volumes(
     }
 
     // Pods: bound ones onto their nodes, pending ones to place.
-    let mut ds_pods: BTreeMap<(String, String), &K8sPod> = BTreeMap::new();
+    let mut ds_pods: BTreeMap<(String, String), &CompactPod> = BTreeMap::new();
     for p in &snapshot.pods {
         let obj = object("Pod", &p.metadata);
         let Some(spec) = &p.spec else { return Err(err(&obj, "spec", "missing")) };
@@ -372,7 +372,7 @@ pub fn build_input_with_volumes(
 }
 
 /// Whether a pod on a leaving node stays: `do-not-disrupt`, or a PDB that allows no eviction.
-fn blocks_eviction(p: &K8sPod, pdbs: &[Arc<PodDisruptionBudget>]) -> Option<String> {
+fn blocks_eviction(p: &CompactPod, pdbs: &[Arc<PodDisruptionBudget>]) -> Option<String> {
     let ann = p.metadata.annotations.as_ref();
     if ann.and_then(|a| a.get(labels::DO_NOT_DISRUPT)).is_some_and(|v| v == "true") {
         return Some(format!("{}=true", labels::DO_NOT_DISRUPT));
@@ -895,14 +895,14 @@ fn pod_from_spec(
 }
 
 /// A pending pod.
-pub fn pod_from(p: &K8sPod, obj: &str) -> Result<Pod, ConvertError> {
+pub fn pod_from(p: &CompactPod, obj: &str) -> Result<Pod, ConvertError> {
     let spec = p.spec.as_ref().ok_or_else(|| err(obj, "spec", "missing"))?;
     let ns = p.metadata.namespace.as_deref().unwrap_or("default");
     let name = p.metadata.name.as_deref().ok_or_else(|| err(obj, "metadata.name", "missing"))?;
     pod_from_spec(ns, name, &p.metadata, spec, p.status.as_ref(), obj, "spec")
 }
 
-fn running_from(p: &K8sPod, obj: &str) -> Result<RunningPod, ConvertError> {
+fn running_from(p: &CompactPod, obj: &str) -> Result<RunningPod, ConvertError> {
     let pod = pod_from(p, obj)?;
     let daemonset = p
         .metadata
@@ -1097,7 +1097,7 @@ mod tests {
     #[test]
     #[allow(clippy::expect_used)]
     fn only_pods_the_scheduler_gave_up_on_trigger_provisioning() {
-        let pod = |extra: serde_json::Value| -> K8sPod {
+        let pod = |extra: serde_json::Value| -> CompactPod {
             let mut v = json!({
                 "metadata": {"name": "p", "namespace": "default"},
                 "spec": {"containers": [{"name": "c"}]},
@@ -1139,7 +1139,7 @@ mod tests {
         .unwrap()
     }
 
-    fn pod(name: &str, extra: serde_json::Value) -> Arc<K8sPod> {
+    fn pod(name: &str, extra: serde_json::Value) -> Arc<CompactPod> {
         let mut v = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "shop"},
             "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}}}]}});
         merge(&mut v, extra);
@@ -1351,7 +1351,7 @@ mod tests {
         let uses =
             |claim: &str| json!({"spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]}});
         let mut running = pod("db-0", uses("a"));
-        Arc::make_mut(&mut running).spec.as_mut().unwrap().node_name = Some("n1".into());
+        Arc::make_mut(Arc::make_mut(&mut running).spec.as_mut().unwrap()).node_name = Some("n1".into());
         let snap = Snapshot {
             node_pools: vec![pool()],
             nodes: vec![Arc::new(node)],

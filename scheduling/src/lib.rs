@@ -4,6 +4,7 @@
 
 pub mod affinity;
 pub mod bitset;
+pub mod compact;
 pub mod convert;
 pub mod daemonsets;
 pub mod hostports;
@@ -17,6 +18,7 @@ pub mod solve;
 pub mod taints;
 pub mod topology;
 
+pub use compact::CompactPod;
 pub use model::{Decision, Input};
 pub use solve::solve;
 pub mod testkit;

@@ -18,7 +18,7 @@ use crds::admission::{
 use crds::catalog::round4;
 use crds::quantity::{format_bytes, format_count, format_millis_cpu};
 use crds::{CleverNodeClass, FlavorCatalog};
-use k8s_openapi::api::core::v1::Pod;
+use scheduling::CompactPod;
 use scheduling::convert::{ConvertError, PendingRule, Snapshot, Volumes, build_input_with_volumes};
 use scheduling::model::{MinValuesPolicy, PreferencePolicy, Settings};
 use serde::Serialize;
@@ -367,13 +367,7 @@ fn admit(reader: &mut Reader) {
 fn dedupe_pods(reader: &mut Reader) {
     let pods = std::mem::take(&mut reader.snap.snapshot.pods);
     let origins = std::mem::take(&mut reader.origins.pods);
-    let key = |p: &Pod| {
-        format!(
-            "{}/{}",
-            p.metadata.namespace.as_deref().unwrap_or("default"),
-            p.metadata.name.as_deref().unwrap_or_default()
-        )
-    };
+    let key = |p: &CompactPod| p.key();
     let mut last: BTreeMap<String, usize> = BTreeMap::new();
     for (i, p) in pods.iter().enumerate() {
         last.insert(key(p), i);

@@ -9,8 +9,9 @@
 
 use std::time::Duration;
 
-use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::ResourceExt;
+use scheduling::CompactPod;
 
 use crate::decisions::{
     conditions::{self, TRUE},
@@ -72,7 +73,7 @@ pub fn update(
     claim_labels: &std::collections::BTreeMap<String, String>,
     claim_annotations: &std::collections::BTreeMap<String, String>,
     origin: Origin<'_>,
-    pods: &[&Pod],
+    pods: &[&CompactPod],
     generation: Option<i64>,
     now: Timestamp,
 ) -> Outcome {
@@ -199,16 +200,16 @@ pub fn update(
     out
 }
 
-fn daemonset(p: &Pod) -> bool {
+fn daemonset(p: &CompactPod) -> bool {
     Owner::of(p.owner_references()) == Owner::DaemonSet
 }
 
-fn terminal(p: &Pod) -> bool {
+fn terminal(p: &CompactPod) -> bool {
     matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
 /// §5.5, by the disruption core's own rule: the loop and this condition agree on what is empty.
-fn reschedulable(p: &Pod) -> bool {
+fn reschedulable(p: &CompactPod) -> bool {
     disruption::PodFacts {
         owner: Owner::of(p.owner_references()),
         terminal: terminal(p),
@@ -220,7 +221,7 @@ fn reschedulable(p: &Pod) -> bool {
 
 /// The latest of a pod's events the `consolidateAfter` clock counts: bound to the node, started
 /// terminating, or ended.
-fn last_event(p: &Pod) -> Option<Timestamp> {
+fn last_event(p: &CompactPod) -> Option<Timestamp> {
     let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
     let transition = |type_: &str| {
         conditions
@@ -320,7 +321,7 @@ mod tests {
         annotations: &BTreeMap<String, String>,
         pool: Option<&NodePool>,
         class: Option<&CleverNodeClass>,
-        pods: &[&Pod],
+        pods: &[&CompactPod],
         at: Timestamp,
     ) -> Outcome {
         update(
@@ -344,14 +345,14 @@ mod tests {
         s
     }
 
-    fn pod(extra: serde_json::Value) -> Pod {
+    fn pod(extra: serde_json::Value) -> CompactPod {
         let mut v =
             json!({"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": [], "nodeName": "n1"}});
         merge(&mut v, extra);
         serde_json::from_value(v).unwrap()
     }
 
-    fn bound_at(at: Timestamp) -> Pod {
+    fn bound_at(at: Timestamp) -> CompactPod {
         pod(
             json!({"status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": at.to_string()}]}}),
         )

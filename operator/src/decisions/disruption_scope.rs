@@ -11,8 +11,9 @@ use std::collections::{BTreeMap, HashMap};
 use crds::nodepool::DisruptionReason;
 use disruption::{Drift, Method, NodeFacts, Outcome, Owner, PdbFacts, PodFacts, PoolFacts, Scope, ScopeModel};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use scheduling::CompactPod;
 use scheduling::convert::{
     ConvertError, PendingRule, Snapshot, Volumes, build_input_with_volumes, pod_from, selector_from,
 };
@@ -86,10 +87,10 @@ pub fn view(
     }
 
     let mut nodes = Vec::new();
-    let mut bound: Vec<Vec<&Pod>> = Vec::new();
+    let mut bound: Vec<Vec<&CompactPod>> = Vec::new();
     // One pass over the pods: by node, and the ready replicas per owner (a pod per pod would be
     // quadratic at a thousand pods).
-    let mut by_node: HashMap<&str, Vec<&Pod>> = HashMap::new();
+    let mut by_node: HashMap<&str, Vec<&CompactPod>> = HashMap::new();
     let mut ready_replicas: HashMap<(&str, &str, &str), usize> = HashMap::new();
     for p in &snapshot.pods {
         if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
@@ -279,7 +280,7 @@ fn price_of(input: &scheduling::Input, f: &NodeFacts) -> f64 {
 }
 
 fn pod_facts(
-    p: &Pod,
+    p: &CompactPod,
     snapshot: &Snapshot,
     ready_replicas: &HashMap<(&str, &str, &str), usize>,
     notes: &mut Vec<String>,
@@ -356,7 +357,7 @@ fn pod_facts(
     })
 }
 
-fn pod_ready(p: &Pod) -> bool {
+fn pod_ready(p: &CompactPod) -> bool {
     p.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())

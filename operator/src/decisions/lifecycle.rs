@@ -130,7 +130,7 @@ pub struct Facts<'a> {
     /// The flavors the class's catalogue serves now (`None`: not known), for `InstanceTypeNotFound`.
     pub offered: Option<&'a [String]>,
     /// The pods bound to the claim's Node, for `Empty`, `Consolidatable` and `lastPodEventTime`.
-    pub node_pods: &'a [&'a k8s_openapi::api::core::v1::Pod],
+    pub node_pods: &'a [&'a scheduling::CompactPod],
     pub now: Timestamp,
 }
 

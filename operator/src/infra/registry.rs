@@ -18,6 +18,7 @@
 
 mod connection;
 pub mod pending;
+pub mod specs;
 
 use std::{
     collections::BTreeMap,
@@ -36,7 +37,7 @@ use secrecy::{ExposeSecret, SecretSlice};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-pub use connection::{Connection, WorkloadCache, project_pod};
+pub use connection::{Connection, WorkloadCache};
 
 use crate::infra::kubeconfig;
 

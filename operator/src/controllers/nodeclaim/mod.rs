@@ -25,12 +25,13 @@ use std::{
 };
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::{
     Api, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
     runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };
+use scheduling::CompactPod;
 use serde_json::json;
 
 pub use crate::decisions::lifecycle::{
@@ -263,7 +264,7 @@ async fn reconcile(obj: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     };
     // The pods bound to the claim's Node: drained when leaving, and the source of Empty,
     // Consolidatable and lastPodEventTime otherwise.
-    let bound: Vec<Arc<Pod>> = match &node {
+    let bound: Vec<Arc<CompactPod>> = match &node {
         NodeMatch::One(n) => {
             let node_name = n.name_any();
             conn.cache
@@ -276,7 +277,7 @@ async fn reconcile(obj: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         _ => Vec::new(),
     };
     let pods: Vec<PodFacts> = if deleting { bound.iter().map(|p| PodFacts::from_pod(p)).collect() } else { Vec::new() };
-    let node_pods: Vec<&Pod> = bound.iter().map(AsRef::as_ref).collect();
+    let node_pods: Vec<&CompactPod> = bound.iter().map(AsRef::as_ref).collect();
     let nodepool = obj
         .labels()
         .get(labels::NODEPOOL)

@@ -5,19 +5,16 @@
 
 use std::time::Duration;
 
-use k8s_openapi::{
-    api::core::v1::Pod,
-    jiff::{SignedDuration, Timestamp},
-};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
+use scheduling::CompactPod;
 
 use super::{DEFAULT_POD_GRACE, DRAIN_REQUEUE, MIN_DRAIN, STUCK_TERMINATING};
 use crds::labels;
 
 /// Priority classes that make a pod "critical": drained after every ordinary pod (§5.3).
 pub const CRITICAL_PRIORITY_CLASSES: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
-/// Annotation the kubelet puts on the API mirror of a static pod.
-pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+pub use scheduling::compact::MIRROR_ANNOTATION;
 
 /// Which pod, exactly: writes carry the UID as a precondition so a newer pod of the same name is
 /// never hit.
@@ -72,7 +69,7 @@ pub struct PodFacts {
 
 impl PodFacts {
     /// Read the facts off a pod (pure).
-    pub fn from_pod(pod: &Pod) -> PodFacts {
+    pub fn from_pod(pod: &CompactPod) -> PodFacts {
         let spec = pod.spec.as_ref();
         let status = pod.status.as_ref();
         let owner = if pod.owner_references().iter().any(|o| o.kind == "Node") {
@@ -310,7 +307,7 @@ mod tests {
 
     #[test]
     fn facts_are_read_off_the_pod() {
-        let p: Pod = serde_json::from_value(json!({
+        let p: CompactPod = serde_json::from_value(json!({
             "metadata": {"name": "x", "namespace": "ns", "uid": "u1",
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "d1"}],
                 "annotations": {"karpenter.sh/do-not-disrupt": "true", "kubernetes.io/config.mirror": "abc"},
@@ -329,7 +326,7 @@ mod tests {
         assert_eq!(f.do_not_disrupt.as_deref(), Some("true"));
         assert_eq!(f.started, Some(at(0)));
         // And the negative side: a bare pod has none of it.
-        let bare: Pod = serde_json::from_value(json!({"metadata": {"name": "y"}, "spec": {"containers": [],
+        let bare: CompactPod = serde_json::from_value(json!({"metadata": {"name": "y"}, "spec": {"containers": [],
             "priorityClassName": "high", "tolerations": [{"key": "other", "operator": "Exists"}]}}))
         .unwrap();
         let f = PodFacts::from_pod(&bare);
@@ -340,7 +337,7 @@ mod tests {
     #[test]
     fn tolerations_of_the_disrupted_taint() {
         let tol = |v: serde_json::Value| {
-            let p: Pod = serde_json::from_value(
+            let p: CompactPod = serde_json::from_value(
                 json!({"metadata": {"name": "p"}, "spec": {"containers": [], "tolerations": [v]}}),
             )
             .unwrap();

@@ -13,7 +13,7 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::StreamExt;
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
-    core::v1::{Namespace, Node, Pod, Secret},
+    core::v1::{Namespace, Node, Secret},
     policy::v1::PodDisruptionBudget,
 };
 use kube::{
@@ -33,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use super::{ClusterKey, ClusterStatus, Identities, KUBECONFIG_KEY, Phase, Rank, Settings};
 use crate::infra::kubeconfig;
 use crds::NodeGroup;
+use scheduling::CompactPod;
 
 /// The group/version CKE serves NodeGroups under.
 pub const NODEGROUP_API: &str = "api.clever-cloud.com/v1";
@@ -40,7 +41,7 @@ pub const NODEGROUP_API: &str = "api.clever-cloud.com/v1";
 /// The watch caches of one workload cluster, trimmed to what the logic reads.
 #[derive(Clone)]
 pub struct WorkloadCache {
-    pub pods: Store<Pod>,
+    pub pods: Store<CompactPod>,
     pub nodes: Store<Node>,
     pub nodegroups: Store<NodeGroup>,
     pub daemonsets: Store<DaemonSet>,
@@ -319,10 +320,17 @@ impl Task {
         let pending = Arc::new(super::pending::PendingPods::default());
         let observe_pods = {
             let pending = pending.clone();
-            move |ev: &watcher::Event<Pod>| pending.observe(ev)
+            move |ev: &watcher::Event<CompactPod>| pending.observe(ev)
         };
         let cache = WorkloadCache {
-            pods: spawn_cache(Api::all(client.clone()), trim_pod, &watches, &failures_tx, &self.key, observe_pods),
+            pods: spawn_cache(
+                Api::all(client.clone()),
+                intern_pod_specs(),
+                &watches,
+                &failures_tx,
+                &self.key,
+                observe_pods,
+            ),
             nodes: spawn_cache(
                 Api::all(client.clone()),
                 trim_node,
@@ -531,7 +539,7 @@ const LIST_PAGE: u32 = 100;
 /// holds it; its errors are forwarded to `failures`.
 fn spawn_cache<K>(
     api: Api<K>,
-    trim: fn(&mut K),
+    trim: impl FnMut(&mut K) + Send + 'static,
     cancel: &CancellationToken,
     failures: &mpsc::Sender<kube::Error>,
     key: &ClusterKey,
@@ -628,95 +636,16 @@ fn trim_node(node: &mut k8s_openapi::api::core::v1::Node) {
     }
 }
 
-/// Pods dominate a cluster's cache (performance.md B4): keep only what scheduling, disruption and
-/// termination read, rebuilt as a fresh object rather than trimmed in place, so the decoded
-/// original (with its environment, probes, mounts and statuses) is freed whole and the cache holds
-/// small, contiguous allocations.
-fn trim_pod(pod: &mut Pod) {
-    *pod = project_pod(std::mem::take(pod));
-}
-
-/// Annotations a decision reads on pods; every other annotation is dropped from the cache.
-fn read_pod_annotation(key: &str) -> bool {
-    key.starts_with("karpenter.sh/")
-        || key.starts_with("karpenter.clever-cloud.com/")
-        || key == "controller.kubernetes.io/pod-deletion-cost"
-        || key == crate::decisions::termination::drain::MIRROR_ANNOTATION
-}
-
-/// The projection of a pod the watch cache holds (public for the B4 bench's footprint figure).
-pub fn project_pod(pod: Pod) -> Pod {
-    use k8s_openapi::api::core::v1::{Container, ContainerPort, PodCondition, PodSpec, PodStatus, Volume};
-    use kube::api::ObjectMeta;
-    let m = pod.metadata;
-    let metadata = ObjectMeta {
-        name: m.name,
-        namespace: m.namespace,
-        uid: m.uid,
-        resource_version: m.resource_version,
-        creation_timestamp: m.creation_timestamp,
-        deletion_timestamp: m.deletion_timestamp,
-        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
-        labels: m.labels,
-        annotations: m.annotations.map(|a| a.into_iter().filter(|(k, _)| read_pod_annotation(k)).collect()),
-        owner_references: m.owner_references,
-        ..ObjectMeta::default()
-    };
-    let container = |c: Container| Container {
-        name: c.name,
-        resources: c.resources,
-        restart_policy: c.restart_policy,
-        // Only host ports constrain placement.
-        ports: c
-            .ports
-            .map(|ps| ps.into_iter().filter(|p| p.host_port.is_some_and(|h| h > 0)).collect::<Vec<ContainerPort>>())
-            .filter(|ps| !ps.is_empty()),
-        ..Container::default()
-    };
-    let spec = pod.spec.map(|s| PodSpec {
-        node_name: s.node_name,
-        containers: s.containers.into_iter().map(container).collect(),
-        init_containers: s.init_containers.map(|cs| cs.into_iter().map(container).collect()),
-        overhead: s.overhead,
-        resources: s.resources,
-        node_selector: s.node_selector,
-        affinity: s.affinity,
-        tolerations: s.tolerations,
-        topology_spread_constraints: s.topology_spread_constraints,
-        priority: s.priority,
-        // The drain's critical tier.
-        priority_class_name: s.priority_class_name,
-        termination_grace_period_seconds: s.termination_grace_period_seconds,
-        // Only claimed volumes matter (zones, attach limits); service-account tokens, config maps
-        // and secrets do not.
-        volumes: s
-            .volumes
-            .map(|vs| {
-                vs.into_iter()
-                    .filter(|v| v.persistent_volume_claim.is_some())
-                    .map(|v| Volume {
-                        name: v.name,
-                        persistent_volume_claim: v.persistent_volume_claim,
-                        ..Volume::default()
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .filter(|vs| !vs.is_empty()),
-        ..PodSpec::default()
-    });
-    let status = pod.status.map(|s| PodStatus {
-        phase: s.phase,
-        nominated_node_name: s.nominated_node_name,
-        start_time: s.start_time,
-        conditions: s.conditions.map(|cs| {
-            cs.into_iter()
-                .filter(|c| c.type_ == "PodScheduled" || c.type_ == "Ready")
-                .map(|c| PodCondition { message: None, ..c })
-                .collect()
-        }),
-        ..PodStatus::default()
-    });
-    Pod { metadata, spec, status }
+/// Pods dominate a cluster's cache (performance.md B4): the watch decodes each straight into the
+/// projection the decisions read ([`CompactPod`]); its spec is then shared with every cached pod
+/// of the cluster that has an equal one.
+fn intern_pod_specs() -> impl FnMut(&mut CompactPod) + Send + 'static {
+    let mut specs = super::specs::SpecTable::default();
+    move |pod| {
+        if let Some(spec) = pod.spec.take() {
+            pod.spec = Some(specs.intern(spec));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -724,102 +653,48 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec};
 
-    #[test]
-    fn pods_are_trimmed_to_what_decisions_read() {
-        let mut pod = Pod {
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "app".into(),
-                    env: Some(vec![EnvVar { name: "PASSWORD".into(), value: Some("x".into()), ..Default::default() }]),
-                    resources: Some(Default::default()),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        trim_pod(&mut pod);
-        let c = &pod.spec.as_ref().unwrap().containers[0];
-        assert!(c.env.is_none());
-        assert!(c.resources.is_some(), "requests are kept");
+    fn pod(name: &str, node: &str) -> CompactPod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "shop", "annotations": {"kubernetes.io/config.mirror": "x"}},
+            "spec": {"nodeName": node, "priorityClassName": "system-node-critical", "terminationGracePeriodSeconds": 30,
+                "containers": [{"name": "app", "image": "nginx", "env": [{"name": "PASSWORD", "value": "x"}],
+                    "resources": {"requests": {"cpu": "1"}}}]}
+        }))
+        .unwrap()
     }
 
     #[test]
-    fn the_projection_keeps_every_field_a_decision_reads() {
-        let full: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "web-1", "namespace": "shop", "uid": "u1", "resourceVersion": "7",
-                "creationTimestamp": "2026-01-01T00:00:00Z", "deletionTimestamp": "2026-01-01T00:01:00Z",
-                "labels": {"app": "web"},
-                "annotations": {"karpenter.sh/do-not-disrupt": "true", "controller.kubernetes.io/pod-deletion-cost": "5",
-                    "kubectl.kubernetes.io/last-applied-configuration": "{...}", "prometheus.io/scrape": "true",
-                    "kubernetes.io/config.mirror": "abc"},
+    fn cached_pods_of_one_spec_on_one_node_share_it_and_keep_their_own_node() {
+        let (mut a, mut b, mut c) = (pod("a", "n1"), pod("b", "n1"), pod("c", "n2"));
+        let mut intern = intern_pod_specs();
+        for p in [&mut a, &mut b, &mut c] {
+            intern(p);
+        }
+        let spec = |p: &CompactPod| p.spec.clone().unwrap();
+        assert!(Arc::ptr_eq(&spec(&a), &spec(&b)));
+        assert!(!Arc::ptr_eq(&spec(&a), &spec(&c)));
+        assert_eq!((a.node_name(), c.node_name()), (Some("n1"), Some("n2")));
+        assert!(spec(&a).containers[0].env.is_none(), "what no decision reads is not cached");
+    }
+
+    #[test]
+    fn the_drain_reads_the_cached_pod_as_the_full_one() {
+        use crate::decisions::termination::PodFacts;
+        let full: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "shop", "annotations": {"kubernetes.io/config.mirror": "x", "other": "y"},
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": true}]},
-            "spec": {"nodeName": "n1", "priority": 10, "priorityClassName": "system-node-critical", "terminationGracePeriodSeconds": 30,
-                "nodeSelector": {"zone": "a"}, "tolerations": [{"key": "k", "operator": "Exists"}],
-                "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}]}},
-                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}],
-                "overhead": {"cpu": "10m"},
-                "containers": [{"name": "app", "image": "nginx", "env": [{"name": "X", "value": "y"}],
-                    "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "1Gi"}},
-                    "ports": [{"containerPort": 80}, {"containerPort": 9100, "hostPort": 9100}]}],
-                "initContainers": [{"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}}],
-                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
-                    {"name": "token", "projected": {"sources": []}}]},
-            "status": {"phase": "Running", "nominatedNodeName": "n2", "startTime": "2026-01-01T00:00:05Z", "podIP": "10.0.0.1",
-                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"},
-                    {"type": "Initialized", "status": "True"}],
-                "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "image": "nginx", "imageID": ""}]}
+            "spec": {"nodeName": "n1", "priorityClassName": "system-node-critical", "terminationGracePeriodSeconds": 30,
+                "containers": [{"name": "app", "image": "nginx"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True", "message": "m"}]}
         }))
         .unwrap();
-        let p = project_pod(full.clone());
-        let (m, s, st) = (&p.metadata, p.spec.as_ref().unwrap(), p.status.as_ref().unwrap());
-        let fs = full.spec.as_ref().unwrap();
-        assert_eq!(
-            (m.name.as_deref(), m.namespace.as_deref(), m.uid.as_deref()),
-            (Some("web-1"), Some("shop"), Some("u1"))
-        );
-        assert_eq!(m.labels, full.metadata.labels);
-        assert_eq!(m.owner_references, full.metadata.owner_references);
-        assert!(m.creation_timestamp.is_some() && m.deletion_timestamp.is_some());
-        let kept: Vec<&String> = m.annotations.as_ref().unwrap().keys().collect();
-        assert_eq!(
-            kept,
-            [
-                "controller.kubernetes.io/pod-deletion-cost",
-                "karpenter.sh/do-not-disrupt",
-                "kubernetes.io/config.mirror"
-            ]
-        );
-        assert_eq!(
-            (s.node_name.as_deref(), s.priority, s.termination_grace_period_seconds),
-            (Some("n1"), Some(10), Some(30))
-        );
-        assert_eq!(s.node_selector, fs.node_selector);
-        assert_eq!(s.tolerations, fs.tolerations);
-        assert_eq!(s.affinity, fs.affinity);
-        assert_eq!(s.topology_spread_constraints, fs.topology_spread_constraints);
-        assert_eq!(s.overhead, fs.overhead);
-        assert_eq!(s.containers[0].resources, fs.containers[0].resources);
-        assert!(s.containers[0].env.is_none() && s.containers[0].image.is_none());
-        let ports = s.containers[0].ports.as_ref().unwrap();
-        assert_eq!((ports.len(), ports[0].host_port), (1, Some(9100)), "only host ports");
-        let init = &s.init_containers.as_ref().unwrap()[0];
-        assert_eq!((init.restart_policy.as_deref(), init.resources.is_some()), (Some("Always"), true));
-        let volumes = s.volumes.as_ref().unwrap();
-        assert_eq!((volumes.len(), volumes[0].name.as_str()), (1, "data"), "only claimed volumes");
-        assert_eq!((st.phase.as_deref(), st.nominated_node_name.as_deref()), (Some("Running"), Some("n2")));
-        assert!(st.start_time.is_some() && st.container_statuses.is_none() && st.pod_ip.is_none());
-        let conds: Vec<&str> = st.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
-        assert_eq!(conds, ["PodScheduled", "Ready"]);
-        // What the scheduling core makes of the pod is the same before and after.
-        let before = scheduling::convert::pod_from(&full, "Pod shop/web-1").unwrap();
-        let after = scheduling::convert::pod_from(&p, "Pod shop/web-1").unwrap();
-        assert_eq!(format!("{before:?}"), format!("{after:?}"));
-        // And the drain's.
-        use crate::decisions::termination::PodFacts;
-        let (before, after) = (PodFacts::from_pod(&full), PodFacts::from_pod(&p));
+        let whole = CompactPod {
+            metadata: full.metadata.clone(),
+            spec: full.spec.clone().map(Arc::new),
+            status: full.status.clone(),
+        };
+        let (before, after) = (PodFacts::from_pod(&whole), PodFacts::from_pod(&CompactPod::from(full)));
         assert!(before.critical && before.mirror, "the fixture exercises both");
         assert_eq!(format!("{before:?}"), format!("{after:?}"));
     }

@@ -11,8 +11,8 @@ use std::{
     sync::{Mutex, PoisonError},
 };
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
+use scheduling::CompactPod;
 use scheduling::convert::triggers_provisioning;
 use tokio::sync::Notify;
 
@@ -34,7 +34,7 @@ struct State {
 
 impl PendingPods {
     /// Apply one event of the pod watch (after the reflector stored it).
-    pub fn observe(&self, event: &watcher::Event<Pod>) {
+    pub fn observe(&self, event: &watcher::Event<CompactPod>) {
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let joined = match event {
             watcher::Event::Apply(pod) => s.update(pod),
@@ -96,7 +96,7 @@ impl PendingPods {
 
 impl State {
     /// Returns whether the pod joined the set.
-    fn update(&mut self, pod: &Pod) -> bool {
+    fn update(&mut self, pod: &CompactPod) -> bool {
         let Some(uid) = pod.metadata.uid.as_deref() else { return false };
         if triggers_provisioning(pod) {
             self.pending.insert(uid.to_string())
@@ -114,7 +114,7 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn pod(uid: &str, unschedulable: bool, node: Option<&str>) -> Pod {
+    fn pod(uid: &str, unschedulable: bool, node: Option<&str>) -> CompactPod {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": uid, "namespace": "default", "uid": uid},
             "spec": {"containers": [{"name": "c"}], "nodeName": node},

@@ -1,0 +1,275 @@
+//! A pod as the decisions read it: the hub's watch caches hold pods in this shape, and
+//! [`crate::convert`], the disruption scope and the drain read it directly (hub.md, B4 memory).
+//!
+//! Owns which fields of a pod any decision reads (requests, host ports, scheduling constraints,
+//! claimed volumes, owner, the hub's annotations, phase, `PodScheduled` and `Ready`). Must not
+//! drop a field a decision reads: `the_projection_keeps_every_field_a_decision_reads` converts a
+//! pod before and after projection and compares.
+//!
+//! Why not a `k8s_openapi` `Pod`: every optional field of `Pod` and `Container` is inline
+//! (`size_of::<Pod>()` is over 2 KiB, `Container` as much again), so even an emptied pod costs
+//! kilobytes; and the pods of one ReplicaSet on one node have the same spec, which a `Pod` cannot
+//! share. Here the spec is behind an [`Arc`], so a cache can hold one copy per distinct spec.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod as K8sPod, PodCondition, PodSpec, PodStatus, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// The annotation the kubelet puts on the API mirror of a static pod.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// A pod projected onto what the decisions read.
+///
+/// `spec` keeps `nodeName`, so pods that share it are pods of one template on one node (or all
+/// pending): a cache interns it by value (see the operator's pod cache) without a reader ever
+/// seeing another pod's node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CompactPod {
+    pub metadata: ObjectMeta,
+    pub spec: Option<Arc<PodSpec>>,
+    pub status: Option<PodStatus>,
+}
+
+/// Whether a decision reads the pod annotation `key`; every other annotation is dropped.
+pub fn read_annotation(key: &str) -> bool {
+    key.starts_with("karpenter.sh/")
+        || key.starts_with("karpenter.clever-cloud.com/")
+        || key == "controller.kubernetes.io/pod-deletion-cost"
+        || key == MIRROR_ANNOTATION
+}
+
+impl CompactPod {
+    /// The node the pod is bound to, if any.
+    pub fn node_name(&self) -> Option<&str> {
+        self.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty())
+    }
+
+    /// `namespace/name`, for messages.
+    pub fn key(&self) -> String {
+        format!(
+            "{}/{}",
+            self.metadata.namespace.as_deref().unwrap_or("default"),
+            self.metadata.name.as_deref().unwrap_or_default()
+        )
+    }
+}
+
+impl From<K8sPod> for CompactPod {
+    fn from(pod: K8sPod) -> Self {
+        let m = pod.metadata;
+        let metadata = ObjectMeta {
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            resource_version: m.resource_version,
+            creation_timestamp: m.creation_timestamp,
+            deletion_timestamp: m.deletion_timestamp,
+            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+            labels: m.labels,
+            annotations: m
+                .annotations
+                .map(|a| {
+                    a.into_iter().filter(|(k, _)| read_annotation(k)).collect::<std::collections::BTreeMap<_, _>>()
+                })
+                .filter(|a| !a.is_empty()),
+            owner_references: m.owner_references,
+            ..ObjectMeta::default()
+        };
+        let spec = pod.spec.map(|s| Arc::new(project_spec(s)));
+        let status = pod.status.map(|s| PodStatus {
+            phase: s.phase,
+            nominated_node_name: s.nominated_node_name,
+            start_time: s.start_time,
+            conditions: s.conditions.map(|cs| {
+                cs.into_iter()
+                    .filter(|c| c.type_ == "PodScheduled" || c.type_ == "Ready")
+                    .map(|c| PodCondition { message: None, ..c })
+                    .collect()
+            }),
+            ..PodStatus::default()
+        });
+        CompactPod { metadata, spec, status }
+    }
+}
+
+impl From<&K8sPod> for CompactPod {
+    fn from(pod: &K8sPod) -> Self {
+        CompactPod::from(pod.clone())
+    }
+}
+
+fn project_container(c: Container) -> Container {
+    Container {
+        name: c.name,
+        resources: c.resources,
+        restart_policy: c.restart_policy,
+        // Only host ports constrain placement.
+        ports: c
+            .ports
+            .map(|ps| ps.into_iter().filter(|p| p.host_port.is_some_and(|h| h > 0)).collect::<Vec<ContainerPort>>())
+            .filter(|ps| !ps.is_empty()),
+        ..Container::default()
+    }
+}
+
+fn project_spec(s: PodSpec) -> PodSpec {
+    PodSpec {
+        node_name: s.node_name,
+        containers: s.containers.into_iter().map(project_container).collect(),
+        init_containers: s.init_containers.map(|cs| cs.into_iter().map(project_container).collect()),
+        overhead: s.overhead,
+        resources: s.resources,
+        node_selector: s.node_selector,
+        affinity: s.affinity,
+        tolerations: s.tolerations,
+        topology_spread_constraints: s.topology_spread_constraints,
+        priority: s.priority,
+        // The drain's critical tier.
+        priority_class_name: s.priority_class_name,
+        termination_grace_period_seconds: s.termination_grace_period_seconds,
+        // Only claimed volumes matter (zones, attach limits); service-account tokens, config maps
+        // and secrets do not.
+        volumes: s
+            .volumes
+            .map(|vs| {
+                vs.into_iter()
+                    .filter(|v| v.persistent_volume_claim.is_some())
+                    .map(|v| Volume {
+                        name: v.name,
+                        persistent_volume_claim: v.persistent_volume_claim,
+                        ..Volume::default()
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .filter(|vs| !vs.is_empty()),
+        ..PodSpec::default()
+    }
+}
+
+// Served as `v1/pods`: the watch caches list and watch pods straight into this shape.
+impl k8s_openapi::Resource for CompactPod {
+    const API_VERSION: &'static str = <K8sPod as k8s_openapi::Resource>::API_VERSION;
+    const GROUP: &'static str = <K8sPod as k8s_openapi::Resource>::GROUP;
+    const KIND: &'static str = <K8sPod as k8s_openapi::Resource>::KIND;
+    const VERSION: &'static str = <K8sPod as k8s_openapi::Resource>::VERSION;
+    const URL_PATH_SEGMENT: &'static str = <K8sPod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+    type Scope = <K8sPod as k8s_openapi::Resource>::Scope;
+}
+
+impl k8s_openapi::Metadata for CompactPod {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for CompactPod {
+    /// Decodes a whole pod, then projects it (the original is freed at once).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        K8sPod::deserialize(d).map(CompactPod::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_projection_keeps_every_field_a_decision_reads() {
+        let full: K8sPod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "shop", "uid": "u1", "resourceVersion": "7",
+                "creationTimestamp": "2026-01-01T00:00:00Z", "deletionTimestamp": "2026-01-01T00:01:00Z",
+                "labels": {"app": "web"},
+                "annotations": {"karpenter.sh/do-not-disrupt": "true", "controller.kubernetes.io/pod-deletion-cost": "5",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{...}", "prometheus.io/scrape": "true",
+                    "kubernetes.io/config.mirror": "abc"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs", "controller": true}]},
+            "spec": {"nodeName": "n1", "priority": 10, "priorityClassName": "system-node-critical", "terminationGracePeriodSeconds": 30,
+                "nodeSelector": {"zone": "a"}, "tolerations": [{"key": "k", "operator": "Exists"}],
+                "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}]}},
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}],
+                "overhead": {"cpu": "10m"},
+                "containers": [{"name": "app", "image": "nginx", "env": [{"name": "X", "value": "y"}],
+                    "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "1Gi"}},
+                    "ports": [{"containerPort": 80}, {"containerPort": 9100, "hostPort": 9100}]}],
+                "initContainers": [{"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                    {"name": "token", "projected": {"sources": []}}]},
+            "status": {"phase": "Running", "nominatedNodeName": "n2", "startTime": "2026-01-01T00:00:05Z", "podIP": "10.0.0.1",
+                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"},
+                    {"type": "Initialized", "status": "True"}],
+                "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "image": "nginx", "imageID": ""}]}
+        }))
+        .unwrap();
+        let p = CompactPod::from(full.clone());
+        let (m, s, st) = (&p.metadata, p.spec.as_ref().unwrap(), p.status.as_ref().unwrap());
+        let fs = full.spec.as_ref().unwrap();
+        assert_eq!(
+            (m.name.as_deref(), m.namespace.as_deref(), m.uid.as_deref()),
+            (Some("web-1"), Some("shop"), Some("u1"))
+        );
+        assert_eq!(m.labels, full.metadata.labels);
+        assert_eq!(m.owner_references, full.metadata.owner_references);
+        assert!(m.creation_timestamp.is_some() && m.deletion_timestamp.is_some());
+        let kept: Vec<&String> = m.annotations.as_ref().unwrap().keys().collect();
+        assert_eq!(
+            kept,
+            [
+                "controller.kubernetes.io/pod-deletion-cost",
+                "karpenter.sh/do-not-disrupt",
+                "kubernetes.io/config.mirror"
+            ]
+        );
+        assert_eq!((p.node_name(), s.priority, s.termination_grace_period_seconds), (Some("n1"), Some(10), Some(30)));
+        assert_eq!(s.node_selector, fs.node_selector);
+        assert_eq!(s.tolerations, fs.tolerations);
+        assert_eq!(s.affinity, fs.affinity);
+        assert_eq!(s.topology_spread_constraints, fs.topology_spread_constraints);
+        assert_eq!(s.overhead, fs.overhead);
+        assert_eq!(s.containers[0].resources, fs.containers[0].resources);
+        assert!(s.containers[0].env.is_none() && s.containers[0].image.is_none());
+        let ports = s.containers[0].ports.as_ref().unwrap();
+        assert_eq!((ports.len(), ports[0].host_port), (1, Some(9100)), "only host ports");
+        let init = &s.init_containers.as_ref().unwrap()[0];
+        assert_eq!((init.restart_policy.as_deref(), init.resources.is_some()), (Some("Always"), true));
+        let volumes = s.volumes.as_ref().unwrap();
+        assert_eq!((volumes.len(), volumes[0].name.as_str()), (1, "data"), "only claimed volumes");
+        assert_eq!((st.phase.as_deref(), st.nominated_node_name.as_deref()), (Some("Running"), Some("n2")));
+        assert!(st.start_time.is_some() && st.container_statuses.is_none() && st.pod_ip.is_none());
+        let conds: Vec<&str> = st.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
+        assert_eq!(conds, ["PodScheduled", "Ready"]);
+        // Decoding straight into the projection gives the same.
+        let decoded: CompactPod = serde_json::from_value(serde_json::to_value(&full).unwrap()).unwrap();
+        assert_eq!(decoded, p);
+        // What the scheduling core makes of the pod is the same as of the full pod's projection of
+        // every field: compared through the conversion of each.
+        let whole = crate::convert::pod_from(
+            &CompactPod {
+                metadata: full.metadata.clone(),
+                spec: full.spec.clone().map(Arc::new),
+                status: full.status.clone(),
+            },
+            "Pod shop/web-1",
+        )
+        .unwrap();
+        let projected = crate::convert::pod_from(&p, "Pod shop/web-1").unwrap();
+        assert_eq!(format!("{whole:?}"), format!("{projected:?}"));
+    }
+
+    #[test]
+    fn annotations_the_decisions_do_not_read_are_dropped_and_none_left_is_none() {
+        let pod: K8sPod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "annotations": {"prometheus.io/scrape": "true"}}
+        }))
+        .unwrap();
+        assert_eq!(CompactPod::from(pod).metadata.annotations, None);
+    }
+}
