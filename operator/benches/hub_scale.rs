@@ -480,15 +480,20 @@ fn typed_pod_footprint() {
         })
         .collect();
     let cached = rss_mib().0;
+    // The worst case for sharing: every pod's spec its own (StatefulSet claims, bare pods).
+    let unshared: Vec<Arc<scheduling::CompactPod>> =
+        texts.iter().map(|t| Arc::new(serde_json::from_str(t).unwrap())).collect();
+    let cached_unshared = rss_mib().0;
     let pods: Vec<Arc<Pod>> = texts.iter().map(|t| Arc::new(serde_json::from_str(t).unwrap())).collect();
     let after = rss_mib().0;
     println!(
-        "one pod of this shape: {:.1} KiB as JSON, {:.1} KiB as a decoded k8s_openapi Pod, {:.1} KiB as the hub caches it (CompactPod, {} specs per {} pods) ({COUNT} of each decoded here; size_of::<Pod>() = {} B, size_of::<Container>() = {} B, size_of::<CompactPod>() = {} B)",
+        "one pod of this shape: {:.1} KiB as JSON, {:.1} KiB as a decoded k8s_openapi Pod, {:.1} KiB as the hub caches it (CompactPod, {} specs per {} pods), {:.1} KiB with no spec shared ({COUNT} of each decoded here; size_of::<Pod>() = {} B, size_of::<Container>() = {} B, size_of::<CompactPod>() = {} B)",
         json_bytes as f64 / COUNT as f64 / 1024.0,
-        (after - cached) * 1024.0 / pods.len() as f64,
+        (after - cached_unshared) * 1024.0 / pods.len() as f64,
         (cached - before) * 1024.0 / projected.len() as f64,
         specs.len(),
         pods_per_cluster(),
+        (cached_unshared - cached) * 1024.0 / unshared.len() as f64,
         std::mem::size_of::<Pod>(),
         std::mem::size_of::<k8s_openapi::api::core::v1::Container>(),
         std::mem::size_of::<scheduling::CompactPod>()

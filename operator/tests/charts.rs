@@ -552,6 +552,11 @@ fn each_ci_values_file_changes_what_it_sets() {
     let role = r.get("Role", "karpenter-hub-sharding");
     assert_eq!(role["metadata"]["namespace"], NAMESPACE);
     assert_eq!(role["rules"][0]["verbs"], json!(["get", "list", "watch", "create", "update", "delete"]));
+    assert_eq!(
+        role["rules"],
+        config_doc("config/hub/sharding-rbac.yaml", "Role", "karpenter-hub-sharding")["rules"],
+        "the chart's shard Role differs from config/hub/sharding-rbac.yaml"
+    );
     assert_eq!(r.get("RoleBinding", "karpenter-hub-sharding")["roleRef"]["name"], "karpenter-hub-sharding");
     assert!(default.find("Role", "karpenter-hub-sharding").is_none(), "no shard Role unless sharding");
 

@@ -75,7 +75,7 @@ struct Run {
 fn the_manifests_are_namespace_agnostic_and_the_deployment_lines_up_with_the_binary() {
     let files = yaml_files(&dir());
     let names: Vec<String> = files.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
-    for want in ["rbac.yaml", "deployment.yaml", WORKLOAD_FILE] {
+    for want in ["rbac.yaml", "sharding-rbac.yaml", "deployment.yaml", WORKLOAD_FILE] {
         assert!(names.iter().any(|n| n == want), "config/hub/{want} is missing: {names:?}");
     }
     for f in &files {
@@ -130,8 +130,10 @@ fn the_manifests_are_namespace_agnostic_and_the_deployment_lines_up_with_the_bin
         assert_eq!(get.port, IntOrString::String("http-metrics".into()));
     }
     // Every binding names the ServiceAccount of its file, in the documented namespace.
-    for file in ["rbac.yaml", WORKLOAD_FILE] {
-        let sa: ServiceAccount = one(file, "ServiceAccount");
+    for (file, sa_file) in
+        [("rbac.yaml", "rbac.yaml"), ("sharding-rbac.yaml", "rbac.yaml"), (WORKLOAD_FILE, WORKLOAD_FILE)]
+    {
+        let sa: ServiceAccount = one(sa_file, "ServiceAccount");
         let bindings = documents(&dir().join(file))
             .into_iter()
             .filter(|d| d["kind"] == "ClusterRoleBinding" || d["kind"] == "RoleBinding")

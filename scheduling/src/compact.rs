@@ -77,18 +77,7 @@ impl From<K8sPod> for CompactPod {
             ..ObjectMeta::default()
         };
         let spec = pod.spec.map(|s| Arc::new(project_spec(s)));
-        let status = pod.status.map(|s| PodStatus {
-            phase: s.phase,
-            nominated_node_name: s.nominated_node_name,
-            start_time: s.start_time,
-            conditions: s.conditions.map(|cs| {
-                cs.into_iter()
-                    .filter(|c| c.type_ == "PodScheduled" || c.type_ == "Ready")
-                    .map(|c| PodCondition { message: None, ..c })
-                    .collect()
-            }),
-            ..PodStatus::default()
-        });
+        let status = pod.status.map(project_status);
         CompactPod { metadata, spec, status }
     }
 }
@@ -96,6 +85,21 @@ impl From<K8sPod> for CompactPod {
 impl From<&K8sPod> for CompactPod {
     fn from(pod: &K8sPod) -> Self {
         CompactPod::from(pod.clone())
+    }
+}
+
+fn project_status(s: PodStatus) -> PodStatus {
+    PodStatus {
+        phase: s.phase,
+        nominated_node_name: s.nominated_node_name,
+        start_time: s.start_time,
+        conditions: s.conditions.map(|cs| {
+            cs.into_iter()
+                .filter(|c| c.type_ == "PodScheduled" || c.type_ == "Ready")
+                .map(|c| PodCondition { message: None, ..c })
+                .collect()
+        }),
+        ..PodStatus::default()
     }
 }
 
@@ -170,9 +174,203 @@ impl k8s_openapi::Metadata for CompactPod {
 }
 
 impl<'de> serde::Deserialize<'de> for CompactPod {
-    /// Decodes a whole pod, then projects it (the original is freed at once).
+    /// Decodes only the fields the projection keeps (the rest is skipped unread, so a cache never
+    /// holds, even briefly, a pod's environment, probes, mounts or managed fields); each kept field
+    /// with its `k8s_openapi` type, so it reads as a whole `Pod` would.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        K8sPod::deserialize(d).map(CompactPod::from)
+        let wire = wire::Pod::deserialize(d)?;
+        Ok(CompactPod {
+            metadata: wire.metadata.into(),
+            spec: wire.spec.map(|s| Arc::new(s.into())),
+            status: wire.status.map(Into::into),
+        })
+    }
+}
+
+/// The wire shape of the fields [`CompactPod`] keeps; serde skips every other field.
+mod wire {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1 as core;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+    use serde::Deserialize;
+    use serde::de::{IgnoredAny, MapAccess, Visitor};
+
+    #[derive(Deserialize)]
+    pub(super) struct Pod {
+        #[serde(default)]
+        pub metadata: Meta,
+        pub spec: Option<Spec>,
+        pub status: Option<Status>,
+    }
+
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Meta {
+        name: Option<String>,
+        namespace: Option<String>,
+        uid: Option<String>,
+        resource_version: Option<String>,
+        creation_timestamp: Option<Time>,
+        deletion_timestamp: Option<Time>,
+        deletion_grace_period_seconds: Option<i64>,
+        labels: Option<BTreeMap<String, String>>,
+        #[serde(default, deserialize_with = "read_annotations")]
+        annotations: Option<BTreeMap<String, String>>,
+        owner_references: Option<Vec<OwnerReference>>,
+    }
+
+    impl From<Meta> for ObjectMeta {
+        fn from(m: Meta) -> Self {
+            ObjectMeta {
+                name: m.name,
+                namespace: m.namespace,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                creation_timestamp: m.creation_timestamp,
+                deletion_timestamp: m.deletion_timestamp,
+                deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+                labels: m.labels,
+                annotations: m.annotations,
+                owner_references: m.owner_references,
+                ..ObjectMeta::default()
+            }
+        }
+    }
+
+    /// Annotations a decision reads (`None` when there is none); the others' values are skipped.
+    fn read_annotations<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+        struct Read;
+        impl<'de> Visitor<'de> for Read {
+            type Value = Option<BTreeMap<String, String>>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of annotations")
+            }
+
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+
+            fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+                d.deserialize_map(Read)
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut kept = BTreeMap::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if super::read_annotation(&key) {
+                        kept.insert(key, map.next_value::<String>()?);
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(Some(kept).filter(|k| !k.is_empty()))
+            }
+        }
+        d.deserialize_option(Read)
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Spec {
+        node_name: Option<String>,
+        containers: Option<Vec<Container>>,
+        init_containers: Option<Vec<Container>>,
+        overhead: Option<BTreeMap<String, Quantity>>,
+        resources: Option<core::ResourceRequirements>,
+        node_selector: Option<BTreeMap<String, String>>,
+        affinity: Option<core::Affinity>,
+        tolerations: Option<Vec<core::Toleration>>,
+        topology_spread_constraints: Option<Vec<core::TopologySpreadConstraint>>,
+        priority: Option<i32>,
+        priority_class_name: Option<String>,
+        termination_grace_period_seconds: Option<i64>,
+        volumes: Option<Vec<Volume>>,
+    }
+
+    impl From<Spec> for core::PodSpec {
+        fn from(s: Spec) -> Self {
+            // Through the same projection as a whole pod, so the two cannot drift apart.
+            super::project_spec(core::PodSpec {
+                node_name: s.node_name,
+                containers: s.containers.unwrap_or_default().into_iter().map(Into::into).collect(),
+                init_containers: s.init_containers.map(|cs| cs.into_iter().map(Into::into).collect()),
+                overhead: s.overhead,
+                resources: s.resources,
+                node_selector: s.node_selector,
+                affinity: s.affinity,
+                tolerations: s.tolerations,
+                topology_spread_constraints: s.topology_spread_constraints,
+                priority: s.priority,
+                priority_class_name: s.priority_class_name,
+                termination_grace_period_seconds: s.termination_grace_period_seconds,
+                volumes: s.volumes.map(|vs| {
+                    vs.into_iter()
+                        .map(|v| core::Volume {
+                            name: v.name,
+                            persistent_volume_claim: v.persistent_volume_claim,
+                            ..core::Volume::default()
+                        })
+                        .collect()
+                }),
+                ..core::PodSpec::default()
+            })
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Container {
+        name: String,
+        resources: Option<core::ResourceRequirements>,
+        restart_policy: Option<String>,
+        ports: Option<Vec<core::ContainerPort>>,
+    }
+
+    impl From<Container> for core::Container {
+        fn from(c: Container) -> Self {
+            core::Container {
+                name: c.name,
+                resources: c.resources,
+                restart_policy: c.restart_policy,
+                ports: c.ports,
+                ..core::Container::default()
+            }
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Volume {
+        name: String,
+        persistent_volume_claim: Option<core::PersistentVolumeClaimVolumeSource>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Status {
+        phase: Option<String>,
+        nominated_node_name: Option<String>,
+        start_time: Option<Time>,
+        conditions: Option<Vec<core::PodCondition>>,
+    }
+
+    impl From<Status> for core::PodStatus {
+        fn from(s: Status) -> Self {
+            super::project_status(core::PodStatus {
+                phase: s.phase,
+                nominated_node_name: s.nominated_node_name,
+                start_time: s.start_time,
+                conditions: s.conditions,
+                ..core::PodStatus::default()
+            })
+        }
     }
 }
 
@@ -262,6 +460,26 @@ mod tests {
         .unwrap();
         let projected = crate::convert::pod_from(&p, "Pod shop/web-1").unwrap();
         assert_eq!(format!("{whole:?}"), format!("{projected:?}"));
+    }
+
+    #[test]
+    fn decoding_skips_what_is_not_kept_and_reads_nulls_and_absences_as_a_whole_pod_does() {
+        for doc in [
+            serde_json::json!({"metadata": {"name": "a", "annotations": null, "managedFields": [{"manager": "x"}]},
+                "spec": {"containers": [{"name": "c", "env": [{"name": "X"}], "livenessProbe": {"exec": {}}}], "volumes": null},
+                "status": {"containerStatuses": [], "conditions": null}}),
+            serde_json::json!({"metadata": {"name": "b", "annotations": {"a": "1", "karpenter.sh/do-not-disrupt": "true"}}}),
+            serde_json::json!({"kind": "Pod", "apiVersion": "v1"}),
+            serde_json::json!({"metadata": {"name": "c"}, "spec": {"containers": [], "nodeName": ""}, "status": null}),
+        ] {
+            let whole: K8sPod = serde_json::from_value(doc.clone()).unwrap();
+            let direct: CompactPod = serde_json::from_value(doc.clone()).unwrap();
+            assert_eq!(direct, CompactPod::from(whole), "{doc}");
+        }
+        // A field that is kept is read as strictly as a whole pod reads it.
+        let bad = serde_json::json!({"spec": {"containers": [], "priority": "high"}});
+        assert!(serde_json::from_value::<K8sPod>(bad.clone()).is_err());
+        assert!(serde_json::from_value::<CompactPod>(bad).is_err());
     }
 
     #[test]
