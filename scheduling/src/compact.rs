@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod as K8sPod, PodCondition, PodSpec, PodStatus, Volume};
+use k8s_openapi::api::core::v1::{Pod as K8sPod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The annotation the kubelet puts on the API mirror of a static pod.
@@ -52,102 +52,6 @@ impl CompactPod {
             self.metadata.namespace.as_deref().unwrap_or("default"),
             self.metadata.name.as_deref().unwrap_or_default()
         )
-    }
-}
-
-impl From<K8sPod> for CompactPod {
-    fn from(pod: K8sPod) -> Self {
-        let m = pod.metadata;
-        let metadata = ObjectMeta {
-            name: m.name,
-            namespace: m.namespace,
-            uid: m.uid,
-            resource_version: m.resource_version,
-            creation_timestamp: m.creation_timestamp,
-            deletion_timestamp: m.deletion_timestamp,
-            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
-            labels: m.labels,
-            annotations: m
-                .annotations
-                .map(|a| {
-                    a.into_iter().filter(|(k, _)| read_annotation(k)).collect::<std::collections::BTreeMap<_, _>>()
-                })
-                .filter(|a| !a.is_empty()),
-            owner_references: m.owner_references,
-            ..ObjectMeta::default()
-        };
-        let spec = pod.spec.map(|s| Arc::new(project_spec(s)));
-        let status = pod.status.map(project_status);
-        CompactPod { metadata, spec, status }
-    }
-}
-
-impl From<&K8sPod> for CompactPod {
-    fn from(pod: &K8sPod) -> Self {
-        CompactPod::from(pod.clone())
-    }
-}
-
-fn project_status(s: PodStatus) -> PodStatus {
-    PodStatus {
-        phase: s.phase,
-        nominated_node_name: s.nominated_node_name,
-        start_time: s.start_time,
-        conditions: s.conditions.map(|cs| {
-            cs.into_iter()
-                .filter(|c| c.type_ == "PodScheduled" || c.type_ == "Ready")
-                .map(|c| PodCondition { message: None, ..c })
-                .collect()
-        }),
-        ..PodStatus::default()
-    }
-}
-
-fn project_container(c: Container) -> Container {
-    Container {
-        name: c.name,
-        resources: c.resources,
-        restart_policy: c.restart_policy,
-        // Only host ports constrain placement.
-        ports: c
-            .ports
-            .map(|ps| ps.into_iter().filter(|p| p.host_port.is_some_and(|h| h > 0)).collect::<Vec<ContainerPort>>())
-            .filter(|ps| !ps.is_empty()),
-        ..Container::default()
-    }
-}
-
-fn project_spec(s: PodSpec) -> PodSpec {
-    PodSpec {
-        node_name: s.node_name,
-        containers: s.containers.into_iter().map(project_container).collect(),
-        init_containers: s.init_containers.map(|cs| cs.into_iter().map(project_container).collect()),
-        overhead: s.overhead,
-        resources: s.resources,
-        node_selector: s.node_selector,
-        affinity: s.affinity,
-        tolerations: s.tolerations,
-        topology_spread_constraints: s.topology_spread_constraints,
-        priority: s.priority,
-        // The drain's critical tier.
-        priority_class_name: s.priority_class_name,
-        termination_grace_period_seconds: s.termination_grace_period_seconds,
-        // Only claimed volumes matter (zones, attach limits); service-account tokens, config maps
-        // and secrets do not.
-        volumes: s
-            .volumes
-            .map(|vs| {
-                vs.into_iter()
-                    .filter(|v| v.persistent_volume_claim.is_some())
-                    .map(|v| Volume {
-                        name: v.name,
-                        persistent_volume_claim: v.persistent_volume_claim,
-                        ..Volume::default()
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .filter(|vs| !vs.is_empty()),
-        ..PodSpec::default()
     }
 }
 
@@ -296,8 +200,7 @@ mod wire {
 
     impl From<Spec> for core::PodSpec {
         fn from(s: Spec) -> Self {
-            // Through the same projection as a whole pod, so the two cannot drift apart.
-            super::project_spec(core::PodSpec {
+            core::PodSpec {
                 node_name: s.node_name,
                 containers: s.containers.unwrap_or_default().into_iter().map(Into::into).collect(),
                 init_containers: s.init_containers.map(|cs| cs.into_iter().map(Into::into).collect()),
@@ -308,19 +211,26 @@ mod wire {
                 tolerations: s.tolerations,
                 topology_spread_constraints: s.topology_spread_constraints,
                 priority: s.priority,
+                // The drain's critical tier.
                 priority_class_name: s.priority_class_name,
                 termination_grace_period_seconds: s.termination_grace_period_seconds,
-                volumes: s.volumes.map(|vs| {
-                    vs.into_iter()
-                        .map(|v| core::Volume {
-                            name: v.name,
-                            persistent_volume_claim: v.persistent_volume_claim,
-                            ..core::Volume::default()
-                        })
-                        .collect()
-                }),
+                // Only claimed volumes matter (zones, attach limits); service-account tokens,
+                // config maps and secrets do not.
+                volumes: s
+                    .volumes
+                    .map(|vs| {
+                        vs.into_iter()
+                            .filter(|v| v.persistent_volume_claim.is_some())
+                            .map(|v| core::Volume {
+                                name: v.name,
+                                persistent_volume_claim: v.persistent_volume_claim,
+                                ..core::Volume::default()
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .filter(|vs| !vs.is_empty()),
                 ..core::PodSpec::default()
-            })
+            }
         }
     }
 
@@ -339,7 +249,11 @@ mod wire {
                 name: c.name,
                 resources: c.resources,
                 restart_policy: c.restart_policy,
-                ports: c.ports,
+                // Only host ports constrain placement.
+                ports: c
+                    .ports
+                    .map(|ps| ps.into_iter().filter(|p| p.host_port.is_some_and(|h| h > 0)).collect::<Vec<_>>())
+                    .filter(|ps| !ps.is_empty()),
                 ..core::Container::default()
             }
         }
@@ -363,13 +277,18 @@ mod wire {
 
     impl From<Status> for core::PodStatus {
         fn from(s: Status) -> Self {
-            super::project_status(core::PodStatus {
+            core::PodStatus {
                 phase: s.phase,
                 nominated_node_name: s.nominated_node_name,
                 start_time: s.start_time,
-                conditions: s.conditions,
+                conditions: s.conditions.map(|cs| {
+                    cs.into_iter()
+                        .filter(|c| c.type_ == "PodScheduled" || c.type_ == "Ready")
+                        .map(|c| core::PodCondition { message: None, ..c })
+                        .collect()
+                }),
                 ..core::PodStatus::default()
-            })
+            }
         }
     }
 }
@@ -407,7 +326,7 @@ mod tests {
                 "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "image": "nginx", "imageID": ""}]}
         }))
         .unwrap();
-        let p = CompactPod::from(full.clone());
+        let p: CompactPod = serde_json::from_value(serde_json::to_value(&full).unwrap()).unwrap();
         let (m, s, st) = (&p.metadata, p.spec.as_ref().unwrap(), p.status.as_ref().unwrap());
         let fs = full.spec.as_ref().unwrap();
         assert_eq!(
@@ -444,9 +363,6 @@ mod tests {
         assert!(st.start_time.is_some() && st.container_statuses.is_none() && st.pod_ip.is_none());
         let conds: Vec<&str> = st.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
         assert_eq!(conds, ["PodScheduled", "Ready"]);
-        // Decoding straight into the projection gives the same.
-        let decoded: CompactPod = serde_json::from_value(serde_json::to_value(&full).unwrap()).unwrap();
-        assert_eq!(decoded, p);
         // What the scheduling core makes of the pod is the same as of the full pod's projection of
         // every field: compared through the conversion of each.
         let whole = crate::convert::pod_from(
@@ -463,19 +379,23 @@ mod tests {
     }
 
     #[test]
-    fn decoding_skips_what_is_not_kept_and_reads_nulls_and_absences_as_a_whole_pod_does() {
-        for doc in [
-            serde_json::json!({"metadata": {"name": "a", "annotations": null, "managedFields": [{"manager": "x"}]},
-                "spec": {"containers": [{"name": "c", "env": [{"name": "X"}], "livenessProbe": {"exec": {}}}], "volumes": null},
-                "status": {"containerStatuses": [], "conditions": null}}),
-            serde_json::json!({"metadata": {"name": "b", "annotations": {"a": "1", "karpenter.sh/do-not-disrupt": "true"}}}),
-            serde_json::json!({"kind": "Pod", "apiVersion": "v1"}),
+    fn decoding_skips_what_is_not_kept_and_reads_nulls_and_absences() {
+        let decode = |doc: serde_json::Value| serde_json::from_value::<CompactPod>(doc).unwrap();
+        let p = decode(serde_json::json!({
+            "metadata": {"name": "a", "annotations": null, "managedFields": [{"manager": "x"}]},
+            "spec": {"containers": [{"name": "c", "env": [{"name": "X"}], "livenessProbe": {"exec": {}}}], "volumes": null},
+            "status": {"containerStatuses": [], "conditions": null}
+        }));
+        let spec = p.spec.as_deref().unwrap();
+        assert_eq!((p.metadata.annotations, p.metadata.managed_fields), (None, None));
+        assert_eq!((spec.containers[0].env.as_ref(), spec.volumes.as_ref()), (None, None));
+        assert_eq!(p.status.unwrap().conditions, None);
+        let p = decode(serde_json::json!({"kind": "Pod", "apiVersion": "v1"}));
+        assert_eq!((p.metadata, p.spec, p.status), (ObjectMeta::default(), None, None));
+        let p = decode(
             serde_json::json!({"metadata": {"name": "c"}, "spec": {"containers": [], "nodeName": ""}, "status": null}),
-        ] {
-            let whole: K8sPod = serde_json::from_value(doc.clone()).unwrap();
-            let direct: CompactPod = serde_json::from_value(doc.clone()).unwrap();
-            assert_eq!(direct, CompactPod::from(whole), "{doc}");
-        }
+        );
+        assert_eq!((p.node_name(), p.status.as_ref()), (None, None), "an empty nodeName is no node");
         // A field that is kept is read as strictly as a whole pod reads it.
         let bad = serde_json::json!({"spec": {"containers": [], "priority": "high"}});
         assert!(serde_json::from_value::<K8sPod>(bad.clone()).is_err());
@@ -484,10 +404,16 @@ mod tests {
 
     #[test]
     fn annotations_the_decisions_do_not_read_are_dropped_and_none_left_is_none() {
-        let pod: K8sPod = serde_json::from_value(serde_json::json!({
+        let pod: CompactPod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "a", "annotations": {"prometheus.io/scrape": "true"}}
         }))
         .unwrap();
-        assert_eq!(CompactPod::from(pod).metadata.annotations, None);
+        assert_eq!(pod.metadata.annotations, None);
+        let pod: CompactPod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "b", "annotations": {"a": "1", "karpenter.sh/do-not-disrupt": "true"}}
+        }))
+        .unwrap();
+        let kept: Vec<&String> = pod.metadata.annotations.iter().flatten().map(|(k, _)| k).collect();
+        assert_eq!(kept, ["karpenter.sh/do-not-disrupt"]);
     }
 }
