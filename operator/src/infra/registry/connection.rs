@@ -159,14 +159,20 @@ impl Task {
             if was_connected {
                 backoff = self.backoff();
             }
-            tracing::warn!(cluster = %self.key, reason = status.phase.reason(), message = %status.message, "workload cluster disconnected; reconnecting");
+            let delay = backoff.next().unwrap_or(self.settings.reconnect_max);
+            // Say which it was: a session that never connected did not disconnect.
+            let what = if was_connected {
+                "workload cluster disconnected; reconnecting"
+            } else {
+                "could not connect to the workload cluster; retrying"
+            };
+            tracing::warn!(cluster = %self.key, reason = status.phase.reason(), message = %status.message, retry_in_seconds = delay.as_secs_f64(), "{what}");
             let unauthorized = status.phase == Phase::Unauthorized;
             self.publish(status);
             // A 401 may mean the credentials were rotated: re-read the Secret before retrying.
             if unauthorized {
                 self.reread_secret().await;
             }
-            let delay = backoff.next().unwrap_or(self.settings.reconnect_max);
             tokio::select! {
                 () = self.cancel.cancelled() => return,
                 () = tokio::time::sleep(delay) => {}
