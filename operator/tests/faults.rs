@@ -6,7 +6,7 @@
 
 use std::{cell::Cell, collections::BTreeSet, time::Duration};
 
-use crds::{NodeClaim, NodeClaimStatus, NodeGroup, NodePool, labels, nodegroup::NodeGroupSpec};
+use crds::{NodeClaim, NodeClaimStatus, NodeGroup, NodePool, labels};
 use k8s_openapi::{
     api::core::v1::{Namespace, Secret},
     jiff::Timestamp,
@@ -20,7 +20,7 @@ use operator::{
     commands::sandbox::world::{World, apply_value, quick_cke, scale},
     controllers::nodeclaim::{LAUNCHED, REGISTERED},
     decisions::conditions::{self, TRUE, UNKNOWN},
-    decisions::ownership::{self, ClaimIdentity},
+    decisions::ownership,
     infra::hub,
     infra::metrics::Metrics,
     infra::registry,
@@ -570,27 +570,10 @@ async fn running_old(world: &OldWorld) -> usize {
 /// A NodeGroup carrying every proof that this hub made it for NodeClaim `ghost-1`, which never
 /// existed: an orphan.
 async fn ghost_group(world: &OldWorld, i: usize, flavor: &str) -> (String, String, bool) {
-    let id = ClaimIdentity {
-        hub_id: "default",
-        namespace: &world.clusters[i].0,
-        claim: "ghost-1",
-        claim_uid: "5a1c0a57-0000-4000-8000-000000000001",
-        nodepool: "default",
-        nodeclass: "default",
-    };
-    let group = NodeGroup {
-        metadata: ObjectMeta {
-            name: Some(id.nodegroup_name()),
-            labels: Some(id.labels()),
-            annotations: Some(id.annotations("0")),
-            ..ObjectMeta::default()
-        },
-        spec: NodeGroupSpec { flavor: flavor.to_string(), node_count: 1, labels: None, taints: None },
-        status: None,
-    };
-    let created =
-        Api::<NodeGroup>::all(world.workload(i).client()).create(&PostParams::default(), &group).await.unwrap();
-    (created.name_any(), created.uid().unwrap(), false)
+    let client = world.workload(i).client();
+    let claim = ("ghost-1", "5a1c0a57-0000-4000-8000-000000000001");
+    let (name, uid) = common::claimed_looking_group(&client, "default", &world.clusters[i].0, claim, flavor, 1).await;
+    (name, uid, false)
 }
 
 /// A NodeClaim launched into a NodeGroup that does not exist and whose node never registered: a

@@ -16,19 +16,16 @@ use std::{
     time::Duration,
 };
 
-use crds::{NodeClaim, NodeGroup, NodePool, labels, nodegroup::NodeGroupSpec};
+use crds::{NodeClaim, NodeGroup, NodePool, labels};
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
     policy::v1::PodDisruptionBudget,
 };
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
-use operator::{
-    commands::sandbox::world::{World, quick_cke, workload_pod},
-    decisions::ownership::ClaimIdentity,
-};
+use operator::commands::sandbox::world::{World, quick_cke, workload_pod};
 use serde_json::{Value, json};
 use sim::{
     apiserver::{ApiServer, ConflictFault, ErrorFault, FaultKind, SlowFault, Via, WatchChurn, exempt_from_faults},
@@ -269,26 +266,7 @@ async fn create_pods(client: &Client, names: &[String]) {
 /// pod lands on it): an orphan for this hub (`default`), or a foreign one (another hub's) that
 /// this hub must never touch.
 async fn stray_group(client: &Client, ns: &str, hub: &str, claim: &str) -> (String, String) {
-    let id = ClaimIdentity {
-        hub_id: hub,
-        namespace: ns,
-        claim,
-        claim_uid: "5a1c0a57-0000-4000-8000-000000000017",
-        nodepool: "default",
-        nodeclass: "default",
-    };
-    let group = NodeGroup {
-        metadata: ObjectMeta {
-            name: Some(id.nodegroup_name()),
-            labels: Some(id.labels()),
-            annotations: Some(id.annotations("0")),
-            ..ObjectMeta::default()
-        },
-        spec: NodeGroupSpec { flavor: "2XS".into(), node_count: 0, labels: None, taints: None },
-        status: None,
-    };
-    let created = Api::<NodeGroup>::all(client.clone()).create(&PostParams::default(), &group).await.unwrap();
-    (created.name_any(), created.uid().unwrap())
+    common::claimed_looking_group(client, hub, ns, (claim, "5a1c0a57-0000-4000-8000-000000000017"), "2XS", 0).await
 }
 
 fn kinds(server: &ApiServer) -> BTreeMap<FaultKind, u64> {

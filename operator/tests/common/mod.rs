@@ -246,3 +246,41 @@ pub async fn wait_reachable(mgmt: &kube::Client, ns: &str, status: &str, reason:
     })
     .await;
 }
+
+/// Create in a workload cluster a NodeGroup carrying every label and annotation hub `hub_id` puts
+/// on the group of NodeClaim `namespace/claim` (UID `claim_uid`), without that claim existing:
+/// an orphan of that hub (or, for another hub id, a group this hub must never touch). Returns its
+/// name and UID.
+pub async fn claimed_looking_group(
+    client: &kube::Client,
+    hub_id: &str,
+    namespace: &str,
+    (claim, claim_uid): (&str, &str),
+    flavor: &str,
+    node_count: i32,
+) -> (String, String) {
+    use kube::ResourceExt;
+    let id = operator::decisions::ownership::ClaimIdentity {
+        hub_id,
+        namespace,
+        claim,
+        claim_uid,
+        nodepool: "default",
+        nodeclass: "default",
+    };
+    let group = crds::NodeGroup {
+        metadata: kube::api::ObjectMeta {
+            name: Some(id.nodegroup_name()),
+            labels: Some(id.labels()),
+            annotations: Some(id.annotations("0")),
+            ..Default::default()
+        },
+        spec: crds::nodegroup::NodeGroupSpec { flavor: flavor.into(), node_count, labels: None, taints: None },
+        status: None,
+    };
+    let created = Api::<crds::NodeGroup>::all(client.clone())
+        .create(&kube::api::PostParams::default(), &group)
+        .await
+        .expect("create the NodeGroup");
+    (created.name_any(), created.uid().expect("a created object has a UID"))
+}
