@@ -13,7 +13,7 @@ use std::{
 
 use operator::infra::metrics::{
     CatalogLabels, ClaimLabels, ClusterLabels, DecisionLabels, MethodErrorLabels, MethodLabels, Metrics, PhaseLabels,
-    PoolLabels, PoolReasonLabels, PoolResourceLabels, ReasonLabels, ResultLabels,
+    PoolLabels, PoolReasonLabels, PoolResourceLabels, ReasonLabels, ResultLabels, RetryLabels,
 };
 
 fn repo_file(path: &str) -> (PathBuf, String) {
@@ -71,6 +71,7 @@ fn hub_exposition() -> String {
     let c = ClusterLabels { cluster: cluster.clone() };
     m.cluster_phase.get(&PhaseLabels { cluster: cluster.clone(), phase: "Connected".into() }).set(1);
     m.cluster_probes.get(&result).inc();
+    m.api_retries.get(&RetryLabels { api: "workload".into(), cluster: cluster.clone(), code: "429".into() }).inc();
     m.nodeclaims_created.get(&pool_reason).inc();
     m.nodeclaims_terminated.get(&pool).inc();
     m.nodeclaims_disrupted.get(&pool_reason).inc();

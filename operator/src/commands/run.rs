@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     controllers::cluster_status, controllers::disruption, controllers::flavorcatalog, controllers::gc,
     controllers::nodeclaim, controllers::nodeclass, controllers::nodepool, controllers::provisioning,
-    decisions::capacity, decisions::sharding as shard_rules, infra::apierror::plain, infra::hub, infra::kubeconfig,
-    infra::leader, infra::metrics, infra::registry, infra::sharding,
+    decisions::capacity, decisions::sharding as shard_rules, infra::apierror::plain, infra::clients, infra::hub,
+    infra::kubeconfig, infra::leader, infra::metrics, infra::registry, infra::sharding,
 };
 
 /// Flags of `karpenter-hub run` (each also read from the environment).
@@ -373,9 +373,9 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
         leader::Timings::default()
     };
     let mgmt_config = management_config(args.kubeconfig.as_ref()).await?;
-    let mgmt = Client::try_from(mgmt_config.clone())?;
-    mgmt.apiserver_version().await?;
     let metrics = Arc::new(metrics::Metrics::new());
+    let mgmt = clients::build(mgmt_config.clone(), &metrics, clients::Side::Management)?;
+    mgmt.apiserver_version().await?;
     let server = tokio::spawn(metrics::serve(metrics.clone(), args.metrics_addr, shutdown.clone()));
     let pod_namespace = std::env::var("POD_NAMESPACE").ok();
     let (namespace, chosen) =

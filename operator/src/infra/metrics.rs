@@ -85,6 +85,15 @@ pub struct ResultLabels {
     pub result: String,
 }
 
+/// A retried API request: `api` is `management` or `workload`; `cluster` the workload cluster's key
+/// (empty for the management cluster); `code` the HTTP status that asked for the retry.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct RetryLabels {
+    pub api: String,
+    pub cluster: String,
+    pub code: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub cluster: String,
@@ -134,7 +143,8 @@ per_cluster!(
     MethodLabels,
     MethodErrorLabels,
     ReasonLabels,
-    DecisionLabels
+    DecisionLabels,
+    RetryLabels
 );
 
 /// A metric family that remembers its label sets, so every series of a removed cluster can be
@@ -240,6 +250,8 @@ pub struct Metrics {
     pub cluster_probes: Tracked<ResultLabels, Counter>,
     /// Watch errors after which the watcher restarted.
     pub watch_restarts: Tracked<ClusterLabels, Counter>,
+    /// API requests sent again because the server asked (429, 503, 504), by API and code.
+    pub api_retries: Tracked<RetryLabels, Counter>,
     pub nodeclaims_created: Tracked<PoolReasonLabels, Counter>,
     pub nodeclaims_terminated: Tracked<PoolLabels, Counter>,
     pub nodeclaims_disrupted: Tracked<PoolReasonLabels, Counter>,
@@ -312,6 +324,7 @@ impl Metrics {
             cluster_transitions: Tracked::default(),
             cluster_probes: Tracked::default(),
             watch_restarts: Tracked::default(),
+            api_retries: Tracked::default(),
             nodeclaims_created: Tracked::default(),
             nodeclaims_terminated: Tracked::default(),
             nodeclaims_disrupted: Tracked::default(),
@@ -379,6 +392,12 @@ impl Metrics {
             "karpenter_hub_cluster_watch_restarts",
             "Watch errors after which a watch of the workload cluster restarted",
             &m.watch_restarts,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_api_retries",
+            "API requests the hub sent again because the server asked (429, 503, 504), by API (management, workload) and status code",
+            &m.api_retries,
         );
         register(
             &mut r,
@@ -639,6 +658,7 @@ impl Metrics {
         self.cluster_transitions.forget(cluster);
         self.cluster_probes.forget(cluster);
         self.watch_restarts.forget(cluster);
+        self.api_retries.forget(cluster);
         self.nodeclaims_created.forget(cluster);
         self.nodeclaims_terminated.forget(cluster);
         self.nodeclaims_disrupted.forget(cluster);
@@ -764,6 +784,9 @@ mod tests {
             })
             .inc();
         Metrics::inc(&m.quota_rejections, &"team-a/prod");
+        m.api_retries
+            .get(&RetryLabels { api: "workload".into(), cluster: "team-a/prod".into(), code: "429".into() })
+            .inc();
         m.nodepool_price.get(&PoolLabels { cluster: "team-a/prod".into(), nodepool: "default".into() }).set(0.0611);
         Metrics::set(&m.queue_depth, &"team-a/prod", 3);
         Metrics::set(&m.unschedulable_pods, &"team-a/prod", 1);

@@ -3,6 +3,7 @@
 //! helpers. No decisions.
 
 pub mod apierror;
+pub mod clients;
 pub mod hub;
 pub mod kubeconfig;
 pub mod leader;
@@ -15,7 +16,9 @@ pub mod sharding;
 /// by it; kube's client sends none of its own).
 pub const USER_AGENT: &str = concat!("karpenter-hub/", env!("CARGO_PKG_VERSION"));
 
-/// Identify the clients built from `config` as the hub ([`USER_AGENT`]).
+/// Identify the clients built from `config` as the hub ([`USER_AGENT`]), once.
 pub fn identify(config: &mut kube::Config) {
-    config.headers.push((axum::http::header::USER_AGENT, axum::http::HeaderValue::from_static(USER_AGENT)));
+    if !config.headers.iter().any(|(name, _)| name == axum::http::header::USER_AGENT) {
+        config.headers.push((axum::http::header::USER_AGENT, axum::http::HeaderValue::from_static(USER_AGENT)));
+    }
 }

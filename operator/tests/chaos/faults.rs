@@ -269,6 +269,19 @@ async fn stray_group(client: &Client, ns: &str, hub: &str, claim: &str) -> (Stri
     common::claimed_looking_group(client, hub, ns, (claim, "5a1c0a57-0000-4000-8000-000000000017"), "2XS", 0).await
 }
 
+/// `karpenter_hub_api_retries_total` from the hub's metrics text, summed by (api, code).
+fn hub_retries(metrics: &str) -> BTreeMap<(String, String), u64> {
+    let mut out = BTreeMap::new();
+    for line in metrics.lines().filter(|l| l.starts_with("karpenter_hub_api_retries_total{")) {
+        let label = |name: &str| -> String {
+            line.split(&format!("{name}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or_default().to_string()
+        };
+        let n: u64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        *out.entry((label("api"), label("code"))).or_insert(0) += n;
+    }
+    out
+}
+
 fn kinds(server: &ApiServer) -> BTreeMap<FaultKind, u64> {
     server.faults().injected_by_kind()
 }
@@ -486,7 +499,7 @@ async fn the_hub_keeps_its_invariants_and_makes_progress_under_api_faults() {
     obs.invariants.observe_final_through(&world, &obs.view.mgmt, &obs.view.workloads).await;
     let report = obs.invariants.report();
 
-    let retried = |s: &ApiServer| -> u64 {
+    let refused = |s: &ApiServer| -> u64 {
         s.faults()
             .injected_by_kind()
             .iter()
@@ -500,10 +513,11 @@ async fn the_hub_keeps_its_invariants_and_makes_progress_under_api_faults() {
             *all.entry(k.to_string()).or_insert(0) += n;
         }
     }
-    let workload_refused: u64 = world.clusters.iter().map(|c| retried(&c.server)).sum();
+    let workload_refused: u64 = world.clusters.iter().map(|c| refused(&c.server)).sum();
+    let retries = hub_retries(&world.metrics.render());
     eprintln!(
-        "chaos faults summary: faults injected (all servers) {all:?}; hub requests refused on the management side {} (the hub exposes no retry metric: this is what the emulator refused there, where only the hub is faulted; it converged after them); workload requests refused {workload_refused} (hub and simulated CKE together); invariants: {report}; foreign NodeGroup checks {}, violations {}; placement {placed:?} then {placed_again:?}; wall {:?}",
-        retried(&world.mgmt),
+        "chaos faults summary: faults injected (all servers) {all:?}; requests refused on the management side {} (only the hub talks to it); workload requests refused {workload_refused} (hub and simulated CKE together); requests the hub's clients sent again (karpenter_hub_api_retries_total, by api and code) {retries:?} (the rest of the refusals went back to the controllers, which read again and requeued); invariants: {report}; foreign NodeGroup checks {}, violations {}; placement {placed:?} then {placed_again:?}; wall {:?}",
+        refused(&world.mgmt),
         obs.foreign_checks,
         obs.violations.len(),
         started.elapsed()
@@ -512,5 +526,11 @@ async fn the_hub_keeps_its_invariants_and_makes_progress_under_api_faults() {
     assert!(obs.violations.is_empty(), "violations: {:#?}", obs.violations);
     assert!(report.pod_disruptions >= 6, "the drains and the test's deletes were logged: {report}");
     assert!(all.values().sum::<u64>() > 100, "faults were injected: {all:?}");
+    for api in ["management", "workload"] {
+        assert!(
+            retries.iter().any(|((a, code), n)| a == api && code == "429" && *n > 0),
+            "the hub's {api} clients retried the 429s asked of them, and counted it: {retries:?}"
+        );
+    }
     world.shutdown().await;
 }

@@ -179,13 +179,18 @@ impl World {
     pub fn start_hub(&mut self) {
         let token = CancellationToken::new();
         self.metrics = Arc::new(Metrics::new());
-        let (mgmt, hs, rs, stop, metrics) = (
-            self.mgmt.client(),
-            self.hub_settings.clone(),
-            self.registry_settings.clone(),
-            token.clone(),
-            self.metrics.clone(),
-        );
+        // Built as the binary builds it: identified, its retries counted.
+        let mgmt = crate::infra::clients::build(
+            self.mgmt.client_config(),
+            &self.metrics,
+            crate::infra::clients::Side::Management,
+        )
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot build the hub's management client; using the emulator's own");
+            self.mgmt.client()
+        });
+        let (mgmt, hs, rs, stop, metrics) =
+            (mgmt, self.hub_settings.clone(), self.registry_settings.clone(), token.clone(), self.metrics.clone());
         let handle = tokio::spawn(async move {
             if let Err(e) = run::run_with(mgmt, hs, rs, metrics, stop).await {
                 tracing::error!(error = %e, "hub stopped");

@@ -288,10 +288,7 @@ impl Task {
         };
         // Connect fast or fail; reads keep kube's default (watches are long polls).
         config.connect_timeout = Some(self.settings.probe_timeout);
-        crate::infra::identify(&mut config);
-        let mut direct = config.clone();
-        direct.default_retry = false;
-        let evictions = self.client(direct);
+        let evictions = crate::infra::clients::evictions(config.clone(), self.fence_layer().as_ref());
         let client = match self.client(config).and_then(|c| evictions.map(|e| (c, e))) {
             Ok(c) => c,
             Err(e) => {
@@ -436,16 +433,22 @@ impl Task {
         }
     }
 
-    /// A client from `config`; in sharded mode fenced by the ownership token (hub.md §6): once it
-    /// is cancelled every request is refused, even one from a round already under way.
+    /// A client from `config` (retries counted under this cluster); in sharded mode fenced by the
+    /// ownership token (hub.md §6): once it is cancelled every request is refused, even one from a
+    /// round already under way.
     fn client(&self, config: Config) -> Result<Client, kube::Error> {
-        let builder = kube::client::ClientBuilder::try_from(config)?;
-        Ok(match &self.fence {
-            Some(token) => builder
-                .with_layer(&crate::infra::sharding::FenceLayer { token: token.clone(), cluster: self.key.to_string() })
-                .build(),
-            None => builder.build(),
-        })
+        let key = self.key.to_string();
+        let side = crate::infra::clients::Side::Workload(&key);
+        match self.fence_layer() {
+            Some(fence) => crate::infra::clients::build_fenced(config, &self.metrics, side, &fence),
+            None => crate::infra::clients::build(config, &self.metrics, side),
+        }
+    }
+
+    fn fence_layer(&self) -> Option<crate::infra::sharding::FenceLayer> {
+        self.fence
+            .as_ref()
+            .map(|token| crate::infra::sharding::FenceLayer { token: token.clone(), cluster: self.key.to_string() })
     }
 
     /// A health probe, counted by result (`karpenter_hub_cluster_probes_total`).
