@@ -1,6 +1,7 @@
 //! The garbage-collection sweep: applies the rules of [`crate::decisions::garbage`] to every connected, synced
 //! cluster every period (2 min) and whenever a cluster's state changes. Each candidate is re-read
-//! live before anything is deleted, and every delete carries a UID precondition.
+//! live before anything is deleted, and every delete carries a UID precondition. A reaped group
+//! whose node registered is recorded as freeing capacity, as a claim's termination records its own.
 //!
 //! Must not: sweep a cluster whose list of claims failed, or stop a sweep because one object failed.
 
@@ -183,6 +184,11 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
                     Ok(_) => {
                         tracing::info!(cluster = %key, nodegroup = %name, why = %why, "GarbageCollected: deleted orphaned NodeGroup");
                         Metrics::inc(&m.gc_reaped, key);
+                        // A group whose node registered frees capacity once gone (clever-cloud.md
+                        // §3.5), as a claim's own termination records it: no claim is left to.
+                        if conn.cache.nodes.state().iter().any(|n| crate::controllers::nodeclaim::node_of(n, &name)) {
+                            freeing(hub, key, &name, now).await;
+                        }
                         // No claim is left to terminate it: free its Node for CKE, or it hangs.
                         if let Err(e) = crate::controllers::nodeclaim::release_node_finalizers(conn, &name).await {
                             tracing::warn!(cluster = %key, nodegroup = %name, error = %crate::infra::apierror::plain(&e), "releasing the reaped group's node finalizer failed; the next sweep retries");
@@ -268,6 +274,29 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
 
 /// An event on a NodeGroup (in the workload cluster's `default` namespace) mirrored onto its
 /// NodePool, since management users may not read the workload cluster (clever-cloud.md §8).
+/// Remember the reaped group `name` as freeing capacity, if a cool-down or the back-off runs (the
+/// NodeClaim controller's `released` task clears them once it is gone).
+async fn freeing(hub: &Hub, key: &ClusterKey, name: &str, now: Timestamp) {
+    match hub.capacity(key).await {
+        Ok(s) if !s.clone().group_released(name, false, now) => return,
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(cluster = %key, nodegroup = %name, error = %plain(&e), "reading the capacity state failed; the reaped group's capacity is not remembered as freed");
+            return;
+        }
+    }
+    let mut changed = false;
+    match hub.update_capacity(key, now, |s| changed = s.group_released(name, false, now)).await {
+        Ok(_) if changed => {
+            tracing::info!(cluster = %key, nodegroup = %name, "a reaped NodeGroup whose node registered is going: the flavor cool-downs and the creation back-off end when it is gone")
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(cluster = %key, nodegroup = %name, error = %plain(&e), "recording the reaped group as freeing capacity failed")
+        }
+    }
+}
+
 async fn report(
     hub: &Hub,
     conn: &Connection,

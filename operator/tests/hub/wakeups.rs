@@ -10,12 +10,13 @@ use crds::{NodeClaim, labels};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::{
     Api, ResourceExt,
-    api::{DeleteParams, ListParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams},
 };
 use operator::{
     commands::sandbox::world::{World, quick_cke, scale},
     decisions::capacity::CapacityState,
     infra::hub::{CAPACITY_KEY, capacity_configmap},
+    infra::metrics::ClusterLabels,
 };
 use serde_json::{Value, json};
 use sim::cke::Usage;
@@ -109,12 +110,13 @@ async fn capacity(world: &World) -> CapacityState {
         .unwrap_or_default()
 }
 
-/// A quota refusal arms a 10-minute back-off and cools every flavor down (a RAM refusal of the
-/// smallest); deleting a registered claim frees its NodeGroup's capacity, and once that group is
-/// fully gone the back-off and cool-downs are cleared and the waiting pod gets its node within
-/// seconds, not after 600 s.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_accepted_nodegroup_fully_gone_clears_the_backoff_and_the_next_launch_proceeds() {
+/// The cool-downs and the back-off a quota refusal arms here.
+const LONG: Duration = Duration::from_secs(600);
+
+/// Two 2XS nodes running a pod each, a third pod refused for quota: a 10-minute back-off armed and
+/// every flavor cooled down (a RAM refusal of the smallest). Returns the world and one registered
+/// claim.
+async fn refused_for_quota(gc: Option<Duration>) -> (World, NodeClaim) {
     let mut world = World::start(&[("team-a", "alpha")], |i| {
         let mut cke = quick_cke(i as u64);
         // Room for two 2XS workers (4 GB each) beside the control plane's 24 GB.
@@ -123,10 +125,13 @@ async fn an_accepted_nodegroup_fully_gone_clears_the_backoff_and_the_next_launch
     })
     .await
     .unwrap();
-    let long = Duration::from_secs(600);
-    world.hub_settings.capacity.cooldown = long;
-    world.hub_settings.capacity.backoff = long;
-    world.hub_settings.capacity.max_backoff = long;
+    world.hub_settings.capacity.cooldown = LONG;
+    world.hub_settings.capacity.backoff = LONG;
+    world.hub_settings.capacity.max_backoff = LONG;
+    if let Some(gc) = gc {
+        world.hub_settings.gc_min_age = gc;
+        world.hub_settings.gc_period = gc;
+    }
     apply_pool(&world).await;
     world.start_hub();
     for n in 1..=2 {
@@ -141,8 +146,6 @@ async fn an_accepted_nodegroup_fully_gone_clears_the_backoff_and_the_next_launch
     .await;
     let refused = capacity(&world).await;
     assert!(refused.unavailable_until.contains_key("2XS"), "{refused:?}");
-
-    // Free one node's capacity: its claim deleted (drained, its NodeGroup deleted, then gone).
     let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), "team-a");
     let registered = claims
         .list(&ListParams::default())
@@ -157,17 +160,21 @@ async fn an_accepted_nodegroup_fully_gone_clears_the_backoff_and_the_next_launch
                     .is_some_and(|s| s.conditions.iter().any(|x| x.type_ == "Registered" && x.status == "True"))
         })
         .expect("a registered claim");
-    let freed = Instant::now();
-    claims.delete(&registered.name_any(), &DeleteParams::default()).await.unwrap();
+    (world, registered)
+}
+
+/// Waits for the back-off and cool-downs to be cleared, then for the refused pod to run on a new
+/// node; returns how long each took from `freed`.
+async fn cleared_and_launched(world: &World, freed: Instant) -> (Duration, Duration) {
     wait_for("the back-off and cool-downs cleared", Duration::from_secs(60), || async {
-        let s = capacity(&world).await;
+        let s = capacity(world).await;
         s.backoff_until.is_none() && s.unavailable_until.is_empty()
     })
     .await;
     let cleared = freed.elapsed();
-    // The evicted pod is gone (a bare pod); the one refused before now gets the freed room.
+    // The freed node's pod is gone (a bare pod); the one refused before now gets the freed room.
     wait_for("the waiting pod running on a new node", Duration::from_secs(60), || async {
-        running(&world, 0).await == 2
+        running(world, 0).await == 2
             && Api::<k8s_openapi::api::core::v1::Pod>::namespaced(world.clusters[0].client(), "default")
                 .get_opt("web-2")
                 .await
@@ -176,12 +183,55 @@ async fn an_accepted_nodegroup_fully_gone_clears_the_backoff_and_the_next_launch
                 .is_some_and(|p| p.status.and_then(|s| s.phase).as_deref() == Some("Running"))
     })
     .await;
-    let launched = freed.elapsed();
+    (cleared, freed.elapsed())
+}
+
+/// A quota refusal arms a 10-minute back-off and cools every flavor down; deleting a registered
+/// claim frees its NodeGroup's capacity, and once that group is fully gone the back-off and
+/// cool-downs are cleared and the waiting pod gets its node within seconds, not after 600 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accepted_nodegroup_fully_gone_clears_the_backoff_and_the_next_launch_proceeds() {
+    let (world, registered) = refused_for_quota(None).await;
+    // Free one node's capacity: its claim deleted (drained, its NodeGroup deleted, then gone).
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), "team-a");
+    let freed = Instant::now();
+    claims.delete(&registered.name_any(), &DeleteParams::default()).await.unwrap();
+    let (cleared, launched) = cleared_and_launched(&world, freed).await;
     eprintln!(
-        "capacity freed: back-off cleared {:.1} s after the claim's deletion, the refused pod Running after {:.1} s (back-off was {long:?})",
+        "capacity freed: back-off cleared {:.1} s after the claim's deletion, the refused pod Running after {:.1} s (back-off was {LONG:?})",
         cleared.as_secs_f64(),
         launched.as_secs_f64()
     );
     assert!(launched < Duration::from_secs(60), "{launched:?}");
+    world.shutdown().await;
+}
+
+/// The same freed capacity when no claim is left to terminate the group: a registered claim is
+/// force-deleted (finalizers dropped) while the hub is down, so its NodeGroup, node and all, is an
+/// orphan the garbage collection reaps after the restart. The reaped group is remembered as
+/// freeing, and once gone the back-off and cool-downs are cleared as for a terminated claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reaped_orphan_whose_node_registered_clears_the_backoff_once_gone() {
+    let gc = Duration::from_secs(2);
+    let (mut world, registered) = refused_for_quota(Some(gc)).await;
+    world.stop_hub().await;
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), "team-a");
+    let name = registered.name_any();
+    claims
+        .patch(&name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
+        .await
+        .unwrap();
+    claims.delete(&name, &DeleteParams::default()).await.unwrap();
+    assert!(claims.get_opt(&name).await.unwrap().is_none(), "the claim is gone without its termination");
+    let freed = Instant::now();
+    world.start_hub();
+    let (cleared, launched) = cleared_and_launched(&world, freed).await;
+    let reaped = world.metrics.gc_reaped.get(&ClusterLabels { cluster: world.clusters[0].key().to_string() }).get();
+    assert_eq!(reaped, 1, "the orphan went by the garbage collection");
+    eprintln!(
+        "capacity freed by GC: back-off cleared {:.1} s after the restart (GC min age and period {gc:?}), the refused pod Running after {:.1} s",
+        cleared.as_secs_f64(),
+        launched.as_secs_f64()
+    );
     world.shutdown().await;
 }

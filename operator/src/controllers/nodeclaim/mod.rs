@@ -582,10 +582,7 @@ async fn stamp_provider_id(hub: &Hub, conn: &Connection, group: &str) -> Result<
 pub async fn release_node_finalizers(conn: &Connection, group_name: &str) -> Result<(), kube::Error> {
     let nodes: Api<Node> = Api::all(conn.client.clone());
     for node in conn.cache.nodes.state() {
-        let ours = node.labels().get(labels::CLEVER_NODEGROUP).map(String::as_str) == Some(group_name)
-            || node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
-                == Some(ownership::provider_id(group_name).as_str());
-        if ours && node.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER) {
+        if node_of(&node, group_name) && node.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER) {
             let patch = with_finalizer(node.as_ref(), false);
             match nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
                 // Gone or changed meanwhile: the next pass sees the new state.
@@ -595,6 +592,13 @@ pub async fn release_node_finalizers(conn: &Connection, group_name: &str) -> Res
         }
     }
     Ok(())
+}
+
+/// Whether `node` is the node of NodeGroup `group_name` (CKE's label, or the provider id it sets).
+pub fn node_of(node: &Node, group_name: &str) -> bool {
+    node.labels().get(labels::CLEVER_NODEGROUP).map(String::as_str) == Some(group_name)
+        || node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+            == Some(ownership::provider_id(group_name).as_str())
 }
 
 /// A merge patch adding or removing the termination finalizer, guarded by the object's

@@ -1,7 +1,8 @@
 //! Capacity freed (clever-cloud.md §3.5): the cool-downs and the creation back-off of a workload
 //! cluster are cleared early once an accepted NodeGroup whose node registered is fully gone.
 //! Termination records such a group as `freeing` in the cluster's capacity memory while it is
-//! terminating ([`super::carry_out`], `Write::ReleaseCapacity`); this task notices when it is gone.
+//! terminating ([`super::carry_out`], `Write::ReleaseCapacity`), and so does the garbage collection
+//! of an orphan whose node registered; this task notices when it is gone.
 //!
 //! Owns: gathering that fact (the group's absence from the synced NodeGroup cache, on each
 //! NodeGroup change the watch announces and whenever the cluster syncs, which covers a deletion
