@@ -89,6 +89,7 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
                             Outcome::Failed
                         }
                     };
+                    tracing::debug!(cluster = %key, triggers = ?batch, outcome = ?outcome, "provisioning round ran");
                     rounds.ran(&pending, scope_now, world, outcome, tokio::time::Instant::now());
                     continue;
                 }
@@ -222,6 +223,12 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
         .get(&ClusterLabels { cluster: key.to_string() })
         .observe(started.elapsed().as_secs_f64());
     unschedulable.set(i64::try_from(decision.unschedulable.len()).unwrap_or(i64::MAX));
+    tracing::debug!(
+        cluster = %key,
+        pods = input.pods.len(),
+        new_claims = ?decision.new_claims.iter().map(|c| c.pods.iter().map(|i| input.pods[*i].name.as_str()).collect::<Vec<_>>()).collect::<Vec<_>>(),
+        "scheduling decision"
+    );
     for u in &decision.unschedulable {
         let pod = &input.pods[u.pod];
         // Where the pod's owner looks (`kubectl describe pod`), once per pod and reason window.
@@ -240,6 +247,8 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
         }
     }
     let api: Api<NodeClaim> = Api::namespaced(hub.mgmt.clone(), ns);
+    // The claims this decision saw: new claims come on top of them, whatever pods they were made for.
+    let counted: BTreeSet<String> = snapshot.node_claims.iter().map(ResourceExt::name_any).collect();
     let mut created = Vec::new();
     for claim in &decision.new_claims {
         let Some(pool) = pools.iter().find(|p| p.name_any() == claim.nodepool) else {
@@ -255,7 +264,7 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
             .collect();
         let class = snapshot.node_classes.iter().find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
         let mut nc = node_claim(pool, class, claim, key, &pod_ids)?;
-        let Some(name) = create_claim(hub, &api, key, &mut nc).await? else {
+        let Some(name) = create_claim(hub, &api, key, &mut nc, &counted).await? else {
             continue;
         };
         created.push(name.clone());
@@ -279,7 +288,15 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
     }
     if !decision.existing.is_empty() {
         let nominated: usize = decision.existing.iter().map(|a| a.pods.len()).sum();
-        tracing::debug!(cluster = %key, pods = nominated, "pods expected on existing or in-flight capacity");
+        let on: Vec<String> = decision
+            .existing
+            .iter()
+            .map(|a| {
+                let pods: Vec<&str> = a.pods.iter().map(|p| input.pods[*p].name.as_str()).collect();
+                format!("{} <- {}", input.nodes.get(a.node).map(|n| n.name.as_str()).unwrap_or("?"), pods.join(","))
+            })
+            .collect();
+        tracing::debug!(cluster = %key, pods = nominated, on = ?on, "pods expected on existing or in-flight capacity");
     }
     if !created.is_empty() && !claims_visible(hub, ns, &created).await {
         tracing::warn!(cluster = %key, claims = created.len(), "the management cache does not show the new NodeClaims yet; the next round may repeat work");
@@ -297,20 +314,33 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
 /// another live claim of the namespace about once per million pairs).
 const NAME_ATTEMPTS: u32 = 8;
 
-/// Create the decided claim under the first of its deterministic names that is free or already
+/// The names a decided claim may take, in order: the decision's deterministic names, less those of
+/// claims the decision already counted as capacity. Such a claim was made for the same pods by an
+/// earlier round, but the solver may have given it to other pods (a larger or older pod that began
+/// waiting since): this claim is then capacity beyond it, not a replay of its create.
+pub fn candidate_names<'a>(
+    pool: &'a str,
+    digest: &'a str,
+    counted: &'a BTreeSet<String>,
+) -> impl Iterator<Item = (u32, String)> + 'a {
+    (0..NAME_ATTEMPTS).map(move |a| (a, claim_name(pool, digest, a))).filter(move |(_, n)| !counted.contains(n))
+}
+
+/// Create the decided claim under the first of its [`candidate_names`] that is free or already
 /// holds this very claim (same [`labels::PROVISIONING_DIGEST`]: the hub's own create, retried after
-/// a lost answer). Returns the name, with `claim`'s uid set when this call created it; `None` when
-/// every name is held by other claims (the pods wait for the next round).
+/// a lost answer, which the decision did not count). Returns the name, with `claim`'s uid set when
+/// this call created it; `None` when every name is held by other claims (the pods wait for the
+/// next round).
 async fn create_claim(
     hub: &Hub,
     api: &Api<NodeClaim>,
     key: &ClusterKey,
     claim: &mut NodeClaim,
+    counted: &BTreeSet<String>,
 ) -> Result<Option<String>, kube::Error> {
     let digest = claim.annotations().get(labels::PROVISIONING_DIGEST).cloned().unwrap_or_default();
     let pool = claim.labels().get(labels::NODEPOOL).cloned().unwrap_or_default();
-    for attempt in 0..NAME_ATTEMPTS {
-        let name = claim_name(&pool, &digest, attempt);
+    for (attempt, name) in candidate_names(&pool, &digest, counted) {
         claim.metadata.name = Some(name.clone());
         match api.create(&PostParams::default(), claim).await {
             Ok(made) => {
@@ -502,6 +532,22 @@ mod tests {
     fn first_flavor(input: &scheduling::Input) -> String {
         let d = scheduling::solve(input);
         d.new_claims[0].instance_types[0].name.clone()
+    }
+
+    #[test]
+    fn a_claim_the_decision_counted_is_never_taken_for_a_replay_of_its_create() {
+        let key = ClusterKey { namespace: "team-a".into(), name: "prod".into() };
+        // Pod A's claim exists and the solver gave it to pod B; A needs a new claim, whose
+        // digest (pods: A) is the one A's first claim was made under.
+        let digest = provisioning_digest(&key, "default", &["uid-a".into()]);
+        let first = claim_name("default", &digest, 0);
+        let nothing = BTreeSet::new();
+        assert_eq!(candidate_names("default", &digest, &nothing).next(), Some((0, first.clone())));
+        let counted = BTreeSet::from([first.clone()]);
+        let names: Vec<(u32, String)> = candidate_names("default", &digest, &counted).collect();
+        assert_eq!(names.first(), Some(&(1, claim_name("default", &digest, 1))), "the next name, not the counted one");
+        assert_eq!(names.len(), NAME_ATTEMPTS as usize - 1);
+        assert!(names.iter().all(|(_, n)| *n != first));
     }
 
     #[test]

@@ -288,9 +288,12 @@ fn kinds(server: &ApiServer) -> BTreeMap<FaultKind, u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hub_keeps_its_invariants_and_makes_progress_under_api_faults() {
-    // The hub's decisions, shown when the test fails.
+    // The hub's decisions, shown when the test fails (RUST_LOG for more).
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("warn,operator=info"))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,operator=info")),
+        )
         .with_ansi(false)
         .with_test_writer()
         .try_init();
