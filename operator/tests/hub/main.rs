@@ -8,6 +8,7 @@ use crds::{NodeClaim, NodeGroup, NodePool};
 use kube::{Api, ResourceExt, api::ListParams};
 use operator::commands::sandbox::world::{World, quick_cke, scale};
 
+mod claim_names;
 #[path = "../common/mod.rs"]
 mod common;
 mod wakeups;
