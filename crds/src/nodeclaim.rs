@@ -94,6 +94,10 @@ pub struct NodeClaimResources {
     pub requests: Option<ResourceMap>,
 }
 
+/// Prefix of a CKE node's provider ID, `clevercloud://<nodegroup-name>` (the hub stamps it on the
+/// Node from CKE's `clever-cloud.com/nodegroup` label, and sets it on the claim at launch).
+pub const PROVIDER_ID_PREFIX: &str = "clevercloud://";
+
 /// Observed state of a NodeClaim.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

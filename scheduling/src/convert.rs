@@ -195,7 +195,19 @@ pub fn build_input_with_volumes(
         }
     }
 
-    // Existing capacity: active nodes and in-flight claims.
+    // Existing capacity: active nodes and in-flight claims. A claim is its node's by the node's name
+    // in its status, or by the provider ID they share (Karpenter's link: the Node may be seen before
+    // the claim's status names it, and must not be counted twice, once as a node, once in flight).
+    // A CKE node's provider ID, before the hub stamps it, is the one its NodeGroup label gives.
+    let provider_id = |n: &K8sNode| {
+        n.spec.as_ref().and_then(|s| s.provider_id.clone()).filter(|p| !p.is_empty()).or_else(|| {
+            let group = n.metadata.labels.as_ref()?.get(labels::CLEVER_NODEGROUP)?;
+            Some(format!("{}{group}", crds::nodeclaim::PROVIDER_ID_PREFIX))
+        })
+    };
+    let node_provider_ids: BTreeSet<String> = snapshot.nodes.iter().filter_map(|n| provider_id(n)).collect();
+    let claim_provider_id =
+        |c: &NodeClaim| c.status.as_ref().and_then(|s| s.provider_id.clone()).filter(|p| !p.is_empty());
     let mut deleting_nodes: BTreeSet<String> = BTreeSet::new();
     let mut node_index: BTreeMap<String, usize> = BTreeMap::new();
     let mut usage: BTreeMap<String, Usage> = BTreeMap::new();
@@ -212,8 +224,11 @@ pub fn build_input_with_volumes(
             deleting_nodes.insert(name);
             continue;
         }
-        let claim =
-            claims.iter().find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()));
+        let node_pid = provider_id(n);
+        let claim = claims.iter().find(|c| {
+            c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())
+                || (node_pid.is_some() && claim_provider_id(c) == node_pid)
+        });
         let existing = node_from(n, &obj, &name, pool.cloned(), claim.copied())?;
         if let Some(p) = pool {
             let u = usage.entry(p.clone()).or_default();
@@ -238,7 +253,8 @@ pub fn build_input_with_volumes(
             .status
             .as_ref()
             .and_then(|s| s.node_name.as_deref())
-            .is_some_and(|n| node_index.contains_key(n) || deleting_nodes.contains(n));
+            .is_some_and(|n| node_index.contains_key(n) || deleting_nodes.contains(n))
+            || claim_provider_id(c).is_some_and(|p| node_provider_ids.contains(&p));
         if has_node || c.metadata.deletion_timestamp.is_some() {
             continue;
         }
@@ -1167,6 +1183,61 @@ mod tests {
 
     fn convert(snapshot: &Snapshot, rule: PendingRule) -> Converted {
         build_input(snapshot, "c1", rule, Settings::default()).unwrap()
+    }
+
+    /// A launched claim whose Node has joined but whose status does not name it yet is that Node,
+    /// by the provider ID they share: one node in the input, not the node and an in-flight claim.
+    #[test]
+    fn a_claim_is_its_node_by_provider_id_before_its_status_names_it() {
+        let node: K8sNode = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "default-abcde-0a1b2c3d-node0", "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {"providerID": "clevercloud://default-abcde-0a1b2c3d"},
+            "status": {"capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"}}}))
+        .unwrap();
+        let claim = |status: serde_json::Value| -> NodeClaim {
+            serde_json::from_value(json!({
+                "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodeClaim",
+                "metadata": {"name": "default-abcde", "namespace": "demo", "labels": {"karpenter.sh/nodepool": "default"}},
+                "spec": {"clusterName": "c1", "requirements": [],
+                    "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"}},
+                "status": status
+            }))
+            .unwrap()
+        };
+        let input = |c: NodeClaim| {
+            let snap = Snapshot {
+                node_pools: vec![pool()],
+                nodes: vec![Arc::new(node.clone())],
+                node_claims: vec![c],
+                ..Snapshot::default()
+            };
+            convert(&snap, PendingRule::Unschedulable).input.nodes.iter().map(|n| n.name.clone()).collect::<Vec<_>>()
+        };
+        let joined = ["default-abcde-0a1b2c3d-node0".to_string()];
+        assert_eq!(input(claim(json!({"providerID": "clevercloud://default-abcde-0a1b2c3d"}))), joined);
+        assert_eq!(
+            input(claim(
+                json!({"providerID": "clevercloud://default-abcde-0a1b2c3d", "nodeName": "default-abcde-0a1b2c3d-node0"})
+            )),
+            joined
+        );
+        // Before the hub stamps the node's provider ID, CKE's NodeGroup label links them.
+        let mut unstamped = node.clone();
+        unstamped.spec = None;
+        unstamped
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert(labels::CLEVER_NODEGROUP.into(), "default-abcde-0a1b2c3d".into());
+        let snap = Snapshot {
+            node_pools: vec![pool()],
+            nodes: vec![Arc::new(unstamped)],
+            node_claims: vec![claim(json!({"providerID": "clevercloud://default-abcde-0a1b2c3d"}))],
+            ..Snapshot::default()
+        };
+        assert_eq!(convert(&snap, PendingRule::Unschedulable).input.nodes.len(), 1);
+        // Another group's claim is still in flight beside the node.
+        assert_eq!(input(claim(json!({"providerID": "clevercloud://default-fffff-00000000"}))).len(), 2);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crds::{labels, nodegroup::NodeGroup};
 use sha2::{Digest, Sha256};
 
 /// Prefix of provider IDs of CKE nodes stamped by the hub.
-pub const PROVIDER_ID_PREFIX: &str = "clevercloud://";
+pub use crds::nodeclaim::PROVIDER_ID_PREFIX;
 /// Longest NodeGroup name: it is also a label value on the Node.
 pub const MAX_NODEGROUP_NAME: usize = 63;
 
