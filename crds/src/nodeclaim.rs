@@ -98,6 +98,11 @@ pub struct NodeClaimResources {
 /// Node from CKE's `clever-cloud.com/nodegroup` label, and sets it on the claim at launch).
 pub const PROVIDER_ID_PREFIX: &str = "clevercloud://";
 
+/// The provider ID of NodeGroup `nodegroup`'s node, `clevercloud://<nodegroup>`.
+pub fn provider_id(nodegroup: &str) -> String {
+    format!("{PROVIDER_ID_PREFIX}{nodegroup}")
+}
+
 /// Observed state of a NodeClaim.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -201,11 +201,11 @@ pub fn build_input_with_volumes(
     // A CKE node's provider ID, before the hub stamps it, is the one its NodeGroup label gives.
     let provider_id = |n: &K8sNode| {
         n.spec.as_ref().and_then(|s| s.provider_id.clone()).filter(|p| !p.is_empty()).or_else(|| {
-            let group = n.metadata.labels.as_ref()?.get(labels::CLEVER_NODEGROUP)?;
-            Some(format!("{}{group}", crds::nodeclaim::PROVIDER_ID_PREFIX))
+            n.metadata.labels.as_ref()?.get(labels::CLEVER_NODEGROUP).map(|g| crds::nodeclaim::provider_id(g))
         })
     };
-    let node_provider_ids: BTreeSet<String> = snapshot.nodes.iter().filter_map(|n| provider_id(n)).collect();
+    // Filled by the loop over nodes (leaving ones too), read by the loop over claims after it.
+    let mut node_provider_ids: BTreeSet<String> = BTreeSet::new();
     let claim_provider_id =
         |c: &NodeClaim| c.status.as_ref().and_then(|s| s.provider_id.clone()).filter(|p| !p.is_empty());
     let mut deleting_nodes: BTreeSet<String> = BTreeSet::new();
@@ -220,11 +220,14 @@ pub fn build_input_with_volumes(
             .as_ref()
             .and_then(|l| l.get(labels::NODEPOOL))
             .filter(|p| pool_names.contains(p.as_str()));
+        let node_pid = provider_id(n);
+        if let Some(p) = &node_pid {
+            node_provider_ids.insert(p.clone());
+        }
         if node_marked_for_deletion(n) {
             deleting_nodes.insert(name);
             continue;
         }
-        let node_pid = provider_id(n);
         let claim = claims.iter().find(|c| {
             c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())
                 || (node_pid.is_some() && claim_provider_id(c) == node_pid)

@@ -187,7 +187,15 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
                         // A group whose node registered frees capacity once gone (clever-cloud.md
                         // §3.5), as a claim's own termination records it: no claim is left to.
                         if conn.cache.nodes.state().iter().any(|n| crate::controllers::nodeclaim::node_of(n, &name)) {
-                            freeing(hub, key, &name, now).await;
+                            match hub.release_capacity(key, &name, false, now).await {
+                                Ok(true) => {
+                                    tracing::info!(cluster = %key, nodegroup = %name, "a reaped NodeGroup whose node registered is going: the flavor cool-downs and the creation back-off end when it is gone")
+                                }
+                                Ok(false) => {}
+                                Err(e) => {
+                                    tracing::warn!(cluster = %key, nodegroup = %name, error = %plain(&e), "recording the reaped group as freeing capacity failed")
+                                }
+                            }
                         }
                         // No claim is left to terminate it: free its Node for CKE, or it hangs.
                         if let Err(e) = crate::controllers::nodeclaim::release_node_finalizers(conn, &name).await {
@@ -274,29 +282,6 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
 
 /// An event on a NodeGroup (in the workload cluster's `default` namespace) mirrored onto its
 /// NodePool, since management users may not read the workload cluster (clever-cloud.md §8).
-/// Remember the reaped group `name` as freeing capacity, if a cool-down or the back-off runs (the
-/// NodeClaim controller's `released` task clears them once it is gone).
-async fn freeing(hub: &Hub, key: &ClusterKey, name: &str, now: Timestamp) {
-    match hub.capacity(key).await {
-        Ok(s) if !s.clone().group_released(name, false, now) => return,
-        Ok(_) => {}
-        Err(e) => {
-            tracing::warn!(cluster = %key, nodegroup = %name, error = %plain(&e), "reading the capacity state failed; the reaped group's capacity is not remembered as freed");
-            return;
-        }
-    }
-    let mut changed = false;
-    match hub.update_capacity(key, now, |s| changed = s.group_released(name, false, now)).await {
-        Ok(_) if changed => {
-            tracing::info!(cluster = %key, nodegroup = %name, "a reaped NodeGroup whose node registered is going: the flavor cool-downs and the creation back-off end when it is gone")
-        }
-        Ok(_) => {}
-        Err(e) => {
-            tracing::warn!(cluster = %key, nodegroup = %name, error = %plain(&e), "recording the reaped group as freeing capacity failed")
-        }
-    }
-}
-
 async fn report(
     hub: &Hub,
     conn: &Connection,

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use crds::{labels, nodegroup::NodeGroup};
 use sha2::{Digest, Sha256};
 
-/// Prefix of provider IDs of CKE nodes stamped by the hub.
-pub use crds::nodeclaim::PROVIDER_ID_PREFIX;
+/// Prefix of provider IDs of CKE nodes stamped by the hub, and their form.
+pub use crds::nodeclaim::{PROVIDER_ID_PREFIX, provider_id};
 /// Longest NodeGroup name: it is also a label value on the Node.
 pub const MAX_NODEGROUP_NAME: usize = 63;
 
@@ -33,11 +33,6 @@ pub fn nodegroup_name(hub_id: &str, namespace: &str, claim: &str) -> String {
         stem.pop();
     }
     if stem.is_empty() { format!("ng-{suffix}") } else { format!("{stem}-{suffix}") }
-}
-
-/// `clevercloud://<nodegroup>`.
-pub fn provider_id(nodegroup: &str) -> String {
-    format!("{PROVIDER_ID_PREFIX}{nodegroup}")
 }
 
 /// Why a provider ID does not name a NodeGroup.

@@ -110,10 +110,8 @@ pub fn build_fenced(
 
 /// The eviction client: identified, never retrying (a 429 is a PodDisruptionBudget's answer),
 /// fenced like the others when `fence` is given.
-pub fn evictions(mut config: Config, fence: Option<&super::sharding::FenceLayer>) -> Result<Client, kube::Error> {
-    super::identify(&mut config);
-    config.default_retry = false;
-    let builder = ClientBuilder::try_from(config)?;
+pub fn evictions(config: Config, fence: Option<&super::sharding::FenceLayer>) -> Result<Client, kube::Error> {
+    let builder = builder(config)?;
     Ok(match fence {
         Some(fence) => builder.with_layer(fence).build(),
         None => builder.build(),
@@ -123,9 +121,10 @@ pub fn evictions(mut config: Config, fence: Option<&super::sharding::FenceLayer>
 /// kube's default client stack (its `GenericService`, not exported).
 type KubeStack = BoxService<axum::http::Request<kube::client::Body>, axum::http::Response<Box<DynBody>>, BoxError>;
 
+/// kube's stack, identified and without its own retry (which sits deep in the stack, where
+/// nothing can count it: [`retrying`] replaces it, or nothing does, for evictions).
 fn builder(mut config: Config) -> Result<ClientBuilder<KubeStack>, kube::Error> {
     super::identify(&mut config);
-    // kube's own retry sits deep in its stack, where nothing can count it: ours replaces it.
     config.default_retry = false;
     ClientBuilder::try_from(config)
 }

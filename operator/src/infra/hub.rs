@@ -409,6 +409,25 @@ impl Hub {
         Ok(self.capacity.lock().unwrap_or_else(PoisonError::into_inner).entry(key.clone()).or_insert(loaded).clone())
     }
 
+    /// The accepted group `group`, whose node registered, is going (`gone`: already gone): record
+    /// it in the cluster's capacity memory ([`CapacityState::group_released`]), written only when
+    /// that changes something (most groups go while nothing restricts launches). Returns whether
+    /// it did.
+    pub async fn release_capacity(
+        &self,
+        key: &ClusterKey,
+        group: &str,
+        gone: bool,
+        now: Timestamp,
+    ) -> Result<bool, kube::Error> {
+        if !self.capacity(key).await?.group_released(group, gone, now) {
+            return Ok(false);
+        }
+        let mut changed = false;
+        self.update_capacity(key, now, |s| changed = s.group_released(group, gone, now)).await?;
+        Ok(changed)
+    }
+
     /// Change a cluster's capacity memory and persist it before returning.
     pub async fn update_capacity(
         &self,

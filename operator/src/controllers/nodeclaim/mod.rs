@@ -475,14 +475,8 @@ async fn carry_out(
             hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity)).await?;
         }
         Write::ReleaseCapacity { gone } => {
-            let now = hub.now();
-            // Written only when it changes something (most terminations happen under no back-off).
-            if hub.capacity(&c.key).await?.group_released(group_name, gone, now) {
-                let mut changed = false;
-                hub.update_capacity(&c.key, now, |s| changed = s.group_released(group_name, gone, now)).await?;
-                if changed {
-                    tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, gone, "an accepted NodeGroup is going: the flavor cool-downs and the creation back-off end when it is gone");
-                }
+            if hub.release_capacity(&c.key, group_name, gone, hub.now()).await? {
+                tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, gone, "an accepted NodeGroup is going: the flavor cool-downs and the creation back-off end when it is gone");
             }
         }
         Write::RegistrationOutcome { registered } => hub.record_registration(&c.ns, &c.pool().nodepool, registered),
