@@ -25,7 +25,7 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
-use operator::commands::sandbox::world::{World, quick_cke, workload_pod};
+use operator::commands::sandbox::world::{World, quick_cke};
 use serde_json::{Value, json};
 use sim::{
     apiserver::{ApiServer, ConflictFault, ErrorFault, FaultKind, SlowFault, Via, WatchChurn, exempt_from_faults},
@@ -254,10 +254,7 @@ impl Observer {
 async fn create_pods(client: &Client, names: &[String]) {
     let api: Api<Pod> = Api::namespaced(client.clone(), "default");
     for n in names {
-        let mut pod = serde_json::to_value(workload_pod(n, CPU, MEMORY)).unwrap();
-        pod["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"topologyKey": labels::HOSTNAME, "labelSelector": {"matchLabels": {"app": "web"}}}
-        ]}});
+        let pod = common::pod_alone_on_its_node(n, CPU, MEMORY);
         api.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
     }
 }
@@ -269,15 +266,14 @@ async fn stray_group(client: &Client, ns: &str, hub: &str, claim: &str) -> (Stri
     common::claimed_looking_group(client, hub, ns, (claim, "5a1c0a57-0000-4000-8000-000000000017"), "2XS", 0).await
 }
 
-/// `karpenter_hub_api_retries_total` from the hub's metrics text, summed by (api, code).
-fn hub_retries(metrics: &str) -> BTreeMap<(String, String), u64> {
+/// `karpenter_hub_api_retries_total` in the hub's metrics, by (api, code), summed over clusters.
+fn hub_retries(world: &World) -> BTreeMap<(String, String), u64> {
     let mut out = BTreeMap::new();
-    for line in metrics.lines().filter(|l| l.starts_with("karpenter_hub_api_retries_total{")) {
-        let label = |name: &str| -> String {
-            line.split(&format!("{name}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or_default().to_string()
-        };
-        let n: u64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0);
-        *out.entry((label("api"), label("code"))).or_insert(0) += n;
+    for api in ["management", "workload"] {
+        for code in ["429", "503", "504"] {
+            let n = common::metric(world, "karpenter_hub_api_retries_total", &[("api", api), ("code", code)]);
+            out.insert((api.to_string(), code.to_string()), n as u64);
+        }
     }
     out
 }
@@ -517,7 +513,7 @@ async fn the_hub_keeps_its_invariants_and_makes_progress_under_api_faults() {
         }
     }
     let workload_refused: u64 = world.clusters.iter().map(|c| refused(&c.server)).sum();
-    let retries = hub_retries(&world.metrics.render());
+    let retries = hub_retries(&world);
     eprintln!(
         "chaos faults summary: faults injected (all servers) {all:?}; requests refused on the management side {} (only the hub talks to it); workload requests refused {workload_refused} (hub and simulated CKE together); requests the hub's clients sent again (karpenter_hub_api_retries_total, by api and code) {retries:?} (the rest of the refusals went back to the controllers, which read again and requeued); invariants: {report}; foreign NodeGroup checks {}, violations {}; placement {placed:?} then {placed_again:?}; wall {:?}",
         refused(&world.mgmt),

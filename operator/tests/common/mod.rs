@@ -124,6 +124,16 @@ where
     }
 }
 
+/// A workload pod (`app: web`) that wants a node of its own: required anti-affinity on the hostname
+/// against the other `app: web` pods. As JSON, to edit further before creating it.
+pub fn pod_alone_on_its_node(name: &str, cpu: &str, memory: &str) -> Value {
+    let mut pod = serde_json::to_value(operator::commands::sandbox::world::workload_pod(name, cpu, memory)).unwrap();
+    pod["spec"]["affinity"] = serde_json::json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": crds::labels::HOSTNAME, "labelSelector": {"matchLabels": {"app": "web"}}}
+    ]}});
+    pod
+}
+
 /// The value of the sample `name` with (at least) these labels in the hub's metrics, summed over
 /// the series that match; 0 when there is none.
 pub fn metric(world: &World, name: &str, labels: &[(&str, &str)]) -> f64 {

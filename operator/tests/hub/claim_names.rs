@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, api::ListParams};
 use operator::commands::sandbox::world::{World, quick_cke};
 
-use crate::common::{apply_example, running, wait_for};
+use crate::common::{apply_example, pod_alone_on_its_node, running, wait_for};
 
 /// A pod whose claim another pod took gets a claim of its own (found by the API-fault chaos test).
 /// A claim's name comes from the pods it was made for, so a create that lost its answer finds its
@@ -33,11 +33,7 @@ async fn a_pod_whose_in_flight_claim_went_to_an_older_pod_gets_a_claim_of_its_ow
     // Equal pods, one per node (required anti-affinity): the solver places the older first. The
     // older is held back by a scheduling gate, so the younger waits (and gets a claim) first.
     for (name, gated) in [("older", true), ("younger", false)] {
-        let mut pod =
-            serde_json::to_value(operator::commands::sandbox::world::workload_pod(name, "500m", "1Gi")).unwrap();
-        pod["spec"]["affinity"] = serde_json::json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}
-        ]}});
+        let mut pod = pod_alone_on_its_node(name, "500m", "1Gi");
         if gated {
             pod["spec"]["schedulingGates"] = serde_json::json!([{"name": "example.com/later"}]);
         }
