@@ -59,6 +59,10 @@ pub const CLEVER_NODE_ROLE: &str = "clever-cloud.com/cluster-node-role";
 // The hub's own.
 /// Hub identity on NodeGroups and Nodes.
 pub const HUB: &str = "karpenter.clever-cloud.com/hub";
+/// The management cluster whose hub made a NodeGroup: the UID of that cluster's `kube-system`
+/// namespace (hub.md §5). Two management clusters whose hubs share a hub id never take each
+/// other's groups for their own.
+pub const MANAGEMENT_CLUSTER: &str = "karpenter.clever-cloud.com/management-cluster";
 /// Namespace of the owning NodeClaim.
 pub const NODECLAIM_NAMESPACE: &str = "karpenter.clever-cloud.com/nodeclaim-namespace";
 /// Name of the owning NodeClaim.

@@ -572,7 +572,9 @@ async fn running_old(world: &OldWorld) -> usize {
 async fn ghost_group(world: &OldWorld, i: usize, flavor: &str) -> (String, String, bool) {
     let client = world.workload(i).client();
     let claim = ("ghost-1", "5a1c0a57-0000-4000-8000-000000000001");
-    let (name, uid) = common::claimed_looking_group(&client, "default", &world.clusters[i].0, claim, flavor, 1).await;
+    let me = common::management_cluster(&world.mgmt.client()).await;
+    let (name, uid) =
+        common::claimed_looking_group(&client, ("default", &me), &world.clusters[i].0, claim, flavor, 1).await;
     (name, uid, false)
 }
 
@@ -665,6 +667,104 @@ async fn a_hung_cluster_does_not_hold_up_garbage_collection_of_the_others() {
     let alpha = world.workload(0).client();
     wait_for("alpha's orphan collected after the black hole", Duration::from_secs(30), || async {
         groups(&alpha).await.iter().all(|g| g.name_any() != alpha_ghost.0 || g.metadata.deletion_timestamp.is_some())
+    })
+    .await;
+    world.shutdown().await;
+}
+
+/// Another management cluster's NodeGroups are not this hub's garbage (hub.md §5), the incident of
+/// issue 23: three groups made by a hub of another management cluster on the same hub id
+/// (`default`) and namespace name, carrying every proof but the management cluster, are never
+/// collected; nor is a group from before management identities whose claim is not here (it is
+/// reported instead); an orphan of this very hub is, which shows the sweeps ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_management_cluster_s_groups_and_unproven_old_groups_are_never_collected() {
+    let mut world = OldWorld::start(&[(NS, "alpha")]).await;
+    let (mgmt, workload) = (world.mgmt.client(), world.workload(0).client());
+    let me = common::management_cluster(&mgmt).await;
+    let theirs_id = "0b7e2c1d-9f3a-4c55-8e21-6d0f4a9b7c31";
+    assert_ne!(me, theirs_id);
+    let mut theirs = Vec::new();
+    for n in 0..3 {
+        let claim = (format!("general-theirs{n}"), format!("5a1c0a57-0000-4000-8000-00000000010{n}"));
+        let made = common::claimed_looking_group(&workload, ("default", theirs_id), NS, (&claim.0, &claim.1), "2XS", 1);
+        theirs.push(made.await);
+    }
+    let legacy_claim = ("general-legacy", "5a1c0a57-0000-4000-8000-000000000200");
+    let legacy = common::claimed_looking_group(&workload, ("default", ""), NS, legacy_claim, "2XS", 1).await;
+    let ghost_claim = ("ghost-1", "5a1c0a57-0000-4000-8000-000000000001");
+    let ghost = common::claimed_looking_group(&workload, ("default", &me), NS, ghost_claim, "2XS", 1).await;
+    world.start_hub();
+    wait_reachable(&mgmt, NS, TRUE, "Connected", Duration::from_secs(30)).await;
+    wait_for("this hub's own orphan collected", Duration::from_secs(30), || async {
+        groups(&workload).await.iter().all(|g| g.name_any() != ghost.0 || g.metadata.deletion_timestamp.is_some())
+    })
+    .await;
+    // The old group is judged in the same sweep as the orphan: refused, and said so.
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(workload.clone(), "default");
+    wait_for("the old group reported, not collected", Duration::from_secs(30), || async {
+        events.list(&ListParams::default()).await.unwrap().items.iter().any(|e| {
+            e.reason.as_deref() == Some("GarbageCollectionRefused")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(legacy.0.as_str())
+                && e.note.as_deref().is_some_and(|n| n.contains("another management cluster"))
+        })
+    })
+    .await;
+    let left = groups(&workload).await;
+    for (name, uid) in theirs.iter().chain([&legacy]) {
+        let g = left.iter().find(|g| &g.name_any() == name);
+        assert!(
+            g.is_some_and(|g| g.uid().as_ref() == Some(uid) && g.metadata.deletion_timestamp.is_none()),
+            "NodeGroup {name} was touched: {g:?}"
+        );
+    }
+    assert_eq!(world.workload(0).requests().count("delete", "nodegroups"), 1, "only the orphan was deleted");
+    world.shutdown().await;
+}
+
+/// The brake (hub.md §5): a sweep that finds most of a cluster's hub-labelled groups orphaned (a
+/// management cluster restored without its NodeClaims) deletes none, and says so on the pool as
+/// the condition `GarbageCollectionHalted` and an event; once the orphans are within the share (a
+/// person deleted two by hand), the next sweep collects the last one and the condition goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_brake_halts_a_sweep_that_would_delete_most_of_a_cluster() {
+    let mut world = OldWorld::start(&[(NS, "alpha")]).await;
+    let (mgmt, workload) = (world.mgmt.client(), world.workload(0).client());
+    let me = common::management_cluster(&mgmt).await;
+    let mut ghosts = Vec::new();
+    for n in 0..3 {
+        let claim = (format!("general-gone{n}"), format!("5a1c0a57-0000-4000-8000-00000000030{n}"));
+        let made = common::claimed_looking_group(&workload, ("default", &me), NS, (&claim.0, &claim.1), "2XS", 1);
+        ghosts.push(made.await);
+    }
+    world.start_hub();
+    wait_reachable(&mgmt, NS, TRUE, "Connected", Duration::from_secs(30)).await;
+    let pools: Api<NodePool> = Api::namespaced(mgmt.clone(), NS);
+    let halted = || async {
+        pools.list(&ListParams::default()).await.unwrap().items.iter().find_map(|p| {
+            let conds = p.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+            conditions::get(&conds, "GarbageCollectionHalted").cloned()
+        })
+    };
+    wait_for("the halt shown on the pool", Duration::from_secs(30), || async { halted().await.is_some() }).await;
+    let condition = halted().await.unwrap();
+    assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("True", "TooManyOrphans"));
+    assert!(condition.message.contains("3 of the 3 NodeGroups"), "{}", condition.message);
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(mgmt.clone(), NS);
+    let listed = events.list(&ListParams::default()).await.unwrap();
+    assert!(listed.items.iter().any(|e| e.reason.as_deref() == Some("GarbageCollectionHalted")), "no event");
+    assert_eq!(world.workload(0).requests().count("delete", "nodegroups"), 0, "the halted sweep deleted nothing");
+    assert_eq!(groups(&workload).await.len(), 3);
+    // A person deletes two by hand; the third is within the share and goes.
+    let api: Api<NodeGroup> = Api::all(workload.clone());
+    for (name, _) in &ghosts[..2] {
+        api.delete(name, &Default::default()).await.unwrap();
+    }
+    // The Secret rewritten: the reconnection prompts a sweep (else the next is 2 minutes away).
+    let yaml = serde_saphyr::to_string(&world.workload(0).kubeconfig()).unwrap();
+    world.register(0, yaml.as_bytes()).await;
+    wait_for("the last orphan collected and the halt lifted", Duration::from_secs(60), || async {
+        groups(&workload).await.iter().all(|g| g.metadata.deletion_timestamp.is_some()) && halted().await.is_none()
     })
     .await;
     world.shutdown().await;

@@ -12,7 +12,7 @@ use crate::{
     controllers::cluster_status, controllers::disruption, controllers::flavorcatalog, controllers::gc,
     controllers::nodeclaim, controllers::nodeclass, controllers::nodepool, controllers::provisioning,
     decisions::capacity, decisions::sharding as shard_rules, infra::apierror::plain, infra::clients, infra::hub,
-    infra::kubeconfig, infra::leader, infra::metrics, infra::registry, infra::sharding,
+    infra::identity, infra::kubeconfig, infra::leader, infra::metrics, infra::registry, infra::sharding,
 };
 
 /// Flags of `karpenter-hub run` (each also read from the environment).
@@ -163,6 +163,8 @@ pub enum RunError {
     Config(String),
     #[error("cannot reach the management cluster: {}", plain(.0))]
     Client(#[from] kube::Error),
+    #[error(transparent)]
+    Identity(identity::IdentityError),
     #[error("cannot serve metrics: {0}")]
     Metrics(#[from] std::io::Error),
     #[error("lost the leader election Lease {0}; stopping so a standby replica takes over")]
@@ -221,6 +223,7 @@ pub async fn run_with(
     metrics: Arc<metrics::Metrics>,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
+    let Some(hub_settings) = with_identity(&mgmt, hub_settings, &shutdown).await? else { return Ok(()) };
     let registry = registry::Registry::with_metrics(registry_settings, metrics.clone());
     let cache = hub::MgmtCache::start(&mgmt, hub_settings.namespace.as_deref(), &shutdown);
     let hub = hub::Hub::new(mgmt.clone(), registry.clone(), hub_settings, metrics.clone(), cache);
@@ -234,6 +237,24 @@ pub async fn run_with(
     shutdown.cancelled().await;
     finish(tasks, &metrics).await;
     Ok(())
+}
+
+/// The settings with the management cluster's identity (hub.md §5), read unless given; `None`
+/// when `shutdown` fired first. No controller starts without it.
+async fn with_identity(
+    mgmt: &Client,
+    mut settings: hub::Settings,
+    shutdown: &CancellationToken,
+) -> Result<Option<hub::Settings>, RunError> {
+    if settings.management_cluster.is_empty() {
+        settings.management_cluster = match identity::wait(mgmt, shutdown).await {
+            Ok(uid) => uid,
+            Err(identity::IdentityError::Cancelled) => return Ok(None),
+            Err(e) => return Err(RunError::Identity(e)),
+        };
+    }
+    tracing::info!(hub_id = %settings.hub_id, management_cluster = %settings.management_cluster, "this hub's NodeGroups carry its hub id and its management cluster's identity");
+    Ok(Some(settings))
 }
 
 fn spawn_registry(
@@ -283,6 +304,7 @@ pub async fn run_sharded_with(
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
     registry_settings.sharded = true;
+    let Some(hub_settings) = with_identity(&mgmt, hub_settings, &shutdown).await? else { return Ok(()) };
     let registry = registry::Registry::with_metrics(registry_settings, metrics.clone());
     let cache = hub::MgmtCache::start(&mgmt, hub_settings.namespace.as_deref(), &shutdown);
     let hub = hub::Hub::new(mgmt.clone(), registry.clone(), hub_settings, metrics.clone(), cache);

@@ -1,9 +1,12 @@
 //! The garbage-collection sweep: applies the rules of [`crate::decisions::garbage`] to every connected, synced
 //! cluster every period (2 min) and whenever a cluster's state changes. Each candidate is re-read
-//! live before anything is deleted, and every delete carries a UID precondition. A reaped group
+//! live before anything is deleted, every delete carries a UID precondition, and the brake
+//! ([`crate::decisions::garbage::Brake`]) bounds what one sweep deletes, or halts it. A reaped group
 //! whose node registered is recorded as freeing capacity, as a claim's termination records its own.
+//! Groups from before management-cluster identities are stamped here when their claim proves them ours.
 //!
-//! Must not: sweep a cluster whose list of claims failed, or stop a sweep because one object failed.
+//! Must not: sweep a cluster whose list of claims failed, delete past the brake, or stop a sweep
+//! because one object failed.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -13,8 +16,8 @@ use kube::{Api, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::decisions::garbage::{
-    ClaimFacts, ClusterView, LiveClaim, LiveGroup, Verdict, is_vanish_candidate, judge_orphan, judge_vanished,
-    orphan_candidates,
+    BrakeVerdict, ClaimFacts, ClusterView, LiveClaim, LiveGroup, Verdict, is_vanish_candidate, judge_orphan,
+    judge_vanished, legacy_to_adopt, orphan_candidates,
 };
 use crate::{
     decisions::conditions,
@@ -42,6 +45,12 @@ pub struct Outcome {
     pub refused: Vec<String>,
     pub foreign: usize,
     pub resized: Vec<String>,
+    /// Groups from before management-cluster identities, stamped as this management cluster's.
+    pub adopted: Vec<String>,
+    /// Orphans left for a later sweep by the per-sweep cap.
+    pub deferred: usize,
+    /// The brake halted the sweep: this many orphans were found and none deleted.
+    pub halted: Option<usize>,
 }
 
 pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
@@ -79,6 +88,9 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
                             refused = %o.refused.join(", "),
                             foreign = o.foreign,
                             resized = %o.resized.join(", "),
+                            adopted = %o.adopted.join(", "),
+                            deferred = o.deferred,
+                            halted = o.halted.unwrap_or_default(),
                             "garbage collection sweep"
                         ),
                         Ok(Ok(_)) => {}
@@ -100,6 +112,7 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
 pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestamp) -> Result<Outcome, SweepError> {
     let mut out = Outcome::default();
     let hub_id = &hub.settings.hub_id;
+    let owner = hub.settings.owner();
     if !hub.cache.is_ready() {
         return Err(SweepError::NotSynced);
     }
@@ -113,9 +126,11 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
     let groups_api: Api<NodeGroup> = Api::all(conn.client.clone());
 
     for g in &groups {
-        match ownership::prove(g, hub_id, &key.namespace) {
+        match ownership::prove(g, owner, &key.namespace) {
             Ownership::Foreign => out.foreign += 1,
-            Ownership::Owned { .. } if g.spec.node_count != 1 => out.resized.push(g.name_any()),
+            Ownership::Owned { .. } | Ownership::Legacy { .. } if g.spec.node_count != 1 => {
+                out.resized.push(g.name_any())
+            }
             _ => {}
         }
     }
@@ -127,7 +142,7 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
     // clever-cloud.md §3.9: another Karpenter (the in-cluster provider) also manages this cluster.
     for g in groups.iter().filter(|g| {
         g.labels().get(labels::IN_CLUSTER_MANAGED).map(String::as_str) == Some("true")
-            && matches!(ownership::prove(g, hub_id, &key.namespace), Ownership::Foreign)
+            && matches!(ownership::prove(g, owner, &key.namespace), Ownership::Foreign)
     }) {
         let note = format!(
             "NodeGroup {} is managed by the in-cluster Karpenter provider ({}=true): two autoscalers on one cluster fight over capacity; the hub never touches it",
@@ -151,9 +166,26 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
         }
     }
 
-    let candidates = orphan_candidates(view, &groups, hub_id, &key.namespace, now, |name| {
-        by_name.get(name).and_then(|c| c.metadata.uid.clone())
-    });
+    let cached_uid = |name: &str| by_name.get(name).and_then(|c| c.metadata.uid.clone());
+    // hub.md §5: a group from before management-cluster identities whose claim (name and UID) is
+    // here is ours for certain: stamp it, so every later proof is the strong one.
+    for g in legacy_to_adopt(&groups, owner, &key.namespace, cached_uid) {
+        let name = g.name_any();
+        let patch = ownership::adoption_patch(g, owner);
+        match groups_api.patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await {
+            Ok(_) => {
+                tracing::info!(cluster = %key, nodegroup = %name, management_cluster = %owner.management_cluster, "adopted a NodeGroup from before management-cluster identities: its NodeClaim (name and UID) is in this management cluster");
+                out.adopted.push(name);
+            }
+            Err(e) => {
+                tracing::warn!(cluster = %key, nodegroup = %name, error = %plain(&e), "stamping a NodeGroup with this management cluster failed; the next sweep retries")
+            }
+        }
+    }
+
+    let candidates = orphan_candidates(view, &groups, owner, &key.namespace, now, cached_uid);
+    // Judge every candidate first, delete after: the brake weighs the whole sweep.
+    let mut collectable: Vec<(NodeGroup, String)> = Vec::new();
     for (cached, _) in candidates {
         let name = cached.name_any();
         // Re-read both live: the cache may lag, and labels may have changed.
@@ -168,9 +200,9 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
         if live.is_terminating() {
             continue;
         }
-        let proof = ownership::prove(&live, hub_id, &key.namespace);
+        let proof = ownership::prove(&live, owner, &key.namespace);
         let claim = match &proof {
-            Ownership::Owned { claim, .. } => match claims_api.get_opt(claim).await {
+            Ownership::Owned { claim, .. } | Ownership::Legacy { claim, .. } => match claims_api.get_opt(claim).await {
                 Ok(None) => LiveClaim::Absent,
                 Ok(Some(c)) => LiveClaim::Present { uid: c.metadata.uid.unwrap_or_default() },
                 Err(_) => LiveClaim::Unknown,
@@ -178,38 +210,7 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
             _ => LiveClaim::Unknown,
         };
         match judge_orphan(view, &proof, &claim) {
-            Verdict::Collect { why } => {
-                let dp = ownership::delete_exactly(&live);
-                match groups_api.delete(&name, &dp).await {
-                    Ok(_) => {
-                        tracing::info!(cluster = %key, nodegroup = %name, why = %why, "GarbageCollected: deleted orphaned NodeGroup");
-                        Metrics::inc(&m.gc_reaped, key);
-                        // A group whose node registered frees capacity once gone (clever-cloud.md
-                        // §3.5), as a claim's own termination records it: no claim is left to.
-                        if conn.cache.nodes.state().iter().any(|n| crate::controllers::nodeclaim::node_of(n, &name)) {
-                            match hub.release_capacity(key, &name, false, now).await {
-                                Ok(true) => {
-                                    tracing::info!(cluster = %key, nodegroup = %name, "a reaped NodeGroup whose node registered is going: the flavor cool-downs and the creation back-off end when it is gone")
-                                }
-                                Ok(false) => {}
-                                Err(e) => {
-                                    tracing::warn!(cluster = %key, nodegroup = %name, error = %plain(&e), "recording the reaped group as freeing capacity failed")
-                                }
-                            }
-                        }
-                        // No claim is left to terminate it: free its Node for CKE, or it hangs.
-                        if let Err(e) = crate::controllers::nodeclaim::release_node_finalizers(conn, &name).await {
-                            tracing::warn!(cluster = %key, nodegroup = %name, error = %crate::infra::apierror::plain(&e), "releasing the reaped group's node finalizer failed; the next sweep retries");
-                        }
-                        let note = format!("deleted orphaned NodeGroup {name}: {why}");
-                        let _ = report(hub, conn, &live, false, "GarbageCollected", note, EVENT_DEDUPE).await;
-                        out.groups_collected.push(name);
-                    }
-                    Err(e) => {
-                        tracing::warn!(cluster = %key, nodegroup = %name, error = %plain(&e), "deleting orphaned NodeGroup failed")
-                    }
-                }
-            }
+            Verdict::Collect { why } => collectable.push((live, why)),
             Verdict::Refuse { why } => {
                 let note = format!(
                     "NodeGroup {name} carries this hub's labels but fails the ownership proof ({why}); kept, never deleted: remove the labels or delete it by hand"
@@ -222,8 +223,62 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
             Verdict::Keep => {}
         }
     }
+    let labelled = groups
+        .iter()
+        .filter(|g| !g.is_terminating() && ownership::prove(g, owner, &key.namespace).is_labelled_ours())
+        .count();
+    let allowed = match hub.settings.gc_brake.judge(collectable.len(), labelled) {
+        BrakeVerdict::Halt { would, of } => {
+            halt(hub, key, would, of).await;
+            out.halted = Some(would);
+            0
+        }
+        BrakeVerdict::Proceed { now } => {
+            if hub.set_gc_halt(key, None) {
+                tracing::info!(cluster = %key, "garbage collection resumed: the orphans found are within the brake's share");
+            }
+            now
+        }
+    };
+    out.deferred = collectable.len().saturating_sub(allowed);
+    for (live, why) in collectable.into_iter().take(allowed) {
+        let name = live.name_any();
+        let dp = ownership::delete_exactly(&live);
+        match groups_api.delete(&name, &dp).await {
+            Ok(_) => {
+                tracing::info!(cluster = %key, nodegroup = %name, why = %why, "GarbageCollected: deleted orphaned NodeGroup");
+                Metrics::inc(&m.gc_reaped, key);
+                // A group whose node registered frees capacity once gone (clever-cloud.md
+                // §3.5), as a claim's own termination records it: no claim is left to.
+                if conn.cache.nodes.state().iter().any(|n| crate::controllers::nodeclaim::node_of(n, &name)) {
+                    match hub.release_capacity(key, &name, false, now).await {
+                        Ok(true) => {
+                            tracing::info!(cluster = %key, nodegroup = %name, "a reaped NodeGroup whose node registered is going: the flavor cool-downs and the creation back-off end when it is gone")
+                        }
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::warn!(cluster = %key, nodegroup = %name, error = %plain(&e), "recording the reaped group as freeing capacity failed")
+                        }
+                    }
+                }
+                // No claim is left to terminate it: free its Node for CKE, or it hangs.
+                if let Err(e) = crate::controllers::nodeclaim::release_node_finalizers(conn, &name).await {
+                    tracing::warn!(cluster = %key, nodegroup = %name, error = %crate::infra::apierror::plain(&e), "releasing the reaped group's node finalizer failed; the next sweep retries");
+                }
+                let note = format!("deleted orphaned NodeGroup {name}: {why}");
+                let _ = report(hub, conn, &live, false, "GarbageCollected", note, EVENT_DEDUPE).await;
+                out.groups_collected.push(name);
+            }
+            Err(e) => {
+                tracing::warn!(cluster = %key, nodegroup = %name, error = %plain(&e), "deleting orphaned NodeGroup failed")
+            }
+        }
+    }
+    if out.deferred > 0 {
+        tracing::info!(cluster = %key, deferred = out.deferred, max_per_sweep = hub.settings.gc_brake.max_per_sweep, "more orphaned NodeGroups than one sweep deletes; the next sweep goes on");
+    }
 
-    release_stuck_nodes(conn, hub_id, &groups, &claims).await;
+    release_stuck_nodes(conn, owner, &groups, &claims).await;
 
     for c in claims.iter().filter(|c| c.spec.cluster_name == key.name) {
         let conds = c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
@@ -280,6 +335,22 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
     Ok(out)
 }
 
+/// The brake halted a sweep of `key`: nothing was deleted. Say so on the cluster's NodePools (a
+/// condition through [`Hub::set_gc_halt`] and an event) and in one warning line.
+async fn halt(hub: &Hub, key: &ClusterKey, would: usize, of: usize) {
+    let percent = hub.settings.gc_brake.halt_percent;
+    let why = format!(
+        "garbage collection of cluster {} is halted: {would} of the {of} NodeGroups this hub labelled there look orphaned (their NodeClaims are gone from this management cluster), more than the {percent}% one sweep may delete, so none was deleted. If this management cluster lost its NodeClaims (a restore, a move), bring them back; if the groups really are leaked, delete them by hand or raise --gc-halt-percent",
+        key.name
+    );
+    if hub.set_gc_halt(key, Some(why.clone())) {
+        tracing::warn!(cluster = %key, would_delete = would, labelled = of, halt_percent = percent, "GarbageCollectionHalted: too many NodeGroups look orphaned at once; none deleted");
+    }
+    for pool in hub.cache.pools_in(&key.namespace).iter().filter(|p| p.spec.cluster_name == key.name) {
+        hub.event(&pool.object_ref(&()), true, "GarbageCollectionHalted", "GarbageCollect", why.clone()).await;
+    }
+}
+
 /// An event on a NodeGroup (in the workload cluster's `default` namespace) mirrored onto its
 /// NodePool, since management users may not read the workload cluster (clever-cloud.md §8).
 async fn report(
@@ -320,7 +391,12 @@ fn nodegroup_ref(group: &NodeGroup) -> ObjectReference {
 /// Nodes being deleted that still carry the hub's finalizer although no claim will ever terminate
 /// them (their claim is gone, their owned group going): release the finalizer, or the Node and
 /// CKE's NodeGroup wait on each other forever. This also retries a release that failed after a reap.
-async fn release_stuck_nodes(conn: &Connection, hub_id: &str, groups: &[NodeGroup], claims: &[Arc<NodeClaim>]) {
+async fn release_stuck_nodes(
+    conn: &Connection,
+    owner: ownership::Owner<'_>,
+    groups: &[NodeGroup],
+    claims: &[Arc<NodeClaim>],
+) {
     for node in conn.cache.nodes.state() {
         if node.metadata.deletion_timestamp.is_none()
             || !node.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER)
@@ -330,7 +406,7 @@ async fn release_stuck_nodes(conn: &Connection, hub_id: &str, groups: &[NodeGrou
         let Some(group) = ownership::node_group(&node) else { continue };
         // Only our own group, proven by its labels: another Karpenter uses the same finalizer name.
         let group_going = groups.iter().find(|g| g.name_any() == group).is_some_and(|g| {
-            g.is_terminating() && matches!(ownership::prove(g, hub_id, &conn.key.namespace), Ownership::Owned { .. })
+            g.is_terminating() && matches!(ownership::prove(g, owner, &conn.key.namespace), Ownership::Owned { .. })
         });
         let provider_id = ownership::provider_id(&group);
         let claimed = claims

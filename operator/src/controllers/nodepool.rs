@@ -46,6 +46,9 @@ pub const NODECLASS_READY: &str = "NodeClassReady";
 pub const READY: &str = "Ready";
 pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
 pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
+/// Present only while garbage collection's brake holds back the sweeps of the pool's cluster
+/// (hub.md §5): informational, it does not make the pool not Ready (launches go on).
+pub const GARBAGE_COLLECTION_HALTED: &str = "GarbageCollectionHalted";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -183,7 +186,8 @@ struct Ctx {
 pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
     let pools: Api<NodePool> = hub.scoped();
     let claims: Api<NodeClaim> = hub.scoped();
-    let cluster_changes = hub.registry.change_stream();
+    // A cluster's state, or the garbage-collection brake's verdict on it, shows on its pools.
+    let cluster_changes = futures::stream::select(hub.registry.change_stream(), hub.gc_halt_changes());
     let controller = Controller::new(pools, watcher::Config::default())
         .with_config(controller::Config::default().debounce(DEBOUNCE));
     let pools_store = controller.store();
@@ -333,7 +337,21 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Ctx>) -> Result<Action, Error> 
             ),
         };
     conditions::set(&mut conds, NODE_REGISTRATION_HEALTHY, health, health_reason, health_message, generation, now);
-    let ready = conditions::set_root_except(&mut conds, READY, &[NODE_REGISTRATION_HEALTHY], generation, now);
+    match hub.gc_halt(&key) {
+        Some(why) => {
+            conditions::set(&mut conds, GARBAGE_COLLECTION_HALTED, TRUE, "TooManyOrphans", &why, generation, now);
+        }
+        None => {
+            conditions::remove(&mut conds, GARBAGE_COLLECTION_HALTED);
+        }
+    }
+    let ready = conditions::set_root_except(
+        &mut conds,
+        READY,
+        &[NODE_REGISTRATION_HEALTHY, GARBAGE_COLLECTION_HALTED],
+        generation,
+        now,
+    );
 
     // Usage: Σ capacity of the pool's claims that are not being deleted.
     let claims: Vec<Arc<NodeClaim>> =

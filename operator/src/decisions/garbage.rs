@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::decisions::ownership::{Ownership, prove};
+use crate::decisions::ownership::{Owner, Ownership, prove};
 use crds::nodegroup::NodeGroup;
 
 /// Minimum age before anything is collected: a group in its first upstream reconcile, or a claim
@@ -20,6 +20,47 @@ pub const MIN_AGE: Duration = Duration::from_secs(120);
 
 /// Default period of the safety sweep that looks for leaks the watches did not show.
 pub const SWEEP_PERIOD: Duration = Duration::from_secs(120);
+
+/// The brake on deletions (hub.md §5): a leak is a handful of groups, so a sweep that finds a
+/// large share of a cluster's groups orphaned is far likelier to be looking at the wrong data (a
+/// management cluster restored without its NodeClaims, another install's groups, a cache gone
+/// wrong) than at a real leak, and deleting them would remove a fleet's nodes in seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Brake {
+    /// At most this many groups deleted per cluster per sweep; the rest wait for the next sweep.
+    pub max_per_sweep: usize,
+    /// A sweep that would delete more than this percentage of the cluster's groups carrying this
+    /// hub's labels (and more than one group) deletes none, and says so (100: never halt).
+    pub halt_percent: u8,
+}
+
+impl Default for Brake {
+    fn default() -> Self {
+        Self { max_per_sweep: 10, halt_percent: 50 }
+    }
+}
+
+/// What the brake lets a sweep do with `collectable` orphans among `labelled` groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrakeVerdict {
+    /// Delete the first `now` of them (all of them, or up to the per-sweep cap).
+    Proceed { now: usize },
+    /// Delete none: `would` of `of` labelled groups look orphaned, more than the brake allows.
+    Halt { would: usize, of: usize },
+}
+
+impl Brake {
+    /// Pure: the verdict for one sweep of one cluster.
+    pub fn judge(self, collectable: usize, labelled: usize) -> BrakeVerdict {
+        let labelled = labelled.max(collectable);
+        // A single orphan is always collectable: the harm of a mistake is one node, and a cluster
+        // whose only group leaked must not keep it forever.
+        if self.halt_percent < 100 && collectable > 1 && collectable * 100 > labelled * usize::from(self.halt_percent) {
+            return BrakeVerdict::Halt { would: collectable, of: labelled };
+        }
+        BrakeVerdict::Proceed { now: collectable.min(self.max_per_sweep.max(1)) }
+    }
+}
 
 /// What the caller knows about the cluster when a sweep starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +117,7 @@ pub enum Verdict {
 pub fn orphan_candidates<'a>(
     view: ClusterView,
     groups: &'a [NodeGroup],
-    hub_id: &str,
+    owner: Owner<'_>,
     namespace: &str,
     now: Timestamp,
     cached_claim_uid: impl Fn(&str) -> Option<String>,
@@ -89,10 +130,37 @@ pub fn orphan_candidates<'a>(
         .filter(|g| {
             !g.is_terminating() && old_enough(g.metadata.creation_timestamp.as_ref().map(|t| t.0), now, view.min_age)
         })
-        .filter_map(|g| match prove(g, hub_id, namespace) {
+        .filter_map(|g| match prove(g, owner, namespace) {
             Ownership::Foreign => None,
-            Ownership::Owned { claim, uid } if cached_claim_uid(&claim).as_deref() == Some(uid.as_str()) => None,
+            Ownership::Owned { claim, uid } | Ownership::Legacy { claim, uid }
+                if cached_claim_uid(&claim).as_deref() == Some(uid.as_str()) =>
+            {
+                None
+            }
             o => Some((g, o)),
+        })
+        .collect()
+}
+
+/// Groups from before management-cluster identities whose claim, by name and UID, the cache holds
+/// in this namespace: this hub's for certain (a UID is unique across clusters), to be stamped with
+/// this management cluster ([`crate::decisions::ownership::adoption_patch`]). Every other legacy
+/// group is left as it is and, once orphaned, reported instead of collected ([`judge_orphan`]).
+pub fn legacy_to_adopt<'a>(
+    groups: &'a [NodeGroup],
+    owner: Owner<'_>,
+    namespace: &str,
+    cached_claim_uid: impl Fn(&str) -> Option<String>,
+) -> Vec<&'a NodeGroup> {
+    if owner.management_cluster.is_empty() {
+        return Vec::new();
+    }
+    groups
+        .iter()
+        .filter(|g| !g.is_terminating())
+        .filter(|g| match prove(g, owner, namespace) {
+            Ownership::Legacy { claim, uid } => cached_claim_uid(&claim).as_deref() == Some(uid.as_str()),
+            _ => false,
         })
         .collect()
 }
@@ -106,6 +174,16 @@ pub fn judge_orphan(view: ClusterView, ownership: &Ownership, claim: &LiveClaim)
     match (ownership, claim) {
         (Ownership::Foreign, _) => Verdict::Keep,
         (Ownership::Refused(why), _) => Verdict::Refuse { why: why.clone() },
+        // Made before management-cluster identities, and its claim is not here (by name and UID):
+        // it may be another management cluster's hub's on the same hub id. Never deleted.
+        (Ownership::Legacy { uid, .. }, LiveClaim::Present { uid: live }) if live == uid => Verdict::Keep,
+        (Ownership::Legacy { claim, .. }, LiveClaim::Absent | LiveClaim::Present { .. }) => Verdict::Refuse {
+            why: format!(
+                "it was made before NodeGroups named their management cluster (no label {}) and its NodeClaim {claim} is not this management cluster's: it may belong to another management cluster's hub with the same hub id",
+                crds::labels::MANAGEMENT_CLUSTER
+            ),
+        },
+        (Ownership::Legacy { .. }, LiveClaim::Unknown) => Verdict::Keep,
         (Ownership::Owned { .. }, LiveClaim::Unknown) => Verdict::Keep,
         (Ownership::Owned { claim, .. }, LiveClaim::Absent) => {
             Verdict::Collect { why: format!("its NodeClaim {claim} no longer exists") }
@@ -163,6 +241,8 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use kube::api::ObjectMeta;
 
+    const ME: Owner<'static> = Owner { hub_id: "default", management_cluster: "mgmt-1" };
+
     const OK: ClusterView = ClusterView { connected: true, synced: true, lists_ok: true, min_age: MIN_AGE };
 
     fn now() -> Timestamp {
@@ -172,6 +252,7 @@ mod tests {
     fn group(claim: &str, age_secs: i64) -> NodeGroup {
         let id = ClaimIdentity {
             hub_id: "default",
+            management_cluster: "mgmt-1",
             namespace: "ns",
             claim,
             claim_uid: "uid-1",
@@ -199,12 +280,12 @@ mod tests {
             ClusterView { synced: false, ..OK },
             ClusterView { lists_ok: false, ..OK },
         ] {
-            assert!(orphan_candidates(view, &groups, "default", "ns", now(), |_| None).is_empty());
+            assert!(orphan_candidates(view, &groups, ME, "ns", now(), |_| None).is_empty());
             let owned = Ownership::Owned { claim: "a".into(), uid: "uid-1".into() };
             assert_eq!(judge_orphan(view, &owned, &LiveClaim::Absent), Verdict::Keep);
             assert_eq!(judge_vanished(view, &LiveGroup::Absent), Verdict::Keep);
         }
-        assert_eq!(orphan_candidates(OK, &groups, "default", "ns", now(), |_| None).len(), 1);
+        assert_eq!(orphan_candidates(OK, &groups, ME, "ns", now(), |_| None).len(), 1);
     }
 
     #[test]
@@ -214,12 +295,12 @@ mod tests {
         let mut terminating = group("c", 600);
         terminating.metadata.deletion_timestamp = Some(Time(now()));
         let groups = [young, live, terminating, group("d", 600)];
-        let got = orphan_candidates(OK, &groups, "default", "ns", now(), |c| (c == "b").then(|| "uid-1".to_string()));
+        let got = orphan_candidates(OK, &groups, ME, "ns", now(), |c| (c == "b").then(|| "uid-1".to_string()));
         let names: Vec<_> = got.iter().map(|(g, _)| g.metadata.name.clone().unwrap()).collect();
         assert_eq!(names.len(), 1);
         assert!(names[0].starts_with("d-"));
-        assert!(orphan_candidates(OK, &groups, "other", "ns", now(), |_| None).is_empty());
-        assert!(orphan_candidates(OK, &groups, "default", "other-ns", now(), |_| None).is_empty());
+        assert!(orphan_candidates(OK, &groups, Owner { hub_id: "other", ..ME }, "ns", now(), |_| None).is_empty());
+        assert!(orphan_candidates(OK, &groups, ME, "other-ns", now(), |_| None).is_empty());
     }
 
     #[test]
@@ -258,5 +339,61 @@ mod tests {
         assert!(matches!(judge_vanished(OK, &LiveGroup::Absent), Verdict::Collect { .. }));
         assert_eq!(judge_vanished(OK, &LiveGroup::Present), Verdict::Keep);
         assert_eq!(judge_vanished(OK, &LiveGroup::Unknown), Verdict::Keep);
+    }
+
+    #[test]
+    fn another_management_cluster_s_groups_are_never_candidates() {
+        let mut theirs = group("a", 600);
+        theirs.metadata.labels.as_mut().unwrap().insert(crds::labels::MANAGEMENT_CLUSTER.into(), "mgmt-2".into());
+        assert!(orphan_candidates(OK, &[theirs], ME, "ns", now(), |_| None).is_empty());
+    }
+
+    #[test]
+    fn legacy_groups_are_adopted_by_their_own_claim_and_otherwise_reported_never_collected() {
+        let mut legacy = group("a", 600);
+        legacy.metadata.labels.as_mut().unwrap().remove(crds::labels::MANAGEMENT_CLUSTER);
+        let groups = [legacy];
+        // Its claim is here with its UID: adopted, not a candidate.
+        let here = |c: &str| (c == "a").then(|| "uid-1".to_string());
+        assert_eq!(legacy_to_adopt(&groups, ME, "ns", here).len(), 1);
+        assert!(orphan_candidates(OK, &groups, ME, "ns", now(), here).is_empty());
+        // A claim of that name with another UID (made elsewhere, or recreated): not adopted.
+        let other = |c: &str| (c == "a").then(|| "uid-9".to_string());
+        assert!(legacy_to_adopt(&groups, ME, "ns", other).is_empty());
+        assert!(legacy_to_adopt(&groups, Owner { management_cluster: "", ..ME }, "ns", here).is_empty());
+        // Orphaned: a candidate, but reported, never collected.
+        let got = orphan_candidates(OK, &groups, ME, "ns", now(), |_| None);
+        assert_eq!(got.len(), 1);
+        let proof = &got[0].1;
+        assert!(matches!(proof, Ownership::Legacy { .. }));
+        for live in [LiveClaim::Absent, LiveClaim::Present { uid: "uid-9".into() }] {
+            assert!(
+                matches!(judge_orphan(OK, proof, &live), Verdict::Refuse { why } if why.contains("another management cluster"))
+            );
+        }
+        assert_eq!(judge_orphan(OK, proof, &LiveClaim::Present { uid: "uid-1".into() }), Verdict::Keep);
+        assert_eq!(judge_orphan(OK, proof, &LiveClaim::Unknown), Verdict::Keep);
+    }
+
+    #[test]
+    fn the_brake_caps_a_sweep_and_halts_one_that_would_delete_most_of_a_cluster() {
+        let brake = Brake::default();
+        // A leak: a few of many.
+        assert_eq!(brake.judge(0, 20), BrakeVerdict::Proceed { now: 0 });
+        assert_eq!(brake.judge(3, 20), BrakeVerdict::Proceed { now: 3 });
+        // One orphan is always collectable, even the only group.
+        assert_eq!(brake.judge(1, 1), BrakeVerdict::Proceed { now: 1 });
+        // Exactly half is allowed, more is not.
+        assert_eq!(brake.judge(2, 4), BrakeVerdict::Proceed { now: 2 });
+        assert_eq!(brake.judge(3, 4), BrakeVerdict::Halt { would: 3, of: 4 });
+        // The incident: three groups, all of them orphaned at once.
+        assert_eq!(brake.judge(3, 3), BrakeVerdict::Halt { would: 3, of: 3 });
+        // A miscount never makes the share look smaller than it is.
+        assert_eq!(brake.judge(3, 0), BrakeVerdict::Halt { would: 3, of: 3 });
+        // The cap: many orphans among very many groups go a sweep at a time.
+        assert_eq!(brake.judge(40, 200), BrakeVerdict::Proceed { now: 10 });
+        assert_eq!(Brake { max_per_sweep: 0, ..brake }.judge(5, 200), BrakeVerdict::Proceed { now: 1 });
+        // 100 % never halts.
+        assert_eq!(Brake { halt_percent: 100, ..brake }.judge(3, 3), BrakeVerdict::Proceed { now: 3 });
     }
 }

@@ -17,7 +17,7 @@ use crds::{
 };
 use kube::api::ObjectMeta;
 
-use crate::decisions::ownership::{ClaimIdentity, Ownership, nodegroup_spec_labels, prove};
+use crate::decisions::ownership::{ClaimIdentity, Owner, Ownership, nodegroup_spec_labels, prove};
 
 /// Why a claim cannot be launched; the reaction follows karpenter-semantics §2.3.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -143,21 +143,34 @@ pub fn desired_nodegroup(
 }
 
 /// After `AlreadyExists`: adopt the existing group only if every ownership proof holds and its UID
-/// annotation is this claim's. Returns the flavor to describe the claim with (the group's, not the
-/// one just resolved).
-pub fn adopt(existing: &NodeGroup, hub_id: &str, namespace: &str, claim: &NodeClaim) -> Result<String, LaunchError> {
+/// annotation is this claim's (a group from before management-cluster identities included: the
+/// claim's UID proves it). Returns the flavor to describe the claim with (the group's, not the one
+/// just resolved).
+pub fn adopt(
+    existing: &NodeGroup,
+    owner: Owner<'_>,
+    namespace: &str,
+    claim: &NodeClaim,
+) -> Result<String, LaunchError> {
     let name = existing.metadata.name.clone().unwrap_or_default();
     let claim_uid = claim.metadata.uid.as_deref().unwrap_or_default();
     let claim_name = claim.metadata.name.as_deref().unwrap_or_default();
-    match prove(existing, hub_id, namespace) {
-        Ownership::Owned { claim: c, uid } if c == claim_name && uid == claim_uid => Ok(existing.spec.flavor.clone()),
-        Ownership::Owned { uid, .. } => Err(LaunchError::Conflict {
+    let proof = prove(existing, owner, namespace);
+    if proof.is_claims(claim_name, claim_uid) {
+        return Ok(existing.spec.flavor.clone());
+    }
+    match proof {
+        Ownership::Owned { .. } | Ownership::Legacy { .. } if claim_uid.is_empty() => {
+            Err(LaunchError::Conflict { name, why: "this claim has no UID yet".into() })
+        }
+        Ownership::Owned { uid, .. } | Ownership::Legacy { uid, .. } => Err(LaunchError::Conflict {
             name,
             why: format!("it was made for NodeClaim UID {uid}, this claim's is {claim_uid}"),
         }),
-        Ownership::Foreign => {
-            Err(LaunchError::Conflict { name, why: "it is not owned by this hub and namespace".into() })
-        }
+        Ownership::Foreign => Err(LaunchError::Conflict {
+            name,
+            why: "it is not owned by this hub, namespace and management cluster".into(),
+        }),
         Ownership::Refused(why) => Err(LaunchError::Conflict { name, why }),
     }
 }
@@ -216,6 +229,7 @@ mod tests {
     fn id() -> ClaimIdentity<'static> {
         ClaimIdentity {
             hub_id: "default",
+            management_cluster: "mgmt-1",
             namespace: "ns",
             claim: "general-abcde",
             claim_uid: "uid-1",
@@ -252,10 +266,25 @@ mod tests {
                      "requirements": [], "resources": {}}
         }))
         .unwrap();
-        assert_eq!(adopt(&g, "default", "ns", &claim).unwrap(), "S");
+        let me = Owner { hub_id: "default", management_cluster: "mgmt-1" };
+        assert_eq!(adopt(&g, me, "ns", &claim).unwrap(), "S");
         claim.metadata.uid = Some("uid-2".into());
-        assert!(matches!(adopt(&g, "default", "ns", &claim), Err(LaunchError::Conflict { .. })));
+        assert!(matches!(adopt(&g, me, "ns", &claim), Err(LaunchError::Conflict { .. })));
         claim.metadata.uid = Some("uid-1".into());
-        assert!(matches!(adopt(&g, "other", "ns", &claim), Err(LaunchError::Conflict { .. })));
+        assert!(matches!(adopt(&g, Owner { hub_id: "other", ..me }, "ns", &claim), Err(LaunchError::Conflict { .. })));
+        // Another management cluster's hub on the same hub id made a group of this very name.
+        let e = adopt(&g, Owner { management_cluster: "mgmt-2", ..me }, "ns", &claim).unwrap_err();
+        assert!(e.to_string().contains("management cluster"), "{e}");
+        // A group from before identities is this claim's when the UID says so.
+        let legacy = desired_nodegroup(
+            &ClaimIdentity { management_cluster: "", ..id() },
+            "S",
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            "h",
+        );
+        assert_eq!(adopt(&legacy, me, "ns", &claim).unwrap(), "S");
+        claim.metadata.uid = Some("uid-2".into());
+        assert!(adopt(&legacy, me, "ns", &claim).is_err());
     }
 }

@@ -59,10 +59,22 @@ pub fn node_group(node: &k8s_openapi::api::core::v1::Node) -> Option<String> {
     })
 }
 
+/// Who this hub is, as every NodeGroup it writes says and every ownership proof checks: its hub id
+/// and its management cluster (the UID of that cluster's `kube-system` namespace, read at start:
+/// immutable for the cluster's life, and kept by an etcd restore of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner<'a> {
+    pub hub_id: &'a str,
+    pub management_cluster: &'a str,
+}
+
 /// Who the hub is and which claim a NodeGroup is written for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimIdentity<'a> {
     pub hub_id: &'a str,
+    /// The management cluster's identity ([`Owner::management_cluster`]); empty only in tests of
+    /// groups made before identities existed.
+    pub management_cluster: &'a str,
     pub namespace: &'a str,
     pub claim: &'a str,
     pub claim_uid: &'a str,
@@ -78,13 +90,17 @@ impl ClaimIdentity<'_> {
     /// `metadata.labels` of the NodeGroup (clever-cloud.md §3.1). Never the in-cluster provider's
     /// `managed` marker: that provider would take the group for its own.
     pub fn labels(&self) -> BTreeMap<String, String> {
-        BTreeMap::from([
+        let mut out = BTreeMap::from([
             (labels::HUB.to_string(), self.hub_id.to_string()),
             (labels::NODECLAIM_NAMESPACE.to_string(), self.namespace.to_string()),
             (labels::NODECLAIM.to_string(), self.claim.to_string()),
             (labels::HUB_NODEPOOL.to_string(), self.nodepool.to_string()),
             (labels::NODECLASS.to_string(), self.nodeclass.to_string()),
-        ])
+        ]);
+        if !self.management_cluster.is_empty() {
+            out.insert(labels::MANAGEMENT_CLUSTER.to_string(), self.management_cluster.to_string());
+        }
+        out
     }
 
     /// `metadata.annotations` of the NodeGroup: the UID proof and the node class drift hash.
@@ -134,20 +150,54 @@ pub fn delete_exactly<K: kube::Resource>(obj: &K) -> kube::api::DeleteParams {
 /// What the ownership proof says about one NodeGroup, for this hub and namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ownership {
-    /// Every proof holds: the group was written by this hub for claim `claim` with UID `uid`.
+    /// Every proof holds: the group was written by this hub, in this management cluster, for claim
+    /// `claim` with UID `uid`.
     Owned { claim: String, uid: String },
-    /// Not ours (no hub labels, another hub, another namespace): never touched.
+    /// Every proof of a group made before management-cluster identities existed holds (this hub id
+    /// and namespace, claim label, UID annotation, derived name), but the group names no management
+    /// cluster: it may be this hub's, or another management cluster's hub's that used the same hub
+    /// id. Adopted (stamped with this management cluster) only when its claim, by name *and UID*,
+    /// is in this management cluster (a UID is unique across clusters); never deleted as garbage.
+    Legacy { claim: String, uid: String },
+    /// Not ours (no hub labels, another hub, another namespace, another management cluster): never
+    /// touched.
     Foreign,
     /// Carries our labels but a proof fails (no UID annotation, name not derived from its claim
     /// label): a copy or a tampered group. Kept and reported, never deleted.
     Refused(String),
 }
 
-/// The ownership proof of clever-cloud.md §3.3.
-pub fn prove(group: &NodeGroup, hub_id: &str, namespace: &str) -> Ownership {
+impl Ownership {
+    /// Whether the group is the one made for claim `name` with UID `uid`, by this hub: owned, or
+    /// a group from before management identities whose claim is this very claim (the UID proves it).
+    pub fn is_claims(&self, name: &str, uid: &str) -> bool {
+        match self {
+            Ownership::Owned { claim, uid: u } | Ownership::Legacy { claim, uid: u } => {
+                claim == name && u == uid && !uid.is_empty()
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the group carries this hub's and namespace's labels (owned, legacy or refused): the
+    /// population garbage collection's brake measures itself against.
+    pub fn is_labelled_ours(&self) -> bool {
+        !matches!(self, Ownership::Foreign)
+    }
+}
+
+/// The ownership proof of clever-cloud.md §3.3, bound to the management cluster (hub.md §5).
+pub fn prove(group: &NodeGroup, owner: Owner<'_>, namespace: &str) -> Ownership {
     let meta = &group.metadata;
     let label = |k: &str| meta.labels.as_ref().and_then(|l| l.get(k)).map(String::as_str);
-    if label(labels::HUB) != Some(hub_id) || label(labels::NODECLAIM_NAMESPACE) != Some(namespace) {
+    if label(labels::HUB) != Some(owner.hub_id) || label(labels::NODECLAIM_NAMESPACE) != Some(namespace) {
+        return Ownership::Foreign;
+    }
+    let management = label(labels::MANAGEMENT_CLUSTER);
+    // Another management cluster's group (a second install on the same hub id, a migration, a
+    // restore without claims): not ours, whatever else it says. A hub that does not know its own
+    // management cluster (never in production) treats every stamped group as another's.
+    if management.is_some_and(|m| m != owner.management_cluster || owner.management_cluster.is_empty()) {
         return Ownership::Foreign;
     }
     let Some(claim) = label(labels::NODECLAIM).filter(|c| !c.is_empty()) else {
@@ -158,13 +208,28 @@ pub fn prove(group: &NodeGroup, hub_id: &str, namespace: &str) -> Ownership {
         return Ownership::Refused(format!("annotation {} is missing", labels::NODECLAIM_UID));
     };
     let name = meta.name.as_deref().unwrap_or_default();
-    let expected = nodegroup_name(hub_id, namespace, claim);
+    let expected = nodegroup_name(owner.hub_id, namespace, claim);
     if name != expected {
         return Ownership::Refused(format!(
             "its name is not the one derived from NodeClaim {namespace}/{claim} ({expected}): a copy of another group"
         ));
     }
-    Ownership::Owned { claim: claim.to_string(), uid: uid.clone() }
+    match management {
+        Some(_) => Ownership::Owned { claim: claim.to_string(), uid: uid.clone() },
+        None => Ownership::Legacy { claim: claim.to_string(), uid: uid.clone() },
+    }
+}
+
+/// The merge patch that adopts a [`Ownership::Legacy`] group: this management cluster's label,
+/// with the group's UID as a precondition (a group deleted and recreated since it was read is
+/// refused by the server, not stamped).
+pub fn adoption_patch(group: &NodeGroup, owner: Owner<'_>) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {
+            "uid": group.metadata.uid,
+            "labels": { labels::MANAGEMENT_CLUSTER: owner.management_cluster },
+        }
+    })
 }
 
 #[cfg(test)]
@@ -190,6 +255,7 @@ mod tests {
 
     const ID: ClaimIdentity<'static> = ClaimIdentity {
         hub_id: "default",
+        management_cluster: "mgmt-1",
         namespace: "team-a",
         claim: "general-x7k2p",
         claim_uid: "u-1",
@@ -249,22 +315,49 @@ mod tests {
         );
     }
 
+    const ME: Owner<'static> = Owner { hub_id: "default", management_cluster: "mgmt-1" };
+
     #[test]
     fn only_a_group_with_every_proof_is_owned() {
-        assert_eq!(
-            prove(&group(&ID), "default", "team-a"),
-            Ownership::Owned { claim: ID.claim.into(), uid: "u-1".into() }
-        );
-        assert_eq!(prove(&group(&ID), "other-hub", "team-a"), Ownership::Foreign);
-        assert_eq!(prove(&group(&ID), "default", "team-b"), Ownership::Foreign);
+        assert_eq!(prove(&group(&ID), ME, "team-a"), Ownership::Owned { claim: ID.claim.into(), uid: "u-1".into() });
+        assert_eq!(prove(&group(&ID), Owner { hub_id: "other-hub", ..ME }, "team-a"), Ownership::Foreign);
+        assert_eq!(prove(&group(&ID), ME, "team-b"), Ownership::Foreign);
         let mut no_uid = group(&ID);
         no_uid.metadata.annotations = None;
-        assert!(matches!(prove(&no_uid, "default", "team-a"), Ownership::Refused(m) if m.contains("nodeclaim-uid")));
+        assert!(matches!(prove(&no_uid, ME, "team-a"), Ownership::Refused(m) if m.contains("nodeclaim-uid")));
         let mut copy = group(&ID);
         copy.metadata.name = Some("copied-group".into());
-        assert!(matches!(prove(&copy, "default", "team-a"), Ownership::Refused(m) if m.contains("copy")));
+        assert!(matches!(prove(&copy, ME, "team-a"), Ownership::Refused(m) if m.contains("copy")));
         let mut unlabelled = group(&ID);
         unlabelled.metadata.labels = None;
-        assert_eq!(prove(&unlabelled, "default", "team-a"), Ownership::Foreign);
+        assert_eq!(prove(&unlabelled, ME, "team-a"), Ownership::Foreign);
+    }
+
+    #[test]
+    fn another_management_cluster_s_group_is_foreign_whatever_its_hub_id() {
+        // The incident: a second management cluster's hub on the same (default) hub id, same
+        // namespace name, made this group; every other proof holds.
+        let theirs = group(&ClaimIdentity { management_cluster: "mgmt-2", ..ID });
+        assert_eq!(prove(&theirs, ME, "team-a"), Ownership::Foreign);
+        // A hub that does not know its own management cluster claims no stamped group.
+        assert_eq!(prove(&group(&ID), Owner { management_cluster: "", ..ME }, "team-a"), Ownership::Foreign);
+    }
+
+    #[test]
+    fn a_group_from_before_identities_is_legacy_and_only_its_own_claim_proves_it() {
+        let old = group(&ClaimIdentity { management_cluster: "", ..ID });
+        assert!(!old.metadata.labels.as_ref().unwrap().contains_key(labels::MANAGEMENT_CLUSTER));
+        let proof = prove(&old, ME, "team-a");
+        assert_eq!(proof, Ownership::Legacy { claim: ID.claim.into(), uid: "u-1".into() });
+        assert!(proof.is_claims(ID.claim, "u-1"));
+        assert!(!proof.is_claims(ID.claim, "u-2"), "a claim of the same name made elsewhere is not proof");
+        assert!(!proof.is_claims("other", "u-1"));
+        assert!(!Ownership::Foreign.is_claims(ID.claim, "u-1"));
+        assert!(!proof.is_claims(ID.claim, ""));
+        let mut stamped = old.clone();
+        let patch = adoption_patch(&old, ME);
+        let l = patch["metadata"]["labels"][labels::MANAGEMENT_CLUSTER].as_str().unwrap();
+        stamped.metadata.labels.as_mut().unwrap().insert(labels::MANAGEMENT_CLUSTER.into(), l.into());
+        assert_eq!(prove(&stamped, ME, "team-a"), Ownership::Owned { claim: ID.claim.into(), uid: "u-1".into() });
     }
 }

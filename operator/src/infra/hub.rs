@@ -47,6 +47,10 @@ pub const EVENT_DEDUPE_LONG: Duration = Duration::from_secs(3600);
 pub struct Settings {
     /// This hub's identity on NodeGroups (`karpenter.clever-cloud.com/hub`).
     pub hub_id: String,
+    /// The management cluster's identity on NodeGroups (`karpenter.clever-cloud.com/management-cluster`):
+    /// the UID of its `kube-system` namespace. Empty until [`crate::infra::identity`] reads it
+    /// (`run_with` does, before any controller starts); set by hand only by tests.
+    pub management_cluster: String,
     /// Zone of CKE's offerings (`par`).
     pub zone: String,
     /// The NodeClaim lifecycle's TTLs and node repair policy.
@@ -63,15 +67,25 @@ pub struct Settings {
     pub gc_min_age: Duration,
     /// Period of the garbage-collection safety sweep (2 min).
     pub gc_period: Duration,
+    /// How much one sweep of one cluster may delete (hub.md §5, "the brake").
+    pub gc_brake: crate::decisions::garbage::Brake,
     /// How long a consolidation or emptiness command waits before it is validated and started
     /// (karpenter-semantics: 15 s).
     pub disruption_validation: Duration,
+}
+
+impl Settings {
+    /// Who this hub is, for the ownership proof.
+    pub fn owner(&self) -> crate::decisions::ownership::Owner<'_> {
+        crate::decisions::ownership::Owner { hub_id: &self.hub_id, management_cluster: &self.management_cluster }
+    }
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
             hub_id: "default".to_string(),
+            management_cluster: String::new(),
             zone: "par".to_string(),
             lifecycle: crate::decisions::lifecycle::Settings::default(),
             clock: sim::clock::Clock::real(),
@@ -80,6 +94,7 @@ impl Default for Settings {
             namespace: None,
             gc_min_age: crate::decisions::garbage::MIN_AGE,
             gc_period: crate::decisions::garbage::SWEEP_PERIOD,
+            gc_brake: crate::decisions::garbage::Brake::default(),
             disruption_validation: crate::controllers::disruption::VALIDATION_DELAY,
         }
     }
@@ -269,6 +284,10 @@ pub struct Hub {
     class_generations: std::sync::Mutex<BTreeMap<(String, String), i64>>,
     gates: std::sync::Mutex<BTreeMap<ClusterKey, Arc<Mutex<()>>>>,
     refusals: std::sync::Mutex<Refusals>,
+    /// Clusters whose last garbage-collection sweep the brake halted, with what it would have
+    /// deleted (shown on their NodePools as `GarbageCollectionHalted`); a counter of changes.
+    gc_halts: std::sync::Mutex<BTreeMap<ClusterKey, String>>,
+    gc_halt_changes: tokio::sync::watch::Sender<u64>,
 }
 
 /// Eviction refusals per pod (cluster, pod): how many so far and when the next attempt may go, on
@@ -304,6 +323,35 @@ impl Hub {
             class_generations: std::sync::Mutex::new(BTreeMap::new()),
             gates: std::sync::Mutex::new(BTreeMap::new()),
             refusals: std::sync::Mutex::new(Refusals::new()),
+            gc_halts: std::sync::Mutex::new(BTreeMap::new()),
+            gc_halt_changes: tokio::sync::watch::Sender::new(0),
+        })
+    }
+
+    /// Record whether the brake halted the last sweep of `key` (`Some(message)`) or not; true
+    /// when that changed (then the cluster's NodePools are reconciled again).
+    pub fn set_gc_halt(&self, key: &ClusterKey, halt: Option<String>) -> bool {
+        let mut halts = self.gc_halts.lock().unwrap_or_else(PoisonError::into_inner);
+        let changed = match &halt {
+            Some(m) => halts.insert(key.clone(), m.clone()).as_ref() != Some(m),
+            None => halts.remove(key).is_some(),
+        };
+        drop(halts);
+        if changed {
+            self.gc_halt_changes.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        changed
+    }
+
+    /// Why the brake halted the last sweep of `key`, if it did.
+    pub fn gc_halt(&self, key: &ClusterKey) -> Option<String> {
+        self.gc_halts.lock().unwrap_or_else(PoisonError::into_inner).get(key).cloned()
+    }
+
+    /// A tick whenever a cluster's halt starts, changes or ends.
+    pub fn gc_halt_changes(&self) -> impl futures::Stream<Item = ()> + Send + use<> {
+        futures::stream::unfold(self.gc_halt_changes.subscribe(), |mut rx| async move {
+            rx.changed().await.ok().map(|()| ((), rx))
         })
     }
 

@@ -5,6 +5,7 @@
 pub mod apierror;
 pub mod clients;
 pub mod hub;
+pub mod identity;
 pub mod kubeconfig;
 pub mod leader;
 pub mod manifests;

@@ -262,8 +262,8 @@ async fn create_pods(client: &Client, names: &[String]) {
 /// A NodeGroup of `hub` for a claim that never existed, whose node never came (no node, so no
 /// pod lands on it): an orphan for this hub (`default`), or a foreign one (another hub's) that
 /// this hub must never touch.
-async fn stray_group(client: &Client, ns: &str, hub: &str, claim: &str) -> (String, String) {
-    common::claimed_looking_group(client, hub, ns, (claim, "5a1c0a57-0000-4000-8000-000000000017"), "2XS", 0).await
+async fn stray_group(client: &Client, ns: &str, owner: (&str, &str), claim: &str) -> (String, String) {
+    common::claimed_looking_group(client, owner, ns, (claim, "5a1c0a57-0000-4000-8000-000000000017"), "2XS", 0).await
 }
 
 /// `karpenter_hub_api_retries_total` in the hub's metrics, by (api, code), summed over clusters.
@@ -329,6 +329,7 @@ async fn the_hub_keeps_its_invariants_and_makes_progress_under_api_faults() {
         violations: Vec::new(),
     };
     let exemptions = obs.invariants.exemptions();
+    let me = common::management_cluster(&world.mgmt.client()).await;
     for (i, (ns, _)) in CLUSTERS.iter().enumerate() {
         let pdb = serde_json::from_value(json!({
             "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
@@ -340,7 +341,7 @@ async fn the_hub_keeps_its_invariants_and_makes_progress_under_api_faults() {
             .create(&PostParams::default(), &pdb)
             .await
             .unwrap();
-        obs.foreign.push(stray_group(&obs.view.workloads[i], ns, "another-hub", "theirs-1").await);
+        obs.foreign.push(stray_group(&obs.view.workloads[i], ns, ("another-hub", &me), "theirs-1").await);
     }
     inject(&world.mgmt);
     for c in &world.clusters {
@@ -367,7 +368,7 @@ async fn the_hub_keeps_its_invariants_and_makes_progress_under_api_faults() {
     // 2. GC: an orphan of this hub appears in each cluster (as a crash mid-launch would leave).
     let mut orphans = Vec::new();
     for (i, (ns, _)) in CLUSTERS.iter().enumerate() {
-        orphans.push(stray_group(&obs.view.workloads[i], ns, "default", "ghost-1").await);
+        orphans.push(stray_group(&obs.view.workloads[i], ns, ("default", &me), "ghost-1").await);
     }
 
     // 3. Emptiness: two pods go in each cluster; their nodes are removed, and the orphans with them.

@@ -257,13 +257,19 @@ pub async fn wait_reachable(mgmt: &kube::Client, ns: &str, status: &str, reason:
     .await;
 }
 
-/// Create in a workload cluster a NodeGroup carrying every label and annotation hub `hub_id` puts
-/// on the group of NodeClaim `namespace/claim` (UID `claim_uid`), without that claim existing:
-/// an orphan of that hub (or, for another hub id, a group this hub must never touch). Returns its
-/// name and UID.
+/// The identity a hub on management cluster `mgmt` writes on its NodeGroups: the UID of its
+/// `kube-system` namespace.
+pub async fn management_cluster(mgmt: &kube::Client) -> String {
+    operator::infra::identity::read(mgmt).await.expect("the management cluster's kube-system namespace")
+}
+
+/// Create in a workload cluster a NodeGroup carrying every label and annotation hub `hub_id` of
+/// management cluster `management_cluster` puts on the group of NodeClaim `namespace/claim` (UID
+/// `claim_uid`), without that claim existing: an orphan of that hub (or, for another hub id or
+/// management cluster, a group this hub must never touch). Returns its name and UID.
 pub async fn claimed_looking_group(
     client: &kube::Client,
-    hub_id: &str,
+    (hub_id, management_cluster): (&str, &str),
     namespace: &str,
     (claim, claim_uid): (&str, &str),
     flavor: &str,
@@ -272,6 +278,7 @@ pub async fn claimed_looking_group(
     use kube::ResourceExt;
     let id = operator::decisions::ownership::ClaimIdentity {
         hub_id,
+        management_cluster,
         namespace,
         claim,
         claim_uid,

@@ -245,7 +245,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
         }
         Some(g) => {
             // A restart after the create: adopt only our own group, described by its own flavor.
-            let flavor = launch::adopt(&g, &hub.settings.hub_id, &c.ns, c.obj).map_err(Failure::Launch)?;
+            let flavor = launch::adopt(&g, hub.settings.owner(), &c.ns, c.obj).map_err(Failure::Launch)?;
             tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, "adopting the NodeGroup created before a restart");
             (flavor, g)
         }
@@ -269,6 +269,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
             let class_labels = class.spec.labels.clone();
             let id = ClaimIdentity {
                 hub_id: &hub.settings.hub_id,
+                management_cluster: &hub.settings.management_cluster,
                 namespace: &c.ns,
                 claim: &c.name,
                 claim_uid: c.obj.metadata.uid.as_deref().unwrap_or_default(),
@@ -298,7 +299,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
                             "NodeGroup {group_name} is being deleted"
                         ))));
                     }
-                    launch::adopt(&g, &hub.settings.hub_id, &c.ns, c.obj).map_err(Failure::Launch)?;
+                    launch::adopt(&g, hub.settings.owner(), &c.ns, c.obj).map_err(Failure::Launch)?;
                     g
                 }
                 Err(e) => return Err(e.into()),

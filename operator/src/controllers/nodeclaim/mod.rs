@@ -372,12 +372,8 @@ async fn group_live(
         None => Group::NotFound,
         Some(g) if g.is_terminating() => Group::Terminating,
         Some(g) => Group::Present {
-            ours: match ownership::prove(g, &hub.settings.hub_id, &c.ns) {
-                Ownership::Owned { claim, uid }
-                    if claim == c.name && Some(uid.as_str()) == c.obj.metadata.uid.as_deref() =>
-                {
-                    Ok(())
-                }
+            ours: match ownership::prove(g, hub.settings.owner(), &c.ns) {
+                p if p.is_claims(&c.name, c.obj.metadata.uid.as_deref().unwrap_or_default()) => Ok(()),
                 Ownership::Refused(why) => Err(why),
                 _ => Err("it is not this claim's".to_string()),
             },
@@ -554,8 +550,8 @@ async fn stamp_provider_id(hub: &Hub, conn: &Connection, group: &str) -> Result<
             && conn.cache.nodegroups.state().iter().any(|ng| {
                 ng.name_any() == g
                     && matches!(
-                        ownership::prove(ng, &hub.settings.hub_id, &conn.key.namespace),
-                        Ownership::Owned { .. }
+                        ownership::prove(ng, hub.settings.owner(), &conn.key.namespace),
+                        Ownership::Owned { .. } | Ownership::Legacy { .. }
                     )
             })
     };
