@@ -88,6 +88,15 @@ pub struct RunArgs {
     /// cluster connects or its state changes).
     #[arg(long, env = "KARPENTER_HUB_GC_PERIOD", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub gc_period_seconds: u64,
+    /// At most this many orphaned NodeGroups deleted per cluster per garbage-collection sweep; the
+    /// rest wait for the next sweep.
+    #[arg(long, env = "KARPENTER_HUB_GC_MAX_DELETIONS_PER_SWEEP", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub gc_max_deletions_per_sweep: u64,
+    /// A sweep that would delete more than this percentage of a cluster's NodeGroups carrying this
+    /// hub's labels (and more than one) deletes none and raises `GarbageCollectionHalted` on the
+    /// cluster's NodePools (100: never halt).
+    #[arg(long, env = "KARPENTER_HUB_GC_HALT_PERCENT", default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub gc_halt_percent: u8,
     /// Seconds a consolidation or emptiness command waits before it is validated against the
     /// cluster as it is then and started (drift has no such wait).
     #[arg(long, env = "KARPENTER_HUB_DISRUPTION_VALIDATION", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -120,6 +129,10 @@ impl RunArgs {
             },
             gc_min_age: Duration::from_secs(self.gc_min_age_seconds),
             gc_period: Duration::from_secs(self.gc_period_seconds),
+            gc_brake: crate::decisions::garbage::Brake {
+                max_per_sweep: usize::try_from(self.gc_max_deletions_per_sweep).unwrap_or(usize::MAX),
+                halt_percent: self.gc_halt_percent,
+            },
             disruption_validation: Duration::from_secs(self.disruption_validation_seconds),
             ..hub::Settings::default()
         }
@@ -534,6 +547,17 @@ mod tests {
         let short = parse(&["--gc-min-age-seconds=5", "--gc-period-seconds=10"]).hub_settings();
         assert_eq!((short.gc_min_age, short.gc_period), (Duration::from_secs(5), Duration::from_secs(10)));
         assert!(Cli::try_parse_from(["karpenter-hub", "--gc-min-age-seconds=0"]).is_err(), "below the range");
+    }
+
+    #[test]
+    fn the_garbage_collection_brake_defaults_to_ten_a_sweep_and_half_a_cluster_and_is_passed_on() {
+        use crate::decisions::garbage::Brake;
+        assert_eq!(parse(&[]).hub_settings().gc_brake, Brake { max_per_sweep: 10, halt_percent: 50 });
+        let set = parse(&["--gc-max-deletions-per-sweep=3", "--gc-halt-percent=100"]).hub_settings();
+        assert_eq!(set.gc_brake, Brake { max_per_sweep: 3, halt_percent: 100 });
+        for bad in ["--gc-max-deletions-per-sweep=0", "--gc-halt-percent=0", "--gc-halt-percent=101"] {
+            assert!(Cli::try_parse_from(["karpenter-hub", bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -3,7 +3,6 @@
 //! live before anything is deleted, every delete carries a UID precondition, and the brake
 //! ([`crate::decisions::garbage::Brake`]) bounds what one sweep deletes, or halts it. A reaped group
 //! whose node registered is recorded as freeing capacity, as a claim's termination records its own.
-//! Groups from before management-cluster identities are stamped here when their claim proves them ours.
 //!
 //! Must not: sweep a cluster whose list of claims failed, delete past the brake, or stop a sweep
 //! because one object failed.
@@ -17,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decisions::garbage::{
     BrakeVerdict, ClaimFacts, ClusterView, LiveClaim, LiveGroup, Verdict, is_vanish_candidate, judge_orphan,
-    judge_vanished, legacy_to_adopt, orphan_candidates,
+    judge_vanished, orphan_candidates,
 };
 use crate::{
     decisions::conditions,
@@ -45,8 +44,6 @@ pub struct Outcome {
     pub refused: Vec<String>,
     pub foreign: usize,
     pub resized: Vec<String>,
-    /// Groups from before management-cluster identities, stamped as this management cluster's.
-    pub adopted: Vec<String>,
     /// Orphans left for a later sweep by the per-sweep cap.
     pub deferred: usize,
     /// The brake halted the sweep: this many orphans were found and none deleted.
@@ -88,7 +85,6 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
                             refused = %o.refused.join(", "),
                             foreign = o.foreign,
                             resized = %o.resized.join(", "),
-                            adopted = %o.adopted.join(", "),
                             deferred = o.deferred,
                             halted = o.halted.unwrap_or_default(),
                             "garbage collection sweep"
@@ -167,22 +163,6 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
     }
 
     let cached_uid = |name: &str| by_name.get(name).and_then(|c| c.metadata.uid.clone());
-    // hub.md §5: a group from before management-cluster identities whose claim (name and UID) is
-    // here is ours for certain: stamp it, so every later proof is the strong one.
-    for g in legacy_to_adopt(&groups, owner, &key.namespace, cached_uid) {
-        let name = g.name_any();
-        let patch = ownership::adoption_patch(g, owner);
-        match groups_api.patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await {
-            Ok(_) => {
-                tracing::info!(cluster = %key, nodegroup = %name, management_cluster = %owner.management_cluster, "adopted a NodeGroup from before management-cluster identities: its NodeClaim (name and UID) is in this management cluster");
-                out.adopted.push(name);
-            }
-            Err(e) => {
-                tracing::warn!(cluster = %key, nodegroup = %name, error = %plain(&e), "stamping a NodeGroup with this management cluster failed; the next sweep retries")
-            }
-        }
-    }
-
     let candidates = orphan_candidates(view, &groups, owner, &key.namespace, now, cached_uid);
     // Judge every candidate first, delete after: the brake weighs the whole sweep.
     let mut collectable: Vec<(NodeGroup, String)> = Vec::new();

@@ -142,29 +142,6 @@ pub fn orphan_candidates<'a>(
         .collect()
 }
 
-/// Groups from before management-cluster identities whose claim, by name and UID, the cache holds
-/// in this namespace: this hub's for certain (a UID is unique across clusters), to be stamped with
-/// this management cluster ([`crate::decisions::ownership::adoption_patch`]). Every other legacy
-/// group is left as it is and, once orphaned, reported instead of collected ([`judge_orphan`]).
-pub fn legacy_to_adopt<'a>(
-    groups: &'a [NodeGroup],
-    owner: Owner<'_>,
-    namespace: &str,
-    cached_claim_uid: impl Fn(&str) -> Option<String>,
-) -> Vec<&'a NodeGroup> {
-    if owner.management_cluster.is_empty() {
-        return Vec::new();
-    }
-    groups
-        .iter()
-        .filter(|g| !g.is_terminating())
-        .filter(|g| match prove(g, owner, namespace) {
-            Ownership::Legacy { claim, uid } => cached_claim_uid(&claim).as_deref() == Some(uid.as_str()),
-            _ => false,
-        })
-        .collect()
-}
-
 /// The verdict on an orphan candidate, from the ownership re-checked on the group as just re-read
 /// and the live read of its claim.
 pub fn judge_orphan(view: ClusterView, ownership: &Ownership, claim: &LiveClaim) -> Verdict {
@@ -349,18 +326,13 @@ mod tests {
     }
 
     #[test]
-    fn legacy_groups_are_adopted_by_their_own_claim_and_otherwise_reported_never_collected() {
+    fn legacy_groups_are_their_claim_s_when_the_uid_says_so_and_otherwise_reported_never_collected() {
         let mut legacy = group("a", 600);
         legacy.metadata.labels.as_mut().unwrap().remove(crds::labels::MANAGEMENT_CLUSTER);
         let groups = [legacy];
-        // Its claim is here with its UID: adopted, not a candidate.
+        // Its claim is here with its UID: its claim's, not a candidate.
         let here = |c: &str| (c == "a").then(|| "uid-1".to_string());
-        assert_eq!(legacy_to_adopt(&groups, ME, "ns", here).len(), 1);
         assert!(orphan_candidates(OK, &groups, ME, "ns", now(), here).is_empty());
-        // A claim of that name with another UID (made elsewhere, or recreated): not adopted.
-        let other = |c: &str| (c == "a").then(|| "uid-9".to_string());
-        assert!(legacy_to_adopt(&groups, ME, "ns", other).is_empty());
-        assert!(legacy_to_adopt(&groups, Owner { management_cluster: "", ..ME }, "ns", here).is_empty());
         // Orphaned: a candidate, but reported, never collected.
         let got = orphan_candidates(OK, &groups, ME, "ns", now(), |_| None);
         assert_eq!(got.len(), 1);

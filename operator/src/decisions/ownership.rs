@@ -156,8 +156,9 @@ pub enum Ownership {
     /// Every proof of a group made before management-cluster identities existed holds (this hub id
     /// and namespace, claim label, UID annotation, derived name), but the group names no management
     /// cluster: it may be this hub's, or another management cluster's hub's that used the same hub
-    /// id. Adopted (stamped with this management cluster) only when its claim, by name *and UID*,
-    /// is in this management cluster (a UID is unique across clusters); never deleted as garbage.
+    /// id. Its claim's (launch, termination) only when that claim, by name *and UID*, is in this
+    /// management cluster (a UID is unique across clusters: [`Ownership::is_claims`]); never
+    /// deleted as garbage. Left unstamped: the hub's workload identity may not patch NodeGroups.
     Legacy { claim: String, uid: String },
     /// Not ours (no hub labels, another hub, another namespace, another management cluster): never
     /// touched.
@@ -218,18 +219,6 @@ pub fn prove(group: &NodeGroup, owner: Owner<'_>, namespace: &str) -> Ownership 
         Some(_) => Ownership::Owned { claim: claim.to_string(), uid: uid.clone() },
         None => Ownership::Legacy { claim: claim.to_string(), uid: uid.clone() },
     }
-}
-
-/// The merge patch that adopts a [`Ownership::Legacy`] group: this management cluster's label,
-/// with the group's UID as a precondition (a group deleted and recreated since it was read is
-/// refused by the server, not stamped).
-pub fn adoption_patch(group: &NodeGroup, owner: Owner<'_>) -> serde_json::Value {
-    serde_json::json!({
-        "metadata": {
-            "uid": group.metadata.uid,
-            "labels": { labels::MANAGEMENT_CLUSTER: owner.management_cluster },
-        }
-    })
 }
 
 #[cfg(test)]
@@ -354,10 +343,5 @@ mod tests {
         assert!(!proof.is_claims("other", "u-1"));
         assert!(!Ownership::Foreign.is_claims(ID.claim, "u-1"));
         assert!(!proof.is_claims(ID.claim, ""));
-        let mut stamped = old.clone();
-        let patch = adoption_patch(&old, ME);
-        let l = patch["metadata"]["labels"][labels::MANAGEMENT_CLUSTER].as_str().unwrap();
-        stamped.metadata.labels.as_mut().unwrap().insert(labels::MANAGEMENT_CLUSTER.into(), l.into());
-        assert_eq!(prove(&stamped, ME, "team-a"), Ownership::Owned { claim: ID.claim.into(), uid: "u-1".into() });
     }
 }
