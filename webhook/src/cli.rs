@@ -8,7 +8,8 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 use crate::server::{
-    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_CONCURRENT_REVIEWS, DEFAULT_MAX_CONNECTIONS, Settings,
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_CONCURRENT_REVIEWS, DEFAULT_MAX_CONNECTIONS,
+    Settings,
 };
 
 /// How referenced objects are read.

@@ -33,9 +33,9 @@ use axum_server::accept::Accept;
 use axum_server::tls_rustls::RustlsAcceptor;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio_rustls::server::TlsStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
+use tokio_rustls::server::TlsStream;
 
 use crate::metrics::{Metrics, Refused};
 
@@ -346,7 +346,10 @@ mod tests {
     /// Asserts `deadline` is `after` past some instant between `from` and now.
     fn about(deadline: Option<Instant>, from: Instant, after: Duration) {
         let deadline = deadline.unwrap();
-        assert!(deadline >= from + after && deadline <= Instant::now() + after, "{deadline:?} not {after:?} after {from:?}");
+        assert!(
+            deadline >= from + after && deadline <= Instant::now() + after,
+            "{deadline:?} not {after:?} after {from:?}"
+        );
     }
 
     #[test]
@@ -403,7 +406,8 @@ mod tests {
 
     #[test]
     fn a_head_started_near_the_end_of_the_idle_time_keeps_the_idle_deadline() {
-        let connection = Arc::new(Connection::new(ConnectionLimits { idle_timeout: Duration::from_nanos(1), ..limits() }));
+        let connection =
+            Arc::new(Connection::new(ConnectionLimits { idle_timeout: Duration::from_nanos(1), ..limits() }));
         drop(connection.begin());
         let idle = connection.deadline_after_read(false);
         assert_eq!(connection.deadline_after_read(true), idle);

@@ -61,7 +61,9 @@ pub enum Refusal {
         limit: usize,
     },
     /// The body would take the bytes buffered past the budget.
-    #[error("a body of {charged} bytes does not fit: the reviews in flight hold the budget of {limit} bytes (--max-buffered-bytes)")]
+    #[error(
+        "a body of {charged} bytes does not fit: the reviews in flight hold the budget of {limit} bytes (--max-buffered-bytes)"
+    )]
     Bytes {
         /// What the body was charged.
         charged: u64,
@@ -96,7 +98,11 @@ fn units(bytes: u64) -> u64 {
 impl Budget {
     /// A budget of `max_concurrent_reviews` reviews and `max_buffered_bytes` body bytes, for bodies
     /// of at most `max_body_bytes`.
-    pub fn new(max_concurrent_reviews: usize, max_buffered_bytes: u64, max_body_bytes: u64) -> Result<Self, LimitsError> {
+    pub fn new(
+        max_concurrent_reviews: usize,
+        max_buffered_bytes: u64,
+        max_body_bytes: u64,
+    ) -> Result<Self, LimitsError> {
         if max_concurrent_reviews == 0 {
             return Err(LimitsError::Zero { flag: "--max-concurrent-reviews" });
         }

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::body::HttpBody;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
@@ -182,7 +182,9 @@ impl LargeBodies {
 
     async fn read(&self, kind: Kind, body: Bytes) -> Result<review::Step, review::BadRequest> {
         let (reply, step) = tokio::sync::oneshot::channel();
-        let failed = || review::BadRequest::Malformed("the webhook could not read the body: its reader is busy or gone".to_string());
+        let failed = || {
+            review::BadRequest::Malformed("the webhook could not read the body: its reader is busy or gone".to_string())
+        };
         self.jobs.try_send((kind, body, reply)).map_err(|_| failed())?;
         step.await.map_err(|_| failed())?
     }
@@ -393,9 +395,11 @@ pub async fn start(
     let address = listener.local_addr().map_err(listen_error(settings.address))?;
     let handle = Handle::new();
     // The guard runs first: a connection over the limit is closed before its handshake.
-    let tls = RustlsAcceptor::new(RustlsConfig::from_config(Arc::new(tls))).handshake_timeout(settings.handshake_timeout);
+    let tls =
+        RustlsAcceptor::new(RustlsConfig::from_config(Arc::new(tls))).handshake_timeout(settings.handshake_timeout);
     let acceptor = Guard::new(tls, settings.connections, metrics.clone());
-    let mut server = axum_server::from_tcp(listener).map_err(listen_error(address))?.acceptor(acceptor).handle(handle.clone());
+    let mut server =
+        axum_server::from_tcp(listener).map_err(listen_error(address))?.acceptor(acceptor).handle(handle.clone());
     let streams = u32::try_from(settings.max_concurrent_reviews).unwrap_or(u32::MAX);
     let builder = server.http_builder();
     builder.http1().max_buf_size(HTTP1_MAX_BUFFER_BYTES);

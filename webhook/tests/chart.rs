@@ -174,7 +174,10 @@ fn the_network_policy_admits_only_the_given_peers_to_the_webhook_port() {
     assert_eq!(policy["spec"]["policyTypes"], serde_json::json!(["Ingress"]));
     let rules = policy["spec"]["ingress"].as_array().unwrap();
     assert_eq!(rules.len(), 2, "{rules:?}");
-    assert_eq!(rules[0]["ports"], serde_json::json!([{"port": container_port(&deployment, "https"), "protocol": "TCP"}]));
+    assert_eq!(
+        rules[0]["ports"],
+        serde_json::json!([{"port": container_port(&deployment, "https"), "protocol": "TCP"}])
+    );
     assert_eq!(rules[0]["from"], serde_json::json!([{"ipBlock": {"cidr": "10.0.0.0/24"}}]));
     assert_eq!(rules[1]["ports"][0]["port"], container_port(&deployment, "http-metrics"));
     assert_eq!(rules[1]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "monitoring");
@@ -185,8 +188,12 @@ fn the_network_policy_admits_only_the_given_peers_to_the_webhook_port() {
 
     let error = render(&helm, None, &["webhook.networkPolicy.enabled=true"]).unwrap_err();
     assert!(error.contains("webhook.networkPolicy.apiServerPeers is empty"), "{error}");
-    let error = render(&helm, None, &["webhook.networkPolicy.enabled=true", "webhook.networkPolicy.apiServerPeers[0].cidr=10.0.0.1/32"])
-        .unwrap_err();
+    let error = render(
+        &helm,
+        None,
+        &["webhook.networkPolicy.enabled=true", "webhook.networkPolicy.apiServerPeers[0].cidr=10.0.0.1/32"],
+    )
+    .unwrap_err();
     assert!(error.contains("/webhook/networkPolicy/apiServerPeers/0"), "{error}");
 }
 

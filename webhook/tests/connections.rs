@@ -175,7 +175,8 @@ async fn a_slow_second_http2_request_head_is_cut_at_the_header_timeout() {
     });
     let closed = closed_within(&mut reader, HEADER + SLACK).await;
     trickle.abort();
-    let closed = closed.unwrap_or_else(|| panic!("a frame sent a byte at a time still read after {:?}", HEADER + SLACK));
+    let closed =
+        closed.unwrap_or_else(|| panic!("a frame sent a byte at a time still read after {:?}", HEADER + SLACK));
     assert!(closed - started >= HEADER - Duration::from_millis(200), "closed after {:?}", closed - started);
 }
 

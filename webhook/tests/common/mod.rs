@@ -305,7 +305,11 @@ impl Drop for Binary {
 }
 
 /// A TLS connection to 127.0.0.1:`port` trusting `ca_pem`, offering one ALPN protocol.
-pub async fn tls_stream(ca_pem: &str, port: u16, alpn: &[u8]) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+pub async fn tls_stream(
+    ca_pem: &str,
+    port: u16,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
