@@ -171,7 +171,8 @@ impl LargeBodies {
         let (jobs, queued) = std::sync::mpsc::sync_channel::<LargeBody>(queue);
         std::thread::Builder::new().name("large-bodies".to_string()).spawn(move || {
             for (kind, body, reply) in queued {
-                // A panic drops the reply (the request gets 500) but must not end the thread.
+                // A panic drops the reply (the request gets 400 saying the body could not be read)
+                // but must not end the thread.
                 if let Ok(step) = std::panic::catch_unwind(|| review::read(kind, &body)) {
                     let _ = reply.send(step);
                 }
