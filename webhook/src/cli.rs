@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
-use crate::server::{DEFAULT_MAX_BODY_BYTES, Settings};
+use crate::server::{
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_CONCURRENT_REVIEWS, DEFAULT_MAX_CONNECTIONS,
+    Settings,
+};
 
 /// How referenced objects are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -49,9 +52,24 @@ pub struct Args {
     /// Largest request body, in bytes.
     #[arg(long, env = "KARPENTER_HUB_WEBHOOK_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
+    /// Bodies of the reviews in flight, in bytes, together; past it a review gets 503, unread.
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_MAX_BUFFERED_BYTES", default_value_t = DEFAULT_MAX_BUFFERED_BYTES)]
+    pub max_buffered_bytes: u64,
+    /// Reviews in flight at once; past it a review gets 503.
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_MAX_CONCURRENT_REVIEWS", default_value_t = DEFAULT_MAX_CONCURRENT_REVIEWS)]
+    pub max_concurrent_reviews: usize,
+    /// Open connections at once; past it a new connection is closed at once.
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
     /// Longest time for one request, body read included.
     #[arg(long, env = "KARPENTER_HUB_WEBHOOK_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub request_timeout: Duration,
+    /// How long a connection may stay open without a request in flight.
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// How long the head of each request (and the first of a connection) may take to arrive.
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_HEADER_READ_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
     /// How long in-flight requests may finish after SIGTERM.
     #[arg(long, env = "KARPENTER_HUB_WEBHOOK_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
@@ -76,6 +94,11 @@ impl Args {
         settings.probe_address = self.probe_address;
         settings.certificate_poll_interval = self.cert_poll_interval;
         settings.max_body_bytes = self.max_body_bytes;
+        settings.max_buffered_bytes = self.max_buffered_bytes;
+        settings.max_concurrent_reviews = self.max_concurrent_reviews;
+        settings.connections.max_connections = self.max_connections;
+        settings.connections.idle_timeout = self.idle_timeout;
+        settings.connections.header_read_timeout = self.header_read_timeout;
         settings.request_timeout = self.request_timeout;
         settings.shutdown_grace = self.shutdown_grace;
         settings
@@ -119,6 +142,9 @@ mod tests {
     fn flags_have_defaults_and_parse() {
         let args = Args::try_parse_from(["karpenter-hub-webhook"]).unwrap();
         assert_eq!(args.address.port(), 9443);
+        // The flags' defaults are the server's.
+        let defaults = Settings::new(args.address, args.tls_cert_file.clone(), args.tls_key_file.clone());
+        assert_eq!(args.settings().connections, defaults.connections);
         assert_eq!(args.lookups, Lookups::Api);
         let args = Args::try_parse_from([
             "karpenter-hub-webhook",
@@ -126,9 +152,18 @@ mod tests {
             "--lookups=off",
             "--cert-poll-interval=250ms",
             "--probe-address=127.0.0.1:8081",
+            "--idle-timeout=2s",
+            "--header-read-timeout=500ms",
+            "--max-connections=8",
+            "--max-concurrent-reviews=4",
+            "--max-buffered-bytes=8388608",
         ])
         .unwrap();
         let settings = args.settings();
+        assert_eq!(settings.connections.idle_timeout, Duration::from_secs(2));
+        assert_eq!(settings.connections.header_read_timeout, Duration::from_millis(500));
+        assert_eq!(settings.connections.max_connections, 8);
+        assert_eq!((settings.max_concurrent_reviews, settings.max_buffered_bytes), (4, 8_388_608));
         assert_eq!(settings.certificate_poll_interval, Duration::from_millis(250));
         assert_eq!(settings.probe_address.map(|a| a.port()), Some(8081));
         assert_eq!(args.lookups, Lookups::Off);

@@ -8,10 +8,14 @@
 //! - [`references`]: reading the objects a reviewed object refers to;
 //! - [`tls`]: the serving certificate and its hot reload;
 //! - [`server`]: routes, limits, probes, metrics and graceful shutdown;
+//! - [`limits`]: the bound on reviews in flight and on the bytes of their bodies;
+//! - [`connection`]: the bound on connections, their idle and request-head timeouts;
 //! - [`metrics`]: what `/metrics` exposes;
 //! - [`cli`]: the command-line flags.
 
 pub mod cli;
+pub mod connection;
+pub mod limits;
 pub mod metrics;
 pub mod references;
 pub mod review;

@@ -8,6 +8,7 @@
 //! | `karpenter_hub_webhook_request_duration_seconds` | `kind` | time from body received to answer, lookups included |
 //! | `karpenter_hub_webhook_certificate_reloads_total` | `outcome` (`success`, `failure`) | certificate pairs read after a change on disk |
 //! | `karpenter_hub_webhook_certificate_expiry_timestamp_seconds` | — | `notAfter` of the served certificate (Unix seconds) |
+//! | `karpenter_hub_webhook_refusals_total` | `bound` (`connections`, `reviews`, `bytes`) | connections closed and reviews answered 503 at once because a bound was reached |
 //! | `karpenter_hub_webhook_lookups_total` | `kind` (of the object read), `outcome` (`found`, `missing`, `unchecked`) | reads of referenced objects; `unchecked` = failed, timed out or disabled, the check became a warning |
 
 use std::time::Duration;
@@ -32,6 +33,32 @@ pub enum Outcome {
     Denied,
     /// Not an AdmissionReview: HTTP 400.
     Invalid,
+}
+
+/// Which bound made the server refuse a connection or a review without serving it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Refused {
+    /// `--max-connections`: the connection was closed on accept.
+    Connections,
+    /// `--max-concurrent-reviews`: 503.
+    Reviews,
+    /// `--max-buffered-bytes`: 503.
+    Bytes,
+}
+
+impl EncodeLabelValue for Refused {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.write_str(match self {
+            Refused::Connections => "connections",
+            Refused::Reviews => "reviews",
+            Refused::Bytes => "bytes",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RefusedLabels {
+    bound: Refused,
 }
 
 /// How a certificate reload ended.
@@ -122,6 +149,7 @@ pub struct Metrics {
     latency: HistogramFamily,
     reloads: Family<ReloadLabels, Counter>,
     lookups: Family<LookupLabels, Counter>,
+    refusals: Family<RefusedLabels, Counter>,
     expiry: Gauge,
 }
 
@@ -141,6 +169,7 @@ impl Metrics {
         let latency: HistogramFamily = Family::new_with_constructor(latency_histogram);
         let reloads = Family::<ReloadLabels, Counter>::default();
         let lookups = Family::<LookupLabels, Counter>::default();
+        let refusals = Family::<RefusedLabels, Counter>::default();
         let expiry = Gauge::default();
         registry.register("requests", "Admission reviews answered, by kind and outcome", requests.clone());
         registry.register("denials", "Admission reviews denied, by kind", denials.clone());
@@ -152,6 +181,11 @@ impl Metrics {
         );
         registry.register("certificate_reloads", "Serving certificate reloads after a change on disk", reloads.clone());
         registry.register("lookups", "Reads of referenced objects, by kind read and outcome", lookups.clone());
+        registry.register(
+            "refusals",
+            "Connections closed and reviews answered 503 at once because a bound was reached, by bound",
+            refusals.clone(),
+        );
         registry.register(
             "certificate_expiry_timestamp_seconds",
             "When the served certificate expires (notAfter, Unix seconds)",
@@ -173,7 +207,10 @@ impl Metrics {
                 let _ = lookups.get_or_create(&LookupLabels { kind, outcome });
             }
         }
-        Metrics { registry, requests, denials, warnings, latency, reloads, lookups, expiry }
+        for bound in [Refused::Connections, Refused::Reviews, Refused::Bytes] {
+            let _ = refusals.get_or_create(&RefusedLabels { bound });
+        }
+        Metrics { registry, requests, denials, warnings, latency, reloads, lookups, refusals, expiry }
     }
 
     /// Records one answered review.
@@ -201,6 +238,11 @@ impl Metrics {
     /// Records a lookup of a referenced object of `kind`.
     pub fn lookup(&self, kind: Kind, outcome: LookupOutcome) {
         self.lookups.get_or_create(&LookupLabels { kind, outcome }).inc();
+    }
+
+    /// Records a connection or review refused because `bound` was reached.
+    pub fn refused(&self, bound: Refused) {
+        self.refusals.get_or_create(&RefusedLabels { bound }).inc();
     }
 
     /// The OpenMetrics text exposition.

@@ -443,16 +443,21 @@ pub async fn resolve(admission: &Admission, references: &dyn References) -> Reso
 /// A bug that panics inside the validation rules still gets an answer: a denial saying so (the
 /// object is refused rather than stored unchecked), logged as an error.
 pub async fn review(route: Kind, body: &[u8], references: &dyn References) -> Result<Answer, BadRequest> {
-    match read(route, body)? {
-        Step::Answer(answer) => Ok(answer),
+    Ok(answer(route, read(route, body)?, references).await)
+}
+
+/// The answer to a review already [`read`]: its references resolved and the object validated.
+pub async fn answer(route: Kind, step: Step, references: &dyn References) -> Answer {
+    match step {
+        Step::Answer(answer) => answer,
         Step::Validate(admission) => {
             let resolved = resolve(&admission, references).await;
             let uid = admission.uid.clone();
             let validated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| admission.validate(&resolved)));
-            Ok(validated.unwrap_or_else(|_| {
+            validated.unwrap_or_else(|_| {
                 tracing::error!(%route, %uid, "validation panicked; the object is refused");
                 Answer::deny(uid, format!("internal error while validating this {route}: the object is refused to be safe; please report it"))
-            }))
+            })
         }
     }
 }

@@ -18,6 +18,7 @@ use std::time::Duration;
 use clap::Parser;
 use serde_json::Value;
 use webhook::cli::{Args, Lookups};
+use webhook::limits::Budget;
 
 use common::*;
 
@@ -42,12 +43,15 @@ fn helm() -> Option<PathBuf> {
     }
 }
 
-/// The webhook Deployment rendered with `values` (None: the defaults), if the webhook is enabled.
-fn webhook_deployment(helm: &Path, values: Option<&Path>) -> Option<Value> {
+/// Every object rendered with `values` (None: the defaults) and `--set` assignments, or helm's error.
+fn render(helm: &Path, values: Option<&Path>, sets: &[&str]) -> Result<Vec<Value>, String> {
     let chart = repo().join("charts/karpenter-hub");
     let mut args = vec!["template", "karpenter-hub", chart.to_str().unwrap(), "--namespace", "karpenter-hub"];
     if let Some(v) = values {
         args.extend(["--values", v.to_str().unwrap()]);
+    }
+    for set in sets {
+        args.extend(["--set", set]);
     }
     let out = Command::new(helm)
         .args(&args)
@@ -57,9 +61,16 @@ fn webhook_deployment(helm: &Path, values: Option<&Path>) -> Option<Value> {
         .env("HELM_DATA_HOME", repo().join("target/helm-home/data"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "helm template {values:?}: {}", String::from_utf8_lossy(&out.stderr));
-    serde_saphyr::from_multiple::<Value>(&String::from_utf8_lossy(&out.stdout))
-        .unwrap()
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(serde_saphyr::from_multiple::<Value>(&String::from_utf8_lossy(&out.stdout)).unwrap())
+}
+
+/// The webhook Deployment rendered with `values` (None: the defaults), if the webhook is enabled.
+fn webhook_deployment(helm: &Path, values: Option<&Path>) -> Option<Value> {
+    render(helm, values, &[])
+        .unwrap_or_else(|e| panic!("helm template {values:?}: {e}"))
         .into_iter()
         .find(|d| d["kind"] == "Deployment" && d["metadata"]["labels"]["app.kubernetes.io/component"] == "webhook")
 }
@@ -116,6 +127,10 @@ fn the_charts_webhook_arguments_parse_and_line_up_with_the_pod() {
         let vwc_timeout =
             if values.as_deref().is_some_and(|v| v.ends_with("user-secret-values.yaml")) { 10 } else { 5 };
         assert!(args.lookup_timeout < Duration::from_secs(vwc_timeout), "{values:?}");
+        // The limits work together (the binary refuses to start otherwise).
+        let budget = Budget::new(args.max_concurrent_reviews, args.max_buffered_bytes, args.max_body_bytes as u64);
+        assert!(budget.is_ok(), "{values:?}: {budget:?}");
+        assert!(args.header_read_timeout <= args.idle_timeout, "{values:?}");
     }
     assert!(rendered >= 6, "too few renderings with the webhook: {rendered}");
 
@@ -131,6 +146,55 @@ fn the_charts_webhook_arguments_parse_and_line_up_with_the_pod() {
     assert_eq!(args.lookup_timeout, Duration::from_secs(1));
     assert_eq!(args.log, "webhook=debug");
     assert_eq!(args.address.port(), 10443);
+    assert_eq!((args.max_buffered_bytes, args.max_concurrent_reviews, args.max_connections), (8_388_608, 16, 32));
+    assert_eq!((args.idle_timeout, args.header_read_timeout), (Duration::from_secs(60), Duration::from_secs(3)));
+}
+
+/// webhook.networkPolicy: off by default; on, it selects exactly the webhook's pods and admits the
+/// given peers only to the HTTPS port (and its probe peers to the probe port); on without peers,
+/// the rendering fails naming the value (an ingress rule without `from` would admit everyone).
+/// A real API server accepts it: operator/tests/charts.rs applies every ci/ file (dry run).
+#[test]
+fn the_network_policy_admits_only_the_given_peers_to_the_webhook_port() {
+    let Some(helm) = helm() else { return };
+    let policies = |docs: &[Value]| docs.iter().filter(|d| d["kind"] == "NetworkPolicy").cloned().collect::<Vec<_>>();
+    assert!(policies(&render(&helm, None, &[]).unwrap()).is_empty(), "a NetworkPolicy by default");
+
+    let custom = repo().join("charts/karpenter-hub/ci/custom-flags-values.yaml");
+    let docs = render(&helm, Some(&custom), &[]).unwrap();
+    let [policy] = &policies(&docs)[..] else { panic!("one NetworkPolicy expected: {:?}", policies(&docs)) };
+    let deployment = webhook_deployment(&helm, Some(&custom)).unwrap();
+    let pod_labels = deployment["spec"]["template"]["metadata"]["labels"].as_object().unwrap();
+    let selector = policy["spec"]["podSelector"]["matchLabels"].as_object().unwrap();
+    assert!(!selector.is_empty() && selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)), "{selector:?}");
+    // The hub's pods are not selected.
+    let hub = docs.iter().find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "hub").unwrap();
+    let hub_labels = hub["spec"]["template"]["metadata"]["labels"].as_object().unwrap();
+    assert!(!selector.iter().all(|(k, v)| hub_labels.get(k) == Some(v)), "the policy selects the hub");
+    assert_eq!(policy["spec"]["policyTypes"], serde_json::json!(["Ingress"]));
+    let rules = policy["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    assert_eq!(
+        rules[0]["ports"],
+        serde_json::json!([{"port": container_port(&deployment, "https"), "protocol": "TCP"}])
+    );
+    assert_eq!(rules[0]["from"], serde_json::json!([{"ipBlock": {"cidr": "10.0.0.0/24"}}]));
+    assert_eq!(rules[1]["ports"][0]["port"], container_port(&deployment, "http-metrics"));
+    assert_eq!(rules[1]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "monitoring");
+    // Without probe peers the probe port is open to every source; the HTTPS port never is.
+    let open_probes = render(&helm, Some(&custom), &["webhook.networkPolicy.probePeers=null"]).unwrap();
+    let rules = policies(&open_probes)[0]["spec"]["ingress"].clone();
+    assert!(rules[1].get("from").is_none() && rules[0]["from"].as_array().is_some_and(|f| !f.is_empty()), "{rules}");
+
+    let error = render(&helm, None, &["webhook.networkPolicy.enabled=true"]).unwrap_err();
+    assert!(error.contains("webhook.networkPolicy.apiServerPeers is empty"), "{error}");
+    let error = render(
+        &helm,
+        None,
+        &["webhook.networkPolicy.enabled=true", "webhook.networkPolicy.apiServerPeers[0].cidr=10.0.0.1/32"],
+    )
+    .unwrap_err();
+    assert!(error.contains("/webhook/networkPolicy/apiServerPeers/0"), "{error}");
 }
 
 #[cfg(unix)]

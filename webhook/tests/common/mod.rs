@@ -225,3 +225,103 @@ where
     }
     panic!("timed out waiting for {what}");
 }
+
+/// A free port on 127.0.0.1 (bound and released: another process may take it first, rarely).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The real `karpenter-hub-webhook` binary on 127.0.0.1, with a fresh certificate, lookups off and
+/// the given environment (flags by their `KARPENTER_HUB_WEBHOOK_*` variables); killed on drop.
+pub struct Binary {
+    pub ca: Ca,
+    pub dir: TempDir,
+    pub port: u16,
+    pub probe_port: u16,
+    child: std::process::Child,
+}
+
+impl Binary {
+    pub async fn start(name: &str, env: &[(&str, &str)]) -> Self {
+        let ca = Ca::new();
+        let dir = TempDir::new(name);
+        let (cert, key, _) = ca.issue(&["localhost", "127.0.0.1"]);
+        std::fs::write(dir.path().join("tls.crt"), cert).unwrap();
+        std::fs::write(dir.path().join("tls.key"), key).unwrap();
+        let (port, probe_port) = (free_port(), free_port());
+        let log = std::fs::File::create(dir.path().join("webhook.log")).unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter-hub-webhook"))
+            .env("KARPENTER_HUB_WEBHOOK_ADDRESS", format!("127.0.0.1:{port}"))
+            .env("KARPENTER_HUB_WEBHOOK_PROBE_ADDRESS", format!("127.0.0.1:{probe_port}"))
+            .env("KARPENTER_HUB_WEBHOOK_TLS_CERT_FILE", dir.path().join("tls.crt"))
+            .env("KARPENTER_HUB_WEBHOOK_TLS_KEY_FILE", dir.path().join("tls.key"))
+            .env("KARPENTER_HUB_WEBHOOK_LOOKUPS", "off")
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let binary = Binary { ca, dir, port, probe_port, child };
+        let probe = client(&binary.ca.pem(), false);
+        let readyz = format!("http://127.0.0.1:{probe_port}/readyz");
+        eventually("the webhook binary to be ready", || {
+            let (probe, readyz) = (probe.clone(), readyz.clone());
+            async move { probe.get(readyz).send().await.is_ok_and(|r| r.status() == 200) }
+        })
+        .await;
+        binary
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A `/proc/<pid>/status` field in KiB (`VmRSS`, `VmHWM`), while the process lives.
+    pub fn status_kib(&self, field: &str) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let line = status.lines().find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("webhook.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A TLS connection to 127.0.0.1:`port` trusting `ca_pem`, offering one ALPN protocol.
+pub async fn tls_stream(
+    ca_pem: &str,
+    port: u16,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(config)).connect("localhost".try_into().unwrap(), tcp).await.unwrap()
+}
