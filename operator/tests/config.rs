@@ -122,12 +122,18 @@ fn the_manifests_are_namespace_agnostic_and_the_deployment_lines_up_with_the_bin
         assert_eq!(from("POD_NAMESPACE").as_deref(), Some("metadata.namespace"));
         assert_eq!(from("POD_NAME").as_deref(), Some("metadata.name"));
     }
-    let port = container.ports.as_ref().unwrap().iter().find(|p| p.name.as_deref() == Some("http-metrics")).unwrap();
-    assert_eq!(i32::from(parsed.metrics_addr.port()), port.container_port);
+    let port = |name: &str| {
+        container.ports.as_ref().unwrap().iter().find(|p| p.name.as_deref() == Some(name)).unwrap().container_port
+    };
+    assert_eq!(i32::from(parsed.metrics_addr.port()), port("http-metrics"));
+    // The probes have a listener of their own, so /metrics could be narrowed to the loopback one.
+    let probes = parsed.health_probe_bind_address.expect("deployment.yaml gives the probes their own listener");
+    assert!(probes.ip().is_unspecified(), "the kubelet probes the pod's IP: {probes}");
+    assert_eq!(i32::from(probes.port()), port("http-probes"));
     for (probe, path) in [(&container.liveness_probe, "/healthz"), (&container.readiness_probe, "/readyz")] {
         let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
         assert_eq!(get.path.as_deref(), Some(path));
-        assert_eq!(get.port, IntOrString::String("http-metrics".into()));
+        assert_eq!(get.port, IntOrString::String("http-probes".into()));
     }
     // Every binding names the ServiceAccount of its file, in the documented namespace.
     for (file, sa_file) in
