@@ -383,7 +383,10 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
             .flat_map(|rule| rule["resources"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()))
             .collect()
     };
-    assert!(core_resources(r.get("ClusterRole", "karpenter-hub")).is_empty(), "core resources beside the registrations role");
+    assert!(
+        core_resources(r.get("ClusterRole", "karpenter-hub")).is_empty(),
+        "core resources beside the registrations role"
+    );
     assert_eq!(core_resources(r.get("ClusterRole", "karpenter-hub-registrations")), ["secrets", "configmaps"]);
 
     // The webhook configuration is config/webhook's, rules, selectors and conditions included.
@@ -956,7 +959,8 @@ impl Drop for Running {
 /// 127.0.0.1 only).
 fn to_loopback(hub_args: &mut [String], flag: &str, port: u16) {
     let all_interfaces = format!("{flag}=0.0.0.0:{port}");
-    let position = hub_args.iter().position(|a| *a == all_interfaces).unwrap_or_else(|| panic!("the chart sets {flag}"));
+    let position =
+        hub_args.iter().position(|a| *a == all_interfaces).unwrap_or_else(|| panic!("the chart sets {flag}"));
     hub_args[position] = format!("{flag}=127.0.0.1:{port}");
 }
 
@@ -1217,7 +1221,9 @@ async fn the_sharded_hub_runs_with_the_chart_rbac_on_a_real_api_server() {
     let r = template_in(&helm, release_ns, Some(&ci_file("sharding-values.yaml")), &sets).unwrap();
     apply_hub_rbac(&admin, &r).await;
     let user = format!("system:serviceaccount:{release_ns}:karpenter-hub");
-    for (verb, resource) in [("watch", "secrets"), ("get", "secrets"), ("create", "configmaps"), ("patch", "configmaps")] {
+    for (verb, resource) in
+        [("watch", "secrets"), ("get", "secrets"), ("create", "configmaps"), ("patch", "configmaps")]
+    {
         assert!(allowed(&admin, &user, verb, resource, team).await, "{verb} {resource} in {team}");
         assert!(!allowed(&admin, &user, verb, resource, "default").await, "{verb} {resource} outside the list");
     }

@@ -3,8 +3,9 @@
 //! proves the shipped workload RBAC grants everything the hub calls.
 //!
 //! And on real API servers (envtest control planes, in every `cargo test`; a visible skip without
-//! `KUBEBUILDER_ASSETS`): a workload plane whose controller manager's token controller fills the
-//! ServiceAccount token Secret, and a management plane receiving the registration Secret. There the
+//! `KUBEBUILDER_ASSETS`): a workload plane minting bound tokens (TokenRequest) whose controller
+//! manager publishes the cluster CA (`kube-root-ca.crt`), and a management plane receiving the
+//! registration Secret. There the
 //! minted identity is exercised call by call against kube-apiserver's own RBAC: every call the hub
 //! makes works, and what it must never do is refused with 403.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -192,7 +193,7 @@ where
 async fn on_real_api_servers_register_mints_an_identity_that_can_do_what_the_hub_needs_and_nothing_else() {
     let workload = envtest::shared_or_skip!("register-workload");
     let mgmt = envtest::shared_or_skip!("register-mgmt");
-    assert!(workload.has_controller_manager(), "the token controller fills the ServiceAccount token Secret");
+    assert!(workload.has_controller_manager(), "the controller manager publishes kube-root-ca.crt");
     let admin = workload.client().await.unwrap();
     let mgmt_admin = mgmt.client().await.unwrap();
     serve_nodegroups(&admin).await;
@@ -363,10 +364,7 @@ async fn on_real_api_servers_register_mints_an_identity_that_can_do_what_the_hub
 
     // What it must never do.
     forbidden("list Secrets", Api::<Secret>::all(as_hub.clone()).list(&lp).await);
-    forbidden(
-        "read Secrets of its own namespace",
-        Api::<Secret>::namespaced(as_hub.clone(), &hub_ns).list(&lp).await,
-    );
+    forbidden("read Secrets of its own namespace", Api::<Secret>::namespaced(as_hub.clone(), &hub_ns).list(&lp).await);
     forbidden(
         "mint tokens for itself (serviceaccounts/token)",
         Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(as_hub.clone(), &hub_ns)

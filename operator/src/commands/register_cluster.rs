@@ -227,8 +227,8 @@ pub async fn register(args: &RegisterArgs) -> Result<String, RegisterError> {
         .map_err(|e| RegisterError::Verify(plain(&e).to_string()))?;
 
     let expires_at = expires.map(|t| t.to_string());
-    let name = write_registration(&mgmt, &args.namespace, &args.cluster, minted.into_bytes(), expires_at.as_deref())
-        .await?;
+    let name =
+        write_registration(&mgmt, &args.namespace, &args.cluster, minted.into_bytes(), expires_at.as_deref()).await?;
     let asked = jiff::SignedDuration::from_hours(24 * i64::from(args.token_duration_days));
     if let Some(t) = expires
         && t < jiff::Timestamp::now() + asked - jiff::SignedDuration::from_hours(1)
@@ -386,14 +386,8 @@ async fn apply(client: &Client, doc: &Value, ns: &str, path: &str, dry_run: bool
     if let Some(existing) = api.get_opt(&name).await.map_err(refused)?
         && existing.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY)
     {
-        let namespace_flag =
-            if manifests::is_cluster_scoped(&kind) { String::new() } else { format!(" -n {ns}") };
-        return Err(RegisterError::Foreign {
-            resource: kind.to_lowercase(),
-            kind,
-            name,
-            namespace_flag,
-        });
+        let namespace_flag = if manifests::is_cluster_scoped(&kind) { String::new() } else { format!(" -n {ns}") };
+        return Err(RegisterError::Foreign { resource: kind.to_lowercase(), kind, name, namespace_flag });
     }
     let params = PatchParams { dry_run, ..PatchParams::apply(FIELD_MANAGER).force() };
     api.patch(&name, &params, &Patch::Apply(doc)).await.map_err(refused)?;
@@ -402,11 +396,7 @@ async fn apply(client: &Client, doc: &Value, ns: &str, path: &str, dry_run: bool
 
 /// A bound token of the hub's ServiceAccount (TokenRequest), valid `days` unless the API server
 /// caps it; with its expiry as the API server set it.
-async fn mint_token(
-    admin: &Client,
-    ns: &str,
-    days: u32,
-) -> Result<(String, Option<jiff::Timestamp>), RegisterError> {
+async fn mint_token(admin: &Client, ns: &str, days: u32) -> Result<(String, Option<jiff::Timestamp>), RegisterError> {
     let failed = |message: String| RegisterError::Token { namespace: ns.to_string(), message };
     let request: TokenRequest =
         serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": i64::from(days) * 86_400}}))
@@ -467,8 +457,8 @@ fn pem_of(ders: &[Vec<u8>]) -> Vec<u8> {
 /// not `register`'s to delete — it carries no ownership label — but it should go).
 async fn warn_about_legacy_token(admin: &Client, ns: &str) {
     let Ok(Some(s)) = Api::<Secret>::namespaced(admin.clone(), ns).get_opt(LEGACY_TOKEN_SECRET).await else { return };
-    let for_legacy_account = s.annotations().get("kubernetes.io/service-account.name").map(String::as_str)
-        == Some(LEGACY_SERVICE_ACCOUNT);
+    let for_legacy_account =
+        s.annotations().get("kubernetes.io/service-account.name").map(String::as_str) == Some(LEGACY_SERVICE_ACCOUNT);
     if s.type_.as_deref() == Some("kubernetes.io/service-account-token") && for_legacy_account {
         tracing::warn!(
             namespace = %ns,

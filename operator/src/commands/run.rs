@@ -572,6 +572,14 @@ mod tests {
         assert!(e.to_string().contains("\"Team_B\" is not one"), "{e}");
     }
 
+    #[tokio::test]
+    async fn registration_namespaces_must_hold_the_served_namespace_and_are_checked_first() {
+        // Refused before any connection is tried (no management cluster here).
+        let args = parse(&["--namespace=team-a", "--registration-namespaces=team-b,team-c"]);
+        let e = run(args, CancellationToken::new()).await.unwrap_err().to_string();
+        assert!(e.contains("--registration-namespaces team-b,team-c does not hold --namespace team-a"), "{e}");
+    }
+
     #[test]
     fn garbage_collection_timings_default_to_two_minutes_and_are_passed_on() {
         let default = parse(&[]).hub_settings();
