@@ -315,14 +315,25 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
         "--hub-id=default",
         "--leader-elect=true",
         "--leader-election-namespace=karpenter-hub",
-        "--metrics-addr=0.0.0.0:8080",
+        "--metrics-bind-address=0.0.0.0:8080",
+        "--health-probe-bind-address=0.0.0.0:8081",
         "--log-format=json",
         "--probe-interval-seconds=10",
         "--flavor-cooldown-seconds=180",
     ] {
         assert!(a.contains(&expected.to_string()), "hub args {a:?} lack {expected}");
     }
-    assert!(!a.iter().any(|x| x.starts_with("--namespace") || x.starts_with("--allow-insecure")), "{a:?}");
+    assert!(
+        !a.iter().any(|x| x.starts_with("--namespace")
+            || x.starts_with("--allow-insecure")
+            || x.starts_with("--registration-namespaces")),
+        "{a:?}"
+    );
+    // The kubelet probes a listener of their own; /metrics is on the other port.
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        assert_eq!(container(hub)[probe]["httpGet"], json!({"path": path, "port": "http-probes"}));
+    }
+    assert_eq!(container(hub)["ports"][1], json!({"name": "http-probes", "containerPort": 8081, "protocol": "TCP"}));
     assert_eq!(env(hub, "RUST_LOG").as_deref(), Some("info,kube=warn,tower=warn,hyper=warn"));
     let image = format!("ghcr.io/clever-karpenter-hub/karpenter-hub:v{VERSION}");
     assert_eq!(container(hub)["image"], image.as_str());
@@ -345,7 +356,7 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
     // RBAC: the same rules as config/hub/rbac.yaml and config/webhook/rbac.yaml.
     for (file, kind, name) in [
         ("config/hub/rbac.yaml", "ClusterRole", "karpenter-hub"),
-        ("config/hub/rbac.yaml", "ClusterRole", "karpenter-hub-kubeconfigs"),
+        ("config/hub/rbac.yaml", "ClusterRole", "karpenter-hub-registrations"),
         ("config/hub/rbac.yaml", "Role", "karpenter-hub-leader-election"),
         ("config/webhook/rbac.yaml", "ClusterRole", "karpenter-hub-webhook"),
     ] {
@@ -356,10 +367,27 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
         );
     }
     assert_eq!(r.get("Role", "karpenter-hub-leader-election")["metadata"]["namespace"], NAMESPACE);
+    // The documented default: registrations in every namespace, so Secrets readable and capacity
+    // ConfigMaps writable cluster-wide, and only through the registrations role.
     assert!(
-        r.find("ClusterRoleBinding", "karpenter-hub-kubeconfigs").is_some(),
+        r.find("ClusterRoleBinding", "karpenter-hub-registrations").is_some(),
         "all namespaces: Secrets read cluster-wide"
     );
+    assert!(r.all("RoleBinding").iter().all(|b| b["metadata"]["name"] != "karpenter-hub-registrations"));
+    let core_resources = |role: &Value| -> Vec<String> {
+        role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|rule| rule["apiGroups"] == json!([""]))
+            .flat_map(|rule| rule["resources"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()))
+            .collect()
+    };
+    assert!(
+        core_resources(r.get("ClusterRole", "karpenter-hub")).is_empty(),
+        "core resources beside the registrations role"
+    );
+    assert_eq!(core_resources(r.get("ClusterRole", "karpenter-hub-registrations")), ["secrets", "configmaps"]);
 
     // The webhook configuration is config/webhook's, rules, selectors and conditions included.
     let vwc = r.get("ValidatingWebhookConfiguration", "karpenter-hub-webhook");
@@ -385,6 +413,25 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
     assert!(labels_match(&metrics["spec"]["selector"], &hub["spec"]["template"]["metadata"]["labels"]));
     assert!(!labels_match(&metrics["spec"]["selector"], &webhook["spec"]["template"]["metadata"]["labels"]));
     assert_eq!(pod_spec(hub)["topologySpreadConstraints"][0]["topologyKey"], "kubernetes.io/hostname");
+}
+
+#[test]
+fn listed_registration_namespaces_get_a_role_binding_each_and_the_hub_watches_those_only() {
+    let helm = helm_or_skip!();
+    let r = template(&helm, None, &["hub.registrationNamespaces={team-a,team-b}", "hub.metrics.bindAddress=::1"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    check_invariants("registrationNamespaces", &r);
+    let a = args(r.get("Deployment", "karpenter-hub"));
+    assert!(a.contains(&"--registration-namespaces=team-a,team-b".to_string()), "{a:?}");
+    assert!(a.contains(&"--metrics-bind-address=[::1]:8080".to_string()), "an IPv6 address in brackets: {a:?}");
+    assert!(r.find("ClusterRoleBinding", "karpenter-hub-registrations").is_none(), "no cluster-wide grant");
+    let namespaces: Vec<&str> = r
+        .all("RoleBinding")
+        .into_iter()
+        .filter(|b| b["metadata"]["name"] == "karpenter-hub-registrations")
+        .map(|b| b["metadata"]["namespace"].as_str().unwrap())
+        .collect();
+    assert_eq!(namespaces, ["team-a", "team-b"]);
 }
 
 #[test]
@@ -468,7 +515,8 @@ fn each_ci_values_file_changes_what_it_sets() {
         "--probe-interval-seconds=30",
         "--flavor-cooldown-seconds=600",
         "--leader-election-namespace=hub-leases",
-        "--metrics-addr=0.0.0.0:9090",
+        "--metrics-bind-address=127.0.0.1:9090",
+        "--health-probe-bind-address=0.0.0.0:9091",
         "--log-format=text",
     ] {
         assert!(hub_args.contains(&expected.to_string()), "hub args {hub_args:?} lack {expected}");
@@ -486,10 +534,14 @@ fn each_ci_values_file_changes_what_it_sets() {
     assert_eq!(hub["spec"]["template"]["metadata"]["labels"]["tier"], "control");
     assert_eq!(pod_spec(hub)["terminationGracePeriodSeconds"], 45);
     assert_eq!(container(hub)["resources"]["limits"]["memory"], "1Gi");
-    // With a watched namespace, kubeconfig Secrets are readable there only; the Lease's Role
-    // follows the Lease.
-    assert!(r.find("ClusterRoleBinding", "hub-kubeconfigs").is_none());
-    assert_eq!(r.get("RoleBinding", "hub-kubeconfigs")["metadata"]["namespace"], "fleet");
+    assert_eq!(container(hub)["ports"][1]["containerPort"], 9091);
+    // With a watched namespace, kubeconfig Secrets are readable (and capacity ConfigMaps
+    // writable) there only; the Lease's Role follows the Lease.
+    assert!(r.find("ClusterRoleBinding", "hub-registrations").is_none());
+    let bindings: Vec<&Value> =
+        r.all("RoleBinding").into_iter().filter(|b| b["metadata"]["name"] == "hub-registrations").collect();
+    assert_eq!(bindings.len(), 1);
+    assert_eq!(bindings[0]["metadata"]["namespace"], "fleet");
     assert_eq!(r.get("Role", "hub-leader-election")["metadata"]["namespace"], "hub-leases");
     let webhook = r.get("Deployment", "hub-webhook");
     let webhook_args = args(webhook);
@@ -632,6 +684,18 @@ fn wrong_values_are_refused_with_a_message_naming_the_value() {
             &["hub.sharding.retryPeriodSeconds (20) must be below hub.sharding.renewDeadlineSeconds (20)"],
         ),
         (&["hub.sharding.leaseDurationSeconds=0"], &["/hub/sharding/leaseDurationSeconds", "minimum"]),
+        (&["hub.registrationNamespaces={Team_A}"], &["/hub/registrationNamespaces/0"]),
+        (&["hub.registrationNamespaces=team-a"], &["/hub/registrationNamespaces", "array"]),
+        (
+            &["hub.watchNamespace=fleet", "hub.registrationNamespaces={team-a}"],
+            &["hub.registrationNamespaces is set with hub.watchNamespace (fleet)", "Drop hub.registrationNamespaces"],
+        ),
+        (&["hub.metrics.bindAddress=10.0.0.1"], &["/hub/metrics/bindAddress"]),
+        (
+            &["serviceMonitor.enabled=true", "hub.metrics.bindAddress=127.0.0.1"],
+            &["hub.metrics.bindAddress is 127.0.0.1", "serviceMonitor.enabled=false"],
+        ),
+        (&["hub.healthProbe.port=8080"], &["hub.metrics.port and hub.healthProbe.port are both 8080"]),
     ];
     for (sets, expected) in cases {
         match template(&helm, None, sets) {
@@ -651,6 +715,7 @@ fn wrong_values_are_refused_with_a_message_naming_the_value() {
         vec!["hub.replicas=1", "hub.leaderElection.enabled=false"],
         vec!["hub.hubId=team_a.eu-1", "webhook.failurePolicy=Ignore", "webhook.lookups=off", "logLevel=trace"],
         vec!["webhook.certPollInterval=500ms", "serviceMonitor.interval=1m30s", "webhook.shutdownGrace=2m"],
+        vec!["hub.metrics.bindAddress=::1", "hub.registrationNamespaces={team-a,team-b}"],
         // A wrong certificate setting does not matter once the webhook is off.
         vec!["webhook.enabled=false", secret],
     ] {
@@ -890,6 +955,15 @@ impl Drop for Running {
     }
 }
 
+/// A listener the chart puts on every interface, moved to the loopback one (tests listen on
+/// 127.0.0.1 only).
+fn to_loopback(hub_args: &mut [String], flag: &str, port: u16) {
+    let all_interfaces = format!("{flag}=0.0.0.0:{port}");
+    let position =
+        hub_args.iter().position(|a| *a == all_interfaces).unwrap_or_else(|| panic!("the chart sets {flag}"));
+    hub_args[position] = format!("{flag}=127.0.0.1:{port}");
+}
+
 /// An unused port on the loopback interface.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -994,21 +1068,30 @@ async fn the_hub_runs_with_the_chart_flags_and_rbac_on_a_real_api_server() {
     for ns in [release_ns, "fleet", "hub-leases"] {
         create_namespace(&admin, ns).await;
     }
-    let port = free_port();
-    let port_value = format!("hub.metrics.port={port}");
-    let r = template_in(&helm, release_ns, Some(&ci_file("custom-flags-values.yaml")), &[&port_value]).unwrap();
+    let (port, probe_port) = (free_port(), free_port());
+    let ports = [format!("hub.metrics.port={port}"), format!("hub.healthProbe.port={probe_port}")];
+    let ports: Vec<&str> = ports.iter().map(String::as_str).collect();
+    let r = template_in(&helm, release_ns, Some(&ci_file("custom-flags-values.yaml")), &ports).unwrap();
 
     apply_hub_rbac(&admin, &r).await;
     let apply =
         PatchParams { field_validation: Some(ValidationDirective::Strict), ..PatchParams::apply("charts-test") };
 
-    // The identity is the chart's, with what the chart grants: Secrets of the watched namespace only.
+    // The identity is the chart's, with what the chart grants: Secrets and ConfigMaps of the
+    // watched namespace only.
     let user = format!("system:serviceaccount:{release_ns}:hub-operator");
     assert!(allowed(&admin, &user, "watch", "secrets", "fleet").await);
     assert!(
         !allowed(&admin, &user, "watch", "secrets", "default").await,
         "Secrets readable outside hub.watchNamespace"
     );
+    assert!(allowed(&admin, &user, "create", "configmaps", "fleet").await);
+    for verb in ["get", "create", "patch"] {
+        assert!(
+            !allowed(&admin, &user, verb, "configmaps", "default").await,
+            "ConfigMaps ({verb}) outside hub.watchNamespace"
+        );
+    }
     let leases = "coordination.k8s.io/leases";
     assert!(allowed(&admin, &user, "update", leases, "hub-leases").await, "no Lease rights in the Lease namespace");
     assert!(!allowed(&admin, &user, "update", leases, release_ns).await, "Lease rights outside its namespace");
@@ -1016,13 +1099,13 @@ async fn the_hub_runs_with_the_chart_flags_and_rbac_on_a_real_api_server() {
     let dir = std::env::temp_dir().join(format!("karpenter-hub-charts-{}", std::process::id()));
     let kubeconfig_path = service_account_kubeconfig(&admin, cp, release_ns, "hub-operator", &dir).await;
 
-    // The container's command line and environment, as rendered; only the metrics listener moves
-    // from all interfaces to the loopback one (tests listen on 127.0.0.1 only).
+    // The container's command line and environment, as rendered (/metrics on the loopback
+    // interface, as hub.metrics.bindAddress asks); only the probes' listener moves from all
+    // interfaces to the loopback one (tests listen on 127.0.0.1 only).
     let hub = r.get("Deployment", "hub");
     let mut hub_args = args(hub);
-    let all_interfaces = format!("--metrics-addr=0.0.0.0:{port}");
-    let position = hub_args.iter().position(|a| *a == all_interfaces).expect("the chart sets --metrics-addr");
-    hub_args[position] = format!("--metrics-addr=127.0.0.1:{port}");
+    assert!(hub_args.contains(&format!("--metrics-bind-address=127.0.0.1:{port}")), "{hub_args:?}");
+    to_loopback(&mut hub_args, "--health-probe-bind-address", probe_port);
     hub_args.push(format!("--kubeconfig={}", kubeconfig_path.display()));
     let rust_log = env(hub, "RUST_LOG").unwrap();
     let log = dir.join("hub.log");
@@ -1048,7 +1131,8 @@ async fn the_hub_runs_with_the_chart_flags_and_rbac_on_a_real_api_server() {
     loop {
         running.assert_alive();
         let holder = leases.get_opt("karpenter-hub-eu-west").await.unwrap().and_then(|l| l.spec?.holder_identity);
-        if holder.as_deref().is_some_and(|h| h.starts_with("hub-0-")) && http_status(port, "/readyz").await == Some(200)
+        if holder.as_deref().is_some_and(|h| h.starts_with("hub-0-"))
+            && http_status(probe_port, "/readyz").await == Some(200)
         {
             break;
         }
@@ -1059,6 +1143,12 @@ async fn the_hub_runs_with_the_chart_flags_and_rbac_on_a_real_api_server() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+
+    // Each listener serves what it is for: /metrics and the probes on the metrics address, the
+    // probes only on theirs.
+    assert_eq!(http_status(port, "/metrics").await, Some(200));
+    assert_eq!(http_status(probe_port, "/healthz").await, Some(200));
+    assert_eq!(http_status(probe_port, "/metrics").await, Some(404), "/metrics on the probes' listener");
 
     // It serves the watched namespace: a NodePool there gets its cluster's state written.
     let example = std::fs::read_to_string(repo().join("examples/general-purpose.yaml")).unwrap();
@@ -1119,12 +1209,24 @@ async fn the_sharded_hub_runs_with_the_chart_rbac_on_a_real_api_server() {
     for ns in [release_ns, team] {
         create_namespace(&admin, ns).await;
     }
-    let port = free_port();
-    let sets = [format!("hub.metrics.port={port}"), format!("hub.watchNamespace={team}")];
+    let (port, probe_port) = (free_port(), free_port());
+    // Registrations read in the team's namespace only, through a RoleBinding there: the hub must
+    // watch that namespace's Secrets (it may not list them cluster-wide) to serve the cluster.
+    let sets = [
+        format!("hub.metrics.port={port}"),
+        format!("hub.healthProbe.port={probe_port}"),
+        format!("hub.registrationNamespaces={{{team}}}"),
+    ];
     let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
     let r = template_in(&helm, release_ns, Some(&ci_file("sharding-values.yaml")), &sets).unwrap();
     apply_hub_rbac(&admin, &r).await;
     let user = format!("system:serviceaccount:{release_ns}:karpenter-hub");
+    for (verb, resource) in
+        [("watch", "secrets"), ("get", "secrets"), ("create", "configmaps"), ("patch", "configmaps")]
+    {
+        assert!(allowed(&admin, &user, verb, resource, team).await, "{verb} {resource} in {team}");
+        assert!(!allowed(&admin, &user, verb, resource, "default").await, "{verb} {resource} outside the list");
+    }
     for verb in ["get", "list", "watch", "create", "update", "delete"] {
         let granted = allowed(&admin, &user, verb, "coordination.k8s.io/leases", release_ns).await;
         assert!(granted, "the chart does not grant {verb} on Leases");
@@ -1138,9 +1240,9 @@ async fn the_sharded_hub_runs_with_the_chart_rbac_on_a_real_api_server() {
 
     let hub = r.get("Deployment", "karpenter-hub");
     let mut hub_args = args(hub);
-    let all_interfaces = format!("--metrics-addr=0.0.0.0:{port}");
-    let position = hub_args.iter().position(|a| *a == all_interfaces).expect("the chart sets --metrics-addr");
-    hub_args[position] = format!("--metrics-addr=127.0.0.1:{port}");
+    to_loopback(&mut hub_args, "--metrics-bind-address", port);
+    to_loopback(&mut hub_args, "--health-probe-bind-address", probe_port);
+    assert!(hub_args.contains(&format!("--registration-namespaces={team}")), "{hub_args:?}");
     hub_args.push(format!("--kubeconfig={}", kubeconfig_path.display()));
     assert!(hub_args.contains(&"--sharding=true".to_string()), "{hub_args:?}");
     let log = dir.join("hub.log");
@@ -1182,7 +1284,7 @@ async fn the_sharded_hub_runs_with_the_chart_rbac_on_a_real_api_server() {
         if ours(&holders("member").await)
             && ours(&holders("cluster").await)
             && leader.is_some_and(|h| h.starts_with("hub-0-"))
-            && http_status(port, "/readyz").await == Some(200)
+            && http_status(probe_port, "/readyz").await == Some(200)
         {
             break;
         }

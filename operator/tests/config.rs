@@ -2,7 +2,7 @@
 //! it; the Deployment's arguments parse as `karpenter-hub run`'s flags and line up with its port and
 //! probes; and the RBAC is enough — the hub, running as the ServiceAccounts these manifests create
 //! (`rbac.yaml` in the management cluster, `workload-rbac.yaml` in a workload cluster, reached
-//! through a kubeconfig built from the token Secret as docs/hub.md says), provisions a node and
+//! through a kubeconfig holding a bound token as docs/hub.md says), provisions a node and
 //! terminates it without a single request refused.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -122,12 +122,18 @@ fn the_manifests_are_namespace_agnostic_and_the_deployment_lines_up_with_the_bin
         assert_eq!(from("POD_NAMESPACE").as_deref(), Some("metadata.namespace"));
         assert_eq!(from("POD_NAME").as_deref(), Some("metadata.name"));
     }
-    let port = container.ports.as_ref().unwrap().iter().find(|p| p.name.as_deref() == Some("http-metrics")).unwrap();
-    assert_eq!(i32::from(parsed.metrics_addr.port()), port.container_port);
+    let port = |name: &str| {
+        container.ports.as_ref().unwrap().iter().find(|p| p.name.as_deref() == Some(name)).unwrap().container_port
+    };
+    assert_eq!(i32::from(parsed.metrics_addr.port()), port("http-metrics"));
+    // The probes have a listener of their own, so /metrics could be narrowed to the loopback one.
+    let probes = parsed.health_probe_bind_address.expect("deployment.yaml gives the probes their own listener");
+    assert!(probes.ip().is_unspecified(), "the kubelet probes the pod's IP: {probes}");
+    assert_eq!(i32::from(probes.port()), port("http-probes"));
     for (probe, path) in [(&container.liveness_probe, "/healthz"), (&container.readiness_probe, "/readyz")] {
         let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
         assert_eq!(get.path.as_deref(), Some(path));
-        assert_eq!(get.port, IntOrString::String("http-metrics".into()));
+        assert_eq!(get.port, IntOrString::String("http-probes".into()));
     }
     // Every binding names the ServiceAccount of its file, in the documented namespace.
     for (file, sa_file) in
@@ -223,21 +229,23 @@ async fn apply_file(client: &Client, path: &Path) -> usize {
     docs.len()
 }
 
-/// Apply `workload-rbac.yaml` to a workload cluster and build the registration kubeconfig from the
-/// token Secret it creates, as docs/hub.md describes.
+/// Apply `workload-rbac.yaml` to a workload cluster and build the registration kubeconfig from a
+/// bound token of its ServiceAccount (`kubectl create token`, i.e. a TokenRequest), as docs/hub.md
+/// describes.
 async fn workload_identity(workload: &ApiServer) -> String {
     create_namespace(&workload.client(), NAMESPACE).await;
     apply_file(&workload.client(), &dir().join(WORKLOAD_FILE)).await;
-    let secrets: Api<Secret> = Api::namespaced(workload.client(), NAMESPACE);
-    wait_for("the token Secret filled in", Duration::from_secs(10), || async {
-        let data = secrets.get("karpenter-hub-token").await.unwrap().data.unwrap_or_default();
-        data.contains_key("token") && data.contains_key("ca.crt")
-    })
-    .await;
-    let data = secrets.get("karpenter-hub-token").await.unwrap().data.unwrap();
-    let token = String::from_utf8(data["token"].0.clone()).unwrap();
+    let request: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 86_400}})).unwrap();
+    let token = Api::<ServiceAccount>::namespaced(workload.client(), NAMESPACE)
+        .create_token_request("karpenter-hub-workload", &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
     // A ByteString serialises as base64: certificate-authority-data without a base64 dependency.
-    let ca = serde_json::to_value(&data["ca.crt"]).unwrap();
+    let ca = serde_json::to_value(ByteString(workload.ca_pem().as_bytes().to_vec())).unwrap();
     let name = workload.name();
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: karpenter-hub\n  user:\n    token: {token}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: karpenter-hub\ncurrent-context: {name}\n",

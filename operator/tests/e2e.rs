@@ -999,6 +999,7 @@ async fn the_end_to_end_run_passes_on_real_api_servers_with_the_registered_ident
         kubeconfig: Some(mgmt.kubeconfig_path().to_path_buf()),
         workload_namespace: "karpenter-hub".into(),
         server: None,
+        token_duration_days: 1,
     };
     let secret =
         operator::commands::register_cluster::register(&args).await.unwrap_or_else(|e| panic!("register: {e}"));
@@ -1054,7 +1055,7 @@ kind: Policy
 omitStages: [RequestReceived]
 rules:
   - level: Metadata
-    users: [\"system:serviceaccount:karpenter-hub:karpenter-hub\"]
+    users: [\"system:serviceaccount:karpenter-hub:karpenter-hub-workload\"]
   - level: None
 ";
 

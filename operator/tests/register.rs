@@ -3,8 +3,9 @@
 //! proves the shipped workload RBAC grants everything the hub calls.
 //!
 //! And on real API servers (envtest control planes, in every `cargo test`; a visible skip without
-//! `KUBEBUILDER_ASSETS`): a workload plane whose controller manager's token controller fills the
-//! ServiceAccount token Secret, and a management plane receiving the registration Secret. There the
+//! `KUBEBUILDER_ASSETS`): a workload plane minting bound tokens (TokenRequest) whose controller
+//! manager publishes the cluster CA (`kube-root-ca.crt`), and a management plane receiving the
+//! registration Secret. There the
 //! minted identity is exercised call by call against kube-apiserver's own RBAC: every call the hub
 //! makes works, and what it must never do is refused with 403.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -17,11 +18,12 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client, Resource, ResourceExt, api::ListParams};
 use operator::{
-    commands::register_cluster::{RegisterArgs, register},
+    commands::register_cluster::{self, RegisterArgs, register},
     commands::sandbox::world::{World, quick_cke, scale},
 };
 use secrecy::ExposeSecret;
@@ -56,6 +58,7 @@ async fn a_registered_cluster_is_served_with_the_minted_least_privilege_identity
         kubeconfig: Some(mgmt_path),
         workload_namespace: "karpenter-hub".into(),
         server: None,
+        token_duration_days: 365,
     };
     assert_eq!(register(&args).await.unwrap(), "alpha-kubeconfig");
     // Idempotent: a second run converges on the same objects.
@@ -102,6 +105,7 @@ async fn registering_with_an_unusable_kubeconfig_names_the_file_and_writes_nothi
         kubeconfig: Some(mgmt_path),
         workload_namespace: "karpenter-hub".into(),
         server: None,
+        token_duration_days: 365,
     };
     let e = register(&args).await.unwrap_err().to_string();
     assert!(e.contains(&bogus.display().to_string()), "{e}");
@@ -189,7 +193,7 @@ where
 async fn on_real_api_servers_register_mints_an_identity_that_can_do_what_the_hub_needs_and_nothing_else() {
     let workload = envtest::shared_or_skip!("register-workload");
     let mgmt = envtest::shared_or_skip!("register-mgmt");
-    assert!(workload.has_controller_manager(), "the token controller fills the ServiceAccount token Secret");
+    assert!(workload.has_controller_manager(), "the controller manager publishes kube-root-ca.crt");
     let admin = workload.client().await.unwrap();
     let mgmt_admin = mgmt.client().await.unwrap();
     serve_nodegroups(&admin).await;
@@ -208,6 +212,7 @@ async fn on_real_api_servers_register_mints_an_identity_that_can_do_what_the_hub
         kubeconfig: Some(mgmt.kubeconfig_path().to_path_buf()),
         workload_namespace: hub_ns.clone(),
         server: None,
+        token_duration_days: 365,
     };
     let started = Instant::now();
     let secret_name = register(&args).await.unwrap_or_else(|e| panic!("register on a real API server: {e}"));
@@ -226,7 +231,7 @@ async fn on_real_api_servers_register_mints_an_identity_that_can_do_what_the_hub
     assert_eq!(secret.type_.as_deref(), Some("cluster.x-k8s.io/secret"));
     assert_eq!(secret.labels().get(operator::infra::registry::CLUSTER_NAME_LABEL), Some(&args.cluster));
     let kubeconfig =
-        String::from_utf8(secret.data.unwrap()[operator::infra::registry::KUBECONFIG_KEY].0.clone()).unwrap();
+        String::from_utf8(secret.data.clone().unwrap()[operator::infra::registry::KUBECONFIG_KEY].0.clone()).unwrap();
     let admin_kc = workload.kubeconfig().unwrap();
     let admin_token =
         admin_kc.auth_infos[0].auth_info.as_ref().unwrap().token.as_ref().unwrap().expose_secret().to_string();
@@ -241,7 +246,41 @@ async fn on_real_api_servers_register_mints_an_identity_that_can_do_what_the_hub
         .await
         .unwrap();
     let me = serde_json::to_value(me).unwrap();
-    assert_eq!(me["status"]["userInfo"]["username"], format!("system:serviceaccount:{hub_ns}:karpenter-hub"), "{me}");
+    assert_eq!(
+        me["status"]["userInfo"]["username"],
+        format!("system:serviceaccount:{hub_ns}:karpenter-hub-workload"),
+        "{me}"
+    );
+
+    // A bound token with an expiry (a legacy token Secret's token has no `exp`), none of those
+    // Secrets made, and the expiry noted on the registration Secret.
+    let token = kube::config::Kubeconfig::from_yaml(&kubeconfig).unwrap().auth_infos[0]
+        .auth_info
+        .as_ref()
+        .unwrap()
+        .token
+        .as_ref()
+        .unwrap()
+        .expose_secret()
+        .to_string();
+    let claims = jwt_claims(&token);
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let exp = claims["exp"].as_i64().unwrap_or_else(|| panic!("the token has no expiry: {claims}"));
+    assert!((now + 364 * 86_400..=now + 366 * 86_400).contains(&exp), "expires in {} s", exp - now);
+    assert!(claims["kubernetes.io"]["serviceaccount"]["name"] == "karpenter-hub-workload", "{claims}");
+    let annotated: k8s_openapi::jiff::Timestamp =
+        secret.annotations()[register_cluster::TOKEN_EXPIRES_ANNOTATION].parse().unwrap();
+    assert!((annotated.as_second() - exp).abs() <= 1, "{annotated} vs exp {exp}");
+    let token_secrets: Vec<String> = Api::<Secret>::namespaced(admin.clone(), &hub_ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|s| s.type_.as_deref() == Some("kubernetes.io/service-account-token"))
+        .map(ResourceExt::name_any)
+        .collect();
+    assert!(token_secrets.is_empty(), "legacy token Secrets: {token_secrets:?}");
 
     // World objects made by the admin: a Node, a pod on it, a NodeGroup.
     let admin_nodes: Api<Node> = Api::all(admin.clone());
@@ -285,7 +324,7 @@ async fn on_real_api_servers_register_mints_an_identity_that_can_do_what_the_hub
     allowed("patch Nodes", nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(&patch)).await);
     let mut live = admin_nodes.get(&node_name).await.unwrap();
     live.spec.get_or_insert_with(Default::default).provider_id = Some(format!("clevercloud://ng-{id}"));
-    allowed("update Nodes", nodes.replace(&node_name, &PostParams::default(), &live).await);
+    forbidden("update Nodes (every write is a patch)", nodes.replace(&node_name, &PostParams::default(), &live).await);
     let pods: Api<Pod> = Api::all(as_hub.clone());
     allowed("list Pods", pods.list(&lp).await);
     assert_eq!(first_watch_event(&pods).await, Ok(()), "the hub's identity must be allowed to watch Pods");
@@ -325,9 +364,22 @@ async fn on_real_api_servers_register_mints_an_identity_that_can_do_what_the_hub
 
     // What it must never do.
     forbidden("list Secrets", Api::<Secret>::all(as_hub.clone()).list(&lp).await);
+    forbidden("read Secrets of its own namespace", Api::<Secret>::namespaced(as_hub.clone(), &hub_ns).list(&lp).await);
     forbidden(
-        "read its own token Secret",
-        Api::<Secret>::namespaced(as_hub.clone(), &hub_ns).get("karpenter-hub-token").await,
+        "mint tokens for itself (serviceaccounts/token)",
+        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(as_hub.clone(), &hub_ns)
+            .create_token_request("karpenter-hub-workload", &PostParams::default(), &Default::default())
+            .await,
+    );
+    forbidden(
+        "delete Pods by collection",
+        ns_pods.delete_collection(&DeleteParams::default(), &ListParams::default()).await,
+    );
+    forbidden(
+        "patch Pods",
+        ns_pods
+            .patch("kept", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})))
+            .await,
     );
     assert_eq!(first_watch_event(&Api::<Secret>::all(as_hub.clone())).await, Err(403), "watching Secrets");
     forbidden("list ConfigMaps", Api::<ConfigMap>::all(as_hub.clone()).list(&lp).await);
@@ -373,6 +425,30 @@ async fn on_real_api_servers_register_mints_an_identity_that_can_do_what_the_hub
     }
 }
 
+/// The claims of a JWT (its middle part, base64url without padding).
+fn jwt_claims(token: &str) -> serde_json::Value {
+    let payload = token.split('.').nth(1).unwrap_or_else(|| panic!("not a JWT"));
+    let (mut bits, mut n, mut out) = (0u32, 0u32, Vec::new());
+    for c in payload.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' => 62,
+            b'_' => 63,
+            _ => panic!("not base64url: {c}"),
+        };
+        bits = (bits << 6) | u32::from(v);
+        n += 6;
+        if n >= 8 {
+            n -= 8;
+            out.push((bits >> n) as u8);
+            bits &= (1 << n) - 1;
+        }
+    }
+    serde_json::from_slice(&out).unwrap()
+}
+
 /// Now in the MicroTime format the events API wants.
 fn chrono_now() -> String {
     serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now()))
@@ -394,7 +470,7 @@ async fn workload_untouched(admin: &Client, hub_ns: &str) {
         "the hub's namespace {hub_ns} was created in the workload cluster before the checks"
     );
     let binding = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(admin.clone())
-        .get_opt("karpenter-hub")
+        .get_opt("karpenter-hub-workload")
         .await
         .unwrap();
     let subjects = binding.and_then(|b| b.subjects).unwrap_or_default();
@@ -419,6 +495,7 @@ async fn checks_come_first_and_a_rerun_completes(
     workload: (Client, std::path::PathBuf),
     mgmt: (Client, std::path::PathBuf),
     id: &str,
+    keeps_managed_fields: bool,
 ) {
     let (admin, workload_path) = workload;
     let (mgmt_admin, mgmt_path) = mgmt;
@@ -431,6 +508,20 @@ async fn checks_come_first_and_a_rerun_completes(
         kubeconfig: Some(mgmt_path.clone()),
         workload_namespace: hub_ns.clone(),
         server: None,
+        token_duration_days: 365,
+    };
+
+    // The Helm chart's ClusterRole, as on a management cluster that is also a workload cluster:
+    // register never touches it (the workload identity has names of its own).
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    let chart_role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": "karpenter-hub", "labels": {"app.kubernetes.io/managed-by": "Helm"}},
+        "rules": [{"apiGroups": ["karpenter.clever-cloud.com"], "resources": ["nodepools"], "verbs": ["get", "list", "watch"]}],
+    }))
+    .unwrap();
+    let chart_role = match roles.get_opt("karpenter-hub").await.unwrap() {
+        Some(existing) => existing,
+        None => roles.create(&PostParams::default(), &chart_role).await.unwrap(),
     };
 
     // The management namespace does not exist yet: said plainly, with what to do, and the
@@ -455,6 +546,36 @@ async fn checks_come_first_and_a_rerun_completes(
     workload_untouched(&mgmt_admin, &hub_ns).await;
     workload_untouched(&admin, &hub_ns).await;
 
+    // A ClusterRole of the workload identity's name that register did not make (no ownership
+    // label): refused before anything changes, naming the object and the fix; left as it was.
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    let foreign: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": "karpenter-hub-workload"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}],
+    }))
+    .unwrap();
+    let foreign = roles.create(&PostParams::default(), &foreign).await.unwrap();
+    let e = register(&args).await.expect_err("a foreign ClusterRole of our name").to_string();
+    eprintln!("{e}");
+    plain_and_actionable(
+        &e,
+        &[
+            "ClusterRole karpenter-hub-workload",
+            "was not made by `karpenter-hub register`",
+            "app.kubernetes.io/managed-by=karpenter-hub-register",
+            "kubectl delete clusterrole karpenter-hub-workload",
+        ],
+    );
+    let after = roles.get("karpenter-hub-workload").await.unwrap();
+    assert_eq!(after.resource_version(), foreign.resource_version(), "the foreign ClusterRole was modified");
+    assert_eq!(after.rules, foreign.rules);
+    workload_untouched(&admin, &hub_ns).await;
+    roles.delete("karpenter-hub-workload", &DeleteParams::default()).await.unwrap();
+    wait_for("the foreign ClusterRole gone", Duration::from_secs(10), || async {
+        roles.get_opt("karpenter-hub-workload").await.unwrap().is_none()
+    })
+    .await;
+
     // The namespace created, the same command again: it completes.
     let name = register(&args).await.unwrap_or_else(|e| panic!("register after fixing the namespace: {e}"));
     assert_eq!(name, format!("w-{id}-kubeconfig"));
@@ -463,6 +584,16 @@ async fn checks_come_first_and_a_rerun_completes(
     assert!(Api::<Namespace>::all(admin.clone()).get_opt(&hub_ns).await.unwrap().is_some());
     // And once more: converges, same Secret.
     assert_eq!(register(&args).await.unwrap(), name);
+    let after = roles.get("karpenter-hub").await.unwrap();
+    assert_eq!(after.resource_version(), chart_role.resource_version(), "register modified the chart's ClusterRole");
+    // What it applied carries its ownership label, and (where the server records them, not in
+    // the emulator) its field manager.
+    let ours = roles.get("karpenter-hub-workload").await.unwrap();
+    assert_eq!(ours.labels()[register_cluster::MANAGED_BY_LABEL], register_cluster::MANAGED_BY);
+    if keeps_managed_fields {
+        let managers: Vec<String> = ours.managed_fields().iter().filter_map(|m| m.manager.clone()).collect();
+        assert!(managers.contains(&register_cluster::FIELD_MANAGER.to_string()), "{managers:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -476,6 +607,7 @@ async fn register_checks_everything_before_changing_anything_and_a_rerun_complet
         (world.clusters[0].client(), admin_path),
         (world.mgmt.client(), mgmt_path),
         &unique(),
+        false,
     )
     .await;
     world.shutdown().await;
@@ -493,6 +625,7 @@ async fn on_real_api_servers_register_checks_everything_before_changing_anything
         (admin, workload.kubeconfig_path().to_path_buf()),
         (mgmt.client().await.unwrap(), mgmt.kubeconfig_path().to_path_buf()),
         &unique(),
+        true,
     )
     .await;
 }

@@ -98,6 +98,15 @@ what to set instead.
 {{- fail (printf "hub.sharding.retryPeriodSeconds (%d) must be below hub.sharding.renewDeadlineSeconds (%d): otherwise one missed renewal already stops a replica acting on its clusters. Lower the retry period or raise the deadline." (int .Values.hub.sharding.retryPeriodSeconds) (int .Values.hub.sharding.renewDeadlineSeconds)) }}
 {{- end }}
 {{- end }}
+{{- if and .Values.hub.watchNamespace .Values.hub.registrationNamespaces }}
+{{- fail (printf "hub.registrationNamespaces is set with hub.watchNamespace (%s): a hub serving one namespace reads registrations there only. Drop hub.registrationNamespaces." .Values.hub.watchNamespace) }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled (has .Values.hub.metrics.bindAddress (list "127.0.0.1" "::1")) }}
+{{- fail (printf "serviceMonitor.enabled scrapes the hub's pods, but hub.metrics.bindAddress is %s, reachable from inside the pod only. Set hub.metrics.bindAddress=0.0.0.0 or serviceMonitor.enabled=false." .Values.hub.metrics.bindAddress) }}
+{{- end }}
+{{- if eq (int .Values.hub.metrics.port) (int .Values.hub.healthProbe.port) }}
+{{- fail (printf "hub.metrics.port and hub.healthProbe.port are both %d: the probes have a listener of their own. Give them different ports." (int .Values.hub.metrics.port)) }}
+{{- end }}
 {{- if .Values.webhook.enabled }}
 {{- if eq .Values.webhook.certificate.mode "secret" }}
 {{- if not .Values.webhook.certificate.secret.name }}

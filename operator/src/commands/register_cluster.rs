@@ -1,20 +1,29 @@
 //! `karpenter-hub register`: onboard a workload cluster from an admin kubeconfig. Applies the
-//! workload-side RBAC (`config/hub/workload-rbac.yaml`), waits for the ServiceAccount's token,
-//! mints a least-privilege kubeconfig (server, CA, token — nothing else), checks that the hub will
-//! accept it and that it can list NodeGroups, then writes the `<cluster>-kubeconfig` Secret in the
-//! management cluster (hub.md §1).
+//! workload-side RBAC (`config/hub/workload-rbac.yaml`) by server-side apply, mints a bound token
+//! with an expiry for its ServiceAccount (TokenRequest), builds a least-privilege kubeconfig
+//! (server, CA, token — nothing else), checks that the hub will accept it and that it can list
+//! NodeGroups, then writes the `<cluster>-kubeconfig` Secret in the management cluster (hub.md §1).
+//! Running it again mints a new token: that is how the token is rotated.
 //!
 //! Everything that can be checked is checked before anything changes (both kubeconfigs usable, the
-//! management namespace there and the Secret writable, the workload cluster a CKE cluster, the
-//! RBAC applicable — by server-side dry runs), so a refusal leaves both clusters as they were; and
-//! every step converges, so running it again after a failure is safe.
+//! management namespace there and the Secret writable, the workload cluster a CKE cluster, no
+//! object of the workload RBAC's names that `register` did not make, the RBAC applicable — by
+//! server-side dry runs), so a refusal leaves both clusters as they were; and every step
+//! converges, so running it again after a failure is safe.
 //!
-//! Owns: that sequence. Must not: copy the admin credentials anywhere, print the minted token, or
-//! write the Secret before the minted kubeconfig has been proven to work.
+//! Owns: that sequence. Must not: copy the admin credentials anywhere, print the minted token,
+//! change an object it did not make (the [`MANAGED_BY`] label), or write the Secret before the
+//! minted kubeconfig has been proven to work.
 
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
-use k8s_openapi::{ByteString, api::core::v1::Secret};
+use k8s_openapi::{
+    ByteString,
+    api::{
+        authentication::v1::TokenRequest,
+        core::v1::{ConfigMap, Secret, ServiceAccount},
+    },
+};
 use kube::{
     Api, Client, Config, ResourceExt,
     api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams},
@@ -27,8 +36,19 @@ use crds::NodeGroup;
 
 /// The workload-side RBAC, as shipped for people who apply it by hand.
 pub const WORKLOAD_RBAC: &str = include_str!("../../../config/hub/workload-rbac.yaml");
-const SERVICE_ACCOUNT: &str = "karpenter-hub";
-const TOKEN_SECRET: &str = "karpenter-hub-token";
+/// The hub's ServiceAccount in a workload cluster (distinct from the chart's `karpenter-hub`).
+pub const SERVICE_ACCOUNT: &str = "karpenter-hub-workload";
+/// The field manager of `register`'s server-side applies.
+pub const FIELD_MANAGER: &str = "karpenter-hub-register";
+/// The label (and its value) on every object `register` makes: it changes no other.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "karpenter-hub-register";
+/// On the registration Secret: when the minted token expires (RFC 3339), for people and alerts.
+pub const TOKEN_EXPIRES_ANNOTATION: &str = "karpenter.clever-cloud.com/token-expires-at";
+/// The never-expiring token Secret of registrations made before bound tokens: never touched,
+/// named in a warning.
+const LEGACY_TOKEN_SECRET: &str = "karpenter-hub-token";
+const LEGACY_SERVICE_ACCOUNT: &str = "karpenter-hub";
 
 /// Flags of `karpenter-hub register`.
 #[derive(Debug, Clone, clap::Args)]
@@ -56,6 +76,11 @@ pub struct RegisterArgs {
     /// private endpoint reachable from the management cluster).
     #[arg(long)]
     pub server: Option<String>,
+    /// Days the minted token is valid (a bound token; the workload API server may cap it with
+    /// --service-account-max-token-expiration). Run `register` again before then: it mints a new
+    /// one and replaces the Secret.
+    #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=3650))]
+    pub token_duration_days: u32,
 }
 
 fn parse_cluster(s: &str) -> Result<String, String> {
@@ -99,9 +124,17 @@ pub enum RegisterError {
     #[error("applying the workload RBAC: {0}")]
     Rbac(manifests::ManifestError),
     #[error(
-        "the token of ServiceAccount {namespace}/{SERVICE_ACCOUNT} did not appear in Secret {TOKEN_SECRET} within 30 s: is the token controller running in the workload cluster?"
+        "{kind} {name} already exists in the workload cluster and was not made by `karpenter-hub register` (it lacks the label {MANAGED_BY_LABEL}={MANAGED_BY}), so register will not change it: if it is a leftover of the hub's workload RBAC, delete it (kubectl delete {resource} {name}{namespace_flag}) and run register again; if it is someone else's, it must go or be renamed before the hub's identity can use that name; nothing was changed"
     )]
-    NoToken { namespace: String },
+    Foreign { kind: String, resource: String, name: String, namespace_flag: String },
+    #[error(
+        "cannot mint a token for ServiceAccount {namespace}/{SERVICE_ACCOUNT} (TokenRequest: {message}): the workload API server must serve serviceaccounts/token (service account token signing configured)"
+    )]
+    Token { namespace: String, message: String },
+    #[error(
+        "no CA for the workload API server: the admin kubeconfig trusts none of its own and ConfigMap {namespace}/kube-root-ca.crt did not appear within 30 s; give the kubeconfig a certificate-authority-data"
+    )]
+    NoCa { namespace: String },
     #[error("the minted kubeconfig would be refused by the hub: {0}")]
     Refused(String),
     #[error(
@@ -160,21 +193,24 @@ struct Checked {
     admin: Client,
     mgmt: Client,
     server: String,
+    /// The CA the admin kubeconfig trusts for the workload API server, as PEM.
+    admin_ca: Option<Vec<u8>>,
 }
 
 /// Register one workload cluster. Returns the Secret's name.
 pub async fn register(args: &RegisterArgs) -> Result<String, RegisterError> {
-    let Checked { admin, mgmt, server } = check(args).await?;
+    let Checked { admin, mgmt, server, admin_ca } = check(args).await?;
 
     let ns = &args.workload_namespace;
     manifests::ensure_namespace(&admin, ns).await?;
+    let path = args.workload_kubeconfig.display().to_string();
     for doc in rbac_documents(ns)? {
-        manifests::apply_value(&admin, &doc, ns, "config/hub/workload-rbac.yaml").await?;
+        apply(&admin, &doc, ns, &path, false).await?;
     }
-    tracing::info!(cluster = %args.cluster, namespace = %ns, "workload RBAC applied");
+    tracing::info!(cluster = %args.cluster, namespace = %ns, field_manager = FIELD_MANAGER, "workload RBAC applied");
 
-    let secrets: Api<Secret> = Api::namespaced(admin.clone(), ns);
-    let (token, ca) = wait_for_token(&secrets).await.ok_or_else(|| RegisterError::NoToken { namespace: ns.clone() })?;
+    let (token, expires) = mint_token(&admin, ns, args.token_duration_days).await?;
+    let ca = cluster_ca(&admin, admin_ca, ns).await?;
     let minted = minted_kubeconfig(&args.cluster, &server, &ca, &token);
 
     // The hub's own checks, then a real call as the minted identity.
@@ -190,8 +226,17 @@ pub async fn register(args: &RegisterArgs) -> Result<String, RegisterError> {
         .await
         .map_err(|e| RegisterError::Verify(plain(&e).to_string()))?;
 
-    let name = write_secret(&mgmt, &args.namespace, &args.cluster, minted.into_bytes()).await?;
-    tracing::info!(cluster = %args.cluster, namespace = %args.namespace, secret = %name, "cluster registered");
+    let expires_at = expires.map(|t| t.to_string());
+    let name =
+        write_registration(&mgmt, &args.namespace, &args.cluster, minted.into_bytes(), expires_at.as_deref()).await?;
+    let asked = jiff::SignedDuration::from_hours(24 * i64::from(args.token_duration_days));
+    if let Some(t) = expires
+        && t < jiff::Timestamp::now() + asked - jiff::SignedDuration::from_hours(1)
+    {
+        tracing::warn!(cluster = %args.cluster, expires_at = %t, "the workload API server shortened the token's lifetime (--service-account-max-token-expiration): run register again before it expires");
+    }
+    tracing::info!(cluster = %args.cluster, namespace = %args.namespace, secret = %name, token_expires_at = expires_at.as_deref().unwrap_or("unknown"), "cluster registered; run register again before the token expires to rotate it");
+    warn_about_legacy_token(&admin, ns).await;
     Ok(name)
 }
 
@@ -205,6 +250,7 @@ async fn check(args: &RegisterArgs) -> Result<Checked, RegisterError> {
     let admin_config = Config::from_custom_kubeconfig(admin_kc, &options).await.map_err(|e| bad(e.to_string()))?;
     let server =
         args.server.clone().unwrap_or_else(|| admin_config.cluster_url.to_string().trim_end_matches('/').to_string());
+    let admin_ca = admin_config.root_cert.as_deref().filter(|c| !c.is_empty()).map(pem_of);
     let admin = Client::try_from(admin_config).map_err(|e| bad(e.to_string()))?;
 
     // The server the hub will use must pass the hub's own policy (https, …): checked on a
@@ -232,16 +278,16 @@ async fn check(args: &RegisterArgs) -> Result<Checked, RegisterError> {
         });
     }
     let ns = &args.workload_namespace;
-    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-    let namespace_exists = dry_run_apply(&admin, &namespace, ns, &path).await?;
+    let namespace_exists = namespace_exists(&admin, ns, &path).await?;
     for doc in rbac_documents(ns)? {
-        // Objects of a namespace this run will create cannot be tried before it exists.
+        // Objects of a namespace this run will create cannot be tried before it exists (and
+        // cannot exist yet either).
         let in_missing_namespace = !namespace_exists && !manifests::is_cluster_scoped(kind_of(&doc));
         if !in_missing_namespace {
-            dry_run_apply(&admin, &doc, ns, &path).await?;
+            apply(&admin, &doc, ns, &path, true).await?;
         }
     }
-    Ok(Checked { admin, mgmt, server })
+    Ok(Checked { admin, mgmt, server, admin_ca })
 }
 
 /// A syntactically valid CA for the stand-in kubeconfig (never used to connect).
@@ -254,7 +300,7 @@ fn kind_of(doc: &Value) -> &str {
 /// Whether the Secret could be created (or replaced) in the management namespace: a dry run.
 async fn check_secret_writable(mgmt: &Client, ns: &str, cluster: &str) -> Result<(), RegisterError> {
     let api: Api<Secret> = Api::namespaced(mgmt.clone(), ns);
-    let secret = secret_object(cluster, Vec::new());
+    let secret = secret_object(cluster, Vec::new(), None);
     let name = secret.name_any();
     let dry = PostParams { dry_run: true, ..PostParams::default() };
     let refused = |e: kube::Error| match e {
@@ -281,67 +327,155 @@ async fn check_secret_writable(mgmt: &Client, ns: &str, cluster: &str) -> Result
     }
 }
 
-/// Dry run of what [`manifests::apply_value`] will do with `doc`: create, or merge into the
-/// existing object. `Ok(true)` when the object already exists.
-async fn dry_run_apply(client: &Client, doc: &Value, ns: &str, path: &str) -> Result<bool, RegisterError> {
-    let kind = kind_of(doc);
-    let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+/// Whether the workload namespace exists, by a dry run of its creation (which also proves the
+/// admin may create it).
+async fn namespace_exists(client: &Client, ns: &str, path: &str) -> Result<bool, RegisterError> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap_or_default();
+    match api.create(&PostParams { dry_run: true, ..PostParams::default() }, &namespace).await {
+        Ok(_) => Ok(false),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(true),
+        Err(e) => Err(RegisterError::WorkloadRefused {
+            path: path.to_string(),
+            kind: "Namespace".into(),
+            name: ns.to_string(),
+            message: plain(&e).to_string(),
+        }),
+    }
+}
+
+/// The API of one manifest document, with its kind and name.
+fn api_of(client: &Client, doc: &Value, ns: &str) -> (Api<DynamicObject>, String, String) {
+    let kind = kind_of(doc).to_string();
+    let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
     let api_version = doc.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
-    let api: Api<DynamicObject> = if manifests::is_cluster_scoped(kind) {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &kind));
+    let api = if manifests::is_cluster_scoped(&kind) {
         Api::all_with(client.clone(), &ar)
     } else {
         Api::namespaced_with(client.clone(), ns, &ar)
     };
-    let refused = |e: kube::Error| RegisterError::WorkloadRefused {
-        path: path.to_string(),
-        kind: kind.to_string(),
-        name: name.to_string(),
-        message: plain(&e).to_string(),
-    };
-    let obj: DynamicObject = serde_json::from_value(doc.clone()).map_err(|e| {
-        RegisterError::Rbac(manifests::ManifestError::Invalid {
-            file: "config/hub/workload-rbac.yaml".into(),
-            message: format!("{kind} {name}: {e}"),
-        })
-    })?;
-    match api.create(&PostParams { dry_run: true, ..PostParams::default() }, &obj).await {
-        Ok(_) => Ok(false),
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            let patch = PatchParams { dry_run: true, ..PatchParams::default() };
-            api.patch(name, &patch, &Patch::Merge(doc)).await.map_err(refused)?;
-            Ok(true)
-        }
-        Err(e) => Err(refused(e)),
-    }
+    (api, kind, name)
 }
 
-/// The token and CA the token controller put in the ServiceAccount's token Secret.
-async fn wait_for_token(secrets: &Api<Secret>) -> Option<(String, Vec<u8>)> {
+/// Server-side apply of one document of the workload RBAC as [`FIELD_MANAGER`], after checking
+/// that the object is absent or carries [`MANAGED_BY`]: an object of that name someone else made
+/// (the Helm chart's, another tool's) is refused, never merged into. Forced: an object that is
+/// ours takes back every field of the manifest, e.g. after a `kubectl edit` of its rules.
+/// `dry_run`: the check before any change (its refusals say that nothing was changed).
+async fn apply(client: &Client, doc: &Value, ns: &str, path: &str, dry_run: bool) -> Result<(), RegisterError> {
+    let (api, kind, name) = api_of(client, doc, ns);
+    let refused = |e: kube::Error| {
+        if dry_run {
+            RegisterError::WorkloadRefused {
+                path: path.to_string(),
+                kind: kind.clone(),
+                name: name.clone(),
+                message: plain(&e).to_string(),
+            }
+        } else {
+            RegisterError::Rbac(manifests::ManifestError::Refused {
+                file: "config/hub/workload-rbac.yaml".into(),
+                kind: kind.clone(),
+                name: name.clone(),
+                message: plain(&e).to_string(),
+            })
+        }
+    };
+    if let Some(existing) = api.get_opt(&name).await.map_err(refused)?
+        && existing.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY)
+    {
+        let namespace_flag = if manifests::is_cluster_scoped(&kind) { String::new() } else { format!(" -n {ns}") };
+        return Err(RegisterError::Foreign { resource: kind.to_lowercase(), kind, name, namespace_flag });
+    }
+    let params = PatchParams { dry_run, ..PatchParams::apply(FIELD_MANAGER).force() };
+    api.patch(&name, &params, &Patch::Apply(doc)).await.map_err(refused)?;
+    Ok(())
+}
+
+/// A bound token of the hub's ServiceAccount (TokenRequest), valid `days` unless the API server
+/// caps it; with its expiry as the API server set it.
+async fn mint_token(admin: &Client, ns: &str, days: u32) -> Result<(String, Option<jiff::Timestamp>), RegisterError> {
+    let failed = |message: String| RegisterError::Token { namespace: ns.to_string(), message };
+    let request: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": i64::from(days) * 86_400}}))
+            .map_err(|e| failed(e.to_string()))?;
+    let answer = Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .create_token_request(SERVICE_ACCOUNT, &PostParams::default(), &request)
+        .await
+        .map_err(|e| failed(plain(&e).to_string()))?;
+    let status = answer.status.ok_or_else(|| failed("the answer has no status".into()))?;
+    if status.token.is_empty() {
+        return Err(failed("the answer holds no token".into()));
+    }
+    Ok((status.token, Some(status.expiration_timestamp.0)))
+}
+
+/// The CA of the workload API server: the cluster's own (`kube-root-ca.crt`, what its pods
+/// trust) when it is published in the namespace, else the one the admin kubeconfig trusts, else
+/// the cluster's once published (30 s at most).
+async fn cluster_ca(admin: &Client, admin_ca: Option<Vec<u8>>, ns: &str) -> Result<Vec<u8>, RegisterError> {
+    let api: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+    let published = || async {
+        let cm = api.get_opt("kube-root-ca.crt").await.ok().flatten()?;
+        cm.data?.remove("ca.crt").filter(|c| !c.is_empty()).map(String::into_bytes)
+    };
+    if let Some(ca) = published().await.or(admin_ca) {
+        return Ok(ca);
+    }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while tokio::time::Instant::now() < deadline {
-        if let Ok(Some(s)) = secrets.get_opt(TOKEN_SECRET).await {
-            let data = s.data.unwrap_or_default();
-            if let (Some(t), Some(ca)) = (data.get("token"), data.get("ca.crt"))
-                && !t.0.is_empty()
-                && !ca.0.is_empty()
-                && let Ok(token) = String::from_utf8(t.0.clone())
-            {
-                return Some((token, ca.0.clone()));
-            }
-        }
         tokio::time::sleep(Duration::from_millis(250)).await;
+        if let Some(ca) = published().await {
+            return Ok(ca);
+        }
     }
-    None
+    Err(RegisterError::NoCa { namespace: ns.to_string() })
+}
+
+/// DER certificates as PEM.
+fn pem_of(ders: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = String::new();
+    for der in ders {
+        // ByteString serialises as base64.
+        let b64 = serde_json::to_value(ByteString(der.clone()))
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        out.push_str("-----BEGIN CERTIFICATE-----\n");
+        for line in b64.as_bytes().chunks(64) {
+            out.push_str(std::str::from_utf8(line).unwrap_or_default());
+            out.push('\n');
+        }
+        out.push_str("-----END CERTIFICATE-----\n");
+    }
+    out.into_bytes()
+}
+
+/// A registration made before bound tokens left a never-expiring token Secret: say so (it is
+/// not `register`'s to delete — it carries no ownership label — but it should go).
+async fn warn_about_legacy_token(admin: &Client, ns: &str) {
+    let Ok(Some(s)) = Api::<Secret>::namespaced(admin.clone(), ns).get_opt(LEGACY_TOKEN_SECRET).await else { return };
+    let for_legacy_account =
+        s.annotations().get("kubernetes.io/service-account.name").map(String::as_str) == Some(LEGACY_SERVICE_ACCOUNT);
+    if s.type_.as_deref() == Some("kubernetes.io/service-account-token") && for_legacy_account {
+        tracing::warn!(
+            namespace = %ns,
+            secret = LEGACY_TOKEN_SECRET,
+            "a never-expiring token of an older registration is still valid in the workload cluster: once the hub serves the cluster with the new registration, delete it (kubectl -n {ns} delete secret {LEGACY_TOKEN_SECRET}) and, unless this is the management cluster where the Helm chart owns them, the older identity (kubectl delete clusterrolebinding,clusterrole {LEGACY_SERVICE_ACCOUNT}; kubectl -n {ns} delete serviceaccount {LEGACY_SERVICE_ACCOUNT})"
+        );
+    }
 }
 
 /// The labelled `<cluster>-kubeconfig` Secret the registry watches.
-fn secret_object(cluster: &str, kubeconfig: Vec<u8>) -> Secret {
+fn secret_object(cluster: &str, kubeconfig: Vec<u8>, token_expires_at: Option<&str>) -> Secret {
     Secret {
         metadata: kube::api::ObjectMeta {
             name: Some(format!("{cluster}-kubeconfig")),
             labels: Some(BTreeMap::from([(registry::CLUSTER_NAME_LABEL.to_string(), cluster.to_string())])),
+            annotations: token_expires_at
+                .map(|t| BTreeMap::from([(TOKEN_EXPIRES_ANNOTATION.to_string(), t.to_string())])),
             ..Default::default()
         },
         type_: Some("cluster.x-k8s.io/secret".to_string()),
@@ -352,8 +486,19 @@ fn secret_object(cluster: &str, kubeconfig: Vec<u8>) -> Secret {
 
 /// Create or replace the labelled `<cluster>-kubeconfig` Secret the registry watches.
 pub async fn write_secret(mgmt: &Client, ns: &str, cluster: &str, kubeconfig: Vec<u8>) -> Result<String, kube::Error> {
+    write_registration(mgmt, ns, cluster, kubeconfig, None).await
+}
+
+/// [`write_secret`], with the minted token's expiry noted on the Secret.
+async fn write_registration(
+    mgmt: &Client,
+    ns: &str,
+    cluster: &str,
+    kubeconfig: Vec<u8>,
+    token_expires_at: Option<&str>,
+) -> Result<String, kube::Error> {
     let api: Api<Secret> = Api::namespaced(mgmt.clone(), ns);
-    let mut secret = secret_object(cluster, kubeconfig);
+    let mut secret = secret_object(cluster, kubeconfig, token_expires_at);
     let name = secret.name_any();
     match api.get_opt(&name).await? {
         None => {
@@ -377,8 +522,35 @@ mod tests {
         let docs = rbac_documents("ops").unwrap();
         let binding = docs.iter().find(|d| d["kind"] == "ClusterRoleBinding").unwrap();
         assert_eq!(binding["subjects"][0]["namespace"], "ops");
+        assert_eq!(binding["subjects"][0]["name"], SERVICE_ACCOUNT);
         assert!(docs.iter().any(|d| d["kind"] == "ServiceAccount" && d["metadata"]["name"] == SERVICE_ACCOUNT));
-        assert!(docs.iter().any(|d| d["kind"] == "Secret" && d["metadata"]["name"] == TOKEN_SECRET));
+    }
+
+    #[test]
+    fn the_workload_rbac_has_names_of_its_own_an_ownership_label_and_no_token_secret() {
+        let docs = rbac_documents("karpenter-hub").unwrap();
+        for d in &docs {
+            let name = d["metadata"]["name"].as_str().unwrap();
+            assert_eq!(name, SERVICE_ACCOUNT, "{} {name} would clash with the chart's objects", d["kind"]);
+            assert_eq!(d["metadata"]["labels"][MANAGED_BY_LABEL], MANAGED_BY, "{} {name}", d["kind"]);
+            assert_ne!(d["kind"], "Secret", "no legacy token Secret");
+        }
+        let role = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+        let nodes = role["rules"].as_array().unwrap().iter().find(|r| r["resources"] == json!(["nodes"])).unwrap();
+        assert_eq!(nodes["verbs"], json!(["list", "watch", "patch"]), "nodes are only ever patched");
+        for rule in role["rules"].as_array().unwrap() {
+            let verbs = rule["verbs"].as_array().unwrap();
+            assert!(!verbs.contains(&json!("*")) && !verbs.contains(&json!("deletecollection")), "{rule}");
+            assert!(!verbs.contains(&json!("update")), "no update anywhere: {rule}");
+        }
+    }
+
+    #[test]
+    fn der_certificates_become_pem_in_lines_of_64() {
+        let pem = pem_of(&[vec![0x30; 100]]);
+        let text = String::from_utf8(pem).unwrap();
+        assert!(text.starts_with("-----BEGIN CERTIFICATE-----\n") && text.ends_with("-----END CERTIFICATE-----\n"));
+        assert!(text.lines().all(|l| l.len() <= 64), "{text}");
     }
 
     #[test]

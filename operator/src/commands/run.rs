@@ -29,12 +29,29 @@ pub struct RunArgs {
     /// classes, catalogues and NodeClaims (default: all namespaces).
     #[arg(long, env = "KARPENTER_HUB_NAMESPACE")]
     pub namespace: Option<String>,
+    /// Watch kubeconfig Secrets only in these namespaces (comma-separated; one watch each), for a
+    /// hub whose Secret and ConfigMap rights are bound per namespace (RoleBindings) rather than
+    /// cluster-wide. Its capacity ConfigMaps live there too. Default: every namespace (or the one
+    /// of --namespace).
+    #[arg(long, env = "KARPENTER_HUB_REGISTRATION_NAMESPACES", value_delimiter = ',', value_parser = parse_namespace)]
+    pub registration_namespaces: Vec<String>,
     /// Accept kubeconfigs with `insecure-skip-tls-verify` or plain http:// servers (not recommended).
     #[arg(long, env = "KARPENTER_HUB_ALLOW_INSECURE_KUBECONFIG")]
     pub allow_insecure_kubeconfig: bool,
-    /// Address of /metrics, /healthz and /readyz.
-    #[arg(long, env = "KARPENTER_HUB_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    /// Address of /metrics (and of /healthz and /readyz too). Unauthenticated: every interface by
+    /// default so Prometheus can scrape the pod; 127.0.0.1:<port> keeps it inside the pod (then
+    /// give the probes --health-probe-bind-address). `--metrics-addr` is the older name.
+    #[arg(
+        long = "metrics-bind-address",
+        alias = "metrics-addr",
+        env = "KARPENTER_HUB_METRICS_ADDR",
+        default_value = "0.0.0.0:8080"
+    )]
     pub metrics_addr: SocketAddr,
+    /// A second listener serving only /healthz and /readyz (the kubelet's probes), so that
+    /// --metrics-bind-address can be narrowed. Default: none (the probes use the metrics address).
+    #[arg(long, env = "KARPENTER_HUB_HEALTH_PROBE_ADDR")]
+    pub health_probe_bind_address: Option<SocketAddr>,
     /// Log format.
     #[arg(long, env = "KARPENTER_HUB_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -109,6 +126,13 @@ pub enum LogFormat {
     Json,
 }
 
+fn parse_namespace(s: &str) -> Result<String, String> {
+    crds::validation::dns1123_label(s).map_err(|e| {
+        format!("--registration-namespaces takes namespace names separated by commas; {s:?} is not one: {e}")
+    })?;
+    Ok(s.to_string())
+}
+
 fn parse_hub_id(s: &str) -> Result<String, String> {
     crds::validation::label_value(s)
         .map_err(|e| format!("--hub-id must be a valid label value (it is written as one on NodeGroups): {e}"))?;
@@ -143,6 +167,7 @@ impl RunArgs {
             kubeconfig_policy: kubeconfig::Policy { allow_insecure: self.allow_insecure_kubeconfig },
             probe_interval: Duration::from_secs(self.probe_interval_seconds),
             namespace: self.namespace.clone(),
+            registration_namespaces: self.registration_namespaces.clone(),
             sharded: self.sharding,
             ..registry::Settings::default()
         }
@@ -190,6 +215,10 @@ pub enum RunError {
     /// Not a `source`: the message already says it all, once.
     #[error("invalid sharding flags: {0}")]
     ShardTimings(shard_rules::TimingsError),
+    #[error(
+        "--registration-namespaces {listed} does not hold --namespace {namespace}: a hub serving one namespace reads registrations there only; drop --registration-namespaces or make it {namespace}"
+    )]
+    RegistrationNamespaces { listed: String, namespace: String },
     #[error(
         "--sharding needs leader election: one replica at a time writes the namespace-wide status (node classes, flavor catalogues) under the leader Lease; drop --leader-elect=false"
     )]
@@ -393,6 +422,15 @@ async fn namespace_wide(
 /// `karpenter-hub run`.
 pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunError> {
     // Flags first: a wrong combination is refused before anything is reached.
+    if let Some(ns) = &args.namespace
+        && !args.registration_namespaces.is_empty()
+        && !args.registration_namespaces.contains(ns)
+    {
+        return Err(RunError::RegistrationNamespaces {
+            listed: args.registration_namespaces.join(","),
+            namespace: ns.clone(),
+        });
+    }
     let shard_timings = if args.sharding {
         if !args.leader_elect {
             return Err(RunError::ShardingWithoutLeaderElection);
@@ -412,6 +450,9 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
     let mgmt = clients::build(mgmt_config.clone(), &metrics, clients::Side::Management)?;
     mgmt.apiserver_version().await?;
     let server = tokio::spawn(metrics::serve(metrics.clone(), args.metrics_addr, shutdown.clone()));
+    let probes = args
+        .health_probe_bind_address
+        .map(|addr| tokio::spawn(metrics::serve_probes(metrics.clone(), addr, shutdown.clone())));
     let pod_namespace = std::env::var("POD_NAMESPACE").ok();
     let (namespace, chosen) =
         leader_election_namespace(args.leader_election_namespace.as_deref(), pod_namespace.as_deref());
@@ -486,6 +527,11 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
     if let Ok(Err(e)) = server.await {
         return Err(e.into());
     }
+    if let Some(probes) = probes
+        && let Ok(Err(e)) = probes.await
+    {
+        return Err(e.into());
+    }
     Ok(())
 }
 
@@ -538,6 +584,35 @@ mod tests {
         );
         let e = parse(&["--leader-elect-retry-period=10"]).leader_timings().unwrap_err().to_string();
         assert!(e.contains("--leader-elect-retry-period") && e.contains("raise the deadline"), "{e}");
+    }
+
+    #[test]
+    fn the_metrics_and_probe_listeners_take_the_addresses_given() {
+        let default = parse(&[]);
+        assert_eq!(default.metrics_addr, "0.0.0.0:8080".parse().unwrap(), "today's default");
+        assert_eq!(default.health_probe_bind_address, None);
+        let narrowed = parse(&["--metrics-bind-address=127.0.0.1:9090", "--health-probe-bind-address=0.0.0.0:8081"]);
+        assert_eq!(narrowed.metrics_addr, "127.0.0.1:9090".parse().unwrap());
+        assert_eq!(narrowed.health_probe_bind_address, Some("0.0.0.0:8081".parse().unwrap()));
+        assert_eq!(parse(&["--metrics-addr=[::1]:8080"]).metrics_addr, "[::1]:8080".parse().unwrap(), "older name");
+        assert!(Cli::try_parse_from(["karpenter-hub", "--metrics-bind-address=localhost"]).is_err());
+    }
+
+    #[test]
+    fn registration_namespaces_are_listed_names_passed_to_the_registry() {
+        assert!(parse(&[]).registry_settings().registration_namespaces.is_empty());
+        let two = parse(&["--registration-namespaces=team-a,team-b"]).registry_settings();
+        assert_eq!(two.registration_namespaces, ["team-a", "team-b"]);
+        let e = Cli::try_parse_from(["karpenter-hub", "--registration-namespaces=team-a,Team_B"]).unwrap_err();
+        assert!(e.to_string().contains("\"Team_B\" is not one"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn registration_namespaces_must_hold_the_served_namespace_and_are_checked_first() {
+        // Refused before any connection is tried (no management cluster here).
+        let args = parse(&["--namespace=team-a", "--registration-namespaces=team-b,team-c"]);
+        let e = run(args, CancellationToken::new()).await.unwrap_err().to_string();
+        assert!(e.contains("--registration-namespaces team-b,team-c does not hold --namespace team-a"), "{e}");
     }
 
     #[test]

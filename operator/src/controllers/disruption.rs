@@ -28,7 +28,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -38,7 +38,7 @@ use crate::{
     decisions::{
         conditions,
         disruption_queue::{self, CandidateState, Recorded, ReplacementState, Step},
-        disruption_scope,
+        disruption_scope, ownership,
     },
     infra::{
         hub::Hub,
@@ -422,9 +422,13 @@ async fn advance(
         }
         Step::Delete { claims: names } => {
             for name in &names {
-                match api.delete(name, &DeleteParams::default()).await {
+                // Only the incarnation the command chose (a UID precondition); one the cache no
+                // longer shows is gone already.
+                let Some(claim) = claim_named(claims, name) else { continue };
+                match api.delete(name, &ownership::delete_exactly(claim.as_ref())).await {
                     Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    // Gone, or (409) replaced by a new claim of that name, which is not ours to delete.
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                     Err(e) => return Err(e.into()),
                 }
                 let pool = claim_named(claims, name).and_then(|c| c.labels().get(labels::NODEPOOL).cloned());
@@ -619,11 +623,10 @@ async fn start(
             }
         }
     }
-    let mut created: Vec<String> = Vec::new();
+    let mut created: Vec<NodeClaim> = Vec::new();
     for claim in &planned {
-        let name = claim.name_any();
         match api.create(&PostParams::default(), claim).await {
-            Ok(_) => {
+            Ok(made) => {
                 hub.metrics
                     .nodeclaims_created
                     .get(&PoolReasonLabels {
@@ -632,7 +635,7 @@ async fn start(
                         reason: reason_label(command.reason),
                     })
                     .inc();
-                created.push(name);
+                created.push(made);
             }
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => {
@@ -673,9 +676,9 @@ async fn start(
 }
 
 /// Undoes a start cut short: replacements it created are deleted, records it wrote removed.
-async fn undo(api: &Api<NodeClaim>, replacements: &[String], recorded: &[String]) {
-    for name in replacements {
-        let _ = api.delete(name, &DeleteParams::default()).await;
+async fn undo(api: &Api<NodeClaim>, replacements: &[NodeClaim], recorded: &[String]) {
+    for claim in replacements {
+        let _ = api.delete(&claim.name_any(), &ownership::delete_exactly(claim)).await;
     }
     for name in recorded {
         let _ = api.patch(name, &PatchParams::default(), &Patch::Merge(&Recorded::removal())).await;

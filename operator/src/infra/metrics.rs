@@ -744,6 +744,19 @@ pub async fn serve(metrics: Arc<Metrics>, addr: SocketAddr, shutdown: Cancellati
     axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }
 
+/// `/healthz` and `/readyz` alone on `addr` (`--health-probe-bind-address`): the kubelet's probes
+/// reach the pod there while `/metrics` may listen on the loopback interface only.
+pub async fn serve_probes(metrics: Arc<Metrics>, addr: SocketAddr, shutdown: CancellationToken) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready_handler))
+        .with_state(metrics);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    tracing::info!(addr = %bound, "serving /healthz and /readyz");
+    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
+}
+
 async fn metrics_handler(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
     ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], m.render())
 }

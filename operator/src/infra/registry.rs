@@ -21,7 +21,7 @@ pub mod pending;
 pub mod specs;
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     fmt,
     sync::{Arc, PoisonError, RwLock},
     time::Duration,
@@ -145,6 +145,9 @@ pub struct Settings {
     pub reconnect_max: Duration,
     /// Only watch Secrets in this namespace (default: all namespaces).
     pub namespace: Option<String>,
+    /// Without `namespace`: watch Secrets in these namespaces only, one watch each (the hub's
+    /// Secret rights bound per namespace). Empty: all namespaces.
+    pub registration_namespaces: Vec<String>,
     /// Sharded mode: connect only to the clusters this replica is granted (hub.md §6).
     pub sharded: bool,
     /// Fence every workload client by the registry's shutdown token (leader election: once the
@@ -162,6 +165,7 @@ impl Default for Settings {
             reconnect_min: Duration::from_secs(1),
             reconnect_max: Duration::from_secs(60),
             namespace: None,
+            registration_namespaces: Vec::new(),
             sharded: false,
             fence_on_shutdown: false,
         }
@@ -440,47 +444,62 @@ impl Registry {
 
     /// Watch registration Secrets until `shutdown`, then stop every cluster.
     pub async fn run(&self, mgmt: Client, shutdown: CancellationToken) -> Result<(), RegistryError> {
-        let secrets: Api<Secret> = match &self.inner.settings.namespace {
-            Some(ns) => Api::namespaced(mgmt.clone(), ns),
-            None => Api::all(mgmt.clone()),
+        // One watch over all namespaces, or one per namespace served (each relists on its own).
+        let settings = &self.inner.settings;
+        let scopes: Vec<Option<String>> = match &settings.namespace {
+            Some(ns) => vec![Some(ns.clone())],
+            None if !settings.registration_namespaces.is_empty() => {
+                settings.registration_namespaces.iter().cloned().map(Some).collect()
+            }
+            None => vec![None],
         };
         // Label-selected: the hub never caches other Secrets, and holds none of them after an event.
         *self.inner.context.write().unwrap_or_else(PoisonError::into_inner) = Some((mgmt.clone(), shutdown.clone()));
         let config = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
-        let mut events = watcher(secrets, config).default_backoff().boxed();
-        let mut listed: Option<Vec<ClusterKey>> = None;
+        let mut events = futures::stream::select_all(scopes.into_iter().map(|scope| {
+            let secrets: Api<Secret> = match &scope {
+                Some(ns) => Api::namespaced(mgmt.clone(), ns),
+                None => Api::all(mgmt.clone()),
+            };
+            watcher(secrets, config.clone()).default_backoff().map(move |e| (scope.clone(), e)).boxed()
+        }));
+        let mut listed: HashMap<Option<String>, Vec<ClusterKey>> = HashMap::new();
         loop {
             let event = tokio::select! {
                 () = shutdown.cancelled() => break,
                 e = events.next() => e,
             };
+            let Some((scope, event)) = event else { break };
             match event {
-                None => break,
-                Some(Err(e)) => {
-                    tracing::warn!(error = %crate::infra::apierror::plain_watch(&e), "kubeconfig Secret watch failed; retrying")
+                Err(e) => {
+                    tracing::warn!(namespace = scope.as_deref().unwrap_or("(all)"), error = %crate::infra::apierror::plain_watch(&e), "kubeconfig Secret watch failed; retrying")
                 }
-                Some(Ok(watcher::Event::Init)) => listed = Some(Vec::new()),
-                Some(Ok(watcher::Event::InitApply(s))) => {
+                Ok(watcher::Event::Init) => {
+                    listed.insert(scope, Vec::new());
+                }
+                Ok(watcher::Event::InitApply(s)) => {
                     if let Some(key) = self.apply(&mgmt, &s, &shutdown)
-                        && let Some(l) = listed.as_mut()
+                        && let Some(l) = listed.get_mut(&scope)
                     {
                         l.push(key);
                     }
                 }
-                Some(Ok(watcher::Event::InitDone)) => {
-                    // A relist: clusters whose Secret is no longer there were removed while the watch was down.
-                    if let Some(seen) = listed.take() {
+                Ok(watcher::Event::InitDone) => {
+                    // A relist: clusters of this watch's scope whose Secret is no longer there were
+                    // removed while the watch was down.
+                    if let Some(seen) = listed.remove(&scope) {
+                        let in_scope = |key: &ClusterKey| scope.as_ref().is_none_or(|ns| *ns == key.namespace);
                         for key in self.registered() {
-                            if !seen.contains(&key) {
+                            if in_scope(&key) && !seen.contains(&key) {
                                 self.remove(&key, "its Secret is gone");
                             }
                         }
                     }
                 }
-                Some(Ok(watcher::Event::Apply(s))) => {
+                Ok(watcher::Event::Apply(s)) => {
                     self.apply(&mgmt, &s, &shutdown);
                 }
-                Some(Ok(watcher::Event::Delete(s))) => {
+                Ok(watcher::Event::Delete(s)) => {
                     if let Some(key) = registration_key(&s) {
                         self.remove(&key, "its Secret was deleted");
                     }

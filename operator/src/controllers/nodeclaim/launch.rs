@@ -15,7 +15,7 @@ use futures::StreamExt;
 use k8s_openapi::{apimachinery::pkg::api::resource::Quantity, jiff::Timestamp};
 use kube::{
     Api, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams, PostParams},
     runtime::{controller::Action, reflector::ObjectRef},
 };
 use serde_json::json;
@@ -98,7 +98,12 @@ pub(super) async fn launch(
             };
             tracing::warn!(cluster = %c.key, nodeclaim = %c.name, reason, message = %e, "launch failed; deleting the claim so its pods are re-planned");
             hub.event(&c.reference(), true, reason, "Launch", e.to_string()).await;
-            c.api.delete(&c.name, &DeleteParams::default()).await?;
+            match c.api.delete(&c.name, &ownership::delete_exactly(c.obj)).await {
+                // Gone, or (409) replaced by a new claim of that name since it was read.
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
             Ok(Action::await_change())
         }
         Err(Failure::Launch(e @ LaunchError::Conflict { .. })) => {

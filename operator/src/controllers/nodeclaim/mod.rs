@@ -28,7 +28,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams},
+    api::{Patch, PatchParams},
     runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };
 use scheduling::CompactPod;
@@ -453,9 +453,10 @@ async fn carry_out(
             c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
         }
         Write::DeleteClaim(reason) => {
-            match c.api.delete(&c.name, &DeleteParams::default()).await {
+            match c.api.delete(&c.name, &ownership::delete_exactly(c.obj)).await {
                 Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                // Gone, or (409) replaced by a new claim of that name since it was read.
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                 Err(e) => return Err(e.into()),
             }
             // Counted once the deletion went through: a failed one is retried, not counted twice.
