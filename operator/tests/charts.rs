@@ -322,7 +322,12 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
     ] {
         assert!(a.contains(&expected.to_string()), "hub args {a:?} lack {expected}");
     }
-    assert!(!a.iter().any(|x| x.starts_with("--namespace") || x.starts_with("--allow-insecure")), "{a:?}");
+    assert!(
+        !a.iter().any(|x| x.starts_with("--namespace")
+            || x.starts_with("--allow-insecure")
+            || x.starts_with("--allow-link")),
+        "{a:?}"
+    );
     assert_eq!(env(hub, "RUST_LOG").as_deref(), Some("info,kube=warn,tower=warn,hyper=warn"));
     let image = format!("ghcr.io/clever-karpenter-hub/karpenter-hub:v{VERSION}");
     assert_eq!(container(hub)["image"], image.as_str());
@@ -465,6 +470,7 @@ fn each_ci_values_file_changes_what_it_sets() {
         "--hub-id=eu-west",
         "--namespace=fleet",
         "--allow-insecure-kubeconfig",
+        "--allow-link-local-servers",
         "--probe-interval-seconds=30",
         "--flavor-cooldown-seconds=600",
         "--leader-election-namespace=hub-leases",

@@ -40,7 +40,7 @@ pub struct Policy {
 }
 
 /// The limits of the YAML parse. A kubeconfig as kubectl, clusterctl or `karpenter-hub register`
-/// writes it has no anchor or alias and nests six levels deep; these leave room for a hand-written
+/// writes it has no anchor or alias and nests a handful of levels deep; these leave room for a hand-written
 /// one and bound what aliases and merge keys can expand a 1 MiB Secret into (a few MiB of parsed
 /// values instead of the parser's defaults, 64 MiB of text and 250,000 nodes per Secret).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -755,7 +755,7 @@ current-context: hub@prod
         assert!(matches!(e, KubeconfigRejected::YamlLimit { limit: YamlLimit::Aliases, .. }), "{e:?}");
         assert!(e.to_string().contains("limit of 32 YAML aliases (`*name`)"), "{e}");
         // Few aliases of a long list: the node limit.
-        let list = format!("{}l0: &l0 [{}]\nl1: [{}]\n", good(), vec!["x"; 5_000].join(","), vec!["*l0"; 5].join(","));
+        let list = format!("{}l0: &l0 [{}]\nl1: [{}]\n", good(), vec!["x"; 5_000].join(","), ["*l0"; 5].join(","));
         let e = reject(&list);
         assert!(matches!(e, KubeconfigRejected::YamlLimit { limit: YamlLimit::ExpandedNodes, .. }), "{e:?}");
         assert!(e.to_string().contains("20000 YAML nodes once aliases are expanded"), "{e}");
