@@ -180,9 +180,14 @@ async fn hostile_kubeconfigs_are_refused_in_bounded_memory_without_a_password_sh
         published.push('\n');
     }
 
-    // The cluster comes back with its real kubeconfig.
+    // The cluster comes back, named by a host name this time: resolved before connecting (to
+    // loopback, which is allowed), then with its real kubeconfig.
+    let by_name = with(Some(url.replace("127.0.0.1", "localhost")), None);
+    assert!(by_name.contains("https://localhost:"), "{url}");
+    world.put_secret("team-a", "alpha", by_name.as_bytes()).await.unwrap();
+    wait_reachable(&mgmt, "team-a", "Connected", "https://localhost:").await;
     world.register(0).await.unwrap();
-    wait_reachable(&mgmt, "team-a", "Connected", "").await;
+    wait_reachable(&mgmt, "team-a", "Connected", "https://127.0.0.1:").await;
 
     // Statuses and events as the API shows them.
     let pools = Api::<NodePool>::namespaced(mgmt.clone(), "team-a").list(&ListParams::default()).await.unwrap();
