@@ -326,7 +326,8 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
     assert!(
         !a.iter().any(|x| x.starts_with("--namespace")
             || x.starts_with("--allow-insecure")
-            || x.starts_with("--registration-namespaces")),
+            || x.starts_with("--registration-namespaces")
+            || x.starts_with("--allow-link")),
         "{a:?}"
     );
     // The kubelet probes a listener of their own; /metrics is on the other port.
@@ -512,6 +513,7 @@ fn each_ci_values_file_changes_what_it_sets() {
         "--hub-id=eu-west",
         "--namespace=fleet",
         "--allow-insecure-kubeconfig",
+        "--allow-link-local-servers",
         "--probe-interval-seconds=30",
         "--flavor-cooldown-seconds=600",
         "--leader-election-namespace=hub-leases",

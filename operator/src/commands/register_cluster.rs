@@ -256,8 +256,10 @@ async fn check(args: &RegisterArgs) -> Result<Checked, RegisterError> {
     // The server the hub will use must pass the hub's own policy (https, …): checked on a
     // stand-in of the minted kubeconfig, before a token exists.
     let stand_in = minted_kubeconfig(&args.cluster, &server, STAND_IN_CA, "stand-in");
-    kubeconfig::harden(stand_in.as_bytes(), kubeconfig::Policy::default())
-        .map_err(|e| RegisterError::Server { server: server.clone(), message: e.to_string() })?;
+    kubeconfig::harden(stand_in.as_bytes(), kubeconfig::Policy::default()).map_err(|e| RegisterError::Server {
+        server: kubeconfig::redact_url(&server).into_owned(),
+        message: e.to_string(),
+    })?;
 
     // The management side first: the Secret is the last write, and the most common mistake (a
     // namespace not created yet) must not leave the workload cluster half set up.

@@ -38,6 +38,10 @@ pub struct RunArgs {
     /// Accept kubeconfigs with `insecure-skip-tls-verify` or plain http:// servers (not recommended).
     #[arg(long, env = "KARPENTER_HUB_ALLOW_INSECURE_KUBECONFIG")]
     pub allow_insecure_kubeconfig: bool,
+    /// Accept kubeconfigs whose server is on a link-local address (169.254.0.0/16, fe80::/10),
+    /// where cloud metadata endpoints answer (not recommended).
+    #[arg(long, env = "KARPENTER_HUB_ALLOW_LINK_LOCAL_SERVERS")]
+    pub allow_link_local_servers: bool,
     /// Address of /metrics (and of /healthz and /readyz too). Unauthenticated: every interface by
     /// default so Prometheus can scrape the pod; 127.0.0.1:<port> keeps it inside the pod (then
     /// give the probes --health-probe-bind-address). `--metrics-addr` is the older name.
@@ -164,7 +168,10 @@ impl RunArgs {
 
     pub fn registry_settings(&self) -> registry::Settings {
         registry::Settings {
-            kubeconfig_policy: kubeconfig::Policy { allow_insecure: self.allow_insecure_kubeconfig },
+            kubeconfig_policy: kubeconfig::Policy {
+                allow_insecure: self.allow_insecure_kubeconfig,
+                allow_link_local: self.allow_link_local_servers,
+            },
             probe_interval: Duration::from_secs(self.probe_interval_seconds),
             namespace: self.namespace.clone(),
             registration_namespaces: self.registration_namespaces.clone(),

@@ -1,6 +1,7 @@
 //! Kubernetes API errors as a person reads them. kube's own `Display` of an API refusal appends the
 //! whole `Status { … }` in Rust debug form; logs and error messages use [`plain`] instead.
-//! Must not: hide the API's own message, which says what to fix.
+//! Must not: hide the API's own message, which says what to fix, nor show the credentials of a
+//! URL in it (kube's errors can name a URL: [`crate::infra::kubeconfig::redact_urls`]).
 
 use std::fmt;
 
@@ -40,6 +41,7 @@ impl fmt::Display for Plain<'_> {
         match self.0 {
             kube::Error::Api(s) => {
                 let message = if s.message.is_empty() { "refused" } else { s.message.as_str() };
+                let message = crate::infra::kubeconfig::redact_urls(message);
                 // kube's placeholder when the body was not a Status (e.g. "404 page not found").
                 let reason = if s.reason == "Failed to parse error data" { "" } else { s.reason.as_str() };
                 match (s.code, reason.is_empty()) {
@@ -49,7 +51,7 @@ impl fmt::Display for Plain<'_> {
                     (code, false) => write!(f, "{message} ({code} {reason})"),
                 }
             }
-            other => write!(f, "{other}"),
+            other => write!(f, "{}", crate::infra::kubeconfig::redact_urls(&other.to_string())),
         }
     }
 }

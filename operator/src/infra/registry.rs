@@ -14,9 +14,11 @@
 //!
 //! Must not: make decisions about nodes (controllers read the connection and decide), delete
 //! anything when a Secret disappears (claims and groups stay; NodePools report the cluster
-//! missing), or keep kubeconfig bytes anywhere but in `secrecy` wrappers.
+//! missing), keep kubeconfig bytes (only their hardened form, credentials in `secrecy` wrappers),
+//! or parse a Secret version more than once ([`parsed`]).
 
 mod connection;
+mod parsed;
 pub mod pending;
 pub mod specs;
 
@@ -33,7 +35,6 @@ use kube::{
     Api, Client,
     runtime::{WatchStreamExt, watcher},
 };
-use secrecy::{ExposeSecret, SecretSlice};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -196,7 +197,7 @@ pub struct Registry {
 /// ownership is granted later.
 struct Known {
     version: String,
-    kubeconfig: Option<SecretSlice<u8>>,
+    kubeconfig: Option<parsed::Parsed>,
     rank: Rank,
     /// What sharded mode hashes to place the cluster: its API server URL when the kubeconfig
     /// names one, so two registrations of one workload cluster land on the same replica, whose
@@ -218,6 +219,8 @@ struct Inner {
     metrics: Arc<crate::infra::metrics::Metrics>,
     clusters: RwLock<BTreeMap<ClusterKey, Entry>>,
     identities: Arc<Identities>,
+    /// Each registration's kubeconfig, hardened once per Secret version.
+    parses: Arc<parsed::Parses>,
     /// Order in which this process first saw each registration (ties of creation time).
     seen: std::sync::atomic::AtomicU64,
     /// Bumped on every status or connection change of any cluster, so controllers can wake up.
@@ -250,6 +253,7 @@ impl Registry {
                 namespace_writer: std::sync::atomic::AtomicBool::new(false),
                 clusters: RwLock::new(BTreeMap::new()),
                 identities: Arc::new(Identities::default()),
+                parses: Arc::new(parsed::Parses::default()),
                 seen: std::sync::atomic::AtomicU64::new(0),
                 changes: watch::channel(0).0,
                 touched: tokio::sync::broadcast::channel(1024).0,
@@ -518,8 +522,7 @@ impl Registry {
     fn apply(&self, mgmt: &Client, secret: &Secret, shutdown: &CancellationToken) -> Option<ClusterKey> {
         let key = registration_key(secret)?;
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
-        let bytes: Option<SecretSlice<u8>> =
-            secret.data.as_ref().and_then(|d| d.get(KUBECONFIG_KEY)).map(|b| SecretSlice::from(b.0.clone()));
+        let parsed = self.inner.parses.get(&key, secret, self.inner.settings.kubeconfig_policy);
         {
             let mut known = self.inner.known.write().unwrap_or_else(PoisonError::into_inner);
             let rank = known.get(&key).map_or_else(
@@ -530,11 +533,9 @@ impl Registry {
                 |k| k.rank.clone(),
             );
             let added = !known.contains_key(&key);
-            let placement = bytes
-                .as_ref()
-                .and_then(|b| kubeconfig::harden(b.expose_secret(), self.inner.settings.kubeconfig_policy).ok())
-                .map_or_else(|| key.to_string(), |h| h.server);
-            known.insert(key.clone(), Known { version: version.clone(), kubeconfig: bytes, rank, placement });
+            let placement =
+                parsed.as_deref().and_then(|p| p.as_ref().ok()).map_or_else(|| key.to_string(), |h| h.server.clone());
+            known.insert(key.clone(), Known { version: version.clone(), kubeconfig: parsed, rank, placement });
             if added && self.is_sharded() {
                 // The sharder decides who owns it.
                 self.notify();
@@ -561,7 +562,7 @@ impl Registry {
         } else {
             (shutdown.clone(), self.inner.settings.fence_on_shutdown.then(|| shutdown.clone()))
         };
-        let Some((version, bytes, rank)) = self
+        let Some((version, parsed, rank)) = self
             .inner
             .known
             .read()
@@ -596,7 +597,8 @@ impl Registry {
         tracing::info!(cluster = %key, rotated, "workload cluster registered; connecting");
         let task = connection::Task {
             key: key.clone(),
-            kubeconfig: bytes,
+            kubeconfig: parsed,
+            parses: self.inner.parses.clone(),
             settings: self.inner.settings.clone(),
             metrics: self.inner.metrics.clone(),
             mgmt: mgmt.clone(),
@@ -616,6 +618,7 @@ impl Registry {
 
     fn remove(&self, key: &ClusterKey, why: &str) {
         let known = self.inner.known.write().unwrap_or_else(PoisonError::into_inner).remove(key);
+        self.inner.parses.forget(key);
         let removed = self.inner.clusters.write().unwrap_or_else(PoisonError::into_inner).remove(key);
         if known.is_some() && removed.is_none() {
             // Registered but not owned here (sharded mode): the sharder releases nothing of it.

@@ -1,5 +1,5 @@
-//! One workload cluster's connection lifecycle (hub.md §3): harden the kubeconfig, build the
-//! client, probe, check that NodeGroups are served, identify the cluster (its `kube-system` UID)
+//! One workload cluster's connection lifecycle (hub.md §3): take the hardened kubeconfig, refuse a
+//! server name resolving to a link-local address, build the client, probe, check that NodeGroups are served, identify the cluster (its `kube-system` UID)
 //! and stand aside while an older registration speaks for it, start the trimmed watch caches, wait
 //! until they are synced, health-check, and on failure tear everything down and reconnect with
 //! back-off.
@@ -25,7 +25,6 @@ use kube::{
         watcher,
     },
 };
-use secrecy::{ExposeSecret, SecretSlice};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -98,7 +97,10 @@ impl Connection {
 
 pub(super) struct Task {
     pub key: ClusterKey,
-    pub kubeconfig: Option<SecretSlice<u8>>,
+    /// The Secret's kubeconfig, hardened (`None`: no key `value`).
+    pub kubeconfig: Option<super::parsed::Parsed>,
+    /// Where a re-read Secret is hardened (once per version).
+    pub parses: Arc<super::parsed::Parses>,
     pub settings: Settings,
     pub mgmt: Client,
     pub metrics: Arc<crate::infra::metrics::Metrics>,
@@ -243,9 +245,9 @@ impl Task {
         let api: Api<Secret> = Api::namespaced(self.mgmt.clone(), &self.key.namespace);
         match api.get_opt(&self.key.secret_name()).await {
             Ok(Some(s)) => {
-                let fresh = s.data.as_ref().and_then(|d| d.get(KUBECONFIG_KEY)).map(|b| SecretSlice::from(b.0.clone()));
+                let fresh = self.parses.get(&self.key, &s, self.settings.kubeconfig_policy);
                 let differs = match (&fresh, &self.kubeconfig) {
-                    (Some(a), Some(b)) => a.expose_secret() != b.expose_secret(),
+                    (Some(a), Some(b)) => !Arc::ptr_eq(a, b),
                     (a, b) => a.is_some() != b.is_some(),
                 };
                 if differs {
@@ -261,7 +263,7 @@ impl Task {
     }
 
     async fn session(&self) -> Ended {
-        let Some(bytes) = &self.kubeconfig else {
+        let Some(parsed) = &self.kubeconfig else {
             return Ended::Fatal(ClusterStatus::new(
                 Phase::InvalidKubeconfig,
                 format!(
@@ -271,21 +273,27 @@ impl Task {
                 ),
             ));
         };
-        let hardened = match kubeconfig::harden(bytes.expose_secret(), self.settings.kubeconfig_policy) {
+        let hardened = match parsed.as_ref() {
             Ok(h) => h,
             Err(e) => return Ended::Fatal(ClusterStatus::new(Phase::InvalidKubeconfig, e.to_string())),
         };
         let server = hardened.server.clone();
+        if let Err(s) = self.refuse_link_local_name(hardened).await {
+            return Ended::Retry(s);
+        }
         let options = KubeConfigOptions { context: Some(hardened.context.clone()), ..KubeConfigOptions::default() };
-        let mut config = match Config::from_custom_kubeconfig(hardened.kubeconfig, &options).await {
+        let mut config = match Config::from_custom_kubeconfig(hardened.kubeconfig.clone(), &options).await {
             Ok(c) => c,
             Err(e) => {
                 return Ended::Fatal(ClusterStatus::new(
                     Phase::InvalidKubeconfig,
-                    format!("cannot build a client from the kubeconfig: {e}"),
+                    format!("cannot build a client from the kubeconfig: {}", kubeconfig::redact_urls(&e.to_string())),
                 ));
             }
         };
+        // kube falls back to $HTTPS_PROXY when the kubeconfig names no proxy; the hub connects
+        // directly (a `proxy-url` is refused, and this build has no proxy support: docs/hub.md).
+        config.proxy_url = None;
         // Connect fast or fail; reads keep kube's default (watches are long polls).
         config.connect_timeout = Some(self.settings.probe_timeout);
         let evictions = crate::infra::clients::evictions(config.clone(), self.fence_layer().as_ref());
@@ -294,7 +302,7 @@ impl Task {
             Err(e) => {
                 return Ended::Fatal(ClusterStatus::new(
                     Phase::InvalidKubeconfig,
-                    format!("cannot build a client from the kubeconfig: {e}"),
+                    format!("cannot build a client from the kubeconfig: {}", crate::infra::apierror::plain(&e)),
                 ));
             }
         };
@@ -431,6 +439,32 @@ impl Task {
                 },
             }
         }
+    }
+
+    /// Refuse a server host name that resolves to a link-local address (169.254.0.0/16, fe80::/10:
+    /// cloud metadata endpoints) unless the hub allows them; an address written in the URL was
+    /// checked with the kubeconfig. The client resolves the name again when it connects, so a DNS
+    /// server answering differently the second time is not stopped here (docs/hub.md).
+    async fn refuse_link_local_name(&self, hardened: &kubeconfig::HardenedKubeconfig) -> Result<(), ClusterStatus> {
+        if self.settings.kubeconfig_policy.allow_link_local {
+            return Ok(());
+        }
+        let Some((host, port)) = hardened.server_host_name() else { return Ok(()) };
+        let lookup = tokio::time::timeout(self.settings.probe_timeout, tokio::net::lookup_host((host.as_str(), port)));
+        // A name that does not resolve is the client's to report (Unreachable).
+        let Ok(Ok(addresses)) = lookup.await else { return Ok(()) };
+        if let Some(ip) = addresses.map(|a| a.ip()).find(|ip| kubeconfig::is_link_local(*ip)) {
+            tracing::warn!(cluster = %self.key, host, address = %ip, "the server's host name resolves to a link-local address; not connecting");
+            return Err(ClusterStatus::new(
+                Phase::InvalidKubeconfig,
+                format!(
+                    "the server's host name {host} resolves to {ip}, a link-local address (169.254.0.0/16 or fe80::/10), \
+                     where cloud metadata services answer; point the kubeconfig at the API server (or start the hub \
+                     with --allow-link-local-servers if the API server really is there)"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// A client from `config` (retries counted under this cluster); in sharded mode fenced by the
