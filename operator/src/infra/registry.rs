@@ -203,10 +203,10 @@ struct Known {
     version: String,
     kubeconfig: Option<SecretSlice<u8>>,
     rank: Rank,
-    /// What sharded mode hashes to place the cluster: its namespace and API server URL when the
-    /// kubeconfig names one, so two registrations of one workload cluster in one namespace land
-    /// on the same replica, whose duplicate check (in process, per namespace) then sees both; else
-    /// the cluster key.
+    /// What sharded mode hashes to place the cluster: its API server URL when the kubeconfig
+    /// names one, so two registrations of one workload cluster land on the same replica, whose
+    /// duplicate check (in process, per namespace) then sees both when they share a namespace;
+    /// else the cluster key.
     placement: String,
 }
 
@@ -524,7 +524,7 @@ impl Registry {
             let placement = bytes
                 .as_ref()
                 .and_then(|b| kubeconfig::harden(b.expose_secret(), self.inner.settings.kubeconfig_policy).ok())
-                .map_or_else(|| key.to_string(), |h| format!("{}/{}", key.namespace, h.server));
+                .map_or_else(|| key.to_string(), |h| h.server);
             known.insert(key.clone(), Known { version: version.clone(), kubeconfig: bytes, rank, placement });
             if added && self.is_sharded() {
                 // The sharder decides who owns it.
