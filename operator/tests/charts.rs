@@ -323,7 +323,10 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
         assert!(a.contains(&expected.to_string()), "hub args {a:?} lack {expected}");
     }
     assert!(!a.iter().any(|x| x.starts_with("--namespace") || x.starts_with("--allow-insecure")), "{a:?}");
-    assert_eq!(env(hub, "RUST_LOG").as_deref(), Some("info,kube=warn,kube_client::client=error,kube_runtime::watcher=error,tower=warn,hyper=warn"));
+    assert_eq!(
+        env(hub, "RUST_LOG").as_deref(),
+        Some("info,kube=warn,kube_client::client=error,kube_runtime::watcher=error,tower=warn,hyper=warn")
+    );
     let image = format!("ghcr.io/clever-karpenter-hub/karpenter-hub:v{VERSION}");
     assert_eq!(container(hub)["image"], image.as_str());
     assert_eq!(container(hub)["command"], json!(["/usr/local/bin/karpenter-hub"]));

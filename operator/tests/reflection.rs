@@ -314,8 +314,11 @@ async fn nothing_a_hostile_server_answers_reaches_a_condition_an_event_or_a_log_
         (
             "late403",
             Hostile::start(&ip, |p| {
-                discovery(p, "7a3c2b1e-0000-4000-8000-000000000403")
-                    .unwrap_or((403, "application/json", status_json(403, Some("Forbidden"))))
+                discovery(p, "7a3c2b1e-0000-4000-8000-000000000403").unwrap_or((
+                    403,
+                    "application/json",
+                    status_json(403, Some("Forbidden")),
+                ))
             })
             .await,
             "Unauthorized",
@@ -354,9 +357,10 @@ async fn nothing_a_hostile_server_answers_reaches_a_condition_an_event_or_a_log_
     .await;
     for (cluster, _, reason, _) in &cases {
         // The watch steps flap between Syncing and their failure: wait for the failure.
-        let seen =
-            common::poll_until(Duration::from_secs(30), || async { reachable(&mgmt, cluster).await.is_some_and(|(_, r, _)| r == *reason) })
-                .await;
+        let seen = common::poll_until(Duration::from_secs(30), || async {
+            reachable(&mgmt, cluster).await.is_some_and(|(_, r, _)| r == *reason)
+        })
+        .await;
         let last = reachable(&mgmt, cluster).await;
         assert!(seen, "{cluster}: ClusterReachable is not {reason}; last: {last:?}");
     }

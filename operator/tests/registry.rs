@@ -128,9 +128,7 @@ async fn registered_twice(workload: Client, kubeconfig: Vec<u8>, pods_ns: &str) 
     // The same cluster again, under another name in the same namespace.
     register(&mgmt, "team-a", "alpha-again", &kubeconfig, json!({SECOND_ONLY: "second"})).await;
     let seen = poll_until(WAIT, || async {
-        reachable(&mgmt, "team-a", "alpha-again")
-            .await
-            .is_some_and(|(s, r, _)| s == "False" && r == "DuplicateCluster")
+        reachable(&mgmt, "team-a", "alpha-again").await.is_some_and(|(s, r, _)| s == "False" && r == "DuplicateCluster")
     })
     .await;
     let refused = reachable(&mgmt, "team-a", "alpha-again").await;
@@ -150,8 +148,10 @@ async fn registered_twice(workload: Client, kubeconfig: Vec<u8>, pods_ns: &str) 
     .await;
 
     // The first keeps working: it provisions for the pending pod it can place.
-    wait_for("a claim of the first registration", WAIT, || async { !claims(&mgmt, "team-a", "alpha").await.is_empty() })
-        .await;
+    wait_for("a claim of the first registration", WAIT, || async {
+        !claims(&mgmt, "team-a", "alpha").await.is_empty()
+    })
+    .await;
     // The second provisions nothing, not even for the pod only its pool could place, and stays
     // refused while the first works (a few probe rounds).
     let refused_throughout = !poll_until(Duration::from_secs(6), || async {
@@ -353,7 +353,8 @@ async fn a_tenant_cannot_take_another_namespaces_cluster_by_answering_its_uid() 
         let mgmt = mgmt.clone();
         async move { reachable(&mgmt, ns, pool).await.is_some_and(|(s, r, _)| s == "True" && r == "Connected") }
     };
-    let both = poll_until(WAIT, || async { connected("team-b", "prod").await && connected("team-a", "fake").await }).await;
+    let both =
+        poll_until(WAIT, || async { connected("team-b", "prod").await && connected("team-a", "fake").await }).await;
     assert!(
         both,
         "team-b's registration (and team-a's, to its own server) connected; team-b's pool shows {:?}",

@@ -99,7 +99,8 @@ pub struct RunArgs {
 /// not decode, and the watcher a refusal's whole `Status`, and a workload cluster's server, which a
 /// tenant's kubeconfig names, chooses both (hub.md, "What a failed connection tells whom"); the
 /// hub logs those failures itself, in its own words.
-pub const DEFAULT_LOG_FILTER: &str = "info,kube=warn,kube_client::client=error,kube_runtime::watcher=error,tower=warn,hyper=warn";
+pub const DEFAULT_LOG_FILTER: &str =
+    "info,kube=warn,kube_client::client=error,kube_runtime::watcher=error,tower=warn,hyper=warn";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {

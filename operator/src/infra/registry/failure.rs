@@ -150,9 +150,9 @@ impl fmt::Display for Cause {
             Cause::Refused => f.write_str("connection refused (nothing listens there)"),
             Cause::TimedOut => f.write_str("timed out (no answer: down, or a firewall drops the packets)"),
             Cause::Closed => f.write_str("connection reset or closed before an answer"),
-            Cause::UntrustedCertificate => {
-                f.write_str("TLS: the server's certificate is not signed by the kubeconfig's certificate-authority-data")
-            }
+            Cause::UntrustedCertificate => f.write_str(
+                "TLS: the server's certificate is not signed by the kubeconfig's certificate-authority-data",
+            ),
             Cause::WrongName => f.write_str("TLS: the server's certificate is not valid for the server's name"),
             Cause::CertificateDates => f.write_str("TLS: the server's certificate has expired or is not valid yet"),
             Cause::Tls => f.write_str("TLS handshake failed (is it a TLS server?)"),
@@ -170,7 +170,9 @@ pub(crate) fn status(server: &str, step: &Step, cause: Cause) -> ClusterStatus {
     let (phase, message) = match cause {
         Cause::Http(code @ (401 | 403)) => (
             Phase::Unauthorized,
-            format!("{server} refused the kubeconfig's credentials at {step} (HTTP {code}); rotate the token in the Secret"),
+            format!(
+                "{server} refused the kubeconfig's credentials at {step} (HTTP {code}); rotate the token in the Secret"
+            ),
         ),
         Cause::Http(code) => (Phase::Unreachable, format!("{server} answered {step} with HTTP {code}")),
         Cause::NotKubernetes => (
@@ -242,8 +244,8 @@ mod tests {
         assert_eq!(Cause::of(&kube::Error::Api(body.boxed())), Cause::Http(500));
         let not_json = serde_json::from_str::<serde_json::Value>(MARKER).unwrap_err();
         assert_eq!(Cause::of(&kube::Error::SerdeError(not_json)), Cause::NotKubernetes);
-        let wrong_shape = serde_json::from_str::<k8s_openapi::apimachinery::pkg::version::Info>(&format!("{MARKER:?}"))
-            .unwrap_err();
+        let wrong_shape =
+            serde_json::from_str::<k8s_openapi::apimachinery::pkg::version::Info>(&format!("{MARKER:?}")).unwrap_err();
         assert!(wrong_shape.to_string().contains("hunter2"), "serde quotes the value: the reason to hide it");
         assert_eq!(Cause::of(&kube::Error::SerdeError(wrong_shape)), Cause::NotKubernetes);
     }
@@ -282,6 +284,9 @@ mod tests {
         assert!(s.message.contains("HTTP 401"), "{}", s.message);
         assert_eq!(status(server, &Step::Version, Cause::Http(403)).phase, Phase::Unauthorized);
         let s = status(server, &Step::KubeSystem, Cause::Http(500));
-        assert_eq!((s.phase, s.message.as_str()), (Phase::Unreachable, "https://10.0.0.7:8443 answered GET /api/v1/namespaces/kube-system with HTTP 500"));
+        assert_eq!(
+            (s.phase, s.message.as_str()),
+            (Phase::Unreachable, "https://10.0.0.7:8443 answered GET /api/v1/namespaces/kube-system with HTTP 500")
+        );
     }
 }
