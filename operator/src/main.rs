@@ -71,7 +71,7 @@ fn colour() -> bool {
 
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,tower=warn,hyper=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(operator::commands::run::DEFAULT_LOG_FILTER));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(colour()).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),

@@ -335,7 +335,10 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
         assert_eq!(container(hub)[probe]["httpGet"], json!({"path": path, "port": "http-probes"}));
     }
     assert_eq!(container(hub)["ports"][1], json!({"name": "http-probes", "containerPort": 8081, "protocol": "TCP"}));
-    assert_eq!(env(hub, "RUST_LOG").as_deref(), Some("info,kube=warn,tower=warn,hyper=warn"));
+    assert_eq!(
+        env(hub, "RUST_LOG").as_deref(),
+        Some("info,kube=warn,kube_client::client=error,kube_runtime::watcher=error,tower=warn,hyper=warn")
+    );
     let image = format!("ghcr.io/clever-karpenter-hub/karpenter-hub:v{VERSION}");
     assert_eq!(container(hub)["image"], image.as_str());
     assert_eq!(container(hub)["command"], json!(["/usr/local/bin/karpenter-hub"]));

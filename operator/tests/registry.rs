@@ -1,9 +1,13 @@
 //! One workload cluster registered twice (issue 13 item 8): the hub identifies a cluster by the UID
-//! of its `kube-system` namespace, so a second registration of it — another name, another
-//! namespace — is refused (`ClusterReachable` False / `DuplicateCluster` naming the first, an event
-//! on its Secret and on its NodePool) and gets no claims, while the first keeps working; deleting
-//! the first registration hands the cluster to the second. On the API emulator and on a real
-//! kube-apiserver (envtest) as the workload cluster.
+//! of its `kube-system` namespace, so a second registration of it in the same namespace, under
+//! another name, is refused (`ClusterReachable` False / `DuplicateCluster` naming the first, an
+//! event on its Secret and on its NodePool) and gets no claims, while the first keeps working;
+//! deleting the first registration hands the cluster to the second. On the API emulator and on a
+//! real kube-apiserver (envtest) as the workload cluster.
+//!
+//! And the hijack of issue 23: namespaces never compete for a cluster, so a tenant's older Secret
+//! naming a server that answers another tenant's `kube-system` UID takes nothing away from that
+//! tenant, and nothing the other tenant sees names the first one's objects.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -36,15 +40,17 @@ const WAIT: Duration = Duration::from_secs(60);
 /// A label only the second registration's NodePool gives its nodes.
 const SECOND_ONLY: &str = "example.com/registration";
 
-/// The pool's `ClusterReachable` condition as `(status, reason, message)`.
-async fn reachable(mgmt: &Client, ns: &str) -> Option<(String, String, String)> {
-    let pool = Api::<NodePool>::namespaced(mgmt.clone(), ns).get_opt("default").await.ok()??;
+/// The `ClusterReachable` condition of NodePool `pool` as `(status, reason, message)`.
+async fn reachable(mgmt: &Client, ns: &str, pool: &str) -> Option<(String, String, String)> {
+    let pool = Api::<NodePool>::namespaced(mgmt.clone(), ns).get_opt(pool).await.ok()??;
     let c = pool.status?.conditions.into_iter().find(|c| c.type_ == "ClusterReachable")?;
     Some((c.status, c.reason, c.message))
 }
 
-async fn claims(mgmt: &Client, ns: &str) -> Vec<NodeClaim> {
-    Api::<NodeClaim>::namespaced(mgmt.clone(), ns).list(&ListParams::default()).await.unwrap().items
+/// The NodeClaims in `ns` for cluster `cluster`.
+async fn claims(mgmt: &Client, ns: &str, cluster: &str) -> Vec<NodeClaim> {
+    let all = Api::<NodeClaim>::namespaced(mgmt.clone(), ns).list(&ListParams::default()).await.unwrap().items;
+    all.into_iter().filter(|c| c.spec.cluster_name == cluster).collect()
 }
 
 /// Reasons of the events about object `name` in namespace `ns` of the management cluster.
@@ -61,12 +67,13 @@ async fn event_reasons(mgmt: &Client, ns: &str, name: &str) -> Vec<String> {
 }
 
 /// Register the workload cluster reached by `kubeconfig` as `<ns>/<cluster>` with the example's
-/// node class and a NodePool `default` for it (`labels` on its nodes).
+/// node class and a NodePool named after the cluster (`labels` on its nodes).
 async fn register(mgmt: &Client, ns: &str, cluster: &str, kubeconfig: &[u8], labels: Value) {
     manifests::ensure_namespace(mgmt, ns).await.unwrap();
     register_cluster::write_secret(mgmt, ns, cluster, kubeconfig.to_vec()).await.unwrap();
     for mut doc in manifests::documents("examples/general-purpose.yaml", EXAMPLE).unwrap() {
         if doc["kind"] == "NodePool" {
+            doc["metadata"]["name"] = json!(cluster);
             doc["spec"]["clusterName"] = json!(cluster);
             doc["spec"]["template"]["metadata"] = json!({"labels": labels});
         }
@@ -114,44 +121,47 @@ async fn registered_twice(workload: Client, kubeconfig: Vec<u8>, pods_ns: &str) 
     ));
     let _stop = shutdown.clone().drop_guard();
     wait_for("team-a/alpha connected", WAIT, || async {
-        reachable(&mgmt, "team-a").await.is_some_and(|(s, r, _)| s == "True" && r == "Connected")
+        reachable(&mgmt, "team-a", "alpha").await.is_some_and(|(s, r, _)| s == "True" && r == "Connected")
     })
     .await;
 
-    // The same cluster again, under another name in another namespace.
-    register(&mgmt, "team-b", "alpha-again", &kubeconfig, json!({SECOND_ONLY: "second"})).await;
+    // The same cluster again, under another name in the same namespace.
+    register(&mgmt, "team-a", "alpha-again", &kubeconfig, json!({SECOND_ONLY: "second"})).await;
     let seen = poll_until(WAIT, || async {
-        reachable(&mgmt, "team-b").await.is_some_and(|(s, r, _)| s == "False" && r == "DuplicateCluster")
+        reachable(&mgmt, "team-a", "alpha-again").await.is_some_and(|(s, r, _)| s == "False" && r == "DuplicateCluster")
     })
     .await;
-    let refused = reachable(&mgmt, "team-b").await;
+    let refused = reachable(&mgmt, "team-a", "alpha-again").await;
     assert!(seen, "the second registration is refused as a duplicate; its pool shows {refused:?}");
     let (_, _, message) = refused.unwrap();
     assert!(
-        message.contains("team-a/alpha") && message.contains("kube-system UID"),
+        message.contains("cluster alpha (Secret alpha-kubeconfig)") && message.contains("kube-system UID"),
         "the refusal names the first registration and what identified the cluster: {message}"
     );
     wait_for("a DuplicateCluster event on the second registration's Secret", WAIT, || async {
-        event_reasons(&mgmt, "team-b", "alpha-again-kubeconfig").await.iter().any(|r| r == "DuplicateCluster")
+        event_reasons(&mgmt, "team-a", "alpha-again-kubeconfig").await.iter().any(|r| r == "DuplicateCluster")
     })
     .await;
     wait_for("a DuplicateCluster event on the second registration's NodePool", WAIT, || async {
-        event_reasons(&mgmt, "team-b", "default").await.iter().any(|r| r == "DuplicateCluster")
+        event_reasons(&mgmt, "team-a", "alpha-again").await.iter().any(|r| r == "DuplicateCluster")
     })
     .await;
 
     // The first keeps working: it provisions for the pending pod it can place.
-    wait_for("a claim of the first registration", WAIT, || async { !claims(&mgmt, "team-a").await.is_empty() }).await;
+    wait_for("a claim of the first registration", WAIT, || async {
+        !claims(&mgmt, "team-a", "alpha").await.is_empty()
+    })
+    .await;
     // The second provisions nothing, not even for the pod only its pool could place, and stays
     // refused while the first works (a few probe rounds).
     let refused_throughout = !poll_until(Duration::from_secs(6), || async {
-        !claims(&mgmt, "team-b").await.is_empty()
-            || reachable(&mgmt, "team-b").await.is_none_or(|(_, r, _)| r != "DuplicateCluster")
+        !claims(&mgmt, "team-a", "alpha-again").await.is_empty()
+            || reachable(&mgmt, "team-a", "alpha-again").await.is_none_or(|(_, r, _)| r != "DuplicateCluster")
     })
     .await;
     assert!(refused_throughout, "the duplicate registration made claims or stopped being refused");
     assert_eq!(
-        reachable(&mgmt, "team-a").await.map(|(s, r, _)| (s, r)),
+        reachable(&mgmt, "team-a", "alpha").await.map(|(s, r, _)| (s, r)),
         Some(("True".into(), "Connected".into())),
         "the first registration stays connected"
     );
@@ -160,15 +170,15 @@ async fn registered_twice(workload: Client, kubeconfig: Vec<u8>, pods_ns: &str) 
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(mgmt.clone(), "team-a");
     secrets.delete("alpha-kubeconfig", &DeleteParams::default()).await.unwrap();
     wait_for("the second registration connected after the first was deleted", WAIT, || async {
-        reachable(&mgmt, "team-b").await.is_some_and(|(s, r, _)| s == "True" && r == "Connected")
+        reachable(&mgmt, "team-a", "alpha-again").await.is_some_and(|(s, r, _)| s == "True" && r == "Connected")
     })
     .await;
     wait_for("a claim of the second registration for the pod only it can place", WAIT, || async {
-        claims(&mgmt, "team-b").await.iter().any(|c| c.spec.cluster_name == "alpha-again")
+        !claims(&mgmt, "team-a", "alpha-again").await.is_empty()
     })
     .await;
     assert_eq!(
-        reachable(&mgmt, "team-a").await.map(|(s, r, _)| (s, r)),
+        reachable(&mgmt, "team-a", "alpha").await.map(|(s, r, _)| (s, r)),
         Some(("False".into(), "SecretMissing".into())),
         "the first registration's pool reports its Secret gone"
     );
@@ -214,7 +224,7 @@ async fn at_start_the_older_registration_speaks_for_the_cluster_whichever_connec
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 > created
     })
     .await;
-    register(&mgmt, "team-a", "younger", &kubeconfig, json!({})).await;
+    register(&mgmt, "team-z", "younger", &kubeconfig, json!({})).await;
     let mut pod = workload_pod("web-0", "1", "1Gi");
     pod.metadata.namespace = Some("default".into());
     Api::<Pod>::namespaced(workload.client(), "default").create(&PostParams::default(), &pod).await.unwrap();
@@ -228,13 +238,16 @@ async fn at_start_the_older_registration_speaks_for_the_cluster_whichever_connec
         shutdown.clone(),
     ));
     wait_for("the older registration connected and the younger refused", WAIT, || async {
-        let older = reachable(&mgmt, "team-z").await;
-        let younger = reachable(&mgmt, "team-a").await;
+        let older = reachable(&mgmt, "team-z", "older").await;
+        let younger = reachable(&mgmt, "team-z", "younger").await;
         older.is_some_and(|(s, r, _)| s == "True" && r == "Connected")
-            && younger.is_some_and(|(_, r, m)| r == "DuplicateCluster" && m.contains("team-z/older"))
+            && younger.is_some_and(|(_, r, m)| r == "DuplicateCluster" && m.contains("cluster older"))
     })
     .await;
-    wait_for("a claim of the older registration", WAIT, || async { !claims(&mgmt, "team-z").await.is_empty() }).await;
+    wait_for("a claim of the older registration", WAIT, || async {
+        !claims(&mgmt, "team-z", "older").await.is_empty()
+    })
+    .await;
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(20), hub).await;
     mgmt_server.shutdown().await;
@@ -267,4 +280,105 @@ async fn a_cluster_registered_twice_on_a_real_api_server_gets_claims_from_its_fi
     serve_nodegroups(&admin).await;
     let kubeconfig = std::fs::read(cp.kubeconfig_path()).unwrap();
     registered_twice(admin, kubeconfig, "registered-twice").await;
+}
+
+/// The events in namespace `ns` of the management cluster, as `(regarding name, reason, note)`.
+async fn events(mgmt: &Client, ns: &str) -> Vec<(String, String, String)> {
+    Api::<Event>::namespaced(mgmt.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| {
+            let regarding = e.regarding.and_then(|r| r.name).unwrap_or_default();
+            (regarding, e.reason.unwrap_or_default(), e.note.unwrap_or_default())
+        })
+        .collect()
+}
+
+/// The hijack of issue 23: team-a's Secret, older than team-b's, names a server of its own that
+/// answers with the `kube-system` UID of team-b's cluster (here an emulator started with the same
+/// seed, so its UID is the same). Before, the one-registration-per-cluster table was shared by
+/// every namespace: team-b's real registration became `DuplicateCluster`, and its message named
+/// team-a's namespace and Secret. Namespaces do not compete: team-b's registration connects and
+/// stays connected, and nothing team-b can read names team-a's objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_cannot_take_another_namespaces_cluster_by_answering_its_uid() {
+    let real = ApiServer::start(ApiServerConfig::workload("prod").with_seed(23)).await.unwrap();
+    let fake = ApiServer::start(ApiServerConfig::workload("fake").with_seed(23)).await.unwrap();
+    let uid = |server: &ApiServer| {
+        let client = server.client();
+        async move {
+            Api::<k8s_openapi::api::core::v1::Namespace>::all(client).get("kube-system").await.unwrap().metadata.uid
+        }
+    };
+    let victim_uid = uid(&real).await;
+    assert!(victim_uid.is_some() && victim_uid == uid(&fake).await, "the fake server answers the victim's UID");
+
+    let mgmt_server = ApiServer::start(ApiServerConfig::management("management")).await.unwrap();
+    let mgmt = mgmt_server.client();
+    register(&mgmt, "team-a", "fake", &serde_json::to_vec(&fake.kubeconfig()).unwrap(), json!({})).await;
+    let created = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(mgmt.clone(), "team-a")
+        .get("fake-kubeconfig")
+        .await
+        .unwrap()
+        .metadata
+        .creation_timestamp
+        .unwrap()
+        .0
+        .as_second();
+    // Creation times have a one-second resolution: team-b's Secret is a second younger.
+    wait_for("the next second", Duration::from_secs(3), || async move {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 > created
+    })
+    .await;
+    register(&mgmt, "team-b", "prod", &serde_json::to_vec(&real.kubeconfig()).unwrap(), json!({})).await;
+
+    let shutdown = CancellationToken::new();
+    let hub = tokio::spawn(run::run_with(
+        mgmt.clone(),
+        hub::Settings::default(),
+        registry::Settings {
+            probe_interval: Duration::from_secs(1),
+            reconnect_min: Duration::from_millis(200),
+            reconnect_max: Duration::from_secs(2),
+            ..registry::Settings::default()
+        },
+        Arc::new(Metrics::new()),
+        shutdown.clone(),
+    ));
+    let _stop = shutdown.clone().drop_guard();
+    let connected = |ns: &'static str, pool: &'static str| {
+        let mgmt = mgmt.clone();
+        async move { reachable(&mgmt, ns, pool).await.is_some_and(|(s, r, _)| s == "True" && r == "Connected") }
+    };
+    let both =
+        poll_until(WAIT, || async { connected("team-b", "prod").await && connected("team-a", "fake").await }).await;
+    assert!(
+        both,
+        "team-b's registration (and team-a's, to its own server) connected; team-b's pool shows {:?}",
+        reachable(&mgmt, "team-b", "prod").await
+    );
+    // And stays so over several probe rounds and identity checks.
+    let lost = poll_until(Duration::from_secs(5), || async { !connected("team-b", "prod").await }).await;
+    assert!(!lost, "team-b's registration lost its cluster: {:?}", reachable(&mgmt, "team-b", "prod").await);
+
+    // Nothing team-b reads names team-a's namespace or objects.
+    let (_, _, message) = reachable(&mgmt, "team-b", "prod").await.unwrap();
+    let seen = events(&mgmt, "team-b").await;
+    assert!(seen.iter().any(|(_, r, _)| r == "Connected"), "team-b's events were read: {seen:?}");
+    for text in std::iter::once(&message).chain(seen.iter().map(|(_, _, note)| note)) {
+        assert!(!text.contains("team-a") && !text.contains("fake"), "team-b is shown team-a's objects: {text}");
+    }
+    assert!(
+        !seen.iter().any(|(_, r, _)| r == "DuplicateCluster"),
+        "team-b's registration was refused as a duplicate at some point: {seen:?}"
+    );
+
+    shutdown.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(20), hub).await;
+    mgmt_server.shutdown().await;
+    real.shutdown().await;
+    fake.shutdown().await;
 }

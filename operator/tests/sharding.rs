@@ -899,18 +899,33 @@ async fn a_replica_process_killed_with_sigkill_hands_its_clusters_over() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A workload cluster registered twice (two Secrets, one API server): both registrations are
-/// placed on the same replica (placement hashes the API server URL), where the duplicate check
-/// lets the older one speak and keeps the other `DuplicateCluster`: one replica, one writer.
+/// A workload cluster registered twice in one namespace (two Secrets, one API server): both
+/// registrations are placed on the same replica (placement hashes the API server URL), where the
+/// duplicate check (per namespace) lets the older one speak and keeps the other
+/// `DuplicateCluster`: one replica, one writer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_registrations_of_one_cluster_meet_on_one_replica() {
     let world = world_of(6).await;
     let mgmt = world.mgmt.client();
-    ensure_namespace_named(&mgmt, "team-dup").await;
     let copy = serde_json::to_vec(&world.clusters[0].server.kubeconfig()).unwrap();
-    world.put_secret("team-dup", "c-0-copy", &copy).await.unwrap();
+    // The copy's Secret a second younger (creation times have a one-second resolution; within a
+    // second, the one listed first speaks, and `c-0-copy-kubeconfig` sorts before `c-0-kubeconfig`).
+    let created = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(mgmt.clone(), "team-0")
+        .get("c-0-kubeconfig")
+        .await
+        .unwrap()
+        .metadata
+        .creation_timestamp
+        .unwrap()
+        .0
+        .as_second();
+    wait_for("the next second", Duration::from_secs(3), || async move {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 > created
+    })
+    .await;
+    world.put_secret("team-0", "c-0-copy", &copy).await.unwrap();
     let mut all = keys(&world);
-    all.push("team-dup/c-0-copy".to_string());
+    all.push("team-0/c-0-copy".to_string());
     let start = |id: &str| {
         Replica::start(id, world.mgmt.client_config(), world.hub_settings.clone(), world.registry_settings.clone())
     };
@@ -923,12 +938,12 @@ async fn two_registrations_of_one_cluster_meet_on_one_replica() {
     let ok = common::poll_until(Duration::from_secs(60), || async {
         let Some(s) = settled(&mgmt, &all, &live).await else { return false };
         let holder = |k: &str| s.iter().find(|(_, v)| v.iter().any(|c| c == k)).map(|(r, _)| r.clone());
-        let (first, second) = (holder("team-0/c-0"), holder("team-dup/c-0-copy"));
+        let (first, second) = (holder("team-0/c-0"), holder("team-0/c-0-copy"));
         let r = replicas.iter().find(|r| Some(&r.identity) == first.as_ref());
         let done = first.is_some()
             && first == second
             && r.is_some_and(|r| {
-                phase(r, "team-0/c-0", "Connected") && phase(r, "team-dup/c-0-copy", "DuplicateCluster")
+                phase(r, "team-0/c-0", "Connected") && phase(r, "team-0/c-0-copy", "DuplicateCluster")
             });
         *owner.borrow_mut() = first;
         done
@@ -943,7 +958,7 @@ async fn two_registrations_of_one_cluster_meet_on_one_replica() {
     // No other replica connects to it under either name.
     for r in replicas.iter().filter(|r| Some(&r.identity) != owner.borrow().as_ref()) {
         let connected = r.connected();
-        assert!(!connected.contains("team-0/c-0") && !connected.contains("team-dup/c-0-copy"), "{connected:?}");
+        assert!(!connected.contains("team-0/c-0") && !connected.contains("team-0/c-0-copy"), "{connected:?}");
     }
     for r in replicas {
         r.stop().await;

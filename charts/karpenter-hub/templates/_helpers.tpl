@@ -74,9 +74,11 @@ app.kubernetes.io/component: webhook
 {{- end }}
 {{- end }}
 
-{{/* The default filter of `karpenter-hub run` at another level: client libraries stay at warn. */}}
+{{/* The default filter of `karpenter-hub run` at another level: client libraries stay at warn,
+kube's client and watcher at error (at warn they log response bodies a workload cluster's
+server chose). */}}
 {{- define "karpenter-hub.hubLogFilter" -}}
-{{- default (printf "%s,kube=warn,tower=warn,hyper=warn" .Values.logLevel) .Values.hub.logFilter }}
+{{- default (printf "%s,kube=warn,kube_client::client=error,kube_runtime::watcher=error,tower=warn,hyper=warn" .Values.logLevel) .Values.hub.logFilter }}
 {{- end }}
 
 {{/*

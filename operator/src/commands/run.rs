@@ -124,6 +124,14 @@ pub struct RunArgs {
     pub disruption_validation_seconds: u64,
 }
 
+/// The log filter of `karpenter-hub run` when `RUST_LOG` is unset. `kube_client::client` and
+/// `kube_runtime::watcher` only from `error`: at `warn` kube logs a whole response body it could
+/// not decode, and the watcher a refusal's whole `Status`, and a workload cluster's server, which a
+/// tenant's kubeconfig names, chooses both (hub.md, "What a failed connection tells whom"); the
+/// hub logs those failures itself, in its own words.
+pub const DEFAULT_LOG_FILTER: &str =
+    "info,kube=warn,kube_client::client=error,kube_runtime::watcher=error,tower=warn,hyper=warn";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
     Text,

@@ -3,7 +3,9 @@
 //! connection phase. A cluster's series start at 0 when it registers and go when it is removed.
 //!
 //! Owns: following the registry's changes into metrics and Secret events. Must not: put anything
-//! from the kubeconfig in an event or a label (the message is the registry's, already scrubbed).
+//! from the kubeconfig in an event or a label (the message is the registry's, already scrubbed),
+//! nor anything the cluster's server sent (the registry's message has none; its `cause`, in the
+//! hub's own words, goes to the log only).
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -96,7 +98,7 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
                     .get(&PhaseLabels { cluster: cluster.clone(), phase: p.reason().to_string() })
                     .set(i64::from(p == status.phase));
             }
-            tracing::info!(cluster = %key, phase = status.phase.reason(), message = %status.message, "cluster connection state changed");
+            tracing::info!(cluster = %key, phase = status.phase.reason(), message = %status.message, cause = status.cause.map(tracing::field::display), "cluster connection state changed");
             let note = if status.message.is_empty() {
                 format!("cluster {}: {}", key.name, status.phase.reason())
             } else {
@@ -122,7 +124,7 @@ mod tests {
     use super::*;
 
     fn st(phase: Phase) -> ClusterStatus {
-        ClusterStatus { phase, message: String::new() }
+        ClusterStatus { phase, message: String::new(), cause: None }
     }
 
     #[test]

@@ -1,7 +1,11 @@
 //! Kubernetes API errors as a person reads them. kube's own `Display` of an API refusal appends the
-//! whole `Status { … }` in Rust debug form; logs and error messages use [`plain`] instead.
-//! Must not: hide the API's own message, which says what to fix, nor show the credentials of a
-//! URL in it (kube's errors can name a URL: [`crate::infra::kubeconfig::redact_urls`]).
+//! whole `Status { … }` in Rust debug form; logs and error messages use [`plain`] instead. And text
+//! a remote peer chose, bounded for a debug log line ([`remote`], [`chain`]).
+//! Must not: hide the API's own message, which says what to fix, where the API is the management
+//! cluster's; show the credentials of a URL in it (kube's errors can name a URL:
+//! [`crate::infra::kubeconfig::redact_urls`]); nor let a workload cluster's text reach a condition
+//! or an event (nothing here does: [`plain`] is for the management API and logs, [`remote`] for
+//! debug logs only).
 
 use std::fmt;
 
@@ -56,6 +60,58 @@ impl fmt::Display for Plain<'_> {
     }
 }
 
+/// At most this many bytes of a remote peer's text reach a log line.
+pub const REMOTE_TEXT_MAX: usize = 256;
+
+/// Text a remote peer chose (a response body, a `Status` message, a certificate's names), fit for a
+/// debug log line: cut to [`REMOTE_TEXT_MAX`] bytes on a character boundary (the length it had is
+/// said) and control characters escaped, so it can neither flood the log nor forge a line of it.
+/// Only for debug logs: a condition or an event never carries remote text at all.
+pub fn remote(text: &str) -> Remote<'_> {
+    Remote(text)
+}
+
+/// See [`remote`].
+#[derive(Debug, Clone, Copy)]
+pub struct Remote<'a>(pub &'a str);
+
+impl fmt::Display for Remote<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use fmt::Write;
+        let mut written = 0;
+        for c in self.0.chars() {
+            if written + c.len_utf8() > REMOTE_TEXT_MAX {
+                return write!(f, "… ({} bytes in all)", self.0.len());
+            }
+            written += c.len_utf8();
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `e` and every error it wraps, `: `-separated: the whole story of a transport failure (kube's own
+/// `Display` of a connection error stops at "client error (Connect)"). Its parts may be remote text
+/// (a certificate's names), so print it through [`remote`].
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        // Some errors repeat their source's text in their own.
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +126,26 @@ mod tests {
         // A body that was no Status (an unserved group): kube's placeholder reason is left out.
         let status = kube::core::Status::failure("404 page not found", "Failed to parse error data").with_code(404);
         assert_eq!(plain(&kube::Error::Api(status.boxed())).to_string(), "404 page not found (HTTP 404)");
+    }
+
+    #[test]
+    fn remote_text_is_cut_and_cannot_forge_a_log_line() {
+        let forged = "boom\n2026-01-01T00:00:00Z  INFO forged line\u{1b}[31m";
+        let shown = remote(forged).to_string();
+        assert!(!shown.contains('\n') && !shown.contains('\u{1b}'), "{shown}");
+        assert!(shown.starts_with("boom\\n2026") && shown.contains("\\u{1b}"), "{shown}");
+        let long = "é".repeat(1000);
+        let shown = remote(&long).to_string();
+        assert!(shown.starts_with(&"é".repeat(REMOTE_TEXT_MAX / 2)), "cut on a character boundary");
+        assert!(shown.ends_with("… (2000 bytes in all)"), "{shown}");
+        assert!(shown.len() < REMOTE_TEXT_MAX + 30);
+        assert_eq!(remote("short").to_string(), "short");
+    }
+
+    #[test]
+    fn a_chain_says_what_each_wrapped_error_says_once() {
+        let inner = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let e = kube::Error::Service(Box::new(inner));
+        assert_eq!(chain(&e), "ServiceError: connection refused");
     }
 }

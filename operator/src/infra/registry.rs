@@ -5,8 +5,9 @@
 //! restarted on rotation and stopped on removal, and the published [`ClusterStatus`] and
 //! [`Connection`] of each. Each cluster's task runs under its own cancellation token, so a slow or
 //! dead cluster never delays another. Also which registration speaks for a workload cluster
-//! registered more than once (identified by the UID of its `kube-system` namespace): the oldest
-//! Secret; the others stay `DuplicateCluster` and get no connection until it goes.
+//! registered more than once in one namespace (identified by the UID of its `kube-system`
+//! namespace): the oldest Secret; the others stay `DuplicateCluster` and get no connection until it
+//! goes. Namespaces never compete for a cluster (see [`Identities`]).
 //! In sharded mode (hub.md §6) a registered cluster gets a connection only while this replica
 //! owns it ([`Registry::grant`]): the connection runs under the ownership token and its clients
 //! are fenced by it, so when ownership ends the cluster's tasks stop and its clients refuse
@@ -15,9 +16,11 @@
 //! Must not: make decisions about nodes (controllers read the connection and decide), delete
 //! anything when a Secret disappears (claims and groups stay; NodePools report the cluster
 //! missing), keep kubeconfig bytes (only their hardened form, credentials in `secrecy` wrappers),
-//! or parse a Secret version more than once ([`parsed`]).
+//! parse a Secret version more than once ([`parsed`]), or let anything a workload cluster's server
+//! sent reach a [`ClusterStatus`] message (see [`failure`]).
 
 mod connection;
+mod failure;
 mod parsed;
 pub mod pending;
 pub mod specs;
@@ -39,6 +42,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use connection::{Connection, WorkloadCache};
+pub use failure::Cause;
 
 use crate::infra::kubeconfig;
 
@@ -118,16 +122,21 @@ impl Phase {
     }
 }
 
-/// What a user sees about one cluster. Never holds credentials.
+/// What a user sees about one cluster. Never holds credentials, nor anything the cluster's server
+/// sent: the message is the hub's own words, the kubeconfig's server and at most an HTTP status
+/// code, as it reaches the tenant (NodePool condition, events).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterStatus {
     pub phase: Phase,
     pub message: String,
+    /// Why the last request failed, for the hub's log only: the tenant is not told which of the
+    /// failures below HTTP it was ([`failure`]'s comment says why).
+    pub cause: Option<Cause>,
 }
 
 impl ClusterStatus {
     fn new(phase: Phase, message: impl Into<String>) -> Self {
-        Self { phase, message: message.into() }
+        Self { phase, message: message.into(), cause: None }
     }
 }
 
@@ -201,7 +210,8 @@ struct Known {
     rank: Rank,
     /// What sharded mode hashes to place the cluster: its API server URL when the kubeconfig
     /// names one, so two registrations of one workload cluster land on the same replica, whose
-    /// duplicate check (in process) then sees both; else the cluster key.
+    /// duplicate check (in process, per namespace) then sees both when they share a namespace;
+    /// else the cluster key.
     placement: String,
 }
 
@@ -648,22 +658,34 @@ pub(crate) struct Rank {
 
 /// Which registrations have identified which workload cluster (`kube-system` UID), shared by the
 /// connection tasks.
+///
+/// Per namespace: registrations in different namespaces never compete for a cluster. The UID is
+/// what the server named in a kubeconfig answers, and a tenant chooses that server: were the
+/// table shared, a tenant's older Secret pointing at a server that answers another tenant's UID
+/// would take that tenant's cluster away (`DuplicateCluster`), and the refusal would name the
+/// first tenant's objects to the second. Nothing the hub can check proves a connection genuine
+/// against such a server, so namespaces are kept apart instead of ranked. Two namespaces that
+/// really reach one cluster are then served like two hubs on it: each keeps to its own NodeGroups
+/// (the ownership labels name the namespace, hub.md §5), and both may provision for the same
+/// pending pods. Within a namespace (one tenant, who can delete either Secret) the oldest Secret
+/// speaks, and the refusal names a Secret of that namespace only.
 #[derive(Debug, Default)]
 pub(crate) struct Identities {
     claims: std::sync::Mutex<BTreeMap<ClusterKey, (String, Rank)>>,
 }
 
 impl Identities {
-    /// Record that `key` reaches cluster `uid`; the registration that speaks for it (maybe `key`).
+    /// Record that `key` reaches cluster `uid`; the registration of its namespace that speaks for
+    /// it (maybe `key`).
     pub(crate) fn claim(&self, key: &ClusterKey, uid: &str, rank: &Rank) -> ClusterKey {
         let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
         claims.insert(key.clone(), (uid.to_string(), rank.clone()));
-        owner(&claims, uid).unwrap_or_else(|| key.clone())
+        owner(&claims, &key.namespace, uid).unwrap_or_else(|| key.clone())
     }
 
-    /// The registration that speaks for cluster `uid`, if any has identified it.
-    pub(crate) fn owner(&self, uid: &str) -> Option<ClusterKey> {
-        owner(&self.claims.lock().unwrap_or_else(PoisonError::into_inner), uid)
+    /// The registration in `namespace` that speaks for cluster `uid`, if any there identified it.
+    pub(crate) fn owner(&self, namespace: &str, uid: &str) -> Option<ClusterKey> {
+        owner(&self.claims.lock().unwrap_or_else(PoisonError::into_inner), namespace, uid)
     }
 
     /// `key` no longer reaches any cluster (removed, or its kubeconfig is unusable).
@@ -672,12 +694,12 @@ impl Identities {
     }
 }
 
-/// Of the registrations that identified cluster `uid`, the one that speaks for it: the lowest rank
-/// (the oldest Secret), then the lowest key. Pure.
-fn owner(claims: &BTreeMap<ClusterKey, (String, Rank)>, uid: &str) -> Option<ClusterKey> {
+/// Of the registrations in `namespace` that identified cluster `uid`, the one that speaks for it:
+/// the lowest rank (the oldest Secret), then the lowest key. Pure.
+fn owner(claims: &BTreeMap<ClusterKey, (String, Rank)>, namespace: &str, uid: &str) -> Option<ClusterKey> {
     claims
         .iter()
-        .filter(|(_, (u, _))| u == uid)
+        .filter(|(k, (u, _))| k.namespace == namespace && u == uid)
         .min_by(|a, b| (&a.1.1, a.0).cmp(&(&b.1.1, b.0)))
         .map(|(k, _)| k.clone())
 }
@@ -758,22 +780,41 @@ mod tests {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
         let at = |s: &str| Some(Time(s.parse().unwrap()));
         let (a, b, c) =
-            (ClusterKey::new("team-b", "alpha"), ClusterKey::new("team-a", "copy"), ClusterKey::new("z", "other"));
+            (ClusterKey::new("team-a", "alpha"), ClusterKey::new("team-a", "copy"), ClusterKey::new("team-a", "other"));
         let ids = Identities::default();
         // b's Secret is younger although its key sorts first: a speaks for the cluster.
         assert_eq!(ids.claim(&a, "uid-1", &Rank { created: at("2026-01-01T00:00:00Z"), seen: 5 }), a);
         assert_eq!(ids.claim(&b, "uid-1", &Rank { created: at("2026-01-01T00:00:01Z"), seen: 1 }), a);
         // Another cluster is not a duplicate.
         assert_eq!(ids.claim(&c, "uid-2", &Rank { created: at("2026-01-01T00:00:02Z"), seen: 6 }), c);
-        assert_eq!(ids.owner("uid-1"), Some(a.clone()));
+        assert_eq!(ids.owner("team-a", "uid-1"), Some(a.clone()));
         ids.release(&a);
-        assert_eq!(ids.owner("uid-1"), Some(b.clone()));
+        assert_eq!(ids.owner("team-a", "uid-1"), Some(b.clone()));
         // Same second: the one seen first.
         assert_eq!(ids.claim(&a, "uid-1", &Rank { created: at("2026-01-01T00:00:01Z"), seen: 0 }), a);
         ids.release(&a);
         ids.release(&b);
-        assert_eq!(ids.owner("uid-1"), None);
-        assert_eq!(ids.owner("uid-2"), Some(c));
+        assert_eq!(ids.owner("team-a", "uid-1"), None);
+        assert_eq!(ids.owner("team-a", "uid-2"), Some(c));
+    }
+
+    /// The hijack of issue 23: team-a's older Secret names a server that answers team-b's
+    /// `kube-system` UID. Namespaces do not compete: team-b's registration speaks for its cluster,
+    /// and team-a's for whatever its server is.
+    #[test]
+    fn registrations_in_different_namespaces_never_outrank_each_other() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let at = |s: &str| Some(Time(s.parse().unwrap()));
+        let (attacker, victim) = (ClusterKey::new("team-a", "fake"), ClusterKey::new("team-b", "prod"));
+        let ids = Identities::default();
+        assert_eq!(ids.claim(&attacker, "uid-b", &Rank { created: at("2020-01-01T00:00:00Z"), seen: 0 }), attacker);
+        assert_eq!(ids.claim(&victim, "uid-b", &Rank { created: at("2026-01-01T00:00:00Z"), seen: 1 }), victim);
+        assert_eq!(ids.owner("team-b", "uid-b"), Some(victim.clone()));
+        assert_eq!(ids.owner("team-a", "uid-b"), Some(attacker.clone()));
+        // Nor does it the other way round, and a namespace with no claim has no owner.
+        ids.release(&attacker);
+        assert_eq!(ids.owner("team-a", "uid-b"), None);
+        assert_eq!(ids.owner("team-b", "uid-b"), Some(victim));
     }
 
     /// Wait (woken by the registry's changes) until `check` holds; panics after 20 s.

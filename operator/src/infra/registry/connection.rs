@@ -5,7 +5,8 @@
 //! back-off.
 //!
 //! Owns: the task of one cluster and its [`Connection`]. Must not: outlive its cancellation token,
-//! log or publish credential bytes, or hand out a connection as synced before every cache is.
+//! log or publish credential bytes, publish anything the server sent (failures are told through
+//! [`super::failure`]), or hand out a connection as synced before every cache is.
 
 use std::{sync::Arc, time::Duration};
 
@@ -29,7 +30,10 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::{ClusterKey, ClusterStatus, Identities, KUBECONFIG_KEY, Phase, Rank, Settings};
+use super::{
+    ClusterKey, ClusterStatus, Identities, KUBECONFIG_KEY, Phase, Rank, Settings,
+    failure::{self, Cause, Step},
+};
 use crate::infra::kubeconfig;
 use crds::NodeGroup;
 use scheduling::CompactPod;
@@ -140,7 +144,7 @@ impl Task {
             let status = match ended {
                 Ended::Cancelled => return,
                 Ended::Fatal(s) => {
-                    tracing::warn!(cluster = %self.key, reason = s.phase.reason(), message = %s.message, "workload cluster unusable until its Secret changes");
+                    tracing::warn!(cluster = %self.key, reason = s.phase.reason(), message = %s.message, cause = s.cause.map(tracing::field::display), "workload cluster unusable until its Secret changes");
                     // It reaches no cluster now: a duplicate registration may take over.
                     self.identities.release(&self.key);
                     self.publish(s);
@@ -168,7 +172,7 @@ impl Task {
             } else {
                 "could not connect to the workload cluster; retrying"
             };
-            tracing::warn!(cluster = %self.key, reason = status.phase.reason(), message = %status.message, retry_in_seconds = delay.as_secs_f64(), "{what}");
+            tracing::warn!(cluster = %self.key, reason = status.phase.reason(), message = %status.message, cause = status.cause.map(tracing::field::display), retry_in_seconds = delay.as_secs_f64(), "{what}");
             let unauthorized = status.phase == Phase::Unauthorized;
             self.publish(status);
             // A 401 may mean the credentials were rotated: re-read the Secret before retrying.
@@ -183,25 +187,13 @@ impl Task {
     }
 
     /// Report the duplicate and wait until this registration speaks for cluster `uid` (the first
-    /// one was removed or broke). False when cancelled.
+    /// one, of the same namespace, was removed or broke). False when cancelled.
     async fn stand_aside(&self, uid: &str, first: &ClusterKey) -> bool {
-        let status = ClusterStatus::new(
-            Phase::DuplicateCluster,
-            format!(
-                "this workload cluster (kube-system UID {uid}) is already registered as {first} (Secret {}/{}), \
-                 which speaks for it: one cluster gets decisions from one registration only. Delete Secret {}/{} \
-                 if it is a mistake; it takes over when {first}'s Secret is deleted",
-                first.namespace,
-                first.secret_name(),
-                self.key.namespace,
-                self.key.secret_name(),
-            ),
-        );
-        tracing::warn!(cluster = %self.key, first = %first, uid, "workload cluster already registered under another name; standing aside");
-        self.publish(status);
+        self.publish(duplicate(&self.key, first));
+        tracing::warn!(cluster = %self.key, first = %first, uid, "workload cluster already registered under another name in this namespace; standing aside");
         let mut changes = self.changes.subscribe();
         loop {
-            if self.identities.owner(uid).is_none_or(|o| o == self.key) {
+            if self.identities.owner(&self.key.namespace, uid).is_none_or(|o| o == self.key) {
                 tracing::info!(cluster = %self.key, uid, "the first registration of this workload cluster is gone; connecting");
                 return true;
             }
@@ -215,7 +207,7 @@ impl Task {
     /// Whether an older registration of cluster `uid` now speaks for it (it identified the cluster
     /// after this one did, as after a restart of the hub).
     fn outranked(&self, uid: &str) -> Option<ClusterKey> {
-        self.identities.owner(uid).filter(|o| *o != self.key)
+        self.identities.owner(&self.key.namespace, uid).filter(|o| *o != self.key)
     }
 
     fn backoff(&self) -> impl Iterator<Item = Duration> + use<> {
@@ -310,7 +302,7 @@ impl Task {
         if let Err(s) = self.probe(&client, &server).await {
             return Ended::Retry(s);
         }
-        if let Err(s) = nodegroups_served(&client).await {
+        if let Err(s) = self.nodegroups_served(&client, &server).await {
             return Ended::Retry(s);
         }
         let uid = match self.identify(&client, &server).await {
@@ -326,7 +318,7 @@ impl Task {
 
         let watches = self.cancel.child_token();
         let _stop_watches = watches.clone().drop_guard();
-        let (failures_tx, mut failures) = mpsc::channel::<kube::Error>(16);
+        let (failures_tx, mut failures) = mpsc::channel::<(String, kube::Error)>(16);
         let (synced_tx, synced_rx) = watch::channel(false);
         let pending = Arc::new(super::pending::PendingPods::default());
         let observe_pods = {
@@ -386,7 +378,7 @@ impl Task {
         loop {
             tokio::select! {
                 () = self.cancel.cancelled() => return Ended::Cancelled,
-                Some(e) = failures.recv() => return Ended::Retry(classify(&e, &server)),
+                Some((kind, e)) = failures.recv() => return Ended::Retry(self.failed(&e, &server, &Step::Watch(kind))),
                 _ = identity_changes.changed() => if let Some(first) = self.outranked(&uid) {
                     return Ended::Duplicate { uid, first };
                 },
@@ -417,21 +409,21 @@ impl Task {
                     tracing::warn!(cluster = %self.key, first = %first, "an older registration of this workload cluster appeared; handing it over");
                     return Ended::Duplicate { uid, first };
                 },
-                Some(e) = failures.recv() => {
+                Some((kind, e)) = failures.recv() => {
                     crate::infra::metrics::Metrics::inc(&self.metrics.watch_restarts, &self.key);
-                    let s = classify(&e, &server);
+                    let s = self.failed(&e, &server, &Step::Watch(kind));
                     if s.phase == Phase::Unauthorized {
                         return Ended::Retry(s);
                     }
                     // Other watch errors are retried by the watcher itself; the probe judges health.
-                    tracing::debug!(cluster = %self.key, error = %crate::infra::apierror::plain(&e), "watch error; the watcher retries");
+                    tracing::debug!(cluster = %self.key, message = %s.message, "watch error; the watcher retries");
                 }
                 _ = ticker.tick() => match self.counted_probe(&client, &server).await {
                     Ok(()) => consecutive = 0,
                     Err(s) if s.phase == Phase::Unauthorized => return Ended::Retry(s),
                     Err(s) => {
                         consecutive += 1;
-                        tracing::debug!(cluster = %self.key, consecutive, message = %s.message, "health probe failed");
+                        tracing::debug!(cluster = %self.key, consecutive, message = %s.message, cause = s.cause.map(tracing::field::display), "health probe failed");
                         if consecutive >= self.settings.failure_threshold {
                             return Ended::Retry(s);
                         }
@@ -501,12 +493,18 @@ impl Task {
     }
 
     /// The cluster's identity: the UID of its `kube-system` namespace, which every Kubernetes
-    /// cluster has and keeps for its lifetime, whatever name or server a kubeconfig gives it.
+    /// cluster has and keeps for its lifetime, whatever name or server a kubeconfig gives it. The
+    /// server's word only, which is why it is compared within one namespace (see [`Identities`]).
     async fn identify(&self, client: &Client, server: &str) -> Result<String, ClusterStatus> {
         let api: Api<Namespace> = Api::all(client.clone());
         match tokio::time::timeout(self.settings.probe_timeout, api.get("kube-system")).await {
-            Ok(Ok(ns)) => ns.metadata.uid.filter(|u| !u.is_empty()).ok_or_else(|| {
-                ClusterStatus::new(Phase::Unreachable, format!("{server}: namespace kube-system has no UID"))
+            Ok(Ok(ns)) => ns.metadata.uid.filter(|u| is_uid(u)).ok_or_else(|| {
+                ClusterStatus::new(
+                    Phase::Unreachable,
+                    format!(
+                        "{server}: namespace kube-system has no UID of the form Kubernetes gives (up to 64 letters, digits and dashes)"
+                    ),
+                )
             }),
             Ok(Err(kube::Error::Api(s))) if s.code == 403 => Err(ClusterStatus::new(
                 Phase::Unauthorized,
@@ -521,58 +519,67 @@ impl Task {
                     "{server} has no namespace kube-system, whose UID identifies the cluster: is it a Kubernetes cluster?"
                 ),
             )),
-            Ok(Err(e)) => Err(classify(&e, server)),
-            Err(_) => Err(ClusterStatus::new(
-                Phase::Unreachable,
-                format!("{server} did not answer within {:?}", self.settings.probe_timeout),
-            )),
+            Ok(Err(e)) => Err(self.failed(&e, server, &Step::KubeSystem)),
+            Err(_) => Err(failure::timed_out(server, &Step::KubeSystem)),
         }
     }
 
     async fn probe(&self, client: &Client, server: &str) -> Result<(), ClusterStatus> {
         match tokio::time::timeout(self.settings.probe_timeout, client.apiserver_version()).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(classify(&e, server)),
-            Err(_) => Err(ClusterStatus::new(
-                Phase::Unreachable,
-                format!("{server} did not answer within {:?}", self.settings.probe_timeout),
-            )),
+            Ok(Err(e)) => Err(self.failed(&e, server, &Step::Version)),
+            Err(_) => Err(failure::timed_out(server, &Step::Version)),
         }
     }
-}
 
-impl ClusterStatus {
-    fn new_unreachable(server: &str, e: &kube::Error) -> Self {
-        ClusterStatus::new(Phase::Unreachable, format!("{server} is unreachable: {}", crate::infra::apierror::plain(e)))
+    async fn nodegroups_served(&self, client: &Client, server: &str) -> Result<(), ClusterStatus> {
+        let missing = || {
+            ClusterStatus::new(
+                Phase::NodeGroupApiNotServed,
+                format!("the cluster does not serve nodegroups.{NODEGROUP_API}: is it a CKE cluster?"),
+            )
+        };
+        let step = Step::NodeGroupApi;
+        match tokio::time::timeout(self.settings.probe_timeout, client.list_api_group_resources(NODEGROUP_API)).await {
+            Ok(Ok(list)) if list.resources.iter().any(|r| r.name == "nodegroups") => Ok(()),
+            Ok(Ok(_)) => Err(missing()),
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => Err(missing()),
+            Ok(Err(e)) => Err(self.failed(&e, server, &step)),
+            Err(_) => Err(failure::timed_out(server, &step)),
+        }
+    }
+
+    /// The status of `step` failing with `e`: the hub's own words for the tenant; what the server
+    /// said, cut and escaped, at debug level only.
+    fn failed(&self, e: &kube::Error, server: &str, step: &Step) -> ClusterStatus {
+        let cause = Cause::of(e);
+        tracing::debug!(cluster = %self.key, %step, %cause, error = %crate::infra::apierror::remote(&crate::infra::apierror::chain(e)), "request to the workload cluster failed");
+        failure::status(server, step, cause)
     }
 }
 
-fn classify(e: &kube::Error, server: &str) -> ClusterStatus {
-    match e {
-        kube::Error::Api(s) if s.code == 401 || s.code == 403 => ClusterStatus::new(
-            Phase::Unauthorized,
-            format!(
-                "{server} refused the kubeconfig's credentials ({} {}); rotate the token in the Secret",
-                s.code, s.reason
-            ),
+/// The status of registration `key` standing aside for `first`, of the same namespace: it names
+/// nothing but that namespace's own Secrets (nor the UID, which the server chose).
+fn duplicate(key: &ClusterKey, first: &ClusterKey) -> ClusterStatus {
+    debug_assert_eq!(key.namespace, first.namespace, "namespaces never compete for a cluster");
+    ClusterStatus::new(
+        Phase::DuplicateCluster,
+        format!(
+            "this workload cluster (the same kube-system UID) is already registered in this namespace as cluster {} \
+             (Secret {}), which speaks for it: one cluster gets decisions from one registration only. Delete Secret {} \
+             if it is a mistake; it takes over when Secret {} is deleted",
+            first.name,
+            first.secret_name(),
+            key.secret_name(),
+            first.secret_name(),
         ),
-        _ => ClusterStatus::new_unreachable(server, e),
-    }
+    )
 }
 
-async fn nodegroups_served(client: &Client) -> Result<(), ClusterStatus> {
-    let missing = || {
-        ClusterStatus::new(
-            Phase::NodeGroupApiNotServed,
-            format!("the cluster does not serve nodegroups.{NODEGROUP_API}: is it a CKE cluster?"),
-        )
-    };
-    match client.list_api_group_resources(NODEGROUP_API).await {
-        Ok(list) if list.resources.iter().any(|r| r.name == "nodegroups") => Ok(()),
-        Ok(_) => Err(missing()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Err(missing()),
-        Err(e) => Err(classify(&e, "the API server")),
-    }
+/// Whether `uid` looks like a Kubernetes UID (a UUID, in practice): the server chose it, and it
+/// is kept in the duplicate table and logged.
+fn is_uid(uid: &str) -> bool {
+    !uid.is_empty() && uid.len() <= 64 && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
 /// Objects per page of a cache's initial LIST (kube's default is 500).
@@ -584,7 +591,7 @@ fn spawn_cache<K>(
     api: Api<K>,
     trim: impl FnMut(&mut K) + Send + 'static,
     cancel: &CancellationToken,
-    failures: &mpsc::Sender<kube::Error>,
+    failures: &mpsc::Sender<(String, kube::Error)>,
     key: &ClusterKey,
     observe: impl Fn(&watcher::Event<K>) + Send + 'static,
 ) -> Store<K>
@@ -609,9 +616,10 @@ where
                     None => return,
                     Some(Ok(ev)) => observe(&ev),
                     Some(Err(e)) => {
-                        tracing::debug!(cluster = %key, kind, error = %crate::infra::apierror::plain_watch(&e), "watch error");
+                        // The server's words: cut and escaped, and at debug only.
+                        tracing::debug!(cluster = %key, kind, error = %crate::infra::apierror::remote(&crate::infra::apierror::plain_watch(&e).to_string()), "watch error");
                         if let Some(e) = into_client_error(e) {
-                            let _ = failures.try_send(e);
+                            let _ = failures.try_send((kind.clone(), e));
                         }
                     }
                 },
@@ -746,9 +754,28 @@ mod tests {
 
     #[test]
     fn credentials_errors_are_unauthorized_and_others_unreachable() {
-        let s = kube::core::Status::failure("Unauthorized", "Unauthorized").with_code(401);
-        assert_eq!(classify(&kube::Error::Api(s.boxed()), "https://x").phase, Phase::Unauthorized);
-        let s = kube::core::Status::failure("boom", "InternalError").with_code(500);
-        assert_eq!(classify(&kube::Error::Api(s.boxed()), "https://x").phase, Phase::Unreachable);
+        let of = |code: u16| {
+            let s = kube::core::Status::failure("boom", "InternalError").with_code(code);
+            failure::status("https://x", &Step::Version, Cause::of(&kube::Error::Api(s.boxed()))).phase
+        };
+        assert_eq!(of(401), Phase::Unauthorized);
+        assert_eq!(of(403), Phase::Unauthorized);
+        assert_eq!(of(500), Phase::Unreachable);
+    }
+
+    #[test]
+    fn a_duplicate_names_only_secrets_of_its_own_namespace_and_not_the_uid() {
+        let s = duplicate(&ClusterKey::new("team-b", "copy"), &ClusterKey::new("team-b", "prod"));
+        assert_eq!(s.phase, Phase::DuplicateCluster);
+        assert!(s.message.contains("prod-kubeconfig") && s.message.contains("copy-kubeconfig"), "{}", s.message);
+        assert!(!s.message.contains("team-"), "{}", s.message);
+    }
+
+    #[test]
+    fn only_a_uid_shaped_answer_identifies_a_cluster() {
+        assert!(is_uid("0b3c1a5e-5c1d-4d6b-9a0e-1f2e3d4c5b6a"));
+        for bad in ["", "INTERNAL-ADMIN-PANEL: db_password=hunter2", &"a".repeat(65), "uid\nforged"] {
+            assert!(!is_uid(bad), "{bad:?}");
+        }
     }
 }
