@@ -64,7 +64,9 @@ async fn names(cp: &ControlPlane) -> Vec<String> {
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     let list = api.list(&Default::default()).await.unwrap();
     let mut names: Vec<String> = list.items.into_iter().filter_map(|c| c.metadata.name).collect();
-    names.retain(|n| n != "kube-root-ca.crt");
+    // What kube-controller-manager publishes in every namespace (the second only since 1.36's
+    // service CA publisher; whether it is there yet depends on timing).
+    names.retain(|n| n != "kube-root-ca.crt" && n != "openshift-service-ca.crt");
     names
 }
 

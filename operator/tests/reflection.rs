@@ -38,35 +38,6 @@ const MARKER: &str = "INTERNAL-ADMIN-PANEL: db_password=hunter2-marker";
 /// What must never be published nor logged at info or above (also the certificate's name).
 const NEEDLE: &str = "hunter2-marker";
 
-/// Everything written to it, shared with the subscriber.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Capture {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
-    }
-}
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-
-    fn make_writer(&'a self) -> Capture {
-        self.clone()
-    }
-}
-
 /// An answer: status code, content type, body.
 type Answer = (u16, &'static str, String);
 
@@ -248,7 +219,7 @@ async fn register(mgmt: &Client, cluster: &str, kubeconfig: Vec<u8>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_a_hostile_server_answers_reaches_a_condition_an_event_or_a_log_line_at_info() {
-    let capture = Capture::default();
+    let capture = common::LogCapture::default();
     // The production filter, plus the hub's own debug lines (where the server's words may go, cut).
     let filter = format!("{},operator=debug", run::DEFAULT_LOG_FILTER);
     tracing_subscriber::fmt()

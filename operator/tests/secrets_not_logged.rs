@@ -21,35 +21,6 @@ use tracing_subscriber::util::SubscriberInitExt;
 mod common;
 use common::{apply_example, running, wait_for};
 
-/// Everything written to it, shared with the subscriber.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Capture {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
-    }
-}
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-
-    fn make_writer(&'a self) -> Capture {
-        self.clone()
-    }
-}
-
 /// `ClusterReachable` of the pool `default` in `ns`: (status, reason, message).
 async fn reachable(mgmt: &Client, ns: &str) -> Option<(String, String, String)> {
     let pool = Api::<NodePool>::namespaced(mgmt.clone(), ns).get("default").await.ok()?;
@@ -92,7 +63,7 @@ fn kubeconfig(server: &str, ca_data: &str, user: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_credential_is_ever_logged_or_published() {
-    let capture = Capture::default();
+    let capture = common::LogCapture::default();
     tracing_subscriber::fmt()
         .with_writer(capture.clone())
         .with_max_level(tracing::Level::DEBUG)
