@@ -387,10 +387,21 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
             .flat_map(|rule| rule["resources"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()))
             .collect()
     };
-    assert!(
-        core_resources(r.get("ClusterRole", "karpenter-hub")).is_empty(),
+    // Beside the registrations role, one core object: the namespace kube-system, by name (the
+    // management cluster's identity).
+    assert_eq!(
+        core_resources(r.get("ClusterRole", "karpenter-hub")),
+        ["namespaces"],
         "core resources beside the registrations role"
     );
+    let namespaces = r.get("ClusterRole", "karpenter-hub")["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|rule| rule["resources"] == json!(["namespaces"]))
+        .cloned()
+        .unwrap();
+    assert_eq!((&namespaces["resourceNames"], &namespaces["verbs"]), (&json!(["kube-system"]), &json!(["get"])));
     assert_eq!(core_resources(r.get("ClusterRole", "karpenter-hub-registrations")), ["secrets", "configmaps"]);
 
     // The webhook configuration is config/webhook's, rules, selectors and conditions included.
