@@ -840,12 +840,15 @@ async fn a_cluster_paused_by_its_secret_gets_no_decision_until_resumed() {
     assert_eq!(reachable(&mgmt, "team-a").await.unwrap().1, "Paused");
 
     // Resumed: decisions again.
+    let resumed = Instant::now();
     annotate(Value::Null).await;
     wait_reachable(&mgmt, "team-a", TRUE, "Connected", Duration::from_secs(20)).await;
+    let connected = resumed.elapsed();
     wait_for("web-1 running after the pause", Duration::from_secs(60), || async {
         pod_running(&world, 0, "web-1").await
     })
     .await;
+    eprintln!("resumed from the Secret: Connected after {connected:?}, web-1 running after {:?}", resumed.elapsed());
     wait_for("the claim deleted while paused gone with its NodeGroup", Duration::from_secs(60), || async {
         !claims(&mgmt, "team-a").await.iter().any(|c| c.name_any() == claims_before[0].0)
     })
@@ -903,10 +906,13 @@ async fn a_cluster_paused_by_its_cluster_api_cluster_gets_no_decision_until_resu
         let capi = capi.clone();
         async move { capi.patch("alpha", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap() }
     };
+    let resumed = Instant::now();
     merge(json!({"spec": {"paused": false}})).await;
     wait_reachable(&mgmt, "team-a", TRUE, "Connected", Duration::from_secs(20)).await;
+    let connected = resumed.elapsed();
     wait_for("web-0 running after the pause", Duration::from_secs(60), || async { running(&world, 0).await == 1 })
         .await;
+    eprintln!("resumed from the Cluster: Connected after {connected:?}, web-0 running after {:?}", resumed.elapsed());
 
     // The annotation pauses it too; deleting the Cluster resumes it.
     merge(json!({"metadata": {"annotations": {PAUSED: ""}}})).await;

@@ -174,3 +174,49 @@ async fn watch(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::PostParams;
+    use sim::apiserver::{ApiServer, ApiServerConfig};
+
+    fn crd(versions: &[(&str, bool)]) -> CustomResourceDefinition {
+        let versions: Vec<serde_json::Value> = versions
+            .iter()
+            .map(|(name, storage)| {
+                serde_json::json!({"name": name, "served": true, "storage": storage, "schema": {"openAPIV3Schema": {
+                    "type": "object", "x-kubernetes-preserve-unknown-fields": true}}})
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "clusters.cluster.x-k8s.io"},
+            "spec": {
+                "group": GROUP,
+                "names": {"kind": "Cluster", "plural": "clusters", "singular": "cluster", "listKind": "ClusterList"},
+                "scope": "Namespaced",
+                "versions": versions,
+            }
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn cluster_api_is_found_when_served_preferring_v1beta2() {
+        let mgmt = ApiServer::start(ApiServerConfig::new("management")).await.unwrap();
+        assert_eq!(served(&mgmt.client()).await.unwrap(), None, "no Cluster API, nothing served");
+        let crds: Api<CustomResourceDefinition> = Api::all(mgmt.client());
+        crds.create(&PostParams::default(), &crd(&[("v1beta1", true)])).await.unwrap();
+        assert_eq!(served(&mgmt.client()).await.unwrap().map(|ar| ar.version), Some("v1beta1".to_string()));
+
+        let both = ApiServer::start(ApiServerConfig::new("management")).await.unwrap();
+        let crds: Api<CustomResourceDefinition> = Api::all(both.client());
+        crds.create(&PostParams::default(), &crd(&[("v1beta1", false), ("v1beta2", true)])).await.unwrap();
+        assert_eq!(served(&both.client()).await.unwrap().map(|ar| ar.version), Some("v1beta2".to_string()));
+    }
+}
