@@ -219,4 +219,43 @@ mod tests {
         crds.create(&PostParams::default(), &crd(&[("v1beta1", false), ("v1beta2", true)])).await.unwrap();
         assert_eq!(served(&both.client()).await.unwrap().map(|ar| ar.version), Some("v1beta2".to_string()));
     }
+
+    /// RBAC refuses the list of Clusters (403): no cluster is paused by its Cluster, and the watch
+    /// keeps trying, so the pause is honoured once the right is granted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refused_cluster_watch_pauses_nothing_and_recovers_when_allowed() {
+        use sim::apiserver::ErrorFault;
+        let mgmt = ApiServer::start(ApiServerConfig::new("management")).await.unwrap();
+        let crds: Api<CustomResourceDefinition> = Api::all(mgmt.client());
+        crds.create(&PostParams::default(), &crd(&[("v1beta1", true)])).await.unwrap();
+        let ar = served(&mgmt.client()).await.unwrap().unwrap();
+        let cluster: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+            "metadata": {"name": "alpha", "namespace": "default"}, "spec": {"paused": true}
+        }))
+        .unwrap();
+        Api::<DynamicObject>::namespaced_with(mgmt.client(), "default", &ar)
+            .create(&PostParams::default(), &cluster)
+            .await
+            .unwrap();
+        let refused = ErrorFault { rate: 1.0, status: 403, verbs: Vec::new(), resources: vec!["clusters".into()] };
+        mgmt.faults().set_error(refused);
+        let registry = Registry::new(super::super::Settings::default());
+        let shutdown = CancellationToken::new();
+        tokio::spawn(run(registry.clone(), mgmt.client(), vec![None], Duration::from_secs(300), shutdown.clone()));
+        let key = ClusterKey::new("default", "alpha");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        // Refused twice (the watch retried): still not paused.
+        while mgmt.faults().injected_errors() < 2 {
+            assert!(tokio::time::Instant::now() < deadline, "the Cluster watch was not retried");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(registry.paused_by(&key), None);
+        mgmt.faults().clear_errors();
+        while registry.paused_by(&key) != Some(pause::PausedBy::ClusterSpec) {
+            assert!(tokio::time::Instant::now() < deadline, "the pause was not honoured once allowed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        shutdown.cancel();
+    }
 }
