@@ -821,18 +821,30 @@ async fn a_cluster_paused_by_its_secret_gets_no_decision_until_resumed() {
     wait_reachable(&mgmt, "team-a", "False", "Paused", Duration::from_secs(20)).await;
     let pool = Api::<NodePool>::namespaced(mgmt.clone(), "team-a").get("default").await.unwrap();
     let cond = pool.status.unwrap().conditions.into_iter().find(|c| c.type_ == "ClusterReachable").unwrap();
-    assert!(cond.message.contains("Secret team-a/alpha-kubeconfig") && cond.message.contains(PAUSED), "{}", cond.message);
+    assert!(
+        cond.message.contains("Secret team-a/alpha-kubeconfig") && cond.message.contains(PAUSED),
+        "{}",
+        cond.message
+    );
     let alpha = &world.clusters[0].server;
     let deletes = alpha.requests().count("delete", "nodegroups");
     let (claims_before, _) = claims_and_group_writes(&world, 0).await;
     assert_eq!(claims_before.len(), 1);
     scale(&world, 0, 2, POD_CPU, POD_MEMORY).await.unwrap();
-    Api::<NodeClaim>::namespaced(mgmt.clone(), "team-a").delete(&claims_before[0].0, &Default::default()).await.unwrap();
+    Api::<NodeClaim>::namespaced(mgmt.clone(), "team-a")
+        .delete(&claims_before[0].0, &Default::default())
+        .await
+        .unwrap();
     // Quiet while the hub keeps probing alpha (its connection is kept): no claim, no group write.
     let probes = || async { common::probes(&world, 0) };
-    let (claims_paused, group_writes) =
-        wait_quiet_over("alpha while paused", Duration::from_secs(60), 5, || claims_and_group_writes(&world, 0), probes)
-            .await;
+    let (claims_paused, group_writes) = wait_quiet_over(
+        "alpha while paused",
+        Duration::from_secs(60),
+        5,
+        || claims_and_group_writes(&world, 0),
+        probes,
+    )
+    .await;
     assert_eq!(claims_paused, vec![(claims_before[0].0.clone(), true)], "a claim made, or the deleted one released");
     assert_eq!(alpha.requests().count("delete", "nodegroups"), deletes, "a NodeGroup deleted while paused");
     assert_eq!(groups(&alpha.client()).await.len(), 1, "the deleted claim's NodeGroup is kept while paused");
@@ -875,7 +887,8 @@ async fn a_cluster_paused_by_its_cluster_api_cluster_gets_no_decision_until_resu
     let mgmt = world.mgmt.client();
     let crd: CustomResourceDefinition = serde_json::from_value(cluster_crd()).unwrap();
     Api::<CustomResourceDefinition>::all(mgmt.clone()).create(&PostParams::default(), &crd).await.unwrap();
-    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"), "clusters");
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"), "clusters");
     let capi: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), "team-a", &ar);
     // The Cluster exists, paused, before the hub starts: it never acts on alpha.
     let cluster: DynamicObject = serde_json::from_value(json!({
@@ -896,9 +909,14 @@ async fn a_cluster_paused_by_its_cluster_api_cluster_gets_no_decision_until_resu
     let m = message().await;
     assert!(m.contains("Cluster team-a/alpha") && m.contains("spec.paused"), "{m}");
     let probes = || async { common::probes(&world, 0) };
-    let (claims_paused, group_writes) =
-        wait_quiet_over("alpha while paused", Duration::from_secs(60), 5, || claims_and_group_writes(&world, 0), probes)
-            .await;
+    let (claims_paused, group_writes) = wait_quiet_over(
+        "alpha while paused",
+        Duration::from_secs(60),
+        5,
+        || claims_and_group_writes(&world, 0),
+        probes,
+    )
+    .await;
     assert!(claims_paused.is_empty() && group_writes.is_empty(), "{claims_paused:?} {group_writes:?}");
 
     // spec.paused false: resumed, the pod gets its node.

@@ -28,7 +28,9 @@ impl PausedBy {
     pub fn describe(self, secret: &str, cluster: &str) -> String {
         match self {
             PausedBy::SecretAnnotation => {
-                format!("paused: the Secret {secret} carries the annotation {PAUSED_ANNOTATION}; no action is taken on this cluster until it is removed")
+                format!(
+                    "paused: the Secret {secret} carries the annotation {PAUSED_ANNOTATION}; no action is taken on this cluster until it is removed"
+                )
             }
             PausedBy::ClusterSpec => format!(
                 "paused: the Cluster API Cluster {cluster} has spec.paused: true; no action is taken on this cluster until it is false"
@@ -48,12 +50,15 @@ pub fn secret_pauses(annotations: Option<&BTreeMap<String, String>>) -> bool {
 /// Whether a Cluster API `Cluster` (as JSON, v1beta1 or v1beta2: both keep `spec.paused` and the
 /// annotation) pauses its cluster, and how. The annotation is named first when both pause it.
 pub fn cluster_pauses(cluster: &serde_json::Value) -> Option<PausedBy> {
-    let annotated =
-        cluster.pointer("/metadata/annotations").and_then(serde_json::Value::as_object).is_some_and(|a| a.contains_key(PAUSED_ANNOTATION));
+    let annotated = cluster
+        .pointer("/metadata/annotations")
+        .and_then(serde_json::Value::as_object)
+        .is_some_and(|a| a.contains_key(PAUSED_ANNOTATION));
     if annotated {
         return Some(PausedBy::ClusterAnnotation);
     }
-    (cluster.pointer("/spec/paused").and_then(serde_json::Value::as_bool) == Some(true)).then_some(PausedBy::ClusterSpec)
+    (cluster.pointer("/spec/paused").and_then(serde_json::Value::as_bool) == Some(true))
+        .then_some(PausedBy::ClusterSpec)
 }
 
 /// What is known of a cluster's pause: its Secret's annotation, and its Cluster API `Cluster`
@@ -112,7 +117,10 @@ mod tests {
                 json!({"metadata": {"annotations": {PAUSED_ANNOTATION: "x"}}, "spec": {"paused": true}}),
                 Some(PausedBy::ClusterAnnotation),
             ),
-            (json!({"metadata": {"annotations": {"other": "x"}}, "spec": {"paused": true}}), Some(PausedBy::ClusterSpec)),
+            (
+                json!({"metadata": {"annotations": {"other": "x"}}, "spec": {"paused": true}}),
+                Some(PausedBy::ClusterSpec),
+            ),
             (json!({"metadata": {"annotations": null}}), None),
         ] {
             assert_eq!(cluster_pauses(&cluster), paused, "{cluster}");
@@ -127,7 +135,10 @@ mod tests {
             Pause { secret: true, cluster: Some(PausedBy::ClusterSpec) }.paused_by(),
             Some(PausedBy::SecretAnnotation)
         );
-        assert_eq!(Pause { secret: false, cluster: Some(PausedBy::ClusterSpec) }.paused_by(), Some(PausedBy::ClusterSpec));
+        assert_eq!(
+            Pause { secret: false, cluster: Some(PausedBy::ClusterSpec) }.paused_by(),
+            Some(PausedBy::ClusterSpec)
+        );
     }
 
     #[test]

@@ -502,7 +502,9 @@ impl Registry {
             return;
         }
         match after {
-            Some(by) => tracing::info!(cluster = %key, by = ?by, "workload cluster paused by Cluster API; no action is taken on it"),
+            Some(by) => {
+                tracing::info!(cluster = %key, by = ?by, "workload cluster paused by Cluster API; no action is taken on it")
+            }
             None => tracing::info!(cluster = %key, "workload cluster resumed by Cluster API"),
         }
         self.notify();

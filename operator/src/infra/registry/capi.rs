@@ -36,7 +36,11 @@ async fn served(mgmt: &Client) -> Result<Option<ApiResource>, kube::Error> {
         Err(e) => return Err(e),
     };
     Ok(VERSIONS.iter().find_map(|v| {
-        group.versioned_resources(v).into_iter().map(|(ar, _)| ar).find(|ar| ar.kind == "Cluster" && ar.plural == "clusters")
+        group
+            .versioned_resources(v)
+            .into_iter()
+            .map(|(ar, _)| ar)
+            .find(|ar| ar.kind == "Cluster" && ar.plural == "clusters")
     }))
 }
 
@@ -62,7 +66,10 @@ pub(super) async fn run(
                 if let Ended::Shutdown = watch(&registry, &mgmt, &ar, &scopes, &shutdown).await {
                     return;
                 }
-                tracing::info!(group = GROUP, "Cluster API's Clusters are no longer served; no cluster is paused by one");
+                tracing::info!(
+                    group = GROUP,
+                    "Cluster API's Clusters are no longer served; no cluster is paused by one"
+                );
             }
             Ok(None) => tracing::debug!(group = GROUP, "Cluster API is not served; looking again later"),
             Err(e) => {
