@@ -8,6 +8,9 @@
 //! registered more than once in one namespace (identified by the UID of its `kube-system`
 //! namespace): the oldest Secret; the others stay `DuplicateCluster` and get no connection until it
 //! goes. Namespaces never compete for a cluster (see [`Identities`]).
+//! Also Cluster API's pause (hub.md, "Cluster API pause"): the Secret's annotation, and the
+//! `Cluster` of the same name followed by [`capi`]; a paused cluster keeps its connection but
+//! [`Registry::connection`] hands it to no controller, and its status is `Paused`.
 //! In sharded mode (hub.md §6) a registered cluster gets a connection only while this replica
 //! owns it ([`Registry::grant`]): the connection runs under the ownership token and its clients
 //! are fenced by it, so when ownership ends the cluster's tasks stop and its clients refuse

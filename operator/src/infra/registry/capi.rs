@@ -109,8 +109,15 @@ fn key_of(c: &DynamicObject) -> Option<ClusterKey> {
 /// Record one Cluster's pause; its key.
 fn record(registry: &Registry, c: &DynamicObject) -> Option<ClusterKey> {
     let key = key_of(c)?;
-    // The object as JSON, for the pure reading (metadata and spec are all it looks at).
-    let by = serde_json::to_value(c).ok().and_then(|v| pause::cluster_pauses(&v));
+    // Only what the pure reading looks at, not a copy of the whole object (its size is the
+    // tenant's choice).
+    let seen = serde_json::json!({
+        "metadata": {"annotations": c.metadata.annotations.as_ref().map(|a| {
+            a.keys().filter(|k| *k == pause::PAUSED_ANNOTATION).map(|k| (k.clone(), serde_json::Value::Null)).collect::<serde_json::Map<_, _>>()
+        })},
+        "spec": {"paused": c.data.pointer("/spec/paused").cloned()},
+    });
+    let by = pause::cluster_pauses(&seen);
     registry.set_pause(&key, |p| p.cluster = by);
     Some(key)
 }
