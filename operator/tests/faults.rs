@@ -769,3 +769,191 @@ async fn the_brake_halts_a_sweep_that_would_delete_most_of_a_cluster() {
     .await;
     world.shutdown().await;
 }
+
+const PAUSED: &str = "cluster.x-k8s.io/paused";
+
+/// The names of cluster `i`'s NodeClaims, each with whether it is being deleted, and the
+/// NodeGroup writes its emulator answered: what a paused cluster must not see change.
+async fn claims_and_group_writes(world: &World, i: usize) -> (Vec<(String, bool)>, Writes) {
+    let c = &world.clusters[i];
+    let claims = claims(&world.mgmt.client(), &c.namespace)
+        .await
+        .iter()
+        .map(|c| (c.name_any(), c.metadata.deletion_timestamp.is_some()))
+        .collect();
+    (claims, writes(&c.server, &["nodegroups"]))
+}
+
+/// Whether pod `name` of cluster `i` runs.
+async fn pod_running(world: &World, i: usize, name: &str) -> bool {
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(world.clusters[i].client(), "default")
+        .get(name)
+        .await
+        .is_ok_and(|p| p.status.and_then(|s| s.phase).as_deref() == Some("Running"))
+}
+
+/// Cluster API's pause on the registration Secret (hub.md, "Cluster API pause"): while
+/// `cluster.x-k8s.io/paused` is on it, the pool says `ClusterReachable=False/Paused` naming the
+/// Secret, a pending pod gets no NodeClaim, and a NodeClaim deleted meanwhile keeps its NodeGroup
+/// (no NodeGroup write at all) although the hub keeps probing the cluster. Removed: `Connected`
+/// again, the pod gets its node and the deleted claim's group goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_paused_by_its_secret_gets_no_decision_until_resumed() {
+    let mut world = World::start(&[("team-a", "alpha")], |i| quick_cke(i as u64 + 60)).await.unwrap();
+    world.registry_settings.probe_interval = Duration::from_secs(1);
+    apply_example(&world, 0).await;
+    world.start_hub();
+    let mgmt = world.mgmt.client();
+    scale(&world, 0, 1, POD_CPU, POD_MEMORY).await.unwrap();
+    wait_for("web-0 running", Duration::from_secs(60), || async { running(&world, 0).await == 1 }).await;
+    wait_reachable(&mgmt, "team-a", TRUE, "Connected", Duration::from_secs(20)).await;
+    let secrets = Api::<Secret>::namespaced(mgmt.clone(), "team-a");
+    let annotate = |value: Value| {
+        let secrets = secrets.clone();
+        async move {
+            let patch = json!({"metadata": {"annotations": {PAUSED: value}}});
+            secrets.patch("alpha-kubeconfig", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        }
+    };
+
+    // Paused (any value counts, even "false", as in Cluster API).
+    annotate(json!("false")).await;
+    wait_reachable(&mgmt, "team-a", "False", "Paused", Duration::from_secs(20)).await;
+    let pool = Api::<NodePool>::namespaced(mgmt.clone(), "team-a").get("default").await.unwrap();
+    let cond = pool.status.unwrap().conditions.into_iter().find(|c| c.type_ == "ClusterReachable").unwrap();
+    assert!(
+        cond.message.contains("Secret team-a/alpha-kubeconfig") && cond.message.contains(PAUSED),
+        "{}",
+        cond.message
+    );
+    let alpha = &world.clusters[0].server;
+    let deletes = alpha.requests().count("delete", "nodegroups");
+    let (claims_before, _) = claims_and_group_writes(&world, 0).await;
+    assert_eq!(claims_before.len(), 1);
+    scale(&world, 0, 2, POD_CPU, POD_MEMORY).await.unwrap();
+    Api::<NodeClaim>::namespaced(mgmt.clone(), "team-a")
+        .delete(&claims_before[0].0, &Default::default())
+        .await
+        .unwrap();
+    // Quiet while the hub keeps probing alpha (its connection is kept): no claim, no group write.
+    let probes = || async { common::probes(&world, 0) };
+    let (claims_paused, group_writes) = wait_quiet_over(
+        "alpha while paused",
+        Duration::from_secs(60),
+        5,
+        || claims_and_group_writes(&world, 0),
+        probes,
+    )
+    .await;
+    assert_eq!(claims_paused, vec![(claims_before[0].0.clone(), true)], "a claim made, or the deleted one released");
+    assert_eq!(alpha.requests().count("delete", "nodegroups"), deletes, "a NodeGroup deleted while paused");
+    assert_eq!(groups(&alpha.client()).await.len(), 1, "the deleted claim's NodeGroup is kept while paused");
+    assert!(!pod_running(&world, 0, "web-1").await);
+    assert_eq!(reachable(&mgmt, "team-a").await.unwrap().1, "Paused");
+
+    // Resumed: decisions again.
+    let resumed = Instant::now();
+    annotate(Value::Null).await;
+    wait_reachable(&mgmt, "team-a", TRUE, "Connected", Duration::from_secs(20)).await;
+    let connected = resumed.elapsed();
+    wait_for("web-1 running after the pause", Duration::from_secs(60), || async {
+        pod_running(&world, 0, "web-1").await
+    })
+    .await;
+    eprintln!("resumed from the Secret: Connected after {connected:?}, web-1 running after {:?}", resumed.elapsed());
+    wait_for("the claim deleted while paused gone with its NodeGroup", Duration::from_secs(60), || async {
+        !claims(&mgmt, "team-a").await.iter().any(|c| c.name_any() == claims_before[0].0)
+    })
+    .await;
+    assert!(alpha.requests().count("delete", "nodegroups") > deletes, "{group_writes:?}");
+    wait_for("the deleted claim's NodeGroup gone", Duration::from_secs(60), || async {
+        groups(&alpha.client()).await.len() == claims(&mgmt, "team-a").await.len()
+    })
+    .await;
+    assert_one_group_per_claim(&world, 0).await;
+    world.shutdown().await;
+}
+
+/// Cluster API's `Cluster` of the same name in the registration's namespace (the management
+/// emulator serving a minimal `clusters.cluster.x-k8s.io`): `spec.paused: true` pauses the cluster,
+/// `false` resumes it, the annotation pauses it too, and deleting the Cluster resumes it. While
+/// paused by the Cluster a pending pod gets no NodeClaim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_paused_by_its_cluster_api_cluster_gets_no_decision_until_resumed() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let mut world = World::start(&[("team-a", "alpha")], |i| quick_cke(i as u64 + 70)).await.unwrap();
+    world.registry_settings.probe_interval = Duration::from_secs(1);
+    let mgmt = world.mgmt.client();
+    let crd: CustomResourceDefinition = serde_json::from_value(cluster_crd()).unwrap();
+    Api::<CustomResourceDefinition>::all(mgmt.clone()).create(&PostParams::default(), &crd).await.unwrap();
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"), "clusters");
+    let capi: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), "team-a", &ar);
+    // The Cluster exists, paused, before the hub starts: it never acts on alpha.
+    let cluster: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+        "metadata": {"name": "alpha", "namespace": "team-a"},
+        "spec": {"paused": true, "clusterNetwork": {"pods": {"cidrBlocks": ["10.0.0.0/16"]}}}
+    }))
+    .unwrap();
+    capi.create(&PostParams::default(), &cluster).await.unwrap();
+    apply_example(&world, 0).await;
+    scale(&world, 0, 1, POD_CPU, POD_MEMORY).await.unwrap();
+    world.start_hub();
+    wait_reachable(&mgmt, "team-a", "False", "Paused", Duration::from_secs(20)).await;
+    let message = || async {
+        let pool = Api::<NodePool>::namespaced(mgmt.clone(), "team-a").get("default").await.unwrap();
+        pool.status.unwrap().conditions.into_iter().find(|c| c.type_ == "ClusterReachable").unwrap().message
+    };
+    let m = message().await;
+    assert!(m.contains("Cluster team-a/alpha") && m.contains("spec.paused"), "{m}");
+    let probes = || async { common::probes(&world, 0) };
+    let (claims_paused, group_writes) = wait_quiet_over(
+        "alpha while paused",
+        Duration::from_secs(60),
+        5,
+        || claims_and_group_writes(&world, 0),
+        probes,
+    )
+    .await;
+    assert!(claims_paused.is_empty() && group_writes.is_empty(), "{claims_paused:?} {group_writes:?}");
+
+    // spec.paused false: resumed, the pod gets its node.
+    let merge = |patch: Value| {
+        let capi = capi.clone();
+        async move { capi.patch("alpha", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap() }
+    };
+    let resumed = Instant::now();
+    merge(json!({"spec": {"paused": false}})).await;
+    wait_reachable(&mgmt, "team-a", TRUE, "Connected", Duration::from_secs(20)).await;
+    let connected = resumed.elapsed();
+    wait_for("web-0 running after the pause", Duration::from_secs(60), || async { running(&world, 0).await == 1 })
+        .await;
+    eprintln!("resumed from the Cluster: Connected after {connected:?}, web-0 running after {:?}", resumed.elapsed());
+
+    // The annotation pauses it too; deleting the Cluster resumes it.
+    merge(json!({"metadata": {"annotations": {PAUSED: ""}}})).await;
+    wait_reachable(&mgmt, "team-a", "False", "Paused", Duration::from_secs(20)).await;
+    let m = message().await;
+    assert!(m.contains("Cluster team-a/alpha") && m.contains(PAUSED), "{m}");
+    capi.delete("alpha", &Default::default()).await.unwrap();
+    wait_reachable(&mgmt, "team-a", TRUE, "Connected", Duration::from_secs(20)).await;
+    world.shutdown().await;
+}
+
+/// A minimal `clusters.cluster.x-k8s.io` (v1beta1, any fields), as Cluster API installs it.
+fn cluster_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "clusters.cluster.x-k8s.io"},
+        "spec": {
+            "group": "cluster.x-k8s.io",
+            "names": {"kind": "Cluster", "plural": "clusters", "singular": "cluster", "listKind": "ClusterList"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1beta1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                "type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    })
+}

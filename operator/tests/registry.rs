@@ -8,6 +8,8 @@
 //! And the hijack of issue 23: namespaces never compete for a cluster, so a tenant's older Secret
 //! naming a server that answers another tenant's `kube-system` UID takes nothing away from that
 //! tenant, and nothing the other tenant sees names the first one's objects.
+//!
+//! And Cluster API's pause read from a `Cluster` on a real kube-apiserver as the management cluster.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -381,4 +383,99 @@ async fn a_tenant_cannot_take_another_namespaces_cluster_by_answering_its_uid() 
     mgmt_server.shutdown().await;
     real.shutdown().await;
     fake.shutdown().await;
+}
+
+/// Cluster API's pause with a real kube-apiserver as the management cluster (envtest): a minimal
+/// `clusters.cluster.x-k8s.io` (v1beta1, any fields) installed there, a registration of an emulated
+/// workload cluster and a `Cluster` of the same name. `spec.paused: true`: `Paused` naming the
+/// Cluster and no connection for controllers; `false`: connected; the annotation pauses it again,
+/// and deleting the Cluster resumes it. Real discovery and a real watch of a custom resource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_api_cluster_pauses_its_cluster_on_a_real_api_server() {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    let cp = envtest::shared_or_skip!("registry");
+    let admin = cp.client().await.unwrap();
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "clusters.cluster.x-k8s.io"},
+        "spec": {
+            "group": "cluster.x-k8s.io",
+            "names": {"kind": "Cluster", "plural": "clusters", "singular": "cluster", "listKind": "ClusterList"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1beta1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                "type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))
+    .unwrap();
+    match Api::<CustomResourceDefinition>::all(admin.clone()).create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating the Cluster CRD: {e}"),
+    }
+    wait_for("clusters.cluster.x-k8s.io served", WAIT, || async {
+        admin
+            .list_api_group_resources("cluster.x-k8s.io/v1beta1")
+            .await
+            .is_ok_and(|l| l.resources.iter().any(|r| r.name == "clusters"))
+    })
+    .await;
+    let ns = "capi-pause";
+    let namespace: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    match Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating namespace {ns}: {e}"),
+    }
+    let workload = ApiServer::start(ApiServerConfig::workload("alpha")).await.unwrap();
+    register_cluster::write_secret(&admin, ns, "alpha", serde_json::to_vec(&workload.kubeconfig()).unwrap())
+        .await
+        .unwrap();
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"), "clusters");
+    let clusters: Api<DynamicObject> = Api::namespaced_with(admin.clone(), ns, &ar);
+    let cluster: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+        "metadata": {"name": "alpha", "namespace": ns}, "spec": {"paused": true}
+    }))
+    .unwrap();
+    clusters.create(&PostParams::default(), &cluster).await.unwrap();
+
+    let registry = registry::Registry::new(registry::Settings {
+        namespace: Some(ns.to_string()),
+        reconnect_min: Duration::from_millis(200),
+        ..registry::Settings::default()
+    });
+    let shutdown = CancellationToken::new();
+    let (r, client, stop) = (registry.clone(), admin.clone(), shutdown.clone());
+    tokio::spawn(async move { r.run(client, stop).await });
+    let key = registry::ClusterKey::new(ns, "alpha");
+    let paused = |registry: &registry::Registry, what: &str| {
+        let s = registry.status(&key);
+        s.phase == registry::Phase::Paused && s.message.contains(what) && registry.connection(&key).is_none()
+    };
+    let connected = |registry: &registry::Registry| {
+        registry.status(&key).phase == registry::Phase::Connected
+            && registry.connection(&key).is_some_and(|c| c.is_synced())
+    };
+    wait_for("paused by spec.paused", WAIT, || async { paused(&registry, "Cluster capi-pause/alpha has spec.paused") })
+        .await;
+    clusters.patch("alpha", &PatchParams::default(), &Patch::Merge(json!({"spec": {"paused": false}}))).await.unwrap();
+    wait_for("resumed", WAIT, || async { connected(&registry) }).await;
+    clusters
+        .patch(
+            "alpha",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": ""}}})),
+        )
+        .await
+        .unwrap();
+    wait_for("paused by the annotation", WAIT, || async { paused(&registry, "carries the annotation") }).await;
+    clusters.delete("alpha", &DeleteParams::default()).await.unwrap();
+    wait_for("resumed once the Cluster is deleted", WAIT, || async { connected(&registry) }).await;
+    shutdown.cancel();
 }

@@ -18,16 +18,7 @@ use crate::{
     infra::registry::{ClusterKey, ClusterStatus, Phase},
 };
 
-const PHASES: [Phase; 8] = [
-    Phase::SecretMissing,
-    Phase::InvalidKubeconfig,
-    Phase::Unauthorized,
-    Phase::Unreachable,
-    Phase::NodeGroupApiNotServed,
-    Phase::DuplicateCluster,
-    Phase::Syncing,
-    Phase::Connected,
-];
+const PHASES: [Phase; 9] = Phase::ALL;
 
 /// What changed between two observations of the registry.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -58,9 +49,9 @@ pub fn diff(last: &BTreeMap<ClusterKey, Phase>, now: &BTreeMap<ClusterKey, Clust
 }
 
 /// Whether reaching `phase` deserves a Warning (the cluster cannot get decisions for a reason a
-/// person must fix or should know about).
+/// person must fix or should know about). A pause is someone's deliberate choice: a Normal event.
 pub fn is_warning(phase: Phase) -> bool {
-    !matches!(phase, Phase::Connected | Phase::Syncing)
+    !matches!(phase, Phase::Connected | Phase::Syncing | Phase::Paused)
 }
 
 fn secret_ref(key: &ClusterKey) -> ObjectReference {
@@ -156,6 +147,7 @@ mod tests {
     fn only_trouble_is_a_warning() {
         assert!(!is_warning(Phase::Connected));
         assert!(!is_warning(Phase::Syncing));
+        assert!(!is_warning(Phase::Paused), "a pause is deliberate, not trouble");
         for p in [
             Phase::Unauthorized,
             Phase::Unreachable,

@@ -13,5 +13,6 @@ pub mod launch;
 pub mod lifecycle;
 pub mod node_registration;
 pub mod ownership;
+pub mod pause;
 pub mod sharding;
 pub mod termination;

@@ -8,6 +8,9 @@
 //! registered more than once in one namespace (identified by the UID of its `kube-system`
 //! namespace): the oldest Secret; the others stay `DuplicateCluster` and get no connection until it
 //! goes. Namespaces never compete for a cluster (see [`Identities`]).
+//! Also Cluster API's pause (hub.md, "Cluster API pause"): the Secret's annotation, and the
+//! `Cluster` of the same name followed by [`capi`]; a paused cluster keeps its connection but
+//! [`Registry::connection`] hands it to no controller, and its status is `Paused`.
 //! In sharded mode (hub.md §6) a registered cluster gets a connection only while this replica
 //! owns it ([`Registry::grant`]): the connection runs under the ownership token and its clients
 //! are fenced by it, so when ownership ends the cluster's tasks stop and its clients refuse
@@ -19,6 +22,7 @@
 //! parse a Secret version more than once ([`parsed`]), or let anything a workload cluster's server
 //! sent reach a [`ClusterStatus`] message (see [`failure`]).
 
+mod capi;
 mod connection;
 mod failure;
 mod parsed;
@@ -44,7 +48,10 @@ use tokio_util::sync::CancellationToken;
 pub use connection::{Connection, WorkloadCache};
 pub use failure::Cause;
 
-use crate::infra::kubeconfig;
+use crate::{
+    decisions::pause::{self, Pause, PausedBy},
+    infra::kubeconfig,
+};
 
 /// Cluster API's label naming the cluster a kubeconfig Secret is for.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
@@ -86,18 +93,22 @@ pub enum Phase {
     /// The same workload cluster (same `kube-system` UID) is registered by an older Secret: this
     /// registration gets no connection, so no controller acts on it twice.
     DuplicateCluster,
+    /// Cluster API's pause (the registration Secret's annotation, or the Cluster's): the hub takes
+    /// no action on the cluster, whatever the state of its connection.
+    Paused,
     Syncing,
     Connected,
 }
 
 impl Phase {
-    const ALL: [Phase; 8] = [
+    pub const ALL: [Phase; 9] = [
         Phase::SecretMissing,
         Phase::InvalidKubeconfig,
         Phase::Unauthorized,
         Phase::Unreachable,
         Phase::NodeGroupApiNotServed,
         Phase::DuplicateCluster,
+        Phase::Paused,
         Phase::Syncing,
         Phase::Connected,
     ];
@@ -116,6 +127,7 @@ impl Phase {
             Phase::Unreachable => "Unreachable",
             Phase::NodeGroupApiNotServed => "NodeGroupAPINotServed",
             Phase::DuplicateCluster => "DuplicateCluster",
+            Phase::Paused => "Paused",
             Phase::Syncing => "Syncing",
             Phase::Connected => "Connected",
         }
@@ -163,6 +175,9 @@ pub struct Settings {
     /// Fence every workload client by the registry's shutdown token (leader election: once the
     /// leader stops, a request already under way in a finishing reconcile is refused too).
     pub fence_on_shutdown: bool,
+    /// While the management API does not serve Cluster API's `Cluster`, how often to look again
+    /// (default 5 min).
+    pub cluster_api_recheck: Duration,
 }
 
 impl Default for Settings {
@@ -178,6 +193,7 @@ impl Default for Settings {
             registration_namespaces: Vec::new(),
             sharded: false,
             fence_on_shutdown: false,
+            cluster_api_recheck: Duration::from_secs(300),
         }
     }
 }
@@ -228,6 +244,10 @@ struct Inner {
     namespace_writer: std::sync::atomic::AtomicBool,
     metrics: Arc<crate::infra::metrics::Metrics>,
     clusters: RwLock<BTreeMap<ClusterKey, Entry>>,
+    /// Cluster API's pause of each cluster, from its Secret and its `Cluster` ([`capi`]). A paused
+    /// cluster keeps its connection (caches stay warm, so resuming is immediate) but no controller
+    /// gets it: [`Registry::connection`] answers `None`.
+    pauses: RwLock<BTreeMap<ClusterKey, Pause>>,
     identities: Arc<Identities>,
     /// Each registration's kubeconfig, hardened once per Secret version.
     parses: Arc<parsed::Parses>,
@@ -262,6 +282,7 @@ impl Registry {
                 context: RwLock::new(None),
                 namespace_writer: std::sync::atomic::AtomicBool::new(false),
                 clusters: RwLock::new(BTreeMap::new()),
+                pauses: RwLock::new(BTreeMap::new()),
                 identities: Arc::new(Identities::default()),
                 parses: Arc::new(parsed::Parses::default()),
                 seen: std::sync::atomic::AtomicU64::new(0),
@@ -416,9 +437,19 @@ impl Registry {
         }
     }
 
-    /// The status of a cluster; `SecretMissing` when it is not registered.
+    /// The status of a cluster; `SecretMissing` when it is not registered, `Paused` while Cluster
+    /// API pauses it (whatever its connection's state).
     pub fn status(&self, key: &ClusterKey) -> ClusterStatus {
-        self.inner.clusters.read().unwrap_or_else(PoisonError::into_inner).get(key).map_or_else(
+        let clusters = self.inner.clusters.read().unwrap_or_else(PoisonError::into_inner);
+        if clusters.contains_key(key)
+            && let Some(by) = self.paused_by(key)
+        {
+            return ClusterStatus::new(
+                Phase::Paused,
+                by.describe(&format!("{}/{}", key.namespace, key.secret_name()), &key.to_string()),
+            );
+        }
+        clusters.get(key).map_or_else(
             || {
                 ClusterStatus::new(
                     Phase::SecretMissing,
@@ -435,14 +466,66 @@ impl Registry {
     }
 
     /// The live connection of a cluster, when it is connected (it may still be syncing: check
-    /// [`Connection::is_synced`] before deciding anything).
+    /// [`Connection::is_synced`] before deciding anything) and not paused: every controller reaches
+    /// a workload cluster through this, so a paused cluster gets no decision and no write.
     pub fn connection(&self, key: &ClusterKey) -> Option<Arc<Connection>> {
+        if self.paused_by(key).is_some() {
+            return None;
+        }
         self.inner
             .clusters
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(key)
             .and_then(|e| e.connection.borrow().clone())
+    }
+
+    /// Why Cluster API pauses cluster `key`, if it does.
+    pub fn paused_by(&self, key: &ClusterKey) -> Option<PausedBy> {
+        self.inner.pauses.read().unwrap_or_else(PoisonError::into_inner).get(key).and_then(|p| p.paused_by())
+    }
+
+    /// Update what is known of `key`'s pause. When that pauses or resumes the cluster: one log
+    /// line, every controller woken, and on resume its claims too (as when it syncs), so decisions
+    /// start again at once on the connection kept warm meanwhile.
+    pub(crate) fn set_pause(&self, key: &ClusterKey, update: impl FnOnce(&mut Pause)) {
+        let (before, after) = {
+            let mut pauses = self.inner.pauses.write().unwrap_or_else(PoisonError::into_inner);
+            let mut p = pauses.get(key).copied().unwrap_or_default();
+            let before = p.paused_by();
+            update(&mut p);
+            if p == Pause::default() {
+                pauses.remove(key);
+            } else {
+                pauses.insert(key.clone(), p);
+            }
+            (before, p.paused_by())
+        };
+        if before == after {
+            return;
+        }
+        match after {
+            Some(by) => {
+                tracing::info!(cluster = %key, by = ?by, "workload cluster paused by Cluster API; no action is taken on it")
+            }
+            None => tracing::info!(cluster = %key, "workload cluster resumed by Cluster API"),
+        }
+        self.notify();
+        if after.is_none() && self.connection(key).is_some_and(|c| c.is_synced()) {
+            let _ = self.inner.synced.send(key.clone());
+        }
+    }
+
+    /// The clusters whose `Cluster` pauses them, for the Cluster watch's relists.
+    pub(crate) fn paused_by_cluster(&self) -> Vec<ClusterKey> {
+        self.inner
+            .pauses
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|(_, p)| p.cluster.is_some())
+            .map(|(k, _)| k.clone())
+            .collect()
     }
 
     /// A receiver that changes whenever any cluster's status or connection changes.
@@ -470,6 +553,15 @@ impl Registry {
         // Label-selected: the hub never caches other Secrets, and holds none of them after an event.
         *self.inner.context.write().unwrap_or_else(PoisonError::into_inner) = Some((mgmt.clone(), shutdown.clone()));
         let config = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
+        // Cluster API's Clusters, read-only, in the same namespaces (a child task: it ends with
+        // the hub even when this one is aborted).
+        tokio::spawn(capi::run(
+            self.clone(),
+            mgmt.clone(),
+            scopes.clone(),
+            settings.cluster_api_recheck,
+            shutdown.child_token(),
+        ));
         let mut events = futures::stream::select_all(scopes.into_iter().map(|scope| {
             let secrets: Api<Secret> = match &scope {
                 Some(ns) => Api::namespaced(mgmt.clone(), ns),
@@ -531,6 +623,8 @@ impl Registry {
     /// [`Registry::run`] itself is aborted rather than left through its own shutdown path.
     fn apply(&self, mgmt: &Client, secret: &Secret, shutdown: &CancellationToken) -> Option<ClusterKey> {
         let key = registration_key(secret)?;
+        let paused = pause::secret_pauses(secret.metadata.annotations.as_ref());
+        self.set_pause(&key, |p| p.secret = paused);
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
         let parsed = self.inner.parses.get(&key, secret, self.inner.settings.kubeconfig_policy);
         {
@@ -629,6 +723,7 @@ impl Registry {
     fn remove(&self, key: &ClusterKey, why: &str) {
         let known = self.inner.known.write().unwrap_or_else(PoisonError::into_inner).remove(key);
         self.inner.parses.forget(key);
+        self.set_pause(key, |p| p.secret = false);
         let removed = self.inner.clusters.write().unwrap_or_else(PoisonError::into_inner).remove(key);
         if known.is_some() && removed.is_none() {
             // Registered but not owned here (sharded mode): the sharder releases nothing of it.
