@@ -8,11 +8,7 @@
 //! process's peak memory (`VmHWM`, reset through `/proc/self/clear_refs`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{
-    io::Write,
-    sync::{Arc, Mutex, PoisonError},
-    time::Duration,
-};
+use std::time::Duration;
 
 use crds::NodePool;
 use k8s_openapi::api::core::v1::Event;

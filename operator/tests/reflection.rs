@@ -11,7 +11,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
-    io::Write,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };

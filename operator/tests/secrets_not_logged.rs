@@ -5,11 +5,7 @@
 //! This file holds a single test: it installs the process-wide log subscriber.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{
-    io::Write,
-    sync::{Arc, Mutex, PoisonError},
-    time::Duration,
-};
+use std::{io::Write, time::Duration};
 
 use crds::NodePool;
 use k8s_openapi::api::core::v1::Event;
