@@ -5,7 +5,7 @@
 //! cluster's; show the credentials of a URL in it (kube's errors can name a URL:
 //! [`crate::infra::kubeconfig::redact_urls`]); nor let a workload cluster's text reach a condition
 //! or an event (nothing here does: [`plain`] is for the management API and logs, [`remote`] for
-//! debug logs only).
+//! debug logs only, [`in_own_words`] for conditions an answer of either cluster may cause).
 
 use std::fmt;
 
@@ -13,6 +13,21 @@ use std::fmt;
 /// and reason (`namespaces "x" not found (404 NotFound)`); anything else as kube prints it.
 pub fn plain(e: &kube::Error) -> Plain<'_> {
     Plain(e)
+}
+
+/// `e` in the hub's own words, for a condition or an event that a workload cluster's answer may
+/// have caused: the HTTP status and nothing the server wrote (its message, reason or body could be
+/// any text a hostile server chose, docs/security.md); the rest goes to the log through [`plain`].
+pub fn in_own_words(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.code != 0 => {
+            format!("the API answered HTTP {} (the hub's log has its message)", s.code)
+        }
+        _ => {
+            "the request got no answer: the connection, DNS, the TLS handshake or a timeout (the hub's log says which)"
+                .to_string()
+        }
+    }
 }
 
 /// `e` of a watch, plainly (see [`plain`]).
@@ -115,6 +130,15 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn in_its_own_words_the_hub_repeats_only_the_status_code() {
+        let status = kube::core::Status::failure("INTERNAL-ADMIN-PANEL: db_password=x", "ADMIN-PANEL").with_code(500);
+        let shown = in_own_words(&kube::Error::Api(status.boxed()));
+        assert_eq!(shown, "the API answered HTTP 500 (the hub's log has its message)");
+        let no_answer = kube::Error::Service("INTERNAL-ADMIN-PANEL".into());
+        assert!(!in_own_words(&no_answer).contains("ADMIN"), "{}", in_own_words(&no_answer));
+    }
 
     #[test]
     fn an_api_refusal_reads_as_its_message_code_and_reason_without_debug_formatting() {

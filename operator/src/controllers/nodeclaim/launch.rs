@@ -119,7 +119,9 @@ pub(super) async fn launch(
             Ok(Action::requeue(why))
         }
         Err(Failure::Kube(e)) => {
-            let why = crate::infra::apierror::plain(&e).to_string();
+            // The condition is the tenant's to read; a workload server's words are not (the log
+            // gets them through the controller's error line).
+            let why = crate::infra::apierror::in_own_words(&e);
             write_status(c, lifecycle::launched(c.obj, &LaunchOutcome::Failed(why), now)).await?;
             Err(Error::Kube(e))
         }
