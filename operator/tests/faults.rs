@@ -885,7 +885,7 @@ async fn a_cluster_paused_by_its_cluster_api_cluster_gets_no_decision_until_resu
     let mut world = World::start(&[("team-a", "alpha")], |i| quick_cke(i as u64 + 70)).await.unwrap();
     world.registry_settings.probe_interval = Duration::from_secs(1);
     let mgmt = world.mgmt.client();
-    let crd: CustomResourceDefinition = serde_json::from_value(cluster_crd()).unwrap();
+    let crd: CustomResourceDefinition = serde_json::from_value(common::cluster_api_cluster_crd()).unwrap();
     Api::<CustomResourceDefinition>::all(mgmt.clone()).create(&PostParams::default(), &crd).await.unwrap();
     let ar =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"), "clusters");
@@ -940,20 +940,4 @@ async fn a_cluster_paused_by_its_cluster_api_cluster_gets_no_decision_until_resu
     capi.delete("alpha", &Default::default()).await.unwrap();
     wait_reachable(&mgmt, "team-a", TRUE, "Connected", Duration::from_secs(20)).await;
     world.shutdown().await;
-}
-
-/// A minimal `clusters.cluster.x-k8s.io` (v1beta1, any fields), as Cluster API installs it.
-fn cluster_crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "clusters.cluster.x-k8s.io"},
-        "spec": {
-            "group": "cluster.x-k8s.io",
-            "names": {"kind": "Cluster", "plural": "clusters", "singular": "cluster", "listKind": "ClusterList"},
-            "scope": "Namespaced",
-            "versions": [{"name": "v1beta1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
-                "type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
-        }
-    })
 }

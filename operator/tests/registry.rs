@@ -212,20 +212,8 @@ async fn at_start_the_older_registration_speaks_for_the_cluster_whichever_connec
     let mgmt_server = ApiServer::start(ApiServerConfig::management("management")).await.unwrap();
     let mgmt = mgmt_server.client();
     register(&mgmt, "team-z", "older", &kubeconfig, json!({})).await;
-    let created = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(mgmt.clone(), "team-z")
-        .get("older-kubeconfig")
-        .await
-        .unwrap()
-        .metadata
-        .creation_timestamp
-        .unwrap()
-        .0
-        .as_second();
     // Creation times have a one-second resolution: the next registration is a second younger.
-    wait_for("the next second", Duration::from_secs(3), || async move {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 > created
-    })
-    .await;
+    common::a_second_after_the_secret(&mgmt, "team-z", "older-kubeconfig").await;
     register(&mgmt, "team-z", "younger", &kubeconfig, json!({})).await;
     let mut pod = workload_pod("web-0", "1", "1Gi");
     pod.metadata.namespace = Some("default".into());
@@ -321,20 +309,8 @@ async fn a_tenant_cannot_take_another_namespaces_cluster_by_answering_its_uid() 
     let mgmt_server = ApiServer::start(ApiServerConfig::management("management")).await.unwrap();
     let mgmt = mgmt_server.client();
     register(&mgmt, "team-a", "fake", &serde_json::to_vec(&fake.kubeconfig()).unwrap(), json!({})).await;
-    let created = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(mgmt.clone(), "team-a")
-        .get("fake-kubeconfig")
-        .await
-        .unwrap()
-        .metadata
-        .creation_timestamp
-        .unwrap()
-        .0
-        .as_second();
     // Creation times have a one-second resolution: team-b's Secret is a second younger.
-    wait_for("the next second", Duration::from_secs(3), || async move {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 > created
-    })
-    .await;
+    common::a_second_after_the_secret(&mgmt, "team-a", "fake-kubeconfig").await;
     register(&mgmt, "team-b", "prod", &serde_json::to_vec(&real.kubeconfig()).unwrap(), json!({})).await;
 
     let shutdown = CancellationToken::new();
@@ -395,19 +371,7 @@ async fn a_cluster_api_cluster_pauses_its_cluster_on_a_real_api_server() {
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
     let cp = envtest::shared_or_skip!("registry");
     let admin = cp.client().await.unwrap();
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "clusters.cluster.x-k8s.io"},
-        "spec": {
-            "group": "cluster.x-k8s.io",
-            "names": {"kind": "Cluster", "plural": "clusters", "singular": "cluster", "listKind": "ClusterList"},
-            "scope": "Namespaced",
-            "versions": [{"name": "v1beta1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
-                "type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
-        }
-    }))
-    .unwrap();
+    let crd: CustomResourceDefinition = serde_json::from_value(common::cluster_api_cluster_crd()).unwrap();
     match Api::<CustomResourceDefinition>::all(admin.clone()).create(&PostParams::default(), &crd).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}

@@ -910,19 +910,7 @@ async fn two_registrations_of_one_cluster_meet_on_one_replica() {
     let copy = serde_json::to_vec(&world.clusters[0].server.kubeconfig()).unwrap();
     // The copy's Secret a second younger (creation times have a one-second resolution; within a
     // second, the one listed first speaks, and `c-0-copy-kubeconfig` sorts before `c-0-kubeconfig`).
-    let created = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(mgmt.clone(), "team-0")
-        .get("c-0-kubeconfig")
-        .await
-        .unwrap()
-        .metadata
-        .creation_timestamp
-        .unwrap()
-        .0
-        .as_second();
-    wait_for("the next second", Duration::from_secs(3), || async move {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 > created
-    })
-    .await;
+    common::a_second_after_the_secret(&mgmt, "team-0", "c-0-kubeconfig").await;
     world.put_secret("team-0", "c-0-copy", &copy).await.unwrap();
     let mut all = keys(&world);
     all.push("team-0/c-0-copy".to_string());

@@ -331,3 +331,38 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
         self.clone()
     }
 }
+
+/// Wait until the clock has passed the second in which the Secret `ns/name` was created: a Secret
+/// written after this is a second younger (creation times have a one-second resolution), so which
+/// of two registrations is older is settled.
+pub async fn a_second_after_the_secret(mgmt: &kube::Client, ns: &str, name: &str) {
+    let created = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(mgmt.clone(), ns)
+        .get(name)
+        .await
+        .unwrap()
+        .metadata
+        .creation_timestamp
+        .unwrap()
+        .0
+        .as_second();
+    wait_for("the next second", Duration::from_secs(3), || async move {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 > created
+    })
+    .await;
+}
+
+/// A minimal `clusters.cluster.x-k8s.io` (v1beta1, any fields), as Cluster API installs it.
+pub fn cluster_api_cluster_crd() -> Value {
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "clusters.cluster.x-k8s.io"},
+        "spec": {
+            "group": "cluster.x-k8s.io",
+            "names": {"kind": "Cluster", "plural": "clusters", "singular": "cluster", "listKind": "ClusterList"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1beta1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                "type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    })
+}
