@@ -121,8 +121,14 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
     let groups: Vec<NodeGroup> = conn.cache.nodegroups.state().iter().map(|g| g.as_ref().clone()).collect();
     let groups_api: Api<NodeGroup> = Api::all(conn.client.clone());
 
+    // The brake's population: groups carrying this hub's and namespace's labels, not going.
+    let mut labelled = 0;
     for g in &groups {
-        match ownership::prove(g, owner, &key.namespace) {
+        let proof = ownership::prove(g, owner, &key.namespace);
+        if proof.is_labelled_ours() && !g.is_terminating() {
+            labelled += 1;
+        }
+        match proof {
             Ownership::Foreign => out.foreign += 1,
             Ownership::Owned { .. } | Ownership::Legacy { .. } if g.spec.node_count != 1 => {
                 out.resized.push(g.name_any())
@@ -203,10 +209,6 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
             Verdict::Keep => {}
         }
     }
-    let labelled = groups
-        .iter()
-        .filter(|g| !g.is_terminating() && ownership::prove(g, owner, &key.namespace).is_labelled_ours())
-        .count();
     let allowed = match hub.settings.gc_brake.judge(collectable.len(), labelled) {
         BrakeVerdict::Halt { would, of } => {
             halt(hub, key, would, of).await;
