@@ -311,11 +311,12 @@ async fn on_real_api_servers_register_mints_an_identity_that_can_do_what_the_hub
     allowed("get NodeGroups", groups.get(&created.name_any()).await);
     allowed("list NodeGroups", groups.list(&lp).await);
     assert_eq!(first_watch_event(&groups).await, Ok(()), "the hub's identity must be allowed to watch NodeGroups");
-    forbidden(
-        "patch NodeGroups (it never resizes)",
-        groups
-            .patch(&created.name_any(), &PatchParams::default(), &Patch::Merge(json!({"spec": {"nodeCount": 2}})))
-            .await,
+    // The handover re-stamp (decisions::handover::restamp): metadata only.
+    let version = created.metadata.resource_version.clone().unwrap_or_default();
+    let restamp = operator::decisions::handover::restamp("mgmt-uid", "claim-uid", &version);
+    allowed(
+        "patch NodeGroups (the re-stamp of a moved group)",
+        groups.patch(&created.name_any(), &PatchParams::default(), &Patch::Merge(&restamp)).await,
     );
     let nodes: Api<Node> = Api::all(as_hub.clone());
     allowed("list Nodes", nodes.list(&lp).await);

@@ -281,7 +281,7 @@ pub async fn run_with(
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
     let Some(hub_settings) = with_identity(&mgmt, hub_settings, &shutdown).await? else { return Ok(()) };
-    let registry = registry::Registry::with_metrics(registry_settings, metrics.clone());
+    let registry = registry::Registry::with_metrics(for_hub(registry_settings, &hub_settings), metrics.clone());
     let cache = hub::MgmtCache::start(&mgmt, hub_settings.namespace.as_deref(), &shutdown);
     let hub = hub::Hub::new(mgmt.clone(), registry.clone(), hub_settings, metrics.clone(), cache);
     tracing::info!(hub_id = %hub.settings.hub_id, "starting the hub");
@@ -294,6 +294,12 @@ pub async fn run_with(
     shutdown.cancelled().await;
     finish(tasks, &metrics).await;
     Ok(())
+}
+
+/// The registry's settings, told who the hub is (a registration's declared move is checked
+/// against it).
+fn for_hub(registry: registry::Settings, hub: &hub::Settings) -> registry::Settings {
+    registry::Settings { hub_id: hub.hub_id.clone(), management_cluster: hub.management_cluster.clone(), ..registry }
 }
 
 /// The settings with the management cluster's identity (hub.md §5), read unless given; `None`
@@ -362,7 +368,7 @@ pub async fn run_sharded_with(
 ) -> Result<(), RunError> {
     registry_settings.sharded = true;
     let Some(hub_settings) = with_identity(&mgmt, hub_settings, &shutdown).await? else { return Ok(()) };
-    let registry = registry::Registry::with_metrics(registry_settings, metrics.clone());
+    let registry = registry::Registry::with_metrics(for_hub(registry_settings, &hub_settings), metrics.clone());
     let cache = hub::MgmtCache::start(&mgmt, hub_settings.namespace.as_deref(), &shutdown);
     let hub = hub::Hub::new(mgmt.clone(), registry.clone(), hub_settings, metrics.clone(), cache);
     tracing::info!(hub_id = %hub.settings.hub_id, identity = %shard.identity, namespace = %shard.namespace, "starting the hub in sharded mode");

@@ -18,7 +18,7 @@ use crate::{
     infra::registry::{ClusterKey, ClusterStatus, Phase},
 };
 
-const PHASES: [Phase; 9] = Phase::ALL;
+const PHASES: [Phase; 10] = Phase::ALL;
 
 /// What changed between two observations of the registry.
 #[derive(Debug, Default, PartialEq, Eq)]

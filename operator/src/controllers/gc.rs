@@ -3,6 +3,8 @@
 //! live before anything is deleted, every delete carries a UID precondition, and the brake
 //! ([`crate::decisions::garbage::Brake`]) bounds what one sweep deletes, or halts it. A reaped group
 //! whose node registered is recorded as freeing capacity, as a claim's termination records its own.
+//! A group moved with its claim from the management cluster the registration declares
+//! ([`crate::decisions::handover`]) is re-stamped as this management cluster's once its claim is here.
 //!
 //! Must not: sweep a cluster whose list of claims failed, delete past the brake, or stop a sweep
 //! because one object failed.
@@ -11,7 +13,10 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::{Api, Resource, ResourceExt};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::decisions::garbage::{
@@ -20,6 +25,7 @@ use crate::decisions::garbage::{
 };
 use crate::{
     decisions::conditions,
+    decisions::handover,
     decisions::lifecycle::{LAUNCHED, REGISTERED},
     decisions::ownership::{self, Ownership},
     infra::apierror::plain,
@@ -43,6 +49,11 @@ pub struct Outcome {
     pub claims_collected: Vec<String>,
     pub refused: Vec<String>,
     pub foreign: usize,
+    /// Groups of the management cluster the registration declares a move from, not re-stamped
+    /// when the sweep began.
+    pub moved: usize,
+    /// Moved groups re-stamped by this sweep (their claims came across).
+    pub restamped: Vec<String>,
     pub resized: Vec<String>,
     /// Orphans left for a later sweep by the per-sweep cap.
     pub deferred: usize,
@@ -108,7 +119,8 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
 pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestamp) -> Result<Outcome, SweepError> {
     let mut out = Outcome::default();
     let hub_id = &hub.settings.hub_id;
-    let owner = hub.settings.owner();
+    let moved_from = hub.registry.moved_from(key);
+    let owner = hub.settings.owner().moved_from(moved_from.as_deref());
     if !hub.cache.is_ready() {
         return Err(SweepError::NotSynced);
     }
@@ -130,6 +142,7 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
         }
         match proof {
             Ownership::Foreign => out.foreign += 1,
+            Ownership::Moved { .. } => out.moved += 1,
             Ownership::Owned { .. } | Ownership::Legacy { .. } if g.spec.node_count != 1 => {
                 out.resized.push(g.name_any())
             }
@@ -138,6 +151,7 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
     }
     let m = &hub.metrics;
     Metrics::set(&m.unmanaged, key, out.foreign as i64);
+    Metrics::set(&m.awaiting_handover, key, out.moved as i64);
     Metrics::set(&m.external_resizes, key, out.resized.len() as i64);
     let now_capacity = hub.capacity(key).await.map(|s| s.unavailable(now).count()).unwrap_or_default();
     Metrics::set(&m.cooldown_flavors, key, now_capacity as i64);
@@ -188,11 +202,13 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
         }
         let proof = ownership::prove(&live, owner, &key.namespace);
         let claim = match &proof {
-            Ownership::Owned { claim, .. } | Ownership::Legacy { claim, .. } => match claims_api.get_opt(claim).await {
-                Ok(None) => LiveClaim::Absent,
-                Ok(Some(c)) => LiveClaim::Present { uid: c.metadata.uid.unwrap_or_default() },
-                Err(_) => LiveClaim::Unknown,
-            },
+            Ownership::Owned { claim, .. } | Ownership::Legacy { claim, .. } | Ownership::Moved { claim, .. } => {
+                match claims_api.get_opt(claim).await {
+                    Ok(None) => LiveClaim::Absent,
+                    Ok(Some(c)) => LiveClaim::Present { uid: c.metadata.uid.unwrap_or_default() },
+                    Err(_) => LiveClaim::Unknown,
+                }
+            }
             _ => LiveClaim::Unknown,
         };
         match judge_orphan(view, &proof, &claim) {
@@ -205,6 +221,23 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
                     tracing::warn!(cluster = %key, nodegroup = %name, why = %why, "GarbageCollectionRefused: NodeGroup carries this hub's labels but fails the ownership proof; kept");
                 }
                 out.refused.push(name);
+            }
+            Verdict::Restamp { claim_uid } => {
+                // Not a deletion: the brake does not weigh it. Guarded by the version proven.
+                let patch = handover::restamp(
+                    &hub.settings.management_cluster,
+                    &claim_uid,
+                    live.metadata.resource_version.as_deref().unwrap_or_default(),
+                );
+                match groups_api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    Ok(_) => {
+                        tracing::info!(cluster = %key, nodegroup = %name, moved_from = ?moved_from, "took over the NodeGroup moved with its NodeClaim from the management cluster the registration names; re-stamped as this management cluster's");
+                        out.restamped.push(name);
+                    }
+                    Err(e) => {
+                        tracing::warn!(cluster = %key, nodegroup = %name, error = %plain(&e), "re-stamping a moved NodeGroup failed (on 403: re-run `karpenter-hub register` so the workload identity may patch NodeGroups); it stays its claim's by the declared move; next sweep retries")
+                    }
+                }
             }
             Verdict::Keep => {}
         }

@@ -109,6 +109,9 @@ pub enum Verdict {
     /// Leave it and report it: it carries our labels but fails a proof (event
     /// `GarbageCollectionRefused`, gauge).
     Refuse { why: String },
+    /// A group moved from the declared source management cluster whose claim came across (UID
+    /// `claim_uid` here): re-stamp it as ours ([`crate::decisions::handover::restamp`]).
+    Restamp { claim_uid: String },
 }
 
 /// Groups worth a live check: owned (or refused, to be reported), not terminating, old enough, and
@@ -169,6 +172,12 @@ pub fn judge_orphan(view: ClusterView, ownership: &Ownership, claim: &LiveClaim)
             why: format!("NodeClaim {claim} was recreated (UID {live}, the group was made for {uid})"),
         },
         (Ownership::Owned { .. }, LiveClaim::Present { .. }) => Verdict::Keep,
+        // Moved from the declared source: its claim came across (by name), or has not yet (kept:
+        // the copy may be under way; never evidence of a leak).
+        (Ownership::Moved { .. }, LiveClaim::Present { uid }) if !uid.is_empty() => {
+            Verdict::Restamp { claim_uid: uid.clone() }
+        }
+        (Ownership::Moved { .. }, _) => Verdict::Keep,
     }
 }
 
@@ -218,7 +227,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use kube::api::ObjectMeta;
 
-    const ME: Owner<'static> = Owner { hub_id: "default", management_cluster: "mgmt-1" };
+    const ME: Owner<'static> = Owner { hub_id: "default", management_cluster: "mgmt-1", moved_from: None };
 
     const OK: ClusterView = ClusterView { connected: true, synced: true, lists_ok: true, min_age: MIN_AGE };
 
@@ -292,6 +301,26 @@ mod tests {
         assert_eq!(judge_orphan(OK, &owned, &LiveClaim::Unknown), Verdict::Keep);
         let refused = Ownership::Refused("no uid".into());
         assert!(matches!(judge_orphan(OK, &refused, &LiveClaim::Absent), Verdict::Refuse { .. }));
+    }
+
+    #[test]
+    fn a_moved_group_is_restamped_once_its_claim_came_across_and_never_collected() {
+        let mut moved = group("a", 600);
+        moved.metadata.labels.as_mut().unwrap().insert(crds::labels::MANAGEMENT_CLUSTER.into(), "mgmt-0".into());
+        let me = ME.moved_from(Some("mgmt-0"));
+        let found = orphan_candidates(OK, std::slice::from_ref(&moved), me, "ns", now(), |_| Some("uid-new".into()));
+        assert_eq!(found.len(), 1, "a moved group is judged even when its claim is cached");
+        let proof = &found[0].1;
+        assert_eq!(
+            judge_orphan(OK, proof, &LiveClaim::Present { uid: "uid-new".into() }),
+            Verdict::Restamp { claim_uid: "uid-new".into() }
+        );
+        assert_eq!(judge_orphan(OK, proof, &LiveClaim::Absent), Verdict::Keep, "the copy may be under way");
+        assert_eq!(judge_orphan(OK, proof, &LiveClaim::Unknown), Verdict::Keep);
+        assert!(
+            orphan_candidates(OK, std::slice::from_ref(&moved), ME, "ns", now(), |_| None).is_empty(),
+            "undeclared: foreign"
+        );
     }
 
     #[test]

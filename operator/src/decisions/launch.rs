@@ -142,30 +142,44 @@ pub fn desired_nodegroup(
     }
 }
 
+/// An existing group this claim may take as its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adopted {
+    /// The flavor to describe the claim with (the group's, not the one just resolved).
+    pub flavor: String,
+    /// The group came with its claim from the management cluster the registration declares
+    /// ([`crate::decisions::handover`]): re-stamp it as ours before going on.
+    pub moved: bool,
+}
+
 /// After `AlreadyExists`: adopt the existing group only if every ownership proof holds and its UID
 /// annotation is this claim's (a group from before management-cluster identities included: the
-/// claim's UID proves it). Returns the flavor to describe the claim with (the group's, not the one
-/// just resolved).
+/// claim's UID proves it; a group moved from the declared source: the claim's name does).
 pub fn adopt(
     existing: &NodeGroup,
     owner: Owner<'_>,
     namespace: &str,
     claim: &NodeClaim,
-) -> Result<String, LaunchError> {
+) -> Result<Adopted, LaunchError> {
     let name = existing.metadata.name.clone().unwrap_or_default();
     let claim_uid = claim.metadata.uid.as_deref().unwrap_or_default();
     let claim_name = claim.metadata.name.as_deref().unwrap_or_default();
     let proof = prove(existing, owner, namespace);
     if proof.is_claims(claim_name, claim_uid) {
-        return Ok(existing.spec.flavor.clone());
+        let moved = matches!(proof, Ownership::Moved { .. });
+        return Ok(Adopted { flavor: existing.spec.flavor.clone(), moved });
     }
     match proof {
-        Ownership::Owned { .. } | Ownership::Legacy { .. } if claim_uid.is_empty() => {
+        Ownership::Owned { .. } | Ownership::Legacy { .. } | Ownership::Moved { .. } if claim_uid.is_empty() => {
             Err(LaunchError::Conflict { name, why: "this claim has no UID yet".into() })
         }
         Ownership::Owned { uid, .. } | Ownership::Legacy { uid, .. } => Err(LaunchError::Conflict {
             name,
             why: format!("it was made for NodeClaim UID {uid}, this claim's is {claim_uid}"),
+        }),
+        Ownership::Moved { claim, .. } => Err(LaunchError::Conflict {
+            name,
+            why: format!("it was moved from another management cluster for NodeClaim {claim}, not this one"),
         }),
         Ownership::Foreign => Err(LaunchError::Conflict {
             name,
@@ -266,8 +280,8 @@ mod tests {
                      "requirements": [], "resources": {}}
         }))
         .unwrap();
-        let me = Owner { hub_id: "default", management_cluster: "mgmt-1" };
-        assert_eq!(adopt(&g, me, "ns", &claim).unwrap(), "S");
+        let me = Owner { hub_id: "default", management_cluster: "mgmt-1", moved_from: None };
+        assert_eq!(adopt(&g, me, "ns", &claim).unwrap(), Adopted { flavor: "S".into(), moved: false });
         claim.metadata.uid = Some("uid-2".into());
         assert!(matches!(adopt(&g, me, "ns", &claim), Err(LaunchError::Conflict { .. })));
         claim.metadata.uid = Some("uid-1".into());
@@ -283,8 +297,15 @@ mod tests {
             &BTreeMap::new(),
             "h",
         );
-        assert_eq!(adopt(&legacy, me, "ns", &claim).unwrap(), "S");
+        assert_eq!(adopt(&legacy, me, "ns", &claim).unwrap().flavor, "S");
         claim.metadata.uid = Some("uid-2".into());
         assert!(adopt(&legacy, me, "ns", &claim).is_err());
+        // Moved from the declared source with its claim: the copy (new UID) adopts it, to re-stamp.
+        let theirs = Owner { management_cluster: "mgmt-2", ..me };
+        assert_eq!(
+            adopt(&g, theirs.moved_from(Some("mgmt-1")), "ns", &claim).unwrap(),
+            Adopted { flavor: "S".into(), moved: true }
+        );
+        assert!(adopt(&g, theirs, "ns", &claim).is_err(), "no move declared");
     }
 }

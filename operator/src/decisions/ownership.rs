@@ -66,6 +66,16 @@ pub fn node_group(node: &k8s_openapi::api::core::v1::Node) -> Option<String> {
 pub struct Owner<'a> {
     pub hub_id: &'a str,
     pub management_cluster: &'a str,
+    /// For one cluster: the management cluster it was declared moved from
+    /// ([`crate::decisions::handover`]), whose groups are [`Ownership::Moved`] instead of foreign.
+    pub moved_from: Option<&'a str>,
+}
+
+impl<'a> Owner<'a> {
+    /// This owner, for a cluster declared moved from management cluster `source` (or not moved).
+    pub fn moved_from(self, source: Option<&'a str>) -> Self {
+        Self { moved_from: source, ..self }
+    }
 }
 
 /// Who the hub is and which claim a NodeGroup is written for.
@@ -160,6 +170,12 @@ pub enum Ownership {
     /// management cluster (a UID is unique across clusters: [`Ownership::is_claims`]); never
     /// deleted as garbage. Left unstamped: the hub's workload identity may not patch NodeGroups.
     Legacy { claim: String, uid: String },
+    /// Every proof holds but the management cluster, which is the one the cluster's registration
+    /// declares it was moved from (hub.md, "Moving a fleet"): the group of the claim of that name in
+    /// this management cluster (the copy has a new UID), to be re-stamped as ours
+    /// ([`crate::decisions::handover::restamp`]). Never deleted as garbage: a claim not copied yet
+    /// is not evidence of a leak.
+    Moved { claim: String, uid: String },
     /// Not ours (no hub labels, another hub, another namespace, another management cluster): never
     /// touched.
     Foreign,
@@ -170,12 +186,15 @@ pub enum Ownership {
 
 impl Ownership {
     /// Whether the group is the one made for claim `name` with UID `uid`, by this hub: owned, or
-    /// a group from before management identities whose claim is this very claim (the UID proves it).
+    /// a group from before management identities whose claim is this very claim (the UID proves it),
+    /// or a group moved with its claim from the declared source (the name proves it: the copy's UID
+    /// is new).
     pub fn is_claims(&self, name: &str, uid: &str) -> bool {
         match self {
             Ownership::Owned { claim, uid: u } | Ownership::Legacy { claim, uid: u } => {
                 claim == name && u == uid && !uid.is_empty()
             }
+            Ownership::Moved { claim, .. } => claim == name && !uid.is_empty(),
             _ => false,
         }
     }
@@ -195,10 +214,13 @@ pub fn prove(group: &NodeGroup, owner: Owner<'_>, namespace: &str) -> Ownership 
         return Ownership::Foreign;
     }
     let management = label(labels::MANAGEMENT_CLUSTER);
-    // Another management cluster's group (a second install on the same hub id, a migration, a
-    // restore without claims): not ours, whatever else it says. A hub that does not know its own
-    // management cluster (never in production) treats every stamped group as another's.
-    if management.is_some_and(|m| m != owner.management_cluster || owner.management_cluster.is_empty()) {
+    // The management cluster the registration says the cluster was moved from: its groups are
+    // taken over, once every other proof holds.
+    let moved = management.is_some_and(|m| owner.moved_from == Some(m) && m != owner.management_cluster);
+    // Another management cluster's group (a second install on the same hub id, a migration not
+    // declared, a restore without claims): not ours, whatever else it says. A hub that does not
+    // know its own management cluster (never in production) treats every stamped group as another's.
+    if !moved && management.is_some_and(|m| m != owner.management_cluster || owner.management_cluster.is_empty()) {
         return Ownership::Foreign;
     }
     let Some(claim) = label(labels::NODECLAIM).filter(|c| !c.is_empty()) else {
@@ -216,6 +238,7 @@ pub fn prove(group: &NodeGroup, owner: Owner<'_>, namespace: &str) -> Ownership 
         ));
     }
     match management {
+        Some(_) if moved => Ownership::Moved { claim: claim.to_string(), uid: uid.clone() },
         Some(_) => Ownership::Owned { claim: claim.to_string(), uid: uid.clone() },
         None => Ownership::Legacy { claim: claim.to_string(), uid: uid.clone() },
     }
@@ -304,7 +327,7 @@ mod tests {
         );
     }
 
-    const ME: Owner<'static> = Owner { hub_id: "default", management_cluster: "mgmt-1" };
+    const ME: Owner<'static> = Owner { hub_id: "default", management_cluster: "mgmt-1", moved_from: None };
 
     #[test]
     fn only_a_group_with_every_proof_is_owned() {
@@ -343,5 +366,29 @@ mod tests {
         assert!(!proof.is_claims("other", "u-1"));
         assert!(!Ownership::Foreign.is_claims(ID.claim, "u-1"));
         assert!(!proof.is_claims(ID.claim, ""));
+    }
+
+    #[test]
+    fn a_group_of_the_declared_source_is_moved_and_its_claim_is_proven_by_name() {
+        let theirs = group(&ClaimIdentity { management_cluster: "mgmt-0", ..ID });
+        assert_eq!(prove(&theirs, ME, "team-a"), Ownership::Foreign, "no move declared");
+        let me = ME.moved_from(Some("mgmt-0"));
+        let proof = prove(&theirs, me, "team-a");
+        assert_eq!(proof, Ownership::Moved { claim: ID.claim.into(), uid: "u-1".into() });
+        assert!(proof.is_claims(ID.claim, "u-copy"), "the copy's new UID");
+        assert!(!proof.is_claims("other", "u-copy"));
+        assert!(!proof.is_claims(ID.claim, ""));
+        // Any other management cluster stays foreign; every other proof still counts.
+        assert_eq!(
+            prove(&group(&ClaimIdentity { management_cluster: "mgmt-9", ..ID }), me, "team-a"),
+            Ownership::Foreign
+        );
+        assert_eq!(prove(&theirs, Owner { hub_id: "other", ..me }, "team-a"), Ownership::Foreign);
+        assert_eq!(prove(&theirs, me, "team-b"), Ownership::Foreign);
+        let mut copy = theirs.clone();
+        copy.metadata.name = Some("copied-group".into());
+        assert!(matches!(prove(&copy, me, "team-a"), Ownership::Refused(_)));
+        // Our own groups are still ours.
+        assert!(matches!(prove(&group(&ID), me, "team-a"), Ownership::Owned { .. }));
     }
 }

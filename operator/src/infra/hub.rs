@@ -77,7 +77,11 @@ pub struct Settings {
 impl Settings {
     /// Who this hub is, for the ownership proof.
     pub fn owner(&self) -> crate::decisions::ownership::Owner<'_> {
-        crate::decisions::ownership::Owner { hub_id: &self.hub_id, management_cluster: &self.management_cluster }
+        crate::decisions::ownership::Owner {
+            hub_id: &self.hub_id,
+            management_cluster: &self.management_cluster,
+            moved_from: None,
+        }
     }
 }
 

@@ -286,6 +286,8 @@ pub struct Metrics {
     pub gc_refused: Tracked<ClusterLabels, Gauge>,
     pub cooldown_flavors: Tracked<ClusterLabels, Gauge>,
     pub unmanaged: Tracked<ClusterLabels, Gauge>,
+    /// Groups still labelled with the management cluster the registration declares a move from.
+    pub awaiting_handover: Tracked<ClusterLabels, Gauge>,
     pub unknown_flavor_lookups: Tracked<ClusterLabels, Counter>,
     /// 1 while a FlavorCatalog cannot be used (label `flavorcatalog`: `<namespace>/<name>`).
     pub catalog_invalid: Family<CatalogLabels, Gauge>,
@@ -356,6 +358,7 @@ impl Metrics {
             gc_refused: Tracked::default(),
             cooldown_flavors: Tracked::default(),
             unmanaged: Tracked::default(),
+            awaiting_handover: Tracked::default(),
             unknown_flavor_lookups: Tracked::default(),
             catalog_invalid: Family::default(),
             shard_owned: Gauge::default(),
@@ -587,6 +590,12 @@ impl Metrics {
         );
         register(
             &mut r,
+            "karpenter_hub_nodegroup_awaiting_handover",
+            "NodeGroups moved from the management cluster the registration names, not re-stamped yet, at the last sweep",
+            &m.awaiting_handover,
+        );
+        register(
+            &mut r,
             "karpenter_hub_instancetype_unknown_flavor_lookups",
             "Lookups of flavors missing from the catalogue",
             &m.unknown_flavor_lookups,
@@ -642,9 +651,14 @@ impl Metrics {
         ] {
             c.get(&l);
         }
-        for g in
-            [&self.external_resizes, &self.gc_refused, &self.cooldown_flavors, &self.unmanaged, &self.cluster_connected]
-        {
+        for g in [
+            &self.external_resizes,
+            &self.gc_refused,
+            &self.cooldown_flavors,
+            &self.unmanaged,
+            &self.awaiting_handover,
+            &self.cluster_connected,
+        ] {
             g.get(&l);
         }
         self.cluster_transitions.get(&l);
@@ -691,7 +705,9 @@ impl Metrics {
         ] {
             t.forget(cluster);
         }
-        for g in [&self.external_resizes, &self.gc_refused, &self.cooldown_flavors, &self.unmanaged] {
+        for g in
+            [&self.external_resizes, &self.gc_refused, &self.cooldown_flavors, &self.unmanaged, &self.awaiting_handover]
+        {
             g.forget(cluster);
         }
     }

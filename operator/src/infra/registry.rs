@@ -49,6 +49,7 @@ pub use connection::{Connection, WorkloadCache};
 pub use failure::Cause;
 
 use crate::{
+    decisions::handover::{self, HandoverError},
     decisions::pause::{self, Pause, PausedBy},
     infra::kubeconfig,
 };
@@ -96,12 +97,15 @@ pub enum Phase {
     /// Cluster API's pause (the registration Secret's annotation, or the Cluster's): the hub takes
     /// no action on the cluster, whatever the state of its connection.
     Paused,
+    /// The registration declares a move ([`crate::decisions::handover`]) this hub cannot honour
+    /// (malformed, or from another hub id): no action is taken on the cluster until it is fixed.
+    HandoverRefused,
     Syncing,
     Connected,
 }
 
 impl Phase {
-    pub const ALL: [Phase; 9] = [
+    pub const ALL: [Phase; 10] = [
         Phase::SecretMissing,
         Phase::InvalidKubeconfig,
         Phase::Unauthorized,
@@ -109,6 +113,7 @@ impl Phase {
         Phase::NodeGroupApiNotServed,
         Phase::DuplicateCluster,
         Phase::Paused,
+        Phase::HandoverRefused,
         Phase::Syncing,
         Phase::Connected,
     ];
@@ -128,6 +133,7 @@ impl Phase {
             Phase::NodeGroupApiNotServed => "NodeGroupAPINotServed",
             Phase::DuplicateCluster => "DuplicateCluster",
             Phase::Paused => "Paused",
+            Phase::HandoverRefused => "HandoverRefused",
             Phase::Syncing => "Syncing",
             Phase::Connected => "Connected",
         }
@@ -178,6 +184,10 @@ pub struct Settings {
     /// While the management API does not serve Cluster API's `Cluster`, how often to look again
     /// (default 5 min).
     pub cluster_api_recheck: Duration,
+    /// This hub's id and management cluster, against which a registration's declared move is
+    /// checked ([`handover::honoured`]).
+    pub hub_id: String,
+    pub management_cluster: String,
 }
 
 impl Default for Settings {
@@ -194,6 +204,8 @@ impl Default for Settings {
             sharded: false,
             fence_on_shutdown: false,
             cluster_api_recheck: Duration::from_secs(300),
+            hub_id: "default".to_string(),
+            management_cluster: String::new(),
         }
     }
 }
@@ -248,6 +260,10 @@ struct Inner {
     /// cluster keeps its connection (caches stay warm, so resuming is immediate) but no controller
     /// gets it: [`Registry::connection`] answers `None`.
     pauses: RwLock<BTreeMap<ClusterKey, Pause>>,
+    /// Each registration's declared move, when it matters: the source management cluster whose
+    /// groups the cluster's controllers take over, or why the declaration is refused (then, like a
+    /// pause, no controller gets the cluster).
+    handovers: RwLock<BTreeMap<ClusterKey, Result<String, HandoverError>>>,
     identities: Arc<Identities>,
     /// Each registration's kubeconfig, hardened once per Secret version.
     parses: Arc<parsed::Parses>,
@@ -283,6 +299,7 @@ impl Registry {
                 namespace_writer: std::sync::atomic::AtomicBool::new(false),
                 clusters: RwLock::new(BTreeMap::new()),
                 pauses: RwLock::new(BTreeMap::new()),
+                handovers: RwLock::new(BTreeMap::new()),
                 identities: Arc::new(Identities::default()),
                 parses: Arc::new(parsed::Parses::default()),
                 seen: std::sync::atomic::AtomicU64::new(0),
@@ -449,6 +466,14 @@ impl Registry {
                 by.describe(&format!("{}/{}", key.namespace, key.secret_name()), &key.to_string()),
             );
         }
+        if clusters.contains_key(key)
+            && let Some(Err(e)) = self.inner.handovers.read().unwrap_or_else(PoisonError::into_inner).get(key)
+        {
+            return ClusterStatus::new(
+                Phase::HandoverRefused,
+                format!("no action is taken on this cluster: the Secret {}/{}: {e}", key.namespace, key.secret_name()),
+            );
+        }
         clusters.get(key).map_or_else(
             || {
                 ClusterStatus::new(
@@ -469,7 +494,9 @@ impl Registry {
     /// [`Connection::is_synced`] before deciding anything) and not paused: every controller reaches
     /// a workload cluster through this, so a paused cluster gets no decision and no write.
     pub fn connection(&self, key: &ClusterKey) -> Option<Arc<Connection>> {
-        if self.paused_by(key).is_some() {
+        if self.paused_by(key).is_some()
+            || self.inner.handovers.read().unwrap_or_else(PoisonError::into_inner).get(key).is_some_and(Result::is_err)
+        {
             return None;
         }
         self.inner
@@ -478,6 +505,44 @@ impl Registry {
             .unwrap_or_else(PoisonError::into_inner)
             .get(key)
             .and_then(|e| e.connection.borrow().clone())
+    }
+
+    /// The management cluster `key` was declared moved from, when this hub honours it: its
+    /// NodeGroups are taken over ([`crate::decisions::ownership::Ownership::Moved`]).
+    pub fn moved_from(&self, key: &ClusterKey) -> Option<String> {
+        self.inner.handovers.read().unwrap_or_else(PoisonError::into_inner).get(key).and_then(|h| h.clone().ok())
+    }
+
+    /// Record `key`'s declared move from its Secret's annotations; one log line when it changes.
+    fn set_handover(&self, key: &ClusterKey, annotations: Option<&BTreeMap<String, String>>) {
+        let settings = &self.inner.settings;
+        let parsed = handover::parse(annotations);
+        let now = match &parsed {
+            Ok(moved) => handover::honoured(moved.as_ref(), &settings.hub_id, &settings.management_cluster)
+                .map(|source| source.map(str::to_string))
+                .transpose(),
+            Err(e) => Some(Err(e.clone())),
+        };
+        let before = {
+            let mut handovers = self.inner.handovers.write().unwrap_or_else(PoisonError::into_inner);
+            match now.clone() {
+                Some(h) => handovers.insert(key.clone(), h),
+                None => handovers.remove(key),
+            }
+        };
+        if before == now {
+            return;
+        }
+        match &now {
+            Some(Ok(source)) => {
+                tracing::info!(cluster = %key, moved_from = %source, "the registration declares the cluster moved from another management cluster: its NodeGroups are taken over as their NodeClaims arrive")
+            }
+            Some(Err(e)) => {
+                tracing::warn!(cluster = %key, error = %e, "HandoverRefused: no action is taken on the cluster")
+            }
+            None => tracing::info!(cluster = %key, "the registration declares no move (any more)"),
+        }
+        self.notify();
     }
 
     /// Why Cluster API pauses cluster `key`, if it does.
@@ -625,6 +690,7 @@ impl Registry {
         let key = registration_key(secret)?;
         let paused = pause::secret_pauses(secret.metadata.annotations.as_ref());
         self.set_pause(&key, |p| p.secret = paused);
+        self.set_handover(&key, secret.metadata.annotations.as_ref());
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
         let parsed = self.inner.parses.get(&key, secret, self.inner.settings.kubeconfig_policy);
         {
@@ -724,6 +790,7 @@ impl Registry {
         let known = self.inner.known.write().unwrap_or_else(PoisonError::into_inner).remove(key);
         self.inner.parses.forget(key);
         self.set_pause(key, |p| p.secret = false);
+        self.set_handover(key, None);
         let removed = self.inner.clusters.write().unwrap_or_else(PoisonError::into_inner).remove(key);
         if known.is_some() && removed.is_none() {
             // Registered but not owned here (sharded mode): the sharder releases nothing of it.

@@ -23,7 +23,7 @@ use serde_json::json;
 use super::{Claim, Error, write_status};
 use crate::{
     decisions::{
-        conditions,
+        conditions, handover,
         launch::{self, LaunchError},
         lifecycle::{self, LaunchOutcome, READY},
         ownership::{self, ClaimIdentity},
@@ -251,8 +251,9 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
             ))));
         }
         Some(g) => {
-            // A restart after the create: adopt only our own group, described by its own flavor.
-            let flavor = launch::adopt(&g, hub.settings.owner(), &c.ns, c.obj).map_err(Failure::Launch)?;
+            // A restart after the create, or a group moved with its claim: adopt only our own
+            // group, described by its own flavor.
+            let (flavor, g) = take_over(c, hub, &groups, g).await?;
             tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, "adopting the NodeGroup created before a restart");
             (flavor, g)
         }
@@ -290,12 +291,11 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
                 c.obj.labels(),
                 &crds::drift::nodeclass_hash(&class.spec),
             );
-            let created = match hub
-                .metrics
-                .cloudprovider(&c.key, "create", groups.create(&PostParams::default(), &desired))
-                .await
-            {
-                Ok(g) => g,
+            match hub.metrics.cloudprovider(&c.key, "create", groups.create(&PostParams::default(), &desired)).await {
+                Ok(created) => {
+                    tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, price = choice.offering.price_hourly, "created NodeGroup; awaiting CKE's verdict");
+                    (flavor, created)
+                }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     // The name is taken although the cache did not show it: read what holds it.
                     let Some(g) = groups.get_opt(&group_name).await? else {
@@ -306,13 +306,13 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
                             "NodeGroup {group_name} is being deleted"
                         ))));
                     }
-                    launch::adopt(&g, hub.settings.owner(), &c.ns, c.obj).map_err(Failure::Launch)?;
-                    g
+                    // Described by its own flavor, not the one just chosen.
+                    let (adopted, g) = take_over(c, hub, &groups, g).await?;
+                    tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %adopted, "the name was taken by this claim's group: adopted it");
+                    (adopted, g)
                 }
                 Err(e) => return Err(e.into()),
-            };
-            tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, price = choice.offering.price_hourly, "created NodeGroup; awaiting CKE's verdict");
-            (flavor, created)
+            }
         }
     };
     // Wait for the verdict on the workload cache, with a deadline; then go on optimistically.
@@ -408,6 +408,33 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
             Ok(Launched { flavor, offering_zone: zone, capacity_type: "on-demand".into(), instance_type: it })
         }
     }
+}
+
+/// Adopt an existing group of the claim's derived name: only when the ownership proof says it is
+/// this claim's. A group moved with its claim from the management cluster the registration declares
+/// is re-stamped as this management cluster's first (guarded by the version it was proven at), so
+/// that from then on it is proven like any group of ours. Returns the group's flavor and the group.
+async fn take_over(
+    c: &Claim<'_>,
+    hub: &Hub,
+    groups: &Api<NodeGroup>,
+    g: NodeGroup,
+) -> Result<(String, NodeGroup), Failure> {
+    let moved_from = hub.registry.moved_from(&c.key);
+    let owner = hub.settings.owner().moved_from(moved_from.as_deref());
+    let adopted = launch::adopt(&g, owner, &c.ns, c.obj).map_err(Failure::Launch)?;
+    if !adopted.moved {
+        return Ok((adopted.flavor, g));
+    }
+    let name = g.name_any();
+    let patch = handover::restamp(
+        &hub.settings.management_cluster,
+        c.obj.metadata.uid.as_deref().unwrap_or_default(),
+        g.metadata.resource_version.as_deref().unwrap_or_default(),
+    );
+    let restamped = groups.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %name, moved_from = ?moved_from, "took over the NodeGroup moved with its NodeClaim from the management cluster the registration names; re-stamped as this management cluster's");
+    Ok((adopted.flavor, restamped))
 }
 
 /// How often the verdict wait looks at the cache without a change announced (the announcements are

@@ -368,11 +368,12 @@ async fn group_live(
 ) -> Result<(Group, Option<NodeGroup>), Error> {
     let groups: Api<NodeGroup> = Api::all(conn.client.clone());
     let live = hub.metrics.cloudprovider(&c.key, "get", groups.get_opt(group_name)).await?;
+    let moved_from = hub.registry.moved_from(&c.key);
     let group = match &live {
         None => Group::NotFound,
         Some(g) if g.is_terminating() => Group::Terminating,
         Some(g) => Group::Present {
-            ours: match ownership::prove(g, hub.settings.owner(), &c.ns) {
+            ours: match ownership::prove(g, hub.settings.owner().moved_from(moved_from.as_deref()), &c.ns) {
                 p if p.is_claims(&c.name, c.obj.metadata.uid.as_deref().unwrap_or_default()) => Ok(()),
                 Ownership::Refused(why) => Err(why),
                 _ => Err("it is not this claim's".to_string()),
@@ -546,13 +547,15 @@ async fn stamp_provider_id(hub: &Hub, conn: &Connection, group: &str) -> Result<
     if group.is_empty() {
         return Ok(());
     }
+    let moved_from = hub.registry.moved_from(&conn.key);
+    let owner = hub.settings.owner().moved_from(moved_from.as_deref());
     let owned = |g: &str| {
         g == group
             && conn.cache.nodegroups.state().iter().any(|ng| {
                 ng.name_any() == g
                     && matches!(
-                        ownership::prove(ng, hub.settings.owner(), &conn.key.namespace),
-                        Ownership::Owned { .. } | Ownership::Legacy { .. }
+                        ownership::prove(ng, owner, &conn.key.namespace),
+                        Ownership::Owned { .. } | Ownership::Legacy { .. } | Ownership::Moved { .. }
                     )
             })
     };
