@@ -309,7 +309,7 @@ async fn settle_hub_id(
     shutdown: &CancellationToken,
 ) -> Result<Option<(String, String)>, RunError> {
     if let Some(id) = given {
-        tracing::info!(hub_id = %id, reason = %hub_id::Reason::Given, "hub id");
+        tracing::info!(hub_id = %id, reason = %hub_id::Reason::Given, "hub id chosen");
         return Ok(Some((id.to_string(), String::new())));
     }
     let uid = match identity::wait(mgmt, shutdown).await {
@@ -323,7 +323,7 @@ async fn settle_hub_id(
         Err(e) => return Err(RunError::HubIdFacts(e)),
     };
     let choice = hub_id::choose(&facts, &uid).map_err(RunError::HubId)?;
-    tracing::info!(hub_id = %choice.id, reason = %choice.reason, management_cluster = %uid, "hub id");
+    tracing::info!(hub_id = %choice.id, reason = %choice.reason, management_cluster = %uid, "hub id chosen");
     Ok(Some((choice.id, uid)))
 }
 
