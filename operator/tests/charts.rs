@@ -1287,7 +1287,8 @@ async fn the_sharded_hub_runs_with_the_chart_rbac_on_a_real_api_server() {
     let leases: Api<Lease> = Api::namespaced(admin.clone(), release_ns);
     // No hub.hubId, nothing of `default` in this namespace: the id derived from the management
     // cluster's identity (docs/hub.md, "The hub id").
-    let uid = Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone()).get("kube-system").await.unwrap().metadata.uid;
+    let uid =
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone()).get("kube-system").await.unwrap().metadata.uid;
     let hub_id = format!("m-{}", &uid.unwrap().replace('-', "")[..12]);
     let holders = |role: &'static str| {
         let (leases, hub_id) = (leases.clone(), hub_id.clone());

@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     controllers::cluster_status, controllers::disruption, controllers::flavorcatalog, controllers::gc,
     controllers::nodeclaim, controllers::nodeclass, controllers::nodepool, controllers::provisioning,
-    decisions::capacity, decisions::hub_id, decisions::sharding as shard_rules, infra::apierror::plain, infra::clients, infra::hub,
-    infra::identity, infra::kubeconfig, infra::leader, infra::metrics, infra::registry, infra::sharding,
+    decisions::capacity, decisions::hub_id, decisions::sharding as shard_rules, infra::apierror::plain, infra::clients,
+    infra::hub, infra::identity, infra::kubeconfig, infra::leader, infra::metrics, infra::registry, infra::sharding,
 };
 
 /// Flags of `karpenter-hub run` (each also read from the environment).
@@ -535,16 +535,8 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
         );
         let shard = sharding::Settings::new(&hub_settings.hub_id, &namespace, &identity, timings)
             .with_lease_client(mgmt_config);
-        run_sharded_with(
-            mgmt,
-            hub_settings,
-            args.registry_settings(),
-            shard,
-            !chosen,
-            metrics,
-            shutdown.clone(),
-        )
-        .await?;
+        run_sharded_with(mgmt, hub_settings, args.registry_settings(), shard, !chosen, metrics, shutdown.clone())
+            .await?;
     } else if args.leader_elect {
         let lease = hub_id::leader_lease_name(&hub_settings.hub_id);
         // A namespace someone named and that does not exist is more likely a mistake than a wish:

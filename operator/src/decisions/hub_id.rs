@@ -42,10 +42,14 @@ pub fn leader_lease_name(hub_id: &str) -> String {
 pub enum IdError {
     /// Not a DNS-1123 label: it is a label value on every NodeGroup and part of the Lease name
     /// `karpenter-hub-<id>` (a DNS subdomain), so only lowercase letters, digits and '-' fit both.
-    #[error("{id:?} {reason}; it is written as a label value on every NodeGroup and in the Lease name karpenter-hub-<id>, so it takes lowercase letters, digits and '-', starts and ends with a letter or digit, at most 63 characters (e.g. 'prod-1')")]
+    #[error(
+        "{id:?} {reason}; it is written as a label value on every NodeGroup and in the Lease name karpenter-hub-<id>, so it takes lowercase letters, digits and '-', starts and ends with a letter or digit, at most 63 characters (e.g. 'prod-1')"
+    )]
     Invalid { id: String, reason: String },
     /// The management cluster's identity has no 12 hex digits to derive an id from.
-    #[error("the management cluster's identity (the UID of kube-system) {uid:?} does not start with 12 hex digits; give this hub an id with --hub-id")]
+    #[error(
+        "the management cluster's identity (the UID of kube-system) {uid:?} does not start with 12 hex digits; give this hub an id with --hub-id"
+    )]
     UnusableIdentity { uid: String },
 }
 
@@ -166,12 +170,18 @@ mod tests {
     #[test]
     fn each_fact_alone_keeps_default() {
         let cases = [
-            (Facts { leader_lease: Some("karpenter".into()), ..Facts::default() }, Reason::LeaderLease("karpenter".into())),
+            (
+                Facts { leader_lease: Some("karpenter".into()), ..Facts::default() },
+                Reason::LeaderLease("karpenter".into()),
+            ),
             (
                 Facts { labelled_lease: Some("kh-default-member-a".into()), ..Facts::default() },
                 Reason::LabelledLease("kh-default-member-a".into()),
             ),
-            (Facts { claim: Some("team-a/default-x".into()), ..Facts::default() }, Reason::Claim("team-a/default-x".into())),
+            (
+                Facts { claim: Some("team-a/default-x".into()), ..Facts::default() },
+                Reason::Claim("team-a/default-x".into()),
+            ),
         ];
         for (facts, reason) in cases {
             let choice = choose(&facts, UID).unwrap();

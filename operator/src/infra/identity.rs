@@ -115,11 +115,7 @@ pub async fn hub_id_facts(mgmt: &Client, place: Place<'_>) -> Result<Facts, Fact
     let apis: Vec<(String, Api<NodeClaim>)> = if place.claim_namespaces.is_empty() {
         vec![("every namespace".to_string(), Api::all(mgmt.clone()))]
     } else {
-        place
-            .claim_namespaces
-            .iter()
-            .map(|ns| (format!("namespace {ns}"), Api::namespaced(mgmt.clone(), ns)))
-            .collect()
+        place.claim_namespaces.iter().map(|ns| (format!("namespace {ns}"), Api::namespaced(mgmt.clone(), ns))).collect()
     };
     for (scope, api) in apis {
         let mut params = ListParams::default().limit(CLAIMS_PAGE);
