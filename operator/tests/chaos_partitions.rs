@@ -531,6 +531,7 @@ fn start_production_hub(kubeconfig: &std::path::Path) -> tokio::task::JoinHandle
         "karpenter-hub".to_string(),
         format!("--kubeconfig={}", kubeconfig.display()),
         "--metrics-addr=127.0.0.1:0".into(),
+        "--hub-id=default".into(),
         "--leader-elect=true".into(),
         "--leader-election-namespace=karpenter-hub".into(),
         format!("--leader-elect-lease-duration={LEASE_DURATION}"),

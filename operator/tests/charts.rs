@@ -312,7 +312,6 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
     let a = args(hub);
     for expected in [
         "run",
-        "--hub-id=default",
         "--leader-elect=true",
         "--leader-election-namespace=karpenter-hub",
         "--metrics-bind-address=0.0.0.0:8080",
@@ -325,6 +324,7 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
     }
     assert!(
         !a.iter().any(|x| x.starts_with("--namespace")
+            || x.starts_with("--hub-id")
             || x.starts_with("--allow-insecure")
             || x.starts_with("--registration-namespaces")
             || x.starts_with("--allow-link")),
@@ -371,6 +371,9 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
         );
     }
     assert_eq!(r.get("Role", "karpenter-hub-leader-election")["metadata"]["namespace"], NAMESPACE);
+    // No --hub-id: the hub lists the Leases there once at start, to keep `default` where it ran.
+    let lease_verbs = &r.get("Role", "karpenter-hub-leader-election")["rules"][0]["verbs"];
+    assert!(lease_verbs.as_array().unwrap().contains(&json!("list")), "{lease_verbs}");
     // The documented default: registrations in every namespace, so Secrets readable and capacity
     // ConfigMaps writable cluster-wide, and only through the registrations role.
     assert!(
@@ -658,7 +661,9 @@ fn wrong_values_are_refused_with_a_message_naming_the_value() {
     let cases: &[(&[&str], &[&str])] = &[
         (&["hub.replicas=0"], &["/hub/replicas", "minimum"]),
         (&["hub.hubId=not a label!"], &["/hub/hubId"]),
-        (&["hub.hubId="], &["/hub/hubId"]),
+        // A label value, but never a Lease name (karpenter-hub-Prod_1): the hub could not lead.
+        (&["hub.hubId=Prod_1"], &["/hub/hubId"]),
+        (&["hub.hubId=team_a.eu-1"], &["/hub/hubId"]),
         (&["logLevel=verbose"], &["/logLevel", "'error', 'warn', 'info', 'debug', 'trace'"]),
         (&["logFormat=yaml"], &["/logFormat", "'json', 'text'"]),
         (&["hub.nodeSelectr.a=b"], &["/hub", "'nodeSelectr' not allowed"]),
@@ -729,7 +734,9 @@ fn wrong_values_are_refused_with_a_message_naming_the_value() {
     for sets in [
         vec![secret, name.as_str(), bundle.as_str()],
         vec!["hub.replicas=1", "hub.leaderElection.enabled=false"],
-        vec!["hub.hubId=team_a.eu-1", "webhook.failurePolicy=Ignore", "webhook.lookups=off", "logLevel=trace"],
+        vec!["hub.hubId=team-a-eu-1", "webhook.failurePolicy=Ignore", "webhook.lookups=off", "logLevel=trace"],
+        // Empty: the hub chooses its id at start.
+        vec!["hub.hubId="],
         vec!["webhook.certPollInterval=500ms", "serviceMonitor.interval=1m30s", "webhook.shutdownGrace=2m"],
         vec!["hub.metrics.bindAddress=::1", "hub.registrationNamespaces={team-a,team-b}"],
         // A wrong certificate setting does not matter once the webhook is off.
@@ -1278,10 +1285,15 @@ async fn the_sharded_hub_runs_with_the_chart_rbac_on_a_real_api_server() {
         log,
     };
     let leases: Api<Lease> = Api::namespaced(admin.clone(), release_ns);
+    // No hub.hubId, nothing of `default` in this namespace: the id derived from the management
+    // cluster's identity (docs/hub.md, "The hub id").
+    let uid =
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone()).get("kube-system").await.unwrap().metadata.uid;
+    let hub_id = format!("m-{}", &uid.unwrap().replace('-', "")[..12]);
     let holders = |role: &'static str| {
-        let leases = leases.clone();
+        let (leases, hub_id) = (leases.clone(), hub_id.clone());
         async move {
-            let selector = format!("karpenter.clever-cloud.com/hub=default,karpenter.clever-cloud.com/shard={role}");
+            let selector = format!("karpenter.clever-cloud.com/hub={hub_id},karpenter.clever-cloud.com/shard={role}");
             leases
                 .list(&ListParams::default().labels(&selector))
                 .await
@@ -1296,7 +1308,8 @@ async fn the_sharded_hub_runs_with_the_chart_rbac_on_a_real_api_server() {
     loop {
         running.assert_alive();
         let ours = |h: &Vec<String>| h.len() == 1 && h[0].starts_with("hub-0-");
-        let leader = leases.get_opt("karpenter-hub-default").await.unwrap().and_then(|l| l.spec?.holder_identity);
+        let leader =
+            leases.get_opt(&format!("karpenter-hub-{hub_id}")).await.unwrap().and_then(|l| l.spec?.holder_identity);
         if ours(&holders("member").await)
             && ours(&holders("cluster").await)
             && leader.is_some_and(|h| h.starts_with("hub-0-"))
@@ -1326,6 +1339,9 @@ async fn the_sharded_hub_runs_with_the_chart_rbac_on_a_real_api_server() {
     for refused in ["forbidden", "Forbidden", " 403"] {
         assert!(!output.contains(refused), "the chart's RBAC refused the sharded hub something:\n{output}");
     }
+    let chosen: Vec<&str> = output.lines().filter(|l| l.contains("hub id chosen")).collect();
+    assert_eq!(chosen.len(), 1, "one line says which hub id and why:\n{output}");
+    assert!(chosen[0].contains(&hub_id) && chosen[0].contains("derived from the management cluster"), "{}", chosen[0]);
     drop(running);
     workload.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);

@@ -199,7 +199,8 @@ async fn a_missing_lease_namespace_is_explained_once_or_created(admin: Client, a
     let admin_path = dir.join("admin.kubeconfig");
     write_kubeconfig(&admin_kc, &admin_path);
     let admin_arg = admin_path.to_str().unwrap();
-    let common = ["--metrics-addr", "127.0.0.1:0"];
+    // The Lease of a given id (without --hub-id the id is chosen first, which reads kube-system).
+    let common = ["--metrics-addr", "127.0.0.1:0", "--hub-id=default"];
 
     // Named but missing: probably a typo; explained in one line, nothing created, exit non-zero.
     let missing = format!("nowhere-{tag}");
@@ -299,6 +300,7 @@ async fn a_refused_leader_election_is_logged_once_while_retrying_on_the_emulator
         "hub-home",
         "--metrics-addr",
         "127.0.0.1:0",
+        "--hub-id=default",
     ]);
     // Four attempts (three retries) seen by the API server.
     let requests = server.requests();

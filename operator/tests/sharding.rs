@@ -783,6 +783,7 @@ impl Process {
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter-hub"))
             .args([
                 "run",
+                "--hub-id=default",
                 "--sharding",
                 "--shard-lease-duration=3",
                 "--shard-renew-deadline=2",

@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     controllers::cluster_status, controllers::disruption, controllers::flavorcatalog, controllers::gc,
     controllers::nodeclaim, controllers::nodeclass, controllers::nodepool, controllers::provisioning,
-    decisions::capacity, decisions::sharding as shard_rules, infra::apierror::plain, infra::clients, infra::hub,
-    infra::identity, infra::kubeconfig, infra::leader, infra::metrics, infra::registry, infra::sharding,
+    decisions::capacity, decisions::hub_id, decisions::sharding as shard_rules, infra::apierror::plain, infra::clients,
+    infra::hub, infra::identity, infra::kubeconfig, infra::leader, infra::metrics, infra::registry, infra::sharding,
 };
 
 /// Flags of `karpenter-hub run` (each also read from the environment).
@@ -21,10 +21,12 @@ pub struct RunArgs {
     /// Kubeconfig of the management cluster; default: in-cluster, then $KUBECONFIG / ~/.kube/config.
     #[arg(long, env = "KARPENTER_HUB_KUBECONFIG", value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
-    /// This hub's identity, written on every NodeGroup it creates; two hubs sharing a workload
-    /// cluster must use different ids.
-    #[arg(long, env = "KARPENTER_HUB_ID", default_value = "default", value_parser = parse_hub_id)]
-    pub hub_id: String,
+    /// This hub's identity, written on every NodeGroup it creates and naming its Leases; two hubs
+    /// sharing a workload cluster must use different ids. Default: `default` when this management
+    /// cluster shows an install that ran under it, else `m-<12 hex digits of the management
+    /// cluster's identity>` (docs/hub.md, "The hub id").
+    #[arg(long, env = "KARPENTER_HUB_ID", value_parser = parse_hub_id)]
+    pub hub_id: Option<String>,
     /// Only serve this namespace of the management cluster: its kubeconfig Secrets, NodePools, node
     /// classes, catalogues and NodeClaims (default: all namespaces).
     #[arg(long, env = "KARPENTER_HUB_NAMESPACE")]
@@ -146,18 +148,15 @@ fn parse_namespace(s: &str) -> Result<String, String> {
 }
 
 fn parse_hub_id(s: &str) -> Result<String, String> {
-    crds::validation::label_value(s)
-        .map_err(|e| format!("--hub-id must be a valid label value (it is written as one on NodeGroups): {e}"))?;
-    if s.is_empty() {
-        return Err("--hub-id must not be empty".to_string());
-    }
+    hub_id::check(s).map_err(|e| format!("--hub-id {e}; or leave --hub-id out to have one chosen"))?;
     Ok(s.to_string())
 }
 
 impl RunArgs {
+    /// The hub's settings; `hub_id` is empty when `--hub-id` is not given (`run` chooses it).
     pub fn hub_settings(&self) -> hub::Settings {
         hub::Settings {
-            hub_id: self.hub_id.clone(),
+            hub_id: self.hub_id.clone().unwrap_or_default(),
             namespace: self.namespace.clone(),
             capacity: capacity::Policy {
                 cooldown: Duration::from_secs(self.flavor_cooldown_seconds),
@@ -218,6 +217,10 @@ pub enum RunError {
     Client(#[from] kube::Error),
     #[error(transparent)]
     Identity(identity::IdentityError),
+    #[error("cannot choose the hub id: {0}")]
+    HubId(hub_id::IdError),
+    #[error(transparent)]
+    HubIdFacts(identity::FactsError),
     #[error("cannot serve metrics: {0}")]
     Metrics(#[from] std::io::Error),
     #[error("lost the leader election Lease {0}; stopping so a standby replica takes over")]
@@ -300,6 +303,34 @@ pub async fn run_with(
 /// against it).
 fn for_hub(registry: registry::Settings, hub: &hub::Settings) -> registry::Settings {
     registry::Settings { hub_id: hub.hub_id.clone(), management_cluster: hub.management_cluster.clone(), ..registry }
+}
+
+/// The hub id (`--hub-id`, else chosen by [`hub_id::choose`] from what the management cluster
+/// shows) and, when it had to be read for that, the management cluster's identity (else empty:
+/// [`with_identity`] reads it); `None` when `shutdown` fired first. One line says which id and why.
+async fn settle_hub_id(
+    mgmt: &Client,
+    given: Option<&str>,
+    place: identity::Place<'_>,
+    shutdown: &CancellationToken,
+) -> Result<Option<(String, String)>, RunError> {
+    if let Some(id) = given {
+        tracing::info!(hub_id = %id, reason = %hub_id::Reason::Given, "hub id chosen");
+        return Ok(Some((id.to_string(), String::new())));
+    }
+    let uid = match identity::wait(mgmt, shutdown).await {
+        Ok(uid) => uid,
+        Err(identity::IdentityError::Cancelled) => return Ok(None),
+        Err(e) => return Err(RunError::Identity(e)),
+    };
+    let facts = match identity::wait_hub_id_facts(mgmt, place, shutdown).await {
+        Ok(facts) => facts,
+        Err(identity::FactsError::Cancelled) => return Ok(None),
+        Err(e) => return Err(RunError::HubIdFacts(e)),
+    };
+    let choice = hub_id::choose(&facts, &uid).map_err(RunError::HubId)?;
+    tracing::info!(hub_id = %choice.id, reason = %choice.reason, management_cluster = %uid, "hub id chosen");
+    Ok(Some((choice.id, uid)))
 }
 
 /// The settings with the management cluster's identity (hub.md §5), read unless given; `None`
@@ -385,7 +416,7 @@ pub async fn run_sharded_with(
         renew_deadline: shard.timings.renew_deadline,
         retry_period: shard.timings.retry_period,
     };
-    let lease = format!("karpenter-hub-{}", hub.settings.hub_id);
+    let lease = hub_id::leader_lease_name(&hub.settings.hub_id);
     let elector = leader::Elector::new(mgmt.clone(), &shard.namespace, &lease, &shard.identity, timings)
         .creating_namespace(create_namespace);
     let namespace_wide = tokio::spawn(namespace_wide(hub.clone(), elector, shutdown.clone()));
@@ -485,6 +516,21 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
         std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")).unwrap_or_else(|_| "karpenter-hub".into()),
         std::process::id()
     );
+    // The hub id names the Leases: settled before any is campaigned for.
+    let mut hub_settings = args.hub_settings();
+    let place = identity::Place {
+        lease_namespace: args.leader_elect.then_some(namespace.as_str()),
+        claim_namespaces: match &args.namespace {
+            Some(ns) => std::slice::from_ref(ns),
+            None => &args.registration_namespaces,
+        },
+    };
+    let Some((hub_id, management_cluster)) = settle_hub_id(&mgmt, args.hub_id.as_deref(), place, &shutdown).await?
+    else {
+        return Ok(());
+    };
+    hub_settings.hub_id = hub_id;
+    hub_settings.management_cluster = management_cluster;
     if let Some(timings) = shard_timings {
         tracing::info!(
             lease_duration_seconds = timings.lease_duration.as_secs(),
@@ -493,20 +539,12 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
             "sharded mode: each owned cluster costs one Lease write every {} s",
             timings.retry_period.as_secs()
         );
-        let shard =
-            sharding::Settings::new(&args.hub_id, &namespace, &identity, timings).with_lease_client(mgmt_config);
-        run_sharded_with(
-            mgmt,
-            args.hub_settings(),
-            args.registry_settings(),
-            shard,
-            !chosen,
-            metrics,
-            shutdown.clone(),
-        )
-        .await?;
+        let shard = sharding::Settings::new(&hub_settings.hub_id, &namespace, &identity, timings)
+            .with_lease_client(mgmt_config);
+        run_sharded_with(mgmt, hub_settings, args.registry_settings(), shard, !chosen, metrics, shutdown.clone())
+            .await?;
     } else if args.leader_elect {
-        let lease = format!("karpenter-hub-{}", args.hub_id);
+        let lease = hub_id::leader_lease_name(&hub_settings.hub_id);
         // A namespace someone named and that does not exist is more likely a mistake than a wish:
         // only the default one is created (a first run by hand, before installing the manifests).
         let elector = leader::Elector::new(mgmt.clone(), &namespace, &lease, &identity, leader_timings)
@@ -534,7 +572,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
         // Fenced: once the Lease is lost, a reconcile still finishing reaches no workload cluster
         // (a standby may take over one lease duration after the last renewal).
         let registry_settings = registry::Settings { fence_on_shutdown: true, ..args.registry_settings() };
-        run_with(mgmt, args.hub_settings(), registry_settings, metrics, controllers).await?;
+        run_with(mgmt, hub_settings, registry_settings, metrics, controllers).await?;
         stop.cancel();
         let _ = keeper.await;
         if lost.is_cancelled() {
@@ -543,7 +581,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
         // Stopped acting: hand over at once instead of letting the Lease expire.
         elector.release().await;
     } else {
-        run_with(mgmt, args.hub_settings(), args.registry_settings(), metrics, shutdown.clone()).await?;
+        run_with(mgmt, hub_settings, args.registry_settings(), metrics, shutdown.clone()).await?;
     }
     if let Ok(Err(e)) = server.await {
         return Err(e.into());
@@ -617,6 +655,20 @@ mod tests {
         assert_eq!(narrowed.health_probe_bind_address, Some("0.0.0.0:8081".parse().unwrap()));
         assert_eq!(parse(&["--metrics-addr=[::1]:8080"]).metrics_addr, "[::1]:8080".parse().unwrap(), "older name");
         assert!(Cli::try_parse_from(["karpenter-hub", "--metrics-bind-address=localhost"]).is_err());
+    }
+
+    #[test]
+    fn the_hub_id_is_optional_and_when_given_must_fit_a_label_value_and_the_lease_name() {
+        assert_eq!(parse(&[]).hub_id, None, "chosen at start (decisions::hub_id)");
+        assert_eq!(parse(&[]).hub_settings().hub_id, "");
+        assert_eq!(parse(&["--hub-id=eu-west"]).hub_settings().hub_id, "eu-west");
+        assert_eq!(parse(&["--hub-id", &"a".repeat(63)]).hub_id.unwrap().len(), 63);
+        // `Prod_1` is a label value, but the Lease karpenter-hub-Prod_1 could never be created.
+        for bad in ["Prod_1", "team_a.eu-1", "", "-a", &"a".repeat(64)] {
+            let e = Cli::try_parse_from(["karpenter-hub", &format!("--hub-id={bad}")]).unwrap_err().to_string();
+            assert!(e.contains("--hub-id") && e.contains("lowercase letters, digits and '-'"), "{bad}: {e}");
+            assert!(e.contains("leave --hub-id out"), "{e}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod disruption_scope;
 pub mod fingerprint;
 pub mod garbage;
 pub mod handover;
+pub mod hub_id;
 pub mod launch;
 pub mod lifecycle;
 pub mod node_registration;

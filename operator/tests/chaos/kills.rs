@@ -78,6 +78,7 @@ impl Hub {
         writeln!(file, "===== life {life} =====").unwrap();
         let child = std::process::Command::new(bin)
             .arg("run")
+            .arg("--hub-id=default")
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             // One replica: a SIGKILLed leader's Lease would hold its successor off for the
             // Lease duration at every one of hundreds of restarts.

@@ -11,6 +11,7 @@ use operator::commands::sandbox::world::{World, quick_cke, scale};
 mod claim_names;
 #[path = "../common/mod.rs"]
 mod common;
+mod hub_id;
 mod ownership;
 mod wakeups;
 use common::{apply_example, running, wait_for, wait_quiet, wait_reachable, writes};
