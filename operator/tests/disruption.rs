@@ -463,14 +463,16 @@ async fn a_replacement_refused_by_the_quota_rolls_the_command_back() {
     })
     .await;
     let cluster = world.clusters[0].key().to_string();
-    assert_eq!(
+    // Counted right after the event is sent: wait for it rather than race it.
+    let failures = || {
         metric(
             &world,
             "karpenter_voluntary_disruption_queue_failures_total",
-            &[("cluster", &cluster), ("decision", "replace")]
-        ),
-        1.0
-    );
+            &[("cluster", &cluster), ("decision", "replace")],
+        )
+    };
+    wait_for("the failure counted", UP, || async { failures() >= 1.0 }).await;
+    assert_eq!(failures(), 1.0);
     wait_for("the candidate untainted, without its record, still running web-0", UP, || async {
         let cs = claims(&world).await;
         let Some(c) = cs.iter().find(|c| c.name_any() == old.name_any()) else { return false };

@@ -34,7 +34,9 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    controllers::provisioning,
+    decisions::input_corrections,
+    decisions::new_claims::{self, Cluster},
+    decisions::taking_part,
     decisions::{
         conditions,
         disruption_queue::{self, CandidateState, Recorded, ReplacementState, Step},
@@ -52,9 +54,6 @@ use scheduling::convert::{PendingRule, Snapshot, Volumes};
 
 /// The loop's period when nothing happened (§4.2).
 pub const PASS_PERIOD: Duration = Duration::from_secs(10);
-/// Consolidation and emptiness commands wait this long by default (`--disruption-validation-seconds`),
-/// then are validated again (§4.12).
-pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
 /// How long a started command may take to show in the management watch cache.
 const CACHE_LAG: Duration = Duration::from_secs(10);
 /// A scope found consolidated is looked at again after this even if nothing changed (§4.12).
@@ -73,7 +72,7 @@ pub enum Error {
     #[error("{0}")]
     Convert(#[from] scheduling::convert::ConvertError),
     #[error("building a replacement NodeClaim: {0}")]
-    Build(#[from] provisioning::Error),
+    Build(#[from] new_claims::BuildError),
 }
 
 /// Start and stop one disruption loop per registered cluster until `shutdown`.
@@ -180,8 +179,8 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     tracing::trace!(cluster = %key, nodes = view.scope.nodes.len(), "disruption view built");
     let capacity = hub.capacity(key).await?;
     let cooling: BTreeSet<String> = capacity.unavailable(now).map(str::to_string).collect();
-    provisioning::mark_unavailable(&mut view.model.input, &cooling);
-    provisioning::correct_from_nodes(&mut view.model.input, snapshot.nodes.iter().map(AsRef::as_ref));
+    input_corrections::mark_unavailable(&mut view.model.input, &cooling);
+    input_corrections::correct_from_nodes(&mut view.model.input, snapshot.nodes.iter().map(AsRef::as_ref));
     publish_budgets(hub, key, &view.scope, now).await;
 
     if let Some(pending) = state.pending.take() {
@@ -252,25 +251,8 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
 fn snapshot(hub: &Hub, conn: &Connection, key: &ClusterKey, claims: &[Arc<NodeClaim>]) -> Snapshot {
     let ns = &key.namespace;
     let classes = hub.cache.classes_in(ns);
-    let ready: BTreeSet<String> = classes
-        .iter()
-        .filter(|c| {
-            conditions::is_true(c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(), "Ready")
-        })
-        .map(|c| c.name_any())
-        .collect();
     Snapshot {
-        node_pools: hub
-            .cache
-            .pools_in(ns)
-            .into_iter()
-            .filter(|p| {
-                p.spec.cluster_name == key.name
-                    && p.metadata.deletion_timestamp.is_none()
-                    && ready.contains(&p.spec.template.spec.node_class_ref.name)
-            })
-            .map(|p| p.as_ref().clone())
-            .collect(),
+        node_pools: taking_part::pools(&classes, &hub.cache.pools_in(ns), &key.name),
         node_classes: classes.iter().map(|c| c.as_ref().clone()).collect(),
         flavor_catalogs: hub.cache.catalogs_in(ns).iter().map(|c| c.as_ref().clone()).collect(),
         node_claims: claims.iter().map(|c| c.as_ref().clone()).collect(),
@@ -590,7 +572,8 @@ async fn start(
             return Ok(None);
         };
         let class = snapshot.node_classes.iter().find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
-        let mut claim = provisioning::node_claim(pool, class, new, key, &[])?;
+        let mut claim =
+            new_claims::node_claim(pool, class, new, &Cluster { namespace: &key.namespace, name: &key.name }, &[])?;
         claim.metadata.name = Some(disruption_queue::replacement_name(&new.nodepool, &id, i));
         claim.annotations_mut().insert(disruption_queue::REPLACES_ANNOTATION.to_string(), id.clone());
         planned.push(claim);

@@ -10,30 +10,25 @@
 //! response finds its claim instead of making a second). Must not: decide on an unsynced cluster,
 //! launch anything itself (the lifecycle controller does), or touch the workload cluster.
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
-use kube::{Api, Resource, ResourceExt, api::PostParams, runtime::reflector::ObjectRef};
-use serde_json::json;
-use sha2::{Digest, Sha256};
+use kube::{Api, ResourceExt, api::PostParams, runtime::reflector::ObjectRef};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     decisions::batcher::{Batcher, Outcome, RESYNC, Rounds},
-    decisions::conditions,
     decisions::fingerprint,
+    decisions::input_corrections::{correct_from_nodes, mark_unavailable},
+    decisions::new_claims::{BuildError, Cluster, candidate_names, node_claim},
+    decisions::taking_part,
     infra::hub::Hub,
     infra::metrics::{ClusterLabels, PoolReasonLabels},
     infra::registry::{ClusterKey, Connection},
 };
-use crds::{CleverNodeClass, NodeClaim, NodePool, labels, quantity::Resources};
-use k8s_openapi::api::core::v1::Node;
+use crds::{CleverNodeClass, NodeClaim, labels};
 use scheduling::{
     convert::{PendingRule, Snapshot, build_input},
-    model::{NewClaim, Settings},
+    model::Settings,
 };
 
 /// Errors of one round; logged, and the next window retries.
@@ -41,8 +36,8 @@ use scheduling::{
 pub enum Error {
     #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
     Kube(#[from] kube::Error),
-    #[error("building a NodeClaim: {0}")]
-    Build(String),
+    #[error(transparent)]
+    Build(#[from] BuildError),
     #[error("{0}")]
     Convert(#[from] scheduling::convert::ConvertError),
 }
@@ -150,26 +145,9 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
         return Ok(Outcome::Deferred { until: tokio::time::Instant::now() + Duration::from_millis(200) });
     }
     let ns = &key.namespace;
-    let node_classes: Vec<CleverNodeClass> = hub.cache.classes_in(ns).iter().map(|c| c.as_ref().clone()).collect();
-    // Only pools whose node class is Ready and not being deleted take part.
-    let ready_classes: BTreeSet<String> = node_classes
-        .iter()
-        .filter(|c| {
-            conditions::is_true(c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(), "Ready")
-        })
-        .map(|c| c.name_any())
-        .collect();
-    let pools: Vec<NodePool> = hub
-        .cache
-        .pools_in(ns)
-        .iter()
-        .filter(|p| {
-            p.spec.cluster_name == key.name
-                && p.metadata.deletion_timestamp.is_none()
-                && ready_classes.contains(&p.spec.template.spec.node_class_ref.name)
-        })
-        .map(|p| p.as_ref().clone())
-        .collect();
+    let classes = hub.cache.classes_in(ns);
+    let pools = taking_part::pools(&classes, &hub.cache.pools_in(ns), &key.name);
+    let node_classes: Vec<CleverNodeClass> = classes.iter().map(|c| c.as_ref().clone()).collect();
     let unschedulable = hub.metrics.unschedulable_pods.get(&ClusterLabels { cluster: key.to_string() });
     if pools.is_empty() {
         tracing::debug!(cluster = %key, "no ready NodePool for this cluster; nothing to provision");
@@ -263,7 +241,7 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
             .map(|p| if p.uid.is_empty() { p.key() } else { p.uid.clone() })
             .collect();
         let class = snapshot.node_classes.iter().find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
-        let mut nc = node_claim(pool, class, claim, key, &pod_ids)?;
+        let mut nc = node_claim(pool, class, claim, &Cluster { namespace: &key.namespace, name: &key.name }, &pod_ids)?;
         let Some(name) = create_claim(hub, &api, key, &mut nc, &counted).await? else {
             continue;
         };
@@ -312,20 +290,6 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
 
 /// How many names a decided claim may try when others hold them (a 20-bit suffix collides with
 /// another live claim of the namespace about once per million pairs).
-const NAME_ATTEMPTS: u32 = 8;
-
-/// The names a decided claim may take, in order: the decision's deterministic names, less those of
-/// claims the decision already counted as capacity. Such a claim was made for the same pods by an
-/// earlier round, but the solver may have given it to other pods (a larger or older pod that began
-/// waiting since): this claim is then capacity beyond it, not a replay of its create.
-pub fn candidate_names<'a>(
-    pool: &'a str,
-    digest: &'a str,
-    counted: &'a BTreeSet<String>,
-) -> impl Iterator<Item = (u32, String)> + 'a {
-    (0..NAME_ATTEMPTS).map(move |a| (a, claim_name(pool, digest, a))).filter(move |(_, n)| !counted.contains(n))
-}
-
 /// Create the decided claim under the first of its [`candidate_names`] that is free or already
 /// holds this very claim (same [`labels::PROVISIONING_DIGEST`]: the hub's own create, retried after
 /// a lost answer, which the decision did not count). Returns the name, with `claim`'s uid set when
@@ -369,29 +333,6 @@ async fn create_claim(
     Ok(None)
 }
 
-/// The digest of a provisioning decision: its cluster, pool and pods (UIDs).
-pub fn provisioning_digest(key: &ClusterKey, pool: &str, pods: &[String]) -> String {
-    Sha256::digest(format!("{}/{}/{}", key, pool, pods.join(",")).as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// The `attempt`-th name of a decision: the pool and five hex digits, as Karpenter's
-/// `<pool>-<suffix>`; attempt 0 takes them from the digest itself, later ones from the digest
-/// salted with the attempt, so every replay of the decision walks the same names.
-pub fn claim_name(pool: &str, digest: &str, attempt: u32) -> String {
-    let salted = if attempt == 0 {
-        digest.to_string()
-    } else {
-        Sha256::digest(format!("{digest}/{attempt}").as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
-    };
-    let mut name: String = pool.chars().take(63 - 6).collect();
-    name.push('-');
-    name.extend(salted.chars().take(5));
-    name
-}
-
 /// Wait until the management cache shows every claim in `names` (or [`CREATED_VISIBLE`] passed).
 async fn claims_visible(hub: &Hub, ns: &str, names: &[String]) -> bool {
     let deadline = tokio::time::Instant::now() + CREATED_VISIBLE;
@@ -404,211 +345,5 @@ async fn claims_visible(hub: &Hub, ns: &str, names: &[String]) -> bool {
             return false;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Take the offerings of flavors CKE refused recently out of every pool's catalogue.
-pub fn mark_unavailable(input: &mut scheduling::Input, flavors: &BTreeSet<String>) {
-    if flavors.is_empty() {
-        return;
-    }
-    for it in input.pools.iter_mut().flat_map(|p| p.instance_types.iter_mut()) {
-        if flavors.contains(&it.name) {
-            for o in &mut it.offerings {
-                o.available = false;
-            }
-        }
-    }
-}
-
-/// Runtime self-correction of the catalogue (clever-cloud.md §4): the first Ready-reported worker
-/// Node of each flavor gives that flavor its real capacity and allocatable in every pool. Returns
-/// the observations refused (too far from the catalogue), for the log.
-pub fn correct_from_nodes<'a>(
-    input: &mut scheduling::Input,
-    nodes: impl IntoIterator<Item = &'a Node>,
-) -> Vec<(String, String)> {
-    let mut observed: BTreeMap<String, (Resources, Resources)> = BTreeMap::new();
-    for node in nodes {
-        let labels = node.labels();
-        let Some(flavor) = labels.get(labels::CLEVER_FLAVOR).or_else(|| labels.get(labels::INSTANCE_TYPE)) else {
-            continue;
-        };
-        let Some(status) = node.status.as_ref() else { continue };
-        let (Some(cap), Some(alloc)) = (status.capacity.as_ref(), status.allocatable.as_ref()) else { continue };
-        let (Ok(cap), Ok(alloc)) = (Resources::from_resource_list(cap), Resources::from_resource_list(alloc)) else {
-            continue;
-        };
-        if cap.cpu_millis > 0 && cap.memory_bytes > 0 {
-            observed.entry(flavor.clone()).or_insert((cap, alloc));
-        }
-    }
-    let mut refused = Vec::new();
-    for it in input.pools.iter_mut().flat_map(|p| p.instance_types.iter_mut()) {
-        if let Some((cap, alloc)) = observed.get(&it.name)
-            && let Err(e) = it.observe(*cap, *alloc)
-            && !refused.iter().any(|(f, _)| f == &it.name)
-        {
-            refused.push((it.name.clone(), e.to_string()));
-        }
-    }
-    refused
-}
-
-/// The NodeClaim for a decided claim (karpenter-semantics §1.5). Its name is derived from the pool
-/// and the UIDs of the pods it was made for (also stamped as [`labels::PROVISIONING_DIGEST`]), so
-/// a retried create is idempotent.
-/// The node class's hash is stamped too, so a later change of the class drifts the claim (§4.1).
-pub fn node_claim(
-    pool: &NodePool,
-    nodeclass: Option<&CleverNodeClass>,
-    claim: &NewClaim,
-    key: &ClusterKey,
-    pods: &[String],
-) -> Result<NodeClaim, Error> {
-    let pool_name = pool.name_any();
-    let digest = provisioning_digest(key, &pool_name, pods);
-    let name = claim_name(&pool_name, &digest, 0);
-    let template = &pool.spec.template;
-    let class = &template.spec.node_class_ref;
-    let mut claim_labels = template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default();
-    claim_labels.extend(claim.labels.clone());
-    claim_labels.insert(labels::NODEPOOL.to_string(), pool_name.clone());
-    claim_labels.insert(labels::CLEVERNODECLASS.to_string(), class.name.clone());
-    let mut annotations = template.metadata.as_ref().map(|m| m.annotations.clone()).unwrap_or_default();
-    annotations.insert(crds::drift::NODEPOOL_HASH_ANNOTATION.to_string(), crds::drift::nodepool_hash(&pool.spec));
-    annotations.insert(
-        crds::drift::NODEPOOL_HASH_VERSION_ANNOTATION.to_string(),
-        crds::drift::NODEPOOL_HASH_VERSION.to_string(),
-    );
-    if let Some(nodeclass) = nodeclass {
-        annotations
-            .insert(crds::drift::NODECLASS_HASH_ANNOTATION.to_string(), crds::drift::nodeclass_hash(&nodeclass.spec));
-        annotations.insert(
-            crds::drift::NODECLASS_HASH_VERSION_ANNOTATION.to_string(),
-            crds::drift::NODECLASS_HASH_VERSION.to_string(),
-        );
-    }
-    annotations.insert(labels::MIN_VALUES_RELAXED.to_string(), claim.min_values_relaxed.to_string());
-    if !pods.is_empty() {
-        annotations.insert(labels::PROVISIONING_DIGEST.to_string(), digest);
-    }
-    let owner = pool.controller_owner_ref(&()).map(|mut o| {
-        o.controller = None;
-        o.block_owner_deletion = Some(true);
-        o
-    });
-    let value = json!({
-        "apiVersion": "karpenter.clever-cloud.com/v1alpha1",
-        "kind": "NodeClaim",
-        "metadata": {
-            "name": name,
-            "namespace": key.namespace,
-            "labels": claim_labels,
-            "annotations": annotations,
-            "ownerReferences": owner.into_iter().collect::<Vec<_>>(),
-            "finalizers": [labels::TERMINATION_FINALIZER],
-        },
-        "spec": {
-            "clusterName": key.name,
-            "taints": claim.taints,
-            "startupTaints": claim.startup_taints,
-            "requirements": claim.requirements,
-            "resources": {"requests": claim.requests.to_resource_list()},
-            "nodeClassRef": class,
-            "terminationGracePeriod": template.spec.termination_grace_period,
-            "expireAfter": template.spec.expire_after,
-        }
-    });
-    serde_json::from_value(value).map_err(|e| Error::Build(e.to_string()))
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use scheduling::testkit::{GI, input, pod, pool};
-
-    fn first_flavor(input: &scheduling::Input) -> String {
-        let d = scheduling::solve(input);
-        d.new_claims[0].instance_types[0].name.clone()
-    }
-
-    #[test]
-    fn a_claim_the_decision_counted_is_never_taken_for_a_replay_of_its_create() {
-        let key = ClusterKey { namespace: "team-a".into(), name: "prod".into() };
-        // Pod A's claim exists and the solver gave it to pod B; A needs a new claim, whose
-        // digest (pods: A) is the one A's first claim was made under.
-        let digest = provisioning_digest(&key, "default", &["uid-a".into()]);
-        let first = claim_name("default", &digest, 0);
-        let nothing = BTreeSet::new();
-        assert_eq!(candidate_names("default", &digest, &nothing).next(), Some((0, first.clone())));
-        let counted = BTreeSet::from([first.clone()]);
-        let names: Vec<(u32, String)> = candidate_names("default", &digest, &counted).collect();
-        assert_eq!(names.first(), Some(&(1, claim_name("default", &digest, 1))), "the next name, not the counted one");
-        assert_eq!(names.len(), NAME_ATTEMPTS as usize - 1);
-        assert!(names.iter().all(|(_, n)| *n != first));
-    }
-
-    #[test]
-    fn claim_names_follow_pod_incarnations_and_walk_the_same_names_on_every_replay() {
-        let key = ClusterKey { namespace: "team-a".into(), name: "prod".into() };
-        let first = provisioning_digest(&key, "default", &["uid-1".into()]);
-        let recreated = provisioning_digest(&key, "default", &["uid-2".into()]);
-        // The same pod name recreated (new UID) is another decision, under another name.
-        assert_ne!(claim_name("default", &first, 0), claim_name("default", &recreated, 0));
-        // A replay of one decision walks the same names, and each attempt is a new name.
-        let walk = |d: &str| (0..NAME_ATTEMPTS).map(|a| claim_name("default", d, a)).collect::<Vec<_>>();
-        assert_eq!(walk(&first), walk(&first));
-        let distinct: BTreeSet<String> = walk(&first).into_iter().collect();
-        assert_eq!(distinct.len(), NAME_ATTEMPTS as usize);
-        // Karpenter's shape: `<pool>-<5 hex>`, and within the 63 characters of a name.
-        let name = claim_name("default", &first, 0);
-        assert!(name.starts_with("default-") && name.len() == "default-".len() + 5, "{name}");
-        assert!(claim_name(&"p".repeat(80), &first, 3).len() <= 63);
-    }
-
-    #[test]
-    fn a_flavor_cooling_down_is_not_chosen_and_the_next_cheapest_is() {
-        let mut i = input(vec![pool("default")], vec![pod("p", 1000, GI)]);
-        assert_eq!(first_flavor(&i), "2XS");
-        mark_unavailable(&mut i, &BTreeSet::from(["2XS".to_string()]));
-        assert_eq!(first_flavor(&i), "XS");
-        let d = scheduling::solve(&i);
-        assert!(d.new_claims[0].instance_types.iter().all(|t| t.name != "2XS"), "2XS must not even be a candidate");
-    }
-
-    fn worker(flavor: &str, cpu: &str, memory: &str, alloc_memory: &str) -> Node {
-        serde_json::from_value(json!({
-            "metadata": {"name": format!("n-{flavor}"), "labels": {labels::CLEVER_FLAVOR: flavor}},
-            "status": {
-                "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
-                "allocatable": {"cpu": cpu, "memory": alloc_memory, "pods": "110"},
-            }
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn observed_node_capacity_corrects_the_catalogue_and_absurd_reports_are_refused() {
-        let mut i = input(vec![pool("default")], vec![pod("p", 1000, GI)]);
-        let before = i.pools[0].instance_types.iter().find(|t| t.name == "XS").unwrap().allocatable;
-        // An XS whose kubelet reports less allocatable memory than the catalogue assumed.
-        let nodes = vec![worker("XS", "6", "7937580Ki", "6Gi"), worker("2XS", "400", "1Ti", "1Ti")];
-        let refused = correct_from_nodes(&mut i, &nodes);
-        let xs = i.pools[0].instance_types.iter().find(|t| t.name == "XS").unwrap();
-        assert_eq!(xs.allocatable.memory_bytes, 6 * GI, "was {before:?}");
-        assert_eq!(refused.len(), 1, "{refused:?}");
-        assert_eq!(refused[0].0, "2XS");
-        let two_xs = i.pools[0].instance_types.iter().find(|t| t.name == "2XS").unwrap();
-        assert!(two_xs.capacity.cpu_millis < 400_000, "the absurd report is not applied");
-    }
-
-    #[test]
-    fn nothing_cooling_down_changes_nothing() {
-        let mut i = input(vec![pool("default")], vec![pod("p", 1000, GI)]);
-        let before = format!("{:?}", i.pools);
-        mark_unavailable(&mut i, &BTreeSet::new());
-        assert_eq!(before, format!("{:?}", i.pools));
     }
 }

@@ -13,6 +13,10 @@
 
 use std::time::Duration;
 
+/// Consolidation and emptiness commands wait this long by default (`--disruption-validation-seconds`),
+/// then are validated again (§4.12).
+pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
+
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

@@ -103,14 +103,14 @@ pub fn build_fenced(
     config: Config,
     metrics: &Metrics,
     side: Side<'_>,
-    fence: &super::sharding::FenceLayer,
+    fence: &super::fence::FenceLayer,
 ) -> Result<Client, kube::Error> {
     Ok(builder(config)?.with_layer(fence).with_layer(&retrying(metrics, side)).build())
 }
 
 /// The eviction client: identified, never retrying (a 429 is a PodDisruptionBudget's answer),
 /// fenced like the others when `fence` is given.
-pub fn evictions(config: Config, fence: Option<&super::sharding::FenceLayer>) -> Result<Client, kube::Error> {
+pub fn evictions(config: Config, fence: Option<&super::fence::FenceLayer>) -> Result<Client, kube::Error> {
     let builder = builder(config)?;
     Ok(match fence {
         Some(fence) => builder.with_layer(fence).build(),
@@ -248,7 +248,7 @@ mod tests {
         let (script, config) = serve(&[]).await;
         let m = Metrics::new();
         let token = CancellationToken::new();
-        let fence = super::super::sharding::FenceLayer { token: token.clone(), cluster: "team-a/prod".into() };
+        let fence = super::super::fence::FenceLayer { token: token.clone(), cluster: "team-a/prod".into() };
         let client = build_fenced(config, &m, Side::Workload("team-a/prod"), &fence).unwrap();
         client.apiserver_version().await.unwrap();
         token.cancel();

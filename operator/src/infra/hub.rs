@@ -99,7 +99,7 @@ impl Default for Settings {
             gc_min_age: crate::decisions::garbage::MIN_AGE,
             gc_period: crate::decisions::garbage::SWEEP_PERIOD,
             gc_brake: crate::decisions::garbage::Brake::default(),
-            disruption_validation: crate::controllers::disruption::VALIDATION_DELAY,
+            disruption_validation: crate::decisions::disruption_queue::VALIDATION_DELAY,
         }
     }
 }

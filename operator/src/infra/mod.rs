@@ -1,9 +1,10 @@
 //! What the controllers run on: the shared hub context, the registry of workload-cluster
-//! connections, leader election, sharding across replicas, metrics and the API-error and manifest
+//! connections, leader election, sharding across replicas and the fence on workload clients, metrics and the API-error and manifest
 //! helpers. No decisions.
 
 pub mod apierror;
 pub mod clients;
+pub mod fence;
 pub mod hub;
 pub mod identity;
 pub mod kubeconfig;

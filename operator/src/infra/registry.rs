@@ -1028,7 +1028,7 @@ mod tests {
         for e in
             [held.client.apiserver_version().await.unwrap_err(), held.evictions.apiserver_version().await.unwrap_err()]
         {
-            assert!(crate::infra::sharding::is_fenced(&e), "not the fence: {e}");
+            assert!(crate::infra::fence::is_fenced(&e), "not the fence: {e}");
         }
         workload.client().apiserver_version().await.expect("the cluster itself still answers");
 

@@ -471,10 +471,10 @@ impl Task {
         }
     }
 
-    fn fence_layer(&self) -> Option<crate::infra::sharding::FenceLayer> {
+    fn fence_layer(&self) -> Option<crate::infra::fence::FenceLayer> {
         self.fence
             .as_ref()
-            .map(|token| crate::infra::sharding::FenceLayer { token: token.clone(), cluster: self.key.to_string() })
+            .map(|token| crate::infra::fence::FenceLayer { token: token.clone(), cluster: self.key.to_string() })
     }
 
     /// A health probe, counted by result (`karpenter_hub_cluster_probes_total`).

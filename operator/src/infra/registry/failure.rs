@@ -92,7 +92,7 @@ impl Cause {
                 let mut found = Cause::Transport;
                 let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
                 while let Some(s) = source {
-                    if s.is::<crate::infra::sharding::Fenced>() {
+                    if s.is::<crate::infra::fence::Fenced>() {
                         return Cause::Client;
                     }
                     if let Some(c) = s.downcast_ref::<rustls::Error>().map(tls_cause) {
