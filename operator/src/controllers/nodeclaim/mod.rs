@@ -10,8 +10,9 @@
 //! this controller's own last write while the cache lags). Reads come from the watch caches; the
 //! live reads left act on an absence or guard against a duplicate (each says so). The launch
 //! sequence's I/O is in `launch`, the Node registration's patch in `register`, the drain's in
-//! `drain`, capacity freed by a group gone in `released`. A claim whose cluster is not synced (or not owned here) waits for that cluster's
-//! sync, which wakes that cluster's claims only, with a long safety requeue behind it.
+//! `drain`, capacity freed by a group gone in `released`. A claim whose cluster is not synced (or
+//! not owned here) waits for that cluster's sync, which wakes that cluster's claims only, with a
+//! long safety requeue behind it.
 //! Must not: decide anything itself (every choice is [`lifecycle`]'s), act on a cluster that is not
 //! connected and synced, delete a NodeGroup that fails the ownership proof, or decide which pods go.
 

@@ -2,8 +2,9 @@
 //! clever-cloud.md §3.7): whether it has expired, whether its instance is gone (its NodeGroup
 //! vanished, its Node deleted or NotReady with its group gone), and the registration TTL.
 //!
-//! Owns: the deletions of a live claim for expiry, a lost instance, a deleted Node or a Node that
-//! never registered, and the live read of a NodeGroup the cache no longer shows before any of them.
+//! Owns: the deletions of a live claim for expiry, a lost instance (a vanish before registration
+//! also cools its flavor down), a deleted Node or a Node that never registered, and the live read
+//! of a NodeGroup the cache no longer shows before any of them.
 //! Must not: take a NodeGroup's absence from the cache for its absence (only an uncached read,
 //! [`Group::NotFound`] or [`Group::Terminating`], proves it), repair a NotReady Node whose group is
 //! there (`repair`'s), or delete a claim being deleted (`termination`'s).
