@@ -1,21 +1,24 @@
 //! The NodeClaim controller (karpenter-semantics §5, §6; clever-cloud.md §3.4–3.7): for each claim
 //! in the management cluster, gather what the hub sees of it (its Node, NodeGroup and pods in the
 //! workload cluster, its pool's health, the time), ask [`lifecycle::decide`] what to do, and carry
-//! out the writes in order.
+//! out the writes in order. A claim without its finalizer gets it first, from
+//! [`lifecycle::finalizer`], before the facts of its cluster are gathered.
 //!
 //! Owns: fact gathering and the API writes, each idempotent (deterministic NodeGroup name,
 //! adoption after a crash, guarded writes on Nodes, UID preconditions), the claim's status written
 //! at most once per pass and only when it differs from the freshest copy known (the cache's, or
 //! this controller's own last write while the cache lags). Reads come from the watch caches; the
 //! live reads left act on an absence or guard against a duplicate (each says so). The launch
-//! sequence's I/O is in `launch`, the drain's in `drain`, capacity freed by a group gone in
-//! `released`. A claim whose cluster is not synced (or not owned here) waits for that cluster's
-//! sync, which wakes that cluster's claims only, with a long safety requeue behind it.
+//! sequence's I/O is in `launch`, the Node registration's patch in `register`, the drain's in
+//! `drain`, capacity freed by a group gone in `released`. A claim whose cluster is not synced (or
+//! not owned here) waits for that cluster's sync, which wakes that cluster's claims only, with a
+//! long safety requeue behind it.
 //! Must not: decide anything itself (every choice is [`lifecycle`]'s), act on a cluster that is not
 //! connected and synced, delete a NodeGroup that fails the ownership proof, or decide which pods go.
 
 mod drain;
 mod launch;
+mod register;
 mod released;
 
 use std::{
@@ -235,16 +238,17 @@ async fn reconcile(obj: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         // Woken when ownership comes here (its connection syncs).
         return Ok(Action::requeue(CLUSTER_NOT_READY_RECHECK));
     }
-    let has_finalizer = obj.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER);
-    let deleting = obj.metadata.deletion_timestamp.is_some();
-    if !has_finalizer {
-        // Nothing to do for a claim already released; a new one gets the finalizer before anything
-        // else, whatever the state of its cluster.
-        if !deleting {
-            c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&with_finalizer(obj.as_ref(), true))).await?;
+    // Nothing to do for a claim already released; a new one gets the finalizer before anything
+    // else, whatever the state of its cluster.
+    if let Some(decision) = lifecycle::finalizer(&obj) {
+        for write in decision.writes {
+            if let Some(action) = carry_out_on_claim(&c, &hub, write).await? {
+                return Ok(action);
+            }
         }
-        return Ok(Action::await_change());
+        return Ok(decision.requeue.map_or_else(Action::await_change, Action::requeue));
     }
+    let deleting = obj.metadata.deletion_timestamp.is_some();
     let Some(conn) = hub.registry.connection(&c.key).filter(|c| c.is_synced()) else {
         // No decisions, and no writes, on a cluster we cannot see; woken when it syncs.
         tracing::debug!(cluster = %c.key, nodeclaim = %c.name, "cluster not synced; waiting for it");
@@ -402,7 +406,8 @@ fn pool_health(c: &Claim<'_>, hub: &Hub, nodes: &[Arc<Node>], now: k8s_openapi::
 }
 
 /// Carry out one write. `Some(action)` ends the pass there (a write whose effect the next pass must
-/// read back first).
+/// read back first). The writes on the workload cluster are here; those on the claim and the hub's
+/// own state are [`carry_out_on_claim`]'s.
 async fn carry_out(
     c: &Claim<'_>,
     hub: &Hub,
@@ -414,34 +419,71 @@ async fn carry_out(
 ) -> Result<Option<Action>, Error> {
     let nodes: Api<Node> = Api::all(conn.client.clone());
     match write {
-        Write::AddFinalizer => {
-            c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&with_finalizer(c.obj, true))).await?;
-            return Ok(Some(Action::await_change()));
-        }
-        Write::Status(status) => write_status(c, *status).await?,
         Write::Launch(launching) => return launch::launch(c, hub, conn, launching.map(|s| *s)).await.map(Some),
         Write::RegisterNode(desired) => {
-            // Only the fields the hub owns, the taints guarded by a test (see
-            // `lifecycle::registration_patch`): the kubelet's writes to the Node do not conflict.
+            // Only the fields the hub owns, the taints guarded by a test (see `register`): the
+            // kubelet's writes to the Node do not conflict.
             let Some(read) = node else { return Ok(Some(Action::requeue(Duration::from_millis(100)))) };
-            if let Some(ops) = lifecycle::registration_patch(read, &desired) {
-                let patch = Patch::Json::<()>(serde_json::from_value(ops).map_err(Error::Patch)?);
-                match nodes.patch(&desired.name_any(), &PatchParams::default(), &patch).await {
-                    Ok(_) => {}
-                    // The taints test failed: the kubelet changed them meanwhile; the next pass
-                    // registers on the list it sees then.
-                    Err(kube::Error::Api(s)) if s.code == 422 => {
-                        tracing::debug!(cluster = %c.key, nodeclaim = %c.name, node = %desired.name_any(), "node taints changed during registration; retrying");
-                        return Ok(Some(Action::requeue(Duration::from_millis(500))));
-                    }
-                    Err(e) => return Err(e.into()),
-                }
+            if !register::register(&nodes, read, &desired).await? {
+                // The taints test failed: the kubelet changed them meanwhile; the next pass
+                // registers on the list it sees then.
+                tracing::debug!(cluster = %c.key, nodeclaim = %c.name, node = %desired.name_any(), "node taints changed during registration; retrying");
+                return Ok(Some(Action::requeue(Duration::from_millis(500))));
             }
         }
         Write::LabelInitialized { node } => {
             let patch = json!({"metadata": {"labels": {labels::INITIALIZED: "true"}}});
             nodes.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
         }
+        Write::ReleaseCapacity { gone } => {
+            if hub.release_capacity(&c.key, group_name, gone, hub.now()).await? {
+                tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, gone, "an accepted NodeGroup is going: the flavor cool-downs and the creation back-off end when it is gone");
+            }
+        }
+        Write::TaintNode => {
+            if let Some(node) = node
+                && !drain::taint(conn, node).await?
+            {
+                // Gone meanwhile: the next pass sees it.
+                return Ok(Some(Action::requeue(Duration::from_millis(100))));
+            }
+        }
+        Write::Drain(pass) => {
+            let waiting = i64::try_from(pass.waiting.len()).unwrap_or(i64::MAX);
+            hub.metrics.drain_waiting_pods.get(&c.claim_labels()).set(waiting);
+            if let Some(node) = node {
+                drain::carry_out(c, hub, conn, node, &pass).await;
+            }
+        }
+        Write::DeleteGroup => {
+            // Decided on a live read of this pass (the decision asks for one first).
+            if let Some(g) = live_group {
+                let groups: Api<NodeGroup> = Api::all(conn.client.clone());
+                let dp = ownership::delete_exactly(g);
+                match hub.metrics.cloudprovider(&c.key, "delete", groups.delete(group_name, &dp)).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Write::ReleaseNodeFinalizers => release_node_finalizers(conn, group_name).await?,
+        on_claim => return carry_out_on_claim(c, hub, on_claim).await,
+    }
+    Ok(None)
+}
+
+/// Carry out one write that touches no workload cluster: on the claim itself, the hub's own state,
+/// its metrics and events. `Some(action)` ends the pass there. Also what carries out the
+/// [`lifecycle::finalizer`] phase, before the claim's cluster is looked at: a write that needs that
+/// cluster is not made then (none is asked for there), and the claim waits for the cluster's sync.
+async fn carry_out_on_claim(c: &Claim<'_>, hub: &Hub, write: Write) -> Result<Option<Action>, Error> {
+    match write {
+        Write::AddFinalizer => {
+            c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&with_finalizer(c.obj, true))).await?;
+            return Ok(Some(Action::await_change()));
+        }
+        Write::Status(status) => write_status(c, *status).await?,
         Write::TerminationTimestamp(at) => {
             let patch = json!({"metadata": {"annotations": {labels::TERMINATION_TIMESTAMP: at.to_string()}}});
             c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
@@ -472,47 +514,14 @@ async fn carry_out(
             let now = hub.now();
             hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity)).await?;
         }
-        Write::ReleaseCapacity { gone } => {
-            if hub.release_capacity(&c.key, group_name, gone, hub.now()).await? {
-                tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, gone, "an accepted NodeGroup is going: the flavor cool-downs and the creation back-off end when it is gone");
-            }
-        }
         Write::RegistrationOutcome { registered } => hub.record_registration(&c.ns, &c.pool().nodepool, registered),
         Write::NodeCreated => {
             hub.metrics.nodes_created.get(&c.pool()).inc();
-        }
-        Write::TaintNode => {
-            if let Some(node) = node
-                && !drain::taint(conn, node).await?
-            {
-                // Gone meanwhile: the next pass sees it.
-                return Ok(Some(Action::requeue(Duration::from_millis(100))));
-            }
-        }
-        Write::Drain(pass) => {
-            let waiting = i64::try_from(pass.waiting.len()).unwrap_or(i64::MAX);
-            hub.metrics.drain_waiting_pods.get(&c.claim_labels()).set(waiting);
-            if let Some(node) = node {
-                drain::carry_out(c, hub, conn, node, &pass).await;
-            }
         }
         Write::NodeDrained => {
             hub.metrics.nodes_drained.get(&c.pool()).inc();
             hub.metrics.drain_waiting_pods.remove(&c.claim_labels());
         }
-        Write::DeleteGroup => {
-            // Decided on a live read of this pass (the decision asks for one first).
-            if let Some(g) = live_group {
-                let groups: Api<NodeGroup> = Api::all(conn.client.clone());
-                let dp = ownership::delete_exactly(g);
-                match hub.metrics.cloudprovider(&c.key, "delete", groups.delete(group_name, &dp)).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-        Write::ReleaseNodeFinalizers => release_node_finalizers(conn, group_name).await?,
         Write::RemoveFinalizer => {
             match c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&with_finalizer(c.obj, false))).await {
                 Ok(_) => {
@@ -522,13 +531,24 @@ async fn carry_out(
                         let took = hub.now().duration_since(deleted.0).as_secs_f64().max(0.0);
                         hub.metrics.termination_duration.get(&c.pool()).observe(took);
                     }
-                    tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, "NodeClaim terminated");
+                    tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %c.group_name(hub), "NodeClaim terminated");
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(e.into()),
             }
         }
         Write::Event(e) => hub.event(&c.reference(), e.warning, e.reason, e.action, e.note).await,
+        Write::Launch(_)
+        | Write::RegisterNode(_)
+        | Write::LabelInitialized { .. }
+        | Write::ReleaseCapacity { .. }
+        | Write::TaintNode
+        | Write::Drain(_)
+        | Write::DeleteGroup
+        | Write::ReleaseNodeFinalizers => {
+            // No writes on a cluster we cannot see; woken when it syncs.
+            return Ok(Some(Action::requeue(CLUSTER_NOT_READY_RECHECK)));
+        }
     }
     Ok(None)
 }
