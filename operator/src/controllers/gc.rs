@@ -265,7 +265,7 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
                 Metrics::inc(&m.gc_reaped, key);
                 // A group whose node registered frees capacity once gone (clever-cloud.md
                 // §3.5), as a claim's own termination records it: no claim is left to.
-                if conn.cache.nodes.state().iter().any(|n| crate::controllers::nodeclaim::node_of(n, &name)) {
+                if conn.cache.nodes.state().iter().any(|n| ownership::is_node_of(n, &name)) {
                     match hub.release_capacity(key, &name, false, now).await {
                         Ok(true) => {
                             tracing::info!(cluster = %key, nodegroup = %name, "a reaped NodeGroup whose node registered is going: the flavor cool-downs and the creation back-off end when it is gone")
@@ -277,7 +277,7 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
                     }
                 }
                 // No claim is left to terminate it: free its Node for CKE, or it hangs.
-                if let Err(e) = crate::controllers::nodeclaim::release_node_finalizers(conn, &name).await {
+                if let Err(e) = crate::infra::finalizers::release_from_nodes(conn, &name).await {
                     tracing::warn!(cluster = %key, nodegroup = %name, error = %crate::infra::apierror::plain(&e), "releasing the reaped group's node finalizer failed; the next sweep retries");
                 }
                 let note = format!("deleted orphaned NodeGroup {name}: {why}");
@@ -428,7 +428,7 @@ async fn release_stuck_nodes(
             .iter()
             .any(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id.as_str()));
         if group_going && !claimed {
-            match crate::controllers::nodeclaim::release_node_finalizers(conn, &group).await {
+            match crate::infra::finalizers::release_from_nodes(conn, &group).await {
                 Ok(()) => {
                     tracing::info!(cluster = %conn.key, node = %node.name_any(), nodegroup = %group, "released the finalizer of a node no claim owns any more")
                 }

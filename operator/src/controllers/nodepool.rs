@@ -27,7 +27,6 @@ use kube::{
 use serde_json::json;
 
 use crate::{
-    controllers::nodeclaim::cached_instance_types,
     decisions::conditions::{self, FALSE, TRUE, UNKNOWN},
     decisions::pool_status::{Kind, Seen, caught_up, price_per_hour},
     infra::hub::Hub,
@@ -307,7 +306,7 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     // Cost, with the catalogue the pool's launches use (the built-in one while the class is missing),
     // as the cache shows it: a price is no reason for a live read.
     let types = match &class {
-        Some(c) => cached_instance_types(hub, &ns, c),
+        Some(c) => hub.cached_instance_types(&ns, c),
         None => Catalog::builtin().instance_types(&hub.settings.zone),
     };
     let priced = price_per_hour(claims.iter().map(AsRef::as_ref), &types);

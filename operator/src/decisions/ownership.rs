@@ -59,6 +59,12 @@ pub fn node_group(node: &k8s_openapi::api::core::v1::Node) -> Option<String> {
     })
 }
 
+/// Whether `node` is the node of NodeGroup `group_name` (CKE's label, or the provider id it sets).
+pub fn is_node_of(node: &k8s_openapi::api::core::v1::Node, group_name: &str) -> bool {
+    node.metadata.labels.as_ref().and_then(|l| l.get(labels::CLEVER_NODEGROUP)).map(String::as_str) == Some(group_name)
+        || node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id(group_name).as_str())
+}
+
 /// Who this hub is, as every NodeGroup it writes says and every ownership proof checks: its hub id
 /// and its management cluster (the UID of that cluster's `kube-system` namespace, read at start:
 /// immutable for the cluster's life, and kept by an etcd restore of it).

@@ -5,6 +5,7 @@
 pub mod apierror;
 pub mod clients;
 pub mod fence;
+pub mod finalizers;
 pub mod hub;
 pub mod identity;
 pub mod kubeconfig;

@@ -152,17 +152,7 @@ impl From<kube::Error> for Failure {
     }
 }
 
-/// The instance types a node class offers: the built-in catalogue with its FlavorCatalog merged on,
-/// or the built-in alone while the reference dangles or the catalogue is refused (clever-cloud.md
-/// §5; the FlavorCatalog and node class controllers report it), as the hub's cache shows it. For
-/// what only reports (a pool's price): no read.
-pub fn cached_instance_types(hub: &Hub, ns: &str, class: &CleverNodeClass) -> Vec<InstanceType> {
-    let reference = class.spec.flavor_catalog_ref.as_ref().map(|r| r.name.as_str());
-    let found = reference.and_then(|name| hub.cache.catalogs.get(&ObjectRef::new(name).within(ns)));
-    crds::catalog::served(&Catalog::builtin(), reference, found.as_deref()).0.instance_types(&hub.settings.zone)
-}
-
-/// [`cached_instance_types`] for a launch, which acts on it: a catalogue the cache does not show is
+/// [`Hub::cached_instance_types`] for a launch, which acts on it: a catalogue the cache does not show is
 /// read live before the built-in one is served instead (a catalogue just created, a cache not
 /// listed yet), so a launch never picks a flavor on a cache's word that the catalogue is missing.
 /// Errors only when it cannot be read.

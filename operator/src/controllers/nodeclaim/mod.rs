@@ -41,7 +41,7 @@ pub use crate::decisions::lifecycle::{
     CONSISTENT_STATE_FOUND, INITIALIZED, INSTANCE_TERMINATING, LAUNCHED, READY, REGISTERED,
 };
 pub use drain::evict_exactly;
-pub use launch::{cached_instance_types, instance_types};
+pub use launch::instance_types;
 
 use crate::{
     decisions::{
@@ -51,6 +51,7 @@ use crate::{
         termination::PodFacts,
     },
     infra::{
+        finalizers,
         hub::Hub,
         metrics::{ClaimLabels, Metrics, PoolLabels, PoolReasonLabels},
         registry::{ClusterKey, Connection},
@@ -467,7 +468,7 @@ async fn carry_out(
                 }
             }
         }
-        Write::ReleaseNodeFinalizers => release_node_finalizers(conn, group_name).await?,
+        Write::ReleaseNodeFinalizers => finalizers::release_from_nodes(conn, group_name).await?,
         on_claim => return carry_out_on_claim(c, hub, on_claim).await,
     }
     Ok(None)
@@ -480,7 +481,7 @@ async fn carry_out(
 async fn carry_out_on_claim(c: &Claim<'_>, hub: &Hub, write: Write) -> Result<Option<Action>, Error> {
     match write {
         Write::AddFinalizer => {
-            c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&with_finalizer(c.obj, true))).await?;
+            c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&finalizers::patch(c.obj, true))).await?;
             return Ok(Some(Action::await_change()));
         }
         Write::Status(status) => write_status(c, *status).await?,
@@ -523,7 +524,7 @@ async fn carry_out_on_claim(c: &Claim<'_>, hub: &Hub, write: Write) -> Result<Op
             hub.metrics.drain_waiting_pods.remove(&c.claim_labels());
         }
         Write::RemoveFinalizer => {
-            match c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&with_finalizer(c.obj, false))).await {
+            match c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&finalizers::patch(c.obj, false))).await {
                 Ok(_) => {
                     hub.metrics.nodeclaims_terminated.get(&c.pool()).inc();
                     hub.metrics.drain_waiting_pods.remove(&c.claim_labels());
@@ -588,40 +589,4 @@ async fn stamp_provider_id(hub: &Hub, conn: &Connection, group: &str) -> Result<
         }
     }
     Ok(())
-}
-
-/// Release the hub's finalizer on the Nodes of a NodeGroup that is going (clever-cloud.md §3.6:
-/// waiting for the group to disappear first deadlocks with CKE's own finalizer). Used by
-/// termination and by garbage collection after it reaps an orphan.
-pub async fn release_node_finalizers(conn: &Connection, group_name: &str) -> Result<(), kube::Error> {
-    let nodes: Api<Node> = Api::all(conn.client.clone());
-    for node in conn.cache.nodes.state() {
-        if node_of(&node, group_name) && node.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER) {
-            let patch = with_finalizer(node.as_ref(), false);
-            match nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-                // Gone or changed meanwhile: the next pass sees the new state.
-                Ok(_) | Err(kube::Error::Api(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Whether `node` is the node of NodeGroup `group_name` (CKE's label, or the provider id it sets).
-pub fn node_of(node: &Node, group_name: &str) -> bool {
-    node.labels().get(labels::CLEVER_NODEGROUP).map(String::as_str) == Some(group_name)
-        || node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
-            == Some(ownership::provider_id(group_name).as_str())
-}
-
-/// A merge patch adding or removing the termination finalizer, guarded by the object's
-/// resourceVersion so a concurrent change to the list makes it fail and retry instead of being lost.
-fn with_finalizer<K: Resource>(obj: &K, present: bool) -> serde_json::Value {
-    let mut finalizers: Vec<String> =
-        obj.finalizers().iter().filter(|f| *f != labels::TERMINATION_FINALIZER).cloned().collect();
-    if present {
-        finalizers.push(labels::TERMINATION_FINALIZER.to_string());
-    }
-    json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}})
 }
