@@ -23,6 +23,7 @@ use super::resources::{Registry, Resource};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::ApiError;
 use crate::clock::{Clock, SeededRng};
+use crate::qos::qos_class;
 
 /// Storage key of a resource: (group, plural).
 pub(crate) type ResKey = (String, String);
@@ -1558,33 +1559,6 @@ fn drop_empty_metadata(obj: &mut Value) {
     }
 }
 
-fn qos_class(spec: &Value) -> &'static str {
-    let containers = spec.get("containers").and_then(Value::as_array).cloned().unwrap_or_default();
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in &containers {
-        let req = c.pointer("/resources/requests").and_then(Value::as_object);
-        let lim = c.pointer("/resources/limits").and_then(Value::as_object);
-        if req.is_some_and(|r| !r.is_empty()) || lim.is_some_and(|l| !l.is_empty()) {
-            any = true;
-        }
-        for r in ["cpu", "memory"] {
-            let l = lim.and_then(|l| l.get(r));
-            let q = req.and_then(|q| q.get(r)).or(l);
-            if l.is_none() || q != l {
-                guaranteed = false;
-            }
-        }
-    }
-    if !any {
-        "BestEffort"
-    } else if guaranteed {
-        "Guaranteed"
-    } else {
-        "Burstable"
-    }
-}
-
 fn encode_continue(rv: u64, key: &ObjKey) -> String {
     use base64::Engine;
     let raw = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": format!("{}/{}", key.0, key.1)}).to_string();
@@ -1644,15 +1618,6 @@ mod tests {
         assert_eq!(meta_str(&o, "name").unwrap().len(), 63);
         let err = st.create(&cms, Some("default"), json!({"metadata": {"generateName": "é".repeat(70)}})).unwrap_err();
         assert_eq!(err.code, 422);
-    }
-
-    #[test]
-    fn qos_classes() {
-        assert_eq!(qos_class(&json!({"containers": [{"name": "c"}]})), "BestEffort");
-        let g = json!({"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]});
-        assert_eq!(qos_class(&g), "Guaranteed");
-        let b = json!({"containers": [{"resources": {"requests": {"cpu": "1"}}}]});
-        assert_eq!(qos_class(&b), "Burstable");
     }
 
     #[test]
