@@ -1,7 +1,8 @@
 //! HTTP side of the emulator: the TLS accept loop (with unreachability and shutdown), request
 //! routing (discovery, resource paths, subresources), authentication, fault injection, request
 //! counting, content negotiation (JSON, Table) and watch streams.
-//! Must not do: storage semantics (the store owns them).
+//! Must not do: storage semantics (the store owns them) or what a kind does on a write
+//! (`behaviour`).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -651,29 +652,7 @@ async fn resource_request(
         }
         ("create", Some("token")) => {
             let b = parse_body(body, false)?;
-            let mut st = lock(&shared.store);
-            let sa = st.get(res, ns.unwrap_or(""), name)?;
-            let token = st.token();
-            st.minted_tokens.insert(token.clone(), format!("{}/{name}", ns.unwrap_or("")));
-            let secs = b.pointer("/spec/expirationSeconds").and_then(Value::as_i64).unwrap_or(3600);
-            let exp = super::store::timestamp(now + chrono::Duration::seconds(secs));
-            let mut out = b.clone();
-            out["kind"] = json!("TokenRequest");
-            out["apiVersion"] = json!("authentication.k8s.io/v1");
-            out["metadata"] =
-                json!({"name": name, "namespace": ns, "creationTimestamp": null, "uid": sa.pointer("/metadata/uid")});
-            out["status"] = json!({"token": token, "expirationTimestamp": exp});
-            // The spec as defaulted: the API server's audience, an hour, no bound object.
-            if !out["spec"].is_object() {
-                out["spec"] = json!({});
-            }
-            out["spec"]["expirationSeconds"] = json!(secs);
-            if out["spec"].get("audiences").is_none_or(|a| a.as_array().is_none_or(Vec::is_empty)) {
-                out["spec"]["audiences"] = json!(["https://kubernetes.default.svc.cluster.local"]);
-            }
-            if out["spec"].get("boundObjectRef").is_none() {
-                out["spec"]["boundObjectRef"] = Value::Null;
-            }
+            let out = lock(&shared.store).token_request(res, ns, name, &b, now)?;
             Ok(json_response(201, &out))
         }
         ("get", Some("scale")) => {
