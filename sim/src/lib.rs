@@ -5,4 +5,5 @@
 pub mod apiserver;
 pub mod cke;
 pub mod clock;
+pub mod qos;
 pub mod schema;

@@ -3,13 +3,16 @@
 //! clients use their production stack (`kube::Client`, `kubectl`).
 //!
 //! Owns: the listener and connections ([`ApiServer`]), request routing and rendering (`server`),
-//! storage and write semantics (`store`), discovery, selectors, patches, tables, fault injection
-//! and request counters. Must not do: anything a controller of the simulated world does beyond
-//! what kube-apiserver and kube-controller-manager do on their own (namespace, garbage, pod and
-//! disruption controllers); CKE, kubelets and the scheduler are clients (`sim::cke`).
+//! storage and the generic write path (`store`), what kube-apiserver and the controllers do with
+//! built-in kinds beyond storing them (`behaviour`, one module per behaviour), discovery,
+//! selectors, patches, tables, fault injection and request counters. Must not do: anything a
+//! controller of the simulated world does beyond what kube-apiserver and kube-controller-manager
+//! do on their own (namespace, garbage, pod and disruption controllers); CKE, kubelets and the
+//! scheduler are clients (`sim::cke`).
 //!
 //! What is simplified, and how, is written down in `docs/emulator.md`.
 
+mod behaviour;
 mod builtin;
 mod disruptions;
 mod events;

@@ -1,21 +1,27 @@
-//! The emulator's storage and write semantics: objects as JSON per (group, resource, namespace,
-//! name), one resourceVersion counter per cluster (like etcd's revision), the watch event history
-//! (a bounded ring: older versions answer `410 Gone`), and what kube-apiserver and the built-in
-//! controllers do on writes — defaulting of metadata, optimistic concurrency, status subresource,
-//! generation, finalizers and deletionTimestamp, graceful pod deletion, ownerReference cascade,
-//! namespace termination, CRD registration, PodDisruptionBudget status and eviction, binding.
+//! The emulator's storage: objects as JSON per (group, resource, namespace, name), one
+//! resourceVersion counter per cluster (like etcd's revision), the watch event history (a bounded
+//! ring: older versions answer `410 Gone`), lists (selectors, pages and continue tokens), and the
+//! generic write path of kube-apiserver's registry: metadata set on create (uid, generated names,
+//! timestamps, generation), optimistic concurrency, the status subresource, patches, delete
+//! preconditions, finalizers and deletionTimestamp, graceful deletion (only pods get a grace
+//! period), dry runs.
 //!
-//! Must not do: HTTP (the server module parses requests and renders responses) or block: every
-//! operation runs under one lock, synchronously.
+//! Owns: the State behind the lock and its primitives (`put`, `remove`, which stamp a new
+//! resourceVersion and send the watch event), and the order of a write: validation, the kind's
+//! admission, storage, then what controllers do about it. What is particular to a kind or a
+//! controller (pod defaults, eviction, PDB status, binding, namespaces, garbage collection, CRDs,
+//! tokens) lives in `behaviour`, one module each, called at those points. Must not do: HTTP (the
+//! server module parses requests and renders responses) or block: every operation runs under one
+//! lock, synchronously.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
-use super::disruptions::{DisruptionLog, PdbState, PodDisruption, Via};
+use super::behaviour::{deletion_grace, is_crd};
+use super::disruptions::{DisruptionLog, PdbState};
 use super::events;
 use super::object::Stored;
 use super::patch::{self, PatchType};
@@ -109,11 +115,11 @@ pub(crate) struct State {
     pub disruptions: DisruptionLog,
 }
 
-fn meta(obj: &Value) -> Option<&Map<String, Value>> {
+pub(super) fn meta(obj: &Value) -> Option<&Map<String, Value>> {
     obj.get("metadata").and_then(Value::as_object)
 }
 
-fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+pub(super) fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     if !obj.is_object() {
         *obj = Value::Object(Map::new());
     }
@@ -130,7 +136,7 @@ pub(crate) fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     meta(obj).and_then(|m| m.get(field)).and_then(Value::as_str)
 }
 
-fn finalizers(obj: &Value) -> Vec<String> {
+pub(super) fn finalizers(obj: &Value) -> Vec<String> {
     meta(obj)
         .and_then(|m| m.get("finalizers"))
         .and_then(Value::as_array)
@@ -138,38 +144,8 @@ fn finalizers(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn being_deleted(obj: &Value) -> bool {
+pub(super) fn being_deleted(obj: &Value) -> bool {
     meta(obj).is_some_and(|m| m.get("deletionTimestamp").is_some_and(|v| !v.is_null()))
-}
-
-/// DNS-1123 subdomain check (names of most kinds).
-fn dns_subdomain_errors(name: &str) -> Option<String> {
-    let ok = !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|l| {
-            !l.is_empty()
-                && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        });
-    (!ok).then(|| {
-        format!(
-            "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-        )
-    })
-}
-
-fn dns_label_errors(name: &str) -> Option<String> {
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    (!ok).then(|| {
-        format!(
-            "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-        )
-    })
 }
 
 pub(crate) fn timestamp(t: chrono::DateTime<chrono::Utc>) -> String {
@@ -222,6 +198,11 @@ impl State {
         timestamp(self.clock.now())
     }
 
+    /// The clock's time, for what is not a timestamp string.
+    pub(super) fn now_utc(&self) -> chrono::DateTime<chrono::Utc> {
+        self.clock.now()
+    }
+
     fn uid(&mut self) -> String {
         let a = self.rng.next_u64();
         let b = self.rng.next_u64();
@@ -256,7 +237,7 @@ impl State {
     }
 
     /// `put` of an object given as `res` serves it; answers it in that form too.
-    fn put_as(&mut self, res: &Resource, ns: &str, name: &str, obj: Value) -> Arc<Value> {
+    pub(super) fn put_as(&mut self, res: &Resource, ns: &str, name: &str, obj: Value) -> Arc<Value> {
         if events::is_events_v1(res) {
             let stored = self.put(&res.key(), ns, name, events::to_core(obj));
             return Arc::new(events::from_core(&stored));
@@ -264,7 +245,7 @@ impl State {
         self.put(&res.key(), ns, name, obj)
     }
 
-    fn lookup_key(&self, key: &ResKey, ns: &str, name: &str) -> Option<Arc<Value>> {
+    pub(super) fn lookup_key(&self, key: &ResKey, ns: &str, name: &str) -> Option<Arc<Value>> {
         self.stored(key, ns, name).map(|s| Arc::new(s.value()))
     }
 
@@ -281,11 +262,23 @@ impl State {
             .flat_map(move |t| t.iter().filter(move |((n, _), _)| ns.is_none_or(|ns| ns == n)).map(|(_, v)| v))
     }
 
+    /// Objects of a resource with their keys, in key order.
+    pub(super) fn entries_of<'a>(&'a self, key: &ResKey) -> impl Iterator<Item = (&'a ObjKey, &'a Arc<Stored>)> + 'a {
+        self.objects.get(key).into_iter().flat_map(|t| t.iter())
+    }
+
+    /// Every stored object with its resource and key (resources in no particular order).
+    pub(super) fn all_objects(&self) -> impl Iterator<Item = (&ResKey, &ObjKey, &Arc<Stored>)> {
+        self.objects.iter().flat_map(|(key, t)| t.iter().map(move |(k, o)| (key, k, o)))
+    }
+
     pub fn count(&self, key: &ResKey) -> usize {
         self.objects.get(key).map_or(0, BTreeMap::len)
     }
 
     // ---------------------------------------------------------------- commit primitives
+    // Every change goes through `put` or `remove` (also those of `behaviour`): a new
+    // resourceVersion, the history and the watch event.
 
     fn emit(&mut self, key: &ResKey, ty: EventType, object: Arc<Stored>, prev: Option<Arc<Stored>>) {
         let ev = Arc::new(Event { rv: self.rv, key: key.clone(), ty, object, prev });
@@ -299,7 +292,7 @@ impl State {
     }
 
     /// Stores `obj` under a new resourceVersion and emits ADDED/MODIFIED.
-    fn put(&mut self, key: &ResKey, ns: &str, name: &str, mut obj: Value) -> Arc<Value> {
+    pub(super) fn put(&mut self, key: &ResKey, ns: &str, name: &str, mut obj: Value) -> Arc<Value> {
         drop_empty_metadata(&mut obj);
         if self.dry_run {
             // Validated and computed, not stored: the current resourceVersion, no event.
@@ -320,7 +313,7 @@ impl State {
     }
 
     /// Removes the object under a new resourceVersion and emits DELETED.
-    fn remove(&mut self, key: &ResKey, ns: &str, name: &str) -> Option<Arc<Value>> {
+    pub(super) fn remove(&mut self, key: &ResKey, ns: &str, name: &str) -> Option<Arc<Value>> {
         if self.dry_run {
             return self.stored(key, ns, name).map(|s| Arc::new(s.value()));
         }
@@ -412,20 +405,7 @@ impl State {
         self.events.subscribe()
     }
 
-    // ---------------------------------------------------------------- namespaces
-
-    fn check_namespace(&self, res: &Resource, ns: &str, name: &str) -> Result<(), ApiError> {
-        let key = ("".to_string(), "namespaces".to_string());
-        match self.lookup_key(&key, "", ns) {
-            None => Err(ApiError::namespace_not_found(ns)),
-            Some(n) if being_deleted(&n) => Err(ApiError::forbidden(
-                res,
-                name,
-                &format!("unable to create new content in namespace {ns} because it is being terminated"),
-            )),
-            Some(_) => Ok(()),
-        }
-    }
+    // ---------------------------------------------------------------- create
 
     /// Puts the URL namespace into the body's metadata (400 if they differ).
     fn place(&self, res: &Resource, ns: Option<&str>, obj: &mut Value) -> Result<String, ApiError> {
@@ -447,8 +427,6 @@ impl State {
             Ok(String::new())
         }
     }
-
-    // ---------------------------------------------------------------- create
 
     pub fn create(
         &mut self,
@@ -505,24 +483,18 @@ impl State {
             obj = adm.object;
             warnings = adm.warnings;
         } else {
-            self.prepare_builtin_create(res, &name, &mut obj)?;
+            self.admit_builtin_create(res, &name, &mut obj)?;
         }
         if self.lookup(res, &ns, &name).is_some() {
             return Err(ApiError::already_exists(res, &name));
         }
-        let crd_resources = if res.plural == "customresourcedefinitions" && res.group == "apiextensions.k8s.io" {
-            Some(self.compile_crd(res, &name, &mut obj)?)
-        } else {
-            None
-        };
+        let crd_resources = if is_crd(res) { Some(self.compile_crd(res, &name, &mut obj)?) } else { None };
         let stored = self.put_as(res, &ns, &name, obj);
         if self.dry_run {
             return Ok((stored, warnings));
         }
         if let Some(rs) = crd_resources {
-            for r in rs {
-                self.registry.insert(r);
-            }
+            self.serve_crd(&name, rs);
         }
         self.after_write(res, &ns, &stored);
         Ok((stored, warnings))
@@ -545,160 +517,6 @@ impl State {
             m.insert("apiVersion".into(), Value::String(res.api_version()));
         }
         Ok(())
-    }
-
-    /// Validation, defaulting and status reset of built-in kinds (the parts clients notice).
-    fn prepare_builtin_create(&mut self, res: &Resource, name: &str, obj: &mut Value) -> Result<(), ApiError> {
-        let name_err = match res.plural.as_str() {
-            "namespaces" | "serviceaccounts" => dns_label_errors(name),
-            "roles" | "rolebindings" | "clusterroles" | "clusterrolebindings" => {
-                (name.contains('/') || name.contains('%') || name == "." || name == "..")
-                    .then(|| format!("metadata.name: Invalid value: \"{name}\": may not contain '/'"))
-            }
-            _ => dns_subdomain_errors(name),
-        };
-        if let Some(e) = name_err {
-            return Err(ApiError::invalid_fields(res, name, &[e]));
-        }
-        let Some(o) = obj.as_object_mut() else { return Ok(()) };
-        match (res.group.as_str(), res.plural.as_str()) {
-            ("", "pods") => {
-                let spec = o.entry("spec").or_insert_with(|| json!({}));
-                let containers_missing = spec.get("containers").and_then(Value::as_array).is_none_or(|c| c.is_empty());
-                if containers_missing {
-                    return Err(ApiError::invalid_fields(res, name, &["spec.containers: Required value".to_string()]));
-                }
-                if let Some(s) = spec.as_object_mut() {
-                    for (k, v) in [
-                        ("restartPolicy", json!("Always")),
-                        ("terminationGracePeriodSeconds", json!(30)),
-                        ("dnsPolicy", json!("ClusterFirst")),
-                        ("schedulerName", json!("default-scheduler")),
-                        ("serviceAccountName", json!("default")),
-                        ("serviceAccount", json!("default")),
-                        ("securityContext", json!({})),
-                        ("enableServiceLinks", json!(true)),
-                        ("preemptionPolicy", json!("PreemptLowerPriority")),
-                        ("priority", json!(0)),
-                    ] {
-                        s.entry(k).or_insert(v);
-                    }
-                    // DefaultTolerationSeconds admission.
-                    let tolerations = s.entry("tolerations").or_insert_with(|| json!([]));
-                    if let Some(t) = tolerations.as_array_mut() {
-                        for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
-                            if !t.iter().any(|x| x.get("key").and_then(Value::as_str) == Some(key)) {
-                                t.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
-                            }
-                        }
-                    }
-                    for list in ["initContainers", "containers"] {
-                        let Some(cs) = s.get_mut(list).and_then(Value::as_array_mut) else { continue };
-                        for c in cs.iter_mut().filter_map(Value::as_object_mut) {
-                            c.entry("terminationMessagePath").or_insert(json!("/dev/termination-log"));
-                            c.entry("terminationMessagePolicy").or_insert(json!("File"));
-                            let policy = default_pull_policy(c.get("image").and_then(Value::as_str).unwrap_or(""));
-                            c.entry("imagePullPolicy").or_insert(json!(policy));
-                            default_requests_from_limits(c.entry("resources").or_insert(json!({})));
-                        }
-                    }
-                }
-                let qos = qos_class(spec);
-                let node_bound = spec.get("nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
-                let mut status = json!({"phase": "Pending", "qosClass": qos});
-                if node_bound {
-                    status["conditions"] = json!([]);
-                }
-                o.insert("status".into(), status);
-            }
-            ("", "namespaces") => {
-                o.insert("spec".into(), json!({"finalizers": ["kubernetes"]}));
-                o.insert("status".into(), json!({"phase": "Active"}));
-                let labels = meta_mut(obj).entry("labels").or_insert_with(|| json!({}));
-                if let Some(l) = labels.as_object_mut() {
-                    l.insert("kubernetes.io/metadata.name".into(), json!(name));
-                }
-            }
-            ("", "secrets") => {
-                use base64::Engine;
-                // Secret data is base64 (kube-apiserver fails to decode anything else: a 400).
-                let bad = o.get("data").and_then(Value::as_object).and_then(|d| {
-                    d.values().find_map(|v| {
-                        let text = v.as_str().unwrap_or_default();
-                        base64::engine::general_purpose::STANDARD.decode(text).err()
-                    })
-                });
-                if let Some(e) = bad {
-                    return Err(ApiError::bad_request(format!(
-                        "Secret in version \"v1\" cannot be handled as a Secret: {}",
-                        base64_error(&e)
-                    )));
-                }
-                o.entry("type").or_insert(json!("Opaque"));
-                if let Some(sd) = o.remove("stringData").and_then(|v| v.as_object().cloned()) {
-                    let data = o.entry("data").or_insert_with(|| json!({}));
-                    if let Some(d) = data.as_object_mut() {
-                        for (k, v) in sd {
-                            let s = v.as_str().unwrap_or_default();
-                            d.insert(k, json!(base64::engine::general_purpose::STANDARD.encode(s)));
-                        }
-                    }
-                }
-            }
-            ("policy", "poddisruptionbudgets") => {
-                // The zero status the disruption controller then fills in.
-                o.insert(
-                    "status".into(),
-                    json!({"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0, "expectedPods": 0}),
-                );
-            }
-            ("apps", "daemonsets") | ("", "persistentvolumeclaims") => {
-                o.insert("status".into(), json!({}));
-            }
-            ("apps", _) => {}
-            ("apiextensions.k8s.io", "customresourcedefinitions") => {
-                o.remove("status");
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    /// Compiles a posted CRD; sets the status the CRD controllers would (Established, NamesAccepted).
-    fn compile_crd(&mut self, res: &Resource, name: &str, obj: &mut Value) -> Result<Vec<Resource>, ApiError> {
-        let crd: CustomResourceDefinition = serde_json::from_value(obj.clone())
-            .map_err(|e| ApiError::bad_request(format!("decoding CustomResourceDefinition: {e}")))?;
-        let resources = Registry::from_crd(&crd).map_err(|errs| ApiError::invalid_fields(res, name, &errs))?;
-        // Another CRD must not serve the same resource.
-        for r in &resources {
-            if let Some(existing) = self.registry.get(&r.group, &r.version, &r.plural)
-                && existing.crd.as_deref() != Some(name)
-            {
-                return Err(ApiError::invalid_fields(
-                    res,
-                    name,
-                    &[format!("spec.names.plural: Invalid value: \"{}\": already served", r.plural)],
-                ));
-            }
-        }
-        let now = self.now();
-        let stored: Vec<Value> =
-            crd.spec.versions.iter().filter(|v| v.storage).map(|v| Value::String(v.name.clone())).collect();
-        let names = serde_json::to_value(&crd.spec.names).unwrap_or_default();
-        if let Some(o) = obj.as_object_mut() {
-            o.insert(
-                "status".into(),
-                json!({
-                    "acceptedNames": names,
-                    "conditions": [
-                        {"type": "NamesAccepted", "status": "True", "lastTransitionTime": now, "reason": "NoConflicts", "message": "no conflicts found"},
-                        {"type": "Established", "status": "True", "lastTransitionTime": now, "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"}
-                    ],
-                    "storedVersions": stored,
-                }),
-            );
-        }
-        Ok(resources)
     }
 
     // ---------------------------------------------------------------- update
@@ -835,16 +653,7 @@ impl State {
             _ => {}
         }
         let crd_resources =
-            if res.plural == "customresourcedefinitions" && res.group == "apiextensions.k8s.io" && sub == Sub::Main {
-                let status = old.get("status").cloned();
-                let r = self.compile_crd(res, name, &mut obj)?;
-                if let (Some(s), Some(o)) = (status, obj.as_object_mut()) {
-                    o.insert("status".into(), s);
-                }
-                Some(r)
-            } else {
-                None
-            };
+            if is_crd(res) && sub == Sub::Main { Some(self.recompile_crd(res, name, &mut obj, &old)?) } else { None };
         drop_empty_metadata(&mut obj);
         // A no-op write changes nothing: same resourceVersion, no event.
         if obj == *old {
@@ -855,23 +664,13 @@ impl State {
             return Ok((stored, warnings));
         }
         if let Some(rs) = crd_resources {
-            self.registry.remove_crd(name);
-            for r in rs {
-                self.registry.insert(r);
-            }
+            self.serve_crd(name, rs);
         }
         if being_deleted(&stored) && finalizers(&stored).is_empty() && !self.graceful_pending(res, &stored) {
             self.finish_delete(res, &ns, name);
         }
         self.after_write(res, &ns, &stored);
         Ok((stored, warnings))
-    }
-
-    /// A pod in graceful deletion waits for its kubelet even with no finalizers left.
-    fn graceful_pending(&self, res: &Resource, obj: &Value) -> bool {
-        res.group.is_empty()
-            && res.plural == "pods"
-            && meta(obj).and_then(|m| m.get("deletionGracePeriodSeconds")).and_then(Value::as_i64).unwrap_or(0) > 0
     }
 
     pub fn patch(
@@ -939,7 +738,7 @@ impl State {
 
     /// [`State::delete`]; `eviction` is `Some` (with the budget that admitted it, if any) when
     /// the eviction subresource asks, so the disruption log says how the pod left.
-    fn delete_as(
+    pub(super) fn delete_as(
         &mut self,
         res: &Arc<Resource>,
         ns: Option<&str>,
@@ -967,44 +766,13 @@ impl State {
         }
         let is_pod = res.group.is_empty() && res.plural == "pods";
         let is_ns = res.group.is_empty() && res.plural == "namespaces";
-        // Pods bound to a node terminate gracefully: the kubelet deletes them with grace 0.
-        let grace = if is_pod {
-            let bound = old.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
-            let phase = old.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
-            if !bound || phase == "Succeeded" || phase == "Failed" {
-                0
-            } else {
-                opts.grace_period
-                    .or_else(|| old.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
-                    .unwrap_or(30)
-                    .max(0)
-            }
-        } else {
-            0
-        };
+        let grace = if is_pod { deletion_grace(&old, opts) } else { 0 };
         if is_pod {
             self.record_disruption(&old, grace, eviction);
         }
         let fins = finalizers(&old);
         if is_ns {
-            if !being_deleted(&old) {
-                let mut obj = (*old).clone();
-                let now = self.now();
-                let m = meta_mut(&mut obj);
-                m.insert("deletionTimestamp".into(), json!(now));
-                m.insert("deletionGracePeriodSeconds".into(), json!(0));
-                if let Some(o) = obj.as_object_mut() {
-                    o.insert("status".into(), json!({"phase": "Terminating"}));
-                }
-                let stored = self.put_as(res, "", name, obj);
-                if self.dry_run {
-                    return Ok(stored);
-                }
-                self.empty_namespace(name);
-                self.finalize_namespaces();
-                return Ok(self.lookup(res, "", name).unwrap_or(stored));
-            }
-            return Ok(old);
+            return Ok(self.delete_namespace(res, name, old));
         }
         if !fins.is_empty() || grace > 0 {
             let already = being_deleted(&old);
@@ -1038,7 +806,7 @@ impl State {
     }
 
     /// Final removal after the last finalizer or the kubelet's confirmation (background cascade).
-    fn finish_delete(&mut self, res: &Resource, ns: &str, name: &str) -> Option<Arc<Value>> {
+    pub(super) fn finish_delete(&mut self, res: &Resource, ns: &str, name: &str) -> Option<Arc<Value>> {
         self.remove_and_collect(res, ns, name, false)
     }
 
@@ -1051,493 +819,8 @@ impl State {
         if self.dry_run {
             return Some(removed);
         }
-        let uid = meta_str(&removed, "uid").unwrap_or("").to_string();
-        self.after_delete(res, ns, &removed);
-        self.collect_dependents(&uid, orphan);
-        self.finalize_namespaces();
+        self.after_delete(res, ns, &removed, orphan);
         Some(removed)
-    }
-
-    /// The garbage collector: dependents of a deleted owner are deleted (background) when none of
-    /// their other owners exists, or lose the ownerReference (orphan).
-    fn collect_dependents(&mut self, uid: &str, orphan: bool) {
-        if uid.is_empty() {
-            return;
-        }
-        let mut dependents = Vec::new();
-        for (key, table) in &self.objects {
-            for ((ns, name), obj) in table {
-                if obj.sum.owners.iter().any(|o| o == uid) {
-                    dependents.push((key.clone(), ns.clone(), name.clone()));
-                }
-            }
-        }
-        for (key, ns, name) in dependents {
-            let Some(res) = self.registry.any_version(&key.0, &key.1) else { continue };
-            let Some(obj) = self.lookup(&res, &ns, &name) else { continue };
-            let refs: Vec<Value> =
-                obj.pointer("/metadata/ownerReferences").and_then(Value::as_array).cloned().unwrap_or_default();
-            let others: Vec<Value> =
-                refs.iter().filter(|o| o.get("uid").and_then(Value::as_str) != Some(uid)).cloned().collect();
-            let other_alive = others.iter().any(|o| {
-                let u = o.get("uid").and_then(Value::as_str).unwrap_or("");
-                self.uid_exists(u)
-            });
-            if orphan || other_alive {
-                let mut next = (*obj).clone();
-                if others.is_empty() {
-                    meta_mut(&mut next).remove("ownerReferences");
-                } else {
-                    meta_mut(&mut next).insert("ownerReferences".into(), Value::Array(others));
-                }
-                self.put(&key, &ns, &name, next);
-            } else {
-                let _ = self.delete(&res, Some(&ns), &name, &DeleteOptions::default());
-            }
-        }
-    }
-
-    fn uid_exists(&self, uid: &str) -> bool {
-        !uid.is_empty() && self.objects.values().any(|t| t.values().any(|o| o.sum.uid == uid))
-    }
-
-    /// The namespace controller: deletes every object in a terminating namespace.
-    fn empty_namespace(&mut self, ns: &str) {
-        let mut victims = Vec::new();
-        for (key, table) in &self.objects {
-            for (n, name) in table.keys() {
-                if n == ns {
-                    victims.push((key.clone(), name.clone()));
-                }
-            }
-        }
-        for (key, name) in victims {
-            if let Some(res) = self.registry.any_version(&key.0, &key.1) {
-                let _ =
-                    self.delete(&res, Some(ns), &name, &DeleteOptions { grace_period: Some(0), ..Default::default() });
-            }
-        }
-    }
-
-    /// Removes terminating namespaces that have become empty.
-    fn finalize_namespaces(&mut self) {
-        let key = ("".to_string(), "namespaces".to_string());
-        let terminating: Vec<String> = self
-            .objects
-            .get(&key)
-            .map(|t| t.iter().filter(|(_, o)| o.sum.deleting).map(|((_, n), _)| n.clone()).collect())
-            .unwrap_or_default();
-        for ns in terminating {
-            let empty = self.objects.iter().all(|(k, t)| k == &key || !t.keys().any(|(n, _)| *n == ns));
-            if empty {
-                self.remove(&key, "", &ns);
-            }
-        }
-    }
-
-    /// Effects of a write on other objects (what controllers would do).
-    fn after_write(&mut self, res: &Resource, ns: &str, obj: &Arc<Value>) {
-        match (res.group.as_str(), res.plural.as_str()) {
-            ("", "namespaces") if !being_deleted(obj) => {
-                let name = meta_str(obj, "name").unwrap_or("").to_string();
-                let sa_key = ("".to_string(), "serviceaccounts".to_string());
-                if self.lookup_key(&sa_key, &name, "default").is_none()
-                    && let Some(sa) = self.registry.get("", "v1", "serviceaccounts")
-                {
-                    let _ = self.create(&sa, Some(&name), json!({"metadata": {"name": "default"}}));
-                }
-            }
-            ("", "pods") | ("policy", "poddisruptionbudgets") => self.refresh_pdbs(ns),
-            ("", "secrets") => self.fill_token_secret(ns, obj),
-            _ => {}
-        }
-    }
-
-    fn after_delete(&mut self, res: &Resource, ns: &str, obj: &Value) {
-        match (res.group.as_str(), res.plural.as_str()) {
-            ("", "pods") => self.refresh_pdbs(ns),
-            ("", "nodes") => {
-                // The pod garbage collector: pods bound to a deleted node are deleted.
-                let node = meta_str(obj, "name").unwrap_or("").to_string();
-                let key = ("".to_string(), "pods".to_string());
-                let bound: Vec<(String, String)> = self
-                    .objects
-                    .get(&key)
-                    .map(|t| {
-                        t.iter().filter(|(_, p)| p.field("spec.nodeName") == node).map(|(k, _)| k.clone()).collect()
-                    })
-                    .unwrap_or_default();
-                if let Some(pods) = self.registry.get("", "v1", "pods") {
-                    for (ns, name) in bound {
-                        if let Some(p) = self.lookup(&pods, &ns, &name) {
-                            if finalizers(&p).is_empty() {
-                                self.finish_delete(&pods, &ns, &name);
-                            } else {
-                                let _ = self.delete(
-                                    &pods,
-                                    Some(&ns),
-                                    &name,
-                                    &DeleteOptions { grace_period: Some(0), ..Default::default() },
-                                );
-                            }
-                        }
-                    }
-                }
-            }
-            ("apiextensions.k8s.io", "customresourcedefinitions") => {
-                let name = meta_str(obj, "name").unwrap_or("").to_string();
-                let served: Vec<Arc<Resource>> = self
-                    .registry
-                    .by_gvr
-                    .values()
-                    .filter(|r| r.crd.as_deref() == Some(name.as_str()))
-                    .cloned()
-                    .collect();
-                if let Some(r) = served.first() {
-                    let key = r.key();
-                    let keys: Vec<ObjKey> =
-                        self.objects.get(&key).map(|t| t.keys().cloned().collect()).unwrap_or_default();
-                    for (ns, n) in keys {
-                        self.remove(&key, &ns, &n);
-                    }
-                }
-                self.registry.remove_crd(&name);
-            }
-            _ => {}
-        }
-    }
-
-    /// Fills `token`, `ca.crt` and `namespace` of a `kubernetes.io/service-account-token` Secret
-    /// (the token controller's job) with a token this emulator accepts.
-    fn fill_token_secret(&mut self, ns: &str, obj: &Arc<Value>) {
-        if obj.get("type").and_then(Value::as_str) != Some("kubernetes.io/service-account-token")
-            || obj.pointer("/data/token").is_some()
-        {
-            return;
-        }
-        let sa = obj
-            .pointer("/metadata/annotations/kubernetes.io~1service-account.name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let token = self.token();
-        self.minted_tokens.insert(token.clone(), format!("{ns}/{sa}"));
-        use base64::Engine;
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        let mut next = (**obj).clone();
-        let ca = self.ca_pem.clone();
-        if let Some(o) = next.as_object_mut() {
-            let data = o.entry("data").or_insert_with(|| json!({}));
-            if let Some(d) = data.as_object_mut() {
-                d.insert("token".into(), json!(b64(&token)));
-                d.insert("namespace".into(), json!(b64(ns)));
-                d.insert("ca.crt".into(), json!(b64(&ca)));
-            }
-        }
-        let name = meta_str(obj, "name").unwrap_or("").to_string();
-        self.put(&("".into(), "secrets".into()), ns, &name, next);
-    }
-
-    // ---------------------------------------------------------------- pods: binding, eviction, PDBs
-
-    pub fn bind(&mut self, ns: &str, name: &str, binding: &Value) -> Result<(), ApiError> {
-        let pods = self.registry.get("", "v1", "pods").ok_or_else(ApiError::not_found_path)?;
-        let pod = self.get(&pods, ns, name)?;
-        let node = binding.pointer("/target/name").and_then(Value::as_str).unwrap_or("");
-        if node.is_empty() {
-            return Err(ApiError::invalid_fields(&pods, name, &["target.name: Required value".to_string()]));
-        }
-        if being_deleted(&pod) {
-            return Err(ApiError::conflict(&pods, name, "pod is being deleted, cannot be assigned to a host"));
-        }
-        if let Some(cur) = pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
-            return Err(ApiError {
-                details: Some(json!({"name": name, "kind": "pods/binding"})),
-                ..ApiError::new(
-                    409,
-                    "Conflict",
-                    format!(
-                        "Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{cur}\""
-                    ),
-                )
-            });
-        }
-        let mut next = (*pod).clone();
-        let now = self.now();
-        if let Some(o) = next.as_object_mut() {
-            if let Some(spec) = o.get_mut("spec").and_then(Value::as_object_mut) {
-                spec.insert("nodeName".into(), json!(node));
-            }
-            let status = o.entry("status").or_insert_with(|| json!({}));
-            set_condition(
-                status,
-                json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}),
-            );
-        }
-        let stored = self.put(&pods.key(), ns, name, next);
-        self.after_write(&pods, ns, &stored);
-        Ok(())
-    }
-
-    /// The eviction subresource: deletes the pod unless a PodDisruptionBudget forbids it (429).
-    pub fn evict(&mut self, ns: &str, name: &str, eviction: &Value) -> Result<(), ApiError> {
-        let pods = self.registry.get("", "v1", "pods").ok_or_else(ApiError::not_found_path)?;
-        let pod = self.get(&pods, ns, name)?;
-        let opts = eviction.get("deleteOptions").map(DeleteOptions::from_value).unwrap_or_default();
-        let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
-        if being_deleted(&pod) || phase == "Succeeded" || phase == "Failed" {
-            self.delete(&pods, Some(ns), name, &opts)?;
-            return Ok(());
-        }
-        let pdb_key = ("policy".to_string(), "poddisruptionbudgets".to_string());
-        let labels = pod.pointer("/metadata/labels");
-        let matching: Vec<Arc<Value>> = self
-            .objects_of(&pdb_key, Some(ns))
-            .map(|s| Arc::new(s.value()))
-            .filter(|pdb| pdb_selects(pdb, |k| labels.and_then(|l| l.get(k)).and_then(Value::as_str)))
-            .collect();
-        if matching.len() > 1 {
-            return Err(ApiError::internal(
-                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
-            ));
-        }
-        let mut admitted_by = None;
-        if let Some(pdb) = matching.first() {
-            let status = self.pdb_status(pdb);
-            admitted_by = Some(pdb_state(pdb, &status));
-            let allowed = status.get("disruptionsAllowed").and_then(Value::as_i64).unwrap_or(0);
-            let healthy = status.get("currentHealthy").and_then(Value::as_i64).unwrap_or(0);
-            let desired = status.get("desiredHealthy").and_then(Value::as_i64).unwrap_or(0);
-            let policy =
-                pdb.pointer("/spec/unhealthyPodEvictionPolicy").and_then(Value::as_str).unwrap_or("IfHealthyBudget");
-            let unhealthy_ok = !pod_ready(&pod) && (policy == "AlwaysAllow" || healthy >= desired);
-            if allowed <= 0 && !unhealthy_ok {
-                let pdb_name = meta_str(pdb, "name").unwrap_or("");
-                return Err(ApiError {
-                    details: Some(
-                        json!({"causes": [{"reason": "DisruptionBudget", "message": format!("The disruption budget {pdb_name} needs {desired} healthy pods and has {healthy} currently")}]}),
-                    ),
-                    ..ApiError::new(
-                        429,
-                        "TooManyRequests",
-                        "Cannot evict pod as it would violate the pod's disruption budget.",
-                    )
-                });
-            }
-        }
-        self.delete_as(&pods, Some(ns), name, &opts, Some(admitted_by))?;
-        Ok(())
-    }
-
-    /// Logs a pod whose termination begins now (not one already terminating or terminal, not a
-    /// dry run): how, on which node, and its budget's state before this write.
-    fn record_disruption(&self, pod: &Value, grace: i64, eviction: Option<Option<PdbState>>) {
-        let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
-        if self.dry_run || being_deleted(pod) || phase == "Succeeded" || phase == "Failed" {
-            return;
-        }
-        let ns = meta_str(pod, "namespace").unwrap_or("");
-        let (via, pdb) = match eviction {
-            Some(pdb) => (Via::Eviction, pdb),
-            None => {
-                let pdb_key = ("policy".to_string(), "poddisruptionbudgets".to_string());
-                let labels = pod.pointer("/metadata/labels");
-                let mut matching = self
-                    .objects_of(&pdb_key, Some(ns))
-                    .map(|s| s.value())
-                    .filter(|pdb| pdb_selects(pdb, |k| labels.and_then(|l| l.get(k)).and_then(Value::as_str)));
-                let pdb = match (matching.next(), matching.next()) {
-                    (Some(one), None) => Some(pdb_state(&one, &self.pdb_status(&one))),
-                    _ => None,
-                };
-                (Via::Delete { grace_seconds: grace }, pdb)
-            }
-        };
-        self.disruptions.record(PodDisruption {
-            seq: 0,
-            at: self.clock.now(),
-            resource_version: self.rv,
-            namespace: ns.to_string(),
-            name: meta_str(pod, "name").unwrap_or("").to_string(),
-            uid: meta_str(pod, "uid").unwrap_or("").to_string(),
-            node: pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()).map(String::from),
-            ready: pod_ready(pod),
-            via,
-            pdb,
-        });
-    }
-
-    /// What the disruption controller computes for a PDB (pods matched by its selector in its namespace).
-    fn pdb_status(&self, pdb: &Value) -> Value {
-        let ns = meta_str(pdb, "namespace").unwrap_or("");
-        let pods_key = ("".to_string(), "pods".to_string());
-        let mut expected = 0i64;
-        let mut healthy = 0i64;
-        for p in self.objects_of(&pods_key, Some(ns)) {
-            if !pdb_selects(pdb, |k| p.label(k)) {
-                continue;
-            }
-            let phase = p.field("status.phase");
-            if phase == "Succeeded" || phase == "Failed" {
-                continue;
-            }
-            expected += 1;
-            if p.sum.ready && !p.sum.deleting {
-                healthy += 1;
-            }
-        }
-        let resolve = |v: &Value, round_up: bool| -> i64 {
-            match v {
-                Value::Number(n) => n.as_i64().unwrap_or(0),
-                Value::String(s) => match s.strip_suffix('%').and_then(|p| p.parse::<f64>().ok()) {
-                    Some(p) => {
-                        let x = p * expected as f64 / 100.0;
-                        if round_up { x.ceil() as i64 } else { x.floor() as i64 }
-                    }
-                    None => s.parse().unwrap_or(0),
-                },
-                _ => 0,
-            }
-        };
-        let desired = if let Some(min) = pdb.pointer("/spec/minAvailable") {
-            resolve(min, true)
-        } else if let Some(max) = pdb.pointer("/spec/maxUnavailable") {
-            (expected - resolve(max, true)).max(0)
-        } else {
-            0
-        };
-        let allowed = (healthy - desired).max(0);
-        let generation = meta(pdb).and_then(|m| m.get("generation")).cloned().unwrap_or(json!(1));
-        let mut status = json!({
-            "observedGeneration": generation,
-            "disruptionsAllowed": allowed,
-            "currentHealthy": healthy,
-            "desiredHealthy": desired,
-            "expectedPods": expected,
-        });
-        let now = self.now();
-        let prev_cond = pdb.pointer("/status/conditions/0").cloned();
-        let (st, reason) = if allowed > 0 { ("True", "SufficientPods") } else { ("False", "InsufficientPods") };
-        let ltt = match &prev_cond {
-            Some(c) if c.get("status").and_then(Value::as_str) == Some(st) => {
-                c.get("lastTransitionTime").cloned().unwrap_or(json!(now))
-            }
-            _ => json!(now),
-        };
-        status["conditions"] = json!([{"type": "DisruptionAllowed", "status": st, "reason": reason, "message": "", "observedGeneration": generation, "lastTransitionTime": ltt}]);
-        status
-    }
-
-    /// Keeps PDB statuses current (the disruption controller), writing only when they change.
-    fn refresh_pdbs(&mut self, ns: &str) {
-        let key = ("policy".to_string(), "poddisruptionbudgets".to_string());
-        let pdbs: Vec<Arc<Value>> = self.objects_of(&key, Some(ns)).map(|s| Arc::new(s.value())).collect();
-        for pdb in pdbs {
-            let status = self.pdb_status(&pdb);
-            if pdb.get("status") != Some(&status) {
-                let mut next = (*pdb).clone();
-                if let Some(o) = next.as_object_mut() {
-                    o.insert("status".into(), status);
-                }
-                let name = meta_str(&pdb, "name").unwrap_or("").to_string();
-                self.put(&key, ns, &name, next);
-            }
-        }
-    }
-}
-
-fn set_condition(status: &mut Value, cond: Value) {
-    let Some(s) = status.as_object_mut() else { return };
-    let conds = s.entry("conditions").or_insert_with(|| json!([]));
-    if let Some(a) = conds.as_array_mut() {
-        let ty = cond.get("type").cloned();
-        match a.iter_mut().find(|c| c.get("type") == ty.as_ref()) {
-            Some(c) => *c = cond,
-            None => a.push(cond),
-        }
-    }
-}
-
-/// A budget's computed status, for the disruption log.
-fn pdb_state(pdb: &Value, status: &Value) -> PdbState {
-    let n = |k: &str| status.get(k).and_then(Value::as_i64).unwrap_or(0);
-    PdbState {
-        name: meta_str(pdb, "name").unwrap_or("").to_string(),
-        disruptions_allowed: n("disruptionsAllowed"),
-        current_healthy: n("currentHealthy"),
-        desired_healthy: n("desiredHealthy"),
-        expected_pods: n("expectedPods"),
-    }
-}
-
-fn pod_ready(p: &Value) -> bool {
-    p.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| {
-        cs.iter().any(|c| {
-            c.get("type").and_then(Value::as_str) == Some("Ready")
-                && c.get("status").and_then(Value::as_str) == Some("True")
-        })
-    })
-}
-
-/// Whether a PDB's `spec.selector` (matchLabels + matchExpressions) selects the pod. An empty
-/// selector selects every pod of the namespace (policy/v1).
-fn pdb_selects<'a>(pdb: &Value, get: impl Fn(&str) -> Option<&'a str>) -> bool {
-    let Some(sel) = pdb.pointer("/spec/selector") else { return false };
-    let ml_ok =
-        sel.get("matchLabels").and_then(Value::as_object).is_none_or(|m| m.iter().all(|(k, v)| get(k) == v.as_str()));
-    let me_ok = sel.get("matchExpressions").and_then(Value::as_array).is_none_or(|es| {
-        es.iter().all(|e| {
-            let k = e.get("key").and_then(Value::as_str).unwrap_or("");
-            let vals: Vec<&str> = e
-                .get("values")
-                .and_then(Value::as_array)
-                .map(|v| v.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            match e.get("operator").and_then(Value::as_str).unwrap_or("") {
-                "In" => get(k).is_some_and(|x| vals.contains(&x)),
-                "NotIn" => get(k).is_none_or(|x| !vals.contains(&x)),
-                "Exists" => get(k).is_some(),
-                "DoesNotExist" => get(k).is_none(),
-                _ => false,
-            }
-        })
-    });
-    ml_ok && me_ok
-}
-
-/// Go's wording of a base64 decoding error.
-fn base64_error(e: &base64::DecodeError) -> String {
-    match e {
-        base64::DecodeError::InvalidByte(i, _) | base64::DecodeError::InvalidLastSymbol(i, _) => {
-            format!("illegal base64 data at input byte {i}")
-        }
-        _ => "illegal base64 data at input byte 0".to_string(),
-    }
-}
-
-/// kube-apiserver's default pull policy: `Always` for an untagged or `:latest` image, else
-/// `IfNotPresent`.
-fn default_pull_policy(image: &str) -> &'static str {
-    if image.contains('@') {
-        return "IfNotPresent";
-    }
-    let last = image.rsplit('/').next().unwrap_or(image);
-    match last.split_once(':') {
-        Some((_, tag)) if tag != "latest" => "IfNotPresent",
-        _ => "Always",
-    }
-}
-
-/// A container's requests default to its limits, resource by resource (so a pod with limits only
-/// is scheduled, and classed Guaranteed, by them).
-fn default_requests_from_limits(resources: &mut Value) {
-    let Some(limits) = resources.get("limits").and_then(Value::as_object).cloned() else { return };
-    let Some(r) = resources.as_object_mut() else { return };
-    let requests = r.entry("requests").or_insert_with(|| json!({}));
-    if let Some(req) = requests.as_object_mut() {
-        for (k, v) in limits {
-            req.entry(k).or_insert(v);
-        }
     }
 }
 
@@ -1555,33 +838,6 @@ fn drop_empty_metadata(obj: &mut Value) {
         if empty {
             m.remove(k);
         }
-    }
-}
-
-fn qos_class(spec: &Value) -> &'static str {
-    let containers = spec.get("containers").and_then(Value::as_array).cloned().unwrap_or_default();
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in &containers {
-        let req = c.pointer("/resources/requests").and_then(Value::as_object);
-        let lim = c.pointer("/resources/limits").and_then(Value::as_object);
-        if req.is_some_and(|r| !r.is_empty()) || lim.is_some_and(|l| !l.is_empty()) {
-            any = true;
-        }
-        for r in ["cpu", "memory"] {
-            let l = lim.and_then(|l| l.get(r));
-            let q = req.and_then(|q| q.get(r)).or(l);
-            if l.is_none() || q != l {
-                guaranteed = false;
-            }
-        }
-    }
-    if !any {
-        "BestEffort"
-    } else if guaranteed {
-        "Guaranteed"
-    } else {
-        "Burstable"
     }
 }
 
@@ -1609,15 +865,16 @@ fn decode_continue(token: &str) -> Result<(u64, ObjKey), ApiError> {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn state(seed: u64) -> State {
+    /// A fresh store on a manual clock (also for the tests of `behaviour`).
+    pub(in crate::apiserver) fn state(seed: u64) -> State {
         let (tx, _) = broadcast::channel(64);
         State::new(Clock::manual_default(), seed, 100, tx)
     }
 
-    fn res(st: &State, group: &str, plural: &str) -> Arc<Resource> {
+    pub(in crate::apiserver) fn res(st: &State, group: &str, plural: &str) -> Arc<Resource> {
         st.registry.any_version(group, plural).unwrap()
     }
 
@@ -1644,88 +901,6 @@ mod tests {
         assert_eq!(meta_str(&o, "name").unwrap().len(), 63);
         let err = st.create(&cms, Some("default"), json!({"metadata": {"generateName": "é".repeat(70)}})).unwrap_err();
         assert_eq!(err.code, 422);
-    }
-
-    #[test]
-    fn qos_classes() {
-        assert_eq!(qos_class(&json!({"containers": [{"name": "c"}]})), "BestEffort");
-        let g = json!({"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]});
-        assert_eq!(qos_class(&g), "Guaranteed");
-        let b = json!({"containers": [{"resources": {"requests": {"cpu": "1"}}}]});
-        assert_eq!(qos_class(&b), "Burstable");
-    }
-
-    #[test]
-    fn pdb_status_counts_ready_matching_pods() {
-        let mut st = state(1);
-        let pods = res(&st, "", "pods");
-        let pdbs = res(&st, "policy", "poddisruptionbudgets");
-        for (n, ready) in [("a", true), ("b", true), ("c", false)] {
-            let mut p =
-                json!({"metadata": {"name": n, "labels": {"app": "x"}}, "spec": {"containers": [{"name": "c"}]}});
-            if ready {
-                p["status"] = json!({"conditions": [{"type": "Ready", "status": "True"}]});
-            }
-            st.create(&pods, Some("default"), p.clone()).unwrap();
-            if ready {
-                st.update(&pods, Some("default"), n, p, Sub::Status).unwrap();
-            }
-        }
-        st.create(
-            &pdbs,
-            Some("default"),
-            json!({"metadata": {"name": "p"}, "spec": {"maxUnavailable": "50%", "selector": {"matchLabels": {"app": "x"}}}}),
-        )
-        .unwrap();
-        let pdb = st.get(&pdbs, "default", "p").unwrap();
-        // 3 expected, 50% of 3 rounded up = 2 may be unavailable: 1 desired healthy; 2 healthy.
-        assert_eq!(pdb["status"]["expectedPods"], 3);
-        assert_eq!(pdb["status"]["currentHealthy"], 2);
-        assert_eq!(pdb["status"]["desiredHealthy"], 1);
-        assert_eq!(pdb["status"]["disruptionsAllowed"], 1);
-        st.evict("default", "a", &json!({})).unwrap();
-        let err = st.evict("default", "b", &json!({})).unwrap_err();
-        assert_eq!(err.code, 429);
-        // The unready pod may go: the budget is met without it.
-        st.evict("default", "c", &json!({})).unwrap();
-    }
-
-    #[test]
-    fn the_disruption_log_says_how_each_pod_began_to_leave_and_under_which_budget() {
-        let mut st = state(1);
-        let pods = res(&st, "", "pods");
-        let pdbs = res(&st, "policy", "poddisruptionbudgets");
-        for n in ["a", "b", "c"] {
-            let p = json!({"metadata": {"name": n, "labels": {"app": "x"}},
-                           "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
-                           "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
-            st.create(&pods, Some("default"), p.clone()).unwrap();
-            st.update(&pods, Some("default"), n, p, Sub::Status).unwrap();
-        }
-        st.create(
-            &pdbs,
-            Some("default"),
-            json!({"metadata": {"name": "p"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "x"}}}}),
-        )
-        .unwrap();
-        st.evict("default", "a", &json!({})).unwrap();
-        assert_eq!(st.evict("default", "b", &json!({})).unwrap_err().code, 429, "refusals are not logged");
-        // A DELETE ignores the budget: logged with the budget's state, which forbade it.
-        st.delete(&pods, Some("default"), "b", &DeleteOptions::default()).unwrap();
-        // The kubelet confirming a graceful deletion is not a new disruption.
-        let confirm = DeleteOptions { grace_period: Some(0), ..DeleteOptions::default() };
-        st.delete(&pods, Some("default"), "a", &confirm).unwrap();
-        let log = st.disruptions.entries();
-        let seen: Vec<(u64, &str, Via, Option<i64>)> = log
-            .iter()
-            .map(|d| (d.seq, d.name.as_str(), d.via.clone(), d.pdb.as_ref().map(|p| p.disruptions_allowed)))
-            .collect();
-        assert_eq!(
-            seen,
-            [(0, "a", Via::Eviction, Some(1)), (1, "b", Via::Delete { grace_seconds: 30 }, Some(0))],
-            "{log:#?}"
-        );
-        assert!(log.iter().all(|d| d.ready && d.node.as_deref() == Some("n1")));
     }
 
     #[test]

@@ -378,30 +378,12 @@ pub fn pod_running_status(
     })
 }
 
-/// The pod's QoS class (Guaranteed, Burstable or BestEffort), as the API server computes it.
+/// The pod's QoS class (Guaranteed, Burstable or BestEffort), as the API server computes it
+/// ([`crate::qos::qos_class`], over the spec as JSON).
 pub fn qos_class(pod: &k8s_openapi::api::core::v1::Pod) -> &'static str {
-    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or(&[]);
-    let mut any = false;
-    let mut guaranteed = !containers.is_empty();
-    for c in containers {
-        let requests = c.resources.as_ref().and_then(|r| r.requests.clone()).unwrap_or_default();
-        let limits = c.resources.as_ref().and_then(|r| r.limits.clone()).unwrap_or_default();
-        any |= !requests.is_empty() || !limits.is_empty();
-        for key in ["cpu", "memory"] {
-            let limit = limits.get(key);
-            let request = requests.get(key).or(limit);
-            if limit.is_none() || request != limit {
-                guaranteed = false;
-            }
-        }
-    }
-    if !any {
-        "BestEffort"
-    } else if guaranteed {
-        "Guaranteed"
-    } else {
-        "Burstable"
-    }
+    // Serialising a typed spec cannot fail; a missing spec reads as no containers.
+    let spec = pod.spec.as_ref().and_then(|s| serde_json::to_value(s).ok()).unwrap_or(Value::Null);
+    crate::qos::qos_class(&spec)
 }
 
 /// Namespace of the kubelets' heartbeat Leases.
