@@ -24,7 +24,7 @@ impl Solver<'_> {
     /// - topology on keys other than the hostname: a group's claims share their requirements, and a
     ///   claim joins only when each such key its pods are constrained or counted on is pinned there
     ///   to one value (or not defined by the pool's types), so every pod keeps its domain;
-    /// - hostname topology and host ports become per-node rules ([`Rules`]); pods held
+    /// - hostname topology and host ports become per-node rules ([`Rules`](super::Rules)); pods held
     ///   together by hostname pod affinity move as one bundle;
     /// - minValues: each type is packed as the room it shares with enough other types to meet the
     ///   minimum, and a node whose options would still miss it voids the packing.

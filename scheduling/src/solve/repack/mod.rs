@@ -21,7 +21,7 @@
 //! groups, and whether their packing replaces them), `limits` (the pools with limits first, pending
 //! pods included), `units` (which claims and pods may move, the units that move together and their
 //! per-node rules). The arithmetic, which knows items, bins and budgets only: `lp` (shadow prices,
-//! [`candidates`]), `pack` ([`pack`], [`pack_balanced`], [`pack_ffd`]), `ruled` ([`Rules`],
+//! [`candidates`]), `pack` ([`pack`](fn@pack), [`pack_balanced`], [`pack_ffd`]), `ruled` ([`Rules`],
 //! [`pack_ruled`]), `within` ([`Budget`], [`pack_within`], [`pack_within_ruled`]).
 //!
 //! Owns re-packing. Must not change a pod's placement except through a packing that keeps every

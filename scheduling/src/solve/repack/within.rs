@@ -324,8 +324,8 @@ fn size_cmp(a: &Resources, b: &Resources) -> std::cmp::Ordering {
 
 /// Packs `items` into nodes of `bins` (capacities `caps`, charged against `budget`): the most items
 /// first, the lowest price second, never beyond the budget. Returns `(bin, item indices)` per node;
-/// items in no node are left out. Candidates: the unconstrained packings ([`pack`],
-/// [`pack_balanced`], [`pack_ffd`]) when they fit the budget, else cut down to it; a greedy that
+/// items in no node are left out. Candidates: the unconstrained packings ([`pack`](fn@super::pack),
+/// [`pack_balanced`](super::pack_balanced), [`pack_ffd`](super::pack_ffd)) when they fit the budget, else cut down to it; a greedy that
 /// opens the bin placing the most items per share of the budget left; and one per bin with only that
 /// bin; each tidied (cheapest bin per node, cheaper merges of two nodes). Pure and deterministic.
 pub fn pack_within(items: &[Resources], bins: &[Bin], caps: &[Resources], budget: &Budget) -> Vec<(usize, Vec<usize>)> {
