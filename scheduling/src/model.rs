@@ -17,7 +17,7 @@ pub struct Input {
     pub pools: Vec<Pool>,
     /// Active existing capacity: registered nodes, in-flight claims without a node, unmanaged nodes.
     pub nodes: Vec<ExistingNode>,
-    /// Pods to place (already filtered by [`crate::provisionable`]).
+    /// Pods to place (already filtered by [`crate::convert`]).
     pub pods: Vec<Pod>,
     /// DaemonSets of the workload cluster: each adds its pod's requests to every compatible node.
     pub daemonsets: Vec<DaemonSet>,

@@ -1,0 +1,149 @@
+//! Which pods need capacity (karpenter-semantics §3.2): the trigger of a round, the pods a leaving
+//! node keeps (`do-not-disrupt`, a PodDisruptionBudget allowing no eviction), and the pods ignored or
+//! opting out for their node selectors and affinity.
+//!
+//! Owns the tests a pod passes to be provisioned for, except its volumes' (that is `volumes`). Must
+//! not read a pod's requests or constraints (that is `spec`).
+
+use std::sync::Arc;
+
+use crds::labels;
+use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::spec::{operator, selector_from};
+use crate::affinity::selector_matches;
+use crate::compact::CompactPod;
+
+pub(super) fn is_daemonset_pod(meta: &ObjectMeta) -> bool {
+    meta.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet")
+}
+
+pub(super) fn is_static_pod(meta: &ObjectMeta) -> bool {
+    meta.owner_references.iter().flatten().any(|o| o.kind == "Node")
+}
+
+pub(super) fn is_terminal(p: &CompactPod) -> bool {
+    matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+pub(super) fn unschedulable_by_scheduler(p: &CompactPod) -> bool {
+    p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+    })
+}
+
+/// Whether an unbound pod is one the operator's round would take as pending (§3.2 under
+/// [`PendingRule::Unschedulable`](super::PendingRule::Unschedulable)): the trigger of the batch window, with the same tests as
+/// [`build_input`](super::build_input) so a trigger never opens a round that has nothing to place.
+pub fn triggers_provisioning(p: &CompactPod) -> bool {
+    let bound = p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+    let nominated = p.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()).is_some_and(|n| !n.is_empty());
+    !bound
+        && !is_daemonset_pod(&p.metadata)
+        && !is_static_pod(&p.metadata)
+        && !is_terminal(p)
+        && p.metadata.deletion_timestamp.is_none()
+        && !nominated
+        && unschedulable_by_scheduler(p)
+}
+
+/// Whether a pod on a leaving node stays: `do-not-disrupt`, or a PDB that allows no eviction.
+pub(super) fn blocks_eviction(p: &CompactPod, pdbs: &[Arc<PodDisruptionBudget>]) -> Option<String> {
+    let ann = p.metadata.annotations.as_ref();
+    if ann.and_then(|a| a.get(labels::DO_NOT_DISRUPT)).is_some_and(|v| v == "true") {
+        return Some(format!("{}=true", labels::DO_NOT_DISRUPT));
+    }
+    let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+    let pod_labels = p.metadata.labels.clone().unwrap_or_default();
+    for pdb in pdbs {
+        if pdb.metadata.namespace.as_deref().unwrap_or("default") != ns {
+            continue;
+        }
+        let Some(spec) = &pdb.spec else { continue };
+        let Some(sel) = spec.selector.as_ref().and_then(|s| selector_from(s).ok()) else { continue };
+        if !selector_matches(&sel, &pod_labels) {
+            continue;
+        }
+        let zero = |v: &IntOrString| match v {
+            IntOrString::Int(0) => true,
+            IntOrString::String(s) => s == "0" || s == "0%",
+            IntOrString::Int(_) => false,
+        };
+        let blocking = spec.max_unavailable.as_ref().is_some_and(zero)
+            || spec.min_available.as_ref().is_some_and(|v| matches!(v, IntOrString::String(s) if s == "100%"));
+        if blocking {
+            return Some(format!(
+                "PodDisruptionBudget {} allows no eviction",
+                pdb.metadata.name.as_deref().unwrap_or("")
+            ));
+        }
+    }
+    None
+}
+
+pub(super) enum Provisionable {
+    Yes,
+    OptOut,
+    Ignored(String),
+}
+
+impl Provisionable {
+    pub(super) fn and_volumes(self, check: impl FnOnce() -> Option<String>) -> Provisionable {
+        match self {
+            Provisionable::Yes => check().map_or(Provisionable::Yes, Provisionable::Ignored),
+            other => other,
+        }
+    }
+}
+
+fn is_restricted_for_pods(key: &str) -> bool {
+    let key = crate::requirements::normalize_key(key);
+    if key == labels::HOSTNAME {
+        return true;
+    }
+    let domain = key.split_once('/').map_or("", |(d, _)| d);
+    let in_domain = |d: &str| domain == d || domain.ends_with(&format!(".{d}"));
+    (in_domain("karpenter.sh") && key != labels::CAPACITY_TYPE && key != labels::NODEPOOL)
+        || (in_domain("karpenter.clever-cloud.com") && key != labels::INSTANCE_CPU && key != labels::INSTANCE_MEMORY)
+}
+
+/// §3.2: `karpenter.sh/nodepool DoesNotExist` opts out silently; restricted keys, unsupported
+/// operators and `matchFields` are ignored with a reason.
+pub(super) fn provisionable(spec: &PodSpec) -> Provisionable {
+    for k in spec.node_selector.iter().flat_map(|m| m.keys()) {
+        if is_restricted_for_pods(k) {
+            return Provisionable::Ignored(format!("nodeSelector uses the restricted label {k}"));
+        }
+    }
+    let required = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref());
+    for term in required.iter().flat_map(|r| r.node_selector_terms.iter()) {
+        if term.match_fields.as_ref().is_some_and(|f| !f.is_empty()) {
+            return Provisionable::Ignored(
+                "required node affinity uses matchFields, which the hub does not support".into(),
+            );
+        }
+        for e in term.match_expressions.iter().flatten() {
+            if e.key == labels::NODEPOOL && e.operator == "DoesNotExist" {
+                return Provisionable::OptOut;
+            }
+            if is_restricted_for_pods(&e.key) {
+                return Provisionable::Ignored(format!("required node affinity uses the restricted label {}", e.key));
+            }
+            if operator(&e.operator).is_none() {
+                return Provisionable::Ignored(format!(
+                    "required node affinity uses the unsupported operator {}",
+                    e.operator
+                ));
+            }
+        }
+    }
+    Provisionable::Yes
+}
