@@ -1,5 +1,6 @@
 //! The shared context of every controller in one hub process: the management client, the cluster
-//! registry, the settings, the per-cluster capacity memory and the per-cluster launch gates.
+//! registry, the settings, the caches, and what several controllers share (the per-cluster
+//! capacity memory, registration health, events).
 //!
 //! Owns: wiring and the persistence of [`CapacityState`] (one ConfigMap per workload cluster in the
 //! registering namespace, so cool-downs and back-off survive restarts and leader changes).
@@ -23,7 +24,6 @@ use kube::{
     api::{Patch, PatchParams, PostParams},
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
-use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -286,18 +286,11 @@ pub struct Hub {
     events: std::sync::Mutex<EventDedupe>,
     health: std::sync::Mutex<BTreeMap<(String, String), crate::decisions::node_registration::RegistrationHealth>>,
     class_generations: std::sync::Mutex<BTreeMap<(String, String), i64>>,
-    gates: std::sync::Mutex<BTreeMap<ClusterKey, Arc<Mutex<()>>>>,
-    refusals: std::sync::Mutex<Refusals>,
     /// Clusters whose last garbage-collection sweep the brake halted, with what it would have
     /// deleted (shown on their NodePools as `GarbageCollectionHalted`); a counter of changes.
     gc_halts: std::sync::Mutex<BTreeMap<ClusterKey, String>>,
     gc_halt_changes: tokio::sync::watch::Sender<u64>,
 }
-
-/// Eviction refusals per pod (cluster, pod): how many so far and when the next attempt may go, on
-/// the hub's clock. In memory on purpose: after a restart the first attempt simply comes sooner,
-/// and the API answers it the same way.
-pub type Refusals = std::collections::HashMap<(String, crate::decisions::termination::PodRef), (u32, Timestamp)>;
 
 impl std::fmt::Debug for Hub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -337,8 +330,6 @@ impl Hub {
             events: std::sync::Mutex::new(EventDedupe::default()),
             health: std::sync::Mutex::new(BTreeMap::new()),
             class_generations: std::sync::Mutex::new(BTreeMap::new()),
-            gates: std::sync::Mutex::new(BTreeMap::new()),
-            refusals: std::sync::Mutex::new(Refusals::new()),
             gc_halts: std::sync::Mutex::new(BTreeMap::new()),
             gc_halt_changes: tokio::sync::watch::Sender::new(0),
         })
@@ -369,11 +360,6 @@ impl Hub {
         futures::stream::unfold(self.gc_halt_changes.subscribe(), |mut rx| async move {
             rx.changed().await.ok().map(|()| ((), rx))
         })
-    }
-
-    /// The eviction back-off memory of the drain.
-    pub fn eviction_refusals(&self) -> std::sync::MutexGuard<'_, Refusals> {
-        self.refusals.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Now, on the hub's clock.
@@ -438,12 +424,6 @@ impl Hub {
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert((ns.to_string(), class.to_string()), g);
         }
-    }
-
-    /// The launch gate of a cluster: CKE's quota engine judges concurrent creations together, so
-    /// one NodeGroup at a time awaits its verdict per cluster; clusters never wait on each other.
-    pub fn launch_gate(&self, key: &ClusterKey) -> Arc<Mutex<()>> {
-        self.gates.lock().unwrap_or_else(PoisonError::into_inner).entry(key.clone()).or_default().clone()
     }
 
     /// Drop the in-memory copy of a cluster's capacity memory.

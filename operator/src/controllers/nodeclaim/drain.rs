@@ -24,6 +24,14 @@ use crate::{
 };
 use crds::labels;
 
+/// Eviction refusals per pod (cluster, pod): how many so far and when the next attempt may go, on
+/// the hub's clock. The lifecycle controller's own memory, in memory on purpose: after a restart
+/// the first attempt simply comes sooner, and the API answers it the same way.
+#[derive(Debug, Default)]
+pub(super) struct Refusals(
+    pub(super) std::sync::Mutex<std::collections::HashMap<(String, PodRef), (u32, k8s_openapi::jiff::Timestamp)>>,
+);
+
 /// The VolumeAttachments of `node`, each with the claim bound to its PersistentVolume (§5.2 step 6).
 /// A cluster that does not serve VolumeAttachments has none.
 pub(super) async fn volume_attachments(conn: &Connection, node: &str) -> Result<Vec<Attachment>, kube::Error> {
@@ -130,7 +138,7 @@ pub(super) async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node:
         .await;
     }
     let now = hub.now();
-    let refusals = || hub.eviction_refusals();
+    let refusals = || c.refusals.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     // Entries not refreshed for a minute belong to pods that went some other way (a refused pod is
     // retried every 10 s at most).
     refusals().retain(|_, (_, next)| next.checked_add(Duration::from_secs(60)).is_ok_and(|t| t > now));

@@ -152,6 +152,21 @@ impl From<kube::Error> for Failure {
     }
 }
 
+/// The launch gates, one per cluster: CKE's quota engine judges concurrent creations together, so
+/// one NodeGroup at a time awaits its verdict per cluster; clusters never wait on each other.
+/// The lifecycle controller's own memory.
+#[derive(Debug, Default)]
+pub(super) struct Gates(
+    std::sync::Mutex<std::collections::BTreeMap<crate::infra::registry::ClusterKey, Arc<tokio::sync::Mutex<()>>>>,
+);
+
+impl Gates {
+    /// The gate of cluster `key`.
+    fn of(&self, key: &crate::infra::registry::ClusterKey) -> Arc<tokio::sync::Mutex<()>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(key.clone()).or_default().clone()
+    }
+}
+
 /// [`Hub::cached_instance_types`] for a launch, which acts on it: a catalogue the cache does not show is
 /// read live before the built-in one is served instead (a catalogue just created, a cache not
 /// listed yet), so a launch never picks a flavor on a cache's word that the catalogue is missing.
@@ -208,7 +223,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
     let groups: Api<NodeGroup> = Api::all(conn.client.clone());
     // CKE's quota engine judges concurrent creations together (clever-cloud.md §3.4 step 5): one
     // NodeGroup of a cluster awaits its verdict at a time. Held until the verdict below.
-    let gate = hub.launch_gate(&c.key);
+    let gate = c.gates.of(&c.key);
     let _one_at_a_time = gate.lock_owned().await;
     // Waiting may have outlived the claim, and the controller's copy may lag: re-read it live, so a
     // claim already deleted never creates (or re-judges) a group.

@@ -101,6 +101,8 @@ impl Written {
 struct Ctx {
     hub: Arc<Hub>,
     written: Written,
+    gates: launch::Gates,
+    refusals: drain::Refusals,
 }
 
 /// How long a claim waits for its cluster (not synced, or owned by another replica) when nothing
@@ -147,7 +149,16 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
         .reconcile_on(synced)
         .reconcile_all_on(ticks)
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, error_policy, Arc::new(Ctx { hub, written: Written::default() }))
+        .run(
+            reconcile,
+            error_policy,
+            Arc::new(Ctx {
+                hub,
+                written: Written::default(),
+                gates: launch::Gates::default(),
+                refusals: drain::Refusals::default(),
+            }),
+        )
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "nodeclaim reconcile failed");
@@ -171,6 +182,8 @@ fn error_policy(claim: Arc<NodeClaim>, e: &Error, _: Arc<Ctx>) -> Action {
 struct Claim<'a> {
     obj: &'a NodeClaim,
     written: &'a Written,
+    gates: &'a launch::Gates,
+    refusals: &'a drain::Refusals,
     ns: String,
     name: String,
     key: ClusterKey,
@@ -229,6 +242,8 @@ async fn reconcile(obj: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     let c = Claim {
         obj: &obj,
         written: &ctx.written,
+        gates: &ctx.gates,
+        refusals: &ctx.refusals,
         key: ClusterKey::new(ns.clone(), obj.spec.cluster_name.clone()),
         api: Api::namespaced(hub.mgmt.clone(), &ns),
         ns,
