@@ -85,7 +85,7 @@ impl Clock {
         match &*self.inner {
             Inner::Real => tokio::time::sleep(d).await,
             Inner::Manual(m) => {
-                let rx = {
+                let (rx, key) = {
                     let mut g = lock(m);
                     let deadline = g.now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
                     if deadline <= g.now {
@@ -93,10 +93,13 @@ impl Clock {
                     }
                     let (tx, rx) = oneshot::channel();
                     g.seq += 1;
-                    let seq = g.seq;
-                    g.sleepers.insert((deadline, seq), tx);
-                    rx
+                    let key = (deadline, g.seq);
+                    g.sleepers.insert(key, tx);
+                    (rx, key)
                 };
+                // A sleep given up (dropped by a `select!` that took another branch) stops counting
+                // as a sleeper at once, rather than when the clock passes its deadline.
+                let _unregister = Unregister { manual: m, key };
                 // A dropped sender (clock dropped) also ends the wait.
                 let _ = rx.await;
             }
@@ -169,6 +172,18 @@ impl Clock {
     }
 }
 
+/// Removes a manual sleeper's entry when its wait ends or is given up.
+struct Unregister<'a> {
+    manual: &'a Mutex<Manual>,
+    key: (DateTime<Utc>, u64),
+}
+
+impl Drop for Unregister<'_> {
+    fn drop(&mut self) {
+        lock(self.manual).sleepers.remove(&self.key);
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -235,6 +250,24 @@ mod tests {
         let woke = tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
         assert_eq!(woke - start, chrono::Duration::seconds(10));
         assert_eq!(clock.sleepers(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_sleep_given_up_is_no_longer_a_sleeper() {
+        let clock = Clock::manual_default();
+        let c = clock.clone();
+        let task = tokio::spawn(async move { c.sleep(Duration::from_secs(10)).await });
+        for _ in 0..1000 {
+            if clock.sleepers() == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(clock.sleepers(), 1);
+        task.abort();
+        let _ = task.await;
+        assert_eq!(clock.sleepers(), 0);
+        assert_eq!(clock.next_deadline(), None);
     }
 
     #[tokio::test]

@@ -16,6 +16,7 @@ use std::{
     time::Duration,
 };
 
+use futures::StreamExt;
 use kube::{Api, Resource, ResourceExt, api::PostParams, runtime::reflector::ObjectRef};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -57,6 +58,9 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
     let mut rounds = Rounds::default();
     let mut changes = hub.registry.changes();
     let mut scope = hub.cache.scope_changes();
+    // A manual clock moved forward (tests): a round deferred to a time on the hub's clock (the end
+    // of a creation back-off or a flavor's cool-down) may be due now. Never fires on the real clock.
+    let mut ticks = std::pin::pin!(hub.settings.clock.advances());
     let labels = ClusterLabels { cluster: key.to_string() };
     loop {
         let conn = hub.registry.connection(&key);
@@ -121,6 +125,7 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
             }
             _ = changes.changed() => {}
             _ = scope.changed() => {}
+            Some(()) = ticks.next() => rounds.clock_moved(tokio::time::Instant::now()),
             () = joined => {}
             () = sleep => {}
         }
