@@ -8,7 +8,9 @@
 //! - [`infra`]: what the controllers run on: the shared hub context, the registry of workload
 //!   clusters, leader election, metrics, kubeconfig hardening.
 //!
-//! Dependencies point one way: commands → controllers → infra → decisions.
+//! Dependencies point one way: commands → controllers → infra → decisions. The time every decision
+//! is made at comes from `infra::hub::Settings::clock` (the `clock` crate). Only `sandbox` (and the
+//! binary's `sim-cke`) use the emulators of `sim`, behind the default feature `sandbox`.
 
 pub mod commands;
 pub mod controllers;

@@ -29,9 +29,11 @@ enum Command {
     Run(RunArgs),
     /// The zero-setup demo: a simulated management cluster and three simulated CKE clusters in this
     /// process, the examples applied, a workload scaled up then down, progress shown live.
+    #[cfg(feature = "sandbox")]
     Sandbox(operator::commands::sandbox::SandboxArgs),
     /// Play CKE on a cluster that has none (like KWOK): turn NodeGroups into Ready Nodes, run a
     /// kubelet stand-in and a basic binder.
+    #[cfg(feature = "sandbox")]
     SimCke(SimCkeArgs),
     /// Print the hub's CustomResourceDefinitions as YAML (what `kubectl apply --server-side -f` takes).
     Crds {
@@ -49,6 +51,7 @@ enum Command {
 }
 
 /// Flags of `karpenter-hub sim-cke`.
+#[cfg(feature = "sandbox")]
 #[derive(Debug, clap::Args)]
 struct SimCkeArgs {
     /// Kubeconfig of the workload cluster to play CKE on.
@@ -80,6 +83,7 @@ fn init_logs(format: LogFormat) {
 }
 
 /// The sandbox prints its own progress; logs only say what went wrong unless RUST_LOG asks for more.
+#[cfg(feature = "sandbox")]
 fn init_logs_quiet() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube=error"));
@@ -129,11 +133,13 @@ fn main() -> anyhow::Result<()> {
             init_logs(args.log_format);
             runtime()?.block_on(async move { operator::commands::run::run(args, shutdown_on_signal()).await })?;
         }
+        #[cfg(feature = "sandbox")]
         Command::Sandbox(args) => {
             init_logs_quiet();
             runtime()?
                 .block_on(async move { operator::commands::sandbox::sandbox(args, shutdown_on_signal()).await })?;
         }
+        #[cfg(feature = "sandbox")]
         Command::SimCke(args) => {
             init_logs(LogFormat::Text);
             runtime()?.block_on(async move {

@@ -808,7 +808,19 @@ fn dockerfile_builds_both_binaries_with_the_workspace_rust_for_the_chart_version
     }
     // What the build compiles in (include_str!) is not excluded from the build context.
     let ignore = std::fs::read_to_string(repo().join(".dockerignore")).unwrap();
-    for needed in ["config", "examples", "operator", "webhook", "crds", "scheduling", "sim", "envtest", "Cargo.lock"] {
+    // Every workspace crate (the build reads each manifest), as Cargo.toml lists them.
+    let members = cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("members = ["))
+        .expect("Cargo.toml lists the workspace members on one line")
+        .trim_end_matches(']')
+        .split(',')
+        .map(|m| m.trim().trim_matches('"').to_string())
+        .filter(|m| !m.is_empty())
+        .collect::<Vec<_>>();
+    assert!(members.iter().any(|m| m == "operator"), "members read from Cargo.toml: {members:?}");
+    let needed = ["config", "examples", "Cargo.lock"].into_iter().map(str::to_string).chain(members);
+    for needed in needed {
         assert!(!ignore.lines().any(|l| l.trim_end_matches('/') == needed), ".dockerignore drops {needed}");
     }
     assert!(ignore.lines().any(|l| l == "target/"), "the local target/ must stay out of the context");

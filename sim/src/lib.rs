@@ -6,4 +6,5 @@ pub mod apiserver;
 pub mod cke;
 pub mod clock;
 pub mod qos;
-pub mod schema;
+/// The schema layer of the emulator: the `crd-schema` crate (the hub's `plan` uses it too).
+pub use crd_schema as schema;

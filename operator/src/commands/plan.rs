@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use crd_schema::CrdSchema;
 use crds::admission::{
     Lookup, NodePoolReferences, Verdict, validate_flavor_catalog, validate_node_claim, validate_node_class,
     validate_node_pool,
@@ -23,7 +24,6 @@ use scheduling::convert::{ConvertError, PendingRule, Snapshot, Volumes, build_in
 use scheduling::model::{MinValuesPolicy, PreferencePolicy, Settings};
 use serde::Serialize;
 use serde_json::Value;
-use sim::schema::CrdSchema;
 
 mod disruption_plan;
 pub use disruption_plan::{
@@ -419,7 +419,7 @@ fn add_document(reader: &mut Reader, file: &str, index: usize, doc: Value) -> Re
         if let Err(invalid) = schema.admit_create(&doc) {
             // kube-apiserver adds "some validation rules were not checked" when others failed: true,
             // but it tells a person nothing they can act on.
-            let unchecked = |c: &sim::schema::Cause| c.message.contains("some validation rules were not checked");
+            let unchecked = |c: &crd_schema::Cause| c.message.contains("some validation rules were not checked");
             let only_unchecked = invalid.causes.iter().all(unchecked);
             for cause in invalid.causes.into_iter().filter(|c| only_unchecked || !unchecked(c)) {
                 reader.refusals.push(Refusal {

@@ -70,10 +70,21 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
     // kube's 295 s read timeout) must not hold back the others' sweeps (hub.md §3 "Isolation").
     let mut in_flight: BTreeMap<ClusterKey, tokio::task::JoinHandle<()>> = BTreeMap::new();
     loop {
+        // The period counts on the hub's clock too: a test moving a manual clock past it (an orphan
+        // the last sweep found too young is old enough now) gets its sweep without waiting for the
+        // wall clock. Not on every move of the clock: a sweep reads the workload cluster live.
+        let on_clock = async {
+            if hub.settings.clock.is_manual() {
+                hub.settings.clock.sleep(period).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             () = shutdown.cancelled() => break,
             _ = tick.tick() => {}
             r = changes.changed() => if r.is_err() { break },
+            () = on_clock => {}
         }
         in_flight.retain(|_, h| !h.is_finished());
         for key in hub.registry.clusters() {

@@ -12,6 +12,7 @@
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
+use futures::StreamExt;
 use kube::{Api, ResourceExt, api::PostParams, runtime::reflector::ObjectRef};
 use tokio_util::sync::CancellationToken;
 
@@ -52,6 +53,9 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
     let mut rounds = Rounds::default();
     let mut changes = hub.registry.changes();
     let mut scope = hub.cache.scope_changes();
+    // A manual clock moved forward (tests): a round deferred to a time on the hub's clock (the end
+    // of a creation back-off or a flavor's cool-down) may be due now. Never fires on the real clock.
+    let mut ticks = std::pin::pin!(hub.settings.clock.advances());
     let labels = ClusterLabels { cluster: key.to_string() };
     loop {
         let conn = hub.registry.connection(&key);
@@ -116,6 +120,7 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
             }
             _ = changes.changed() => {}
             _ = scope.changed() => {}
+            Some(()) = ticks.next() => rounds.clock_moved(tokio::time::Instant::now()),
             () = joined => {}
             () = sleep => {}
         }

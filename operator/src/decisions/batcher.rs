@@ -144,6 +144,14 @@ impl Rounds {
         }
     }
 
+    /// The hub's clock was moved forward (a test's manual clock): a round deferred until a time on
+    /// that clock (a creation back-off or a cool-down ending) may be due, so the retry is due `now`.
+    pub fn clock_moved(&mut self, now: Instant) {
+        if let Some(at) = &mut self.retry_at {
+            *at = (*at).min(now);
+        }
+    }
+
     /// When to look again without news: a retry, or the next look at the nodes.
     pub fn next_wake(&self, batcher: &Batcher) -> Option<Instant> {
         [batcher.deadline(), self.retry_at, self.resync_at.filter(|_| !self.handled.is_empty())]
@@ -258,6 +266,23 @@ mod tests {
         b.take();
         r.offer(&mut b, &set(&[]), 0, 0, ms(t0, 61_000));
         assert_eq!(r.next_wake(&b), None, "the pod went: no retry");
+    }
+
+    #[test]
+    fn a_deferred_round_is_due_when_the_clock_is_moved_and_nothing_else_is() {
+        let t0 = Instant::now();
+        let (mut r, mut b) = (Rounds::default(), Batcher::default());
+        let p = set(&["a"]);
+        r.clock_moved(t0);
+        assert_eq!(r.next_wake(&b), None, "no retry made up by a clock move");
+        r.offer(&mut b, &p, 0, 0, t0);
+        b.take();
+        r.ran(&p, 0, 0, Outcome::Deferred { until: ms(t0, 60_000) }, ms(t0, 1000));
+        assert!(!step(&mut r, &mut b, &p, 0, 0, ms(t0, 2000)), "deferred");
+        r.clock_moved(ms(t0, 3000));
+        assert_eq!(r.next_wake(&b), Some(ms(t0, 3000)), "the back-off may have ended on the hub's clock");
+        r.offer(&mut b, &p, 0, 0, ms(t0, 3000));
+        assert!(b.deadline().is_some(), "the retry opens a window");
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub struct Settings {
     pub lifecycle: crate::decisions::lifecycle::Settings,
     /// The time every decision is made at: the wall clock in production, a manual clock in tests
     /// that move time forward instead of waiting for it.
-    pub clock: sim::clock::Clock,
+    pub clock: clock::Clock,
     /// How long a launch waits for CKE's verdict before going on optimistically (15 s).
     pub verdict_timeout: Duration,
     pub capacity: capacity::Policy,
@@ -92,7 +92,7 @@ impl Default for Settings {
             management_cluster: String::new(),
             zone: "par".to_string(),
             lifecycle: crate::decisions::lifecycle::Settings::default(),
-            clock: sim::clock::Clock::real(),
+            clock: clock::Clock::real(),
             verdict_timeout: Duration::from_secs(15),
             capacity: capacity::Policy::default(),
             namespace: None,

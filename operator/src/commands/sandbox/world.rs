@@ -107,7 +107,7 @@ impl World {
     /// `cke(i)`) per `(namespace, cluster)`, create the namespaces and register every cluster
     /// through its `<cluster>-kubeconfig` Secret. The hub is not started: see [`World::start_hub`].
     pub async fn start(clusters: &[(&str, &str)], cke: impl Fn(usize) -> SimCkeConfig) -> Result<World, SandboxError> {
-        World::start_on(clusters, cke, sim::clock::Clock::real()).await
+        World::start_on(clusters, cke, clock::Clock::real()).await
     }
 
     /// [`World::start`] with the management emulator and the hub on `clock`: a manual clock lets a
@@ -117,7 +117,7 @@ impl World {
     pub async fn start_on(
         clusters: &[(&str, &str)],
         cke: impl Fn(usize) -> SimCkeConfig,
-        clock: sim::clock::Clock,
+        clock: clock::Clock,
     ) -> Result<World, SandboxError> {
         let mgmt = ApiServer::start(ApiServerConfig::management("management").with_clock(clock.clone()))
             .await

@@ -1,12 +1,15 @@
-//! `sim::schema`: what kube-apiserver (1.33+) does to a custom resource object on create and update,
-//! given its `CustomResourceDefinition` and version. The schema layer of the in-process API emulator.
+//! `crd_schema`: what kube-apiserver (1.33+) does to a custom resource object on create and update,
+//! given its `CustomResourceDefinition` and version. The schema layer of the in-process API emulator
+//! (re-exported there as `sim::schema`), and what `karpenter-hub plan` checks manifests with before
+//! its webhook rules: a crate of its own, so the hub's production code uses it without the emulator.
 //!
 //! Owns: compiling a CRD version ([`CrdSchema::compile`], with the apiserver's CRD-creation checks),
 //! and admitting objects: metadata round trip, pruning, defaulting, the strategy's status/generation
 //! handling, then validation (ObjectMeta, OpenAPI schema with ratcheting, scale paths, embedded
 //! resources, list types, CEL rules) and the 422 it yields ([`Invalid`]).
-//! Must not do storage concerns: names from `generateName`, uid, resourceVersion, timestamps,
-//! namespace presence, conflict detection, admission webhooks and field managers are the caller's.
+//! Must not: depend on a crate of this workspace, or do storage concerns: names from
+//! `generateName`, uid, resourceVersion, timestamps, namespace presence, conflict detection,
+//! admission webhooks and field managers are the caller's.
 //!
 //! The pipeline follows apiextensions-apiserver: the decoder (`unstructuredSchemaCoercer.apply`,
 //! then `unstructuredDefaulter`), `rest.BeforeCreate`/`BeforeUpdate`, and

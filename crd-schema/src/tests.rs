@@ -1,4 +1,4 @@
-//! End-to-end tests of `sim::schema` on small hand-written CRDs: each test states an apiserver
+//! End-to-end tests of `crd_schema` on small hand-written CRDs: each test states an apiserver
 //! behaviour and the exact message kube-apiserver gives for it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
