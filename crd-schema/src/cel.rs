@@ -36,8 +36,8 @@ pub(crate) struct Rule {
     pub field_path: String,
     pub optional_old_self: Option<bool>,
     /// The program, or the compile error detail (`compilation failed: ...`).
-    pub program: Result<Program, String>,
-    pub message_program: Option<Result<Program, String>>,
+    pub program: Result<Program, CompileError>,
+    pub message_program: Option<Result<Program, CompileError>>,
     pub uses_old_self: bool,
 }
 
@@ -265,27 +265,49 @@ const KNOWN_FUNCTIONS: &[&str] = &[
     "validate",
 ];
 
+/// Why an expression (a rule, or a `messageExpression` when not `is_rule`) does not compile; the
+/// text is the API server's detail.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum CompileError {
+    /// The parser refused it; `detail` is the parser's message laid out as cel-go's.
+    #[error("{}: {detail}", compile_failed(*.is_rule))]
+    Parse { is_rule: bool, detail: String },
+    /// It names something the environment does not declare.
+    #[error("{}: ERROR: <input>: {undeclared}", compile_failed(*.is_rule))]
+    Check { is_rule: bool, undeclared: Undeclared },
+}
+
+fn compile_failed(is_rule: bool) -> &'static str {
+    if is_rule { "compilation failed" } else { "messageExpression compilation failed" }
+}
+
+/// A reference to a variable, function or type the environment does not declare.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("undeclared reference to '{name}' (in container '')")]
+pub(crate) struct Undeclared {
+    name: String,
+}
+
 /// Parses an expression and runs the static checks the cel crate leaves to evaluation time.
-fn compile_expression(src: &str, is_rule: bool) -> Result<Program, String> {
-    let what = if is_rule { "compilation failed" } else { "messageExpression compilation failed" };
+fn compile_expression(src: &str, is_rule: bool) -> Result<Program, CompileError> {
     // The parser's message already reads `ERROR: <input>:1:17: ...`; cel-go indents the source lines.
     let program = Program::compile(src).map_err(|e| {
         let e = e.to_string();
         let e = if e.starts_with("ERROR: <input>:") { e } else { format!("ERROR: <input>: {e}") };
-        format!("{what}: {}", e.replace("\n| ", "\n | "))
+        CompileError::Parse { is_rule, detail: e.replace("\n| ", "\n | ") }
     })?;
     let mut scope = vec!["self".to_string(), "oldSelf".to_string()];
-    check_expr(program.expression(), &mut scope).map_err(|e| format!("{what}: ERROR: <input>: {e}"))?;
+    check_expr(program.expression(), &mut scope).map_err(|undeclared| CompileError::Check { is_rule, undeclared })?;
     Ok(program)
 }
 
-fn check_expr(e: &Expression, scope: &mut Vec<String>) -> Result<(), String> {
+fn check_expr(e: &Expression, scope: &mut Vec<String>) -> Result<(), Undeclared> {
     match &e.expr {
         Expr::Ident(name) => {
             if name.starts_with('@') || scope.iter().any(|s| s == name) || TYPE_NAMES.contains(&name.as_str()) {
                 Ok(())
             } else {
-                Err(format!("undeclared reference to '{name}' (in container '')"))
+                Err(Undeclared { name: name.clone() })
             }
         }
         Expr::Call(call) => {
@@ -299,7 +321,7 @@ fn check_expr(e: &Expression, scope: &mut Vec<String>) -> Result<(), String> {
             };
             if namespaced.is_none() {
                 if !KNOWN_FUNCTIONS.contains(&call.func_name.as_str()) {
-                    return Err(format!("undeclared reference to '{}' (in container '')", call.func_name));
+                    return Err(Undeclared { name: call.func_name.clone() });
                 }
                 if let Some(t) = &call.target {
                     check_expr(t, scope)?;
@@ -333,7 +355,7 @@ fn check_expr(e: &Expression, scope: &mut Vec<String>) -> Result<(), String> {
             EntryExpr::MapEntry(me) => check_expr(&me.key, scope).and_then(|_| check_expr(&me.value, scope)),
             EntryExpr::StructField(f) => check_expr(&f.value, scope),
         }),
-        Expr::Struct(st) => Err(format!("undeclared reference to '{}' (in container '')", st.type_name)),
+        Expr::Struct(st) => Err(Undeclared { name: st.type_name.clone() }),
         Expr::Literal(_) | Expr::Unspecified => Ok(()),
     }
 }

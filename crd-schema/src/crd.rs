@@ -895,10 +895,10 @@ fn openapi_schema(
         ctx.observe(rule_path.clone(), c);
         match &rule.program {
             Err(detail) if rule.rule.trim().is_empty() => {
-                cel_errs.push(FieldError::required(&rule_path, detail.clone()));
+                cel_errs.push(FieldError::required(&rule_path, detail.to_string()));
             }
             Err(detail) => {
-                cel_errs.push(FieldError::invalid(&rule_path, BadValue::Raw(rule.go_struct()), detail.clone()));
+                cel_errs.push(FieldError::invalid(&rule_path, BadValue::Raw(rule.go_struct()), detail.to_string()));
             }
             Ok(_) => {
                 if let Some(detail) = &undefined {
@@ -911,7 +911,7 @@ fn openapi_schema(
                 cel_errs.push(FieldError::invalid(
                     &errors::child(&rp, "messageExpression"),
                     BadValue::Raw(rule.go_struct()),
-                    detail.clone(),
+                    detail.to_string(),
                 ));
             }
             Some(Ok(mp)) => {

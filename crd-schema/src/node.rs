@@ -22,7 +22,7 @@ pub(crate) enum Additional {
 #[derive(Debug)]
 pub(crate) struct Pattern {
     pub src: String,
-    pub re: Result<regex::Regex, String>,
+    pub re: Result<regex::Regex, regex::Error>,
 }
 
 /// One schema node. Field names follow the OpenAPI keywords.
@@ -246,8 +246,8 @@ fn strip_format(ty: &str, format: &str) -> String {
 
 /// Compiles a Go RE2 pattern. Go's `\d`, `\w`, `\s` and `\b` are ASCII-only, Rust's are Unicode, so
 /// those are rewritten to their ASCII forms; everything else in RE2 syntax means the same in `regex`.
-pub(crate) fn compile_go_regex(pattern: &str) -> Result<regex::Regex, String> {
-    regex::Regex::new(&translate_go_regex(pattern)).map_err(|e| e.to_string())
+pub(crate) fn compile_go_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    regex::Regex::new(&translate_go_regex(pattern))
 }
 
 fn translate_go_regex(p: &str) -> String {

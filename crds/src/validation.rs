@@ -4,8 +4,44 @@
 //!
 //! Pure predicates returning a reason a user can act on; no I/O.
 
-/// Why a string is not a valid name, value or key.
-pub type Reason = String;
+/// Why a string is not a valid name, value or key; the message reads after the string ("'x' must ...").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Reason {
+    #[error("must not be empty")]
+    Empty,
+    /// Longer than the kind of string allows.
+    #[error("must be at most {max} characters (has {len})")]
+    TooLong {
+        /// The longest allowed.
+        max: usize,
+        /// Its length.
+        len: usize,
+    },
+    #[error(
+        "must consist of lowercase letters, digits and '-', and start and end with a letter or digit (e.g. 'prod-1')"
+    )]
+    NotDns1123Label,
+    #[error("must consist of alphanumerics, '-', '_' or '.', and start and end with an alphanumeric (e.g. 'my-value')")]
+    NotLabelValue,
+    /// One dot-separated part of a subdomain is not a DNS-1123 label.
+    #[error("'{part}' {reason}")]
+    SubdomainPart {
+        /// The part.
+        part: String,
+        /// Why it is not a label.
+        reason: Box<Reason>,
+    },
+    #[error("prefix part must not be empty")]
+    EmptyPrefix,
+    /// The prefix of a qualified name is not a DNS-1123 subdomain.
+    #[error("prefix part {0}")]
+    Prefix(Box<Reason>),
+    #[error("name part must not be empty")]
+    EmptyName,
+    /// The name part of a qualified name is not a label value.
+    #[error("name part {0}")]
+    Name(Box<Reason>),
+}
 
 fn is_alnum(c: char) -> bool {
     c.is_ascii_alphanumeric()
@@ -14,28 +50,25 @@ fn is_alnum(c: char) -> bool {
 /// DNS-1123 label: lowercase alphanumerics and `-`, starting and ending alphanumeric, at most 63.
 pub fn dns1123_label(s: &str) -> Result<(), Reason> {
     if s.is_empty() {
-        return Err("must not be empty".into());
+        return Err(Reason::Empty);
     }
     if s.len() > 63 {
-        return Err(format!("must be at most 63 characters (has {})", s.len()));
+        return Err(Reason::TooLong { max: 63, len: s.len() });
     }
     let ok_chars = s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
     let ends = s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
         && s.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit());
-    if ok_chars && ends {
-        Ok(())
-    } else {
-        Err("must consist of lowercase letters, digits and '-', and start and end with a letter or digit (e.g. 'prod-1')".into())
-    }
+    if ok_chars && ends { Ok(()) } else { Err(Reason::NotDns1123Label) }
 }
 
 /// DNS-1123 subdomain: dot-separated DNS-1123 labels, at most 253.
 pub fn dns1123_subdomain(s: &str) -> Result<(), Reason> {
     if s.len() > 253 {
-        return Err(format!("must be at most 253 characters (has {})", s.len()));
+        return Err(Reason::TooLong { max: 253, len: s.len() });
     }
     for part in s.split('.') {
-        dns1123_label(part).map_err(|e| format!("'{part}' {e}"))?;
+        dns1123_label(part)
+            .map_err(|reason| Reason::SubdomainPart { part: part.to_string(), reason: Box::new(reason) })?;
     }
     Ok(())
 }
@@ -46,15 +79,10 @@ pub fn label_value(s: &str) -> Result<(), Reason> {
         return Ok(());
     }
     if s.len() > 63 {
-        return Err(format!("must be at most 63 characters (has {})", s.len()));
+        return Err(Reason::TooLong { max: 63, len: s.len() });
     }
     let ok_chars = s.chars().all(|c| is_alnum(c) || matches!(c, '-' | '_' | '.'));
-    if ok_chars && s.starts_with(is_alnum) && s.ends_with(is_alnum) {
-        Ok(())
-    } else {
-        Err("must consist of alphanumerics, '-', '_' or '.', and start and end with an alphanumeric (e.g. 'my-value')"
-            .into())
-    }
+    if ok_chars && s.starts_with(is_alnum) && s.ends_with(is_alnum) { Ok(()) } else { Err(Reason::NotLabelValue) }
 }
 
 /// Qualified name (`[prefix/]name`), as label and taint keys: the name part follows the label-value
@@ -66,14 +94,14 @@ pub fn qualified_name(s: &str) -> Result<(), Reason> {
     };
     if let Some(prefix) = prefix {
         if prefix.is_empty() {
-            return Err("prefix part must not be empty".into());
+            return Err(Reason::EmptyPrefix);
         }
-        dns1123_subdomain(prefix).map_err(|e| format!("prefix part {e}"))?;
+        dns1123_subdomain(prefix).map_err(|e| Reason::Prefix(Box::new(e)))?;
     }
     if name.is_empty() {
-        return Err("name part must not be empty".into());
+        return Err(Reason::EmptyName);
     }
-    label_value(name).map_err(|e| format!("name part {e}"))
+    label_value(name).map_err(|e| Reason::Name(Box::new(e)))
 }
 
 /// Domain of a key: the part before `/`, or empty.

@@ -7,7 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use crds::admission::schedule::{BudgetNodes, parse_budget_duration, parse_budget_nodes, parse_schedule};
+use crds::admission::schedule::{
+    BudgetDurationError, BudgetNodes, BudgetNodesError, parse_budget_duration, parse_budget_nodes, parse_schedule,
+};
 use crds::nodepool::{Budget, DisruptionReason};
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
@@ -26,7 +28,7 @@ pub enum BudgetError {
         /// Position in `spec.disruption.budgets`.
         index: usize,
         /// What is wrong and how to write it.
-        message: String,
+        message: BudgetNodesError,
     },
     /// `schedule` is not a UTC 5-field cron or macro.
     #[error("disruption budget {index}: schedule {schedule:?} {message}")]
@@ -44,7 +46,7 @@ pub enum BudgetError {
         /// Position in `spec.disruption.budgets`.
         index: usize,
         /// What is wrong and how to write it.
-        message: String,
+        message: BudgetDurationError,
     },
     /// Only one of `schedule` and `duration` is set.
     #[error(

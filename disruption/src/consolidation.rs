@@ -75,22 +75,42 @@ fn eligible(scope: &Scope, c: &Candidates, out: &mut Outcome) -> Vec<Candidate> 
 }
 
 /// Why a candidate set gives no command.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum NoCommand {
+    /// Some pods would have nowhere to go (each as the simulation describes it).
+    #[error("pods fit nowhere else: {}", .0.join("; "))]
+    Unplaceable(Vec<String>),
+    /// More than one replacement.
+    #[error("would need {0} new nodes")]
+    NewNodes(usize),
+    #[error("no replacement")]
+    NoReplacement,
+    /// No option saves the hub's minimum share (`percent`) of the candidates' price (`total`).
+    #[error("no replacement is at least {percent:.0} % cheaper than {total:.4} EUR/h")]
+    NotCheaper { percent: f64, total: f64 },
+    #[error("the cheaper replacements do not leave enough flavors for minValues")]
+    MinValues,
+    /// A `Balanced` pool finds the move not worth its disruption.
+    #[error("NodePool {pool} is Balanced and the move scores {score:.2}, below {:.2}", 1.0 / BALANCED_K)]
+    Unbalanced { pool: String, score: f64 },
+}
+
 fn decide(
     scope: &Scope,
     method: Method,
     set: &[Candidate],
     simulator: &mut dyn Simulator,
     settings: Settings,
-) -> Result<Command, String> {
+) -> Result<Command, NoCommand> {
     let indices: Vec<usize> = set.iter().map(|c| c.index).collect();
     let new_claims = match simulator.simulate(&indices) {
-        Simulation::Unplaceable(pods) => return Err(format!("pods fit nowhere else: {}", pods.join("; "))),
+        Simulation::Unplaceable(pods) => return Err(NoCommand::Unplaceable(pods)),
         Simulation::Placed { new_claims } => new_claims,
     };
     let replacements = match new_claims.len() {
         0 => Vec::new(),
         1 => vec![cheaper(scope, method, set, new_claims.into_iter().next(), settings)?],
-        n => return Err(format!("would need {n} new nodes")),
+        n => return Err(NoCommand::NewNodes(n)),
     };
     let command = Command::new(method, scope, set.to_vec(), replacements);
     balanced(scope, &command)?;
@@ -104,8 +124,8 @@ fn cheaper(
     set: &[Candidate],
     claim: Option<NewClaim>,
     settings: Settings,
-) -> Result<NewClaim, String> {
-    let Some(mut claim) = claim else { return Err("no replacement".to_string()) };
+) -> Result<NewClaim, NoCommand> {
+    let Some(mut claim) = claim else { return Err(NoCommand::NoReplacement) };
     let total: f64 = set.iter().map(|c| scope.nodes[c.index].price).sum();
     let bound = total * (1.0 - settings.min_replace_savings);
     let mut options: Vec<_> = claim.instance_types.iter().filter(|o| o.price < bound).cloned().collect();
@@ -123,16 +143,13 @@ fn cheaper(
         }
     }
     if options.is_empty() {
-        return Err(format!(
-            "no replacement is at least {:.0} % cheaper than {total:.4} EUR/h",
-            settings.min_replace_savings * 100.0
-        ));
+        return Err(NoCommand::NotCheaper { percent: settings.min_replace_savings * 100.0, total });
     }
     for r in &mut claim.requirements {
         if r.key == labels::INSTANCE_TYPE && r.operator == Operator::In {
             r.values.retain(|v| options.iter().any(|o| &o.name == v));
             if r.min_values.is_some_and(|m| usize::try_from(m).unwrap_or(usize::MAX) > r.values.len()) {
-                return Err("the cheaper replacements do not leave enough flavors for minValues".to_string());
+                return Err(NoCommand::MinValues);
             }
         }
     }
@@ -143,7 +160,7 @@ fn cheaper(
 
 /// `Balanced` (§4.9): each Balanced pool involved must find the move worth its disruption:
 /// `(savings / pool cost) / (move disruption / pool disruption) ≥ 1/k`.
-fn balanced(scope: &Scope, command: &Command) -> Result<(), String> {
+fn balanced(scope: &Scope, command: &Command) -> Result<(), NoCommand> {
     let total_price: f64 = command.candidates.iter().map(|c| scope.nodes[c.index].price).sum();
     let replacement: f64 = command.replacements.iter().map(|r| r.price).sum();
     let mut pools: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
@@ -171,10 +188,7 @@ fn balanced(scope: &Scope, command: &Command) -> Result<(), String> {
             0.0
         };
         if score < 1.0 / BALANCED_K {
-            return Err(format!(
-                "NodePool {name} is Balanced and the move scores {score:.2}, below {:.2}",
-                1.0 / BALANCED_K
-            ));
+            return Err(NoCommand::Unbalanced { pool: name.to_string(), score });
         }
     }
     Ok(())
@@ -259,6 +273,35 @@ pub fn multi_node(scope: &Scope, now: Timestamp, simulator: &mut dyn Simulator, 
     out
 }
 
+/// Why a consolidation command is dropped at validation (§4.12).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Invalidated {
+    /// The NodeClaim is no longer a consolidation candidate.
+    #[error("{claim} is no longer a consolidation candidate")]
+    NoLongerCandidate {
+        /// The candidate's NodeClaim.
+        claim: String,
+    },
+    /// The pool's budget has no room left for this candidate.
+    #[error("the budget of NodePool {nodepool} no longer allows it")]
+    Budget {
+        /// The candidate's NodePool.
+        nodepool: String,
+    },
+    /// Some pods would have nowhere to go now (each as the simulation describes it).
+    #[error("pods fit nowhere else now: {}", .0.join("; "))]
+    Unplaceable(Vec<String>),
+    /// A Delete that now needs this many new nodes.
+    #[error("a Delete now needs {0} new nodes")]
+    DeleteNeedsNodes(usize),
+    /// Instance types the replacement planned that it can no longer be.
+    #[error("the replacement can no longer be {}", .0.join(", "))]
+    Narrowed(Vec<String>),
+    /// A Replace that now needs this many new nodes (not one).
+    #[error("the replacement now needs {0} new nodes")]
+    ReplacementNeedsNodes(usize),
+}
+
 /// A consolidation command after the validation delay (§4.12), on a fresh scope: every candidate
 /// must still be a consolidation candidate within a fresh budget, and a new simulation must agree —
 /// a Delete still needs no new node, a Replace still exactly one whose options include all of the
@@ -268,42 +311,38 @@ pub fn validate_consolidation(
     scope: &Scope,
     now: Timestamp,
     simulator: &mut dyn Simulator,
-) -> Result<(), String> {
+) -> Result<(), Invalidated> {
     let c = candidates(scope, command.method, now);
     let mut ignored = Outcome::default();
     let still = eligible(scope, &c, &mut ignored);
     let mut left = allowances(scope, DisruptionReason::Underutilized, now);
     for cand in &command.candidates {
         if !still.iter().any(|s| s.claim == cand.claim && s.index == cand.index) {
-            return Err(format!("{} is no longer a consolidation candidate", cand.claim));
+            return Err(Invalidated::NoLongerCandidate { claim: cand.claim.clone() });
         }
         match left.get_mut(&cand.nodepool) {
             Some(n) if *n > 0 => *n -= 1,
-            _ => return Err(format!("the budget of NodePool {} no longer allows it", cand.nodepool)),
+            _ => return Err(Invalidated::Budget { nodepool: cand.nodepool.clone() }),
         }
     }
     let indices: Vec<usize> = command.candidates.iter().map(|c| c.index).collect();
     let new_claims = match simulator.simulate(&indices) {
-        Simulation::Unplaceable(pods) => return Err(format!("pods fit nowhere else now: {}", pods.join("; "))),
+        Simulation::Unplaceable(pods) => return Err(Invalidated::Unplaceable(pods)),
         Simulation::Placed { new_claims } => new_claims,
     };
     match (command.replacements.first(), new_claims.as_slice()) {
         (None, []) => Ok(()),
-        (None, _) => Err(format!("a Delete now needs {} new nodes", new_claims.len())),
+        (None, _) => Err(Invalidated::DeleteNeedsNodes(new_claims.len())),
         (Some(planned), [now_claim]) => {
-            let missing: Vec<&str> = planned
+            let missing: Vec<String> = planned
                 .instance_types
                 .iter()
                 .filter(|o| !now_claim.instance_types.iter().any(|n| n.name == o.name))
-                .map(|o| o.name.as_str())
+                .map(|o| o.name.clone())
                 .collect();
-            if missing.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("the replacement can no longer be {}", missing.join(", ")))
-            }
+            if missing.is_empty() { Ok(()) } else { Err(Invalidated::Narrowed(missing)) }
         }
-        (Some(_), claims) => Err(format!("the replacement now needs {} new nodes", claims.len())),
+        (Some(_), claims) => Err(Invalidated::ReplacementNeedsNodes(claims.len())),
     }
 }
 
@@ -491,7 +530,7 @@ mod tests {
         s.pools[0].policy = ConsolidationPolicy::Balanced;
         let delete = |s: &Scope| Command::new(Method::SingleNodeConsolidation, s, vec![candidate(s, 3)], Vec::new());
         let err = balanced(&s, &delete(&s)).unwrap_err();
-        assert!(err.contains("0.44"), "131: {err}");
+        assert!(err.to_string().contains("0.44"), "131: {err}");
         s.nodes[3].pods.truncate(1);
         assert_eq!(balanced(&s, &delete(&s)), Ok(()), "131");
     }
@@ -542,7 +581,7 @@ mod tests {
         // The pool's flavors narrow: 2XS is gone.
         m.input.pools[0].instance_types.retain(|t| t.name != "2XS");
         let err = validate_consolidation(&command, &s, now(), &mut m.for_consolidation()).unwrap_err();
-        assert!(err.contains("2XS"), "128: {err}");
+        assert!(err.to_string().contains("2XS"), "128: {err}");
 
         // A Delete whose destination filled up meanwhile → dropped; a candidate nominated meanwhile → dropped.
         let (s, mut m) = fleet(&[("a", "2XS", &[(1000, 1)]), ("b", "2XS", &[(1000, 1)])]);
@@ -553,7 +592,7 @@ mod tests {
         let other = 1 - command.candidates[0].index;
         m.input.nodes[other].pods.push(running("filler", 3000, GI, &[]));
         let err = validate_consolidation(&command, &s, now(), &mut m.for_consolidation()).unwrap_err();
-        assert!(err.contains("new nodes"), "{err}");
+        assert!(err.to_string().contains("new nodes"), "{err}");
     }
 
     #[test]

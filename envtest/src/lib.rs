@@ -17,7 +17,7 @@ use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
@@ -53,10 +53,30 @@ pub enum Error {
     Spawn { component: &'static str, source: std::io::Error },
     #[error("{component} of control plane {name} {why}; last lines of {log}:\n{tail}")]
     NotReady { name: String, component: &'static str, why: String, log: PathBuf, tail: String },
-    #[error("the kubeconfig written for control plane {name} does not load: {message}")]
-    Kubeconfig { name: String, message: String },
-    #[error("an earlier start of the shared control plane {name} failed: {message}")]
-    SharedFailed { name: String, message: String },
+    #[error("the kubeconfig written for control plane {name} does not load: {source}")]
+    Kubeconfig { name: String, source: KubeconfigError },
+    #[error("an earlier start of the shared control plane {name} failed: {source}")]
+    SharedFailed { name: String, source: Arc<Error> },
+}
+
+/// Why the admin kubeconfig gives no client.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeconfigError {
+    #[error("{0}")]
+    Load(#[from] kube::config::KubeconfigError),
+    #[error("{0}")]
+    Client(#[from] kube::Error),
+    /// The runtime the blocking loader needs could not be built.
+    #[error("{0}")]
+    Runtime(#[from] std::io::Error),
+    #[error("the kubeconfig loader panicked")]
+    Panicked,
+}
+
+/// What the readiness probe saw.
+enum Probe {
+    Ready,
+    NotYet,
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
@@ -409,23 +429,18 @@ impl ControlPlane {
     fn wait_ready(&mut self) -> Result<(), Error> {
         let config = self.config_blocking()?;
         let deadline = Instant::now() + READY_TIMEOUT;
-        let (tx, rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let (tx, rx) = std::sync::mpsc::channel::<Probe>();
         // The probe runs on a runtime of its own: callers may be inside any async runtime, or none.
+        // A probe that cannot run ends, and the wait below reports no answer.
         let probe = std::thread::spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(r) => r,
-                Err(e) => {
-                    let _ = tx.send(Err(e.to_string()));
-                    return;
-                }
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                let _ = tx.send(Probe::NotYet);
+                return;
             };
             runtime.block_on(async move {
-                let client = match kube::Client::try_from(config) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let _ = tx.send(Err(e.to_string()));
-                        return;
-                    }
+                let Ok(client) = kube::Client::try_from(config) else {
+                    let _ = tx.send(Probe::NotYet);
+                    return;
                 };
                 while Instant::now() < deadline {
                     let request = http::Request::get("/readyz").body(Vec::new());
@@ -435,10 +450,10 @@ impl ControlPlane {
                             tokio::time::timeout(Duration::from_secs(2), client.request_text(request)).await
                         && body.trim() == "ok"
                     {
-                        let _ = tx.send(Ok(()));
+                        let _ = tx.send(Probe::Ready);
                         return;
                     }
-                    if tx.send(Err("not ready".into())).is_err() {
+                    if tx.send(Probe::NotYet).is_err() {
                         return; // the caller gave up
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -448,8 +463,8 @@ impl ControlPlane {
         // Err holds the index of the process to blame (the first seen dead, else the API server).
         let result = loop {
             match rx.recv_timeout(Duration::from_millis(200)) {
-                Ok(Ok(())) => break Ok(()),
-                Ok(Err(_)) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Ok(Probe::Ready) => break Ok(()),
+                Ok(Probe::NotYet) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                     break Err((0, format!("did not answer /readyz within {}s", READY_TIMEOUT.as_secs())));
                 }
@@ -480,16 +495,14 @@ impl ControlPlane {
         let kubeconfig = self.kubeconfig()?;
         let name = self.name.clone();
         // `from_custom_kubeconfig` is async but does no I/O for an inline CA and a static token.
-        let config = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .build()
-                .map_err(|e| e.to_string())?
-                .block_on(kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()))
-                .map_err(|e| e.to_string())
+        let config = std::thread::spawn(move || -> Result<kube::Config, KubeconfigError> {
+            Ok(tokio::runtime::Builder::new_current_thread()
+                .build()?
+                .block_on(kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()))?)
         })
         .join()
-        .unwrap_or_else(|_| Err("the kubeconfig loader panicked".to_string()));
-        config.map_err(|message| Error::Kubeconfig { name, message })
+        .unwrap_or(Err(KubeconfigError::Panicked));
+        config.map_err(|source| Error::Kubeconfig { name, source })
     }
 
     /// Its name (from [`Options::name`]).
@@ -520,7 +533,7 @@ impl ControlPlane {
     /// The admin kubeconfig, parsed.
     pub fn kubeconfig(&self) -> Result<kube::config::Kubeconfig, Error> {
         kube::config::Kubeconfig::read_from(&self.kubeconfig_path)
-            .map_err(|e| Error::Kubeconfig { name: self.name.clone(), message: e.to_string() })
+            .map_err(|e| Error::Kubeconfig { name: self.name.clone(), source: e.into() })
     }
 
     /// A client configuration for the admin, with kube's default retries off (tests want to see
@@ -528,7 +541,7 @@ impl ControlPlane {
     pub async fn config(&self) -> Result<kube::Config, Error> {
         let mut config = kube::Config::from_custom_kubeconfig(self.kubeconfig()?, &Default::default())
             .await
-            .map_err(|e| Error::Kubeconfig { name: self.name.clone(), message: e.to_string() })?;
+            .map_err(|e| Error::Kubeconfig { name: self.name.clone(), source: e.into() })?;
         config.default_retry = false;
         Ok(config)
     }
@@ -536,7 +549,7 @@ impl ControlPlane {
     /// An admin client, bound to the caller's async runtime.
     pub async fn client(&self) -> Result<kube::Client, Error> {
         kube::Client::try_from(self.config().await?)
-            .map_err(|e| Error::Kubeconfig { name: self.name.clone(), message: e.to_string() })
+            .map_err(|e| Error::Kubeconfig { name: self.name.clone(), source: e.into() })
     }
 
     /// The process-wide control plane called `name`, started on first use and shared by every
@@ -550,7 +563,7 @@ impl ControlPlane {
     /// name: the first caller's options start it, later callers get that plane whatever they pass.
     pub fn shared_with(options: &Options) -> Result<&'static ControlPlane, Error> {
         let name = options.name.as_str();
-        type Slot = &'static OnceLock<Result<&'static ControlPlane, String>>;
+        type Slot = &'static OnceLock<Result<&'static ControlPlane, Arc<Error>>>;
         static SHARED: OnceLock<Mutex<BTreeMap<String, Slot>>> = OnceLock::new();
         let slot: Slot = {
             let mut map = SHARED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
@@ -559,11 +572,11 @@ impl ControlPlane {
         // Missing binaries are a configuration fact, not a failed start: say so every time.
         let assets = Assets::from_env()?;
         let started = slot.get_or_init(|| {
-            ControlPlane::start_with(&assets, options).map(|cp| &*Box::leak(Box::new(cp))).map_err(|e| e.to_string())
+            ControlPlane::start_with(&assets, options).map(|cp| &*Box::leak(Box::new(cp))).map_err(Arc::new)
         });
         match started {
             Ok(cp) => Ok(cp),
-            Err(message) => Err(Error::SharedFailed { name: name.to_string(), message: message.clone() }),
+            Err(first) => Err(Error::SharedFailed { name: name.to_string(), source: Arc::clone(first) }),
         }
     }
 }

@@ -143,11 +143,13 @@ mod wire {
         }
     }
 
+    type Annotations = BTreeMap<String, String>;
+
     /// Annotations a decision reads (`None` when there is none); the others' values are skipped.
-    fn read_annotations<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    fn read_annotations<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Annotations>, D::Error> {
         struct Read;
         impl<'de> Visitor<'de> for Read {
-            type Value = Option<BTreeMap<String, String>>;
+            type Value = Option<Annotations>;
 
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a map of annotations")

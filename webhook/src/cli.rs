@@ -105,20 +105,34 @@ impl Args {
     }
 }
 
+/// Why a duration flag is refused (clap prints it after the flag's name).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// No whole number first.
+    #[error("{0:?} is not a duration: write e.g. 500ms, 10s or 2m")]
+    NotADuration(String),
+    /// A number without a known unit.
+    #[error("{0:?} has no unit: write e.g. 500ms, 10s or 2m")]
+    NoUnit(String),
+    /// Zero, which would make the timer spin or never wait.
+    #[error("{0:?} must be more than zero")]
+    Zero(String),
+}
+
 /// A duration as a whole number with a unit: `ms`, `s`, `m` or `h` (e.g. `500ms`, `10s`, `2m`).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| format!("{text:?} is not a duration: write e.g. 500ms, 10s or 2m"))?;
+    let n: u64 = digits.parse().map_err(|_| DurationError::NotADuration(text.to_string()))?;
     let duration = match unit {
         "ms" => Duration::from_millis(n),
         "s" => Duration::from_secs(n),
         "m" => Duration::from_secs(n.saturating_mul(60)),
         "h" => Duration::from_secs(n.saturating_mul(3600)),
-        _ => return Err(format!("{text:?} has no unit: write e.g. 500ms, 10s or 2m")),
+        _ => return Err(DurationError::NoUnit(text.to_string())),
     };
     if duration.is_zero() {
-        return Err(format!("{text:?} must be more than zero"));
+        return Err(DurationError::Zero(text.to_string()));
     }
     Ok(duration)
 }

@@ -349,13 +349,18 @@ pub fn read(route: Kind, body: &[u8]) -> Result<Step, BadRequest> {
     Ok(Step::Validate(Box::new(Admission { uid, namespace, subject, warnings })))
 }
 
+/// The new object does not read as its kind; the message is the parser's, shortened.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", shorten(&.0.to_string()))]
+struct Unreadable(serde_json::Error);
+
 /// Parses the new object (an error denies) and the old one (an error only skips the update checks).
 fn parse_pair<T: serde::de::DeserializeOwned>(
     new: &RawValue,
     old: Option<&RawValue>,
     warnings: &mut Vec<String>,
-) -> Result<(Box<T>, Option<Box<T>>), String> {
-    let new = serde_json::from_str(new.get()).map_err(|e| shorten(&e.to_string()))?;
+) -> Result<(Box<T>, Option<Box<T>>), Unreadable> {
+    let new = serde_json::from_str(new.get()).map_err(Unreadable)?;
     let old = match old.map(|o| serde_json::from_str(o.get())) {
         None => None,
         Some(Ok(old)) => Some(old),

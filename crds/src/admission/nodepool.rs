@@ -484,7 +484,7 @@ fn check_node_class_ref(verdict: &mut Verdict, r: &crate::common::NodeClassRefer
 fn check_durations(verdict: &mut Verdict, pool: &NodePool) {
     let spec = &pool.spec.template.spec;
     match schedule::parse_duration(&spec.expire_after, true) {
-        Err(problem) => verdict.deny("spec.template.spec.expireAfter", problem),
+        Err(problem) => verdict.deny("spec.template.spec.expireAfter", problem.to_string()),
         Ok(Some(0)) => verdict.deny(
             "spec.template.spec.expireAfter",
             "0s would expire every node as soon as it launches (an endless replacement loop); use Never or e.g. 720h",
@@ -500,7 +500,7 @@ fn check_durations(verdict: &mut Verdict, pool: &NodePool) {
     }
     if let Some(tgp) = &spec.termination_grace_period {
         match schedule::parse_duration(tgp, false) {
-            Err(problem) => verdict.deny("spec.template.spec.terminationGracePeriod", problem),
+            Err(problem) => verdict.deny("spec.template.spec.terminationGracePeriod", problem.to_string()),
             Ok(Some(0)) => verdict.warn(
                 "spec.template.spec.terminationGracePeriod",
                 "0s deletes a draining node's pods at once, ignoring PDBs and do-not-disrupt",
@@ -510,7 +510,7 @@ fn check_durations(verdict: &mut Verdict, pool: &NodePool) {
     }
     let disruption = &pool.spec.disruption;
     match schedule::parse_duration(&disruption.consolidate_after, true) {
-        Err(problem) => verdict.deny("spec.disruption.consolidateAfter", problem),
+        Err(problem) => verdict.deny("spec.disruption.consolidateAfter", problem.to_string()),
         Ok(Some(0)) if disruption.consolidation_policy == ConsolidationPolicy::WhenEmptyOrUnderutilized => verdict
             .warn(
                 "spec.disruption.consolidateAfter",
@@ -539,7 +539,7 @@ fn check_budgets(verdict: &mut Verdict, pool: &NodePool) {
         let field = format!("spec.disruption.budgets[{i}]");
         let nodes = schedule::parse_budget_nodes(&budget.nodes);
         if let Err(problem) = &nodes {
-            verdict.deny(format!("{field}.nodes"), problem.clone());
+            verdict.deny(format!("{field}.nodes"), problem.to_string());
         }
         parsed.push(nodes.ok());
         match (&budget.schedule, &budget.duration) {
@@ -560,7 +560,7 @@ fn check_budgets(verdict: &mut Verdict, pool: &NodePool) {
         }
         if let Some(duration) = &budget.duration {
             match schedule::parse_budget_duration(duration) {
-                Err(problem) => verdict.deny(format!("{field}.duration"), problem),
+                Err(problem) => verdict.deny(format!("{field}.duration"), problem.to_string()),
                 Ok(0) => verdict.warn(format!("{field}.duration"), "a window of 0 minutes is never active"),
                 Ok(_) => {}
             }

@@ -195,12 +195,35 @@ pub fn parse_schedule(schedule: &str) -> Result<Schedule, ScheduleError> {
     Ok(schedule)
 }
 
-fn parse_field(field: Field, text: &str) -> Result<u64, String> {
+/// Why one field of a schedule is refused; [`parse_schedule`] prefixes the field's name and text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum FieldError {
+    #[error("has an empty list item; separate values with single commas, e.g. 1,15")]
+    EmptyItem,
+    #[error("'?' is only allowed in the day-of-month and day-of-week fields; use '*'")]
+    QuestionMark,
+    #[error("range {range} runs backwards; write the smaller value first")]
+    Backwards { range: String },
+    #[error("write {range}-{max}/<step> rather than {range}/<step> (not every cron parser reads the short form)")]
+    ShortStep { range: String, max: u32 },
+    #[error("step {text:?} must be a whole number from 1 to {most}")]
+    Step { text: String, most: u32 },
+    #[error("7 is not a day of week here; write 0 for Sunday")]
+    Sunday7,
+    #[error("{value} is out of range {min}-{max}")]
+    OutOfRange { value: u32, min: u32, max: u32 },
+    #[error("{text:?} is not a number from {min} to {max}")]
+    NotANumber { text: String, min: u32, max: u32 },
+    #[error("{text:?} is not a number from {min} to {max} nor a name ({})", .names.join(" "))]
+    NotANumberNorName { text: String, min: u32, max: u32, names: &'static [&'static str] },
+}
+
+fn parse_field(field: Field, text: &str) -> Result<u64, FieldError> {
     let (min, max) = field.bounds();
     let mut set = 0u64;
     for item in text.split(',') {
         if item.is_empty() {
-            return Err("has an empty list item; separate values with single commas, e.g. 1,15".to_string());
+            return Err(FieldError::EmptyItem);
         }
         let (range, step) = match item.split_once('/') {
             Some((range, step)) => (range, Some(parse_step(step, min, max)?)),
@@ -210,21 +233,19 @@ fn parse_field(field: Field, text: &str) -> Result<u64, String> {
             (min, max)
         } else if range == "?" {
             if !matches!(field, Field::DayOfMonth | Field::DayOfWeek) {
-                return Err("'?' is only allowed in the day-of-month and day-of-week fields; use '*'".to_string());
+                return Err(FieldError::QuestionMark);
             }
             (min, max)
         } else if let Some((a, b)) = range.split_once('-') {
             let (a, b) = (parse_value(field, a)?, parse_value(field, b)?);
             if a > b {
-                return Err(format!("range {range} runs backwards; write the smaller value first"));
+                return Err(FieldError::Backwards { range: range.to_string() });
             }
             (a, b)
         } else {
             let v = parse_value(field, range)?;
             if step.is_some() {
-                return Err(format!(
-                    "write {range}-{max}/<step> rather than {range}/<step> (not every cron parser reads the short form)"
-                ));
+                return Err(FieldError::ShortStep { range: range.to_string(), max });
             }
             (v, v)
         };
@@ -238,25 +259,23 @@ fn parse_field(field: Field, text: &str) -> Result<u64, String> {
     Ok(set)
 }
 
-fn parse_step(text: &str, min: u32, max: u32) -> Result<u32, String> {
+fn parse_step(text: &str, min: u32, max: u32) -> Result<u32, FieldError> {
     match parse_number(text) {
         Some(step) if step >= 1 && step <= max - min + 1 => Ok(step),
-        _ => Err(format!("step {text:?} must be a whole number from 1 to {}", max - min + 1)),
+        _ => Err(FieldError::Step { text: text.to_string(), most: max - min + 1 }),
     }
 }
 
-fn parse_value(field: Field, text: &str) -> Result<u32, String> {
+fn parse_value(field: Field, text: &str) -> Result<u32, FieldError> {
     let (min, max) = field.bounds();
     let names = field.names();
     let value = parse_number(text).or_else(|| field.value_of_name(text));
     match value {
         Some(v) if (min..=max).contains(&v) => Ok(v),
-        Some(v) if field == Field::DayOfWeek && v == 7 => {
-            Err("7 is not a day of week here; write 0 for Sunday".to_string())
-        }
-        Some(v) => Err(format!("{v} is out of range {min}-{max}")),
-        None if names.is_empty() => Err(format!("{text:?} is not a number from {min} to {max}")),
-        None => Err(format!("{text:?} is not a number from {min} to {max} nor a name ({})", names.join(" "))),
+        Some(v) if field == Field::DayOfWeek && v == 7 => Err(FieldError::Sunday7),
+        Some(value) => Err(FieldError::OutOfRange { value, min, max }),
+        None if names.is_empty() => Err(FieldError::NotANumber { text: text.to_string(), min, max }),
+        None => Err(FieldError::NotANumberNorName { text: text.to_string(), min, max, names }),
     }
 }
 
@@ -268,17 +287,36 @@ fn parse_number(text: &str) -> Option<u32> {
     text.parse().ok()
 }
 
+/// Why a budget `duration` is refused; the message says how to write one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BudgetDurationError {
+    /// Not hours and/or minutes.
+    #[error("{text:?} is not a budget duration; {BUDGET_DURATION_FIX}")]
+    NotADuration {
+        /// The duration as written.
+        text: String,
+    },
+    /// Has seconds, which a budget window cannot.
+    #[error("{text:?} has seconds; budget windows are whole minutes: {BUDGET_DURATION_FIX}")]
+    Seconds {
+        /// The duration as written.
+        text: String,
+    },
+}
+
+const BUDGET_DURATION_FIX: &str = "write hours and/or minutes, e.g. 8h, 90m or 1h30m";
+
 /// Parses a budget `duration`: hours and/or minutes (`8h`, `90m`, `1h30m`), optionally followed by
 /// `0s` as Go prints durations (`1h30m0s`). Returns minutes.
-pub fn parse_budget_duration(text: &str) -> Result<u64, String> {
-    const FIX: &str = "write hours and/or minutes, e.g. 8h, 90m or 1h30m";
+pub fn parse_budget_duration(text: &str) -> Result<u64, BudgetDurationError> {
     // Go prints `1h30m0s`: a trailing `0s` is allowed right after an hour or minute unit only.
     let core = text.strip_suffix("0s").filter(|c| c.ends_with('h') || c.ends_with('m')).unwrap_or(text);
-    let number = |digits: &str| -> Result<u64, String> {
+    let not_a_duration = || BudgetDurationError::NotADuration { text: text.to_string() };
+    let number = |digits: &str| -> Result<u64, BudgetDurationError> {
         if digits.is_empty() || digits.len() > 12 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!("{text:?} is not a budget duration; {FIX}"));
+            return Err(not_a_duration());
         }
-        digits.parse().map_err(|_| format!("{text:?} is not a budget duration; {FIX}"))
+        digits.parse().map_err(|_| not_a_duration())
     };
     let minutes = if let Some(hours) = core.strip_suffix('h') {
         number(hours)?.saturating_mul(60)
@@ -288,9 +326,9 @@ pub fn parse_budget_duration(text: &str) -> Result<u64, String> {
             None => number(rest)?,
         }
     } else if core.ends_with('s') {
-        return Err(format!("{text:?} has seconds; budget windows are whole minutes: {FIX}"));
+        return Err(BudgetDurationError::Seconds { text: text.to_string() });
     } else {
-        return Err(format!("{text:?} is not a budget duration; {FIX}"));
+        return Err(not_a_duration());
     };
     Ok(minutes)
 }
@@ -304,33 +342,106 @@ pub enum BudgetNodes {
     Percent(u8),
 }
 
+/// Why a budget's `nodes` is refused; the message says how to write it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BudgetNodesError {
+    /// Ends in `%` but is not a whole percentage from 0 to 100.
+    #[error("{text:?} is not a valid percentage; {BUDGET_NODES_FIX}")]
+    Percentage {
+        /// The value as written.
+        text: String,
+    },
+    /// Neither digits nor a percentage.
+    #[error("{text:?} is not a node count; {BUDGET_NODES_FIX}")]
+    Count {
+        /// The value as written.
+        text: String,
+    },
+    /// A count that does not fit an `int32`.
+    #[error("{text:?} is too large (at most {}); {BUDGET_NODES_FIX}", i32::MAX)]
+    TooLarge {
+        /// The value as written.
+        text: String,
+    },
+}
+
+const BUDGET_NODES_FIX: &str = "write a count such as \"3\" or a whole percentage from 0% to 100% such as \"10%\"";
+
 /// Parses a budget's `nodes` (`"3"`, `"10%"`): counts fit an `int32`, percentages are whole, 0–100.
-pub fn parse_budget_nodes(text: &str) -> Result<BudgetNodes, String> {
-    const FIX: &str = "write a count such as \"3\" or a whole percentage from 0% to 100% such as \"10%\"";
+pub fn parse_budget_nodes(text: &str) -> Result<BudgetNodes, BudgetNodesError> {
     let digits_only = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     if let Some(percent) = text.strip_suffix('%') {
         return match percent.parse::<u8>() {
             Ok(p) if digits_only(percent) && percent.len() <= 3 && p <= 100 => Ok(BudgetNodes::Percent(p)),
-            _ => Err(format!("{text:?} is not a valid percentage; {FIX}")),
+            _ => Err(BudgetNodesError::Percentage { text: text.to_string() }),
         };
     }
     if !digits_only(text) {
-        return Err(format!("{text:?} is not a node count; {FIX}"));
+        return Err(BudgetNodesError::Count { text: text.to_string() });
     }
     match text.parse::<u32>() {
         Ok(n) if i32::try_from(n).is_ok() => Ok(BudgetNodes::Count(n)),
-        _ => Err(format!("{text:?} is too large (at most {}); {FIX}", i32::MAX)),
+        _ => Err(BudgetNodesError::TooLarge { text: text.to_string() }),
+    }
+}
+
+/// Why a Go-style duration is refused. Each message quotes the text and says how to write one
+/// (mentioning `Never` where the field allows it, `nillable`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// A number too large for a `u64` of seconds.
+    #[error("{text:?} is too large; {}", duration_fix(*.nillable))]
+    Overflow {
+        /// The duration as written.
+        text: String,
+        /// Whether the field accepts `Never`.
+        nillable: bool,
+    },
+    /// Beyond Go's `time.Duration` (an `int64` of nanoseconds).
+    #[error("{text:?} is too large (at most about 292 years); {}", duration_fix(*.nillable))]
+    BeyondGo {
+        /// The duration as written.
+        text: String,
+        /// Whether the field accepts `Never`.
+        nillable: bool,
+    },
+    /// Days, weeks or years, which Go durations do not have.
+    #[error("{text:?}: days and weeks are not units here; {} (7 days = 168h)", duration_fix(*.nillable))]
+    DaysOrWeeks {
+        /// The duration as written.
+        text: String,
+        /// Whether the field accepts `Never`.
+        nillable: bool,
+    },
+    /// A character that is neither a digit nor a unit.
+    #[error("{text:?} is not a duration; {}", duration_fix(*.nillable))]
+    NotADuration {
+        /// The duration as written.
+        text: String,
+        /// Whether the field accepts `Never`.
+        nillable: bool,
+    },
+    /// Digits without a unit, or no number at all.
+    #[error("{text:?} is not a duration (every number needs a unit); {}", duration_fix(*.nillable))]
+    MissingUnit {
+        /// The duration as written.
+        text: String,
+        /// Whether the field accepts `Never`.
+        nillable: bool,
+    },
+}
+
+fn duration_fix(nillable: bool) -> &'static str {
+    if nillable {
+        "write a number with a unit s, m or h (e.g. 720h or 1h30m), or Never"
+    } else {
+        "write a number with a unit s, m or h (e.g. 10m or 1h30m)"
     }
 }
 
 /// A Go-style duration restricted to `s`, `m` and `h` units (`720h`, `1h30m`, `90s`), or `Never` when
 /// `nillable`. Returns seconds, or `None` for `Never`. Durations beyond Go's limit (~292 years) are refused.
-pub fn parse_duration(text: &str, nillable: bool) -> Result<Option<u64>, String> {
-    let fix = if nillable {
-        "write a number with a unit s, m or h (e.g. 720h or 1h30m), or Never"
-    } else {
-        "write a number with a unit s, m or h (e.g. 10m or 1h30m)"
-    };
+pub fn parse_duration(text: &str, nillable: bool) -> Result<Option<u64>, DurationError> {
     if nillable && text == "Never" {
         return Ok(None);
     }
@@ -343,7 +454,8 @@ pub fn parse_duration(text: &str, nillable: bool) -> Result<Option<u64>, String>
         match c {
             '0'..='9' => digits.push(c),
             's' | 'm' | 'h' if !digits.is_empty() => {
-                let n: u64 = digits.parse().map_err(|_| format!("{text:?} is too large; {fix}"))?;
+                let n: u64 =
+                    digits.parse().map_err(|_| DurationError::Overflow { text: text.to_string(), nillable })?;
                 let unit = match c {
                     's' => 1,
                     'm' => 60,
@@ -352,21 +464,21 @@ pub fn parse_duration(text: &str, nillable: bool) -> Result<Option<u64>, String>
                 total = n
                     .checked_mul(unit)
                     .and_then(|s| total.checked_add(s))
-                    .ok_or_else(|| format!("{text:?} is too large; {fix}"))?;
+                    .ok_or_else(|| DurationError::Overflow { text: text.to_string(), nillable })?;
                 digits.clear();
                 saw_unit = true;
             }
             'd' | 'w' | 'y' => {
-                return Err(format!("{text:?}: days and weeks are not units here; {fix} (7 days = 168h)"));
+                return Err(DurationError::DaysOrWeeks { text: text.to_string(), nillable });
             }
-            _ => return Err(format!("{text:?} is not a duration; {fix}")),
+            _ => return Err(DurationError::NotADuration { text: text.to_string(), nillable }),
         }
     }
     if !digits.is_empty() || !saw_unit {
-        return Err(format!("{text:?} is not a duration (every number needs a unit); {fix}"));
+        return Err(DurationError::MissingUnit { text: text.to_string(), nillable });
     }
     if total > MAX_SECONDS {
-        return Err(format!("{text:?} is too large (at most about 292 years); {fix}"));
+        return Err(DurationError::BeyondGo { text: text.to_string(), nillable });
     }
     Ok(Some(total))
 }
@@ -493,7 +605,7 @@ mod tests {
         assert_eq!(parse_budget_duration("1h30m"), Ok(90));
         assert_eq!(parse_budget_duration("1h30m0s"), Ok(90));
         assert_eq!(parse_budget_duration("2h0s"), Ok(120));
-        assert!(parse_budget_duration("30s").unwrap_err().contains("whole minutes"));
+        assert!(parse_budget_duration("30s").unwrap_err().to_string().contains("whole minutes"));
         for bad in ["", "0s", "1d", "h", "1h30", "1m30h", "-1h", "1.5h", "1h 30m", "99999999999999h"] {
             assert!(parse_budget_duration(bad).is_err(), "{bad:?}");
         }
@@ -518,13 +630,43 @@ mod tests {
         assert!(parse_duration("Never", false).is_err());
         assert_eq!(parse_duration("1h30m10s", false), Ok(Some(5410)));
         assert_eq!(parse_duration("0s", false), Ok(Some(0)));
-        assert!(parse_duration("30d", true).unwrap_err().contains("168h"));
+        assert!(parse_duration("30d", true).unwrap_err().to_string().contains("168h"));
         for bad in ["", "10", "h", "1.5h", "-1h", "1ms", "1 h", "99999999999999999999h", "2562048h"] {
             assert!(parse_duration(bad, true).is_err(), "{bad:?}");
         }
         assert_eq!(format_seconds(5410), "1h30m10s");
         assert_eq!(format_seconds(0), "0s");
         assert_eq!(format_seconds(120), "2m");
+    }
+
+    /// The typed errors print the words the webhook has always denied with.
+    #[test]
+    fn error_messages_keep_their_words() {
+        let never = "write a number with a unit s, m or h (e.g. 720h or 1h30m), or Never";
+        let plain = "write a number with a unit s, m or h (e.g. 10m or 1h30m)";
+        let duration = |t: &str, n: bool| parse_duration(t, n).unwrap_err().to_string();
+        assert_eq!(duration("99999999999999999999s", true), format!("\"99999999999999999999s\" is too large; {never}"));
+        assert_eq!(
+            duration("3000000h", false),
+            format!("\"3000000h\" is too large (at most about 292 years); {plain}")
+        );
+        assert_eq!(duration("2d", true), format!("\"2d\": days and weeks are not units here; {never} (7 days = 168h)"));
+        assert_eq!(duration("1x", false), format!("\"1x\" is not a duration; {plain}"));
+        assert_eq!(duration("10", true), format!("\"10\" is not a duration (every number needs a unit); {never}"));
+        let fix = "write a count such as \"3\" or a whole percentage from 0% to 100% such as \"10%\"";
+        let nodes = |t: &str| parse_budget_nodes(t).unwrap_err().to_string();
+        assert_eq!(nodes("101%"), format!("\"101%\" is not a valid percentage; {fix}"));
+        assert_eq!(nodes("x"), format!("\"x\" is not a node count; {fix}"));
+        assert_eq!(nodes("2147483648"), format!("\"2147483648\" is too large (at most 2147483647); {fix}"));
+        let fix = "write hours and/or minutes, e.g. 8h, 90m or 1h30m";
+        let window = |t: &str| parse_budget_duration(t).unwrap_err().to_string();
+        assert_eq!(window("1d"), format!("\"1d\" is not a budget duration; {fix}"));
+        assert_eq!(window("30s"), format!("\"30s\" has seconds; budget windows are whole minutes: {fix}"));
+        assert_eq!(err("*/0 * * * *"), "minute field \"*/0\": step \"0\" must be a whole number from 1 to 60");
+        assert_eq!(
+            err("0 0 * * MONDAY"),
+            "day of week field \"MONDAY\": \"MONDAY\" is not a number from 0 to 6 nor a name (SUN MON TUE WED THU FRI SAT)"
+        );
     }
 
     proptest! {

@@ -399,7 +399,7 @@ fn add_document(reader: &mut Reader, file: &str, index: usize, doc: Value) -> Re
         _ => name.clone(),
     };
     let origin = format!("{file}: document {index} ({kind}{namespaced_name})");
-    let fail = |message: String| PlanError::Document {
+    let document_error = |message: String| PlanError::Document {
         file: file.to_string(),
         index,
         kind: kind.clone(),
@@ -407,11 +407,12 @@ fn add_document(reader: &mut Reader, file: &str, index: usize, doc: Value) -> Re
         message,
     };
     if !doc.is_object() {
-        return Err(fail("not an object".to_string()));
+        return Err(document_error("not an object".to_string()));
     }
-    fn typed<T: serde::de::DeserializeOwned>(doc: Value) -> Result<T, String> {
-        serde_json::from_value(doc).map_err(|e| e.to_string())
+    fn typed<T: serde::de::DeserializeOwned>(doc: Value) -> Result<T, serde_json::Error> {
+        serde_json::from_value(doc)
     }
+    let fail = |e: serde_json::Error| document_error(e.to_string());
     let hub = api_version.starts_with("karpenter.clever-cloud.com/");
     if hub && let Some(schema) = reader.schemas.get(&kind) {
         // The API server checks the schema and CEL rules before anything else sees the object; an

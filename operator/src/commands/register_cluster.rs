@@ -83,9 +83,15 @@ pub struct RegisterArgs {
     pub token_duration_days: u32,
 }
 
-fn parse_cluster(s: &str) -> Result<String, String> {
-    crds::validation::dns1123_label(s)
-        .map_err(|e| format!("--cluster must be a DNS label (it names the Secret `<cluster>-kubeconfig`): {e}"))?;
+/// `--cluster` is not a DNS label (clap prints it after the value).
+#[derive(Debug, thiserror::Error)]
+#[error("--cluster must be a DNS label (it names the Secret `<cluster>-kubeconfig`): {reason}")]
+pub struct ClusterArgError {
+    reason: crds::validation::Reason,
+}
+
+fn parse_cluster(s: &str) -> Result<String, ClusterArgError> {
+    crds::validation::dns1123_label(s).map_err(|reason| ClusterArgError { reason })?;
     Ok(s.to_string())
 }
 

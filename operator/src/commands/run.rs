@@ -140,15 +140,24 @@ pub enum LogFormat {
     Json,
 }
 
-fn parse_namespace(s: &str) -> Result<String, String> {
-    crds::validation::dns1123_label(s).map_err(|e| {
-        format!("--registration-namespaces takes namespace names separated by commas; {s:?} is not one: {e}")
-    })?;
+/// A flag's value refused before `run` starts (clap prints it after the value).
+#[derive(Debug, thiserror::Error)]
+pub enum ArgError {
+    /// One of `--registration-namespaces` is not a namespace name.
+    #[error("--registration-namespaces takes namespace names separated by commas; {name:?} is not one: {reason}")]
+    Namespace { name: String, reason: crds::validation::Reason },
+    /// `--hub-id` cannot be a hub id.
+    #[error("--hub-id {0}; or leave --hub-id out to have one chosen")]
+    HubId(#[from] hub_id::IdError),
+}
+
+fn parse_namespace(s: &str) -> Result<String, ArgError> {
+    crds::validation::dns1123_label(s).map_err(|reason| ArgError::Namespace { name: s.to_string(), reason })?;
     Ok(s.to_string())
 }
 
-fn parse_hub_id(s: &str) -> Result<String, String> {
-    hub_id::check(s).map_err(|e| format!("--hub-id {e}; or leave --hub-id out to have one chosen"))?;
+fn parse_hub_id(s: &str) -> Result<String, ArgError> {
+    hub_id::check(s)?;
     Ok(s.to_string())
 }
 

@@ -514,8 +514,22 @@ async fn release_leftover_taints(conn: &Connection, key: &ClusterKey, claims: &[
     Ok(())
 }
 
+/// Why a command is dropped after the delay (logged).
+#[derive(Debug, thiserror::Error)]
+enum Dropped {
+    /// A candidate's NodeClaim is no longer in the view.
+    #[error("{claim} is gone")]
+    Gone { claim: String },
+    /// An emptiness command with no node left to delete.
+    #[error("none of its nodes is still an empty candidate within the budget")]
+    NoEmptyNode,
+    /// A consolidation command the fresh view no longer supports.
+    #[error(transparent)]
+    Consolidation(#[from] disruption::Invalidated),
+}
+
 /// A consolidation command after the delay, on a fresh view: its candidates found again by name.
-fn validate(command: &Command, view: &disruption_scope::View, now: Timestamp) -> Result<Command, String> {
+fn validate(command: &Command, view: &disruption_scope::View, now: Timestamp) -> Result<Command, Dropped> {
     let mut command = command.clone();
     for cand in &mut command.candidates {
         cand.index = view
@@ -523,13 +537,13 @@ fn validate(command: &Command, view: &disruption_scope::View, now: Timestamp) ->
             .nodes
             .iter()
             .position(|n| n.claim == cand.claim)
-            .ok_or_else(|| format!("{} is gone", cand.claim))?;
+            .ok_or_else(|| Dropped::Gone { claim: cand.claim.clone() })?;
     }
     match command.method {
-        Method::Emptiness => disruption::validate_emptiness(&command, &view.scope, now)
-            .ok_or_else(|| "none of its nodes is still an empty candidate within the budget".to_string()),
+        Method::Emptiness => disruption::validate_emptiness(&command, &view.scope, now).ok_or(Dropped::NoEmptyNode),
         _ => disruption::validate_consolidation(&command, &view.scope, now, &mut view.model.for_consolidation())
-            .map(|()| command),
+            .map(|()| command)
+            .map_err(Dropped::from),
     }
 }
 

@@ -312,7 +312,7 @@ fn pod_facts(
         let pdb_name = format!("{ns}/{}", pdb.metadata.name.as_deref().unwrap_or_default());
         let Some(sel) = pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) else { continue };
         let sel = selector_from(sel)
-            .map_err(|e| document_error(format!("PodDisruptionBudget {pdb_name}"), "spec.selector", e))?;
+            .map_err(|e| document_error(format!("PodDisruptionBudget {pdb_name}"), "spec.selector", e.to_string()))?;
         if scheduling::affinity::selector_matches(&sel, &labels) {
             if pdb.status.is_none() {
                 notes.push(format!(

@@ -45,7 +45,7 @@ pub enum IdError {
     #[error(
         "{id:?} {reason}; it is written as a label value on every NodeGroup and in the Lease name karpenter-hub-<id>, so it takes lowercase letters, digits and '-', starts and ends with a letter or digit, at most 63 characters (e.g. 'prod-1')"
     )]
-    Invalid { id: String, reason: String },
+    Invalid { id: String, reason: crds::validation::Reason },
     /// The management cluster's identity has no 12 hex digits to derive an id from.
     #[error(
         "the management cluster's identity (the UID of kube-system) {uid:?} does not start with 12 hex digits; give this hub an id with --hub-id"

@@ -166,7 +166,28 @@ enum Wrote {
     Ok(Box<Lease>),
     /// Someone else changed it first (409): re-decide from a fresh read next round.
     Conflict,
-    Failed(String),
+    Failed(WriteFailed),
+}
+
+/// Why a Lease write failed (logged; a cluster Lease is fenced once its renew deadline passes).
+#[derive(Debug, thiserror::Error)]
+enum WriteFailed {
+    /// The API server's error, in words safe to log.
+    #[error("{}", plain(.0))]
+    Api(kube::Error),
+    /// No answer within the retry period.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
+/// Why renewing the membership Lease failed this round.
+#[derive(Debug, thiserror::Error)]
+enum HeartbeatError {
+    /// A stale copy: the next round starts from a fresh read.
+    #[error("the membership Lease changed under us; re-reading it")]
+    Conflict,
+    #[error(transparent)]
+    Write(#[from] WriteFailed),
 }
 
 impl Sharder {
@@ -211,15 +232,12 @@ impl Sharder {
         let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
         let mut me = self.clone();
         me.parent = Some(parent);
-        let spawned = runtime.map_err(|e| e.to_string()).and_then(|rt| {
+        let spawned = runtime.and_then(|rt| {
             let (me, shutdown) = (me.clone(), shutdown.clone());
-            std::thread::Builder::new()
-                .name("shard-leases".to_string())
-                .spawn(move || {
-                    rt.block_on(me.on_lease_thread(shutdown, alive));
-                    let _ = done_tx.send(());
-                })
-                .map_err(|e| e.to_string())
+            std::thread::Builder::new().name("shard-leases".to_string()).spawn(move || {
+                rt.block_on(me.on_lease_thread(shutdown, alive));
+                let _ = done_tx.send(());
+            })
         });
         match spawned {
             Ok(_) => {
@@ -398,9 +416,9 @@ impl Sharder {
         stats.lock().unwrap_or_else(PoisonError::into_inner).heartbeat = sent.elapsed();
         match beat {
             Ok(()) => *last_error = None,
-            Err(e) if last_error.as_deref() != Some(e.as_str()) => {
+            Err(e) if last_error.as_deref() != Some(e.to_string().as_str()) => {
                 tracing::warn!(identity = %self.settings.identity, error = %e, "renewing this replica's membership Lease failed; retrying every {} s (logged again only if the error changes)", self.settings.timings.retry_period.as_secs_f64());
-                *last_error = Some(e);
+                *last_error = Some(e.to_string());
             }
             Err(_) => {}
         }
@@ -453,7 +471,7 @@ impl Sharder {
                 let sent = Instant::now();
                 let wrote = match tokio::time::timeout(timeout, self.write_cluster(&key, &name, current)).await {
                     Ok(w) => w,
-                    Err(_) => Wrote::Failed(format!("no answer within {timeout:?}")),
+                    Err(_) => Wrote::Failed(WriteFailed::Timeout(timeout)),
                 };
                 {
                     let mut s = stats.lock().unwrap_or_else(PoisonError::into_inner);
@@ -576,7 +594,7 @@ impl Sharder {
     }
 
     /// Create or renew our membership Lease.
-    async fn heartbeat(&self) -> Result<(), String> {
+    async fn heartbeat(&self) -> Result<(), HeartbeatError> {
         let name = sharding::member_lease_name(&self.settings.hub_id, &self.settings.identity);
         let current = self.state.lock().unwrap_or_else(PoisonError::into_inner).member.as_ref().map(|(l, _)| l.clone());
         let sent = Instant::now();
@@ -591,10 +609,10 @@ impl Sharder {
             Ok(Wrote::Conflict) => {
                 // A stale copy (restarted watch, a survivor's cleanup): start from a fresh read.
                 self.state.lock().unwrap_or_else(PoisonError::into_inner).member = None;
-                Err("the membership Lease changed under us; re-reading it".to_string())
+                Err(HeartbeatError::Conflict)
             }
-            Ok(Wrote::Failed(e)) => Err(e),
-            Err(_) => Err(format!("no answer within {timeout:?}")),
+            Ok(Wrote::Failed(e)) => Err(e.into()),
+            Err(_) => Err(WriteFailed::Timeout(timeout).into()),
         }
     }
 
@@ -617,7 +635,7 @@ impl Sharder {
             Some(c) => Some(c),
             None => match self.api.get_opt(name).await {
                 Ok(c) => c,
-                Err(e) => return Wrote::Failed(plain(&e).to_string()),
+                Err(e) => return Wrote::Failed(WriteFailed::Api(e)),
             },
         };
         // Two attempts: the second from a fresh read, when our copy was stale (a write whose
@@ -654,10 +672,10 @@ impl Sharder {
                 Ok(l) => return Wrote::Ok(Box::new(l)),
                 Err(kube::Error::Api(s)) if s.code == 409 && attempt == 0 => match self.api.get_opt(name).await {
                     Ok(fresh) => current = fresh,
-                    Err(e) => return Wrote::Failed(plain(&e).to_string()),
+                    Err(e) => return Wrote::Failed(WriteFailed::Api(e)),
                 },
                 Err(kube::Error::Api(s)) if s.code == 409 => return Wrote::Conflict,
-                Err(e) => return Wrote::Failed(plain(&e).to_string()),
+                Err(e) => return Wrote::Failed(WriteFailed::Api(e)),
             }
         }
         Wrote::Conflict

@@ -38,7 +38,7 @@ use pending::{
     Provisionable, blocks_eviction, is_daemonset_pod, is_static_pod, is_terminal, provisionable,
     unschedulable_by_scheduler,
 };
-pub use spec::{constraints_from, pod_from, selector_from};
+pub use spec::{UnsupportedSelectorOperator, constraints_from, pod_from, selector_from};
 use spec::{pod_from_spec, running_from};
 use volumes::{csi_volumes, invalid_volume, volume_topology};
 

@@ -50,8 +50,16 @@ fn node_reqs(list: &[K8sNodeReq], obj: &str, field: &str) -> Result<Vec<NodeSele
         .collect()
 }
 
+/// A label selector's operator that selectors do not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unsupported selector operator {operator}")]
+pub struct UnsupportedSelectorOperator {
+    /// The operator as written.
+    pub operator: String,
+}
+
 /// A label selector; unsupported operators are errors (a missing selector is `None` upstream of this).
-pub fn selector_from(s: &K8sSelector) -> Result<LabelSelector, String> {
+pub fn selector_from(s: &K8sSelector) -> Result<LabelSelector, UnsupportedSelectorOperator> {
     let mut out =
         LabelSelector { match_labels: s.match_labels.clone().unwrap_or_default(), match_expressions: Vec::new() };
     for e in s.match_expressions.iter().flatten() {
@@ -60,7 +68,7 @@ pub fn selector_from(s: &K8sSelector) -> Result<LabelSelector, String> {
             "NotIn" => SelectorOperator::NotIn,
             "Exists" => SelectorOperator::Exists,
             "DoesNotExist" => SelectorOperator::DoesNotExist,
-            other => return Err(format!("unsupported selector operator {other}")),
+            other => return Err(UnsupportedSelectorOperator { operator: other.to_string() }),
         };
         out.match_expressions.push(SelectorRequirement {
             key: e.key.clone(),
@@ -111,11 +119,11 @@ fn term_from(
 ) -> Result<PodAffinityTerm, ConvertError> {
     let selector = match &t.label_selector {
         None => None,
-        Some(s) => Some(selector_from(s).map_err(|m| err(obj, format!("{field}.labelSelector"), m))?),
+        Some(s) => Some(selector_from(s).map_err(|m| err(obj, format!("{field}.labelSelector"), m.to_string()))?),
     };
     let namespace_selector = match &t.namespace_selector {
         None => None,
-        Some(s) => Some(selector_from(s).map_err(|m| err(obj, format!("{field}.namespaceSelector"), m))?),
+        Some(s) => Some(selector_from(s).map_err(|m| err(obj, format!("{field}.namespaceSelector"), m.to_string()))?),
     };
     Ok(PodAffinityTerm {
         selector,

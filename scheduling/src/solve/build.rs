@@ -442,6 +442,20 @@ impl<'a> Solver<'a> {
     }
 }
 
+/// Why an instance type is left out of a pool's table; the pool's `unusable` text lists a few.
+#[derive(Debug, Clone, thiserror::Error)]
+enum Excluded {
+    /// A template requirement on this key rules the type out.
+    #[error("excluded by the requirement on {0}")]
+    Requirement(String),
+    /// No available offering in the template's zones and capacity types.
+    #[error("no available offering")]
+    NoOffering,
+    /// The DaemonSet pods that would run on it do not fit (the overhead as described).
+    #[error("daemonset overhead {0} does not fit")]
+    Overhead(String),
+}
+
 #[allow(clippy::too_many_arguments)]
 fn keep_type(
     t: &TypeInfo,
@@ -454,9 +468,9 @@ fn keep_type(
     ds_template: &Requirements,
     zone: Key,
     ct: Key,
-) -> Result<(f64, usize), String> {
+) -> Result<(f64, usize), Excluded> {
     if let Err(k) = type_meets(t, template, ints) {
-        return Err(format!("excluded by the requirement on {}", ints.key_name(k)));
+        return Err(Excluded::Requirement(ints.key_name(k).to_string()));
     }
     let price = t
         .offerings
@@ -469,7 +483,7 @@ fn keep_type(
         .map(|o| o.price)
         .min_by(f64::total_cmp);
     let Some(price) = price else {
-        return Err("no available offering".to_string());
+        return Err(Excluded::NoOffering);
     };
     let members: Vec<usize> = ds
         .iter()
@@ -480,7 +494,7 @@ fn keep_type(
     let group = daemonsets::group_of(groups, members, ds);
     let overhead = groups[group].overhead + Resources { pods: 1, ..Resources::ZERO };
     if !overhead.fits(&t.allocatable) {
-        return Err(format!("daemonset overhead {} does not fit", describe_resources(&groups[group].overhead)));
+        return Err(Excluded::Overhead(describe_resources(&groups[group].overhead)));
     }
     Ok((price, group))
 }

@@ -20,6 +20,83 @@ use crate::requirements::{Requirements, ValueSet};
 use crate::taints;
 use crate::topology::{self, Kind, PodConstraint, Refused};
 
+/// Why a pod found no place this pass; its text becomes the pod's unschedulable reason.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(super) enum Unplaced {
+    /// An extended resource no instance type offers.
+    #[error("requests {0}, which no instance type offers")]
+    ExtendedResource(String),
+    /// No pool is Ready for the cluster.
+    #[error("no NodePool available (none is Ready for this cluster)")]
+    NoNodePool,
+    /// Every pool refused a new claim, each for its reason, in priority order.
+    #[error("{}", join(.0))]
+    Pools(Vec<PoolRefusal>),
+}
+
+fn join(reasons: &[PoolRefusal]) -> String {
+    reasons.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+/// Why one pool did not open a claim for a pod.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(super) enum PoolRefusal {
+    /// The pool has no usable instance type at all (the text names the pool).
+    #[error("{0}")]
+    Unusable(String),
+    /// `limits.nodes` is used up.
+    #[error("nodepool {0}: node limits exhausted (limits.nodes)")]
+    NodeLimit(String),
+    /// Every type would exceed the remaining resource limits.
+    #[error("nodepool {pool}: every instance type would exceed the remaining limits ({remaining})")]
+    Limits { pool: String, remaining: String },
+    /// A new claim of the pool does not accept the pod.
+    #[error("nodepool {pool}: {why}")]
+    Claim { pool: String, why: Refusal },
+}
+
+/// Why a node or a claim does not accept a pod.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(super) enum Refusal {
+    #[error("not enough room")]
+    NoRoom,
+    #[error("untolerated taint {0}")]
+    NodeTaint(String),
+    #[error("host port {0} in use")]
+    NodeHostPort(String),
+    #[error("CSI driver {driver} attach limit {limit} reached")]
+    CsiLimit { driver: String, limit: i64 },
+    /// The pod's requirements, as [`crate::requirements`] describes the mismatch.
+    #[error("{0}")]
+    Requirements(String),
+    #[error("the node is outside the topology of the pod's volumes")]
+    VolumeTopology,
+    /// A topology constraint, as [`crate::topology`] describes the refusal.
+    #[error("{0}")]
+    Topology(String),
+    /// No volume alternative fits; the last one's reason.
+    #[error("with the topology of its volumes: {0}")]
+    WithVolumes(Box<Refusal>),
+    #[error("did not tolerate taint {0}")]
+    ClaimTaint(String),
+    #[error("no instance type satisfies the requirements {0}")]
+    NoTypeSatisfies(String),
+    #[error("no instance type has an available offering for {0}")]
+    NoOffering(String),
+    #[error("host port {0} already used by a pod on this claim")]
+    ClaimHostPort(String),
+    #[error("host port {0} is used by a DaemonSet")]
+    DaemonSetHostPort(String),
+    /// No type is large enough; the texts are the described resources and the optional parts.
+    #[error(
+        "no instance type has enough resources: requests {requests}{on_claim}{overhead}, largest allocatable \
+         {best}{limits}"
+    )]
+    TooSmall { requests: String, on_claim: String, overhead: String, best: String, limits: String },
+    #[error("minValues {wanted} of {key} not met: only {reached} values remain among the instance types that fit")]
+    MinValues { wanted: u32, key: String, reached: u32 },
+}
+
 impl Solver<'_> {
     pub(super) fn run(&mut self) {
         let pods = &self.input.pods;
@@ -47,7 +124,7 @@ impl Solver<'_> {
                     self.placed[p] = true;
                 }
                 Err(e) => {
-                    self.errors[p] = Some(e);
+                    self.errors[p] = Some(e.to_string());
                     queue.push_back(p);
                     pushed_at[p] = queue.len();
                 }
@@ -56,10 +133,10 @@ impl Solver<'_> {
     }
 
     /// Places one pod, relaxing one step per failed attempt (§3.5).
-    fn place(&mut self, p: usize) -> Result<(), String> {
+    fn place(&mut self, p: usize) -> Result<(), Unplaced> {
         let class = self.pod_class[p];
         if let Some(r) = self.classes[class].extended.first() {
-            return Err(format!("requests {r}, which no instance type offers"));
+            return Err(Unplaced::ExtendedResource(r.to_string()));
         }
         let mut relax = Relax::default();
         loop {
@@ -120,7 +197,7 @@ impl Solver<'_> {
             .collect()
     }
 
-    fn try_place(&mut self, p: usize, class: usize, r: Relax) -> Result<(), String> {
+    fn try_place(&mut self, p: usize, class: usize, r: Relax) -> Result<(), Unplaced> {
         let working = self.working(class, r);
         let active = if self.classes[class].has_topology { self.active(class, r) } else { Vec::new() };
         if !working.is_empty() {
@@ -165,23 +242,22 @@ impl Solver<'_> {
             }
         }
         // 3. A new claim, pools in priority order.
-        let mut reasons: Vec<String> = Vec::new();
+        let mut reasons: Vec<PoolRefusal> = Vec::new();
         for pi in 0..self.pools.len() {
             let pool = &self.pools[pi];
             if let Some(why) = &pool.unusable {
-                reasons.push(why.clone());
+                reasons.push(PoolRefusal::Unusable(why.clone()));
                 continue;
             }
             if pool.remaining.nodes.is_some_and(|n| n <= 0) {
-                reasons.push(format!("nodepool {}: node limits exhausted (limits.nodes)", pool.name));
+                reasons.push(PoolRefusal::NodeLimit(pool.name.clone()));
                 continue;
             }
             if pool.within_limits.is_empty() {
-                reasons.push(format!(
-                    "nodepool {}: every instance type would exceed the remaining limits ({})",
-                    pool.name,
-                    describe_remaining(&pool.remaining)
-                ));
+                reasons.push(PoolRefusal::Limits {
+                    pool: pool.name.clone(),
+                    remaining: describe_remaining(&pool.remaining),
+                });
                 continue;
             }
             let hostname = self.ints.val(&format!("hostname-placeholder-{:04}", self.claims.len()));
@@ -222,13 +298,13 @@ impl Solver<'_> {
                     self.commit_claim(ci, p, class, acc);
                     return Ok(());
                 }
-                Err(e) => reasons.push(format!("nodepool {}: {e}", self.pools[pi].name)),
+                Err(why) => reasons.push(PoolRefusal::Claim { pool: self.pools[pi].name.clone(), why }),
             }
         }
         if self.pools.is_empty() {
-            return Err("no NodePool available (none is Ready for this cluster)".to_string());
+            return Err(Unplaced::NoNodePool);
         }
-        Err(reasons.join("; "))
+        Err(Unplaced::Pools(reasons))
     }
 
     fn node_accepts(
@@ -238,17 +314,17 @@ impl Solver<'_> {
         class: usize,
         r: Relax,
         active: &[PodConstraint],
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let n = &self.nodes[ni];
         let c = &self.classes[class];
         if !pod.requests.fits(&n.remaining) {
-            return Err("not enough room".into());
+            return Err(Refusal::NoRoom);
         }
         if let Some(t) = taints::first_untolerated(&n.taints, &c.tolerations, r.tolerate_pns) {
-            return Err(format!("untolerated taint {}", taints::describe(t)));
+            return Err(Refusal::NodeTaint(taints::describe(t)));
         }
         if let Some(port) = hostports::first_clash(&c.host_ports, &n.ports) {
-            return Err(format!("host port {} in use", hostports::describe(port)));
+            return Err(Refusal::NodeHostPort(hostports::describe(port)));
         }
         let limits = &self.input.nodes[n.input].csi_limits;
         for (driver, limit) in limits {
@@ -260,13 +336,13 @@ impl Solver<'_> {
             let new = wanted.iter().filter(|c| attached.is_none_or(|a| !a.contains(**c))).count();
             let total = attached.map_or(0, std::collections::BTreeSet::len) + new;
             if i64::try_from(total).unwrap_or(i64::MAX) > *limit {
-                return Err(format!("CSI driver {driver} attach limit {limit} reached"));
+                return Err(Refusal::CsiLimit { driver: driver.clone(), limit: *limit });
             }
         }
         let strict = &c.strict[r.term.min(c.strict.len() - 1)];
-        strict.matches_labels(&n.labels, &self.ints).map_err(|e| e.describe(&self.ints, &[]))?;
+        strict.matches_labels(&n.labels, &self.ints).map_err(|e| Refusal::Requirements(e.describe(&self.ints, &[])))?;
         if !c.volume_alts.is_empty() && !c.volume_alts.iter().any(|a| a.matches_labels(&n.labels, &self.ints).is_ok()) {
-            return Err("the node is outside the topology of the pod's volumes".into());
+            return Err(Refusal::VolumeTopology);
         }
         for pc in active {
             let g = &self.topo.groups[pc.group];
@@ -282,7 +358,7 @@ impl Solver<'_> {
                 self.may_bootstrap(pc.group, class, r),
                 &self.ints,
             )
-            .map_err(|Refused(e)| e)?;
+            .map_err(|Refused(e)| Refusal::Topology(e))?;
         }
         Ok(())
     }
@@ -302,34 +378,28 @@ impl Solver<'_> {
         r: Relax,
         working: &Requirements,
         active: &[PodConstraint],
-    ) -> Result<Accepted, String> {
+    ) -> Result<Accepted, Refusal> {
         let alts = &self.classes[class].volume_alts;
-        if alts.is_empty() {
+        let Some((first, rest)) = alts.split_first() else {
             return self
                 .claim_accepts_one(pi, reqs, types, used, ports, hostname, pod, class, r, working, true, active);
-        }
-        let mut last = String::new();
-        for alt in alts {
+        };
+        let with_volume = |alt: &Requirements| {
             let with_volume = working.intersect(alt, &self.ints);
-            match self.claim_accepts_one(
-                pi,
-                reqs,
-                types,
-                used,
-                ports,
-                hostname,
-                pod,
-                class,
-                r,
-                &with_volume,
-                false,
-                active,
-            ) {
+            self.claim_accepts_one(pi, reqs, types, used, ports, hostname, pod, class, r, &with_volume, false, active)
+        };
+        // The last alternative's reason is the one reported.
+        let mut last = match with_volume(first) {
+            Ok(acc) => return Ok(acc),
+            Err(e) => e,
+        };
+        for alt in rest {
+            match with_volume(alt) {
                 Ok(acc) => return Ok(acc),
-                Err(e) => last = format!("with the topology of its volumes: {e}"),
+                Err(e) => last = e,
             }
         }
-        Err(last)
+        Err(Refusal::WithVolumes(Box::new(last)))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -347,18 +417,18 @@ impl Solver<'_> {
         working: &Requirements,
         cached: bool,
         active: &[PodConstraint],
-    ) -> Result<Accepted, String> {
+    ) -> Result<Accepted, Refusal> {
         let pool = &self.pools[pi];
         let c = &self.classes[class];
         // (1) Template taints (startup taints need no toleration).
         if let Some(t) = taints::first_untolerated(&pool.taints, &c.tolerations, r.tolerate_pns) {
-            return Err(format!("did not tolerate taint {}", taints::describe(t)));
+            return Err(Refusal::ClaimTaint(taints::describe(t)));
         }
         // (2) Requirements.
         let well_known = self.well_known();
         if let Err(e) = reqs.compatible(working, &self.ints, &well_known) {
             let defined: Vec<Key> = reqs.keys().chain(pool.table.keys()).collect();
-            return Err(e.describe(&self.ints, &defined));
+            return Err(Refusal::Requirements(e.describe(&self.ints, &defined)));
         }
         let mut new_reqs = if working.is_empty() || reqs.subsumes(working, &self.ints) {
             reqs.clone()
@@ -390,7 +460,7 @@ impl Solver<'_> {
                 self.may_bootstrap(pc.group, class, r),
                 &self.ints,
             )
-            .map_err(|Refused(e)| e)?;
+            .map_err(|Refused(e)| Refusal::Topology(e))?;
             if !hostname_key && !ok.is_empty() && possible.as_ref().is_some_and(|p| p.len() != ok.len()) {
                 let mut pin = Requirements::new();
                 pin.add(key, ValueSet::is_in(ok), &self.ints);
@@ -400,18 +470,12 @@ impl Solver<'_> {
             }
         }
         if new_types.is_empty() {
-            return Err(format!(
-                "no instance type satisfies the requirements {}",
-                working_description(working, &self.ints)
-            ));
+            return Err(Refusal::NoTypeSatisfies(working_description(working, &self.ints)));
         }
         if zone_or_ct {
             pool.table.retain_offerings(&mut new_types, &new_reqs, &self.ints);
             if new_types.is_empty() {
-                return Err(format!(
-                    "no instance type has an available offering for {}",
-                    working_description(&new_reqs, &self.ints)
-                ));
+                return Err(Refusal::NoOffering(working_description(&new_reqs, &self.ints)));
             }
         }
         // (4) Resources and host ports, per type with its DaemonSet group.
@@ -419,7 +483,7 @@ impl Solver<'_> {
         let mut fitting = new_types.clone();
         let mut port_clash: Option<String> = None;
         if let Some(port) = hostports::first_clash(&c.host_ports, ports) {
-            return Err(format!("host port {} already used by a pod on this claim", hostports::describe(port)));
+            return Err(Refusal::ClaimHostPort(hostports::describe(port)));
         }
         for i in new_types.iter() {
             let t = &pool.table.types[i];
@@ -435,7 +499,7 @@ impl Solver<'_> {
         }
         if fitting.is_empty() {
             if let Some(port) = port_clash {
-                return Err(format!("host port {port} is used by a DaemonSet"));
+                return Err(Refusal::DaemonSetHostPort(port));
             }
             let (lo, hi) = overhead_range(pool, &new_types);
             let best = pool.table.max_headroom(&new_types, |_| Resources::ZERO);
@@ -457,11 +521,13 @@ impl Solver<'_> {
                     format!(", daemonset overhead {}..{}", describe_resources(&lo), describe_resources(&hi))
                 }
             };
-            return Err(format!(
-                "no instance type has enough resources: requests {}{on_claim}{overhead}, largest allocatable {}{limits}",
-                describe_resources(&pod.requests),
-                describe_resources(&best),
-            ));
+            return Err(Refusal::TooSmall {
+                requests: describe_resources(&pod.requests),
+                on_claim,
+                overhead,
+                best: describe_resources(&best),
+                limits,
+            });
         }
         // (5) minValues.
         let mut relaxed_min_values = false;
@@ -470,11 +536,7 @@ impl Solver<'_> {
         {
             match self.input.settings.min_values_policy {
                 MinValuesPolicy::Strict => {
-                    return Err(format!(
-                        "minValues {wanted} of {} not met: only {reached} values remain among the instance types \
-                         that fit",
-                        self.ints.key_name(key)
-                    ));
+                    return Err(Refusal::MinValues { wanted, key: self.ints.key_name(key).to_string(), reached });
                 }
                 MinValuesPolicy::BestEffort => {
                     relaxed_min_values = true;

@@ -48,10 +48,21 @@ pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-/// RFC 6902; the error is the message of the 422/500 kube-apiserver returns.
-pub(crate) fn json_patch(target: &mut Value, patch: &Value) -> Result<(), String> {
-    let p: json_patch::Patch = serde_json::from_value(patch.clone()).map_err(|e| e.to_string())?;
-    json_patch::patch(target, &p).map_err(|e| e.to_string())
+/// Why a JSON patch was not applied (the caller answers as kube-apiserver does).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum JsonPatchError {
+    /// The body is not a list of RFC 6902 operations.
+    #[error("{0}")]
+    Malformed(#[from] serde_json::Error),
+    /// An operation failed (a `test` did not match, a path is missing...).
+    #[error("{0}")]
+    Failed(#[from] json_patch::PatchError),
+}
+
+/// RFC 6902.
+pub(crate) fn json_patch(target: &mut Value, patch: &Value) -> Result<(), JsonPatchError> {
+    let p: json_patch::Patch = serde_json::from_value(patch.clone())?;
+    Ok(json_patch::patch(target, &p)?)
 }
 
 /// The `patchMergeKey` of a list field of the built-in kinds, by field name.

@@ -167,11 +167,24 @@ impl Gates {
     }
 }
 
+/// The class's FlavorCatalog could not be read live.
+#[derive(Debug, thiserror::Error)]
+#[error("reading FlavorCatalog {namespace}/{name}: {source}")]
+pub struct CatalogReadError {
+    namespace: String,
+    name: String,
+    source: kube::Error,
+}
+
 /// [`Hub::cached_instance_types`] for a launch, which acts on it: a catalogue the cache does not show is
 /// read live before the built-in one is served instead (a catalogue just created, a cache not
 /// listed yet), so a launch never picks a flavor on a cache's word that the catalogue is missing.
 /// Errors only when it cannot be read.
-pub async fn instance_types(hub: &Hub, ns: &str, class: &CleverNodeClass) -> Result<Vec<InstanceType>, String> {
+pub async fn instance_types(
+    hub: &Hub,
+    ns: &str,
+    class: &CleverNodeClass,
+) -> Result<Vec<InstanceType>, CatalogReadError> {
     let reference = class.spec.flavor_catalog_ref.as_ref().map(|r| r.name.as_str());
     let found = match reference {
         None => None,
@@ -180,7 +193,7 @@ pub async fn instance_types(hub: &Hub, ns: &str, class: &CleverNodeClass) -> Res
             None => Api::<FlavorCatalog>::namespaced(hub.mgmt.clone(), ns)
                 .get_opt(name)
                 .await
-                .map_err(|e| format!("reading FlavorCatalog {ns}/{name}: {e}"))?
+                .map_err(|source| CatalogReadError { namespace: ns.to_string(), name: name.to_string(), source })?
                 .map(Arc::new),
         },
     };
@@ -217,8 +230,9 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
             c.ns
         ))));
     }
-    let types =
-        instance_types(hub, &c.ns, &class).await.map_err(|e| Failure::Launch(LaunchError::InsufficientCapacity(e)))?;
+    let types = instance_types(hub, &c.ns, &class)
+        .await
+        .map_err(|e| Failure::Launch(LaunchError::InsufficientCapacity(e.to_string())))?;
     let group_name = ownership::nodegroup_name(&hub.settings.hub_id, &c.ns, &c.name);
     let groups: Api<NodeGroup> = Api::all(conn.client.clone());
     // CKE's quota engine judges concurrent creations together (clever-cloud.md §3.4 step 5): one

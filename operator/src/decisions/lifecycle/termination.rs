@@ -45,7 +45,7 @@ pub(super) fn terminate(f: &Facts<'_>) -> Decision {
             );
         }
         Ok(None) => {}
-        Err(why) => d = d.event(true, "InvalidTerminationGracePeriod", "Terminate", why),
+        Err(why) => d = d.event(true, "InvalidTerminationGracePeriod", "Terminate", why.to_string()),
     }
     let deadline = termination::parse_deadline(annotation.as_deref());
     let mut status = claim.status.clone().unwrap_or_default();

@@ -36,7 +36,7 @@ impl Expiry {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExpireAfterError {
     #[error("expireAfter {value:?} is not a duration like \"720h\" or \"Never\": {why}")]
-    Unparsable { value: String, why: String },
+    Unparsable { value: String, why: crds::admission::schedule::DurationError },
     #[error("expireAfter {value:?} puts the expiry past the representable time")]
     TooLarge { value: String },
 }

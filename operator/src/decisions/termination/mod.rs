@@ -15,9 +15,10 @@ pub mod expiration;
 
 use std::time::Duration;
 
+use crds::admission::schedule::DurationError;
 use k8s_openapi::{
     api::core::v1::Node,
-    jiff::{SignedDuration, Timestamp},
+    jiff::{self, SignedDuration, Timestamp},
 };
 
 pub use drain::{Decision, Owner, PodFacts, PodRef, Skip, Wait, decide};
@@ -46,6 +47,43 @@ pub const STUCK_TERMINATING: Duration = Duration::from_secs(60);
 /// Grace period of a pod without `terminationGracePeriodSeconds` (the Kubernetes default).
 pub const DEFAULT_POD_GRACE: i64 = 30;
 
+/// Why no deadline can be computed from a claim's `terminationGracePeriod`; the message is the
+/// `InvalidTerminationGracePeriod` event's.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DeadlineError {
+    /// Not a Go duration.
+    #[error(transparent)]
+    Unparsable(#[from] DurationError),
+    /// More seconds than a signed duration holds.
+    #[error("terminationGracePeriod {tgp:?} is too large")]
+    TooLarge {
+        /// The grace period as written.
+        tgp: String,
+    },
+    /// The deadline would be past the latest representable time.
+    #[error("terminationGracePeriod {tgp:?} goes past the representable time: {why}")]
+    PastRepresentable {
+        /// The grace period as written.
+        tgp: String,
+        /// What the time arithmetic said.
+        why: jiff::Error,
+    },
+}
+
+// By hand: `jiff::Error` has no `PartialEq`; its message stands in for it.
+impl PartialEq for DeadlineError {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Unparsable(a), Self::Unparsable(b)) => a == b,
+            (Self::TooLarge { tgp: a }, Self::TooLarge { tgp: b }) => a == b,
+            (Self::PastRepresentable { tgp: a, why: x }, Self::PastRepresentable { tgp: b, why: y }) => {
+                a == b && x.to_string() == y.to_string()
+            }
+            _ => false,
+        }
+    }
+}
+
 /// The deadline to write on a claim being deleted (§5.1.1): `deletionTimestamp +
 /// terminationGracePeriod`, or `None` when there is nothing to write: no grace period, a deadline
 /// already written (never rewritten), or no deletion yet. An unparsable grace period is an error
@@ -54,7 +92,7 @@ pub fn deadline_to_write(
     deletion: Option<Timestamp>,
     termination_grace_period: Option<&str>,
     existing_annotation: Option<&str>,
-) -> Result<Option<Timestamp>, String> {
+) -> Result<Option<Timestamp>, DeadlineError> {
     if existing_annotation.is_some() {
         return Ok(None);
     }
@@ -62,11 +100,11 @@ pub fn deadline_to_write(
         return Ok(None);
     };
     let seconds = crds::admission::schedule::parse_duration(tgp, false)?.unwrap_or_default();
-    let seconds = i64::try_from(seconds).map_err(|_| format!("terminationGracePeriod {tgp:?} is too large"))?;
+    let seconds = i64::try_from(seconds).map_err(|_| DeadlineError::TooLarge { tgp: tgp.to_string() })?;
     deleted
         .checked_add(SignedDuration::from_secs(seconds))
         .map(Some)
-        .map_err(|e| format!("terminationGracePeriod {tgp:?} goes past the representable time: {e}"))
+        .map_err(|why| DeadlineError::PastRepresentable { tgp: tgp.to_string(), why })
 }
 
 /// The deadline the claim carries, if its annotation parses (an unparsable one counts as none, as
@@ -180,7 +218,7 @@ mod tests {
     #[test]
     fn a_bad_grace_period_is_an_error_naming_it() {
         let e = deadline_to_write(Some(ts("2026-01-01T00:00:00Z")), Some("3 days"), None).unwrap_err();
-        assert!(e.contains("3 days"), "{e}");
+        assert!(e.to_string().contains("3 days"), "{e}");
     }
 
     #[test]
