@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use clock::Clock;
 use crds::{NodeGroup, NodePool};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, api::ListParams};
@@ -42,7 +43,11 @@ fn unschedulable(p: &Pod) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_pod_runs_one_round_reading_caches_and_idle_clusters_run_none() {
-    let mut world = World::start(&[("team-a", "alpha"), ("team-b", "beta")], |i| quick_cke(i as u64)).await.unwrap();
+    // The hub on a manual clock: consolidateAfter (30 s) passes when the test moves it, not in real time.
+    let clock = Clock::manual_now();
+    let mut world = World::start_on(&[("team-a", "alpha"), ("team-b", "beta")], |i| quick_cke(i as u64), clock.clone())
+        .await
+        .unwrap();
     for i in 0..2 {
         apply_example(&world, i).await;
     }
@@ -116,6 +121,9 @@ async fn a_pending_pod_runs_one_round_reading_caches_and_idle_clusters_run_none(
     // With the node up and its pod running, the hub writes nothing more (B4's idle target) once the
     // claim has become Consolidatable (consolidateAfter: 30s after its pods last changed, once).
     let claims = Api::<crds::NodeClaim>::namespaced(world.mgmt.client(), &c.namespace);
+    // consolidateAfter past the pod's last event, which the emulators stamped on the wall clock (the
+    // hub's has stood still meanwhile). Moving the clock re-decides every claim at once.
+    clock.set(chrono::Utc::now() + chrono::Duration::seconds(31));
     wait_for("the claim Consolidatable", Duration::from_secs(90), || async {
         claims.list(&ListParams::default()).await.unwrap().items.iter().all(|c| {
             c.status
