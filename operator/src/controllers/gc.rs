@@ -6,7 +6,10 @@
 //! A group moved with its claim from the management cluster the registration declares
 //! ([`crate::decisions::handover`]) is re-stamped as this management cluster's once its claim is here.
 //!
-//! Must not: sweep a cluster whose list of claims failed, delete past the brake, or stop a sweep
+//! Owns: the sweep's I/O: gathering its facts (the caches, then the live re-reads of the candidates
+//! the rules name) and carrying out, in its order, the plan [`crate::decisions::garbage::plan_sweep`]
+//! makes of them. Must not: decide itself what to report, re-stamp, delete or release (the plan
+//! does), sweep a cluster whose list of claims failed, delete past the brake, or stop a sweep
 //! because one object failed.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
@@ -19,17 +22,14 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::decisions::garbage::{
-    BrakeVerdict, ClaimFacts, ClusterView, LiveClaim, LiveGroup, Verdict, is_vanish_candidate, judge_orphan,
-    judge_vanished, orphan_candidates,
-};
 use crate::{
-    decisions::conditions,
-    decisions::handover,
-    decisions::lifecycle::{LAUNCHED, REGISTERED},
-    decisions::ownership::{self, Ownership},
+    decisions::garbage::{
+        self, Candidate, ClusterView, Halt, Judgement, LiveClaim, LiveGroup, Reap, Report, StuckNode, SweepFacts,
+        SweepPlan, VanishRead, VanishedClaim,
+    },
+    decisions::ownership,
     infra::apierror::plain,
-    infra::hub::{EVENT_DEDUPE, EVENT_DEDUPE_LONG, Hub},
+    infra::hub::{ClusterOwner, EVENT_DEDUPE, EVENT_DEDUPE_LONG, Hub},
     infra::metrics::Metrics,
     infra::registry::{ClusterKey, Connection},
 };
@@ -125,82 +125,33 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
     }
 }
 
-/// One sweep of one cluster. Errors (and does nothing) while the management cache of NodeClaims
-/// has not listed once: missing data is never evidence of absence.
+/// One sweep of one cluster: gather (the caches, then a live re-read of every orphan candidate and
+/// of the claim it names, and of every vanish candidate's group), plan
+/// ([`garbage::plan_sweep`]), carry the plan out. Errors (and does nothing) while the management
+/// cache of NodeClaims has not listed once: missing data is never evidence of absence.
 pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestamp) -> Result<Outcome, SweepError> {
-    let mut out = Outcome::default();
-    let hub_id = &hub.settings.hub_id;
-    let moved_from = hub.registry.moved_from(key);
-    let owner = hub.settings.owner().moved_from(moved_from.as_deref());
+    let who = hub.owner_on(key);
+    let owner = who.owner();
     if !hub.cache.is_ready() {
         return Err(SweepError::NotSynced);
     }
     let claims_api: Api<NodeClaim> = Api::namespaced(hub.mgmt.clone(), &key.namespace);
+    let groups_api: Api<NodeGroup> = Api::all(conn.client.clone());
     // The cache narrows the candidates; every absence is confirmed by a live read below.
     let claims: Vec<Arc<NodeClaim>> = hub.cache.claims_in(&key.namespace);
     let view =
         ClusterView { connected: true, synced: conn.is_synced(), lists_ok: true, min_age: hub.settings.gc_min_age };
     let by_name: BTreeMap<String, &NodeClaim> = claims.iter().map(|c| (c.name_any(), c.as_ref())).collect();
     let groups: Vec<NodeGroup> = conn.cache.nodegroups.state().iter().map(|g| g.as_ref().clone()).collect();
-    let groups_api: Api<NodeGroup> = Api::all(conn.client.clone());
-
-    // The brake's population: groups carrying this hub's and namespace's labels, not going.
-    let mut labelled = 0;
-    for g in &groups {
-        let proof = ownership::prove(g, owner, &key.namespace);
-        if proof.is_labelled_ours() && !g.is_terminating() {
-            labelled += 1;
-        }
-        match proof {
-            Ownership::Foreign => out.foreign += 1,
-            Ownership::Moved { .. } => out.moved += 1,
-            Ownership::Owned { .. } | Ownership::Legacy { .. } if g.spec.node_count != 1 => {
-                out.resized.push(g.name_any())
-            }
-            _ => {}
-        }
-    }
-    let m = &hub.metrics;
-    Metrics::set(&m.unmanaged, key, out.foreign as i64);
-    Metrics::set(&m.awaiting_handover, key, out.moved as i64);
-    Metrics::set(&m.external_resizes, key, out.resized.len() as i64);
-    let now_capacity = hub.capacity(key).await.map(|s| s.unavailable(now).count()).unwrap_or_default();
-    Metrics::set(&m.cooldown_flavors, key, now_capacity as i64);
-    // clever-cloud.md §3.9: another Karpenter (the in-cluster provider) also manages this cluster.
-    for g in groups.iter().filter(|g| {
-        g.labels().get(labels::IN_CLUSTER_MANAGED).map(String::as_str) == Some("true")
-            && matches!(ownership::prove(g, owner, &key.namespace), Ownership::Foreign)
-    }) {
-        let note = format!(
-            "NodeGroup {} is managed by the in-cluster Karpenter provider ({}=true): two autoscalers on one cluster fight over capacity; the hub never touches it",
-            g.name_any(),
-            labels::IN_CLUSTER_MANAGED
-        );
-        // Only on the group: its pool labels name another autoscaler's pools, not ours.
-        let ev = crate::infra::hub::event(true, "ForeignAutoscalerDetected", "GarbageCollect", note.clone());
-        if hub.workload_event(&conn.client, &nodegroup_ref(g), ev, EVENT_DEDUPE_LONG).await {
-            tracing::warn!(cluster = %key, nodegroup = %g.name_any(), "ForeignAutoscalerDetected: {note}");
-        }
-    }
-    for g in groups.iter().filter(|g| out.resized.contains(&g.name_any())) {
-        let note = format!(
-            "NodeGroup {} has nodeCount {} instead of 1: check the cluster's autoscalingEnabled and who holds nodegroups/scale; the hub never scales it back and does not track its extra nodes",
-            g.name_any(),
-            g.spec.node_count
-        );
-        if report(hub, conn, g, true, "NodeGroupExternallyResized", note.clone(), EVENT_DEDUPE_LONG).await {
-            tracing::warn!(cluster = %key, nodegroup = %g.name_any(), node_count = g.spec.node_count, "NodeGroupExternallyResized: {note}");
-        }
-    }
+    let nodes = conn.cache.nodes.state();
+    let capacity = hub.capacity(key).await.ok();
 
     let cached_uid = |name: &str| by_name.get(name).and_then(|c| c.metadata.uid.clone());
-    let candidates = orphan_candidates(view, &groups, owner, &key.namespace, now, cached_uid);
-    // Judge every candidate first, delete after: the brake weighs the whole sweep.
-    let mut collectable: Vec<(NodeGroup, String)> = Vec::new();
-    for (cached, _) in candidates {
+    let mut candidates = Vec::new();
+    for (cached, _) in garbage::orphan_candidates(view, &groups, owner, &key.namespace, now, cached_uid) {
         let name = cached.name_any();
         // Re-read both live: the cache may lag, and labels may have changed.
-        let live = match groups_api.get_opt(&name).await {
+        let group = match groups_api.get_opt(&name).await {
             Ok(Some(g)) => g,
             Ok(None) => continue,
             Err(e) => {
@@ -208,41 +159,97 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
                 continue;
             }
         };
-        if live.is_terminating() {
+        if group.is_terminating() {
             continue;
         }
-        let proof = ownership::prove(&live, owner, &key.namespace);
-        let claim = match &proof {
-            Ownership::Owned { claim, .. } | Ownership::Legacy { claim, .. } | Ownership::Moved { claim, .. } => {
-                match claims_api.get_opt(claim).await {
-                    Ok(None) => LiveClaim::Absent,
-                    Ok(Some(c)) => LiveClaim::Present { uid: c.metadata.uid.unwrap_or_default() },
-                    Err(_) => LiveClaim::Unknown,
-                }
-            }
-            _ => LiveClaim::Unknown,
+        let proof = ownership::prove(&group, owner, &key.namespace);
+        let claim = match garbage::claim_to_read(&proof) {
+            Some(claim) => match claims_api.get_opt(claim).await {
+                Ok(None) => LiveClaim::Absent,
+                Ok(Some(c)) => LiveClaim::Present { uid: c.metadata.uid.unwrap_or_default() },
+                Err(_) => LiveClaim::Unknown,
+            },
+            None => LiveClaim::Unknown,
         };
-        match judge_orphan(view, &proof, &claim) {
-            Verdict::Collect { why } => collectable.push((live, why)),
-            Verdict::Refuse { why } => {
-                let note = format!(
-                    "NodeGroup {name} carries this hub's labels but fails the ownership proof ({why}); kept, never deleted: remove the labels or delete it by hand"
-                );
-                if report(hub, conn, &live, true, "GarbageCollectionRefused", note, EVENT_DEDUPE_LONG).await {
+        candidates.push(Candidate { group, ownership: proof, claim });
+    }
+    let mut vanish = Vec::new();
+    for (claim, group) in garbage::vanish_candidates(view, &claims, owner, &key.namespace, &key.name, now) {
+        let live = match groups_api.get_opt(&group).await {
+            Ok(None) => LiveGroup::Absent,
+            Ok(Some(_)) => LiveGroup::Present,
+            Err(_) => LiveGroup::Unknown,
+        };
+        vanish.push(VanishRead { claim, group, live });
+    }
+
+    let plan = garbage::plan_sweep(&SweepFacts {
+        view,
+        owner,
+        namespace: &key.namespace,
+        cluster: &key.name,
+        groups: &groups,
+        claims: &claims,
+        nodes: &nodes,
+        candidates: &candidates,
+        vanish: &vanish,
+        capacity: capacity.as_ref(),
+        brake: hub.settings.gc_brake,
+        now,
+    });
+    Ok(carry_out(hub, conn, key, &who, plan, now).await)
+}
+
+/// Carry out a sweep's plan in its order; one object failing never stops the sweep.
+async fn carry_out(
+    hub: &Hub,
+    conn: &Connection,
+    key: &ClusterKey,
+    who: &ClusterOwner<'_>,
+    plan: SweepPlan<'_>,
+    now: Timestamp,
+) -> Outcome {
+    let claims_api: Api<NodeClaim> = Api::namespaced(hub.mgmt.clone(), &key.namespace);
+    let groups_api: Api<NodeGroup> = Api::all(conn.client.clone());
+    let mut out = Outcome {
+        foreign: plan.gauges.unmanaged,
+        moved: plan.gauges.awaiting_handover,
+        resized: plan.resized.iter().map(|r| r.group.name_any()).collect(),
+        deferred: plan.deferred,
+        halted: plan.halt.as_ref().map(|h| h.would),
+        ..Outcome::default()
+    };
+    let m = &hub.metrics;
+    Metrics::set(&m.unmanaged, key, plan.gauges.unmanaged as i64);
+    Metrics::set(&m.awaiting_handover, key, plan.gauges.awaiting_handover as i64);
+    Metrics::set(&m.external_resizes, key, plan.gauges.external_resizes as i64);
+    Metrics::set(&m.cooldown_flavors, key, plan.gauges.cooldown_flavors as i64);
+    for Report { group, note } in plan.foreign_autoscalers {
+        // Only on the group: its pool labels name another autoscaler's pools, not ours.
+        let ev = crate::infra::hub::event(true, "ForeignAutoscalerDetected", "GarbageCollect", note.clone());
+        if hub.workload_event(&conn.client, &nodegroup_ref(group), ev, EVENT_DEDUPE_LONG).await {
+            tracing::warn!(cluster = %key, nodegroup = %group.name_any(), "ForeignAutoscalerDetected: {note}");
+        }
+    }
+    for Report { group, note } in plan.resized {
+        if report(hub, conn, group, true, "NodeGroupExternallyResized", note.clone(), EVENT_DEDUPE_LONG).await {
+            tracing::warn!(cluster = %key, nodegroup = %group.name_any(), node_count = group.spec.node_count, "NodeGroupExternallyResized: {note}");
+        }
+    }
+    for judged in plan.judged {
+        match judged {
+            Judgement::Refuse { report: Report { group, note }, why } => {
+                let name = group.name_any();
+                if report(hub, conn, group, true, "GarbageCollectionRefused", note, EVENT_DEDUPE_LONG).await {
                     tracing::warn!(cluster = %key, nodegroup = %name, why = %why, "GarbageCollectionRefused: NodeGroup carries this hub's labels but fails the ownership proof; kept");
                 }
                 out.refused.push(name);
             }
-            Verdict::Restamp { claim_uid } => {
-                // Not a deletion: the brake does not weigh it. Guarded by the version proven.
-                let patch = handover::restamp(
-                    &hub.settings.management_cluster,
-                    &claim_uid,
-                    live.metadata.resource_version.as_deref().unwrap_or_default(),
-                );
+            Judgement::Restamp { group, patch } => {
+                let name = group.name_any();
                 match groups_api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                     Ok(_) => {
-                        tracing::info!(cluster = %key, nodegroup = %name, moved_from = ?moved_from, "took over the NodeGroup moved with its NodeClaim from the management cluster the registration names; re-stamped as this management cluster's");
+                        tracing::info!(cluster = %key, nodegroup = %name, moved_from = ?who.moved_from, "took over the NodeGroup moved with its NodeClaim from the management cluster the registration names; re-stamped as this management cluster's");
                         out.restamped.push(name);
                     }
                     Err(e) => {
@@ -250,26 +257,19 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
                     }
                 }
             }
-            Verdict::Keep => {}
         }
     }
-    let allowed = match hub.settings.gc_brake.judge(collectable.len(), labelled) {
-        BrakeVerdict::Halt { would, of } => {
-            halt(hub, key, would, of).await;
-            out.halted = Some(would);
-            0
-        }
-        BrakeVerdict::Proceed { now } => {
+    match plan.halt {
+        Some(h) => halt(hub, key, h).await,
+        None => {
             if hub.set_gc_halt(key, None) {
                 tracing::info!(cluster = %key, "garbage collection resumed: the orphans found are within the brake's share");
             }
-            now
         }
-    };
-    out.deferred = collectable.len().saturating_sub(allowed);
-    for (live, why) in collectable.into_iter().take(allowed) {
-        let name = live.name_any();
-        let dp = ownership::delete_exactly(&live);
+    }
+    for Reap { group, why, note } in plan.deletes {
+        let name = group.name_any();
+        let dp = ownership::delete_exactly(group);
         match groups_api.delete(&name, &dp).await {
             Ok(_) => {
                 tracing::info!(cluster = %key, nodegroup = %name, why = %why, "GarbageCollected: deleted orphaned NodeGroup");
@@ -289,10 +289,9 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
                 }
                 // No claim is left to terminate it: free its Node for CKE, or it hangs.
                 if let Err(e) = crate::infra::finalizers::release_from_nodes(conn, &name).await {
-                    tracing::warn!(cluster = %key, nodegroup = %name, error = %crate::infra::apierror::plain(&e), "releasing the reaped group's node finalizer failed; the next sweep retries");
+                    tracing::warn!(cluster = %key, nodegroup = %name, error = %plain(&e), "releasing the reaped group's node finalizer failed; the next sweep retries");
                 }
-                let note = format!("deleted orphaned NodeGroup {name}: {why}");
-                let _ = report(hub, conn, &live, false, "GarbageCollected", note, EVENT_DEDUPE).await;
+                let _ = report(hub, conn, group, false, "GarbageCollected", note, EVENT_DEDUPE).await;
                 out.groups_collected.push(name);
             }
             Err(e) => {
@@ -303,72 +302,41 @@ pub async fn sweep(hub: &Hub, conn: &Connection, key: &ClusterKey, now: Timestam
     if out.deferred > 0 {
         tracing::info!(cluster = %key, deferred = out.deferred, max_per_sweep = hub.settings.gc_brake.max_per_sweep, "more orphaned NodeGroups than one sweep deletes; the next sweep goes on");
     }
-
-    release_stuck_nodes(conn, owner, &groups, &claims).await;
-
-    for c in claims.iter().filter(|c| c.spec.cluster_name == key.name) {
-        let conds = c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-        let facts = ClaimFacts {
-            deleting: c.metadata.deletion_timestamp.is_some(),
-            launched: conditions::is_true(conds, LAUNCHED),
-            registered: conditions::is_true(conds, REGISTERED),
-            clever: c.spec.node_class_ref.kind == labels::NODECLASS_KIND
-                && c.spec.node_class_ref.group == labels::GROUP,
-            created: c.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        };
-        if !is_vanish_candidate(view, &facts, now) {
-            continue;
-        }
-        let group = c
-            .status
-            .as_ref()
-            .and_then(|s| s.provider_id.as_deref())
-            .and_then(|p| ownership::parse_provider_id(p).ok().map(str::to_string))
-            .unwrap_or_else(|| ownership::nodegroup_name(hub_id, &key.namespace, &c.name_any()));
-        let live = match groups_api.get_opt(&group).await {
-            Ok(None) => LiveGroup::Absent,
-            Ok(Some(_)) => LiveGroup::Present,
-            Err(_) => LiveGroup::Unknown,
-        };
-        if let Verdict::Collect { why } = judge_vanished(view, &live) {
-            let name = c.name_any();
-            let dp = ownership::delete_exactly(c.as_ref());
-            if let Err(e) = claims_api.delete(&name, &dp).await {
-                tracing::warn!(cluster = %key, nodeclaim = %name, error = %plain(&e), "deleting vanished claim failed");
-                continue;
+    for StuckNode { node, group } in plan.stuck {
+        match crate::infra::finalizers::release_from_nodes(conn, &group).await {
+            Ok(()) => {
+                tracing::info!(cluster = %conn.key, node = %node, nodegroup = %group, "released the finalizer of a node no claim owns any more")
             }
-            let flavor = c.labels().get(labels::INSTANCE_TYPE).cloned().unwrap_or_default();
-            if !flavor.is_empty() {
-                let policy = hub.settings.capacity;
-                if let Err(e) = hub.update_capacity(key, now, |s| s.record_vanish(&flavor, now, policy)).await {
-                    tracing::warn!(cluster = %key, error = %plain(&e), "persisting the vanish cool-down failed");
-                }
+            Err(e) => {
+                tracing::warn!(cluster = %conn.key, node = %node, error = %plain(&e), "releasing a stuck node's finalizer failed")
             }
-            tracing::warn!(cluster = %key, nodeclaim = %name, nodegroup = %group, why = %why, "NodeGroupVanished: deleted the claim so its pods are re-planned");
-            Metrics::inc(&m.vanished, key);
-            hub.event(
-                &c.object_ref(&()),
-                true,
-                "NodeGroupVanished",
-                "GarbageCollect",
-                format!("NodeGroup {group} is gone ({why}); the claim is replaced"),
-            )
-            .await;
-            out.claims_collected.push(name);
         }
     }
-    Metrics::set(&m.gc_refused, key, out.refused.len() as i64);
-    Ok(out)
+    for VanishedClaim { claim, group, why, flavor, note } in plan.vanished {
+        let name = claim.name_any();
+        if let Err(e) = claims_api.delete(&name, &ownership::delete_exactly(claim)).await {
+            tracing::warn!(cluster = %key, nodeclaim = %name, error = %plain(&e), "deleting vanished claim failed");
+            continue;
+        }
+        if let Some(flavor) = flavor {
+            let policy = hub.settings.capacity;
+            if let Err(e) = hub.update_capacity(key, now, |s| s.record_vanish(&flavor, now, policy)).await {
+                tracing::warn!(cluster = %key, error = %plain(&e), "persisting the vanish cool-down failed");
+            }
+        }
+        tracing::warn!(cluster = %key, nodeclaim = %name, nodegroup = %group, why = %why, "NodeGroupVanished: deleted the claim so its pods are re-planned");
+        Metrics::inc(&m.vanished, key);
+        hub.event(&claim.object_ref(&()), true, "NodeGroupVanished", "GarbageCollect", note).await;
+        out.claims_collected.push(name);
+    }
+    Metrics::set(&m.gc_refused, key, plan.gauges.refused as i64);
+    out
 }
 
 /// The brake halted a sweep of `key`: nothing was deleted. Say so on the cluster's NodePools (a
 /// condition through [`Hub::set_gc_halt`] and an event) and in one warning line.
-async fn halt(hub: &Hub, key: &ClusterKey, would: usize, of: usize) {
+async fn halt(hub: &Hub, key: &ClusterKey, Halt { would, of, why }: Halt) {
     let percent = hub.settings.gc_brake.halt_percent;
-    let why = format!(
-        "garbage collection of cluster {} is halted: {would} of the {of} NodeGroups this hub labelled there look orphaned (their NodeClaims are gone from this management cluster), more than the {percent}% one sweep may delete, so none was deleted. If this management cluster lost its NodeClaims (a restore, a move), bring them back; if the groups really are leaked, delete them by hand or raise --gc-halt-percent",
-        key.name
-    );
     if hub.set_gc_halt(key, Some(why.clone())) {
         tracing::warn!(cluster = %key, would_delete = would, labelled = of, halt_percent = percent, "GarbageCollectionHalted: too many NodeGroups look orphaned at once; none deleted");
     }
@@ -411,42 +379,5 @@ fn nodegroup_ref(group: &NodeGroup) -> ObjectReference {
         name: group.metadata.name.clone(),
         uid: group.metadata.uid.clone(),
         ..Default::default()
-    }
-}
-
-/// Nodes being deleted that still carry the hub's finalizer although no claim will ever terminate
-/// them (their claim is gone, their owned group going): release the finalizer, or the Node and
-/// CKE's NodeGroup wait on each other forever. This also retries a release that failed after a reap.
-async fn release_stuck_nodes(
-    conn: &Connection,
-    owner: ownership::Owner<'_>,
-    groups: &[NodeGroup],
-    claims: &[Arc<NodeClaim>],
-) {
-    for node in conn.cache.nodes.state() {
-        if node.metadata.deletion_timestamp.is_none()
-            || !node.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER)
-        {
-            continue;
-        }
-        let Some(group) = ownership::node_group(&node) else { continue };
-        // Only our own group, proven by its labels: another Karpenter uses the same finalizer name.
-        let group_going = groups.iter().find(|g| g.name_any() == group).is_some_and(|g| {
-            g.is_terminating() && matches!(ownership::prove(g, owner, &conn.key.namespace), Ownership::Owned { .. })
-        });
-        let provider_id = ownership::provider_id(&group);
-        let claimed = claims
-            .iter()
-            .any(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id.as_str()));
-        if group_going && !claimed {
-            match crate::infra::finalizers::release_from_nodes(conn, &group).await {
-                Ok(()) => {
-                    tracing::info!(cluster = %conn.key, node = %node.name_any(), nodegroup = %group, "released the finalizer of a node no claim owns any more")
-                }
-                Err(e) => {
-                    tracing::warn!(cluster = %conn.key, node = %node.name_any(), error = %crate::infra::apierror::plain(&e), "releasing a stuck node's finalizer failed")
-                }
-            }
-        }
     }
 }

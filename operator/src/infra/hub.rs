@@ -104,6 +104,23 @@ impl Default for Settings {
     }
 }
 
+/// This hub on one cluster ([`Hub::owner_on`]): holds the declared source its [`Owner`] borrows.
+///
+/// [`Owner`]: crate::decisions::ownership::Owner
+#[derive(Debug, Clone)]
+pub struct ClusterOwner<'a> {
+    settings: &'a Settings,
+    /// The management cluster the cluster's registration declares it moved from.
+    pub moved_from: Option<String>,
+}
+
+impl ClusterOwner<'_> {
+    /// Who this hub is on the cluster, for the ownership proof.
+    pub fn owner(&self) -> crate::decisions::ownership::Owner<'_> {
+        self.settings.owner().moved_from(self.moved_from.as_deref())
+    }
+}
+
 /// Watch caches of the management cluster shared by the controllers that would otherwise LIST
 /// periodically (garbage collection, node class status): a steady fleet costs watches only.
 /// Readers that act on absence re-read live; the caches only narrow the candidates.
@@ -360,6 +377,12 @@ impl Hub {
         futures::stream::unfold(self.gc_halt_changes.subscribe(), |mut rx| async move {
             rx.changed().await.ok().map(|()| ((), rx))
         })
+    }
+
+    /// Who this hub is on cluster `key`, for the ownership proof: [`Settings::owner`] with the move
+    /// the cluster's registration declares, if any ([`ClusterOwner::owner`]).
+    pub fn owner_on(&self, key: &ClusterKey) -> ClusterOwner<'_> {
+        ClusterOwner { settings: &self.settings, moved_from: self.registry.moved_from(key) }
     }
 
     /// Now, on the hub's clock.

@@ -1,18 +1,20 @@
 //! The launch sequence of one claim (karpenter-semantics §6.1, clever-cloud.md §3.4–3.5): create or
 //! adopt its NodeGroup, await CKE's verdict on the workload cluster's NodeGroup cache with a
-//! deadline, and turn the outcome into the claim's status through [`lifecycle::launched`].
+//! deadline, and turn the outcome into the claim's writes through [`launch::conclude`].
 //!
 //! Owns: the launch's I/O (the node class and catalogue, from the hub's caches, the one-at-a-time
-//! gate per cluster, the create, the verdict wait on the workload cache, the capacity memory). Must
-//! not: choose a flavor or judge adoption itself ([`crate::decisions::launch`] does), launch for a
-//! claim that is already being deleted, or act on an absence only a cache shows (each live read
-//! left says why it is there).
+//! gate per cluster, the live re-reads, the create, patch and deletes, the verdict wait on the
+//! workload cache, the capacity memory) and carrying out the writes [`crate::decisions::launch`]
+//! returns, in order. Must not: decide anything between those calls (whether the class launches,
+//! adopt or create and with which flavor, what a verdict means, what the claim gets: each is
+//! [`crate::decisions::launch`]'s), launch for a claim that is already being deleted, or act on an
+//! absence only a cache shows (each live read left says why it is there).
 
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
 
-use k8s_openapi::{apimachinery::pkg::api::resource::Quantity, jiff::Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, ResourceExt,
     api::{Patch, PatchParams, PostParams},
@@ -23,24 +25,25 @@ use serde_json::json;
 use super::{Claim, Error, write_status};
 use crate::{
     decisions::{
-        conditions, handover,
-        launch::{self, LaunchError},
-        lifecycle::{self, LaunchOutcome, READY},
-        ownership::{self, ClaimIdentity},
+        launch::{self, Adoption, Attempt, ClaimWrite, Counter, Creation, End, LaunchError, Launched, Step},
+        ownership,
     },
-    infra::{hub::Hub, metrics::Metrics, registry::Connection},
+    infra::{
+        hub::{ClusterOwner, Hub},
+        metrics::Metrics,
+        registry::Connection,
+    },
 };
 use crds::{
-    CleverNodeClass, FlavorCatalog, NodeClaim, NodeClaimStatus, NodeGroup,
+    CleverNodeClass, FlavorCatalog, NodeClaimStatus, NodeGroup,
     catalog::{Catalog, InstanceType},
-    labels,
     nodegroup::Verdict,
-    quantity::Resources,
 };
 
-/// Carry out [`lifecycle::Write::Launch`]: launch (or adopt), then write the outcome, in one status
-/// write with `launching` (the `Launched=Unknown(Launching)` status the decision set, if it did).
-/// A launch that concludes nothing yet writes `launching` alone: the launch TTL counts from it.
+/// Carry out [`crate::decisions::lifecycle::Write::Launch`]: launch (or adopt), then carry out the
+/// claim's writes [`launch::conclude`] gives for the outcome, in one status write with `launching`
+/// (the `Launched=Unknown(Launching)` status the decision set, if it did). A launch that concludes
+/// nothing yet writes `launching` alone: the launch TTL counts from it.
 pub(super) async fn launch(
     c: &Claim<'_>,
     hub: &Hub,
@@ -48,95 +51,60 @@ pub(super) async fn launch(
     launching: Option<NodeClaimStatus>,
 ) -> Result<Action, Error> {
     let now = hub.now();
-    let result = try_launch(c, hub, conn, now).await;
-    // The outcome is set on the status the decision made (Launching included), not the one read.
-    let (with_launching, owned);
-    let c = match &launching {
-        Some(status) if !matches!(result, Err(Failure::Pending(_))) => {
-            with_launching = NodeClaim { status: Some(status.clone()), ..c.obj.clone() };
-            owned = Claim { obj: &with_launching, ..c.clone() };
-            &owned
-        }
-        _ => c,
+    let (attempt, failed) = match try_launch(c, hub, conn, now).await {
+        Ok(launched) => (Attempt::Launched(Box::new(launched)), None),
+        Err(Failure::Launch(e)) => (Attempt::Refused(e), None),
+        Err(Failure::Pending(after)) => (Attempt::Pending(after), None),
+        // The condition is the tenant's to read; a workload server's words are not (the log gets
+        // them through the controller's error line).
+        Err(Failure::Kube(e)) => (Attempt::Failed(crate::infra::apierror::in_own_words(&e)), Some(e)),
     };
-    match result {
-        Ok(Launched { flavor, offering_zone, capacity_type, instance_type }) => {
-            let group = ownership::nodegroup_name(&hub.settings.hub_id, &c.ns, &c.name);
-            let mut labels_patch = instance_type.labels.clone();
-            labels_patch.insert(labels::INSTANCE_TYPE.to_string(), flavor.clone());
-            labels_patch.insert(labels::ZONE.to_string(), offering_zone);
-            labels_patch.insert(labels::CAPACITY_TYPE.to_string(), capacity_type);
-            // The claim's own labels win over resolved ones.
-            for (k, v) in c.obj.labels() {
-                labels_patch.insert(k.clone(), v.clone());
-            }
-            if let Err(e) = c
-                .api
-                .patch(&c.name, &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"labels": labels_patch}})))
-                .await
-            {
+    match &attempt {
+        Attempt::Refused(e @ LaunchError::Conflict { .. }) => {
+            tracing::warn!(cluster = %c.key, nodeclaim = %c.name, message = %e, "launch conflict");
+        }
+        Attempt::Refused(e) => {
+            tracing::warn!(cluster = %c.key, nodeclaim = %c.name, reason = e.reason(), message = %e, "launch failed; deleting the claim so its pods are re-planned");
+        }
+        _ => {}
+    }
+    let group = ownership::nodegroup_name(&hub.settings.hub_id, &c.ns, &c.name);
+    let conclusion = launch::conclude(c.obj, &group, launching, &attempt, now);
+    for write in conclusion.writes {
+        write_claim(c, hub, write).await?;
+    }
+    if let Some(e) = failed {
+        return Err(Error::Kube(e));
+    }
+    if let Attempt::Launched(l) = &attempt {
+        tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group, flavor = %l.flavor, "launched");
+    }
+    Ok(conclusion.requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Carry out one of [`launch::conclude`]'s writes on the claim.
+async fn write_claim(c: &Claim<'_>, hub: &Hub, write: ClaimWrite) -> Result<(), Error> {
+    match write {
+        ClaimWrite::Labels { labels, launching } => {
+            let patch = json!({"metadata": {"labels": labels}});
+            if let Err(e) = c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 // The launch TTL must count from the first attempt even when this write fails.
-                if let Some(status) = c.obj.status.clone().filter(|_| launching.is_some()) {
-                    write_status(c, status).await?;
+                if let Some(status) = launching {
+                    write_status(c, *status).await?;
                 }
                 return Err(e.into());
             }
-            let outcome = LaunchOutcome::Launched {
-                provider_id: ownership::provider_id(&group),
-                capacity: to_map(&instance_type.capacity),
-                allocatable: to_map(&instance_type.allocatable),
-            };
-            write_status(c, lifecycle::launched(c.obj, &outcome, now)).await?;
-            tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group, flavor = %flavor, "launched");
-            Ok(Action::requeue(Duration::from_secs(1)))
         }
-        Err(Failure::Launch(e @ (LaunchError::InsufficientCapacity(_) | LaunchError::NodeClassNotReady(_)))) => {
-            let reason = if matches!(e, LaunchError::NodeClassNotReady(_)) {
-                "NodeClassNotReady"
-            } else {
-                "InsufficientCapacity"
-            };
-            tracing::warn!(cluster = %c.key, nodeclaim = %c.name, reason, message = %e, "launch failed; deleting the claim so its pods are re-planned");
-            hub.event(&c.reference(), true, reason, "Launch", e.to_string()).await;
-            match c.api.delete(&c.name, &ownership::delete_exactly(c.obj)).await {
-                // Gone, or (409) replaced by a new claim of that name since it was read.
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
-            Ok(Action::await_change())
-        }
-        Err(Failure::Launch(e @ LaunchError::Conflict { .. })) => {
-            tracing::warn!(cluster = %c.key, nodeclaim = %c.name, message = %e, "launch conflict");
-            hub.event(&c.reference(), true, "NodeGroupConflict", "Launch", e.to_string()).await;
-            write_status(c, lifecycle::launched(c.obj, &LaunchOutcome::Conflict(e.to_string()), now)).await?;
-            Ok(Action::requeue(Duration::from_secs(60)))
-        }
-        Err(Failure::Pending(why)) => {
-            if let Some(status) = launching {
-                write_status(c, status).await?;
-            }
-            Ok(Action::requeue(why))
-        }
-        Err(Failure::Kube(e)) => {
-            // The condition is the tenant's to read; a workload server's words are not (the log
-            // gets them through the controller's error line).
-            let why = crate::infra::apierror::in_own_words(&e);
-            write_status(c, lifecycle::launched(c.obj, &LaunchOutcome::Failed(why), now)).await?;
-            Err(Error::Kube(e))
-        }
+        ClaimWrite::Status(status) => write_status(c, *status).await?,
+        ClaimWrite::Event { reason, note } => hub.event(&c.reference(), true, reason, "Launch", note).await,
+        ClaimWrite::Delete => match c.api.delete(&c.name, &ownership::delete_exactly(c.obj)).await {
+            // Gone, or (409) replaced by a new claim of that name since it was read.
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        },
     }
-}
-
-fn to_map(r: &Resources) -> std::collections::BTreeMap<String, Quantity> {
-    r.to_resource_list()
-}
-
-struct Launched {
-    flavor: String,
-    offering_zone: String,
-    capacity_type: String,
-    instance_type: InstanceType,
+    Ok(())
 }
 
 enum Failure {
@@ -201,36 +169,22 @@ pub async fn instance_types(
     Ok(catalog.instance_types(&hub.settings.zone))
 }
 
+/// The launch sequence's I/O, each decision between its calls [`launch`]'s: the node class, the
+/// gate, the live re-read of the claim, the capacity memory, the group of the claim's name, the
+/// create or the take-over, the verdict wait, and the verdict's writes.
 async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp) -> Result<Launched, Failure> {
     let class_name = &c.obj.spec.node_class_ref.name;
-    let ready = |class: &CleverNodeClass| {
-        conditions::is_true(class.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(), READY)
-    };
     let class = match hub.cache.classes.get(&ObjectRef::new(class_name).within(&c.ns)) {
-        Some(class) if ready(&class) => class,
-        // Missing or not Ready in the cache: the claim is deleted for it below, so confirm with a
-        // live read (a class just created or turned Ready, a cache that has not listed yet).
+        Some(class) if launch::class_ready(&class) => Some(class),
+        // Missing or not Ready in the cache: the claim is deleted for it, so confirm with a live
+        // read (a class just created or turned Ready, a cache that has not listed yet).
         _ => {
             let classes: Api<CleverNodeClass> = Api::namespaced(hub.mgmt.clone(), &c.ns);
-            let Some(class) = classes.get_opt(class_name).await? else {
-                return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
-                    "CleverNodeClass {}/{class_name} does not exist",
-                    c.ns
-                ))));
-            };
-            Arc::new(class)
+            classes.get_opt(class_name).await?.map(Arc::new)
         }
     };
-    let class_conditions = class.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-    if !conditions::is_true(class_conditions, READY) {
-        let why = conditions::get(class_conditions, READY)
-            .map_or("its Ready condition is not set yet".to_string(), |c| c.message.clone());
-        return Err(Failure::Launch(LaunchError::NodeClassNotReady(format!(
-            "CleverNodeClass {}/{class_name}: {why}",
-            c.ns
-        ))));
-    }
-    let types = instance_types(hub, &c.ns, &class)
+    let class = launch::judge_class(&c.ns, class_name, class.as_deref()).map_err(Failure::Launch)?;
+    let types = instance_types(hub, &c.ns, class)
         .await
         .map_err(|e| Failure::Launch(LaunchError::InsufficientCapacity(e.to_string())))?;
     let group_name = ownership::nodegroup_name(&hub.settings.hub_id, &c.ns, &c.name);
@@ -241,9 +195,8 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
     let _one_at_a_time = gate.lock_owned().await;
     // Waiting may have outlived the claim, and the controller's copy may lag: re-read it live, so a
     // claim already deleted never creates (or re-judges) a group.
-    match c.api.get_opt(&c.name).await? {
-        Some(live) if live.uid() == c.obj.uid() && live.metadata.deletion_timestamp.is_none() => {}
-        _ => return Err(Failure::Pending(Duration::from_secs(1))),
+    if !launch::still_to_launch(c.obj, c.api.get_opt(&c.name).await?.as_ref()) {
+        return Err(Failure::Pending(launch::RETRY_SOON));
     }
     // Read after the wait: a refusal judged meanwhile must be seen by this launch.
     let capacity = hub.capacity(&c.key).await?;
@@ -262,71 +215,39 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
         Some(g) => Some(NodeGroup::clone(&g)),
         None => None,
     };
-    let (flavor, group) = match existing {
-        Some(g) if g.is_terminating() => {
-            // Ours being deleted (a refusal handled by an earlier pass): nothing to adopt.
-            return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
-                "NodeGroup {group_name} is being deleted"
-            ))));
-        }
-        Some(g) => {
-            // A restart after the create, or a group moved with its claim: adopt only our own
-            // group, described by its own flavor.
-            let (flavor, g) = take_over(c, hub, &groups, g).await?;
+    let who = hub.owner_on(&c.key);
+    let cluster = c.key.to_string();
+    let facts = launch::Facts {
+        claim: c.obj,
+        namespace: &c.ns,
+        cluster: &cluster,
+        owner: who.owner(),
+        class,
+        types: &types,
+        capacity: &capacity,
+        now,
+    };
+    let (flavor, group) = match launch::next_step(&facts, existing).map_err(Failure::Launch)? {
+        Step::Adopt(adoption) => {
+            let (flavor, g) = take_over(c, &groups, &who, *adoption).await?;
             tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, "adopting the NodeGroup created before a restart");
             (flavor, g)
         }
-        None => {
-            if let Some(left) = capacity.backoff_remaining(now) {
-                return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
-                    "cluster {} is backing off NodeGroup creations for {}s after a CKE refusal{}",
-                    c.key,
-                    left.as_secs(),
-                    capacity.last_message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
-                ))));
-            }
-            let requests = c.obj.spec.resources.requests.as_ref().map(Resources::from_resource_list).transpose();
-            let requests = requests
-                .map_err(|e| Failure::Launch(LaunchError::InsufficientCapacity(format!("bad requests: {e}"))))?;
-            let choice = launch::choose(&c.obj.spec.requirements, &requests.unwrap_or(Resources::ZERO), &types, |f| {
-                capacity.is_available(f, now)
-            })
-            .map_err(Failure::Launch)?;
-            let flavor = choice.instance_type.name.clone();
-            let class_labels = class.spec.labels.clone();
-            let id = ClaimIdentity {
-                hub_id: &hub.settings.hub_id,
-                management_cluster: &hub.settings.management_cluster,
-                namespace: &c.ns,
-                claim: &c.name,
-                claim_uid: c.obj.metadata.uid.as_deref().unwrap_or_default(),
-                nodepool: c.obj.labels().get(labels::NODEPOOL).map(String::as_str).unwrap_or_default(),
-                nodeclass: class_name,
-            };
-            let desired = launch::desired_nodegroup(
-                &id,
-                &flavor,
-                &class_labels,
-                c.obj.labels(),
-                &crds::drift::nodeclass_hash(&class.spec),
-            );
+        Step::Create(new) => {
+            let Creation { flavor, price_hourly, group: desired } = *new;
             match hub.metrics.cloudprovider(&c.key, "create", groups.create(&PostParams::default(), &desired)).await {
                 Ok(created) => {
-                    tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, price = choice.offering.price_hourly, "created NodeGroup; awaiting CKE's verdict");
+                    tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, price = price_hourly, "created NodeGroup; awaiting CKE's verdict");
                     (flavor, created)
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     // The name is taken although the cache did not show it: read what holds it.
                     let Some(g) = groups.get_opt(&group_name).await? else {
-                        return Err(Failure::Pending(Duration::from_secs(1)));
+                        return Err(Failure::Pending(launch::RETRY_SOON));
                     };
-                    if g.is_terminating() {
-                        return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
-                            "NodeGroup {group_name} is being deleted"
-                        ))));
-                    }
                     // Described by its own flavor, not the one just chosen.
-                    let (adopted, g) = take_over(c, hub, &groups, g).await?;
+                    let adoption = launch::adoption(&facts, g).map_err(Failure::Launch)?;
+                    let (adopted, g) = take_over(c, &groups, &who, adoption).await?;
                     tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %adopted, "the name was taken by this claim's group: adopted it");
                     (adopted, g)
                 }
@@ -343,117 +264,95 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
             {
                 Ok(v) => v,
                 Err(_) => {
-                    Metrics::inc(&hub.metrics.acceptance_timeouts, &c.key);
-                    hub.event(
-                        &c.reference(),
-                        true,
-                        "NodeGroupAcceptanceTimeout",
-                        "Launch",
-                        format!(
-                            "CKE gave no verdict on NodeGroup {group_name} within {:?}; proceeding",
-                            hub.settings.verdict_timeout
-                        ),
-                    )
-                    .await;
+                    for write in launch::acceptance_timeout(&group_name, hub.settings.verdict_timeout) {
+                        write_verdict(c, hub, &groups, &group, now, write).await?;
+                    }
                     Some(Verdict::Pending)
                 }
             }
         }
         v => Some(v),
     };
-    let zone = hub.settings.zone.clone();
-    let Some(it) = types.iter().find(|t| t.name == flavor).cloned() else {
-        Metrics::inc(&hub.metrics.unknown_flavor_lookups, &c.key);
-        return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
-            "flavor {flavor} is not in the catalogue"
-        ))));
-    };
-    match verdict {
-        None => {
-            // Seen, then gone: confirm with an uncached read.
-            if groups.get_opt(&group_name).await?.is_none() {
-                hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity)).await?;
-                Metrics::inc(&hub.metrics.vanished, &c.key);
-                hub.event(
-                    &c.reference(),
-                    true,
-                    "NodeGroupVanished",
-                    "Launch",
-                    format!("NodeGroup {group_name} vanished during acceptance"),
-                )
-                .await;
-                return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
-                    "NodeGroup {group_name} vanished during acceptance"
-                ))));
-            }
-            Ok(Launched { flavor, offering_zone: zone, capacity_type: "on-demand".into(), instance_type: it })
-        }
-        Some(Verdict::QuotaRejected(message)) => {
-            let message = message.unwrap_or_else(|| "quota exceeded".to_string());
-            Metrics::inc(&hub.metrics.quota_rejections, &c.key);
-            hub.event(
-                &c.reference(),
-                true,
-                "NodeGroupQuotaExceeded",
-                "Launch",
-                format!("CKE refused NodeGroup {group_name} (flavor {flavor}): {message}"),
-            )
-            .await;
-            let types_flavors: Vec<_> = types
-                .iter()
-                .map(|t| crds::catalog::Flavor {
-                    name: t.name.clone(),
-                    cpu: t.capacity.cpu_millis / 1000,
-                    memory_ki: t.capacity.memory_bytes / 1024,
-                    price_hourly: t.price().unwrap_or_default(),
-                })
-                .collect();
-            hub.update_capacity(&c.key, now, |s| {
-                s.record_rejection(&flavor, &message, &types_flavors, now, hub.settings.capacity)
-            })
-            .await?;
-            // The rejected group frees nothing; delete it now (never a group still in its first reconcile).
-            let dp = ownership::delete_exactly(&group);
-            if let Err(e) = hub.metrics.cloudprovider(&c.key, "delete", groups.delete(&group_name, &dp)).await {
-                tracing::debug!(cluster = %c.key, nodegroup = %group_name, error = %e, "deleting the rejected NodeGroup failed; GC will retry");
-            }
-            tracing::warn!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, message = %message, "CKE refused the NodeGroup for quota; flavor cooling down");
-            Err(Failure::Launch(LaunchError::InsufficientCapacity(format!("CKE refused flavor {flavor}: {message}"))))
-        }
-        Some(Verdict::Failed { message, .. }) => Err(Failure::Kube(kube::Error::Service(
-            format!("CKE failed to reconcile NodeGroup {group_name}: {}", message.unwrap_or_default()).into(),
-        ))),
-        Some(Verdict::Accepted | Verdict::Pending) => {
-            Ok(Launched { flavor, offering_zone: zone, capacity_type: "on-demand".into(), instance_type: it })
-        }
+    let at = launch::VerdictFacts { group: &group_name, flavor: &flavor, types: &types, zone: &hub.settings.zone };
+    let mut judged = launch::judge_verdict(&at, verdict.clone(), None);
+    if matches!(judged.end, End::ReadLive) {
+        // Seen, then gone: confirm with an uncached read.
+        let gone = groups.get_opt(&group_name).await?.is_none();
+        judged = launch::judge_verdict(&at, verdict, Some(gone));
+    }
+    for write in judged.writes {
+        write_verdict(c, hub, &groups, &group, now, write).await?;
+    }
+    match judged.end {
+        End::Launched(launched) => Ok(*launched),
+        End::Refused(e) => Err(Failure::Launch(e)),
+        End::Failed(why) => Err(Failure::Kube(kube::Error::Service(why.into()))),
+        // Judged again with the live read's answer: not asked twice.
+        End::ReadLive => Err(Failure::Pending(launch::RETRY_SOON)),
     }
 }
 
-/// Adopt an existing group of the claim's derived name: only when the ownership proof says it is
-/// this claim's. A group moved with its claim from the management cluster the registration declares
-/// is re-stamped as this management cluster's first (guarded by the version it was proven at), so
-/// that from then on it is proven like any group of ours. Returns the group's flavor and the group.
-async fn take_over(
+/// Carry out one write of the verdict step, on the group the verdict was read on.
+async fn write_verdict(
     c: &Claim<'_>,
     hub: &Hub,
     groups: &Api<NodeGroup>,
-    g: NodeGroup,
-) -> Result<(String, NodeGroup), Failure> {
-    let moved_from = hub.registry.moved_from(&c.key);
-    let owner = hub.settings.owner().moved_from(moved_from.as_deref());
-    let adopted = launch::adopt(&g, owner, &c.ns, c.obj).map_err(Failure::Launch)?;
-    if !adopted.moved {
-        return Ok((adopted.flavor, g));
+    group: &NodeGroup,
+    now: Timestamp,
+    write: launch::Write,
+) -> Result<(), Failure> {
+    match write {
+        launch::Write::Count(counter) => {
+            let m = &hub.metrics;
+            let family = match counter {
+                Counter::AcceptanceTimeout => &m.acceptance_timeouts,
+                Counter::UnknownFlavor => &m.unknown_flavor_lookups,
+                Counter::Vanished => &m.vanished,
+                Counter::QuotaRejection => &m.quota_rejections,
+            };
+            Metrics::inc(family, &c.key);
+        }
+        launch::Write::Event { reason, note } => hub.event(&c.reference(), true, reason, "Launch", note).await,
+        launch::Write::RecordVanish { flavor } => {
+            hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity)).await?;
+        }
+        launch::Write::RecordRejection { flavor, message, flavors } => {
+            hub.update_capacity(&c.key, now, |s| {
+                s.record_rejection(&flavor, &message, &flavors, now, hub.settings.capacity)
+            })
+            .await?;
+        }
+        launch::Write::DeleteRefusedGroup { flavor, message } => {
+            // Never a group still in its first reconcile: this one has CKE's verdict.
+            let name = group.name_any();
+            let dp = ownership::delete_exactly(group);
+            if let Err(e) = hub.metrics.cloudprovider(&c.key, "delete", groups.delete(&name, &dp)).await {
+                tracing::debug!(cluster = %c.key, nodegroup = %name, error = %e, "deleting the rejected NodeGroup failed; GC will retry");
+            }
+            tracing::warn!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %name, flavor = %flavor, message = %message, "CKE refused the NodeGroup for quota; flavor cooling down");
+        }
     }
-    let name = g.name_any();
-    let patch = handover::restamp(
-        &hub.settings.management_cluster,
-        c.obj.metadata.uid.as_deref().unwrap_or_default(),
-        g.metadata.resource_version.as_deref().unwrap_or_default(),
-    );
+    Ok(())
+}
+
+/// Go on with an adopted group: as it is, or first re-stamped as this management cluster's when it
+/// moved with its claim from the management cluster the registration declares (the patch is
+/// guarded by the version it was proven at), so that from then on it is proven like any group of
+/// ours. Returns the group's flavor and the group.
+async fn take_over(
+    c: &Claim<'_>,
+    groups: &Api<NodeGroup>,
+    who: &ClusterOwner<'_>,
+    adoption: Adoption,
+) -> Result<(String, NodeGroup), Failure> {
+    let Adoption { flavor, group, restamp } = adoption;
+    let Some(patch) = restamp else {
+        return Ok((flavor, group));
+    };
+    let name = group.name_any();
     let restamped = groups.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-    tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %name, moved_from = ?moved_from, "took over the NodeGroup moved with its NodeClaim from the management cluster the registration names; re-stamped as this management cluster's");
-    Ok((adopted.flavor, restamped))
+    tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %name, moved_from = ?who.moved_from, "took over the NodeGroup moved with its NodeClaim from the management cluster the registration names; re-stamped as this management cluster's");
+    Ok((flavor, restamped))
 }
 
 /// How often the verdict wait looks at the cache without a change announced (the announcements are

@@ -388,12 +388,12 @@ async fn group_live(
 ) -> Result<(Group, Option<NodeGroup>), Error> {
     let groups: Api<NodeGroup> = Api::all(conn.client.clone());
     let live = hub.metrics.cloudprovider(&c.key, "get", groups.get_opt(group_name)).await?;
-    let moved_from = hub.registry.moved_from(&c.key);
+    let who = hub.owner_on(&c.key);
     let group = match &live {
         None => Group::NotFound,
         Some(g) if g.is_terminating() => Group::Terminating,
         Some(g) => Group::Present {
-            ours: match ownership::prove(g, hub.settings.owner().moved_from(moved_from.as_deref()), &c.ns) {
+            ours: match ownership::prove(g, who.owner(), &c.ns) {
                 p if p.is_claims(&c.name, c.obj.metadata.uid.as_deref().unwrap_or_default()) => Ok(()),
                 Ownership::Refused(why) => Err(why),
                 _ => Err("it is not this claim's".to_string()),
@@ -583,8 +583,8 @@ async fn stamp_provider_id(hub: &Hub, conn: &Connection, group: &str) -> Result<
     if group.is_empty() {
         return Ok(());
     }
-    let moved_from = hub.registry.moved_from(&conn.key);
-    let owner = hub.settings.owner().moved_from(moved_from.as_deref());
+    let who = hub.owner_on(&conn.key);
+    let owner = who.owner();
     let owned = |g: &str| {
         g == group
             && conn.cache.nodegroups.state().iter().any(|ng| {

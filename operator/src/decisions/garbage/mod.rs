@@ -2,10 +2,18 @@
 //! whose NodeClaim is gone, and launched claims whose NodeGroup vanished before registration.
 //!
 //! Owns: the pure rules — which objects are candidates from cached state, and the final verdict
-//! once the caller has re-read the object live; [`crate::controllers::gc`] does the reads and
-//! deletes. Must not: do I/O or read the clock. The rules
+//! once the caller has re-read the object live — and, in `sweep`, the plan of one whole sweep
+//! built on them ([`plan_sweep`]); [`crate::controllers::gc`] does the reads and deletes. Must not:
+//! do I/O or read the clock. The rules
 //! never answer "collect" unless the cluster is connected and synced ([`ClusterView::may_collect`]).
 //! Missing data is never evidence of absence: every "unknown" answer keeps the object.
+
+mod sweep;
+
+pub use sweep::{
+    Candidate, Gauges, Halt, Judgement, Reap, Report, StuckNode, SweepFacts, SweepPlan, VanishRead, VanishedClaim,
+    claim_facts, claim_to_read, plan_sweep, vanish_candidates,
+};
 
 use std::time::Duration;
 

@@ -1,9 +1,19 @@
 //! Launch of one NodeClaim (karpenter-semantics §2.1, §6.1; clever-cloud.md §3.4): the flavor to
 //! create, the NodeGroup to write, whether an existing group of the derived name may be adopted
-//! after a crash, and how CKE's verdict maps to Karpenter's error kinds.
+//! after a crash, and how CKE's verdict maps to Karpenter's error kinds. The decisions the launch
+//! sequence takes between its API calls (the class, the next step, the verdict, the claim's writes
+//! after the outcome) are `sequence`'s, re-exported here.
 //!
 //! Owns: pure decisions. Must not: create anything (the lifecycle controller does, idempotently,
 //! with the name from [`crate::decisions::ownership`]), or choose a flavor in cool-down.
+
+mod sequence;
+
+pub use sequence::{
+    Adoption, Attempt, ClaimWrite, Conclusion, Counter, Creation, End, Facts, Judged, Launched, RETRY_SOON, Step,
+    VerdictFacts, Write, acceptance_timeout, adoption, class_ready, conclude, judge_class, judge_verdict, next_step,
+    still_to_launch,
+};
 
 use std::collections::BTreeMap;
 
@@ -31,6 +41,17 @@ pub enum LaunchError {
     /// A group with the derived name exists and is not this claim's: touch nothing, report it.
     #[error("NodeGroup {name} already exists and is not this claim's ({why}); nothing was changed")]
     Conflict { name: String, why: String },
+}
+
+impl LaunchError {
+    /// The reason of the claim's event (and of the launch's warning line).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            LaunchError::InsufficientCapacity(_) => "InsufficientCapacity",
+            LaunchError::NodeClassNotReady(_) => "NodeClassNotReady",
+            LaunchError::Conflict { .. } => "NodeGroupConflict",
+        }
+    }
 }
 
 /// Whether a single-valued label (absent = `None`) satisfies a requirement. Keys an instance type
