@@ -28,7 +28,12 @@ use crate::{
         lifecycle::{self, LaunchOutcome, READY},
         ownership::{self, ClaimIdentity},
     },
-    infra::{hub::Hub, metrics::Metrics, registry::Connection},
+    infra::{
+        errors::{ApiError, Step, StepExt},
+        hub::Hub,
+        metrics::Metrics,
+        registry::Connection,
+    },
 };
 use crds::{
     CleverNodeClass, FlavorCatalog, NodeClaim, NodeClaimStatus, NodeGroup,
@@ -79,7 +84,7 @@ pub(super) async fn launch(
                 if let Some(status) = c.obj.status.clone().filter(|_| launching.is_some()) {
                     write_status(c, status).await?;
                 }
-                return Err(e.into());
+                return Err(Step::PatchClaimLabels.failed(e).into());
             }
             let outcome = LaunchOutcome::Launched {
                 provider_id: ownership::provider_id(&group),
@@ -102,7 +107,7 @@ pub(super) async fn launch(
                 // Gone, or (409) replaced by a new claim of that name since it was read.
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(Step::DeleteClaim.failed(e).into()),
             }
             Ok(Action::await_change())
         }
@@ -121,9 +126,9 @@ pub(super) async fn launch(
         Err(Failure::Kube(e)) => {
             // The condition is the tenant's to read; a workload server's words are not (the log
             // gets them through the controller's error line).
-            let why = crate::infra::apierror::in_own_words(&e);
+            let why = e.in_own_words();
             write_status(c, lifecycle::launched(c.obj, &LaunchOutcome::Failed(why), now)).await?;
-            Err(Error::Kube(e))
+            Err(Error::Api(e))
         }
     }
 }
@@ -143,11 +148,11 @@ enum Failure {
     Launch(LaunchError),
     /// Not now: come back after this.
     Pending(Duration),
-    Kube(kube::Error),
+    Kube(ApiError),
 }
 
-impl From<kube::Error> for Failure {
-    fn from(e: kube::Error) -> Self {
+impl From<ApiError> for Failure {
+    fn from(e: ApiError) -> Self {
         Failure::Kube(e)
     }
 }
@@ -212,7 +217,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
         // live read (a class just created or turned Ready, a cache that has not listed yet).
         _ => {
             let classes: Api<CleverNodeClass> = Api::namespaced(hub.mgmt.clone(), &c.ns);
-            let Some(class) = classes.get_opt(class_name).await? else {
+            let Some(class) = classes.get_opt(class_name).await.step(Step::ReadNodeClass)? else {
                 return Err(Failure::Launch(LaunchError::InsufficientCapacity(format!(
                     "CleverNodeClass {}/{class_name} does not exist",
                     c.ns
@@ -241,12 +246,12 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
     let _one_at_a_time = gate.lock_owned().await;
     // Waiting may have outlived the claim, and the controller's copy may lag: re-read it live, so a
     // claim already deleted never creates (or re-judges) a group.
-    match c.api.get_opt(&c.name).await? {
+    match c.api.get_opt(&c.name).await.step(Step::ReadClaim)? {
         Some(live) if live.uid() == c.obj.uid() && live.metadata.deletion_timestamp.is_none() => {}
         _ => return Err(Failure::Pending(Duration::from_secs(1))),
     }
     // Read after the wait: a refusal judged meanwhile must be seen by this launch.
-    let capacity = hub.capacity(&c.key).await?;
+    let capacity = hub.capacity(&c.key).await.step(Step::ReadCapacity)?;
     // Subscribed before the create, so that CKE's verdict cannot come between the two.
     let touched = {
         let (key, name) = (c.key.clone(), group_name.clone());
@@ -258,7 +263,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
     // is read live and adopted); shown terminating, it is confirmed live, since the claim is
     // deleted for it.
     let existing = match conn.cache.nodegroups.get(&ObjectRef::new(&group_name)) {
-        Some(g) if g.is_terminating() => groups.get_opt(&group_name).await?,
+        Some(g) if g.is_terminating() => groups.get_opt(&group_name).await.step(Step::ReadNodeGroup)?,
         Some(g) => Some(NodeGroup::clone(&g)),
         None => None,
     };
@@ -317,7 +322,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     // The name is taken although the cache did not show it: read what holds it.
-                    let Some(g) = groups.get_opt(&group_name).await? else {
+                    let Some(g) = groups.get_opt(&group_name).await.step(Step::ReadNodeGroup)? else {
                         return Err(Failure::Pending(Duration::from_secs(1)));
                     };
                     if g.is_terminating() {
@@ -330,7 +335,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
                     tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %adopted, "the name was taken by this claim's group: adopted it");
                     (adopted, g)
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(Step::CreateNodeGroup.failed(e).into()),
             }
         }
     };
@@ -371,8 +376,10 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
     match verdict {
         None => {
             // Seen, then gone: confirm with an uncached read.
-            if groups.get_opt(&group_name).await?.is_none() {
-                hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity)).await?;
+            if groups.get_opt(&group_name).await.step(Step::ReadNodeGroup)?.is_none() {
+                hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity))
+                    .await
+                    .step(Step::WriteCapacity)?;
                 Metrics::inc(&hub.metrics.vanished, &c.key);
                 hub.event(
                     &c.reference(),
@@ -411,7 +418,8 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
             hub.update_capacity(&c.key, now, |s| {
                 s.record_rejection(&flavor, &message, &types_flavors, now, hub.settings.capacity)
             })
-            .await?;
+            .await
+            .step(Step::WriteCapacity)?;
             // The rejected group frees nothing; delete it now (never a group still in its first reconcile).
             let dp = ownership::delete_exactly(&group);
             if let Err(e) = hub.metrics.cloudprovider(&c.key, "delete", groups.delete(&group_name, &dp)).await {
@@ -420,8 +428,11 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
             tracing::warn!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, message = %message, "CKE refused the NodeGroup for quota; flavor cooling down");
             Err(Failure::Launch(LaunchError::InsufficientCapacity(format!("CKE refused flavor {flavor}: {message}"))))
         }
-        Some(Verdict::Failed { message, .. }) => Err(Failure::Kube(kube::Error::Service(
-            format!("CKE failed to reconcile NodeGroup {group_name}: {}", message.unwrap_or_default()).into(),
+        Some(Verdict::Failed { message, .. }) => Err(Failure::Kube(ApiError::cloud_provider(
+            Step::NodeGroupVerdict,
+            kube::Error::Service(
+                format!("CKE failed to reconcile NodeGroup {group_name}: {}", message.unwrap_or_default()).into(),
+            ),
         ))),
         Some(Verdict::Accepted | Verdict::Pending) => {
             Ok(Launched { flavor, offering_zone: zone, capacity_type: "on-demand".into(), instance_type: it })
@@ -451,7 +462,7 @@ async fn take_over(
         c.obj.metadata.uid.as_deref().unwrap_or_default(),
         g.metadata.resource_version.as_deref().unwrap_or_default(),
     );
-    let restamped = groups.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    let restamped = groups.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.step(Step::RestampNodeGroup)?;
     tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %name, moved_from = ?moved_from, "took over the NodeGroup moved with its NodeClaim from the management cluster the registration names; re-stamped as this management cluster's");
     Ok((adopted.flavor, restamped))
 }
