@@ -462,7 +462,8 @@ async fn take_over(
         c.obj.metadata.uid.as_deref().unwrap_or_default(),
         g.metadata.resource_version.as_deref().unwrap_or_default(),
     );
-    let restamped = groups.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.step(Step::RestampNodeGroup)?;
+    let restamped =
+        groups.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.step(Step::RestampNodeGroup)?;
     tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %name, moved_from = ?moved_from, "took over the NodeGroup moved with its NodeClaim from the management cluster the registration names; re-stamped as this management cluster's");
     Ok((adopted.flavor, restamped))
 }

@@ -474,7 +474,10 @@ async fn carry_out(
         }
         Write::LabelInitialized { node } => {
             let patch = json!({"metadata": {"labels": {labels::INITIALIZED: "true"}}});
-            nodes.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await.step(Step::LabelNodeInitialized)?;
+            nodes
+                .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .step(Step::LabelNodeInitialized)?;
         }
         Write::ReleaseCapacity { gone } => {
             if hub.release_capacity(&c.key, group_name, gone, hub.now()).await.step(Step::WriteCapacity)? {
@@ -532,7 +535,10 @@ async fn carry_out_on_claim(c: &Claim<'_>, hub: &Hub, write: Write) -> Result<Op
         Write::Status(status) => write_status(c, *status).await?,
         Write::TerminationTimestamp(at) => {
             let patch = json!({"metadata": {"annotations": {labels::TERMINATION_TIMESTAMP: at.to_string()}}});
-            c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await.step(Step::StampTerminationTimestamp)?;
+            c.api
+                .patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .step(Step::StampTerminationTimestamp)?;
         }
         Write::RestampPoolHash { hash, version } => {
             let patch = json!({"metadata": {"annotations": {
@@ -604,8 +610,11 @@ async fn carry_out_on_claim(c: &Claim<'_>, hub: &Hub, write: Write) -> Result<Op
 /// Write the claim's whole status (one patch per pass) and remember what the API returned.
 async fn write_status(c: &Claim<'_>, status: NodeClaimStatus) -> Result<(), Error> {
     let patch = json!({"status": status});
-    let written =
-        c.api.patch_status(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await.step(Step::WriteClaimStatus)?;
+    let written = c
+        .api
+        .patch_status(&c.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .step(Step::WriteClaimStatus)?;
     c.written.record(written);
     Ok(())
 }
@@ -632,7 +641,10 @@ async fn stamp_provider_id(hub: &Hub, conn: &Connection, group: &str) -> Result<
         if let Some(id) = node_registration::provider_id_to_stamp(&node, owned) {
             let nodes: Api<Node> = Api::all(conn.client.clone());
             let patch = json!({"spec": {"providerID": id}});
-            nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.step(Step::StampProviderId)?;
+            nodes
+                .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .step(Step::StampProviderId)?;
             tracing::info!(cluster = %conn.key, node = %node.name_any(), provider_id = %id, "stamped provider ID");
         }
     }
