@@ -18,7 +18,7 @@ use serde_json::json;
 
 use crate::{
     decisions::conditions::{self, FALSE, TRUE},
-    infra::errors::{self, ApiError, Categorized, Category, Reconciler, Step, StepExt},
+    infra::errors::{self, ApiError, Categorized, Reconciler, Step, StepExt},
     infra::hub::Hub,
     infra::metrics::CatalogLabels,
 };
@@ -29,26 +29,8 @@ use crds::{
 
 pub const READY: &str = "Ready";
 
-/// What stops a reconcile; retried after 10 s. A request's failure says its step.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Api(#[from] ApiError),
-}
-
-impl Categorized for Error {
-    fn step(&self) -> Step {
-        match self {
-            Error::Api(e) => e.step,
-        }
-    }
-
-    fn category(&self) -> Category {
-        match self {
-            Error::Api(e) => e.category,
-        }
-    }
-}
+/// What stops a reconcile (retried after 10 s): only a request, which says its step.
+pub type Error = ApiError;
 
 pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
     let catalogs: Api<FlavorCatalog> = hub.scoped();

@@ -25,7 +25,7 @@ use serde_json::json;
 
 use crate::{
     decisions::conditions::{self, FALSE, TRUE},
-    infra::errors::{self, ApiError, Categorized, Category, Reconciler, Step, StepExt},
+    infra::errors::{self, ApiError, Categorized, Reconciler, Step, StepExt},
     infra::hub::Hub,
     infra::registry::{ClusterKey, Phase},
 };
@@ -40,26 +40,8 @@ pub const NODEGROUP_API_SERVED: &str = "NodeGroupAPIServed";
 pub const READY: &str = "Ready";
 pub const FLAVOR_CATALOG_RESOLVED: &str = "FlavorCatalogResolved";
 
-/// What stops a reconcile; retried after 10 s. A request's failure says its step.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Api(#[from] ApiError),
-}
-
-impl Categorized for Error {
-    fn step(&self) -> Step {
-        match self {
-            Error::Api(e) => e.step,
-        }
-    }
-
-    fn category(&self) -> Category {
-        match self {
-            Error::Api(e) => e.category,
-        }
-    }
-}
+/// What stops a reconcile (retried after 10 s): only a request, which says its step.
+pub type Error = ApiError;
 
 /// The controller's context: the hub, and the catalogues as the watch that wakes the classes saw
 /// them. A store of its own rather than the hub's management cache: a change is in this store

@@ -29,7 +29,7 @@ use serde_json::json;
 use crate::{
     decisions::conditions::{self, FALSE, TRUE, UNKNOWN},
     decisions::pool_status::{Kind, Seen, caught_up, price_per_hour},
-    infra::errors::{self, ApiError, Categorized, Category, Reconciler, Step, StepExt},
+    infra::errors::{self, ApiError, Categorized, Reconciler, Step, StepExt},
     infra::hub::Hub,
     infra::metrics::{Metrics, PoolLabels, PoolResourceLabels},
     infra::registry::{ClusterKey, Phase},
@@ -51,26 +51,8 @@ pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
 /// (hub.md §5): informational, it does not make the pool not Ready (launches go on).
 pub const GARBAGE_COLLECTION_HALTED: &str = "GarbageCollectionHalted";
 
-/// What stops a reconcile; retried after 10 s. A request's failure says its step.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Api(#[from] ApiError),
-}
-
-impl Categorized for Error {
-    fn step(&self) -> Step {
-        match self {
-            Error::Api(e) => e.step,
-        }
-    }
-
-    fn category(&self) -> Category {
-        match self {
-            Error::Api(e) => e.category,
-        }
-    }
-}
+/// What stops a reconcile (retried after 10 s): only a request, which says its step.
+pub type Error = ApiError;
 
 /// Claim events close together (a launch writes the claim several times within a second) wake the
 /// pool once: its status is computed from their end state.
