@@ -2,8 +2,9 @@
 //! of the hub's registry (what `karpenter-hub run` serves on `/metrics`) is documented with its type,
 //! labels and help text, every documented series exists, and every PromQL expression of the
 //! dashboard names only exported series and their labels, filtered by cluster. Also: every event or
-//! condition reason docs/troubleshooting.md and docs/operations.md quote is one the code writes. A
-//! failure names the series or the reason and says what to change.
+//! condition reason docs/troubleshooting.md and docs/operations.md quote is one the code writes, and
+//! every category of a controller's error is explained there. A failure names the series, the
+//! reason or the category and says what to change.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -13,7 +14,7 @@ use std::{
 
 use operator::infra::metrics::{
     CatalogLabels, ClaimLabels, ClusterLabels, DecisionLabels, MethodErrorLabels, MethodLabels, Metrics, PhaseLabels,
-    PoolLabels, PoolReasonLabels, PoolResourceLabels, ReasonLabels, ResultLabels, RetryLabels,
+    PoolLabels, PoolReasonLabels, PoolResourceLabels, ReasonLabels, ReconcileErrorLabels, ResultLabels, RetryLabels,
 };
 
 fn repo_file(path: &str) -> (PathBuf, String) {
@@ -72,6 +73,14 @@ fn hub_exposition() -> String {
     m.cluster_phase.get(&PhaseLabels { cluster: cluster.clone(), phase: "Connected".into() }).set(1);
     m.cluster_probes.get(&result).inc();
     m.api_retries.get(&RetryLabels { api: "workload".into(), cluster: cluster.clone(), code: "429".into() }).inc();
+    m.reconcile_errors
+        .get(&ReconcileErrorLabels {
+            cluster: cluster.clone(),
+            controller: "nodeclaim".into(),
+            step: "write_claim_status".into(),
+            category: "kubernetes_conflict".into(),
+        })
+        .inc();
     m.nodeclaims_created.get(&pool_reason).inc();
     m.nodeclaims_terminated.get(&pool).inc();
     m.nodeclaims_disrupted.get(&pool_reason).inc();
@@ -596,6 +605,23 @@ fn every_reason_troubleshooting_and_operations_quote_is_one_the_code_writes() {
     // The check itself: a reason the code never writes is reported.
     assert!(quoted_reasons("see `NodeGroupMelted` and `Warning`").contains("NodeGroupMelted"));
     assert!(!code.contains("\"NodeGroupMelted\""));
+}
+
+/// Every category a controller's error can have is explained in the troubleshooting table that
+/// tells what to look at for it.
+#[test]
+fn every_error_category_is_explained_in_troubleshooting() {
+    let (path, doc) = repo_file("docs/troubleshooting.md");
+    let missing: Vec<&str> = operator::infra::errors::Category::ALL
+        .iter()
+        .map(|c| c.as_str())
+        .filter(|c| !doc.contains(&format!("| `{c}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} does not explain the error categories {missing:?}: add a row to its table of categories",
+        path.display()
+    );
 }
 
 /// Every family the hub exports is shown by some panel of the dashboard: a new metric family

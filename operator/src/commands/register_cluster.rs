@@ -151,13 +151,16 @@ pub enum RegisterError {
     Management(#[from] run::RunError),
     #[error("Kubernetes API error: {}", plain(.0))]
     Kube(#[from] kube::Error),
+    /// A request of the workload RBAC's apply, with its step.
+    #[error(transparent)]
+    Api(#[from] crate::infra::errors::ApiError),
 }
 
 impl From<manifests::ManifestError> for RegisterError {
     fn from(e: manifests::ManifestError) -> Self {
         match e {
             // Shown plainly, without kube's debug dump of the Status.
-            manifests::ManifestError::Kube(e) => RegisterError::Kube(e),
+            manifests::ManifestError::Api(e) => RegisterError::Api(e),
             other => RegisterError::Rbac(other),
         }
     }

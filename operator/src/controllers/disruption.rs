@@ -43,6 +43,7 @@ use crate::{
         disruption_scope, ownership,
     },
     infra::{
+        errors::{self, ApiError, Categorized, Category, Reconciler, StepExt},
         hub::Hub,
         metrics::{DecisionLabels, MethodLabels, PoolReasonLabels, ReasonLabels},
         registry::{ClusterKey, Connection},
@@ -64,15 +65,32 @@ pub const DISRUPTION_LAUNCHING: &str = "DisruptionLaunching";
 pub const DISRUPTION_TERMINATING: &str = "DisruptionTerminating";
 pub const DISRUPTION_ROLLED_BACK: &str = "DisruptionRolledBack";
 
-/// What stops a pass; the next one retries.
+/// What stops a pass; the next one retries. A request's failure says its step.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
-    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Api(#[from] ApiError),
     #[error("{0}")]
     Convert(#[from] scheduling::convert::ConvertError),
     #[error("building a replacement NodeClaim: {0}")]
     Build(#[from] new_claims::BuildError),
+}
+
+impl Categorized for Error {
+    fn step(&self) -> errors::Step {
+        match self {
+            Error::Api(e) => e.step,
+            Error::Convert(_) => errors::Step::BuildSchedulingInput,
+            Error::Build(_) => errors::Step::BuildNodeClaim,
+        }
+    }
+
+    fn category(&self) -> Category {
+        match self {
+            Error::Api(e) => e.category,
+            Error::Convert(_) | Error::Build(_) => Category::InvalidInput,
+        }
+    }
 }
 
 /// Start and stop one disruption loop per registered cluster until `shutdown`.
@@ -107,7 +125,8 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
         let wait = match pass(&hub, &key, &mut state).await {
             Ok(wait) => wait,
             Err(e) => {
-                tracing::warn!(cluster = %key, error = %e, "disruption pass failed; the next pass retries");
+                errors::count(&hub, Reconciler::Disruption, Some(&key), &e);
+                tracing::warn!(cluster = %key, step = e.step().label(), category = e.category().as_str(), error = %e, "disruption pass failed; the next pass retries");
                 PASS_PERIOD
             }
         };
@@ -177,7 +196,7 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
         tracing::debug!(cluster = %key, note = %note, "disruption input note");
     }
     tracing::trace!(cluster = %key, nodes = view.scope.nodes.len(), "disruption view built");
-    let capacity = hub.capacity(key).await?;
+    let capacity = hub.capacity(key).await.step(errors::Step::ReadCapacity)?;
     let cooling: BTreeSet<String> = capacity.unavailable(now).map(str::to_string).collect();
     input_corrections::mark_unavailable(&mut view.model.input, &cooling);
     input_corrections::correct_from_nodes(&mut view.model.input, snapshot.nodes.iter().map(AsRef::as_ref));
@@ -374,7 +393,7 @@ async fn advance(
         // Absence decides a rollback: a replacement the cache does not show (yet) is read live.
         let live = match claim_named(claims, name) {
             Some(c) => Some(c.as_ref().clone()),
-            None => api.get_opt(name).await?,
+            None => api.get_opt(name).await.step(errors::Step::ReadClaim)?,
         };
         replacements.push(ReplacementState {
             name: name.clone(),
@@ -411,7 +430,7 @@ async fn advance(
                     Ok(_) => {}
                     // Gone, or (409) replaced by a new claim of that name, which is not ours to delete.
                     Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                    Err(e) => return Err(e.into()),
+                    Err(e) => return Err(errors::Step::DeleteClaim.failed(e).into()),
                 }
                 let pool = claim_named(claims, name).and_then(|c| c.labels().get(labels::NODEPOOL).cloned());
                 hub.metrics
@@ -447,7 +466,7 @@ async fn advance(
                 match api.patch(name, &PatchParams::default(), &Patch::Merge(&Recorded::removal())).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => return Err(e.into()),
+                    Err(e) => return Err(errors::Step::RemoveDisruptionRecord.failed(e).into()),
                 }
                 if let Some(claim) = claim_named(claims, name) {
                     if let Some(node) = node_of(conn, claim)
@@ -491,7 +510,7 @@ async fn set_taint(conn: &Connection, node: &Node, present: bool) -> Result<(), 
     match nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(if present { errors::Step::TaintNode } else { errors::Step::UntaintNode }.failed(e).into()),
     }
 }
 
@@ -563,7 +582,7 @@ async fn start(
     let api: Api<NodeClaim> = Api::namespaced(hub.mgmt.clone(), &key.namespace);
     let mut candidates: Vec<NodeClaim> = Vec::new();
     for c in &command.candidates {
-        match api.get_opt(&c.claim).await? {
+        match api.get_opt(&c.claim).await.step(errors::Step::ReadClaim)? {
             Some(live)
                 if live.metadata.deletion_timestamp.is_none()
                     && !live.annotations().contains_key(disruption_queue::COMMAND_ANNOTATION) =>
@@ -637,7 +656,7 @@ async fn start(
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => {
                 undo(&api, &created, &recorded).await;
-                return Err(e.into());
+                return Err(errors::Step::CreateClaim.failed(e).into());
             }
         }
     }

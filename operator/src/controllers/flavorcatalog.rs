@@ -18,6 +18,7 @@ use serde_json::json;
 
 use crate::{
     decisions::conditions::{self, FALSE, TRUE},
+    infra::errors::{self, ApiError, Categorized, Reconciler, Step, StepExt},
     infra::hub::Hub,
     infra::metrics::CatalogLabels,
 };
@@ -28,19 +29,24 @@ use crds::{
 
 pub const READY: &str = "Ready";
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
-    Kube(#[from] kube::Error),
-}
+/// What stops a reconcile (retried after 10 s): only a request, which says its step.
+pub type Error = ApiError;
 
 pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
     let catalogs: Api<FlavorCatalog> = hub.scoped();
     Controller::new(catalogs, watcher::Config::default())
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(10)), hub)
+        .run(reconcile, error_policy, hub)
         .for_each(|_| async {})
         .await;
+}
+
+/// A failed reconcile: counted (a catalogue is no cluster's), logged with its step and category,
+/// and retried after 10 s.
+fn error_policy(fc: Arc<FlavorCatalog>, e: &Error, hub: Arc<Hub>) -> Action {
+    errors::count(&hub, Reconciler::FlavorCatalog, None, e);
+    tracing::warn!(namespace = %fc.namespace().unwrap_or_default(), flavorcatalog = %fc.name_any(), step = e.step().label(), category = e.category().as_str(), error = %e, "flavor catalogue reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(10))
 }
 
 /// The Ready condition and flavor count of a catalogue. Pure.
@@ -92,7 +98,8 @@ async fn reconcile(fc: Arc<FlavorCatalog>, hub: Arc<Hub>) -> Result<Action, Erro
     {
         Api::<FlavorCatalog>::namespaced(hub.mgmt.clone(), &ns)
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
-            .await?;
+            .await
+            .step(Step::WriteFlavorCatalogStatus)?;
     }
     Ok(Action::requeue(Duration::from_secs(300)))
 }

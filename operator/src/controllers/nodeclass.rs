@@ -25,6 +25,7 @@ use serde_json::json;
 
 use crate::{
     decisions::conditions::{self, FALSE, TRUE},
+    infra::errors::{self, ApiError, Categorized, Reconciler, Step, StepExt},
     infra::hub::Hub,
     infra::registry::{ClusterKey, Phase},
 };
@@ -39,11 +40,8 @@ pub const NODEGROUP_API_SERVED: &str = "NodeGroupAPIServed";
 pub const READY: &str = "Ready";
 pub const FLAVOR_CATALOG_RESOLVED: &str = "FlavorCatalogResolved";
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
-    Kube(#[from] kube::Error),
-}
+/// What stops a reconcile (retried after 10 s): only a request, which says its step.
+pub type Error = ApiError;
 
 /// The controller's context: the hub, and the catalogues as the watch that wakes the classes saw
 /// them. A store of its own rather than the hub's management cache: a change is in this store
@@ -74,9 +72,17 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
         })
         .reconcile_all_on(futures::stream::select(cluster_changes, catalog_changes))
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(10)), Arc::new(Ctx { hub, catalogs }))
+        .run(reconcile, error_policy, Arc::new(Ctx { hub, catalogs }))
         .for_each(|_| async {})
         .await;
+}
+
+/// A failed reconcile: counted (a class is no cluster's), logged with its step and category, and
+/// retried after 10 s.
+fn error_policy(class: Arc<CleverNodeClass>, e: &Error, ctx: Arc<Ctx>) -> Action {
+    errors::count(&ctx.hub, Reconciler::NodeClass, None, e);
+    tracing::warn!(namespace = %class.namespace().unwrap_or_default(), nodeclass = %class.name_any(), step = e.step().label(), category = e.category().as_str(), error = %e, "node class reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(10))
 }
 
 /// The NodeGroupAPIServed verdict over the clusters using a class: `(status, reason, message)`.
@@ -180,7 +186,8 @@ async fn reconcile(class: Arc<CleverNodeClass>, ctx: Arc<Ctx>) -> Result<Action,
     if class.status.as_ref().map(|s| &s.conditions) != Some(&conds) {
         let api: Api<CleverNodeClass> = Api::namespaced(hub.mgmt.clone(), &ns);
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": {"conditions": conds}})))
-            .await?;
+            .await
+            .step(Step::WriteNodeClassStatus)?;
         tracing::info!(namespace = %ns, nodeclass = %name, ready, "node class status updated");
     }
     // While the probe fails, re-check every minute (clever-cloud.md §7.2).

@@ -29,6 +29,7 @@ use serde_json::json;
 use crate::{
     decisions::conditions::{self, FALSE, TRUE, UNKNOWN},
     decisions::pool_status::{Kind, Seen, caught_up, price_per_hour},
+    infra::errors::{self, ApiError, Categorized, Reconciler, Step, StepExt},
     infra::hub::Hub,
     infra::metrics::{Metrics, PoolLabels, PoolResourceLabels},
     infra::registry::{ClusterKey, Phase},
@@ -50,11 +51,8 @@ pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
 /// (hub.md §5): informational, it does not make the pool not Ready (launches go on).
 pub const GARBAGE_COLLECTION_HALTED: &str = "GarbageCollectionHalted";
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
-    Kube(#[from] kube::Error),
-}
+/// What stops a reconcile (retried after 10 s): only a request, which says its step.
+pub type Error = ApiError;
 
 /// Claim events close together (a launch writes the claim several times within a second) wake the
 /// pool once: its status is computed from their end state.
@@ -150,7 +148,7 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
         })
         .reconcile_all_on(cluster_changes)
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(10)), ctx.clone())
+        .run(reconcile, error_policy, ctx.clone())
         .for_each(|r| {
             // A deleted pool is not reconciled; its claims going (owner cascade) still ask for it,
             // which is when its gauges go, so a dashboard does not keep its last cost and usage.
@@ -163,6 +161,15 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
             async {}
         })
         .await;
+}
+
+/// A failed reconcile: counted, logged with its step and category, and retried after 10 s.
+fn error_policy(pool: Arc<NodePool>, e: &Error, ctx: Arc<Ctx>) -> Action {
+    let ns = pool.namespace().unwrap_or_default();
+    let key = ClusterKey::new(ns.clone(), pool.spec.cluster_name.clone());
+    errors::count(&ctx.hub, Reconciler::NodePool, Some(&key), e);
+    tracing::warn!(namespace = %ns, nodepool = %pool.name_any(), step = e.step().label(), category = e.category().as_str(), error = %e, "nodepool reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(10))
 }
 
 /// Drop the gauges of the NodePool `ns/name`, whatever its cluster.
@@ -348,7 +355,8 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     if changed {
         Api::<NodePool>::namespaced(hub.mgmt.clone(), &ns)
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
-            .await?;
+            .await
+            .step(Step::WriteNodePoolStatus)?;
         tracing::debug!(namespace = %ns, nodepool = %name, ready, cluster = %key, "nodepool status updated");
     }
     ctx.awaited.done(&me, &seen);

@@ -22,6 +22,7 @@ use crate::{
     decisions::input_corrections::{correct_from_nodes, mark_unavailable},
     decisions::new_claims::{BuildError, Cluster, candidate_names, node_claim},
     decisions::taking_part,
+    infra::errors::{self, ApiError, Categorized, Category, Reconciler, Step, StepExt},
     infra::hub::Hub,
     infra::metrics::{ClusterLabels, PoolReasonLabels},
     infra::registry::{ClusterKey, Connection},
@@ -32,15 +33,32 @@ use scheduling::{
     model::Settings,
 };
 
-/// Errors of one round; logged, and the next window retries.
+/// Errors of one round; logged, and the next window retries. A request's failure says its step.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
-    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Api(#[from] ApiError),
     #[error(transparent)]
     Build(#[from] BuildError),
     #[error("{0}")]
     Convert(#[from] scheduling::convert::ConvertError),
+}
+
+impl Categorized for Error {
+    fn step(&self) -> Step {
+        match self {
+            Error::Api(e) => e.step,
+            Error::Build(_) => Step::BuildNodeClaim,
+            Error::Convert(_) => Step::BuildSchedulingInput,
+        }
+    }
+
+    fn category(&self) -> Category {
+        match self {
+            Error::Api(e) => e.category,
+            Error::Build(_) | Error::Convert(_) => Category::InvalidInput,
+        }
+    }
 }
 
 /// Start and stop one provisioning task per registered cluster until `shutdown`.
@@ -84,7 +102,8 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
                     let outcome = match round(&hub, conn, &key).await {
                         Ok(outcome) => outcome,
                         Err(e) => {
-                            tracing::warn!(cluster = %key, pods = batch.len(), error = %e, "provisioning round failed; retrying");
+                            errors::count(&hub, Reconciler::Provisioning, Some(&key), &e);
+                            tracing::warn!(cluster = %key, pods = batch.len(), step = e.step().label(), category = e.category().as_str(), error = %e, "provisioning round failed; retrying");
                             Outcome::Failed
                         }
                     };
@@ -188,7 +207,7 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
     }
     // CKE's refusals (clever-cloud.md §3.5): no new claims while the cluster backs off, and flavors
     // cooling down are not offered, so the decision picks another flavor.
-    let capacity = hub.capacity(key).await?;
+    let capacity = hub.capacity(key).await.step(Step::ReadCapacity)?;
     let now = hub.now();
     if let Some(left) = capacity.backoff_remaining(now) {
         tracing::debug!(cluster = %key, pods = input.pods.len(), seconds = left.as_secs(), "creation back-off after a CKE refusal; pods wait");
@@ -306,7 +325,7 @@ async fn create_claim(
     key: &ClusterKey,
     claim: &mut NodeClaim,
     counted: &BTreeSet<String>,
-) -> Result<Option<String>, kube::Error> {
+) -> Result<Option<String>, ApiError> {
     let digest = claim.annotations().get(labels::PROVISIONING_DIGEST).cloned().unwrap_or_default();
     let pool = claim.labels().get(labels::NODEPOOL).cloned().unwrap_or_default();
     for (attempt, name) in candidate_names(&pool, &digest, counted) {
@@ -322,7 +341,8 @@ async fn create_claim(
                     Some(held) => Some(held.annotations().get(labels::PROVISIONING_DIGEST).cloned()),
                     None => api
                         .get_opt(&name)
-                        .await?
+                        .await
+                        .step(Step::ReadClaim)?
                         .map(|held| held.annotations().get(labels::PROVISIONING_DIGEST).cloned()),
                 };
                 if holder.as_ref().is_some_and(|d| d.as_deref() == Some(digest.as_str())) {
@@ -331,7 +351,7 @@ async fn create_claim(
                 }
                 tracing::info!(cluster = %key, nodeclaim = %name, attempt, "NodeClaim name held by another claim; trying the decision's next name");
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(Step::CreateClaim.failed(e)),
         }
     }
     tracing::warn!(cluster = %key, nodepool = %pool, "every name of a decided NodeClaim is held by other claims; its pods wait for the next round");

@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 
 use k8s_openapi::api::core::v1::Namespace;
 
+use crate::infra::errors::{ApiError, Step, StepExt};
+
 /// Why a manifest could not be applied; names the file and the object.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
@@ -19,8 +21,8 @@ pub enum ManifestError {
     Invalid { file: String, message: String },
     #[error("{file}: {kind} {name} was refused: {message}")]
     Refused { file: String, kind: String, name: String, message: String },
-    #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
-    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Api(#[from] ApiError),
 }
 
 /// Kinds without a namespace among those the project ships.
@@ -40,12 +42,12 @@ pub fn is_cluster_scoped(kind: &str) -> bool {
 /// Create the namespace unless it exists.
 pub async fn ensure_namespace(client: &Client, ns: &str) -> Result<(), ManifestError> {
     let api: Api<Namespace> = Api::all(client.clone());
-    if api.get_opt(ns).await?.is_none() {
+    if api.get_opt(ns).await.step(Step::ReadNamespace)?.is_none() {
         let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap_or_default();
         match api.create(&PostParams::default(), &obj).await {
             // Created meanwhile by someone else: fine.
             Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(Step::CreateNamespace.failed(e).into()),
         }
     }
     Ok(())
@@ -79,11 +81,11 @@ pub async fn apply_value(client: &Client, doc: &Value, ns: &str, file: &str) -> 
             match api.patch(name, &PatchParams::default(), &Patch::Merge(doc)).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) => Err(refused(s.message)),
-                Err(e) => Err(e.into()),
+                Err(e) => Err(Step::MergeObject.failed(e).into()),
             }
         }
         Err(kube::Error::Api(s)) => Err(refused(s.message)),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(Step::CreateObject.failed(e).into()),
     }
 }
 

@@ -111,6 +111,17 @@ pub struct DecisionLabels {
     pub consolidation_type: String,
 }
 
+/// A failed reconcile: the controller, the step that failed and its category (the closed sets of
+/// [`crate::infra::errors`]); `cluster` is empty for what belongs to no workload cluster the
+/// replica serves.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct ReconcileErrorLabels {
+    pub cluster: String,
+    pub controller: String,
+    pub step: String,
+    pub category: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct CatalogLabels {
     pub flavorcatalog: String,
@@ -144,7 +155,8 @@ per_cluster!(
     MethodErrorLabels,
     ReasonLabels,
     DecisionLabels,
-    RetryLabels
+    RetryLabels,
+    ReconcileErrorLabels
 );
 
 /// A metric family that remembers its label sets, so every series of a removed cluster can be
@@ -252,6 +264,8 @@ pub struct Metrics {
     pub watch_restarts: Tracked<ClusterLabels, Counter>,
     /// API requests sent again because the server asked (429, 503, 504), by API and code.
     pub api_retries: Tracked<RetryLabels, Counter>,
+    /// Failed reconciles (rounds, passes), by controller, step and category.
+    pub reconcile_errors: Tracked<ReconcileErrorLabels, Counter>,
     pub nodeclaims_created: Tracked<PoolReasonLabels, Counter>,
     pub nodeclaims_terminated: Tracked<PoolLabels, Counter>,
     pub nodeclaims_disrupted: Tracked<PoolReasonLabels, Counter>,
@@ -327,6 +341,7 @@ impl Metrics {
             cluster_probes: Tracked::default(),
             watch_restarts: Tracked::default(),
             api_retries: Tracked::default(),
+            reconcile_errors: Tracked::default(),
             nodeclaims_created: Tracked::default(),
             nodeclaims_terminated: Tracked::default(),
             nodeclaims_disrupted: Tracked::default(),
@@ -401,6 +416,12 @@ impl Metrics {
             "karpenter_hub_api_retries",
             "API requests the hub sent again because the server asked (429, 503, 504), by API (management, workload) and status code",
             &m.api_retries,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_reconcile_errors",
+            "Failed reconciles of the hub's controllers (a provisioning round, a disruption pass), by controller, the step that failed and its category",
+            &m.reconcile_errors,
         );
         register(
             &mut r,
@@ -673,6 +694,7 @@ impl Metrics {
         self.cluster_probes.forget(cluster);
         self.watch_restarts.forget(cluster);
         self.api_retries.forget(cluster);
+        self.reconcile_errors.forget(cluster);
         self.nodeclaims_created.forget(cluster);
         self.nodeclaims_terminated.forget(cluster);
         self.nodeclaims_disrupted.forget(cluster);

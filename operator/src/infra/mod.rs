@@ -1,9 +1,10 @@
 //! What the controllers run on: the shared hub context, the registry of workload-cluster
-//! connections, leader election, sharding across replicas and the fence on workload clients, metrics and the API-error and manifest
-//! helpers. No decisions.
+//! connections, leader election, sharding across replicas and the fence on workload clients, metrics, the API-error helpers
+//! and what a failed step is called ([`errors`]), and manifests. No decisions.
 
 pub mod apierror;
 pub mod clients;
+pub mod errors;
 pub mod fence;
 pub mod finalizers;
 pub mod hub;

@@ -29,6 +29,7 @@ use crate::{
         ownership,
     },
     infra::{
+        errors::{self, ApiError, StepExt},
         hub::{ClusterOwner, Hub},
         metrics::Metrics,
         registry::Connection,
@@ -57,7 +58,7 @@ pub(super) async fn launch(
         Err(Failure::Pending(after)) => (Attempt::Pending(after), None),
         // The condition is the tenant's to read; a workload server's words are not (the log gets
         // them through the controller's error line).
-        Err(Failure::Kube(e)) => (Attempt::Failed(crate::infra::apierror::in_own_words(&e)), Some(e)),
+        Err(Failure::Kube(e)) => (Attempt::Failed(e.in_own_words()), Some(e)),
     };
     match &attempt {
         Attempt::Refused(e @ LaunchError::Conflict { .. }) => {
@@ -74,7 +75,7 @@ pub(super) async fn launch(
         write_claim(c, hub, write).await?;
     }
     if let Some(e) = failed {
-        return Err(Error::Kube(e));
+        return Err(Error::Api(e));
     }
     if let Attempt::Launched(l) = &attempt {
         tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group, flavor = %l.flavor, "launched");
@@ -92,7 +93,7 @@ async fn write_claim(c: &Claim<'_>, hub: &Hub, write: ClaimWrite) -> Result<(), 
                 if let Some(status) = launching {
                     write_status(c, *status).await?;
                 }
-                return Err(e.into());
+                return Err(errors::Step::PatchClaimLabels.failed(e).into());
             }
         }
         ClaimWrite::Status(status) => write_status(c, *status).await?,
@@ -101,7 +102,7 @@ async fn write_claim(c: &Claim<'_>, hub: &Hub, write: ClaimWrite) -> Result<(), 
             // Gone, or (409) replaced by a new claim of that name since it was read.
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(errors::Step::DeleteClaim.failed(e).into()),
         },
     }
     Ok(())
@@ -111,11 +112,11 @@ enum Failure {
     Launch(LaunchError),
     /// Not now: come back after this.
     Pending(Duration),
-    Kube(kube::Error),
+    Kube(ApiError),
 }
 
-impl From<kube::Error> for Failure {
-    fn from(e: kube::Error) -> Self {
+impl From<ApiError> for Failure {
+    fn from(e: ApiError) -> Self {
         Failure::Kube(e)
     }
 }
@@ -180,7 +181,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
         // read (a class just created or turned Ready, a cache that has not listed yet).
         _ => {
             let classes: Api<CleverNodeClass> = Api::namespaced(hub.mgmt.clone(), &c.ns);
-            classes.get_opt(class_name).await?.map(Arc::new)
+            classes.get_opt(class_name).await.step(errors::Step::ReadNodeClass)?.map(Arc::new)
         }
     };
     let class = launch::judge_class(&c.ns, class_name, class.as_deref()).map_err(Failure::Launch)?;
@@ -195,11 +196,11 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
     let _one_at_a_time = gate.lock_owned().await;
     // Waiting may have outlived the claim, and the controller's copy may lag: re-read it live, so a
     // claim already deleted never creates (or re-judges) a group.
-    if !launch::still_to_launch(c.obj, c.api.get_opt(&c.name).await?.as_ref()) {
+    if !launch::still_to_launch(c.obj, c.api.get_opt(&c.name).await.step(errors::Step::ReadClaim)?.as_ref()) {
         return Err(Failure::Pending(launch::RETRY_SOON));
     }
     // Read after the wait: a refusal judged meanwhile must be seen by this launch.
-    let capacity = hub.capacity(&c.key).await?;
+    let capacity = hub.capacity(&c.key).await.step(errors::Step::ReadCapacity)?;
     // Subscribed before the create, so that CKE's verdict cannot come between the two.
     let touched = {
         let (key, name) = (c.key.clone(), group_name.clone());
@@ -211,7 +212,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
     // is read live and adopted); shown terminating, it is confirmed live, since the claim is
     // deleted for it.
     let existing = match conn.cache.nodegroups.get(&ObjectRef::new(&group_name)) {
-        Some(g) if g.is_terminating() => groups.get_opt(&group_name).await?,
+        Some(g) if g.is_terminating() => groups.get_opt(&group_name).await.step(errors::Step::ReadNodeGroup)?,
         Some(g) => Some(NodeGroup::clone(&g)),
         None => None,
     };
@@ -242,7 +243,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     // The name is taken although the cache did not show it: read what holds it.
-                    let Some(g) = groups.get_opt(&group_name).await? else {
+                    let Some(g) = groups.get_opt(&group_name).await.step(errors::Step::ReadNodeGroup)? else {
                         return Err(Failure::Pending(launch::RETRY_SOON));
                     };
                     // Described by its own flavor, not the one just chosen.
@@ -251,7 +252,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
                     tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %adopted, "the name was taken by this claim's group: adopted it");
                     (adopted, g)
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(errors::Step::CreateNodeGroup.failed(e).into()),
             }
         }
     };
@@ -277,7 +278,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
     let mut judged = launch::judge_verdict(&at, verdict.clone(), None);
     if matches!(judged.end, End::ReadLive) {
         // Seen, then gone: confirm with an uncached read.
-        let gone = groups.get_opt(&group_name).await?.is_none();
+        let gone = groups.get_opt(&group_name).await.step(errors::Step::ReadNodeGroup)?.is_none();
         judged = launch::judge_verdict(&at, verdict, Some(gone));
     }
     for write in judged.writes {
@@ -286,7 +287,10 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
     match judged.end {
         End::Launched(launched) => Ok(*launched),
         End::Refused(e) => Err(Failure::Launch(e)),
-        End::Failed(why) => Err(Failure::Kube(kube::Error::Service(why.into()))),
+        End::Failed(why) => Err(Failure::Kube(ApiError::cloud_provider(
+            errors::Step::NodeGroupVerdict,
+            kube::Error::Service(why.into()),
+        ))),
         // Judged again with the live read's answer: not asked twice.
         End::ReadLive => Err(Failure::Pending(launch::RETRY_SOON)),
     }
@@ -314,13 +318,16 @@ async fn write_verdict(
         }
         launch::Write::Event { reason, note } => hub.event(&c.reference(), true, reason, "Launch", note).await,
         launch::Write::RecordVanish { flavor } => {
-            hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity)).await?;
+            hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity))
+                .await
+                .step(errors::Step::WriteCapacity)?;
         }
         launch::Write::RecordRejection { flavor, message, flavors } => {
             hub.update_capacity(&c.key, now, |s| {
                 s.record_rejection(&flavor, &message, &flavors, now, hub.settings.capacity)
             })
-            .await?;
+            .await
+            .step(errors::Step::WriteCapacity)?;
         }
         launch::Write::DeleteRefusedGroup { flavor, message } => {
             // Never a group still in its first reconcile: this one has CKE's verdict.
@@ -350,7 +357,10 @@ async fn take_over(
         return Ok((flavor, group));
     };
     let name = group.name_any();
-    let restamped = groups.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    let restamped = groups
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .step(errors::Step::RestampNodeGroup)?;
     tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %name, moved_from = ?who.moved_from, "took over the NodeGroup moved with its NodeClaim from the management cluster the registration names; re-stamped as this management cluster's");
     Ok((flavor, restamped))
 }

@@ -51,6 +51,7 @@ use crate::{
         termination::PodFacts,
     },
     infra::{
+        errors::{self, ApiError, Categorized, Category, Reconciler, Step, StepExt},
         finalizers,
         hub::Hub,
         metrics::{ClaimLabels, Metrics, PoolLabels, PoolReasonLabels},
@@ -59,15 +60,34 @@ use crate::{
 };
 use crds::{NodeClaim, NodeClaimStatus, NodeGroup, NodePool, labels};
 
-/// What stops a reconcile; retried with the controller's back-off.
+/// What stops a reconcile; retried with the controller's back-off. A request's failure says its
+/// step ([`Step`]); nothing converts from a bare `kube::Error`.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API error: {}", crate::infra::apierror::plain(.0))]
-    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Api(#[from] ApiError),
     #[error("the NodeClaim has no namespace or name")]
     Unnamed,
     #[error("building the Node registration patch: {0}")]
     Patch(serde_json::Error),
+}
+
+impl Categorized for Error {
+    fn step(&self) -> Step {
+        match self {
+            Error::Api(e) => e.step,
+            Error::Unnamed => Step::IdentifyClaim,
+            Error::Patch(_) => Step::BuildRegistrationPatch,
+        }
+    }
+
+    fn category(&self) -> Category {
+        match self {
+            Error::Api(e) => e.category,
+            Error::Unnamed => Category::InvalidInput,
+            Error::Patch(_) => Category::Internal,
+        }
+    }
 }
 
 /// How long the claim this controller's own status write returned is trusted over the cached copy
@@ -167,14 +187,17 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
         .await;
 }
 
-fn error_policy(claim: Arc<NodeClaim>, e: &Error, _: Arc<Ctx>) -> Action {
+fn error_policy(claim: Arc<NodeClaim>, e: &Error, ctx: Arc<Ctx>) -> Action {
     let ns = claim.namespace().unwrap_or_default();
-    if matches!(e, Error::Kube(kube::Error::Api(s)) if s.code == 409) {
+    let (step, category) = (e.step().label(), e.category());
+    let key = ClusterKey::new(ns.clone(), claim.spec.cluster_name.clone());
+    errors::count(&ctx.hub, Reconciler::NodeClaim, Some(&key), e);
+    if category == Category::KubernetesConflict {
         // Optimistic concurrency doing its job (e.g. the kubelet updated the Node meanwhile): retry soon.
-        tracing::debug!(nodeclaim = %claim.name_any(), namespace = %ns, error = %e, "write conflict; retrying");
+        tracing::debug!(nodeclaim = %claim.name_any(), namespace = %ns, step, category = category.as_str(), error = %e, "write conflict; retrying");
         return Action::requeue(Duration::from_millis(500));
     }
-    tracing::warn!(nodeclaim = %claim.name_any(), namespace = %ns, error = %e, "reconcile failed; retrying");
+    tracing::warn!(nodeclaim = %claim.name_any(), namespace = %ns, step, category = category.as_str(), error = %e, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }
 
@@ -346,7 +369,9 @@ async fn reconcile(obj: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error> 
             (facts.group, live_group) = group_live(&c, &hub, &conn, &group_name).await?;
         } else if decision.needs_attachments {
             let list = match &facts.node {
-                NodeMatch::One(n) => drain::volume_attachments(&conn, &n.name_any()).await?,
+                NodeMatch::One(n) => {
+                    drain::volume_attachments(&conn, &n.name_any()).await.step(Step::ListVolumeAttachments)?
+                }
                 _ => Vec::new(),
             };
             facts.attachments = Some(attachments.get_or_init(|| list).as_slice());
@@ -387,7 +412,7 @@ async fn group_live(
     group_name: &str,
 ) -> Result<(Group, Option<NodeGroup>), Error> {
     let groups: Api<NodeGroup> = Api::all(conn.client.clone());
-    let live = hub.metrics.cloudprovider(&c.key, "get", groups.get_opt(group_name)).await?;
+    let live = hub.metrics.cloudprovider(&c.key, "get", groups.get_opt(group_name)).await.step(Step::ReadNodeGroup)?;
     let who = hub.owner_on(&c.key);
     let group = match &live {
         None => Group::NotFound,
@@ -449,16 +474,19 @@ async fn carry_out(
         }
         Write::LabelInitialized { node } => {
             let patch = json!({"metadata": {"labels": {labels::INITIALIZED: "true"}}});
-            nodes.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            nodes
+                .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .step(Step::LabelNodeInitialized)?;
         }
         Write::ReleaseCapacity { gone } => {
-            if hub.release_capacity(&c.key, group_name, gone, hub.now()).await? {
+            if hub.release_capacity(&c.key, group_name, gone, hub.now()).await.step(Step::WriteCapacity)? {
                 tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, gone, "an accepted NodeGroup is going: the flavor cool-downs and the creation back-off end when it is gone");
             }
         }
         Write::TaintNode => {
             if let Some(node) = node
-                && !drain::taint(conn, node).await?
+                && !drain::taint(conn, node).await.step(Step::CordonNode)?
             {
                 // Gone meanwhile: the next pass sees it.
                 return Ok(Some(Action::requeue(Duration::from_millis(100))));
@@ -479,11 +507,13 @@ async fn carry_out(
                 match hub.metrics.cloudprovider(&c.key, "delete", groups.delete(group_name, &dp)).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                    Err(e) => return Err(e.into()),
+                    Err(e) => return Err(Step::DeleteNodeGroup.failed(e).into()),
                 }
             }
         }
-        Write::ReleaseNodeFinalizers => finalizers::release_from_nodes(conn, group_name).await?,
+        Write::ReleaseNodeFinalizers => {
+            finalizers::release_from_nodes(conn, group_name).await.step(Step::ReleaseNodeFinalizers)?;
+        }
         on_claim => return carry_out_on_claim(c, hub, on_claim).await,
     }
     Ok(None)
@@ -496,27 +526,33 @@ async fn carry_out(
 async fn carry_out_on_claim(c: &Claim<'_>, hub: &Hub, write: Write) -> Result<Option<Action>, Error> {
     match write {
         Write::AddFinalizer => {
-            c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&finalizers::patch(c.obj, true))).await?;
+            c.api
+                .patch(&c.name, &PatchParams::default(), &Patch::Merge(&finalizers::patch(c.obj, true)))
+                .await
+                .step(Step::AddClaimFinalizer)?;
             return Ok(Some(Action::await_change()));
         }
         Write::Status(status) => write_status(c, *status).await?,
         Write::TerminationTimestamp(at) => {
             let patch = json!({"metadata": {"annotations": {labels::TERMINATION_TIMESTAMP: at.to_string()}}});
-            c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            c.api
+                .patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .step(Step::StampTerminationTimestamp)?;
         }
         Write::RestampPoolHash { hash, version } => {
             let patch = json!({"metadata": {"annotations": {
                 crds::drift::NODEPOOL_HASH_ANNOTATION: hash,
                 crds::drift::NODEPOOL_HASH_VERSION_ANNOTATION: version,
             }}});
-            c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            c.api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await.step(Step::RestampPoolHash)?;
         }
         Write::DeleteClaim(reason) => {
             match c.api.delete(&c.name, &ownership::delete_exactly(c.obj)).await {
                 Ok(_) => {}
                 // Gone, or (409) replaced by a new claim of that name since it was read.
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(Step::DeleteClaim.failed(e).into()),
             }
             // Counted once the deletion went through: a failed one is retried, not counted twice.
             if let Some(label) = reason.disrupted_label() {
@@ -528,7 +564,9 @@ async fn carry_out_on_claim(c: &Claim<'_>, hub: &Hub, write: Write) -> Result<Op
         }
         Write::RecordVanish { flavor } => {
             let now = hub.now();
-            hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity)).await?;
+            hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity))
+                .await
+                .step(Step::WriteCapacity)?;
         }
         Write::RegistrationOutcome { registered } => hub.record_registration(&c.ns, &c.pool().nodepool, registered),
         Write::NodeCreated => {
@@ -550,7 +588,7 @@ async fn carry_out_on_claim(c: &Claim<'_>, hub: &Hub, write: Write) -> Result<Op
                     tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %c.group_name(hub), "NodeClaim terminated");
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(Step::RemoveClaimFinalizer.failed(e).into()),
             }
         }
         Write::Event(e) => hub.event(&c.reference(), e.warning, e.reason, e.action, e.note).await,
@@ -572,7 +610,11 @@ async fn carry_out_on_claim(c: &Claim<'_>, hub: &Hub, write: Write) -> Result<Op
 /// Write the claim's whole status (one patch per pass) and remember what the API returned.
 async fn write_status(c: &Claim<'_>, status: NodeClaimStatus) -> Result<(), Error> {
     let patch = json!({"status": status});
-    let written = c.api.patch_status(&c.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    let written = c
+        .api
+        .patch_status(&c.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .step(Step::WriteClaimStatus)?;
     c.written.record(written);
     Ok(())
 }
@@ -599,7 +641,10 @@ async fn stamp_provider_id(hub: &Hub, conn: &Connection, group: &str) -> Result<
         if let Some(id) = node_registration::provider_id_to_stamp(&node, owned) {
             let nodes: Api<Node> = Api::all(conn.client.clone());
             let patch = json!({"spec": {"providerID": id}});
-            nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            nodes
+                .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .step(Step::StampProviderId)?;
             tracing::info!(cluster = %conn.key, node = %node.name_any(), provider_id = %id, "stamped provider ID");
         }
     }

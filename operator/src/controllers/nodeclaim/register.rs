@@ -14,6 +14,7 @@ use kube::{
 };
 
 use super::Error;
+use crate::infra::errors::Step;
 
 /// Send the registration of `read` into `desired`. `false`: the Node's taints changed since they
 /// were read (the patch's `test` failed, 422), nothing written.
@@ -23,7 +24,7 @@ pub(super) async fn register(nodes: &Api<Node>, read: &Node, desired: &Node) -> 
     match nodes.patch(&desired.name_any(), &PatchParams::default(), &patch).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 422 => Ok(false),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(Step::RegisterNode.failed(e).into()),
     }
 }
 
