@@ -354,10 +354,19 @@ mod health_tests {
     }
 }
 
+/// A resource of the Node below 90 % of what the claim's flavor states: the first one found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("node {resource} capacity {got} is below 90 % of the {want} expected for its flavor")]
+pub struct Shortfall {
+    pub resource: &'static str,
+    pub want: i64,
+    pub got: i64,
+}
+
 /// The consistency check of an initialized claim (karpenter-semantics §6.6): the Node's capacity
 /// must be at least 90 % of the claim's for every resource the claim states. `Err` names the first
 /// short resource.
-pub fn consistency(node: &Node, claim: &NodeClaim) -> Result<(), String> {
+pub fn consistency(node: &Node, claim: &NodeClaim) -> Result<(), Shortfall> {
     let Some(expected) = claim.status.as_ref().and_then(|s| s.capacity.as_ref()) else { return Ok(()) };
     let Some(actual) = node.status.as_ref().and_then(|s| s.capacity.as_ref()) else { return Ok(()) };
     let (Ok(expected), Ok(actual)) = (
@@ -366,10 +375,10 @@ pub fn consistency(node: &Node, claim: &NodeClaim) -> Result<(), String> {
     ) else {
         return Ok(());
     };
-    let short = |name: &str, want: i64, got: i64| -> Result<(), String> {
+    let short = |resource: &'static str, want: i64, got: i64| -> Result<(), Shortfall> {
         // got < 90 % of want, in integers.
         if want > 0 && got.saturating_mul(10) < want.saturating_mul(9) {
-            Err(format!("node {name} capacity {got} is below 90 % of the {want} expected for its flavor"))
+            Err(Shortfall { resource, want, got })
         } else {
             Ok(())
         }
@@ -406,7 +415,7 @@ mod consistency_tests {
     fn a_node_within_ten_percent_is_consistent_and_a_smaller_one_is_not() {
         assert!(consistency(&node("4", "7.5Gi"), &claim()).is_ok());
         let e = consistency(&node("4", "6Gi"), &claim()).unwrap_err();
-        assert!(e.contains("memory"), "{e}");
-        assert!(consistency(&node("3", "8Gi"), &claim()).unwrap_err().contains("cpu"));
+        assert!(e.to_string().contains("memory"), "{e}");
+        assert!(consistency(&node("3", "8Gi"), &claim()).unwrap_err().to_string().contains("cpu"));
     }
 }

@@ -25,6 +25,17 @@ pub(crate) struct LabelSelector {
     reqs: Vec<Req>,
 }
 
+/// A selector the API server refuses; its text is the message of the 400 it answers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct InvalidSelector(String);
+
+impl From<InvalidSelector> for String {
+    fn from(e: InvalidSelector) -> String {
+        e.0
+    }
+}
+
 /// Splits on commas outside parentheses.
 fn split_top(s: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -58,16 +69,16 @@ fn valid_value(v: &str) -> bool {
     v.len() <= 63 && v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
-fn set(s: &str) -> Result<BTreeSet<String>, String> {
+fn set(s: &str) -> Result<BTreeSet<String>, InvalidSelector> {
     let inner = s.trim();
     let inner = inner
         .strip_prefix('(')
         .and_then(|x| x.strip_suffix(')'))
-        .ok_or_else(|| format!("found '{inner}', expected: '('"))?;
+        .ok_or_else(|| InvalidSelector(format!("found '{inner}', expected: '('")))?;
     let vals: BTreeSet<String> = inner.split(',').map(|v| v.trim().to_string()).collect();
     for v in &vals {
         if !valid_value(v) {
-            return Err(format!("invalid label value: \"{v}\""));
+            return Err(InvalidSelector(format!("invalid label value: \"{v}\"")));
         }
     }
     Ok(vals)
@@ -75,7 +86,7 @@ fn set(s: &str) -> Result<BTreeSet<String>, String> {
 
 impl LabelSelector {
     /// Parses `a=b,c!=d,e in (f,g),h notin (i),j,!k,l>3`. The error is the message of the 400.
-    pub fn parse(s: &str) -> Result<LabelSelector, String> {
+    pub fn parse(s: &str) -> Result<LabelSelector, InvalidSelector> {
         let mut reqs = Vec::new();
         for term in split_top(s) {
             let r = if let Some(k) = term.strip_prefix('!') {
@@ -91,10 +102,12 @@ impl LabelSelector {
             } else if let Some(i) = term.find('=') {
                 Req::Eq(term[..i].trim().to_string(), term[i + 1..].trim().to_string())
             } else if let Some(i) = term.find('>') {
-                let n = term[i + 1..].trim().parse().map_err(|_| format!("invalid selector: '{term}'"))?;
+                let n =
+                    term[i + 1..].trim().parse().map_err(|_| InvalidSelector(format!("invalid selector: '{term}'")))?;
                 Req::Gt(term[..i].trim().to_string(), n)
             } else if let Some(i) = term.find('<') {
-                let n = term[i + 1..].trim().parse().map_err(|_| format!("invalid selector: '{term}'"))?;
+                let n =
+                    term[i + 1..].trim().parse().map_err(|_| InvalidSelector(format!("invalid selector: '{term}'")))?;
                 Req::Lt(term[..i].trim().to_string(), n)
             } else {
                 Req::Exists(term.trim().to_string())
@@ -109,12 +122,12 @@ impl LabelSelector {
                 | Req::Lt(k, _) => (k, None),
             };
             if !valid_key(key) {
-                return Err(format!("unable to parse requirement: invalid label key \"{key}\""));
+                return Err(InvalidSelector(format!("unable to parse requirement: invalid label key \"{key}\"")));
             }
             if let Some(v) = val
                 && !valid_value(v)
             {
-                return Err(format!("unable to parse requirement: invalid label value: \"{v}\""));
+                return Err(InvalidSelector(format!("unable to parse requirement: invalid label value: \"{v}\"")));
             }
             reqs.push(r);
         }
@@ -154,7 +167,7 @@ pub(crate) struct FieldSelector {
 }
 
 impl FieldSelector {
-    pub fn parse(s: &str) -> Result<FieldSelector, String> {
+    pub fn parse(s: &str) -> Result<FieldSelector, InvalidSelector> {
         let mut reqs = Vec::new();
         for term in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             let (f, eq, v) = if let Some(i) = term.find("!=") {
@@ -164,7 +177,7 @@ impl FieldSelector {
             } else if let Some(i) = term.find('=') {
                 (&term[..i], true, &term[i + 1..])
             } else {
-                return Err(format!("invalid selector: '{s}'; can't understand '{term}'"));
+                return Err(InvalidSelector(format!("invalid selector: '{s}'; can't understand '{term}'")));
             };
             reqs.push((f.trim().to_string(), eq, v.trim().to_string()));
         }

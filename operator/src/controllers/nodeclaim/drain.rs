@@ -184,14 +184,18 @@ pub(super) async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node:
                     entry.1 = now.checked_add(termination::eviction_backoff(entry.0)).unwrap_or(now);
                     entry.0
                 };
-                let note = format!("cannot evict pod {p}: {}", s.message);
+                // In the hub's own words: the server's message is any text it chose (docs/security.md);
+                // the log has it at debug.
+                let why = if s.code == 429 {
+                    "a PodDisruptionBudget allows no eviction now (HTTP 429)"
+                } else {
+                    "the pod is selected by more than one PodDisruptionBudget, which the eviction API refuses (HTTP 500)"
+                };
+                tracing::debug!(cluster = %c.key, nodeclaim = %c.name, pod = %p, message = %s.message, "eviction refused by the workload API server");
+                let note = format!("cannot evict pod {p}: {why}");
                 // Also where the pod's owner looks (`kubectl describe pod`).
-                let on_pod = format!(
-                    "eviction refused while draining node {} (NodeClaim {}): {}",
-                    node.name_any(),
-                    c.name,
-                    s.message
-                );
+                let on_pod =
+                    format!("eviction refused while draining node {} (NodeClaim {}): {why}", node.name_any(), c.name);
                 hub.workload_event(
                     &conn.client,
                     &pod_ref(p),
@@ -208,7 +212,7 @@ pub(super) async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node:
                     )
                     .await
                 {
-                    tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node.name_any(), pod = %p, failures, message = %s.message, "eviction refused; backing off");
+                    tracing::info!(cluster = %c.key, nodeclaim = %c.name, node = %node.name_any(), pod = %p, failures, why, "eviction refused; backing off");
                 }
             }
             Err(e) => {

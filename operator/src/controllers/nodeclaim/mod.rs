@@ -45,7 +45,7 @@ pub use launch::instance_types;
 
 use crate::{
     decisions::{
-        lifecycle::{self, DeleteReason, Facts, Group, PoolHealth, Write},
+        lifecycle::{self, DeleteReason, Facts, Group, NotOurs, PoolHealth, Write},
         node_registration::{self, NodeMatch},
         ownership::{self, Ownership},
         termination::PodFacts,
@@ -420,8 +420,8 @@ async fn group_live(
         Some(g) => Group::Present {
             ours: match ownership::prove(g, who.owner(), &c.ns) {
                 p if p.is_claims(&c.name, c.obj.metadata.uid.as_deref().unwrap_or_default()) => Ok(()),
-                Ownership::Refused(why) => Err(why),
-                _ => Err("it is not this claim's".to_string()),
+                Ownership::Refused(why) => Err(NotOurs(why)),
+                _ => Err(NotOurs("it is not this claim's".to_string())),
             },
         },
     };

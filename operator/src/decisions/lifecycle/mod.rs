@@ -83,6 +83,11 @@ impl Default for Settings {
     }
 }
 
+/// Why a NodeGroup of the claim's name is not the claim's (the ownership proof's words).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotOurs(pub String);
+
 /// What the hub knows of the claim's NodeGroup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Group {
@@ -92,7 +97,7 @@ pub enum Group {
     MissingFromCache,
     /// An uncached read: there and not being deleted; `ours` is whether the ownership proof names
     /// this very claim (name and UID), else why not.
-    Present { ours: Result<(), String> },
+    Present { ours: Result<(), NotOurs> },
     /// An uncached read: being deleted.
     Terminating,
     /// An uncached read: NotFound.

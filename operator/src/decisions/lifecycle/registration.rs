@@ -87,14 +87,14 @@ pub(super) fn initialize(f: &Facts<'_>, node: &Node, p: &mut Pass) {
     let verdict = node_registration::consistency(node, claim);
     let (st, reason, message) = match &verdict {
         Ok(()) => (TRUE, "ConsistentStateFound", String::new()),
-        Err(why) => (FALSE, "ConsistencyCheckFailed", why.clone()),
+        Err(why) => (FALSE, "ConsistencyCheckFailed", why.to_string()),
     };
     let observed = claim.metadata.generation;
     if conditions::set(&mut p.status.conditions, CONSISTENT_STATE_FOUND, st, reason, &message, observed, f.now) {
         p.changed = true;
         if let Err(why) = verdict {
             p.d = std::mem::take(&mut p.d)
-                .event(true, "FailedConsistencyCheck", "Check", why.clone())
+                .event(true, "FailedConsistencyCheck", "Check", why.to_string())
                 .because(format!("node {} differs from its flavor: {why}", node.name_any()));
         }
     }

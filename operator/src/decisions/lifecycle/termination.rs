@@ -375,7 +375,7 @@ mod tests {
         let d = decide(&facts(&c, NodeMatch::NotFound, Group::NotFound, t(101)), &Settings::default());
         assert_eq!(released(&d), Some(true));
         let d = decide(
-            &facts(&c, NodeMatch::NotFound, Group::Present { ours: Err("another hub's".into()) }, t(101)),
+            &facts(&c, NodeMatch::NotFound, Group::Present { ours: Err(NotOurs("another hub's".into())) }, t(101)),
             &Settings::default(),
         );
         assert_eq!(released(&d), None, "a group that is not the claim's frees nothing of the hub's");
@@ -390,7 +390,7 @@ mod tests {
     fn a_group_that_is_not_the_claims_is_never_deleted() {
         let c = deleting(launched_claim(), t(100));
         let d = decide(
-            &facts(&c, NodeMatch::NotFound, Group::Present { ours: Err("another hub's".into()) }, t(101)),
+            &facts(&c, NodeMatch::NotFound, Group::Present { ours: Err(NotOurs("another hub's".into())) }, t(101)),
             &Settings::default(),
         );
         assert!(!has(&d, |w| *w == Write::DeleteGroup));
