@@ -1,9 +1,12 @@
 //! What the controllers run on: the shared hub context, the registry of workload-cluster
 //! connections, leader election, sharding across replicas and the fence on workload clients, metrics and the API-error and manifest
-//! helpers. No decisions.
+//! helpers, and a cluster's facts read from the watch caches ([`facts`]). No decisions.
 
 pub mod apierror;
+#[cfg(test)]
+pub mod cache_fixture;
 pub mod clients;
+pub mod facts;
 pub mod fence;
 pub mod finalizers;
 pub mod hub;
