@@ -203,3 +203,25 @@ fn a_cluster_without_claims_is_viewed_without_its_pods_and_decides_nothing() {
     assert_eq!(snapshot.node_pools.len(), 1, "the pools still give the budgets");
     assert_eq!(command_of(&methods(&view, false, now(), |_, _| {})), None);
 }
+
+#[test]
+fn a_flavor_cooling_down_after_a_cke_refusal_is_not_offered_to_a_replacement() {
+    let mut c = cluster(json!({}));
+    add_node(&mut c, "default-l1", "XS", &[CONSOLIDATABLE]);
+    c.list([running_pod("web-0", "default-l1", "500m", "1Gi", json!({}))]);
+    let replacement = |capacity: &CapacityState| {
+        let mgmt = c.mgmt();
+        let claims = facts::claims(&mgmt, &key());
+        let (snapshot, mut view) = gather(&mgmt, &c.workload(), &key(), "par", &claims, now()).unwrap();
+        corrected(&mut view, &snapshot, capacity, now());
+        let pass = methods(&view, false, now(), |_, _| {});
+        pass.command().map(|c| {
+            c.replacements.iter().filter_map(|r| r.instance_types.first()).map(|o| o.name.clone()).collect::<Vec<_>>()
+        })
+    };
+    assert_eq!(replacement(&CapacityState::default()), Some(vec!["2XS".to_string()]));
+    // CKE refused a 2XS for quota: it cools down, and nothing cheaper than the XS is left.
+    let mut capacity = CapacityState::default();
+    capacity.unavailable_until.insert("2XS".to_string(), now() + Duration::from_secs(180));
+    assert_eq!(replacement(&capacity), None);
+}

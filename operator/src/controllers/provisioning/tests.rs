@@ -183,3 +183,14 @@ fn a_back_off_holds_every_claim_and_flavors_cooling_down_are_not_offered() {
     assert_eq!(s.decision.unschedulable.len(), 1);
     assert!(s.cooling.contains("2XS") && s.cooling.contains("M"), "{:?}", s.cooling);
 }
+
+#[test]
+fn the_claims_of_another_cluster_of_the_namespace_hold_none_of_its_pods() {
+    let mut c = cluster_with(vec![pending_pod("web-0", "500m", "1Gi")]);
+    let mut other = claim("beta-x1", "default", "XS", false, &[]);
+    other.spec.cluster_name = "beta".to_string();
+    c.list([other]);
+    let (round, s) = solved(&c);
+    assert!(round.snapshot.node_claims.is_empty(), "only this cluster's claims are read");
+    assert_eq!(planned(&round, &s), [("default".into(), "2XS".into(), vec!["web-0".into()])]);
+}
