@@ -157,7 +157,7 @@ pub(crate) enum Gathered {
     /// No pod for the hub to place; `notes` as in [`Round::notes`].
     NoPod { notes: Vec<String> },
     /// Pods to place.
-    Round(Round),
+    Round(Box<Round>),
 }
 
 /// The facts of a round with pods to place.
@@ -190,7 +190,7 @@ pub(crate) fn gather(
     if converted.input.pods.is_empty() {
         return Ok(Gathered::NoPod { notes: converted.notes });
     }
-    Ok(Gathered::Round(Round { snapshot, input: converted.input, notes: converted.notes }))
+    Ok(Gathered::Round(Box::new(Round { snapshot, input: converted.input, notes: converted.notes })))
 }
 
 /// What a round decided, before any write.
@@ -284,7 +284,7 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
             unschedulable.set(0);
             return Ok(Outcome::Done);
         }
-        Gathered::Round(round) => round,
+        Gathered::Round(round) => *round,
     };
     log_notes(key, &round.notes);
     let capacity = hub.capacity(key).await?;

@@ -33,7 +33,7 @@ fn gathered(c: &Caches) -> Gathered {
 
 fn round_of(c: &Caches) -> Round {
     match gathered(c) {
-        Gathered::Round(r) => r,
+        Gathered::Round(r) => *r,
         other => panic!("expected pods to place, got {other:?}"),
     }
 }
