@@ -2,9 +2,11 @@
 //! removes empty nodes, replaces drifted ones and consolidates under-used ones, within the pools'
 //! budgets, never against a PodDisruptionBudget or a `do-not-disrupt`.
 //!
-//! Each pass gathers the cluster's facts from the watch caches, reduces them with
-//! [`disruption_scope`] (the same code as `plan --disruption`), asks the `disruption` crate for at
-//! most one command, and carries it out: replacements created first, the command recorded on its
+//! Each pass gathers the cluster's facts from the watch caches ([`gather`], through
+//! [`crate::infra::facts`] as provisioning's), reduces them with [`disruption_scope`] (the same code
+//! as `plan --disruption`), asks the `disruption` crate for at most one command ([`methods`]; the
+//! gathering, the methods and the validation run synchronously over the caches' stores, and are
+//! tested so, without a server), and carries it out: replacements created first, the command recorded on its
 //! candidates ([`disruption_queue`]), their Nodes tainted `karpenter.sh/disrupted:NoSchedule`, and
 //! the candidates deleted — through the termination drain — only once every replacement is
 //! initialized. One command per cluster at a time; a restart finds it on the claims.
@@ -34,9 +36,9 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    decisions::capacity::CapacityState,
     decisions::input_corrections,
     decisions::new_claims::{self, Cluster},
-    decisions::taking_part,
     decisions::{
         conditions,
         disruption_queue::{self, CandidateState, Recorded, ReplacementState, Step},
@@ -44,9 +46,10 @@ use crate::{
     },
     infra::{
         errors::{self, ApiError, Categorized, Category, Reconciler, StepExt},
-        hub::Hub,
+        facts,
+        hub::{Hub, MgmtCache},
         metrics::{DecisionLabels, MethodLabels, PoolReasonLabels, ReasonLabels},
-        registry::{ClusterKey, Connection},
+        registry::{ClusterKey, Connection, WorkloadCache},
     },
 };
 use crds::{NodeClaim, labels, nodepool::DisruptionReason};
@@ -155,9 +158,7 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     if !hub.cache.is_ready() {
         return Ok(Duration::from_secs(1));
     }
-    let ns = &key.namespace;
-    let claims: Vec<Arc<NodeClaim>> =
-        hub.cache.claims_in(ns).into_iter().filter(|c| c.spec.cluster_name == key.name).collect();
+    let claims = facts::claims(&hub.cache, key);
     let now = hub.now();
 
     // Commands already started: carry each one step further.
@@ -182,24 +183,14 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
         return Ok(disruption_queue::POLL);
     }
 
-    let snapshot = snapshot(hub, &conn, key, &claims);
+    let (snapshot, mut view) = gather(&hub.cache, &conn.cache, key, &hub.settings.zone, &claims, now)?;
     let fingerprint = fingerprint(&snapshot);
-    let mut view = disruption_scope::view(
-        &snapshot,
-        &Volumes::default(),
-        &key.name,
-        PendingRule::Unschedulable,
-        scheduling::model::Settings::default(),
-        now,
-    )?;
     for note in &view.notes {
         tracing::debug!(cluster = %key, note = %note, "disruption input note");
     }
     tracing::trace!(cluster = %key, nodes = view.scope.nodes.len(), "disruption view built");
     let capacity = hub.capacity(key).await.step(errors::Step::ReadCapacity)?;
-    let cooling: BTreeSet<String> = capacity.unavailable(now).map(str::to_string).collect();
-    input_corrections::mark_unavailable(&mut view.model.input, &cooling);
-    input_corrections::correct_from_nodes(&mut view.model.input, snapshot.nodes.iter().map(AsRef::as_ref));
+    corrected(&mut view, &snapshot, &capacity, now);
     publish_budgets(hub, key, &view.scope, now).await;
 
     if let Some(pending) = state.pending.take() {
@@ -230,16 +221,11 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     }
 
     let skip = state.consolidated.is_some_and(|(f, at)| f == fingerprint && elapsed(now, at) < CONSOLIDATED_TTL);
-    // The loop's order, each method timed (Karpenter's evaluation duration).
-    let settings = disruption::Settings::default();
-    let pass = disruption_scope::decide(skip, |method| {
-        let started = std::time::Instant::now();
-        let outcome = disruption_scope::evaluate(method, &view.scope, &view.model, now, settings);
+    let pass = methods(&view, skip, now, |method, seconds| {
         hub.metrics
             .disruption_evaluation
             .get(&MethodLabels { cluster: key.to_string(), method: method_label(method).to_string() })
-            .observe(started.elapsed().as_secs_f64());
-        outcome
+            .observe(seconds);
     });
     tracing::trace!(cluster = %key, skip, methods = pass.methods.len(), "disruption methods ran");
     report(hub, key, &view.scope, &pass).await;
@@ -265,24 +251,59 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     Ok(hub.settings.disruption_validation)
 }
 
-/// The cluster's objects as the scheduling and disruption cores read them: pools whose node class
-/// is Ready (as the provisioner uses them), everything else from the caches.
-fn snapshot(hub: &Hub, conn: &Connection, key: &ClusterKey, claims: &[Arc<NodeClaim>]) -> Snapshot {
-    let ns = &key.namespace;
-    let classes = hub.cache.classes_in(ns);
-    Snapshot {
-        node_pools: taking_part::pools(&classes, &hub.cache.pools_in(ns), &key.name),
-        node_classes: classes.iter().map(|c| c.as_ref().clone()).collect(),
-        flavor_catalogs: hub.cache.catalogs_in(ns).iter().map(|c| c.as_ref().clone()).collect(),
-        node_claims: claims.iter().map(|c| c.as_ref().clone()).collect(),
-        // Shared with the watch caches, not copied (B4). Without a claim the hub has no node to
-        // disrupt: the view then needs only the pools (budgets), not the cluster's pods.
-        nodes: if claims.is_empty() { Vec::new() } else { conn.cache.nodes.state() },
-        pods: if claims.is_empty() { Vec::new() } else { conn.cache.pods.state() },
-        daemonsets: conn.cache.daemonsets.state(),
-        pdbs: conn.cache.pdbs.state(),
-        zone: Some(hub.settings.zone.clone()),
-    }
+/// Gathers a pass's facts for cluster `key` from the management cache `mgmt` and the cluster's
+/// workload cache (a synced connection's), given the cluster's `claims` ([`facts::claims`]): the
+/// snapshot and the view the methods decide on at `now` ([`disruption_scope::view`], the same
+/// reduction as `plan --disruption`). No request; the caller checks that `mgmt` has listed.
+pub(crate) fn gather(
+    mgmt: &MgmtCache,
+    workload: &WorkloadCache,
+    key: &ClusterKey,
+    zone: &str,
+    claims: &[Arc<NodeClaim>],
+    now: Timestamp,
+) -> Result<(Snapshot, disruption_scope::View), Error> {
+    let snapshot = facts::snapshot(mgmt, workload, key, zone, claims, facts::Workload::WithClaims);
+    let view = disruption_scope::view(
+        &snapshot,
+        &Volumes::default(),
+        &key.name,
+        PendingRule::Unschedulable,
+        scheduling::model::Settings::default(),
+        now,
+    )?;
+    Ok((snapshot, view))
+}
+
+/// The view's scheduling model corrected as provisioning's is: flavors cooling down after a CKE
+/// refusal are not offered to replacements, and node capacities are those the nodes report.
+pub(crate) fn corrected(
+    view: &mut disruption_scope::View,
+    snapshot: &Snapshot,
+    capacity: &CapacityState,
+    now: Timestamp,
+) {
+    let cooling: BTreeSet<String> = capacity.unavailable(now).map(str::to_string).collect();
+    input_corrections::mark_unavailable(&mut view.model.input, &cooling);
+    input_corrections::correct_from_nodes(&mut view.model.input, snapshot.nodes.iter().map(AsRef::as_ref));
+}
+
+/// The loop's methods in order over `view` at `now` ([`disruption_scope::decide`]); `skip` leaves
+/// out consolidation that found nothing since the scope last changed. `timed` is told how long each
+/// method took (Karpenter's evaluation duration).
+pub(crate) fn methods(
+    view: &disruption_scope::View,
+    skip: bool,
+    now: Timestamp,
+    mut timed: impl FnMut(Method, f64),
+) -> disruption_scope::Pass {
+    let settings = disruption::Settings::default();
+    disruption_scope::decide(skip, |method| {
+        let started = std::time::Instant::now();
+        let outcome = disruption_scope::evaluate(method, &view.scope, &view.model, now, settings);
+        timed(method, started.elapsed().as_secs_f64());
+        outcome
+    })
 }
 
 /// What the consolidation methods' verdict rests on (§4.12's change stamp): claims, pools, nodes
@@ -771,3 +792,6 @@ async fn report(hub: &Hub, key: &ClusterKey, scope: &disruption::Scope, pass: &d
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

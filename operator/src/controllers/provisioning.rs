@@ -3,7 +3,9 @@
 //! caches and the namespace's NodePools, node classes, catalogues and claims, then create the
 //! NodeClaims it decides. Event-driven: the loop sleeps until the pod watch reports a pod that
 //! started waiting, the management caches change what the decision reads, or a retry is due;
-//! a round reads watch caches only (its requests are the claims it creates).
+//! a round reads watch caches only (its requests are the claims it creates). A round's facts are
+//! gathered ([`gather`], through [`crate::infra::facts`] as disruption's) and decided ([`decide`])
+//! synchronously over the caches' stores, so they are tested without a server.
 //!
 //! Owns: one task per registered cluster (started and stopped with the registry), the batch
 //! window, and the creation of NodeClaims (deterministic names: a retried create after a lost
@@ -18,16 +20,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     decisions::batcher::{Batcher, Outcome, RESYNC, Rounds},
+    decisions::capacity::CapacityState,
     decisions::fingerprint,
     decisions::input_corrections::{correct_from_nodes, mark_unavailable},
     decisions::new_claims::{BuildError, Cluster, candidate_names, node_claim},
-    decisions::taking_part,
     infra::errors::{self, ApiError, Categorized, Category, Reconciler, Step, StepExt},
-    infra::hub::Hub,
+    infra::facts,
+    infra::hub::{Hub, MgmtCache},
     infra::metrics::{ClusterLabels, PoolReasonLabels},
-    infra::registry::{ClusterKey, Connection},
+    infra::registry::{ClusterKey, Connection, WorkloadCache},
 };
-use crds::{CleverNodeClass, NodeClaim, labels};
+use crds::{NodeClaim, labels};
+use k8s_openapi::jiff::Timestamp;
 use scheduling::{
     convert::{PendingRule, Snapshot, build_input},
     model::Settings,
@@ -162,68 +166,159 @@ fn nodes_fingerprint(conn: &Connection) -> u64 {
 /// round may decide (it would otherwise not count them and decide them again).
 const CREATED_VISIBLE: Duration = Duration::from_secs(5);
 
-/// One scheduling round for one cluster, over the watch caches (no request but the creates).
-pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Outcome, Error> {
-    if !hub.cache.is_ready() {
-        // Absence in an unlisted cache means nothing; look again shortly.
-        return Ok(Outcome::Deferred { until: tokio::time::Instant::now() + Duration::from_millis(200) });
+/// What a round decides over, gathered from the watch caches alone.
+#[derive(Debug)]
+pub(crate) enum Gathered {
+    /// The management caches have not listed yet: absence in them means nothing.
+    NotListed,
+    /// No NodePool of the cluster takes part (none, or their node class is not Ready).
+    NoPool,
+    /// No pod for the hub to place; `notes` as in [`Round::notes`].
+    NoPod { notes: Vec<String> },
+    /// Pods to place.
+    Round(Box<Round>),
+}
+
+/// The facts of a round with pods to place.
+#[derive(Debug)]
+pub(crate) struct Round {
+    pub snapshot: Snapshot,
+    pub input: scheduling::Input,
+    /// Things the conversion ignored or assumed (logged).
+    pub notes: Vec<String>,
+}
+
+/// Gathers a round's facts for cluster `key` from the management cache `mgmt` and the cluster's
+/// workload cache (that of a synced connection): the pools that take part and the scheduling input
+/// built from the caches. No request, no clock.
+pub(crate) fn gather(
+    mgmt: &MgmtCache,
+    workload: &WorkloadCache,
+    key: &ClusterKey,
+    zone: &str,
+) -> Result<Gathered, Error> {
+    if !mgmt.is_ready() {
+        return Ok(Gathered::NotListed);
     }
-    let ns = &key.namespace;
-    let classes = hub.cache.classes_in(ns);
-    let pools = taking_part::pools(&classes, &hub.cache.pools_in(ns), &key.name);
-    let node_classes: Vec<CleverNodeClass> = classes.iter().map(|c| c.as_ref().clone()).collect();
-    let unschedulable = hub.metrics.unschedulable_pods.get(&ClusterLabels { cluster: key.to_string() });
-    if pools.is_empty() {
-        tracing::debug!(cluster = %key, "no ready NodePool for this cluster; nothing to provision");
-        // No pool can take any of them: every pending pod is unschedulable for the hub.
-        unschedulable.set(i64::try_from(conn.pending.len()).unwrap_or(i64::MAX));
-        return Ok(Outcome::Done);
+    let claims = facts::claims(mgmt, key);
+    let snapshot = facts::snapshot(mgmt, workload, key, zone, &claims, facts::Workload::Everything);
+    if snapshot.node_pools.is_empty() {
+        return Ok(Gathered::NoPool);
     }
-    let snapshot = Snapshot {
-        node_pools: pools.clone(),
-        node_classes,
-        flavor_catalogs: hub.cache.catalogs_in(ns).iter().map(|c| c.as_ref().clone()).collect(),
-        node_claims: hub
-            .cache
-            .claims_in(ns)
-            .iter()
-            .filter(|c| c.spec.cluster_name == key.name)
-            .map(|c| c.as_ref().clone())
-            .collect(),
-        nodes: conn.cache.nodes.state(),
-        pods: conn.cache.pods.state(),
-        daemonsets: conn.cache.daemonsets.state(),
-        pdbs: conn.cache.pdbs.state(),
-        zone: Some(hub.settings.zone.clone()),
-    };
     let converted = build_input(&snapshot, &key.name, PendingRule::Unschedulable, Settings::default())?;
-    for note in &converted.notes {
-        tracing::debug!(cluster = %key, note = %note, "scheduling input note");
+    if converted.input.pods.is_empty() {
+        return Ok(Gathered::NoPod { notes: converted.notes });
     }
-    let mut input = converted.input;
-    if input.pods.is_empty() {
-        unschedulable.set(0);
-        return Ok(Outcome::Done);
-    }
-    // CKE's refusals (clever-cloud.md §3.5): no new claims while the cluster backs off, and flavors
-    // cooling down are not offered, so the decision picks another flavor.
-    let capacity = hub.capacity(key).await.step(Step::ReadCapacity)?;
-    let now = hub.now();
+    Ok(Gathered::Round(Box::new(Round { snapshot, input: converted.input, notes: converted.notes })))
+}
+
+/// What a round decided, before any write.
+#[derive(Debug)]
+pub(crate) enum Decided {
+    /// CKE refused a launch lately: no new claim until the back-off ends (`left` from now).
+    BackingOff { left: Duration },
+    /// The scheduling decision.
+    Solved(Box<Solved>),
+}
+
+/// A round's scheduling decision and the NodeClaims it makes.
+#[derive(Debug)]
+pub(crate) struct Solved {
+    pub decision: scheduling::Decision,
+    /// The flavors cooling down after a CKE refusal, left out of the decision.
+    pub cooling: BTreeSet<String>,
+    /// The claim to create for each new claim of the decision (by index) whose pool is there.
+    pub claims: Vec<(usize, Result<NodeClaim, BuildError>)>,
+    /// How long the scheduling core took (the metric).
+    pub seconds: f64,
+}
+
+/// Decides a gathered round under the cluster's capacity memory at `now`: CKE's refusals
+/// (clever-cloud.md §3.5) first — no new claims while the cluster backs off, and flavors cooling
+/// down are not offered, so the decision picks another flavor —, then the node capacities the
+/// cluster reports, then the scheduling core, and the NodeClaims of its new claims.
+pub(crate) fn decide(round: &mut Round, key: &ClusterKey, capacity: &CapacityState, now: Timestamp) -> Decided {
     if let Some(left) = capacity.backoff_remaining(now) {
-        tracing::debug!(cluster = %key, pods = input.pods.len(), seconds = left.as_secs(), "creation back-off after a CKE refusal; pods wait");
-        return Ok(Outcome::Deferred { until: tokio::time::Instant::now() + left.min(RESYNC) });
+        return Decided::BackingOff { left };
     }
     let cooling: BTreeSet<String> = capacity.unavailable(now).map(str::to_string).collect();
-    mark_unavailable(&mut input, &cooling);
-    for (flavor, e) in correct_from_nodes(&mut input, snapshot.nodes.iter().map(AsRef::as_ref)) {
+    let input = &mut round.input;
+    mark_unavailable(input, &cooling);
+    for (flavor, e) in correct_from_nodes(input, round.snapshot.nodes.iter().map(AsRef::as_ref)) {
         tracing::debug!(cluster = %key, flavor = %flavor, error = %e, "observed node capacity ignored");
     }
     let started = std::time::Instant::now();
-    let decision = scheduling::solve(&input);
-    hub.metrics
-        .scheduling_duration
-        .get(&ClusterLabels { cluster: key.to_string() })
-        .observe(started.elapsed().as_secs_f64());
+    let decision = scheduling::solve(input);
+    let seconds = started.elapsed().as_secs_f64();
+    let cluster = Cluster { namespace: &key.namespace, name: &key.name };
+    let snapshot = &round.snapshot;
+    let claims = decision
+        .new_claims
+        .iter()
+        .enumerate()
+        .filter_map(|(i, claim)| {
+            let pool = snapshot.node_pools.iter().find(|p| p.name_any() == claim.nodepool)?;
+            // Pod incarnations, not names: a pod deleted and recreated under its name (a
+            // StatefulSet's) must not meet the claim made for its predecessor.
+            let pod_ids: Vec<String> = claim
+                .pods
+                .iter()
+                .map(|i| &input.pods[*i])
+                .map(|p| if p.uid.is_empty() { p.key() } else { p.uid.clone() })
+                .collect();
+            let class =
+                snapshot.node_classes.iter().find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
+            Some((i, node_claim(pool, class, claim, &cluster, &pod_ids)))
+        })
+        .collect();
+    Decided::Solved(Box::new(Solved { decision, cooling, claims, seconds }))
+}
+
+fn log_notes(key: &ClusterKey, notes: &[String]) {
+    for note in notes {
+        tracing::debug!(cluster = %key, note = %note, "scheduling input note");
+    }
+}
+
+/// One scheduling round for one cluster, over the watch caches (no request but the creates).
+pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Outcome, Error> {
+    // Absence in an unlisted cache means nothing; look again shortly.
+    let unlisted = || Outcome::Deferred { until: tokio::time::Instant::now() + Duration::from_millis(200) };
+    let gathered = gather(&hub.cache, &conn.cache, key, &hub.settings.zone);
+    if matches!(gathered, Ok(Gathered::NotListed)) {
+        return Ok(unlisted());
+    }
+    // The cluster's gauge exists from the first round on listed caches, whatever it finds.
+    let unschedulable = hub.metrics.unschedulable_pods.get(&ClusterLabels { cluster: key.to_string() });
+    let mut round = match gathered? {
+        Gathered::NotListed => return Ok(unlisted()),
+        Gathered::NoPool => {
+            tracing::debug!(cluster = %key, "no ready NodePool for this cluster; nothing to provision");
+            // No pool can take any of them: every pending pod is unschedulable for the hub.
+            unschedulable.set(i64::try_from(conn.pending.len()).unwrap_or(i64::MAX));
+            return Ok(Outcome::Done);
+        }
+        Gathered::NoPod { notes } => {
+            log_notes(key, &notes);
+            unschedulable.set(0);
+            return Ok(Outcome::Done);
+        }
+        Gathered::Round(round) => *round,
+    };
+    log_notes(key, &round.notes);
+    let capacity = hub.capacity(key).await.step(Step::ReadCapacity)?;
+    let now = hub.now();
+    let solved = match decide(&mut round, key, &capacity, now) {
+        Decided::BackingOff { left } => {
+            tracing::debug!(cluster = %key, pods = round.input.pods.len(), seconds = left.as_secs(), "creation back-off after a CKE refusal; pods wait");
+            return Ok(Outcome::Deferred { until: tokio::time::Instant::now() + left.min(RESYNC) });
+        }
+        Decided::Solved(solved) => *solved,
+    };
+    let Solved { decision, cooling, claims, seconds } = solved;
+    let (input, snapshot) = (&round.input, &round.snapshot);
+    let ns = &key.namespace;
+    hub.metrics.scheduling_duration.get(&ClusterLabels { cluster: key.to_string() }).observe(seconds);
     unschedulable.set(i64::try_from(decision.unschedulable.len()).unwrap_or(i64::MAX));
     tracing::debug!(
         cluster = %key,
@@ -252,20 +347,9 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
     // The claims this decision saw: new claims come on top of them, whatever pods they were made for.
     let counted: BTreeSet<String> = snapshot.node_claims.iter().map(ResourceExt::name_any).collect();
     let mut created = Vec::new();
-    for claim in &decision.new_claims {
-        let Some(pool) = pools.iter().find(|p| p.name_any() == claim.nodepool) else {
-            continue;
-        };
-        // Pod incarnations, not names: a pod deleted and recreated under its name (a StatefulSet's)
-        // must not meet the claim made for its predecessor.
-        let pod_ids: Vec<String> = claim
-            .pods
-            .iter()
-            .map(|i| &input.pods[*i])
-            .map(|p| if p.uid.is_empty() { p.key() } else { p.uid.clone() })
-            .collect();
-        let class = snapshot.node_classes.iter().find(|c| c.name_any() == pool.spec.template.spec.node_class_ref.name);
-        let mut nc = node_claim(pool, class, claim, &Cluster { namespace: &key.namespace, name: &key.name }, &pod_ids)?;
+    for (i, built) in claims {
+        let claim = &decision.new_claims[i];
+        let mut nc = built?;
         let Some(name) = create_claim(hub, &api, key, &mut nc, &counted).await? else {
             continue;
         };
@@ -372,3 +456,6 @@ async fn claims_visible(hub: &Hub, ns: &str, names: &[String]) -> bool {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -661,6 +661,23 @@ where
 }
 
 #[cfg(test)]
+impl MgmtCache {
+    /// The cache over stores a test fills from watcher events ([`crate::infra::cache_fixture`]),
+    /// `ready` once every one of them has listed. Nothing announces scope changes.
+    pub(crate) fn from_stores(
+        claims: Store<NodeClaim>,
+        pools: Store<NodePool>,
+        classes: Store<CleverNodeClass>,
+        catalogs: Store<FlavorCatalog>,
+        ready: bool,
+    ) -> Self {
+        let (_, ready) = tokio::sync::watch::channel(ready);
+        let (_, scope) = tokio::sync::watch::channel(0u64);
+        Self { claims, pools, classes, catalogs, ready, scope }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

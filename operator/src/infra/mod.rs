@@ -1,10 +1,14 @@
 //! What the controllers run on: the shared hub context, the registry of workload-cluster
 //! connections, leader election, sharding across replicas and the fence on workload clients, metrics, the API-error helpers
-//! and what a failed step is called ([`errors`]), and manifests. No decisions.
+//! and what a failed step is called ([`errors`]), manifests, and a cluster's facts read from the watch caches ([`facts`]).
+//! No decisions.
 
 pub mod apierror;
+#[cfg(test)]
+pub mod cache_fixture;
 pub mod clients;
 pub mod errors;
+pub mod facts;
 pub mod fence;
 pub mod finalizers;
 pub mod hub;

@@ -1,0 +1,227 @@
+//! The middle tier (docs/testing.md): a disruption pass's fact gathering, its methods and the
+//! validation after the delay, over watch caches filled from watcher events as the hub's
+//! reflectors fill them; no API server, no task, no sleep. What a pass decides is judged on its
+//! command and on what it reports blocked; carrying a command out (records, replacements, taints,
+//! the drain) and what the hub tells (events, metrics) are the emulator tier's (tests/disruption.rs).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use serde_json::json;
+
+use super::*;
+use crate::infra::cache_fixture::{
+    Caches,
+    objects::{claim, class, key, node, pool, running_pod},
+};
+
+fn now() -> Timestamp {
+    "2026-11-25T12:00:00Z".parse().unwrap()
+}
+
+/// The `default` class (Ready) and pool (`extra` merged), listed, and nothing else yet.
+fn cluster(extra: serde_json::Value) -> Caches {
+    let mut c = Caches::listed();
+    c.list([class("default", true)]);
+    c.list([pool("default", "default", extra)]);
+    c
+}
+
+/// A consolidatable node `name` of pool `default` of flavor `flavor`: its claim and its Node.
+fn add_node(c: &mut Caches, name: &str, flavor: &str, conditions: &[(&str, &str)]) {
+    c.apply(claim(name, "default", flavor, true, conditions));
+    c.apply(node(name, "default", flavor));
+}
+
+const CONSOLIDATABLE: (&str, &str) = ("Consolidatable", "Consolidatable");
+
+/// The view of a pass at `at`, as the loop corrects it under no CKE refusal.
+fn view_at(c: &Caches, at: Timestamp) -> disruption_scope::View {
+    let mgmt = c.mgmt();
+    assert!(mgmt.is_ready());
+    let claims = facts::claims(&mgmt, &key());
+    let (snapshot, mut view) = gather(&mgmt, &c.workload(), &key(), "par", &claims, at).unwrap();
+    corrected(&mut view, &snapshot, &CapacityState::default(), at);
+    view
+}
+
+/// One pass's methods at `at` (nothing skipped).
+fn pass_at(c: &Caches, at: Timestamp) -> (disruption_scope::View, disruption_scope::Pass) {
+    let view = view_at(c, at);
+    let pass = methods(&view, false, at, |_, _| {});
+    (view, pass)
+}
+
+/// The pass's command: method, candidates and the pools of its replacements.
+fn command_of(pass: &disruption_scope::Pass) -> Option<(Method, Vec<String>, Vec<String>)> {
+    pass.command().map(|c| {
+        (
+            c.method,
+            c.claims().into_iter().map(str::to_string).collect(),
+            c.replacements.iter().map(|r| r.nodepool.clone()).collect(),
+        )
+    })
+}
+
+/// Every `(claim, why)` the pass's methods reported blocked.
+fn blocked(pass: &disruption_scope::Pass) -> Vec<(String, String)> {
+    pass.methods.iter().flat_map(|(_, o)| o.blocked.iter().cloned()).collect()
+}
+
+#[test]
+fn an_empty_consolidatable_node_is_removed_by_emptiness_once_validated_after_the_delay() {
+    let mut c = cluster(json!({}));
+    add_node(&mut c, "default-a1", "XS", &[CONSOLIDATABLE]);
+    add_node(&mut c, "default-b2", "XS", &[CONSOLIDATABLE]);
+    c.list([running_pod("web-1", "default-b2", "5", "6Gi", json!({}))]);
+    let (_, pass) = pass_at(&c, now());
+    assert_eq!(command_of(&pass), Some((Method::Emptiness, vec!["default-a1".into()], vec![])));
+    let command = pass.command().cloned().unwrap();
+    // After the validation delay the fresh view still has the node empty: the command stands.
+    let later = now() + disruption_queue::VALIDATION_DELAY;
+    let validated = validate(&command, &view_at(&c, later), later).unwrap();
+    assert_eq!(validated.claims(), ["default-a1"]);
+    // A pod bound to it meanwhile drops the command.
+    c.apply(running_pod("web-2", "default-a1", "500m", "1Gi", json!({})));
+    let dropped = validate(&command, &view_at(&c, later), later).unwrap_err();
+    assert!(matches!(dropped, Dropped::NoEmptyNode), "{dropped}");
+    // Its claim deleted meanwhile (a Delete event): the command is dropped naming it.
+    c.delete(claim("default-a1", "default", "XS", true, &[CONSOLIDATABLE]));
+    let dropped = validate(&command, &view_at(&c, later), later).unwrap_err();
+    assert_eq!(dropped.to_string(), "default-a1 is gone");
+}
+
+#[test]
+fn an_empty_node_not_yet_consolidatable_stays() {
+    let mut c = cluster(json!({}));
+    add_node(&mut c, "default-a1", "XS", &[]);
+    let (view, pass) = pass_at(&c, now());
+    assert_eq!(command_of(&pass), None);
+    assert!(eligible(&view.scope, Method::Emptiness, now()).is_empty());
+    // consolidateAfter passed (the lifecycle sets the condition): emptiness takes it.
+    c.apply(claim("default-a1", "default", "XS", true, &[CONSOLIDATABLE]));
+    let (view, pass) = pass_at(&c, now());
+    assert_eq!(command_of(&pass), Some((Method::Emptiness, vec!["default-a1".into()], vec![])));
+    assert_eq!(eligible(&view.scope, Method::Emptiness, now()).len(), 1);
+}
+
+#[test]
+fn a_drifted_node_is_replaced_from_its_pool_without_waiting_for_consolidation() {
+    let mut c = cluster(json!({}));
+    add_node(&mut c, "default-a1", "XS", &[("Drifted", "NodePoolDrifted")]);
+    c.list([running_pod("web-0", "default-a1", "500m", "1Gi", json!({}))]);
+    let (view, pass) = pass_at(&c, now());
+    assert_eq!(command_of(&pass), Some((Method::Drift, vec!["default-a1".into()], vec!["default".into()])));
+    assert_eq!(pass.command().unwrap().reason, DisruptionReason::Drifted);
+    assert_eq!(eligible(&view.scope, Method::Drift, now()).len(), 1);
+}
+
+#[test]
+fn an_under_used_node_is_replaced_by_a_cheaper_one_unless_a_pdb_allows_nothing() {
+    let mut c = cluster(json!({}));
+    add_node(&mut c, "default-l1", "XS", &[CONSOLIDATABLE]);
+    c.list([running_pod("web-0", "default-l1", "500m", "1Gi", json!({}))]);
+    let pdb = |allowed: i32| -> PodDisruptionBudget {
+        serde_json::from_value(json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"disruptionsAllowed": allowed, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1},
+        }))
+        .unwrap()
+    };
+    c.list([pdb(0)]);
+    let (_, pass) = pass_at(&c, now());
+    assert_eq!(command_of(&pass), None, "the PDB allows no eviction");
+    let why = blocked(&pass);
+    assert!(
+        why.iter().any(|(claim, why)| claim == "default-l1" && why.contains("PDB default/web")),
+        "blocked naming the PDB: {why:?}"
+    );
+    // The budget allows one (its status, as the disruption controller counts it): a 2XS replaces
+    // the XS.
+    c.apply(pdb(1));
+    let (_, pass) = pass_at(&c, now());
+    let command = pass.command().unwrap();
+    assert_eq!(command.reason, DisruptionReason::Underutilized);
+    assert_eq!(command.claims(), ["default-l1"]);
+    let flavors: Vec<&str> =
+        command.replacements.iter().filter_map(|r| r.instance_types.first()).map(|o| o.name.as_str()).collect();
+    assert_eq!(flavors, ["2XS"], "the cheaper flavor holding web-0");
+}
+
+#[test]
+fn a_do_not_disrupt_pod_keeps_its_node_and_is_named() {
+    let mut c = cluster(json!({}));
+    add_node(&mut c, "default-a1", "XS", &[CONSOLIDATABLE, ("Drifted", "NodePoolDrifted")]);
+    let keep = json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: "true"}}});
+    c.list([running_pod("web-0", "default-a1", "500m", "1Gi", keep)]);
+    let (_, pass) = pass_at(&c, now());
+    assert_eq!(command_of(&pass), None, "neither drift nor consolidation moves it");
+    let why = blocked(&pass);
+    assert!(why.iter().any(|(claim, why)| claim == "default-a1" && why.contains("web-0")), "{why:?}");
+    // The pod gone (a Delete event), the node is empty and goes.
+    c.delete(running_pod("web-0", "default-a1", "500m", "1Gi", json!({})));
+    let (_, pass) = pass_at(&c, now());
+    assert!(pass.command().is_some_and(|c| c.claims() == ["default-a1"]), "{:?}", command_of(&pass));
+}
+
+#[test]
+fn budgets_a_zero_budget_keeps_an_empty_node_and_fifty_percent_takes_one_of_two_at_a_time() {
+    let zero = json!({"spec": {"disruption": {"budgets": [{"nodes": "0", "reasons": ["Empty"]}]}}});
+    let mut c = cluster(zero);
+    add_node(&mut c, "default-a1", "XS", &[CONSOLIDATABLE]);
+    let (view, pass) = pass_at(&c, now());
+    assert_eq!(command_of(&pass), None, "the budget forbids emptiness");
+    assert_eq!(eligible(&view.scope, Method::Emptiness, now()).len(), 1, "the gauge's eligible node");
+    assert_eq!(
+        disruption::allowances(&view.scope, DisruptionReason::Empty, now()),
+        BTreeMap::from([("default".to_string(), 0)])
+    );
+    // A cron window allowing nothing all day, beside 50 %: nothing goes.
+    let window = json!({"spec": {"disruption": {"budgets": [
+        {"nodes": "50%"}, {"nodes": "0", "schedule": "0 0 * * *", "duration": "24h"}
+    ]}}});
+    c.apply(pool("default", "default", window));
+    add_node(&mut c, "default-b2", "XS", &[CONSOLIDATABLE]);
+    let (view, pass) = pass_at(&c, now());
+    assert_eq!(command_of(&pass), None, "the window forbids");
+    assert_eq!(eligible(&view.scope, Method::Emptiness, now()).len(), 2);
+    // 50 % alone: one of the two empty nodes at a time.
+    c.apply(pool("default", "default", json!({"spec": {"disruption": {"budgets": [{"nodes": "50%"}]}}})));
+    let (_, pass) = pass_at(&c, now());
+    let (method, claims, _) = command_of(&pass).unwrap();
+    assert_eq!((method, claims.len()), (Method::Emptiness, 1), "{claims:?}");
+}
+
+#[test]
+fn a_cluster_without_claims_is_viewed_without_its_pods_and_decides_nothing() {
+    let mut c = cluster(json!({}));
+    c.list([running_pod("web-0", "elsewhere", "500m", "1Gi", json!({}))]);
+    let mgmt = c.mgmt();
+    let (snapshot, view) = gather(&mgmt, &c.workload(), &key(), "par", &[], now()).unwrap();
+    assert!(snapshot.pods.is_empty() && snapshot.nodes.is_empty(), "no claim: no node to disrupt");
+    assert_eq!(snapshot.node_pools.len(), 1, "the pools still give the budgets");
+    assert_eq!(command_of(&methods(&view, false, now(), |_, _| {})), None);
+}
+
+#[test]
+fn a_flavor_cooling_down_after_a_cke_refusal_is_not_offered_to_a_replacement() {
+    let mut c = cluster(json!({}));
+    add_node(&mut c, "default-l1", "XS", &[CONSOLIDATABLE]);
+    c.list([running_pod("web-0", "default-l1", "500m", "1Gi", json!({}))]);
+    let replacement = |capacity: &CapacityState| {
+        let mgmt = c.mgmt();
+        let claims = facts::claims(&mgmt, &key());
+        let (snapshot, mut view) = gather(&mgmt, &c.workload(), &key(), "par", &claims, now()).unwrap();
+        corrected(&mut view, &snapshot, capacity, now());
+        let pass = methods(&view, false, now(), |_, _| {});
+        pass.command().map(|c| {
+            c.replacements.iter().filter_map(|r| r.instance_types.first()).map(|o| o.name.clone()).collect::<Vec<_>>()
+        })
+    };
+    assert_eq!(replacement(&CapacityState::default()), Some(vec!["2XS".to_string()]));
+    // CKE refused a 2XS for quota: it cools down, and nothing cheaper than the XS is left.
+    let mut capacity = CapacityState::default();
+    capacity.unavailable_until.insert("2XS".to_string(), now() + Duration::from_secs(180));
+    assert_eq!(replacement(&capacity), None);
+}
