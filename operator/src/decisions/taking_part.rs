@@ -11,16 +11,15 @@ use kube::ResourceExt;
 
 use crate::decisions::conditions;
 
+/// Whether a node class is Ready: its pools take part, and claims launch with it.
+pub fn class_ready(class: &CleverNodeClass) -> bool {
+    conditions::is_true(class.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(), "Ready")
+}
+
 /// The pools of cluster `cluster` (among `pools` of one namespace) that take part, given the
 /// namespace's node `classes`.
 pub fn pools(classes: &[Arc<CleverNodeClass>], pools: &[Arc<NodePool>], cluster: &str) -> Vec<NodePool> {
-    let ready: BTreeSet<String> = classes
-        .iter()
-        .filter(|c| {
-            conditions::is_true(c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(), "Ready")
-        })
-        .map(|c| c.name_any())
-        .collect();
+    let ready: BTreeSet<String> = classes.iter().filter(|c| class_ready(c)).map(|c| c.name_any()).collect();
     pools
         .iter()
         .filter(|p| {

@@ -37,11 +37,10 @@ const AFTER_LAUNCH: Duration = Duration::from_secs(1);
 /// A claim whose group's name is someone else's looks again after this.
 const AFTER_CONFLICT: Duration = Duration::from_secs(60);
 
-/// Whether a node class is Ready. A cached class that is not (or a class missing from the cache) is
-/// read live before [`judge_class`] judges it: the claim is deleted for it.
-pub fn class_ready(class: &CleverNodeClass) -> bool {
-    conditions::is_true(class.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(), READY)
-}
+/// Whether a node class is Ready (the rule pools take part by, in [`crate::decisions::taking_part`]). A
+/// cached class that is not (or a class missing from the cache) is read live before [`judge_class`]
+/// judges it: the claim is deleted for it.
+pub use crate::decisions::taking_part::class_ready;
 
 /// The claim's node class `namespace/name` as read (`None`: it does not exist): launch with it, or
 /// why not.
@@ -53,8 +52,8 @@ pub fn judge_class<'c>(
     let Some(class) = class else {
         return Err(LaunchError::InsufficientCapacity(format!("CleverNodeClass {namespace}/{name} does not exist")));
     };
-    let class_conditions = class.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-    if !conditions::is_true(class_conditions, READY) {
+    if !class_ready(class) {
+        let class_conditions = class.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
         let why = conditions::get(class_conditions, READY)
             .map_or("its Ready condition is not set yet".to_string(), |c| c.message.clone());
         return Err(LaunchError::NodeClassNotReady(format!("CleverNodeClass {namespace}/{name}: {why}")));
