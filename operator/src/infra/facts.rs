@@ -35,8 +35,9 @@ pub enum Workload {
 }
 
 /// The cluster's objects as the scheduling and disruption cores read them: the pools whose node
-/// class is Ready (the only ones that take part), `claims` (the cluster's, see [`claims`]), and
-/// everything else from the caches, shared with them (`Arc`s), not copied.
+/// class is Ready (the only ones that take part), `claims` (the cluster's, see [`claims`]), and the
+/// rest from the caches: the workload objects shared with them (`Arc`s), the management objects
+/// copied.
 pub fn snapshot(
     mgmt: &MgmtCache,
     workload: &WorkloadCache,
