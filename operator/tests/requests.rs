@@ -3,11 +3,15 @@
 //! clusters, and the requests the hub made for it, management and workload side, are counted by
 //! verb and resource, printed, and held to a budget per node.
 //!
-//! Who made a request is exact: every emulator counts every request it serves (`sim::apiserver`
-//! `Requests`); every client that is *not* the hub (this test's own, each simulated CKE's) goes
-//! through a tower layer that counts its requests the same way; the hub's requests are the
-//! difference. On the management side the hub's own client is counted too, and the two views must
-//! agree, which checks the accounting itself.
+//! Who made a request is exact: every emulator counts every request it serves by verb, resource and
+//! `User-Agent` (`sim::apiserver::Requests`). The hub's clients name themselves
+//! (`operator::infra::USER_AGENT`); this test's and each simulated CKE's get a name of their own
+//! through a tower layer, so a request without one of the three names shows a hub client that does
+//! not name itself, and fails the test. The hub's own management client also counts its requests
+//! as it sends them, and the two views must agree once the hub is quiet, which checks the
+//! accounting itself. (Counting the others on the client side and taking the hub's as the
+//! difference raced: a CKE lease renewal counted at send but not yet served made the difference
+//! negative.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -98,21 +102,36 @@ fn classify(method: &http::Method, path: &str, query: &str) -> (String, String) 
     (verb.into(), resource)
 }
 
-/// A client of `server` whose every request is counted in `tally`.
+/// The `User-Agent` of this test's own clients.
+const TEST_AGENT: &str = "requests-test";
+/// The `User-Agent` of the simulated CKEs' clients.
+const CKE_AGENT: &str = "requests-test-cke";
+
+/// A client of `server` that names itself `agent` (a `User-Agent` the emulator counts by).
+fn named(server: &ApiServer, agent: &'static str) -> Client {
+    let mut config = server.client_config();
+    config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(agent)));
+    Client::try_from(config).unwrap()
+}
+
+/// The hub's management client, as `run` identifies it, whose every request is also counted in
+/// `tally` as it is sent.
 fn counted(server: &ApiServer, tally: &Tally) -> Client {
     let tally = tally.clone();
     let layer = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
         tally.record(req.method(), req.uri().path(), req.uri().query().unwrap_or_default());
         req
     });
-    ClientBuilder::try_from(server.client_config()).unwrap().with_layer(&layer).build()
+    let mut config = server.client_config();
+    operator::infra::identify(&mut config);
+    ClientBuilder::try_from(config).unwrap().with_layer(&layer).build()
 }
 
 fn minus(a: &Counts, b: &Counts) -> Counts {
     let mut out = a.clone();
     for (k, n) in b {
         let e = out.entry(k.clone()).or_insert(0);
-        *e = e.checked_sub(*n).unwrap_or_else(|| panic!("{k:?}: counted {n} by clients, {e} served"));
+        *e = e.checked_sub(*n).unwrap_or_else(|| panic!("{k:?}: {n} before, {e} after: a count went down"));
     }
     out.retain(|_, n| *n > 0);
     out
@@ -122,28 +141,39 @@ fn sum(c: &Counts) -> u64 {
     c.values().sum()
 }
 
-/// The world, with who-did-what counters on every side.
+/// The world, with the hub's own count of its management requests.
 struct Counted {
     mgmt: ApiServer,
     clusters: Vec<ApiServer>,
-    /// This test's requests to the management emulator, and the hub's.
-    test_mgmt: Tally,
     hub_mgmt: Tally,
-    /// Per workload cluster: this test's requests plus its simulated CKE's.
-    others: Vec<Tally>,
 }
 
 impl Counted {
-    /// Requests the hub made, by side, since the start.
+    /// Requests the hub made, by side, since the start, as the emulators counted them.
     fn hub(&self) -> (Counts, Counts) {
-        let mgmt = minus(&self.mgmt.requests().snapshot(), &self.test_mgmt.snapshot());
+        let mgmt = self.mgmt.requests().snapshot_of(operator::infra::USER_AGENT);
         let mut workload = Counts::new();
-        for (server, others) in self.clusters.iter().zip(&self.others) {
-            for (k, n) in minus(&server.requests().snapshot(), &others.snapshot()) {
+        for server in &self.clusters {
+            for (k, n) in server.requests().snapshot_of(operator::infra::USER_AGENT) {
                 *workload.entry(k).or_insert(0) += n;
             }
         }
         (mgmt, workload)
+    }
+
+    /// Requests from a client that is neither the hub's, this test's nor a simulated CKE's, by
+    /// server: a hub client that does not name itself would hide its requests from [`Counted::hub`].
+    fn unnamed(&self) -> Vec<(String, BTreeMap<String, u64>)> {
+        let known = [operator::infra::USER_AGENT, TEST_AGENT, CKE_AGENT];
+        std::iter::once(("management", &self.mgmt))
+            .chain(self.clusters.iter().map(|s| ("workload", s)))
+            .map(|(side, server)| {
+                let mut agents = server.requests().agents();
+                agents.retain(|agent, _| !known.contains(&agent.as_str()));
+                (side.to_string(), agents)
+            })
+            .filter(|(_, agents)| !agents.is_empty())
+            .collect()
     }
 }
 
@@ -181,16 +211,14 @@ async fn running(client: &Client) -> usize {
 async fn provisioning_costs_at_most_the_budget_of_hub_requests_per_node() {
     let stop = CancellationToken::new();
     let mgmt = ApiServer::start(ApiServerConfig::management("management")).await.unwrap();
-    let (test_mgmt, hub_mgmt) = (Tally::default(), Tally::default());
-    let admin = counted(&mgmt, &test_mgmt);
+    let hub_mgmt = Tally::default();
+    let admin = named(&mgmt, TEST_AGENT);
     let mut clusters = Vec::new();
-    let mut others = Vec::new();
     let mut workload_clients = Vec::new();
     for i in 0..CLUSTERS {
         let (ns, name) = (format!("team-{i}"), format!("cluster-{i}"));
         let server = ApiServer::start(ApiServerConfig::workload(&name).with_seed(i as u64 + 1)).await.unwrap();
-        let tally = Tally::default();
-        let cke = counted(&server, &tally);
+        let cke = named(&server, CKE_AGENT);
         let config = SimCkeConfig { seed: i as u64, ..operator::commands::sandbox::world::quick_cke(i as u64) };
         let cke_stop = stop.clone();
         tokio::spawn(async move { sim::cke::run(cke, config, cke_stop.cancelled_owned()).await });
@@ -203,11 +231,10 @@ async fn provisioning_costs_at_most_the_budget_of_hub_requests_per_node() {
             }
             manifests::apply_value(&admin, &doc, &ns, "general-purpose.yaml").await.unwrap();
         }
-        workload_clients.push(counted(&server, &tally));
+        workload_clients.push(named(&server, TEST_AGENT));
         clusters.push(server);
-        others.push(tally);
     }
-    let world = Counted { mgmt, clusters, test_mgmt, hub_mgmt: hub_mgmt.clone(), others };
+    let world = Counted { mgmt, clusters, hub_mgmt: hub_mgmt.clone() };
     // The hub as `run` starts it, the registry probing as in the other emulator tests.
     let registry_settings = registry::Settings {
         probe_interval: Duration::from_secs(2),
@@ -284,8 +311,9 @@ async fn provisioning_costs_at_most_the_budget_of_hub_requests_per_node() {
     assert_eq!(
         no_probes(world.hub_mgmt.snapshot()),
         no_probes(world.hub().0),
-        "the hub's management requests counted directly and by difference"
+        "the hub's management requests as its client sent them and as the emulator served them"
     );
+    assert_eq!(world.unnamed(), Vec::new(), "requests from a client that did not name itself");
     assert!(per_node <= BUDGET_PER_NODE, "{per_node:.2} hub requests per node, budget {BUDGET_PER_NODE}");
     // Registration patches what the hub owns instead of replacing the Node (a replace conflicts
     // with the kubelet's own writes).
