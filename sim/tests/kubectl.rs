@@ -275,7 +275,7 @@ async fn kubectl_installs_the_crds_and_applies_the_examples() {
 }
 
 // ------------------------------------------------------------------ what a person sees on the
-// management cluster: the same as on a real one (compare operator/tests/kubectl.rs and the
+// management cluster: the same as on a real one (compare operator/tests/suite/kubectl.rs and the
 // conformance suite's `table_output_has_crd_printer_columns`, `events_are_one_object_in_both_event_apis`
 // and `openapi_v3_publishes_crd_schemas`, which run on a real kube-apiserver too).
 
@@ -398,7 +398,7 @@ async fn kubectl_get_nodeclaims_fills_every_printer_column() {
         assert!(row["AGE"].ends_with('s') || row["AGE"].ends_with('m'), "{row:?}");
         let narrow = table(&k, &["get", "nc", "-n", "team-a"]);
         assert!(!narrow[0].contains_key("ID") && narrow[0]["TYPE"] == "XS", "{narrow:?}");
-        // The NodePool columns operator/tests/kubectl.rs checks on a real server, from the same status.
+        // The NodePool columns operator/tests/suite/kubectl.rs checks on a real server, from the same status.
         let pools = table(&k, &["get", "nodepools", "-n", "team-a"]);
         assert_eq!(pools.len(), 1, "{pools:?}");
         for (column, want) in

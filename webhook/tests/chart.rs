@@ -4,7 +4,7 @@
 //! the binary serves admission reviews started with exactly those arguments.
 //!
 //! Without KARPENTER_HUB_HELM these tests say they skipped; with KARPENTER_HUB_REQUIRE_ENVTEST=1
-//! (CI) they fail instead (operator/tests/charts.rs has the chart's other tests).
+//! (CI) they fail instead (operator/tests/suite/charts.rs has the chart's other tests).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -153,7 +153,7 @@ fn the_charts_webhook_arguments_parse_and_line_up_with_the_pod() {
 /// webhook.networkPolicy: off by default; on, it selects exactly the webhook's pods and admits the
 /// given peers only to the HTTPS port (and its probe peers to the probe port); on without peers,
 /// the rendering fails naming the value (an ingress rule without `from` would admit everyone).
-/// A real API server accepts it: operator/tests/charts.rs applies every ci/ file (dry run).
+/// A real API server accepts it: operator/tests/suite/charts.rs applies every ci/ file (dry run).
 #[test]
 fn the_network_policy_admits_only_the_given_peers_to_the_webhook_port() {
     let Some(helm) = helm() else { return };

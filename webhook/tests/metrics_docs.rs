@@ -1,5 +1,5 @@
 //! docs/metrics.md lists exactly the series `karpenter-hub-webhook` exports on `/metrics`, each with
-//! its type, labels and help text (the hub's section is checked by operator/tests/metrics_docs.rs).
+//! its type, labels and help text (the hub's section is checked by operator/tests/suite/metrics_docs.rs).
 //! A failure names the series and gives the row to write.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

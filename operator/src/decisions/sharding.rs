@@ -377,7 +377,7 @@ mod tests {
 
     #[test]
     fn thirty_clusters_over_three_replicas_are_spread() {
-        // The fleet of operator/tests/sharding.rs: every replica gets a share.
+        // The fleet of operator/tests/suite/sharding.rs: every replica gets a share.
         let m = vec!["replica-0".to_string(), "replica-1".to_string(), "replica-2".to_string()];
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for i in 0..30 {

@@ -180,7 +180,7 @@ pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(
 
 /// The kubectl commands the sandbox suggests, each as its arguments (`kubectl` first): workload
 /// clusters show nodes, NodeGroups and pods; the management cluster the hub's objects and events.
-/// operator/tests/sandbox.rs runs each one against a running world.
+/// operator/tests/suite/sandbox.rs runs each one against a running world.
 pub fn banner(world: &World, files: &[std::path::PathBuf], management: &std::path::Path) -> Vec<Vec<String>> {
     let kubectl = |file: &std::path::Path, rest: &str| -> Vec<String> {
         let mut v = vec!["kubectl".to_string(), "--kubeconfig".to_string(), file.display().to_string()];

@@ -2,7 +2,7 @@
 //! validation after the delay, over watch caches filled from watcher events as the hub's
 //! reflectors fill them; no API server, no task, no sleep. What a pass decides is judged on its
 //! command and on what it reports blocked; carrying a command out (records, replacements, taints,
-//! the drain) and what the hub tells (events, metrics) are the emulator tier's (tests/disruption.rs).
+//! the drain) and what the hub tells (events, metrics) are the emulator tier's (tests/suite/disruption.rs).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;

@@ -1,7 +1,7 @@
 //! The middle tier (docs/testing.md): a provisioning round's fact gathering and decision over
 //! watch caches filled from watcher events, as the hub's reflectors fill them; no API server, no
 //! task, no sleep. What a round would create is judged on the NodeClaims it builds; the creates,
-//! events and metrics are the emulator tier's (tests/scenarios.rs, tests/provisioning.rs).
+//! events and metrics are the emulator tier's (tests/suite/scenarios.rs, tests/suite/provisioning.rs).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use serde_json::json;

@@ -65,10 +65,10 @@ use sim::{
 };
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common;
 use common::poll_every;
 
-const EXAMPLE: &str = include_str!("../../examples/general-purpose.yaml");
+const EXAMPLE: &str = include_str!("../../../examples/general-purpose.yaml");
 const CREATED_BY: &str = "app.kubernetes.io/created-by";
 const CREATED_BY_VALUE: &str = "karpenter-hub-e2e";
 const RUN_LABEL: &str = "karpenter-hub-e2e/run";

@@ -1,7 +1,7 @@
 //! `karpenter-hub plan` on the examples: every manifest of `examples/*.yaml` is read sensibly (alone
 //! and with a few pending pods), and every scenario of `examples/plan/` gives the decision recorded in
 //! its `.expected.json` beside it (regenerate with `UPDATE_PLAN_EXPECTED=1 cargo test -p operator
-//! --test plan`, then review the diff).
+//! --test suite plan::`, then review the diff).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
@@ -9,7 +9,7 @@ use std::path::Path;
 
 use operator::commands::plan::{DisruptionPlan, Plan, plan, plan_disruption, read_snapshot, to_json};
 
-mod common;
+use crate::common;
 use common::{repo, yaml_files};
 
 fn plan_files(files: &[(String, String)]) -> Plan {

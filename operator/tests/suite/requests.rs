@@ -38,7 +38,7 @@ use sim::{
 };
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common;
 use common::{EXAMPLE, wait_for, wait_quiet};
 
 /// The budget of issue 16: hub API requests (both sides) per provisioned node.

@@ -45,7 +45,7 @@ use operator::{
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common;
 use common::{apply_example, metric_in as metric, poll_every, running, wait_for};
 
 /// Short Lease timings, so a handover takes seconds.
@@ -729,12 +729,15 @@ async fn leases_spread_and_survive_a_killed_replica_on_a_real_api_server() {
     let config = cp.config().await.unwrap();
     let start = |id: &str| Replica::start(id, config.clone(), hub::Settings::default(), registry.clone());
     let mut replicas = vec![start("real-0"), start("real-1")];
+    // Kept as seen when it settled: a second look may catch a replica between two states.
+    let settled_once = RefCell::new(None);
     wait_for("4 clusters held by the 2 replicas", Duration::from_secs(60), || async {
         let live: Vec<&Replica> = replicas.iter().collect();
-        settled(&mgmt, &all, &live).await.is_some()
+        *settled_once.borrow_mut() = settled(&mgmt, &all, &live).await;
+        settled_once.borrow().is_some()
     })
     .await;
-    let before = settled(&mgmt, &all, &[&replicas[0], &replicas[1]]).await.unwrap();
+    let before = settled_once.into_inner().expect("settled: wait_for returned");
     eprintln!(
         "on the real API server: {:?}",
         before.iter().map(|(k, v)| (k.clone(), v.len())).collect::<BTreeMap<_, _>>()

@@ -4,7 +4,7 @@
 //! limit is raised the same workload settles and nothing is left to explain.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::{
     io::Write,

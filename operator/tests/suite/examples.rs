@@ -15,7 +15,7 @@ use std::{collections::BTreeMap, fs, path::Path};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::{documents, poll_every, poll_until, repo, yaml_files};
 
 fn expectation(path: &Path) -> String {

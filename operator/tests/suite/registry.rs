@@ -12,7 +12,7 @@
 //! And Cluster API's pause read from a `Cluster` on a real kube-apiserver as the management cluster.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::{sync::Arc, time::Duration};
 

@@ -27,15 +27,15 @@ use operator::commands::sandbox::world::{World, quick_cke, scale, workload_pod};
 use serde_json::{Value, json};
 use sim::cke::{SimCkeConfig, SimFlavor, Usage};
 
-mod common;
+use crate::common;
 use common::{
     EXAMPLE as GENERAL_PURPOSE, Writes, metric, poll_every, poll_until, probes, rounds, running, wait_quiet,
     wait_quiet_over, writes,
 };
 
-const TEAM_DEDICATED: &str = include_str!("../../examples/team-dedicated.yaml");
-const WEIGHTED_NODEPOOLS: &str = include_str!("../../examples/weighted-nodepools.yaml");
-const MIN_VALUES: &str = include_str!("../../examples/min-values.yaml");
+const TEAM_DEDICATED: &str = include_str!("../../../examples/team-dedicated.yaml");
+const WEIGHTED_NODEPOOLS: &str = include_str!("../../../examples/weighted-nodepools.yaml");
+const MIN_VALUES: &str = include_str!("../../../examples/min-values.yaml");
 
 /// Pending pod → Running on a new node takes a few seconds with `quick_cke`; this bound only
 /// matters on a loaded machine.

@@ -20,7 +20,7 @@ use sim::{
     clock::Clock,
 };
 
-mod common;
+use crate::common;
 use common::wait_for;
 
 const UP: Duration = Duration::from_secs(90);

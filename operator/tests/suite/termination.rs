@@ -37,7 +37,7 @@ use operator::{
 };
 use serde_json::{Value, json};
 
-mod common;
+use crate::common;
 use common::{EXAMPLE, poll_every, running, wait_for, wait_quiet_over};
 
 const NODE_UP: Duration = Duration::from_secs(60);

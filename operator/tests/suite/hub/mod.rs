@@ -9,8 +9,7 @@ use kube::{Api, ResourceExt, api::ListParams};
 use operator::commands::sandbox::world::{World, quick_cke, scale};
 
 mod claim_names;
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod hub_id;
 mod ownership;
 mod wakeups;

@@ -30,7 +30,7 @@ use secrecy::ExposeSecret;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::{apply_example, running, wait_for};
 
 /// A fresh directory for this test's kubeconfig files.

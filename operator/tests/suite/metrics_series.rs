@@ -14,7 +14,7 @@ use kube::{
 use operator::commands::sandbox::world::{World, quick_cke, scale, workload_pod};
 use serde_json::{Value, json};
 
-mod common;
+use crate::common;
 use common::{EXAMPLE, running, wait_for};
 
 const CLUSTER: &str = "team-a/alpha";

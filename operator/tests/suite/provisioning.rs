@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, api::ListParams};
 use operator::commands::sandbox::world::{World, quick_cke, scale};
 
-mod common;
+use crate::common;
 use common::{apply_example, metric, rounds, running, wait_for, wait_quiet_over, writes};
 
 /// Health probes the hub has made of every cluster: proof that it is alive and its loops turn.

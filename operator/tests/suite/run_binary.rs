@@ -29,7 +29,7 @@ use secrecy::SecretString;
 use serde_json::json;
 use sim::apiserver::{ApiServer, ApiServerConfig};
 
-mod common;
+use crate::common;
 use common::poll_until;
 
 /// A fresh directory for this scenario's kubeconfig files.

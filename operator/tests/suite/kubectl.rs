@@ -15,7 +15,7 @@ use kube::{
 };
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::wait_for;
 
 async fn install_crds(client: &Client) {

@@ -14,7 +14,7 @@ use operator::infra::leader::{Elector, Timings};
 use sim::apiserver::{ApiServer, ApiServerConfig};
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common;
 use common::wait_for;
 
 const FAST: Timings = Timings {

@@ -18,7 +18,7 @@ use operator::commands::sandbox::world::{World, quick_cke, workload_pod};
 use serde_json::{Value, json};
 use sim::clock::Clock;
 
-mod common;
+use crate::common;
 use common::{EXAMPLE, metric, wait_for, wait_quiet_over};
 
 /// Pending pod → Running on a new node takes a few seconds with `quick_cke`; the bound only

@@ -11,7 +11,7 @@
 //! NodeGroup, no empty node, nothing deleting) within [`CONVERGENCE`].
 //!
 //! CI runs [`CI_KILLS`] kills. The soak: `KARPENTER_HUB_CHAOS_KILLS=2000 cargo test -p operator
-//! --test chaos kills -- --nocapture` (ten times the kills; the workload script repeats). Set
+//! --test suite chaos::kills -- --nocapture` (ten times the kills; the workload script repeats). Set
 //! `KARPENTER_HUB_CHAOS_SEED` to replay another sequence of lifetimes. Figures: docs/reliability.md.
 
 use std::{

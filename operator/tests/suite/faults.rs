@@ -33,7 +33,7 @@ use sim::{
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common;
 use common::{
     EXAMPLE, Writes, apply_example, poll_every, reachable, running, wait_for, wait_quiet, wait_quiet_over,
     wait_reachable, writes,
