@@ -81,6 +81,10 @@ pub struct RegisterArgs {
     /// one and replaces the Secret.
     #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=3650))]
     pub token_duration_days: u32,
+    /// A label of the cluster, `KEY=VALUE` (repeatable), set on the registration Secret; labels set
+    /// there earlier, by `register` or by hand, are kept (docs/hub.md, "Cluster labels").
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
 }
 
 /// `--cluster` is not a DNS label (clap prints it after the value).
@@ -93,6 +97,29 @@ pub struct ClusterArgError {
 fn parse_cluster(s: &str) -> Result<String, ClusterArgError> {
     crds::validation::dns1123_label(s).map_err(|reason| ClusterArgError { reason })?;
     Ok(s.to_string())
+}
+
+/// `--label` is not a Kubernetes label `KEY=VALUE` (clap prints it after the value).
+#[derive(Debug, thiserror::Error)]
+pub enum LabelArgError {
+    #[error("--label takes KEY=VALUE (e.g. --label env=prod); this has no '='")]
+    NoEquals,
+    #[error("--label's key must be a label key ([prefix/]name, e.g. example.com/env): {0}")]
+    Key(crds::validation::Reason),
+    #[error("--label's value must be a label value (at most 63 characters, alphanumerics, '-', '_', '.'): {0}")]
+    Value(crds::validation::Reason),
+    #[error("--label may not set {} (it names the registered cluster; use --cluster)", registry::CLUSTER_NAME_LABEL)]
+    Reserved,
+}
+
+fn parse_label(s: &str) -> Result<(String, String), LabelArgError> {
+    let (key, value) = s.split_once('=').ok_or(LabelArgError::NoEquals)?;
+    crds::validation::qualified_name(key).map_err(LabelArgError::Key)?;
+    crds::validation::label_value(value).map_err(LabelArgError::Value)?;
+    if key == registry::CLUSTER_NAME_LABEL {
+        return Err(LabelArgError::Reserved);
+    }
+    Ok((key.to_string(), value.to_string()))
 }
 
 /// What stops a registration, each saying what to fix. Those raised by the checks before any
@@ -236,8 +263,15 @@ pub async fn register(args: &RegisterArgs) -> Result<String, RegisterError> {
         .map_err(|e| RegisterError::Verify(plain(&e).to_string()))?;
 
     let expires_at = expires.map(|t| t.to_string());
-    let name =
-        write_registration(&mgmt, &args.namespace, &args.cluster, minted.into_bytes(), expires_at.as_deref()).await?;
+    let name = write_registration(
+        &mgmt,
+        &args.namespace,
+        &args.cluster,
+        minted.into_bytes(),
+        expires_at.as_deref(),
+        &args.labels,
+    )
+    .await?;
     let asked = jiff::SignedDuration::from_hours(24 * i64::from(args.token_duration_days));
     if let Some(t) = expires
         && t < jiff::Timestamp::now() + asked - jiff::SignedDuration::from_hours(1)
@@ -311,7 +345,7 @@ fn kind_of(doc: &Value) -> &str {
 /// Whether the Secret could be created (or replaced) in the management namespace: a dry run.
 async fn check_secret_writable(mgmt: &Client, ns: &str, cluster: &str) -> Result<(), RegisterError> {
     let api: Api<Secret> = Api::namespaced(mgmt.clone(), ns);
-    let secret = secret_object(cluster, Vec::new(), None);
+    let secret = secret_object(cluster, Vec::new(), None, &[]);
     let name = secret.name_any();
     let dry = PostParams { dry_run: true, ..PostParams::default() };
     let refused = |e: kube::Error| match e {
@@ -480,11 +514,18 @@ async fn warn_about_legacy_token(admin: &Client, ns: &str) {
 }
 
 /// The labelled `<cluster>-kubeconfig` Secret the registry watches.
-fn secret_object(cluster: &str, kubeconfig: Vec<u8>, token_expires_at: Option<&str>) -> Secret {
+fn secret_object(
+    cluster: &str,
+    kubeconfig: Vec<u8>,
+    token_expires_at: Option<&str>,
+    labels: &[(String, String)],
+) -> Secret {
+    let mut all: BTreeMap<String, String> = labels.iter().cloned().collect();
+    all.insert(registry::CLUSTER_NAME_LABEL.to_string(), cluster.to_string());
     Secret {
         metadata: kube::api::ObjectMeta {
             name: Some(format!("{cluster}-kubeconfig")),
-            labels: Some(BTreeMap::from([(registry::CLUSTER_NAME_LABEL.to_string(), cluster.to_string())])),
+            labels: Some(all),
             annotations: token_expires_at
                 .map(|t| BTreeMap::from([(TOKEN_EXPIRES_ANNOTATION.to_string(), t.to_string())])),
             ..Default::default()
@@ -497,36 +538,91 @@ fn secret_object(cluster: &str, kubeconfig: Vec<u8>, token_expires_at: Option<&s
 
 /// Create or replace the labelled `<cluster>-kubeconfig` Secret the registry watches.
 pub async fn write_secret(mgmt: &Client, ns: &str, cluster: &str, kubeconfig: Vec<u8>) -> Result<String, kube::Error> {
-    write_registration(mgmt, ns, cluster, kubeconfig, None).await
+    write_registration(mgmt, ns, cluster, kubeconfig, None, &[]).await
 }
 
-/// [`write_secret`], with the minted token's expiry noted on the Secret.
+/// [`write_secret`], with the minted token's expiry noted on the Secret and `labels` added to it.
 async fn write_registration(
     mgmt: &Client,
     ns: &str,
     cluster: &str,
     kubeconfig: Vec<u8>,
     token_expires_at: Option<&str>,
+    labels: &[(String, String)],
 ) -> Result<String, kube::Error> {
     let api: Api<Secret> = Api::namespaced(mgmt.clone(), ns);
-    let mut secret = secret_object(cluster, kubeconfig, token_expires_at);
+    let mut secret = secret_object(cluster, kubeconfig, token_expires_at, labels);
     let name = secret.name_any();
     match api.get_opt(&name).await? {
         None => {
             api.create(&PostParams::default(), &secret).await?;
         }
         Some(old) => {
-            secret.metadata.resource_version = old.resource_version();
+            keep_metadata(&old, &mut secret);
             api.replace(&name, &PostParams::default(), &secret).await?;
         }
     }
     Ok(name)
 }
 
+/// What a replacement of registration Secret `old` keeps: its labels and annotations not set anew
+/// (the cluster's labels, a Cluster API pause, a declared move: a token rotation must not drop
+/// them), and its resourceVersion, so a concurrent change is a conflict rather than lost.
+fn keep_metadata(old: &Secret, new: &mut Secret) {
+    for (kept, set) in
+        [(&old.metadata.labels, &mut new.metadata.labels), (&old.metadata.annotations, &mut new.metadata.annotations)]
+    {
+        if let Some(kept) = kept {
+            let set = set.get_or_insert_with(BTreeMap::new);
+            for (k, v) in kept {
+                set.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+    }
+    new.metadata.resource_version = old.metadata.resource_version.clone();
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn a_label_flag_is_a_kubernetes_label_or_refused_naming_what_to_fix() {
+        assert_eq!(parse_label("env=prod").unwrap(), ("env".to_string(), "prod".to_string()));
+        assert_eq!(parse_label("example.com/tier=").unwrap(), ("example.com/tier".to_string(), String::new()));
+        assert!(matches!(parse_label("env"), Err(LabelArgError::NoEquals)));
+        assert!(matches!(parse_label("bad key=x"), Err(LabelArgError::Key(_))));
+        assert!(matches!(parse_label("env=not ok"), Err(LabelArgError::Value(_))));
+        assert!(matches!(parse_label(&format!("env={}", "x".repeat(64))), Err(LabelArgError::Value(_))));
+        let reserved = parse_label(&format!("{}=other", registry::CLUSTER_NAME_LABEL)).unwrap_err();
+        assert!(reserved.to_string().contains("use --cluster"), "{reserved}");
+        assert!(LabelArgError::NoEquals.to_string().contains("--label env=prod"));
+    }
+
+    #[test]
+    fn a_new_registration_secret_keeps_what_the_old_one_carried_and_takes_what_is_set_anew() {
+        let labels = [("env".to_string(), "prod".to_string())];
+        let mut new = secret_object("alpha", b"new".to_vec(), Some("2027-01-01T00:00:00Z"), &labels);
+        let mut old = secret_object("alpha", b"old".to_vec(), Some("2026-01-01T00:00:00Z"), &[]);
+        old.metadata.resource_version = Some("42".into());
+        old.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .extend([("env".to_string(), "staging".to_string()), ("team".to_string(), "payments".to_string())]);
+        old.metadata.annotations.as_mut().unwrap().insert("cluster.x-k8s.io/paused".into(), String::new());
+        keep_metadata(&old, &mut new);
+        let labels = new.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["env"], "prod", "a label set anew wins");
+        assert_eq!(labels["team"], "payments", "a label set by hand is kept");
+        assert_eq!(labels[registry::CLUSTER_NAME_LABEL], "alpha");
+        let annotations = new.metadata.annotations.as_ref().unwrap();
+        assert!(annotations.contains_key("cluster.x-k8s.io/paused"), "a pause survives a rotation");
+        assert_eq!(annotations[TOKEN_EXPIRES_ANNOTATION], "2027-01-01T00:00:00Z");
+        assert_eq!(new.metadata.resource_version.as_deref(), Some("42"));
+        assert_eq!(new.data.as_ref().unwrap()[registry::KUBECONFIG_KEY].0, b"new");
+    }
 
     #[test]
     fn the_rbac_binds_the_service_account_of_the_chosen_namespace() {

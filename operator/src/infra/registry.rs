@@ -2,7 +2,8 @@
 //! `<cluster>-kubeconfig` Secret labelled `cluster.x-k8s.io/cluster-name` in the management cluster.
 //!
 //! Owns: the label-selected Secret watch, one connection task per (namespace, cluster) started,
-//! restarted on rotation and stopped on removal, and the published [`ClusterStatus`] and
+//! restarted when its kubeconfig changes (not when only its labels or annotations do) and stopped
+//! on removal, and the published [`ClusterStatus`] and
 //! [`Connection`] of each. Each cluster's task runs under its own cancellation token, so a slow or
 //! dead cluster never delays another. Also which registration speaks for a workload cluster
 //! registered more than once in one namespace (identified by the UID of its `kube-system`
@@ -11,6 +12,7 @@
 //! Also Cluster API's pause (hub.md, "Cluster API pause"): the Secret's annotation, and the
 //! `Cluster` of the same name followed by [`capi`]; a paused cluster keeps its connection but
 //! [`Registry::connection`] hands it to no controller, and its status is `Paused`.
+//! Also each cluster's labels (fleet.md §1, [`labels`]): its Secret's over its `Cluster`'s.
 //! In sharded mode (hub.md §6) a registered cluster gets a connection only while this replica
 //! owns it ([`Registry::grant`]): the connection runs under the ownership token and its clients
 //! are fenced by it, so when ownership ends the cluster's tasks stop and its clients refuse
@@ -25,6 +27,7 @@
 mod capi;
 mod connection;
 mod failure;
+mod labels;
 mod parsed;
 pub mod pending;
 pub mod specs;
@@ -47,6 +50,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use connection::{Connection, WorkloadCache};
 pub use failure::Cause;
+pub use labels::Labels;
 
 use crate::{
     decisions::handover::{self, HandoverError},
@@ -218,7 +222,9 @@ pub enum RegistryError {
 }
 
 struct Entry {
-    secret_version: String,
+    /// The kubeconfig the connection was made with ([`fingerprint`]): a Secret changed elsewhere
+    /// (labels, annotations) keeps its connection.
+    secret_data: Fingerprint,
     cancel: CancellationToken,
     status: watch::Receiver<ClusterStatus>,
     connection: watch::Receiver<Option<Arc<Connection>>>,
@@ -233,7 +239,7 @@ pub struct Registry {
 /// A registration Secret as last seen, kept in sharded mode so a cluster can be connected when
 /// ownership is granted later.
 struct Known {
-    version: String,
+    fingerprint: Fingerprint,
     kubeconfig: Option<parsed::Parsed>,
     rank: Rank,
     /// What sharded mode hashes to place the cluster: its API server URL when the kubeconfig
@@ -260,6 +266,8 @@ struct Inner {
     /// cluster keeps its connection (caches stay warm, so resuming is immediate) but no controller
     /// gets it: [`Registry::connection`] answers `None`.
     pauses: RwLock<BTreeMap<ClusterKey, Pause>>,
+    /// Each cluster's labels, from its Secret and its `Cluster` ([`labels`]).
+    labels: RwLock<BTreeMap<ClusterKey, labels::Sources>>,
     /// Each registration's declared move, when it matters: the source management cluster whose
     /// groups the cluster's controllers take over, or why the declaration is refused (then, like a
     /// pause, no controller gets the cluster).
@@ -299,6 +307,7 @@ impl Registry {
                 namespace_writer: std::sync::atomic::AtomicBool::new(false),
                 clusters: RwLock::new(BTreeMap::new()),
                 pauses: RwLock::new(BTreeMap::new()),
+                labels: RwLock::new(BTreeMap::new()),
                 handovers: RwLock::new(BTreeMap::new()),
                 identities: Arc::new(Identities::default()),
                 parses: Arc::new(parsed::Parses::default()),
@@ -593,6 +602,55 @@ impl Registry {
             .collect()
     }
 
+    /// Cluster `key`'s labels (fleet.md §1): its registration Secret's over its Cluster API
+    /// `Cluster`'s.
+    pub fn labels(&self, key: &ClusterKey) -> Labels {
+        self.inner
+            .labels
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .map(labels::Sources::merged)
+            .unwrap_or_default()
+    }
+
+    /// Update what a source says of `key`'s labels. When that changes them: one log line (for a
+    /// registered cluster) and every controller woken.
+    pub(crate) fn set_labels(&self, key: &ClusterKey, update: impl FnOnce(&mut labels::Sources)) {
+        let (before, after) = {
+            let mut all = self.inner.labels.write().unwrap_or_else(PoisonError::into_inner);
+            let mut sources = all.get(key).cloned().unwrap_or_default();
+            let before = sources.merged();
+            update(&mut sources);
+            let after = sources.merged();
+            if sources == labels::Sources::default() {
+                all.remove(key);
+            } else {
+                all.insert(key.clone(), sources);
+            }
+            (before, after)
+        };
+        if before == after {
+            return;
+        }
+        if self.inner.known.read().unwrap_or_else(PoisonError::into_inner).contains_key(key) {
+            tracing::info!(cluster = %key, labels = %labels::render(&after), "workload cluster labels changed");
+        }
+        self.notify();
+    }
+
+    /// The clusters whose `Cluster` gives them labels, for the Cluster watch's relists.
+    pub(crate) fn labelled_by_cluster(&self) -> Vec<ClusterKey> {
+        self.inner
+            .labels
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|(_, l)| l.cluster.is_some())
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     /// A receiver that changes whenever any cluster's status or connection changes.
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.inner.changes.subscribe()
@@ -691,7 +749,7 @@ impl Registry {
         let paused = pause::secret_pauses(secret.metadata.annotations.as_ref());
         self.set_pause(&key, |p| p.secret = paused);
         self.set_handover(&key, secret.metadata.annotations.as_ref());
-        let version = secret.metadata.resource_version.clone().unwrap_or_default();
+        let fingerprint = fingerprint(secret);
         let parsed = self.inner.parses.get(&key, secret, self.inner.settings.kubeconfig_policy);
         {
             let mut known = self.inner.known.write().unwrap_or_else(PoisonError::into_inner);
@@ -705,14 +763,16 @@ impl Registry {
             let added = !known.contains_key(&key);
             let placement =
                 parsed.as_deref().and_then(|p| p.as_ref().ok()).map_or_else(|| key.to_string(), |h| h.server.clone());
-            known.insert(key.clone(), Known { version: version.clone(), kubeconfig: parsed, rank, placement });
+            known.insert(key.clone(), Known { fingerprint, kubeconfig: parsed, rank, placement });
             if added && self.is_sharded() {
                 // The sharder decides who owns it.
                 self.notify();
             }
         }
+        // After `known` (the log line of a change names registered clusters only).
+        self.set_labels(&key, |l| l.secret = secret.metadata.labels.clone().unwrap_or_default());
         if let Some(e) = self.inner.clusters.read().unwrap_or_else(PoisonError::into_inner).get(&key)
-            && e.secret_version == version
+            && e.secret_data == fingerprint
         {
             return Some(key);
         }
@@ -732,13 +792,13 @@ impl Registry {
         } else {
             (shutdown.clone(), self.inner.settings.fence_on_shutdown.then(|| shutdown.clone()))
         };
-        let Some((version, parsed, rank)) = self
+        let Some((fingerprint, parsed, rank)) = self
             .inner
             .known
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(key)
-            .map(|k| (k.version.clone(), k.kubeconfig.clone(), k.rank.clone()))
+            .map(|k| (k.fingerprint, k.kubeconfig.clone(), k.rank.clone()))
         else {
             return;
         };
@@ -758,7 +818,7 @@ impl Registry {
         let (conn_tx, conn_rx) = watch::channel(None);
         let replaced = self.inner.clusters.write().unwrap_or_else(PoisonError::into_inner).insert(
             key.clone(),
-            Entry { secret_version: version, cancel: cancel.clone(), status: status_rx, connection: conn_rx },
+            Entry { secret_data: fingerprint, cancel: cancel.clone(), status: status_rx, connection: conn_rx },
         );
         let rotated = replaced.is_some();
         if let Some(old) = replaced {
@@ -791,6 +851,7 @@ impl Registry {
         self.inner.parses.forget(key);
         self.set_pause(key, |p| p.secret = false);
         self.set_handover(key, None);
+        self.set_labels(key, |l| l.secret = Labels::new());
         let removed = self.inner.clusters.write().unwrap_or_else(PoisonError::into_inner).remove(key);
         if known.is_some() && removed.is_none() {
             // Registered but not owned here (sharded mode): the sharder releases nothing of it.
@@ -868,6 +929,20 @@ fn owner(claims: &BTreeMap<ClusterKey, (String, Rank)>, namespace: &str, uid: &s
 
 /// The cluster a Secret registers: labelled, and named `<cluster>-kubeconfig` (Cluster API's
 /// convention; a labelled Secret with another name is someone else's and is ignored).
+/// What of a registration Secret its connection is made from: a digest of its kubeconfig (`None`
+/// when it has none), and of its UID, so a Secret deleted and created again connects anew.
+type Fingerprint = Option<[u8; 32]>;
+
+fn fingerprint(secret: &Secret) -> Fingerprint {
+    use sha2::Digest;
+    let value = secret.data.as_ref()?.get(KUBECONFIG_KEY)?;
+    let mut digest = sha2::Sha256::new();
+    digest.update(secret.metadata.uid.as_deref().unwrap_or_default().as_bytes());
+    digest.update([0]);
+    digest.update(&value.0);
+    Some(digest.finalize().into())
+}
+
 fn registration_key(secret: &Secret) -> Option<ClusterKey> {
     let cluster = secret.metadata.labels.as_ref()?.get(CLUSTER_NAME_LABEL)?;
     let name = secret.metadata.name.as_deref()?;

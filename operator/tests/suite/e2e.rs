@@ -1000,6 +1000,7 @@ async fn the_end_to_end_run_passes_on_real_api_servers_with_the_registered_ident
         workload_namespace: "karpenter-hub".into(),
         server: None,
         token_duration_days: 1,
+        labels: Vec::new(),
     };
     let secret =
         operator::commands::register_cluster::register(&args).await.unwrap_or_else(|e| panic!("register: {e}"));

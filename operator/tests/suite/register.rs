@@ -59,12 +59,16 @@ async fn a_registered_cluster_is_served_with_the_minted_least_privilege_identity
         workload_namespace: "karpenter-hub".into(),
         server: None,
         token_duration_days: 365,
+        labels: vec![("env".into(), "prod".into())],
     };
     assert_eq!(register(&args).await.unwrap(), "alpha-kubeconfig");
-    // Idempotent: a second run converges on the same objects.
+    // Idempotent: a second run converges on the same objects; a run without --label (a token
+    // rotation) keeps the labels.
     register(&args).await.unwrap();
+    register(&RegisterArgs { labels: Vec::new(), ..args.clone() }).await.unwrap();
 
     let secret = Api::<Secret>::namespaced(world.mgmt.client(), "team-a").get("alpha-kubeconfig").await.unwrap();
+    assert_eq!(secret.labels().get("env").map(String::as_str), Some("prod"), "the cluster's label, kept");
     let kubeconfig = String::from_utf8(secret.data.unwrap()["value"].0.clone()).unwrap();
     assert!(!kubeconfig.contains(&admin_token), "the admin credentials are never copied");
     assert!(kubeconfig.contains("\"token\""));
@@ -106,6 +110,7 @@ async fn registering_with_an_unusable_kubeconfig_names_the_file_and_writes_nothi
         workload_namespace: "karpenter-hub".into(),
         server: None,
         token_duration_days: 365,
+        labels: Vec::new(),
     };
     let e = register(&args).await.unwrap_err().to_string();
     assert!(e.contains(&bogus.display().to_string()), "{e}");
@@ -213,6 +218,7 @@ async fn on_real_api_servers_register_mints_an_identity_that_can_do_what_the_hub
         workload_namespace: hub_ns.clone(),
         server: None,
         token_duration_days: 365,
+        labels: Vec::new(),
     };
     let started = Instant::now();
     let secret_name = register(&args).await.unwrap_or_else(|e| panic!("register on a real API server: {e}"));
@@ -510,6 +516,7 @@ async fn checks_come_first_and_a_rerun_completes(
         workload_namespace: hub_ns.clone(),
         server: None,
         token_duration_days: 365,
+        labels: Vec::new(),
     };
 
     // The Helm chart's ClusterRole, as on a management cluster that is also a workload cluster:

@@ -361,16 +361,10 @@ async fn a_tenant_cannot_take_another_namespaces_cluster_by_answering_its_uid() 
     fake.shutdown().await;
 }
 
-/// Cluster API's pause with a real kube-apiserver as the management cluster (envtest): a minimal
-/// `clusters.cluster.x-k8s.io` (v1beta1, any fields) installed there, a registration of an emulated
-/// workload cluster and a `Cluster` of the same name. `spec.paused: true`: `Paused` naming the
-/// Cluster and no connection for controllers; `false`: connected; the annotation pauses it again,
-/// and deleting the Cluster resumes it. Real discovery and a real watch of a custom resource.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_api_cluster_pauses_its_cluster_on_a_real_api_server() {
-    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-    let cp = envtest::shared_or_skip!("registry");
-    let admin = cp.client().await.unwrap();
+/// Cluster API's `Cluster` served by the real server of `admin` (the CRD installed once for the
+/// binary's shared control plane), namespace `ns` there, and the `Cluster`s of `ns`.
+async fn cluster_api_in(admin: &Client, ns: &str) -> Api<kube::api::DynamicObject> {
+    use kube::api::{ApiResource, GroupVersionKind};
     let crd: CustomResourceDefinition = serde_json::from_value(common::cluster_api_cluster_crd()).unwrap();
     match Api::<CustomResourceDefinition>::all(admin.clone()).create(&PostParams::default(), &crd).await {
         Ok(_) => {}
@@ -384,7 +378,6 @@ async fn a_cluster_api_cluster_pauses_its_cluster_on_a_real_api_server() {
             .is_ok_and(|l| l.resources.iter().any(|r| r.name == "clusters"))
     })
     .await;
-    let ns = "capi-pause";
     let namespace: k8s_openapi::api::core::v1::Namespace =
         serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
     match Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
@@ -395,13 +388,27 @@ async fn a_cluster_api_cluster_pauses_its_cluster_on_a_real_api_server() {
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => panic!("creating namespace {ns}: {e}"),
     }
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"), "clusters");
+    Api::namespaced_with(admin.clone(), ns, &ar)
+}
+
+/// Cluster API's pause with a real kube-apiserver as the management cluster (envtest): a minimal
+/// `clusters.cluster.x-k8s.io` (v1beta1, any fields) installed there, a registration of an emulated
+/// workload cluster and a `Cluster` of the same name. `spec.paused: true`: `Paused` naming the
+/// Cluster and no connection for controllers; `false`: connected; the annotation pauses it again,
+/// and deleting the Cluster resumes it. Real discovery and a real watch of a custom resource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_api_cluster_pauses_its_cluster_on_a_real_api_server() {
+    use kube::api::{DynamicObject, Patch, PatchParams};
+    let cp = envtest::shared_or_skip!("registry");
+    let admin = cp.client().await.unwrap();
+    let ns = "capi-pause";
+    let clusters = cluster_api_in(&admin, ns).await;
     let workload = ApiServer::start(ApiServerConfig::workload("alpha")).await.unwrap();
     register_cluster::write_secret(&admin, ns, "alpha", serde_json::to_vec(&workload.kubeconfig()).unwrap())
         .await
         .unwrap();
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"), "clusters");
-    let clusters: Api<DynamicObject> = Api::namespaced_with(admin.clone(), ns, &ar);
     let cluster: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
         "metadata": {"name": "alpha", "namespace": ns}, "spec": {"paused": true}
@@ -441,5 +448,88 @@ async fn a_cluster_api_cluster_pauses_its_cluster_on_a_real_api_server() {
     wait_for("paused by the annotation", WAIT, || async { paused(&registry, "carries the annotation") }).await;
     clusters.delete("alpha", &DeleteParams::default()).await.unwrap();
     wait_for("resumed once the Cluster is deleted", WAIT, || async { connected(&registry) }).await;
+    shutdown.cancel();
+}
+
+/// A registered cluster's labels (fleet.md §1) with a real kube-apiserver as the management
+/// cluster: its Secret's, over those of the Cluster API `Cluster` of the same name (the Secret's
+/// value wins on a key both set); each change is seen within seconds and keeps the cluster's
+/// connection (only a new kubeconfig makes a new one); the `Cluster` deleted, its labels go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_s_labels_are_its_secret_s_over_its_cluster_s_and_change_without_a_reconnect_on_a_real_api_server() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{DynamicObject, Patch, PatchParams};
+    let cp = envtest::shared_or_skip!("registry");
+    let admin = cp.client().await.unwrap();
+    let ns = "capi-labels";
+    let clusters = cluster_api_in(&admin, ns).await;
+    let workload = ApiServer::start(ApiServerConfig::workload("beta")).await.unwrap();
+    register_cluster::write_secret(&admin, ns, "beta", serde_json::to_vec(&workload.kubeconfig()).unwrap())
+        .await
+        .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), ns);
+    let label_secret = |labels: Value| {
+        let secrets = secrets.clone();
+        async move {
+            let patch = Patch::Merge(json!({"metadata": {"labels": labels}}));
+            secrets.patch("beta-kubeconfig", &PatchParams::default(), &patch).await.unwrap();
+        }
+    };
+    label_secret(json!({"env": "prod", "tier": "gold"})).await;
+
+    let registry = registry::Registry::new(registry::Settings {
+        namespace: Some(ns.to_string()),
+        reconnect_min: Duration::from_millis(200),
+        ..registry::Settings::default()
+    });
+    let shutdown = CancellationToken::new();
+    let (r, client, stop) = (registry.clone(), admin.clone(), shutdown.clone());
+    tokio::spawn(async move { r.run(client, stop).await });
+    let key = registry::ClusterKey::new(ns, "beta");
+    let expect = |pairs: &[(&str, &str)]| -> registry::Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .chain([(registry::CLUSTER_NAME_LABEL.to_string(), "beta".to_string())])
+            .collect()
+    };
+    wait_for("the Secret's labels", WAIT, || async {
+        registry.labels(&key) == expect(&[("env", "prod"), ("tier", "gold")])
+    })
+    .await;
+    wait_for("connected", WAIT, || async { registry.connection(&key).is_some_and(|c| c.is_synced()) }).await;
+    let connection = registry.connection(&key).unwrap();
+
+    let cluster: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+        "metadata": {"name": "beta", "namespace": ns, "labels": {"env": "staging", "region": "par"}}, "spec": {}
+    }))
+    .unwrap();
+    clusters.create(&PostParams::default(), &cluster).await.unwrap();
+    wait_for("the Cluster's labels under the Secret's", WAIT, || async {
+        registry.labels(&key) == expect(&[("env", "prod"), ("region", "par"), ("tier", "gold")])
+    })
+    .await;
+    label_secret(json!({"tier": "silver"})).await;
+    wait_for("a label changed on the Secret", WAIT, || async {
+        registry.labels(&key) == expect(&[("env", "prod"), ("region", "par"), ("tier", "silver")])
+    })
+    .await;
+    clusters
+        .patch("beta", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"region": "rbx"}}})))
+        .await
+        .unwrap();
+    wait_for("a label changed on the Cluster", WAIT, || async {
+        registry.labels(&key) == expect(&[("env", "prod"), ("region", "rbx"), ("tier", "silver")])
+    })
+    .await;
+    let now = registry.connection(&key).unwrap();
+    assert!(Arc::ptr_eq(&connection, &now), "a label change made a new connection");
+
+    clusters.delete("beta", &DeleteParams::default()).await.unwrap();
+    wait_for("the Cluster's labels gone with it", WAIT, || async {
+        registry.labels(&key) == expect(&[("env", "prod"), ("tier", "silver")])
+    })
+    .await;
     shutdown.cancel();
 }

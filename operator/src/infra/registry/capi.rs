@@ -1,13 +1,15 @@
-//! Cluster API's `Cluster` objects in the management cluster, read for their pause only (hub.md,
-//! "Cluster API pause"): a `Cluster` named like a registered cluster, in the same namespace, with
-//! `spec.paused: true` or the annotation `cluster.x-k8s.io/paused` pauses it.
+//! Cluster API's `Cluster` objects in the management cluster, read for their pause and their labels
+//! only: a `Cluster` named like a registered cluster, in the same namespace, with `spec.paused:
+//! true` or the annotation `cluster.x-k8s.io/paused` pauses it (hub.md, "Cluster API pause"), and
+//! its labels are the cluster's, under those of its registration Secret (fleet.md §1).
 //!
 //! Owns: finding whether the management API serves `clusters.cluster.x-k8s.io` (v1beta2 preferred,
 //! else v1beta1; looked for again every `recheck` while it is not), and one read-only watch per
-//! namespace scope of the registry, turned into [`Registry::set_pause`] calls. Without Cluster API,
-//! or when RBAC refuses the watch (one warning), no cluster is paused by a `Cluster`.
-//! Must not: write anything, keep the objects (only each one's pause is kept, by the registry), or
-//! put their text anywhere (the pause is decided by [`crate::decisions::pause`]).
+//! namespace scope of the registry, turned into [`Registry::set_pause`] and
+//! [`Registry::set_labels`] calls. Without Cluster API, or when RBAC refuses the watch (one
+//! warning), no cluster is paused by a `Cluster` or labelled by one.
+//! Must not: write anything, keep the objects (only each one's pause and labels are kept, by the
+//! registry), or put their text anywhere else (the pause is decided by [`crate::decisions::pause`]).
 
 use std::{collections::HashMap, time::Duration};
 
@@ -62,13 +64,13 @@ pub(super) async fn run(
     loop {
         match served(&mgmt).await {
             Ok(Some(ar)) => {
-                tracing::info!(group = GROUP, version = %ar.version, "Cluster API is served: watching Clusters for their pause");
+                tracing::info!(group = GROUP, version = %ar.version, "Cluster API is served: watching Clusters for their pause and labels");
                 if let Ended::Shutdown = watch(&registry, &mgmt, &ar, &scopes, &shutdown).await {
                     return;
                 }
                 tracing::info!(
                     group = GROUP,
-                    "Cluster API's Clusters are no longer served; no cluster is paused by one"
+                    "Cluster API's Clusters are no longer served; no cluster is paused or labelled by one"
                 );
             }
             Ok(None) => tracing::debug!(group = GROUP, "Cluster API is not served; looking again later"),
@@ -95,10 +97,13 @@ fn status_code(e: &watcher::Error) -> Option<u16> {
     }
 }
 
-/// Forget the Cluster pauses of the clusters `which` selects.
+/// Forget what the `Cluster`s of the clusters `which` selects said (pause and labels).
 fn clear(registry: &Registry, which: impl Fn(&ClusterKey) -> bool) {
     for key in registry.paused_by_cluster().into_iter().filter(|k| which(k)) {
         registry.set_pause(&key, |p| p.cluster = None);
+    }
+    for key in registry.labelled_by_cluster().into_iter().filter(|k| which(k)) {
+        registry.set_labels(&key, |l| l.cluster = None);
     }
 }
 
@@ -106,7 +111,7 @@ fn key_of(c: &DynamicObject) -> Option<ClusterKey> {
     Some(ClusterKey::new(c.metadata.namespace.clone()?, c.metadata.name.clone()?))
 }
 
-/// Record one Cluster's pause; its key.
+/// Record one Cluster's pause and labels; its key.
 fn record(registry: &Registry, c: &DynamicObject) -> Option<ClusterKey> {
     let key = key_of(c)?;
     // Only what the pure reading looks at, not a copy of the whole object (its size is the
@@ -119,6 +124,9 @@ fn record(registry: &Registry, c: &DynamicObject) -> Option<ClusterKey> {
     });
     let by = pause::cluster_pauses(&seen);
     registry.set_pause(&key, |p| p.cluster = by);
+    // Label keys and values are what the API server validated (a qualified name, 63 characters of
+    // a restricted alphabet): safe to keep and to log.
+    registry.set_labels(&key, |l| l.cluster = Some(c.metadata.labels.clone().unwrap_or_default()));
     Some(key)
 }
 
@@ -153,7 +161,7 @@ async fn watch(
                     // with back-off, in case the rights are granted later).
                     if !warned_forbidden {
                         warned_forbidden = true;
-                        tracing::warn!(namespace = scope.as_deref().unwrap_or("(all)"), error = %crate::infra::apierror::plain_watch(&e), "not allowed to watch Cluster API's Clusters: their pause is not honoured (grant get, list and watch on clusters.cluster.x-k8s.io)");
+                        tracing::warn!(namespace = scope.as_deref().unwrap_or("(all)"), error = %crate::infra::apierror::plain_watch(&e), "not allowed to watch Cluster API's Clusters: their pause is not honoured and their labels are not read (grant get, list and watch on clusters.cluster.x-k8s.io)");
                     }
                     clear(registry, |k| in_scope(&scope, k));
                 }
@@ -183,6 +191,7 @@ async fn watch(
             Ok(watcher::Event::Delete(c)) => {
                 if let Some(key) = key_of(&c) {
                     registry.set_pause(&key, |p| p.cluster = None);
+                    registry.set_labels(&key, |l| l.cluster = None);
                 }
             }
         }
