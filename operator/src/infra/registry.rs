@@ -927,8 +927,6 @@ fn owner(claims: &BTreeMap<ClusterKey, (String, Rank)>, namespace: &str, uid: &s
         .map(|(k, _)| k.clone())
 }
 
-/// The cluster a Secret registers: labelled, and named `<cluster>-kubeconfig` (Cluster API's
-/// convention; a labelled Secret with another name is someone else's and is ignored).
 /// What of a registration Secret its connection is made from: a digest of its kubeconfig (`None`
 /// when it has none), and of its UID, so a Secret deleted and created again connects anew.
 type Fingerprint = Option<[u8; 32]>;
@@ -943,6 +941,8 @@ fn fingerprint(secret: &Secret) -> Fingerprint {
     Some(digest.finalize().into())
 }
 
+/// The cluster a Secret registers: labelled, and named `<cluster>-kubeconfig` (Cluster API's
+/// convention; a labelled Secret with another name is someone else's and is ignored).
 fn registration_key(secret: &Secret) -> Option<ClusterKey> {
     let cluster = secret.metadata.labels.as_ref()?.get(CLUSTER_NAME_LABEL)?;
     let name = secret.metadata.name.as_deref()?;

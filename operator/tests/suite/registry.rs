@@ -362,8 +362,13 @@ async fn a_tenant_cannot_take_another_namespaces_cluster_by_answering_its_uid() 
 }
 
 /// Cluster API's `Cluster` served by the real server of `admin` (the CRD installed once for the
-/// binary's shared control plane), namespace `ns` there, and the `Cluster`s of `ns`.
-async fn cluster_api_in(admin: &Client, ns: &str) -> Api<kube::api::DynamicObject> {
+/// binary's shared control plane), namespace `ns` there, and an emulated workload cluster registered
+/// there as `cluster`: the `Cluster`s of `ns`, and the workload server (dropped, it stops).
+async fn registered_beside_cluster_api(
+    admin: &Client,
+    ns: &str,
+    cluster: &str,
+) -> (Api<kube::api::DynamicObject>, ApiServer) {
     use kube::api::{ApiResource, GroupVersionKind};
     let crd: CustomResourceDefinition = serde_json::from_value(common::cluster_api_cluster_crd()).unwrap();
     match Api::<CustomResourceDefinition>::all(admin.clone()).create(&PostParams::default(), &crd).await {
@@ -388,9 +393,27 @@ async fn cluster_api_in(admin: &Client, ns: &str) -> Api<kube::api::DynamicObjec
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => panic!("creating namespace {ns}: {e}"),
     }
+    let workload = ApiServer::start(ApiServerConfig::workload(cluster)).await.unwrap();
+    register_cluster::write_secret(admin, ns, cluster, serde_json::to_vec(&workload.kubeconfig()).unwrap())
+        .await
+        .unwrap();
     let ar =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"), "clusters");
-    Api::namespaced_with(admin.clone(), ns, &ar)
+    (Api::namespaced_with(admin.clone(), ns, &ar), workload)
+}
+
+/// A registry watching the registrations of namespace `ns` of `admin`'s management cluster, and
+/// the token that stops it.
+fn watching(admin: &Client, ns: &str) -> (registry::Registry, CancellationToken) {
+    let registry = registry::Registry::new(registry::Settings {
+        namespace: Some(ns.to_string()),
+        reconnect_min: Duration::from_millis(200),
+        ..registry::Settings::default()
+    });
+    let shutdown = CancellationToken::new();
+    let (r, client, stop) = (registry.clone(), admin.clone(), shutdown.clone());
+    tokio::spawn(async move { r.run(client, stop).await });
+    (registry, shutdown)
 }
 
 /// Cluster API's pause with a real kube-apiserver as the management cluster (envtest): a minimal
@@ -404,11 +427,7 @@ async fn a_cluster_api_cluster_pauses_its_cluster_on_a_real_api_server() {
     let cp = envtest::shared_or_skip!("registry");
     let admin = cp.client().await.unwrap();
     let ns = "capi-pause";
-    let clusters = cluster_api_in(&admin, ns).await;
-    let workload = ApiServer::start(ApiServerConfig::workload("alpha")).await.unwrap();
-    register_cluster::write_secret(&admin, ns, "alpha", serde_json::to_vec(&workload.kubeconfig()).unwrap())
-        .await
-        .unwrap();
+    let (clusters, _workload) = registered_beside_cluster_api(&admin, ns, "alpha").await;
     let cluster: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
         "metadata": {"name": "alpha", "namespace": ns}, "spec": {"paused": true}
@@ -416,14 +435,7 @@ async fn a_cluster_api_cluster_pauses_its_cluster_on_a_real_api_server() {
     .unwrap();
     clusters.create(&PostParams::default(), &cluster).await.unwrap();
 
-    let registry = registry::Registry::new(registry::Settings {
-        namespace: Some(ns.to_string()),
-        reconnect_min: Duration::from_millis(200),
-        ..registry::Settings::default()
-    });
-    let shutdown = CancellationToken::new();
-    let (r, client, stop) = (registry.clone(), admin.clone(), shutdown.clone());
-    tokio::spawn(async move { r.run(client, stop).await });
+    let (registry, shutdown) = watching(&admin, ns);
     let key = registry::ClusterKey::new(ns, "alpha");
     let paused = |registry: &registry::Registry, what: &str| {
         let s = registry.status(&key);
@@ -462,11 +474,7 @@ async fn a_cluster_s_labels_are_its_secret_s_over_its_cluster_s_and_change_witho
     let cp = envtest::shared_or_skip!("registry");
     let admin = cp.client().await.unwrap();
     let ns = "capi-labels";
-    let clusters = cluster_api_in(&admin, ns).await;
-    let workload = ApiServer::start(ApiServerConfig::workload("beta")).await.unwrap();
-    register_cluster::write_secret(&admin, ns, "beta", serde_json::to_vec(&workload.kubeconfig()).unwrap())
-        .await
-        .unwrap();
+    let (clusters, _workload) = registered_beside_cluster_api(&admin, ns, "beta").await;
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), ns);
     let label_secret = |labels: Value| {
         let secrets = secrets.clone();
@@ -477,14 +485,7 @@ async fn a_cluster_s_labels_are_its_secret_s_over_its_cluster_s_and_change_witho
     };
     label_secret(json!({"env": "prod", "tier": "gold"})).await;
 
-    let registry = registry::Registry::new(registry::Settings {
-        namespace: Some(ns.to_string()),
-        reconnect_min: Duration::from_millis(200),
-        ..registry::Settings::default()
-    });
-    let shutdown = CancellationToken::new();
-    let (r, client, stop) = (registry.clone(), admin.clone(), shutdown.clone());
-    tokio::spawn(async move { r.run(client, stop).await });
+    let (registry, shutdown) = watching(&admin, ns);
     let key = registry::ClusterKey::new(ns, "beta");
     let expect = |pairs: &[(&str, &str)]| -> registry::Labels {
         pairs
