@@ -346,6 +346,16 @@ async fn probes_on_the_plain_address_and_graceful_shutdown() {
 async fn many_concurrent_reviews_over_http2() {
     let h = Harness::start("h2", references()).await;
     let client = h.client(false);
+    // One review first, as the API server's client does: until a connection has negotiated h2, the
+    // client cannot know it may share one, and 200 requests at once would open 200 connections,
+    // of which those over --max-connections (64) are closed during their handshake.
+    let warm = client
+        .post(h.url("/validate/clevernodeclasses"))
+        .json(&review("CleverNodeClass", "CREATE", node_class("c", json!({}), None), None))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(warm.version(), reqwest::Version::HTTP_2);
     let mut tasks = Vec::new();
     for i in 0..200 {
         let (client, url) = (client.clone(), h.url("/validate/clevernodeclasses"));
