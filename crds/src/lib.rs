@@ -17,6 +17,7 @@ pub mod nodeclass;
 pub mod nodegroup;
 pub mod nodepool;
 pub mod quantity;
+pub mod selector;
 pub mod validation;
 
 pub use flavorcatalog::{FlavorCatalog, FlavorCatalogSpec, FlavorOverride};

@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{Condition, NodeClassReference, NodeSelectorRequirement, ResourceMap, Taint};
+use crate::selector::ClusterSelector;
 
 /// Default `expireAfter`: 30 days, as upstream.
 pub const DEFAULT_EXPIRE_AFTER: &str = "720h";
@@ -39,7 +40,13 @@ pub const DEFAULT_BUDGET_NODES: &str = "10%";
         name = "Cluster",
         type_ = "string",
         json_path = ".spec.clusterName",
-        description = "Workload cluster served"
+        description = "Workload cluster served (empty for a fleet pool)"
+    ),
+    printcolumn(
+        name = "Clusters",
+        type_ = "string",
+        json_path = ".status.clustersReady",
+        description = "Fleet pool: selected clusters whose instance of the pool is Ready / selected clusters"
     ),
     printcolumn(name = "NodeClass", type_ = "string", json_path = ".spec.template.spec.nodeClassRef.name"),
     printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.nodes"),
@@ -56,12 +63,26 @@ pub const DEFAULT_BUDGET_NODES: &str = "10%";
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.clusterName) != has(self.clusterSelector)").message("set exactly one of spec.clusterName (the one workload cluster this pool serves) and spec.clusterSelector (every registered cluster of this namespace whose labels match: a fleet pool)"),
+    validation = Rule::new("has(self.clusterName) == has(oldSelf.clusterName)").message("clusterName cannot be added or removed: a pool serves one named cluster or a selection for its whole life; create a new NodePool instead")
+)]
 pub struct NodePoolSpec {
-    /// Name of the workload cluster this pool serves. The hub reaches it through the Secret
-    /// `<clusterName>-kubeconfig` in this namespace (Cluster API convention). Immutable.
+    /// Name of the one workload cluster this pool serves. The hub reaches it through the Secret
+    /// `<clusterName>-kubeconfig` in this namespace (Cluster API convention). Immutable. Exactly one
+    /// of `clusterName` and `clusterSelector` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("clusterName is immutable: create a new NodePool for another cluster"))]
-    pub cluster_name: String,
+    pub cluster_name: Option<String>,
+    /// A fleet pool: serves every registered cluster of this namespace whose labels (its registration
+    /// Secret's over its Cluster API `Cluster`'s) match, each as a `clusterName` pool of the same spec
+    /// would, with `limits` and budgets counted per cluster. Mutable: a cluster that leaves the
+    /// selection gets no new node from this pool, and its nodes are drifted (`ClusterNotSelected`)
+    /// and replaced within its budgets, never deleted at once. `{}` selects every registered cluster
+    /// of the namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<ClusterSelector>,
     /// Template of the NodeClaims (and so of the nodes) this pool creates.
     pub template: NodeClaimTemplate,
     /// How and when the hub may disrupt (consolidate, replace) this pool's nodes.
@@ -279,10 +300,62 @@ pub struct NodePoolStatus {
     /// Generation of the node class last seen by the hub for this pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_class_observed_generation: Option<i64>,
+    /// Fleet pool: `ready/selected`, the selected clusters whose instance of the pool is Ready, over the
+    /// clusters selected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub clusters_ready: Option<String>,
+    /// Fleet pool: one row per selected cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2000))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub clusters: Vec<PoolClusterStatus>,
     /// `ValidationSucceeded`, `NodeClassReady`, `ClusterReachable` (reason `SecretMissing`, `InvalidKubeconfig`,
     /// `Unauthorized`, `Unreachable`, `NodeGroupAPINotServed`, `Syncing` or `Connected`), `NodeRegistrationHealthy`
     /// and the root `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::common::conditions")]
     pub conditions: Vec<Condition>,
+}
+
+/// A fleet pool's instance in one selected cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolClusterStatus {
+    /// The cluster's name (its registration Secret is `<name>-kubeconfig` in the pool's namespace).
+    #[schemars(length(max = 63))]
+    pub name: String,
+    /// Number of the pool's nodes in this cluster that are not being deleted.
+    #[serde(default)]
+    pub nodes: i64,
+    /// Sum of their capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::common::status_resource_map")]
+    pub resources: Option<ResourceMap>,
+    /// `True` when the hub can provision for this pool in this cluster (cluster connected and synced,
+    /// node class Ready, pool valid).
+    #[schemars(length(max = 16))]
+    pub ready: String,
+    /// Why, in one word: the cluster's `ClusterReachable` reason when it is not reachable (`SecretMissing`,
+    /// `Unreachable`, …), else the first condition that is not True, else `Ready`.
+    #[schemars(length(max = 128))]
+    pub reason: String,
+}
+
+impl NodePool {
+    /// Whether this pool serves the cluster `cluster` whose labels are `labels`, among the clusters of
+    /// the pool's own namespace (callers pass only those: no pool reaches another namespace).
+    pub fn selects(&self, cluster: &str, labels: &BTreeMap<String, String>) -> bool {
+        match (&self.spec.cluster_name, &self.spec.cluster_selector) {
+            (Some(name), _) => name == cluster,
+            (None, Some(selector)) => selector.matches(labels),
+            // Refused by the schema and the webhook: serves nothing rather than everything.
+            (None, None) => false,
+        }
+    }
+
+    /// Whether this is a fleet pool (it selects clusters by label rather than naming one).
+    pub fn is_fleet(&self) -> bool {
+        self.spec.cluster_name.is_none() && self.spec.cluster_selector.is_some()
+    }
 }

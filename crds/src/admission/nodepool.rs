@@ -71,15 +71,33 @@ pub fn validate_node_pool(new: &NodePool, old: Option<&NodePool>, references: No
     let mut verdict = Verdict::default();
     let spec = &new.spec;
     check_name_is_label_value(&mut verdict, new.metadata.name.as_deref(), labels::NODEPOOL);
-    if let Err(reason) = dns1123_label(&spec.cluster_name) {
+    match (&spec.cluster_name, &spec.cluster_selector) {
+        (Some(_), Some(_)) => verdict.deny(
+            "spec",
+            "clusterName and clusterSelector are both set: keep clusterName for a pool serving one cluster, or \
+             clusterSelector for a fleet pool serving every registered cluster of the namespace whose labels match",
+        ),
+        (None, None) => verdict.deny(
+            "spec",
+            "neither clusterName nor clusterSelector is set: name the workload cluster this pool serves \
+             (clusterName: prod-paris), or select clusters by label (clusterSelector: {matchLabels: {env: prod}})",
+        ),
+        _ => {}
+    }
+    if let Some(cluster) = &spec.cluster_name
+        && let Err(reason) = dns1123_label(cluster)
+    {
         verdict.deny(
             "spec.clusterName",
             format!(
                 "{} is not a valid cluster name: it {reason}; the hub reads the Secret <clusterName>-kubeconfig, so use \
                  the workload cluster's name, e.g. prod-paris",
-                shorten(&spec.cluster_name)
+                shorten(cluster)
             ),
         );
+    }
+    if let Some((path, why)) = spec.cluster_selector.as_ref().and_then(|s| s.problem()) {
+        verdict.deny(format!("spec.clusterSelector.{path}"), why);
     }
     if let Some(weight) = spec.weight
         && !(1..=100).contains(&weight)
@@ -785,13 +803,14 @@ fn check_flavors(
 }
 
 fn check_update(verdict: &mut Verdict, new: &NodePool, old: &NodePool) {
+    let named = |p: &NodePool| p.spec.cluster_name.as_deref().map_or_else(|| "a clusterSelector".to_string(), shorten);
     if new.spec.cluster_name != old.spec.cluster_name {
         verdict.deny(
             "spec.clusterName",
             format!(
-                "clusterName is immutable ({} → {}): create a new NodePool for another cluster",
-                shorten(&old.spec.cluster_name),
-                shorten(&new.spec.cluster_name)
+                "clusterName is immutable ({} → {}): create a new NodePool for another cluster, or for a fleet pool",
+                named(old),
+                named(new)
             ),
         );
     }

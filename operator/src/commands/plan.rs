@@ -538,7 +538,8 @@ fn resolve_cluster(snapshot: &Snapshot, cluster: Option<&str>) -> Result<String,
     Ok(match cluster {
         Some(c) => c.to_string(),
         None => {
-            let clusters: BTreeSet<&str> = snapshot.node_pools.iter().map(|p| p.spec.cluster_name.as_str()).collect();
+            let clusters: BTreeSet<&str> =
+                snapshot.node_pools.iter().filter_map(|p| p.spec.cluster_name.as_deref()).collect();
             match clusters.len() {
                 0 => String::new(),
                 1 => clusters.into_iter().next().unwrap_or_default().to_string(),
@@ -731,8 +732,11 @@ spec:
         let bad = POOL.replace("clusterName: c1", "clusterNam: c1");
         let e = plan_of(&bad).unwrap_err().to_string();
         // Refused by the CRD schema, as the API server would, before the typed model is read.
-        assert!(e.contains("document 1 (NodePool team/default): spec.clusterName: Required value"), "{e}");
-        assert!(e.contains("clusterName"), "{e}");
+        assert!(
+            e.contains("document 1 (NodePool team/default): spec: Invalid value: set exactly one of spec.clusterName"),
+            "{e}"
+        );
+        assert!(e.contains("clusterSelector"), "{e}");
         let bad_qty = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers: [{name: app, resources: {requests: {cpu: lots}}}]\n";
         let e = plan_of(bad_qty).unwrap_err().to_string();
         assert!(e.contains("Pod default/a"), "{e}");

@@ -540,6 +540,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
     };
     hub_settings.hub_id = hub_id;
     hub_settings.management_cluster = management_cluster;
+    hub_settings.replica = identity.clone();
     if let Some(timings) = shard_timings {
         tracing::info!(
             lease_duration_seconds = timings.lease_duration.as_secs(),

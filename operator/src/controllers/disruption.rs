@@ -183,7 +183,8 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
         return Ok(disruption_queue::POLL);
     }
 
-    let (snapshot, mut view) = gather(&hub.cache, &conn.cache, key, &hub.settings.zone, &claims, now)?;
+    let labels = facts::ClusterLabels::of(&hub.registry, key);
+    let (snapshot, mut view) = gather(&hub.cache, &conn.cache, key, &labels, &hub.settings.zone, &claims, now)?;
     let fingerprint = fingerprint(&snapshot);
     for note in &view.notes {
         tracing::debug!(cluster = %key, note = %note, "disruption input note");
@@ -259,11 +260,12 @@ pub(crate) fn gather(
     mgmt: &MgmtCache,
     workload: &WorkloadCache,
     key: &ClusterKey,
+    labels: &facts::ClusterLabels,
     zone: &str,
     claims: &[Arc<NodeClaim>],
     now: Timestamp,
 ) -> Result<(Snapshot, disruption_scope::View), Error> {
-    let snapshot = facts::snapshot(mgmt, workload, key, zone, claims, facts::Workload::WithClaims);
+    let snapshot = facts::snapshot(mgmt, workload, key, labels, zone, claims, facts::Workload::WithClaims);
     let view = disruption_scope::view(
         &snapshot,
         &Volumes::default(),

@@ -27,7 +27,7 @@ use crate::{
         self, Candidate, ClusterView, Halt, Judgement, LiveClaim, LiveGroup, Reap, Report, StuckNode, SweepFacts,
         SweepPlan, VanishRead, VanishedClaim,
     },
-    decisions::ownership,
+    decisions::{fleet, ownership},
     infra::apierror::plain,
     infra::hub::{ClusterOwner, EVENT_DEDUPE, EVENT_DEDUPE_LONG, Hub},
     infra::metrics::Metrics,
@@ -340,7 +340,10 @@ async fn halt(hub: &Hub, key: &ClusterKey, Halt { would, of, why }: Halt) {
     if hub.set_gc_halt(key, Some(why.clone())) {
         tracing::warn!(cluster = %key, would_delete = would, labelled = of, halt_percent = percent, "GarbageCollectionHalted: too many NodeGroups look orphaned at once; none deleted");
     }
-    for pool in hub.cache.pools_in(&key.namespace).iter().filter(|p| p.spec.cluster_name == key.name) {
+    let labels = hub.registry.labels(key);
+    for pool in
+        hub.cache.pools_in(&key.namespace).iter().filter(|p| fleet::serves(p, &key.namespace, &key.name, &labels))
+    {
         hub.event(&pool.object_ref(&()), true, "GarbageCollectionHalted", "GarbageCollect", why.clone()).await;
     }
 }

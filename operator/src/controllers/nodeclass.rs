@@ -26,6 +26,7 @@ use serde_json::json;
 use crate::{
     decisions::conditions::{self, FALSE, TRUE},
     infra::errors::{self, ApiError, Categorized, Reconciler, Step, StepExt},
+    infra::facts,
     infra::hub::Hub,
     infra::registry::{ClusterKey, Phase},
 };
@@ -121,12 +122,22 @@ async fn reconcile(class: Arc<CleverNodeClass>, ctx: Arc<Ctx>) -> Result<Action,
     let mut clusters: Vec<(ClusterKey, Phase)> = pools
         .iter()
         .filter(|p| p.spec.template.spec.node_class_ref.name == name)
-        .map(|p| {
-            let key = ClusterKey::new(ns.clone(), p.spec.cluster_name.clone());
-            // Sharded mode: a cluster owned by another replica, as its owner reported it.
-            let reported = p.status.as_ref().and_then(|s| conditions::get(&s.conditions, "ClusterReachable"));
-            let phase = hub.registry.phase_or_reported(&key, reported.map(|c| c.reason.as_str()));
-            (key, phase)
+        .flat_map(|p| {
+            facts::served_by(&hub.registry, p).into_iter().map(|key| {
+                // Sharded mode: a cluster owned by another replica, as its owner reported it (on a
+                // fleet pool, in the cluster's row).
+                let status = p.status.as_ref();
+                let reported = match &p.spec.cluster_name {
+                    Some(_) => status
+                        .and_then(|s| conditions::get(&s.conditions, "ClusterReachable"))
+                        .map(|c| c.reason.clone()),
+                    None => {
+                        status.and_then(|s| s.clusters.iter().find(|r| r.name == key.name)).map(|r| r.reason.clone())
+                    }
+                };
+                let phase = hub.registry.phase_or_reported(&key, reported.as_deref());
+                (key, phase)
+            })
         })
         .collect();
     clusters.sort_by(|a, b| a.0.cmp(&b.0));

@@ -28,8 +28,10 @@ use serde_json::json;
 
 use crate::{
     decisions::conditions::{self, FALSE, TRUE, UNKNOWN},
+    decisions::fleet,
     decisions::pool_status::{Kind, Seen, caught_up, price_per_hour},
     infra::errors::{self, ApiError, Categorized, Reconciler, Step, StepExt},
+    infra::facts,
     infra::hub::Hub,
     infra::metrics::{Metrics, PoolLabels, PoolResourceLabels},
     infra::registry::{ClusterKey, Phase},
@@ -39,6 +41,7 @@ use crds::{
     admission::{Lookup, NodePoolReferences, validate_node_pool},
     catalog::Catalog,
     labels,
+    nodepool::PoolClusterStatus,
     quantity::Resources,
 };
 
@@ -47,6 +50,10 @@ pub const NODECLASS_READY: &str = "NodeClassReady";
 pub const READY: &str = "Ready";
 pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
 pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
+/// Fleet pools: every selected cluster's instance of the pool is Ready (else which are not).
+pub const CLUSTERS_READY: &str = "ClustersReady";
+/// Fleet pools, informational: nodes of the pool remain in clusters it no longer selects.
+pub const NODES_IN_DEPARTED_CLUSTERS: &str = "NodesInDepartedClusters";
 /// Present only while garbage collection's brake holds back the sweeps of the pool's cluster
 /// (hub.md §5): informational, it does not make the pool not Ready (launches go on).
 pub const GARBAGE_COLLECTION_HALTED: &str = "GarbageCollectionHalted";
@@ -166,8 +173,8 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
 /// A failed reconcile: counted, logged with its step and category, and retried after 10 s.
 fn error_policy(pool: Arc<NodePool>, e: &Error, ctx: Arc<Ctx>) -> Action {
     let ns = pool.namespace().unwrap_or_default();
-    let key = ClusterKey::new(ns.clone(), pool.spec.cluster_name.clone());
-    errors::count(&ctx.hub, Reconciler::NodePool, Some(&key), e);
+    let key = pool.spec.cluster_name.as_ref().map(|c| ClusterKey::new(ns.clone(), c.clone()));
+    errors::count(&ctx.hub, Reconciler::NodePool, key.as_ref(), e);
     tracing::warn!(namespace = %ns, nodepool = %pool.name_any(), step = e.step().label(), category = e.category().as_str(), error = %e, "nodepool reconcile failed; retrying");
     Action::requeue(Duration::from_secs(10))
 }
@@ -184,7 +191,6 @@ pub fn forget_pool(m: &Metrics, ns: &str, name: &str) {
 async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let hub = &ctx.hub;
     let ns = pool.namespace().unwrap_or_default();
-    let name = pool.name_any();
     // Before the cache has listed once, a missing claim or class means nothing: no status yet.
     if !hub.cache.is_ready() {
         return Ok(Action::requeue(Duration::from_secs(1)));
@@ -202,29 +208,182 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     if !caught_up(&seen, cached, Instant::now()) {
         return Ok(Action::requeue(CATCH_UP_RETRY));
     }
-    let key = ClusterKey::new(ns.clone(), pool.spec.cluster_name.clone());
-    // Sharded mode (hub.md §6): the replica owning the pool's cluster writes its status; the
-    // others leave it (a change of ownership re-reconciles every pool).
-    if !hub.registry.writes_for(&key) {
-        return Ok(Action::requeue(Duration::from_secs(60)));
+    match &pool.spec.cluster_name {
+        Some(cluster) => {
+            let key = ClusterKey::new(ns.clone(), cluster.clone());
+            // Sharded mode (hub.md §6): the replica owning the pool's cluster writes its status; the
+            // others leave it (a change of ownership re-reconciles every pool).
+            if !hub.registry.writes_for(&key) {
+                return Ok(Action::requeue(Duration::from_secs(60)));
+            }
+            named(hub, &pool, &key).await?;
+        }
+        None => fleet(hub, &pool).await?,
     }
-    let cluster = hub.registry.status(&key);
-    let synced = hub.registry.connection(&key).is_some_and(|c| c.is_synced());
-    let now = hub.now();
+    ctx.awaited.done(&me, &seen);
+    // Every input is watched (pool, its claims, its class, the registry and its labels): no
+    // periodic re-check, so a steady fleet costs no LIST (performance.md B4).
+    Ok(Action::await_change())
+}
+
+/// What the pool-wide conditions found: the pool's node class, and whether the pool can launch as
+/// far as the class and validation go.
+struct PoolWide {
+    class: Option<Arc<CleverNodeClass>>,
+    class_ready: bool,
+    valid: bool,
+}
+
+/// `NodeClassReady`, `ValidationSucceeded` and `NodeRegistrationHealthy`, the same for every cluster
+/// the pool serves.
+fn pool_wide(
+    hub: &Hub,
+    pool: &NodePool,
+    conds: &mut Vec<crds::common::Condition>,
+    now: k8s_openapi::jiff::Timestamp,
+) -> PoolWide {
+    let ns = pool.namespace().unwrap_or_default();
+    let name = pool.name_any();
     let generation = pool.metadata.generation;
-    let mut conds = pool.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
-    let before = conditions::get(&conds, CLUSTER_REACHABLE).map(|c| (c.status.clone(), c.reason.clone()));
+    let class_name = &pool.spec.template.spec.node_class_ref.name;
+    let class = hub.cache.classes.get(&ObjectRef::<CleverNodeClass>::new(class_name).within(&ns));
+    let (class_status, class_reason, class_message) = match &class {
+        None => (FALSE, "NodeClassNotFound", format!("CleverNodeClass {ns}/{class_name} does not exist")),
+        Some(c) => match conditions::get(c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(), READY)
+        {
+            Some(r) if r.status == TRUE => (TRUE, "NodeClassReady", String::new()),
+            Some(r) => (FALSE, "NodeClassNotReady", r.message.clone()),
+            None => (UNKNOWN, "AwaitingReconciliation", format!("CleverNodeClass {ns}/{class_name} has no status yet")),
+        },
+    };
+    conditions::set(conds, NODECLASS_READY, class_status, class_reason, &class_message, generation, now);
+    // The webhook's rules, re-checked: a pool stored without the webhook must say what is wrong.
+    let references = NodePoolReferences {
+        node_class: class.as_deref().map_or(Lookup::Missing, Lookup::Found),
+        flavor_catalog: Lookup::Unchecked("not read by the status controller".to_string()),
+        base: None,
+    };
+    let denial = validate_node_pool(pool, None, references).denial_message();
+    let valid = denial.is_none();
+    match denial {
+        None => conditions::set(conds, VALIDATION_SUCCEEDED, TRUE, "ValidationSucceeded", "", generation, now),
+        Some(m) => conditions::set(conds, VALIDATION_SUCCEEDED, FALSE, "ValidationFailed", &m, generation, now),
+    };
+    // Informational (karpenter-semantics §6.4): recent launches of this pool failing to register.
+    let class_generation = class.as_deref().and_then(|c| c.metadata.generation);
+    hub.observe_class_generation(&ns, class_name, class_generation);
+    let (health, health_reason, health_message) =
+        match hub.registration_healthy(&ns, &name, (generation, class_generation)) {
+            None => (UNKNOWN, "AwaitingRegistration", "no launch of this pool since it or its node class changed"),
+            Some(true) => (TRUE, "NodeRegistrationHealthy", ""),
+            Some(false) => (
+                FALSE,
+                "RegistrationFailed",
+                "at least half of the pool's recent launches did not register a node in time",
+            ),
+        };
+    conditions::set(conds, NODE_REGISTRATION_HEALTHY, health, health_reason, health_message, generation, now);
+    PoolWide { class, class_ready: class_status == TRUE, valid }
+}
+
+/// The pool's nodes (claims not being deleted) and the sum of their capacity.
+fn usage<'a>(claims: impl IntoIterator<Item = &'a Arc<NodeClaim>>) -> (i64, Resources) {
+    let mut total = Resources::ZERO;
+    let mut nodes = 0i64;
+    for c in claims.into_iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
+        nodes += 1;
+        if let Some(cap) = c.status.as_ref().and_then(|s| s.capacity.as_ref())
+            && let Ok(r) = Resources::from_resource_list(cap)
+        {
+            total = total.saturating_add(r);
+        }
+    }
+    (nodes, total)
+}
+
+/// The pool's gauges for cluster `key`, from its claims there; a removed cluster's series dropped.
+fn gauges(hub: &Hub, pool: &NodePool, key: &ClusterKey, class: Option<&CleverNodeClass>, claims: &[Arc<NodeClaim>]) {
+    let ns = &key.namespace;
+    let name = pool.name_any();
+    let m = &hub.metrics;
+    if !hub.registry.clusters().contains(key) {
+        // A removed cluster's series are gone (hub.md §3 "Removal"): a pool of an unregistered
+        // cluster writes none, and drops those a reconcile racing the removal wrote back.
+        let cluster = key.to_string();
+        m.nodepool_usage.forget(&cluster);
+        m.nodepool_limit.forget(&cluster);
+        m.nodepool_price.forget(&cluster);
+        return;
+    }
+    let (nodes, total) = usage(claims);
+    let labels = |resource_type: &str| PoolResourceLabels {
+        cluster: key.to_string(),
+        nodepool: name.clone(),
+        resource_type: resource_type.to_string(),
+    };
+    // Cost, with the catalogue the pool's launches use (the built-in one while the class is missing),
+    // as the cache shows it: a price is no reason for a live read.
+    let types = match class {
+        Some(c) => hub.cached_instance_types(ns, c),
+        None => Catalog::builtin().instance_types(&hub.settings.zone),
+    };
+    let priced = price_per_hour(claims.iter().map(AsRef::as_ref), &types);
+    m.nodepool_usage.get(&labels("cpu")).set(total.cpu_millis as f64 / 1000.0);
+    m.nodepool_usage.get(&labels("memory")).set(total.memory_bytes as f64);
+    m.nodepool_usage.get(&labels("nodes")).set(nodes as f64);
+    if let Some(limits) = pool.spec.limits.as_ref().and_then(|l| Resources::from_resource_list(l).ok()) {
+        let declared = |k: &str| pool.spec.limits.as_ref().is_some_and(|l| l.contains_key(k));
+        if declared("cpu") {
+            m.nodepool_limit.get(&labels("cpu")).set(limits.cpu_millis as f64 / 1000.0);
+        }
+        if declared("memory") {
+            m.nodepool_limit.get(&labels("memory")).set(limits.memory_bytes as f64);
+        }
+    }
+    m.nodepool_price.get(&PoolLabels { cluster: key.to_string(), nodepool: name.clone() }).set(priced.eur_per_hour);
+    if !priced.unpriced.is_empty() {
+        tracing::debug!(namespace = %ns, nodepool = %name, claims = ?priced.unpriced, "claims of flavors the catalogue does not price are left out of the pool's cost");
+    }
+}
+
+/// Whether cluster `key` can be provisioned for (connected and synced), with its condition reason
+/// and message.
+fn reachability(hub: &Hub, key: &ClusterKey) -> (bool, &'static str, String) {
+    let cluster = hub.registry.status(key);
+    let synced = hub.registry.connection(key).is_some_and(|c| c.is_synced());
     let reachable = cluster.phase == Phase::Connected && synced;
     let message = if cluster.phase == Phase::SecretMissing {
         format!("cluster {} is not registered: {}", key.name, cluster.message)
     } else {
         cluster.message.clone()
     };
+    (reachable, cluster.phase.reason(), message)
+}
+
+/// The claims of the pool (by its label) in the namespace, as the cache holds them.
+fn pool_claims(hub: &Hub, pool: &NodePool) -> Vec<Arc<NodeClaim>> {
+    let name = pool.name_any();
+    hub.cache
+        .claims_in(&pool.namespace().unwrap_or_default())
+        .into_iter()
+        .filter(|c| c.labels().get(labels::NODEPOOL) == Some(&name))
+        .collect()
+}
+
+/// The status of a pool naming one cluster.
+async fn named(hub: &Hub, pool: &NodePool, key: &ClusterKey) -> Result<(), Error> {
+    let ns = &key.namespace;
+    let name = pool.name_any();
+    let now = hub.now();
+    let generation = pool.metadata.generation;
+    let mut conds = pool.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    let before = conditions::get(&conds, CLUSTER_REACHABLE).map(|c| (c.status.clone(), c.reason.clone()));
+    let (reachable, reason, message) = reachability(hub, key);
     conditions::set(
         &mut conds,
         CLUSTER_REACHABLE,
         if reachable { TRUE } else { FALSE },
-        cluster.phase.reason(),
+        reason,
         &message,
         generation,
         now,
@@ -240,43 +399,8 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         };
         hub.event(&pool.object_ref(&()), !reachable, &now_reachable.reason, "Connect", note).await;
     }
-    let class_name = &pool.spec.template.spec.node_class_ref.name;
-    let class = hub.cache.classes.get(&ObjectRef::<CleverNodeClass>::new(class_name).within(&ns));
-    let (class_status, class_reason, class_message) = match &class {
-        None => (FALSE, "NodeClassNotFound", format!("CleverNodeClass {ns}/{class_name} does not exist")),
-        Some(c) => match conditions::get(c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(), READY)
-        {
-            Some(r) if r.status == TRUE => (TRUE, "NodeClassReady", String::new()),
-            Some(r) => (FALSE, "NodeClassNotReady", r.message.clone()),
-            None => (UNKNOWN, "AwaitingReconciliation", format!("CleverNodeClass {ns}/{class_name} has no status yet")),
-        },
-    };
-    conditions::set(&mut conds, NODECLASS_READY, class_status, class_reason, &class_message, generation, now);
-    // The webhook's rules, re-checked: a pool stored without the webhook must say what is wrong.
-    let references = NodePoolReferences {
-        node_class: class.as_deref().map_or(Lookup::Missing, Lookup::Found),
-        flavor_catalog: Lookup::Unchecked("not read by the status controller".to_string()),
-        base: None,
-    };
-    match validate_node_pool(&pool, None, references).denial_message() {
-        None => conditions::set(&mut conds, VALIDATION_SUCCEEDED, TRUE, "ValidationSucceeded", "", generation, now),
-        Some(m) => conditions::set(&mut conds, VALIDATION_SUCCEEDED, FALSE, "ValidationFailed", &m, generation, now),
-    };
-    // Informational (karpenter-semantics §6.4): recent launches of this pool failing to register.
-    let class_generation = class.as_deref().and_then(|c| c.metadata.generation);
-    hub.observe_class_generation(&ns, class_name, class_generation);
-    let (health, health_reason, health_message) =
-        match hub.registration_healthy(&ns, &name, (generation, class_generation)) {
-            None => (UNKNOWN, "AwaitingRegistration", "no launch of this pool since it or its node class changed"),
-            Some(true) => (TRUE, "NodeRegistrationHealthy", ""),
-            Some(false) => (
-                FALSE,
-                "RegistrationFailed",
-                "at least half of the pool's recent launches did not register a node in time",
-            ),
-        };
-    conditions::set(&mut conds, NODE_REGISTRATION_HEALTHY, health, health_reason, health_message, generation, now);
-    match hub.gc_halt(&key) {
+    let wide = pool_wide(hub, pool, &mut conds, now);
+    match hub.gc_halt(key) {
         Some(why) => {
             conditions::set(&mut conds, GARBAGE_COLLECTION_HALTED, TRUE, "TooManyOrphans", &why, generation, now);
         }
@@ -291,78 +415,195 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         generation,
         now,
     );
-
     // Usage: Σ capacity of the pool's claims that are not being deleted.
-    let claims: Vec<Arc<NodeClaim>> =
-        hub.cache.claims_in(&ns).into_iter().filter(|c| c.labels().get(labels::NODEPOOL) == Some(&name)).collect();
-    let mut total = Resources::ZERO;
-    let mut nodes = 0i64;
-    for c in claims.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
-        nodes += 1;
-        if let Some(cap) = c.status.as_ref().and_then(|s| s.capacity.as_ref())
-            && let Ok(r) = Resources::from_resource_list(cap)
-        {
-            total = total.saturating_add(r);
-        }
-    }
-    let labels = |resource_type: &str| PoolResourceLabels {
-        cluster: key.to_string(),
-        nodepool: name.clone(),
-        resource_type: resource_type.to_string(),
-    };
-    // Cost, with the catalogue the pool's launches use (the built-in one while the class is missing),
-    // as the cache shows it: a price is no reason for a live read.
-    let types = match &class {
-        Some(c) => hub.cached_instance_types(&ns, c),
-        None => Catalog::builtin().instance_types(&hub.settings.zone),
-    };
-    let priced = price_per_hour(claims.iter().map(AsRef::as_ref), &types);
-    let m = &hub.metrics;
-    if hub.registry.clusters().contains(&key) {
-        m.nodepool_usage.get(&labels("cpu")).set(total.cpu_millis as f64 / 1000.0);
-        m.nodepool_usage.get(&labels("memory")).set(total.memory_bytes as f64);
-        m.nodepool_usage.get(&labels("nodes")).set(nodes as f64);
-        if let Some(limits) = pool.spec.limits.as_ref().and_then(|l| Resources::from_resource_list(l).ok()) {
-            let declared = |k: &str| pool.spec.limits.as_ref().is_some_and(|l| l.contains_key(k));
-            if declared("cpu") {
-                m.nodepool_limit.get(&labels("cpu")).set(limits.cpu_millis as f64 / 1000.0);
-            }
-            if declared("memory") {
-                m.nodepool_limit.get(&labels("memory")).set(limits.memory_bytes as f64);
-            }
-        }
-        m.nodepool_price.get(&PoolLabels { cluster: key.to_string(), nodepool: name.clone() }).set(priced.eur_per_hour);
-        if !priced.unpriced.is_empty() {
-            tracing::debug!(namespace = %ns, nodepool = %name, claims = ?priced.unpriced, "claims of flavors the catalogue does not price are left out of the pool's cost");
-        }
-    } else {
-        // A removed cluster's series are gone (hub.md §3 "Removal"): a pool of an unregistered
-        // cluster writes none, and drops those a reconcile racing the removal wrote back.
-        let cluster = key.to_string();
-        m.nodepool_usage.forget(&cluster);
-        m.nodepool_limit.forget(&cluster);
-        m.nodepool_price.forget(&cluster);
-    }
+    let claims = pool_claims(hub, pool);
+    gauges(hub, pool, key, wide.class.as_deref(), &claims);
+    let (nodes, total) = usage(&claims);
     let resources: BTreeMap<String, _> = total.to_resource_list();
     let status = json!({
         "conditions": conds,
         "resources": resources,
         "nodes": nodes,
-        "nodeClassObservedGeneration": class.as_deref().and_then(|c| c.metadata.generation),
+        "nodeClassObservedGeneration": wide.class.as_deref().and_then(|c| c.metadata.generation),
     });
     let current = serde_json::to_value(&pool.status).unwrap_or_default();
     let changed = ["conditions", "resources", "nodes"].iter().any(|k| current.get(*k) != status.get(*k));
     if changed {
-        Api::<NodePool>::namespaced(hub.mgmt.clone(), &ns)
+        Api::<NodePool>::namespaced(hub.mgmt.clone(), ns)
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
             .await
             .step(Step::WriteNodePoolStatus)?;
         tracing::debug!(namespace = %ns, nodepool = %name, ready, cluster = %key, "nodepool status updated");
     }
-    ctx.awaited.done(&me, &seen);
-    // Every input is watched (pool, its claims, its class, the registry): no periodic re-check,
-    // so a steady fleet costs no LIST (performance.md B4).
-    Ok(Action::await_change())
+    Ok(())
+}
+
+/// The field manager of the fleet rows this replica writes: one per replica, so that in sharded
+/// mode each owner's rows are its own (server-side apply keeps them apart in the list-map).
+fn rows_manager(hub: &Hub) -> String {
+    let mut m = format!("karpenter-hub-rows-{}", hub.settings.replica);
+    m.truncate(128);
+    m
+}
+
+/// The status of a fleet pool (fleet.md §2): one row per selected cluster, written by the replica
+/// that acts for that cluster (server-side apply, its own field manager); the summary (conditions,
+/// `clustersReady`, usage) written by the namespace writer from every row.
+async fn fleet(hub: &Hub, pool: &NodePool) -> Result<(), Error> {
+    let ns = pool.namespace().unwrap_or_default();
+    let name = pool.name_any();
+    let now = hub.now();
+    let generation = pool.metadata.generation;
+    let served = facts::served_by(&hub.registry, pool);
+    let mut conds = pool.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    let wide = pool_wide(hub, pool, &mut conds, now);
+    let claims = pool_claims(hub, pool);
+    let existing: &[PoolClusterStatus] = pool.status.as_ref().map_or(&[], |s| s.clusters.as_slice());
+
+    // This replica's rows: the selected clusters it acts for.
+    let mut mine = Vec::new();
+    for key in served.iter().filter(|k| hub.registry.writes_for(k)) {
+        let here: Vec<Arc<NodeClaim>> = claims.iter().filter(|c| c.spec.cluster_name == key.name).cloned().collect();
+        gauges(hub, pool, key, wide.class.as_deref(), &here);
+        let (nodes, total) = usage(&here);
+        let (reachable, reason, _) = reachability(hub, key);
+        let reason = if !reachable {
+            reason
+        } else if !wide.class_ready {
+            "NodeClassNotReady"
+        } else if !wide.valid {
+            "ValidationFailed"
+        } else {
+            READY
+        };
+        mine.push(PoolClusterStatus {
+            name: key.name.clone(),
+            nodes,
+            resources: Some(total.to_resource_list()),
+            ready: if reason == READY { TRUE } else { FALSE }.to_string(),
+            reason: reason.to_string(),
+        });
+    }
+    let served_names: std::collections::BTreeSet<&str> = served.iter().map(|k| k.name.as_str()).collect();
+    let stale = existing.iter().any(|r| !served_names.contains(r.name.as_str()));
+    let differs = mine.iter().any(|row| existing.iter().find(|r| r.name == row.name) != Some(row));
+    let api = Api::<NodePool>::namespaced(hub.mgmt.clone(), &ns);
+    if differs || stale {
+        // Rows this manager wrote before and no longer lists (a cluster that left) are removed by
+        // the apply itself.
+        let apply = json!({
+            "apiVersion": NodePool::api_version(&()), "kind": "NodePool",
+            "metadata": {"name": name, "namespace": ns},
+            "status": {"clusters": mine},
+        });
+        api.patch_status(&name, &PatchParams::apply(&rows_manager(hub)).force(), &Patch::Apply(&apply))
+            .await
+            .step(Step::WriteNodePoolStatus)?;
+    }
+    if !hub.registry.is_namespace_writer() {
+        return Ok(());
+    }
+    // The summary, from every row: this replica's fresh ones, the others' as the pool shows them.
+    let rows: Vec<PoolClusterStatus> = served
+        .iter()
+        .map(|k| {
+            mine.iter().chain(existing).find(|r| r.name == k.name).cloned().unwrap_or_else(|| PoolClusterStatus {
+                name: k.name.clone(),
+                ready: UNKNOWN.to_string(),
+                reason: "AwaitingOwner".to_string(),
+                ..PoolClusterStatus::default()
+            })
+        })
+        .collect();
+    conditions::remove(&mut conds, CLUSTER_REACHABLE);
+    conditions::remove(&mut conds, GARBAGE_COLLECTION_HALTED);
+    match (rows.is_empty(), fleet::not_ready_message(&rows)) {
+        (true, _) => conditions::set(
+            &mut conds,
+            CLUSTERS_READY,
+            FALSE,
+            "NoClusterSelected",
+            &format!("clusterSelector matches no registered cluster of namespace {ns}"),
+            generation,
+            now,
+        ),
+        (false, None) => conditions::set(&mut conds, CLUSTERS_READY, TRUE, CLUSTERS_READY, "", generation, now),
+        (false, Some(message)) => {
+            conditions::set(&mut conds, CLUSTERS_READY, FALSE, "ClustersNotReady", &message, generation, now)
+        }
+    };
+    // Nodes left in clusters that departed the selection (fleet.md §2): shown, not counted against
+    // readiness.
+    let mut departed: BTreeMap<&str, usize> = BTreeMap::new();
+    for c in claims.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
+        if !served_names.contains(c.spec.cluster_name.as_str()) {
+            *departed.entry(c.spec.cluster_name.as_str()).or_default() += 1;
+        }
+    }
+    if departed.is_empty() {
+        conditions::remove(&mut conds, NODES_IN_DEPARTED_CLUSTERS);
+    } else {
+        let total: usize = departed.values().sum();
+        let by: Vec<String> = departed.iter().map(|(c, n)| format!("{c}: {n}")).collect();
+        let message = format!(
+            "{total} node(s) in clusters this pool no longer selects ({}): drifted (ClusterNotSelected) and replaced \
+             within the pool's budgets where another pool serves the cluster, else left in place",
+            by.join(", ")
+        );
+        conditions::set(&mut conds, NODES_IN_DEPARTED_CLUSTERS, TRUE, "ClusterNotSelected", &message, generation, now);
+    }
+    let ready = conditions::set_root_except(
+        &mut conds,
+        READY,
+        &[NODE_REGISTRATION_HEALTHY, NODES_IN_DEPARTED_CLUSTERS],
+        generation,
+        now,
+    );
+    let (nodes, total) = usage(&claims);
+    let resources: BTreeMap<String, _> = total.to_resource_list();
+    let status = json!({
+        "conditions": conds,
+        "resources": resources,
+        "nodes": nodes,
+        "clustersReady": fleet::clusters_ready(&rows),
+        "nodeClassObservedGeneration": wide.class.as_deref().and_then(|c| c.metadata.generation),
+    });
+    let current = serde_json::to_value(&pool.status).unwrap_or_default();
+    let changed =
+        ["conditions", "resources", "nodes", "clustersReady"].iter().any(|k| current.get(*k) != status.get(*k));
+    if changed {
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
+            .await
+            .step(Step::WriteNodePoolStatus)?;
+        tracing::debug!(namespace = %ns, nodepool = %name, ready, clusters = %fleet::clusters_ready(&rows), "fleet nodepool status updated");
+    }
+    // Rows of clusters no longer selected that no live writer removes (their manager's replica
+    // is gone): removed one by one, each guarded by its name, so a concurrent write is not undone.
+    if stale {
+        prune(&api, &name, &served_names).await?;
+    }
+    Ok(())
+}
+
+/// Remove the rows of clusters not in `served` from the pool's live status.
+async fn prune(api: &Api<NodePool>, name: &str, served: &std::collections::BTreeSet<&str>) -> Result<(), Error> {
+    let live = api.get_status(name).await.step(Step::WriteNodePoolStatus)?;
+    let rows = live.status.map(|s| s.clusters).unwrap_or_default();
+    // From the end, so earlier indices stay valid within the one patch.
+    let mut ops = Vec::new();
+    for (i, row) in rows.iter().enumerate().rev().filter(|(_, r)| !served.contains(r.name.as_str())) {
+        ops.push(json!({"op": "test", "path": format!("/status/clusters/{i}/name"), "value": row.name}));
+        ops.push(json!({"op": "remove", "path": format!("/status/clusters/{i}")}));
+    }
+    if ops.is_empty() {
+        return Ok(());
+    }
+    let Ok(patch) = serde_json::from_value(serde_json::Value::Array(ops)) else { return Ok(()) };
+    match api.patch_status(name, &PatchParams::default(), &Patch::<()>::Json(patch)).await {
+        // 422: a row moved meanwhile; the next reconcile looks again.
+        Err(kube::Error::Api(s)) if s.code == 422 => Ok(()),
+        r => r.map(|_| ()).step(Step::WriteNodePoolStatus),
+    }
 }
 
 #[cfg(test)]

@@ -195,14 +195,16 @@ pub(crate) fn gather(
     mgmt: &MgmtCache,
     workload: &WorkloadCache,
     key: &ClusterKey,
+    labels: &facts::ClusterLabels,
     zone: &str,
 ) -> Result<Gathered, Error> {
     if !mgmt.is_ready() {
         return Ok(Gathered::NotListed);
     }
     let claims = facts::claims(mgmt, key);
-    let snapshot = facts::snapshot(mgmt, workload, key, zone, &claims, facts::Workload::Everything);
-    if snapshot.node_pools.is_empty() {
+    let snapshot = facts::snapshot(mgmt, workload, key, labels, zone, &claims, facts::Workload::Everything);
+    // Pools the cluster departed from are in the snapshot for disruption's sake only.
+    if !snapshot.node_pools.iter().any(|p| snapshot.serves(p, &key.name)) {
         return Ok(Gathered::NoPool);
     }
     let converted = build_input(&snapshot, &key.name, PendingRule::Unschedulable, Settings::default())?;
@@ -284,7 +286,8 @@ fn log_notes(key: &ClusterKey, notes: &[String]) {
 pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Outcome, Error> {
     // Absence in an unlisted cache means nothing; look again shortly.
     let unlisted = || Outcome::Deferred { until: tokio::time::Instant::now() + Duration::from_millis(200) };
-    let gathered = gather(&hub.cache, &conn.cache, key, &hub.settings.zone);
+    let gathered =
+        gather(&hub.cache, &conn.cache, key, &facts::ClusterLabels::of(&hub.registry, key), &hub.settings.zone);
     if matches!(gathered, Ok(Gathered::NotListed)) {
         return Ok(unlisted());
     }

@@ -34,6 +34,8 @@ pub const NODEPOOL_DRIFTED: &str = "NodePoolDrifted";
 pub const REQUIREMENTS_DRIFTED: &str = "RequirementsDrifted";
 pub const NODECLASS_DRIFTED: &str = "NodeClassDrifted";
 pub const INSTANCE_TYPE_NOT_FOUND: &str = "InstanceTypeNotFound";
+/// The claim's cluster left its fleet pool's selection (fleet.md §2).
+pub const CLUSTER_NOT_SELECTED: &str = "ClusterNotSelected";
 
 /// Pod events closer than this to the last recorded one are not written (§4.1: at most one write
 /// per claim per 10 s, below the 15 s validation delay).
@@ -52,14 +54,16 @@ pub struct Outcome {
 }
 
 /// What a claim was made from, as it is now: its pool and its node class (`None`: gone, or not
-/// known), the flavors the class's catalogue serves now (`None`: not known), and when the claim was
-/// created.
+/// known), the flavors the class's catalogue serves now (`None`: not known), when the claim was
+/// created, and whether its cluster has left its fleet pool's selection
+/// ([`crate::decisions::fleet::departed`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Origin<'a> {
     pub pool: Option<&'a NodePool>,
     pub class: Option<&'a CleverNodeClass>,
     pub offered: Option<&'a [String]>,
     pub created: Option<Timestamp>,
+    pub departed: bool,
 }
 
 /// A claim younger than this is never drifted for its flavor (§4.1: the catalogue may lag behind a
@@ -77,7 +81,7 @@ pub fn update(
     generation: Option<i64>,
     now: Timestamp,
 ) -> Outcome {
-    let Origin { pool, class, offered, created } = origin;
+    let Origin { pool, class, offered, created, departed } = origin;
     let mut out = Outcome::default();
     // lastPodEventTime: the latest pod event on the node, never moving back.
     if let Some(latest) = pods.iter().filter(|p| !daemonset(p)).filter_map(|p| last_event(p)).max() {
@@ -122,7 +126,17 @@ pub fn update(
     let hash = claim_annotations.get(drift::NODEPOOL_HASH_ANNOTATION).map(String::as_str);
     let current = drift::nodepool_hash(&pool.spec);
     let drifted_already = conditions::is_true(&status.conditions, DRIFTED);
-    let drift = if version == Some(drift::NODEPOOL_HASH_VERSION) {
+    // A cluster that left the fleet pool's selection drifts every node of the pool there first:
+    // replaced through the ordinary disruption path, within budgets, never deleted at once.
+    let departure = departed.then(|| {
+        (
+            CLUSTER_NOT_SELECTED,
+            "this node's cluster is no longer selected by the NodePool's clusterSelector".to_string(),
+        )
+    });
+    let drift = if departure.is_some() {
+        departure
+    } else if version == Some(drift::NODEPOOL_HASH_VERSION) {
         (hash != Some(current.as_str()))
             .then(|| (NODEPOOL_DRIFTED, "the NodePool's template changed since this node was launched".to_string()))
     } else {
@@ -328,7 +342,7 @@ mod tests {
             s,
             &claim_labels("XS"),
             annotations,
-            Origin { pool, class, offered: None, created: None },
+            Origin { pool, class, offered: None, created: None, departed: false },
             pods,
             Some(1),
             at,
@@ -526,7 +540,13 @@ mod tests {
         let gone = ["2XS".to_string()];
         let at = |created: i64, offered: &[String]| {
             let mut s = initialized(t(0));
-            let origin = Origin { pool: Some(&p), class: None, offered: Some(offered), created: Some(t(created)) };
+            let origin = Origin {
+                pool: Some(&p),
+                class: None,
+                offered: Some(offered),
+                created: Some(t(created)),
+                departed: false,
+            };
             update(&mut s, &claim_labels("XS"), &stamped(&p), origin, &[], Some(1), t(4000));
             conditions::get(&s.conditions, DRIFTED).map(|c| c.reason.clone())
         };

@@ -77,9 +77,14 @@ pub fn view(
     let mut notes = converted.notes;
     let input = converted.input;
     let mut pools = Vec::new();
-    for p in snapshot.node_pools.iter().filter(|p| p.spec.cluster_name == cluster) {
+    // The pools serving the cluster, and those it departed from (fleet.md §2: the snapshot carries
+    // them only while they have nodes there), whose budgets keep applying to those nodes: their
+    // flavors need not resolve, as no pod may land on them.
+    let named = |p: &&crds::NodePool| p.spec.cluster_name.as_deref().is_none_or(|c| c == cluster);
+    for p in snapshot.node_pools.iter().filter(named) {
         let name = p.metadata.name.clone().unwrap_or_default();
-        let types_resolve = input.pools.iter().any(|ip| ip.name == name && !ip.instance_types.is_empty());
+        let types_resolve = !snapshot.serves(p, cluster)
+            || input.pools.iter().any(|ip| ip.name == name && !ip.instance_types.is_empty());
         let mut facts = PoolFacts::from_spec(&name, &p.spec.disruption, types_resolve);
         facts.protect_single_replica =
             p.metadata.annotations.as_ref().and_then(|a| a.get(PROTECT_SINGLE_REPLICA)).is_some_and(|v| v == "true");

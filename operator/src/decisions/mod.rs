@@ -8,6 +8,7 @@ pub mod disruption_conditions;
 pub mod disruption_queue;
 pub mod disruption_scope;
 pub mod fingerprint;
+pub mod fleet;
 pub mod garbage;
 pub mod handover;
 pub mod hub_id;

@@ -11,13 +11,45 @@
 
 use std::sync::Arc;
 
-use crds::NodeClaim;
+use crds::{NodeClaim, NodePool};
 use scheduling::convert::Snapshot;
 
 use crate::{
-    decisions::taking_part,
-    infra::{hub::MgmtCache, registry::ClusterKey, registry::WorkloadCache},
+    decisions::{fleet, taking_part},
+    infra::{
+        hub::MgmtCache,
+        registry::{ClusterKey, Labels, Registry, WorkloadCache},
+    },
 };
+
+/// A cluster's labels (fleet.md §1) as the registry holds them, and whether they are settled
+/// ([`Registry::labels_settled`]): what fleet pools select on.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterLabels {
+    pub labels: Labels,
+    pub settled: bool,
+}
+
+impl ClusterLabels {
+    /// Cluster `key`'s, from `registry`.
+    pub fn of(registry: &Registry, key: &ClusterKey) -> Self {
+        ClusterLabels { labels: registry.labels(key), settled: registry.labels_settled() }
+    }
+}
+
+/// The clusters `pool` serves, sorted: the one it names (registered or not: its status says which),
+/// or, for a fleet pool, every registered cluster of its namespace whose labels it selects.
+pub fn served_by(registry: &Registry, pool: &NodePool) -> Vec<ClusterKey> {
+    let ns = pool.metadata.namespace.clone().unwrap_or_default();
+    if let Some(name) = &pool.spec.cluster_name {
+        return vec![ClusterKey::new(ns, name.clone())];
+    }
+    registry
+        .registered()
+        .into_iter()
+        .filter(|k| k.namespace == ns && fleet::serves(pool, &ns, &k.name, &registry.labels(k)))
+        .collect()
+}
 
 /// The NodeClaims of cluster `key`, as the management cache holds them.
 pub fn claims(mgmt: &MgmtCache, key: &ClusterKey) -> Vec<Arc<NodeClaim>> {
@@ -34,23 +66,29 @@ pub enum Workload {
     WithClaims,
 }
 
-/// The cluster's objects as the scheduling and disruption cores read them: the pools whose node
-/// class is Ready (the only ones that take part), `claims` (the cluster's, see [`claims`]), and the
+/// The cluster's objects as the scheduling and disruption cores read them: the pools serving it whose
+/// node class is Ready (the only ones that take part), the fleet pools it departed from that still
+/// have nodes there (for their budgets; never destinations), `claims` (the cluster's, see [`claims`]), and the
 /// rest from the caches: the workload objects shared with them (`Arc`s), the management objects
 /// copied.
 pub fn snapshot(
     mgmt: &MgmtCache,
     workload: &WorkloadCache,
     key: &ClusterKey,
+    labels: &ClusterLabels,
     zone: &str,
     claims: &[Arc<NodeClaim>],
     reading: Workload,
 ) -> Snapshot {
     let ns = &key.namespace;
     let classes = mgmt.classes_in(ns);
+    let pools = mgmt.pools_in(ns);
     let nodes_and_pods = reading == Workload::Everything || !claims.is_empty();
+    let mut node_pools = taking_part::pools(&classes, &pools, ns, &key.name, &labels.labels);
+    node_pools.extend(taking_part::departed(&classes, &pools, &key.name, &labels.labels, labels.settled, claims));
     Snapshot {
-        node_pools: taking_part::pools(&classes, &mgmt.pools_in(ns), &key.name),
+        node_pools,
+        cluster_labels: [(key.name.clone(), labels.labels.clone())].into(),
         node_classes: classes.iter().map(|c| c.as_ref().clone()).collect(),
         flavor_catalogs: mgmt.catalogs_in(ns).iter().map(|c| c.as_ref().clone()).collect(),
         node_claims: claims.iter().map(|c| c.as_ref().clone()).collect(),

@@ -72,6 +72,9 @@ pub struct Settings {
     /// How long a consolidation or emptiness command waits before it is validated and started
     /// (karpenter-semantics: 15 s).
     pub disruption_validation: Duration,
+    /// This replica's identity (its Lease holder identity; empty outside `run`): names the field
+    /// manager of the fleet pool status rows it writes, so replicas' rows do not overwrite each other.
+    pub replica: String,
 }
 
 impl Settings {
@@ -100,6 +103,7 @@ impl Default for Settings {
             gc_period: crate::decisions::garbage::SWEEP_PERIOD,
             gc_brake: crate::decisions::garbage::Brake::default(),
             disruption_validation: crate::decisions::disruption_queue::VALIDATION_DELAY,
+            replica: String::new(),
         }
     }
 }

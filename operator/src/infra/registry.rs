@@ -268,6 +268,9 @@ struct Inner {
     pauses: RwLock<BTreeMap<ClusterKey, Pause>>,
     /// Each cluster's labels, from its Secret and its `Cluster` ([`labels`]).
     labels: RwLock<BTreeMap<ClusterKey, labels::Sources>>,
+    /// Whether the Cluster API `Cluster`s' labels have been read once in every scope (or are known
+    /// not to be there): before that, a cluster missing a label may only not have it *yet*.
+    labels_settled: std::sync::atomic::AtomicBool,
     /// Each registration's declared move, when it matters: the source management cluster whose
     /// groups the cluster's controllers take over, or why the declaration is refused (then, like a
     /// pause, no controller gets the cluster).
@@ -308,6 +311,7 @@ impl Registry {
                 clusters: RwLock::new(BTreeMap::new()),
                 pauses: RwLock::new(BTreeMap::new()),
                 labels: RwLock::new(BTreeMap::new()),
+                labels_settled: std::sync::atomic::AtomicBool::new(false),
                 handovers: RwLock::new(BTreeMap::new()),
                 identities: Arc::new(Identities::default()),
                 parses: Arc::new(parsed::Parses::default()),
@@ -336,7 +340,8 @@ impl Registry {
 
     /// Each cluster whose connection just became synced: connected first, reconnected after a
     /// failure or a rotation, or (sharded mode) newly owned by this replica, since ownership starts
-    /// a connection. Lets a controller wake only that cluster's objects, where
+    /// a connection; and each registered cluster whose labels changed (fleet pools may have begun
+    /// or stopped serving it). Lets a controller wake only that cluster's objects, where
     /// [`Registry::change_stream`] would wake the whole fleet's. Should the subscriber lag behind,
     /// every cluster synced at that moment is yielded instead: a wake too many, never one lost.
     pub fn synced(&self) -> impl futures::Stream<Item = ClusterKey> + Send + use<> {
@@ -635,8 +640,26 @@ impl Registry {
         }
         if self.inner.known.read().unwrap_or_else(PoisonError::into_inner).contains_key(key) {
             tracing::info!(cluster = %key, labels = %labels::render(&after), "workload cluster labels changed");
+            // Fleet pools may serve it now, or no longer: its claims and its disruption loop look
+            // again at once, as after a sync.
+            let _ = self.inner.synced.send(key.clone());
         }
         self.notify();
+    }
+
+    /// Whether every source of cluster labels has been read once: Secrets are (a cluster is known
+    /// only from its Secret), and Cluster API's `Cluster`s have been listed in every scope, or are
+    /// not served, or may not be read. Until then no cluster counts as having left a fleet pool's
+    /// selection (its `Cluster`'s labels may be about to arrive).
+    pub fn labels_settled(&self) -> bool {
+        self.inner.labels_settled.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The Cluster watch has read every scope once (or found it has nothing to read).
+    pub(crate) fn settle_labels(&self) {
+        if !self.inner.labels_settled.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            self.notify();
+        }
     }
 
     /// The clusters whose `Cluster` gives them labels, for the Cluster watch's relists.

@@ -57,8 +57,12 @@ pub struct ConvertError {
 /// The objects of one workload cluster and its scope, as listed.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
-    /// NodePools (all clusters; filtered by `clusterName`).
+    /// NodePools (all clusters; those serving the cluster are kept: its `clusterName`, or a fleet
+    /// pool's `clusterSelector` matching the cluster's labels).
     pub node_pools: Vec<NodePool>,
+    /// Labels of the workload clusters, by name: what fleet pools select on. A cluster absent has
+    /// no labels.
+    pub cluster_labels: BTreeMap<String, BTreeMap<String, String>>,
     /// Node classes.
     pub node_classes: Vec<CleverNodeClass>,
     /// Flavor catalogues.
@@ -79,6 +83,12 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Whether `pool` serves `cluster`, by its name or its selector over the cluster's labels.
+    pub fn serves(&self, pool: &NodePool, cluster: &str) -> bool {
+        static NONE: BTreeMap<String, String> = BTreeMap::new();
+        pool.selects(cluster, self.cluster_labels.get(cluster).unwrap_or(&NONE))
+    }
+
     fn zone(&self) -> &str {
         self.zone.as_deref().unwrap_or(DEFAULT_ZONE)
     }
@@ -130,8 +140,8 @@ fn err(object: &str, field: impl Into<String>, message: impl Into<String>) -> Co
     ConvertError { object: object.to_string(), field: field.into(), message: message.into() }
 }
 
-/// Builds the input of one cluster's round (§3.3). Pools are those whose `clusterName` is
-/// `cluster`; the caller keeps only Ready pools in the operator, `plan` takes them all.
+/// Builds the input of one cluster's round (§3.3). Pools are those serving `cluster`
+/// ([`Snapshot::serves`]); the caller keeps only Ready pools in the operator, `plan` takes them all.
 pub fn build_input(
     snapshot: &Snapshot,
     cluster: &str,
@@ -151,7 +161,7 @@ pub fn build_input_with_volumes(
 ) -> Result<Converted, ConvertError> {
     let mut out = Converted::default();
     out.input.settings = settings;
-    let pools: Vec<&NodePool> = snapshot.node_pools.iter().filter(|p| p.spec.cluster_name == cluster).collect();
+    let pools: Vec<&NodePool> = snapshot.node_pools.iter().filter(|p| snapshot.serves(p, cluster)).collect();
     let pool_names: BTreeSet<&str> = pools.iter().filter_map(|p| p.metadata.name.as_deref()).collect();
     let claims: Vec<&NodeClaim> = snapshot.node_claims.iter().filter(|c| c.spec.cluster_name == cluster).collect();
     // Each pool's catalogue is resolved once per round, for its claims in flight and its offer.

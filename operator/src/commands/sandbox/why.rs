@@ -8,7 +8,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::{core::v1::Pod, events::v1::Event};
+use k8s_openapi::api::{
+    core::v1::{Pod, Secret},
+    events::v1::Event,
+};
 use kube::{Api, ResourceExt, api::ListParams};
 
 use crds::{
@@ -17,6 +20,7 @@ use crds::{
 };
 
 use super::world::{SandboxError, World};
+use crate::decisions::fleet;
 
 /// The prefix of the hub's `FailedScheduling` notes: the reason follows.
 const HUB_NOTE_PREFIX: &str = "karpenter-hub cannot provision a node for this pod: ";
@@ -29,7 +33,11 @@ pub async fn why_pending(world: &World, i: usize) -> Result<Vec<String>, Sandbox
     let pods = Api::<Pod>::namespaced(c.client(), "default").list(&lp).await?.items;
     let events = Api::<Event>::namespaced(c.client(), "default").list(&lp).await?.items;
     let pools = Api::<NodePool>::namespaced(world.mgmt.client(), &c.namespace).list(&lp).await?.items;
-    let pools: Vec<NodePool> = pools.into_iter().filter(|p| p.spec.cluster_name == c.name).collect();
+    // A fleet pool's selection is over the registration Secret's labels (the sandbox has no Cluster API).
+    let secret =
+        Api::<Secret>::namespaced(world.mgmt.client(), &c.namespace).get_opt(&format!("{}-kubeconfig", c.name)).await?;
+    let labels = secret.and_then(|s| s.metadata.labels).unwrap_or_default();
+    let pools: Vec<NodePool> = pools.into_iter().filter(|p| fleet::serves(p, &c.namespace, &c.name, &labels)).collect();
     Ok(explain(&pods, &events, &pools))
 }
 

@@ -45,6 +45,7 @@ pub use launch::instance_types;
 
 use crate::{
     decisions::{
+        fleet,
         lifecycle::{self, DeleteReason, Facts, Group, NotOurs, PoolHealth, Write},
         node_registration::{self, NodeMatch},
         ownership::{self, Ownership},
@@ -339,6 +340,10 @@ async fn reconcile(obj: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error> 
             (_, Some(_problem)) => None,
         }
     });
+    let departed = nodepool.as_deref().is_some_and(|p| {
+        let key = ClusterKey::new(c.ns.clone(), obj.spec.cluster_name.clone());
+        fleet::departed(p, &key.name, &hub.registry.labels(&key), hub.registry.labels_settled())
+    });
     let now = hub.now();
     let settings = hub.settings.lifecycle;
     // Termination acts on the group's absence and ownership: always read live. The object read is
@@ -356,6 +361,7 @@ async fn reconcile(obj: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         attachments: None,
         pool: pool_health(&c, &hub, &nodes, now),
         nodepool: nodepool.as_deref(),
+        departed,
         nodeclass: nodeclass.as_deref(),
         offered: offered.as_deref(),
         node_pods: &node_pods,

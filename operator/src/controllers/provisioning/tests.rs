@@ -28,7 +28,7 @@ fn cluster_with(pods: Vec<scheduling::CompactPod>) -> Caches {
 }
 
 fn gathered(c: &Caches) -> Gathered {
-    gather(&c.mgmt(), &c.workload(), &key(), "par").unwrap()
+    gather(&c.mgmt(), &c.workload(), &key(), &Default::default(), "par").unwrap()
 }
 
 fn round_of(c: &Caches) -> Round {

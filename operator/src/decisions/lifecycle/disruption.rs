@@ -25,6 +25,7 @@ pub(super) fn conditions(f: &Facts<'_>, p: &mut Pass) {
             class: f.nodeclass,
             offered: f.offered,
             created: claim.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            departed: f.departed,
         },
         f.node_pods,
         claim.metadata.generation,

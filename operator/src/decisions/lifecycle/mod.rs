@@ -134,6 +134,8 @@ pub struct Facts<'a> {
     pub pool: PoolHealth,
     /// The claim's NodePool (`None`: gone), for its drift and `consolidateAfter`.
     pub nodepool: Option<&'a crds::NodePool>,
+    /// The claim's cluster has left its fleet pool's selection (drift `ClusterNotSelected`).
+    pub departed: bool,
     /// The claim's CleverNodeClass (`None`: gone or not read), for its drift.
     pub nodeclass: Option<&'a crds::CleverNodeClass>,
     /// The flavors the class's catalogue serves now (`None`: not known), for `InstanceTypeNotFound`.

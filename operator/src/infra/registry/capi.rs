@@ -73,7 +73,10 @@ pub(super) async fn run(
                     "Cluster API's Clusters are no longer served; no cluster is paused or labelled by one"
                 );
             }
-            Ok(None) => tracing::debug!(group = GROUP, "Cluster API is not served; looking again later"),
+            Ok(None) => {
+                registry.settle_labels();
+                tracing::debug!(group = GROUP, "Cluster API is not served; looking again later")
+            }
             Err(e) => {
                 tracing::warn!(group = GROUP, error = %crate::infra::apierror::plain(&e), "looking for Cluster API failed; looking again later")
             }
@@ -146,6 +149,14 @@ async fn watch(
     }));
     let in_scope = |scope: &Option<String>, key: &ClusterKey| scope.as_ref().is_none_or(|ns| *ns == key.namespace);
     let mut listed: HashMap<Option<String>, Vec<ClusterKey>> = HashMap::new();
+    // Scopes read once (listed, or refused): once all are, the cluster labels are settled.
+    let mut read_once: std::collections::HashSet<Option<String>> = std::collections::HashSet::new();
+    let mut settle = |scope: &Option<String>| {
+        read_once.insert(scope.clone());
+        if read_once.len() == scopes.len() {
+            registry.settle_labels();
+        }
+    };
     let mut warned_forbidden = false;
     loop {
         let event = tokio::select! {
@@ -164,6 +175,7 @@ async fn watch(
                         tracing::warn!(namespace = scope.as_deref().unwrap_or("(all)"), error = %crate::infra::apierror::plain_watch(&e), "not allowed to watch Cluster API's Clusters: their pause is not honoured and their labels are not read (grant get, list and watch on clusters.cluster.x-k8s.io)");
                     }
                     clear(registry, |k| in_scope(&scope, k));
+                    settle(&scope);
                 }
                 _ => {
                     tracing::warn!(namespace = scope.as_deref().unwrap_or("(all)"), error = %crate::infra::apierror::plain_watch(&e), "Cluster API Cluster watch failed; retrying")
@@ -184,6 +196,7 @@ async fn watch(
                 if let Some(seen) = listed.remove(&scope) {
                     clear(registry, |k| in_scope(&scope, k) && !seen.contains(k));
                 }
+                settle(&scope);
             }
             Ok(watcher::Event::Apply(c)) => {
                 record(registry, &c);
