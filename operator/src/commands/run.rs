@@ -407,7 +407,9 @@ pub async fn run_sharded_with(
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
     registry_settings.sharded = true;
-    let Some(hub_settings) = with_identity(&mgmt, hub_settings, &shutdown).await? else { return Ok(()) };
+    let Some(mut hub_settings) = with_identity(&mgmt, hub_settings, &shutdown).await? else { return Ok(()) };
+    // Each replica writes its own fleet pool rows, under a field manager named for it.
+    hub_settings.replica = shard.identity.clone();
     let registry = registry::Registry::with_metrics(for_hub(registry_settings, &hub_settings), metrics.clone());
     let cache = hub::MgmtCache::start(&mgmt, hub_settings.namespace.as_deref(), &shutdown);
     let hub = hub::Hub::new(mgmt.clone(), registry.clone(), hub_settings, metrics.clone(), cache);

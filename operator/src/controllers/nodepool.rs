@@ -446,6 +446,26 @@ fn rows_manager(hub: &Hub) -> String {
     m
 }
 
+/// The fleet rows `manager` owns on `pool`, by the server's managedFields (`k:{"name":...}` keys
+/// of `status.clusters`).
+fn owned_rows(pool: &NodePool, manager: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for entry in pool.metadata.managed_fields.iter().flatten() {
+        if entry.manager.as_deref() != Some(manager) || entry.subresource.as_deref() != Some("status") {
+            continue;
+        }
+        let Some(rows) = entry.fields_v1.as_ref().and_then(|f| f.0.pointer("/f:status/f:clusters")) else { continue };
+        for key in rows.as_object().into_iter().flat_map(|m| m.keys()) {
+            let name = key
+                .strip_prefix("k:")
+                .and_then(|k| serde_json::from_str::<serde_json::Value>(k).ok())
+                .and_then(|v| v.get("name").and_then(|n| n.as_str()).map(str::to_string));
+            out.extend(name);
+        }
+    }
+    out
+}
+
 /// The status of a fleet pool (fleet.md §2): one row per selected cluster, written by the replica
 /// that acts for that cluster (server-side apply, its own field manager); the summary (conditions,
 /// `clustersReady`, usage) written by the namespace writer from every row.
@@ -487,8 +507,15 @@ async fn fleet(hub: &Hub, pool: &NodePool) -> Result<(), Error> {
     let served_names: std::collections::BTreeSet<&str> = served.iter().map(|k| k.name.as_str()).collect();
     let stale = existing.iter().any(|r| !served_names.contains(r.name.as_str()));
     let differs = mine.iter().any(|row| existing.iter().find(|r| r.name == row.name) != Some(row));
+    // A row another replica wrote (before this one took the cluster over) is taken over by the
+    // next apply, so that this replica's later applies may remove it. A server that reports no
+    // field managers (the emulator) leaves nothing to take over.
+    let manager = rows_manager(hub);
+    let reports_managers = pool.metadata.managed_fields.as_ref().is_some_and(|m| !m.is_empty());
+    let owned = owned_rows(pool, &manager);
+    let taken_over = reports_managers && mine.iter().any(|r| !owned.contains(&r.name));
     let api = Api::<NodePool>::namespaced(hub.mgmt.clone(), &ns);
-    if differs || stale {
+    if differs || stale || taken_over {
         // Rows this manager wrote before and no longer lists (a cluster that left) are removed by
         // the apply itself.
         let apply = json!({
@@ -496,7 +523,7 @@ async fn fleet(hub: &Hub, pool: &NodePool) -> Result<(), Error> {
             "metadata": {"name": name, "namespace": ns},
             "status": {"clusters": mine},
         });
-        api.patch_status(&name, &PatchParams::apply(&rows_manager(hub)).force(), &Patch::Apply(&apply))
+        api.patch_status(&name, &PatchParams::apply(&manager).force(), &Patch::Apply(&apply))
             .await
             .step(Step::WriteNodePoolStatus)?;
     }
@@ -610,6 +637,28 @@ async fn prune(api: &Api<NodePool>, name: &str, served: &std::collections::BTree
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rows_a_manager_owns_are_read_from_managed_fields() {
+        let pool: NodePool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodePool",
+            "metadata": {"name": "web", "namespace": "team-a", "managedFields": [
+                {"manager": "karpenter-hub-rows-a", "operation": "Apply", "subresource": "status", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:status": {"f:clusters": {"k:{\"name\":\"paris\"}": {".": {}, "f:name": {}}, "k:{\"name\":\"lyon\"}": {}}}}},
+                {"manager": "karpenter-hub-rows-b", "operation": "Apply", "subresource": "status", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:status": {"f:clusters": {"k:{\"name\":\"nice\"}": {}}}}},
+                {"manager": "karpenter-hub-rows-a", "operation": "Update", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:status": {"f:clusters": {"k:{\"name\":\"brest\"}": {}}}}}
+            ]},
+            "spec": {"clusterSelector": {}, "template": {"spec": {"requirements": [],
+                "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"}}}},
+        }))
+        .unwrap();
+        let owned = |m: &str| owned_rows(&pool, m).into_iter().collect::<Vec<_>>();
+        assert_eq!(owned("karpenter-hub-rows-a"), ["lyon", "paris"], "status subresource entries only");
+        assert_eq!(owned("karpenter-hub-rows-b"), ["nice"]);
+        assert!(owned("karpenter-hub-rows-c").is_empty());
+    }
 
     #[test]
     fn forgetting_a_pool_drops_its_gauges_only() {

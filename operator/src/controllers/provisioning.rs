@@ -99,7 +99,9 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
                 }
                 // The nodes matter only to pods that wait: an idle cluster skips the scan.
                 let world = if pending.is_empty() { 0 } else { nodes_fingerprint(conn) };
-                let scope_now = *scope.borrow_and_update();
+                // The cluster's labels are part of its scope: a fleet pool starting to serve it is
+                // news for the pods that wait.
+                let scope_now = fingerprint::one((*scope.borrow_and_update(), hub.registry.labels(&key)));
                 rounds.offer(&mut batcher, &pending, scope_now, world, now);
                 if batcher.is_due(now) {
                     let batch = batcher.take();

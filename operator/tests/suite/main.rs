@@ -21,6 +21,7 @@ mod disruption;
 mod e2e;
 mod examples;
 mod faults;
+mod fleet;
 mod hub;
 mod kubectl;
 mod leader;

@@ -49,19 +49,19 @@ use crate::common;
 use common::{apply_example, metric_in as metric, poll_every, running, wait_for};
 
 /// Short Lease timings, so a handover takes seconds.
-const FAST: Timings = Timings {
+pub(crate) const FAST: Timings = Timings {
     lease_duration: Duration::from_secs(3),
     renew_deadline: Duration::from_secs(2),
     retry_period: Duration::from_millis(500),
 };
 /// Namespace of the shard Leases.
-const LEASES: &str = "karpenter-hub";
+pub(crate) const LEASES: &str = "karpenter-hub";
 /// Two such pods never share a 2XS: every new pod needs a node of its own.
 const POD_CPU: &str = "500m";
 const POD_MEMORY: &str = "2Gi";
 
 /// One hub replica on a runtime of its own.
-struct Replica {
+pub(crate) struct Replica {
     identity: String,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
@@ -69,7 +69,12 @@ struct Replica {
 }
 
 impl Replica {
-    fn start(identity: &str, mgmt: kube::Config, hub: hub::Settings, registry: registry::Settings) -> Replica {
+    pub(crate) fn start(
+        identity: &str,
+        mgmt: kube::Config,
+        hub: hub::Settings,
+        registry: registry::Settings,
+    ) -> Replica {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name(identity.to_string())
@@ -95,7 +100,7 @@ impl Replica {
         metric(&self.metrics, name, labels)
     }
 
-    fn owned(&self) -> usize {
+    pub(crate) fn owned(&self) -> usize {
         self.metric("karpenter_hub_shard_owned_clusters", &[]) as usize
     }
 
@@ -117,14 +122,14 @@ impl Replica {
     }
 
     /// As SIGKILL would: every task dropped where it is, no Lease released.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();
         }
     }
 
     /// Graceful stop: the replica releases its Leases, then its runtime goes.
-    async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         self.stop.cancel();
         let metrics = self.metrics.clone();
         common::poll_until(Duration::from_secs(15), || {
@@ -207,7 +212,7 @@ async fn settled(mgmt: &Client, keys: &[String], live: &[&Replica]) -> Option<BT
     Some(by_holder)
 }
 
-async fn ensure_lease_namespace(mgmt: &Client) {
+pub(crate) async fn ensure_lease_namespace(mgmt: &Client) {
     ensure_namespace_named(mgmt, LEASES).await;
 }
 
@@ -817,7 +822,7 @@ impl Process {
     }
 
     /// SIGKILL: nothing released, nothing flushed.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -1,0 +1,344 @@
+//! Fleet NodePools (fleet.md §2, §7): one pool serving every registered cluster of its namespace
+//! whose labels its `clusterSelector` matches, each cluster as a `clusterName` pool of the same spec
+//! would be served; a cluster leaving the selection keeps its nodes until the disruption path and
+//! its budgets replace them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use crds::{NodeClaim, NodePool};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api,
+    api::{ListParams, Patch, PatchParams},
+};
+use operator::commands::sandbox::world::{World, quick_cke, scale};
+use serde_json::{Value, json};
+
+use crate::common;
+use common::{EXAMPLE, poll_until, wait_for};
+
+/// Label cluster `name`'s registration Secret in `ns` (how `register --label` labels it).
+async fn label(world: &World, ns: &str, name: &str, labels: Value) {
+    Api::<Secret>::namespaced(world.mgmt.client(), ns)
+        .patch(
+            &format!("{name}-kubeconfig"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": labels}})),
+        )
+        .await
+        .unwrap();
+}
+
+async fn claims(world: &World, ns: &str) -> Vec<NodeClaim> {
+    Api::<NodeClaim>::namespaced(world.mgmt.client(), ns).list(&ListParams::default()).await.unwrap().items
+}
+
+/// The clusters `ns`'s claims are for, sorted, one entry per claim.
+async fn claimed_clusters(world: &World, ns: &str) -> Vec<String> {
+    let mut c: Vec<String> = claims(world, ns).await.into_iter().map(|c| c.spec.cluster_name).collect();
+    c.sort();
+    c
+}
+
+async fn pool(world: &World, ns: &str) -> NodePool {
+    Api::<NodePool>::namespaced(world.mgmt.client(), ns).get("default").await.unwrap()
+}
+
+fn condition(pool: &NodePool, type_: &str) -> Option<(String, String, String)> {
+    pool.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn drifted(claim: &NodeClaim) -> Option<String> {
+    claim
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Drifted" && c.status == "True")
+        .map(|c| c.reason.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_pool_serves_its_namespace_s_matching_clusters_and_a_departed_cluster_keeps_its_nodes_within_budgets() {
+    // team-a: paris and lyon are prod, dev is not; team-b's paris is prod too, in another namespace.
+    let clusters = [("team-a", "paris"), ("team-a", "lyon"), ("team-a", "dev"), ("team-b", "paris")];
+    let mut world = World::start(&clusters, |i| quick_cke(i as u64)).await.unwrap();
+    for (ns, name) in &clusters[..2] {
+        label(&world, ns, name, json!({"env": "prod"})).await;
+    }
+    label(&world, "team-a", "dev", json!({"env": "dev"})).await;
+    label(&world, "team-b", "paris", json!({"env": "prod"})).await;
+    // The general-purpose example in team-a, its pool made a fleet pool over env=prod, with a
+    // budget of no disruption at all: a departed cluster's nodes must then stay.
+    world
+        .apply_yaml("general-purpose.yaml", EXAMPLE, "team-a", |doc| {
+            if doc["kind"] == "NodePool" {
+                let spec = doc["spec"].as_object_mut().unwrap();
+                spec.remove("clusterName");
+                spec.insert("clusterSelector".into(), json!({"matchLabels": {"env": "prod"}}));
+                spec["disruption"]["budgets"] = json!([{"nodes": "0"}]);
+            }
+        })
+        .await
+        .unwrap();
+    // team-b has the node class only: nothing of team-a's may serve its cluster.
+    world
+        .apply_yaml("general-purpose.yaml", EXAMPLE, "team-b", |doc| {
+            if doc["kind"] == "NodePool" {
+                doc["spec"]["clusterName"] = json!("unregistered");
+            }
+        })
+        .await
+        .unwrap();
+    world.start_hub();
+
+    wait_for("the fleet pool Ready over its two clusters", Duration::from_secs(60), || async {
+        let p = pool(&world, "team-a").await;
+        p.status.as_ref().and_then(|s| s.clusters_ready.clone()).as_deref() == Some("2/2")
+            && condition(&p, "Ready").is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    let p = pool(&world, "team-a").await;
+    let rows: Vec<&str> = p.status.as_ref().unwrap().clusters.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(rows, ["lyon", "paris"], "one row per selected cluster, dev and team-b's paris not among them");
+    assert_eq!(condition(&p, "ClustersReady").unwrap().0, "True");
+    assert!(condition(&p, "ClusterReachable").is_none(), "a fleet pool reports reachability per cluster row");
+
+    // A pod in every cluster: only team-a's prod clusters get a node, each from the fleet pool.
+    for i in 0..clusters.len() {
+        scale(&world, i, 1, "500m", "512Mi").await.unwrap();
+    }
+    wait_for("a claim in paris and in lyon", Duration::from_secs(60), || async {
+        claimed_clusters(&world, "team-a").await == ["lyon", "paris"]
+    })
+    .await;
+    for c in claims(&world, "team-a").await {
+        assert_eq!(c.metadata.labels.as_ref().unwrap()["karpenter.sh/nodepool"], "default");
+    }
+    wait_for("both nodes counted in their rows", Duration::from_secs(60), || async {
+        let p = pool(&world, "team-a").await;
+        let s = p.status.unwrap_or_default();
+        s.nodes == Some(2) && s.clusters.iter().all(|r| r.nodes == 1)
+    })
+    .await;
+    // Over a few seconds more, dev and team-b's paris stay without a claim (fleet.md §7.1).
+    assert!(
+        !poll_until(Duration::from_secs(5), || async {
+            claimed_clusters(&world, "team-a").await.len() != 2 || !claims(&world, "team-b").await.is_empty()
+        })
+        .await,
+        "only the selected clusters of the pool's namespace are served"
+    );
+
+    // lyon leaves the selection: no new node for it from the pool, its node drifted
+    // ClusterNotSelected, and kept (the budget allows no disruption): never deleted en masse.
+    label(&world, "team-a", "lyon", json!({"env": "staging"})).await;
+    wait_for("lyon's claim drifted ClusterNotSelected", Duration::from_secs(30), || async {
+        claims(&world, "team-a")
+            .await
+            .iter()
+            .any(|c| c.spec.cluster_name == "lyon" && drifted(c).as_deref() == Some("ClusterNotSelected"))
+    })
+    .await;
+    wait_for("the pool's rows without lyon, its node shown as departed", Duration::from_secs(30), || async {
+        let p = pool(&world, "team-a").await;
+        let rows: Vec<String> =
+            p.status.as_ref().map(|s| s.clusters.iter().map(|r| r.name.clone()).collect()).unwrap_or_default();
+        rows == ["paris"]
+            && condition(&p, "NodesInDepartedClusters").is_some_and(|c| c.0 == "True" && c.2.contains("lyon: 1"))
+            && p.status.as_ref().and_then(|s| s.clusters_ready.clone()).as_deref() == Some("1/1")
+    })
+    .await;
+    assert_eq!(
+        condition(&pool(&world, "team-a").await, "Ready").unwrap().0,
+        "True",
+        "a departed node is informational"
+    );
+    // Pods too big for the node it has: only a new node would run them.
+    scale(&world, 1, 3, "3", "1Gi").await.unwrap();
+    assert!(
+        !poll_until(Duration::from_secs(8), || async {
+            let all = claims(&world, "team-a").await;
+            all.iter().filter(|c| c.spec.cluster_name == "lyon").count() != 1
+                || all.iter().any(|c| c.metadata.deletion_timestamp.is_some())
+        })
+        .await,
+        "lyon gets no new node from the pool it left, and keeps the one it has (budget 0)"
+    );
+    // paris is still served.
+    scale(&world, 0, 3, "3", "1Gi").await.unwrap();
+    wait_for("paris served after lyon left", Duration::from_secs(60), || async {
+        let all = claims(&world, "team-a").await;
+        all.iter().filter(|c| c.spec.cluster_name == "paris").count() > 1
+    })
+    .await;
+
+    // lyon comes back: its node is no longer drifted and it is served again.
+    label(&world, "team-a", "lyon", json!({"env": "prod"})).await;
+    let back = poll_until(Duration::from_secs(60), || async {
+        let all = claims(&world, "team-a").await;
+        let lyon: Vec<&NodeClaim> = all.iter().filter(|c| c.spec.cluster_name == "lyon").collect();
+        lyon.len() > 1 && lyon.iter().all(|c| drifted(c).is_none())
+    })
+    .await;
+    let lyon: Vec<(String, Option<String>)> = claims(&world, "team-a")
+        .await
+        .iter()
+        .filter(|c| c.spec.cluster_name == "lyon")
+        .map(|c| (c.metadata.name.clone().unwrap_or_default(), drifted(c)))
+        .collect();
+    assert!(back, "lyon selected again: served, its node not drifted; its claims (name, drift): {lyon:?}");
+    world.stop_hub().await;
+}
+
+/// The status rows of a fleet pool on a real kube-apiserver, in sharded mode: each replica applies
+/// the rows of the clusters it owns under a field manager of its own, and the server's list-map
+/// merge keeps both replicas' rows (the emulator's simplified apply replaces lists, so only a real
+/// server proves this); a cluster leaving the selection loses its row, including after its
+/// replica was killed (the namespace writer removes rows no live writer drops).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_rows_merge_and_follow_the_selection_on_a_real_api_server() {
+    use crate::sharding::{Replica, ensure_lease_namespace};
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::PostParams;
+    use operator::infra::{hub, registry};
+
+    let cp = envtest::shared_or_skip!("fleet");
+    let mgmt = cp.client().await.unwrap();
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(mgmt.clone());
+    for file in crds::crd::hub_crds() {
+        match crds.create(&PostParams::default(), &file.crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("installing {}: {e}", file.file_name),
+        }
+    }
+    wait_for("nodepools served", Duration::from_secs(30), || async {
+        Api::<NodePool>::all(mgmt.clone()).list(&ListParams::default().limit(1)).await.is_ok()
+    })
+    .await;
+    ensure_lease_namespace(&mgmt).await;
+    let ns = "fleet-real";
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    let _ = Api::<Namespace>::all(mgmt.clone()).create(&PostParams::default(), &namespace).await;
+    let secrets: Api<Secret> = Api::namespaced(mgmt.clone(), ns);
+    let relabel = |name: String, env: &'static str| {
+        let secrets = secrets.clone();
+        async move {
+            let labels = json!({"metadata": {"labels": {"env": env}}});
+            secrets.patch(&format!("{name}-kubeconfig"), &PatchParams::default(), &Patch::Merge(labels)).await.unwrap();
+        }
+    };
+    let mut workloads = Vec::new();
+    for i in 0..4 {
+        let name = format!("w-{i}");
+        let server =
+            sim::apiserver::ApiServer::start(sim::apiserver::ApiServerConfig::workload(name.as_str())).await.unwrap();
+        let kubeconfig = serde_json::to_vec(&server.kubeconfig()).unwrap();
+        operator::commands::register_cluster::write_secret(&mgmt, ns, &name, kubeconfig).await.unwrap();
+        relabel(name, "prod").await;
+        workloads.push(server);
+    }
+    for doc in common::documents(&common::repo().join("examples/general-purpose.yaml")) {
+        let mut doc = doc;
+        doc["metadata"]["namespace"] = json!(ns);
+        if doc["kind"] == "NodePool" {
+            let spec = doc["spec"].as_object_mut().unwrap();
+            spec.remove("clusterName");
+            spec.insert("clusterSelector".into(), json!({"matchLabels": {"env": "prod"}}));
+            let pool: NodePool = serde_json::from_value(doc).unwrap();
+            Api::<NodePool>::namespaced(mgmt.clone(), ns).create(&PostParams::default(), &pool).await.unwrap();
+        } else {
+            let class: crds::CleverNodeClass = serde_json::from_value(doc).unwrap();
+            Api::<crds::CleverNodeClass>::namespaced(mgmt.clone(), ns)
+                .create(&PostParams::default(), &class)
+                .await
+                .unwrap();
+        }
+    }
+    let registry = registry::Settings {
+        probe_interval: Duration::from_secs(2),
+        probe_timeout: Duration::from_secs(2),
+        reconnect_min: Duration::from_millis(200),
+        reconnect_max: Duration::from_secs(5),
+        ..registry::Settings::default()
+    };
+    let config = cp.config().await.unwrap();
+    let hub_settings = hub::Settings::default();
+    let start = |id: &str| Replica::start(id, config.clone(), hub_settings.clone(), registry.clone());
+    let mut replicas = vec![start("fleet-0"), start("fleet-1")];
+    let pools: Api<NodePool> = Api::namespaced(mgmt.clone(), ns);
+    // Who wrote which rows, from the server's managedFields.
+    let row_managers = |p: &NodePool| -> Vec<String> {
+        let mut m: Vec<String> = p
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|f| f.subresource.as_deref() == Some("status"))
+            .filter(|f| f.fields_v1.as_ref().is_some_and(|v| v.0.pointer("/f:status/f:clusters").is_some()))
+            .map(|f| f.manager.clone().unwrap_or_default())
+            .collect();
+        m.sort();
+        m
+    };
+    // Sorted: the server keeps a list-map's entries in the order its appliers added them.
+    let rows = |p: &NodePool| -> Vec<String> {
+        let mut r: Vec<String> =
+            p.status.as_ref().map(|s| s.clusters.iter().map(|r| r.name.clone()).collect()).unwrap_or_default();
+        r.sort();
+        r
+    };
+    let seen = std::cell::RefCell::new(None);
+    let both = poll_until(Duration::from_secs(60), || async {
+        let p = pools.get("default").await.unwrap();
+        let ok = rows(&p) == ["w-0", "w-1", "w-2", "w-3"]
+            && row_managers(&p) == ["karpenter-hub-rows-fleet-0", "karpenter-hub-rows-fleet-1"]
+            && p.status.as_ref().and_then(|s| s.clusters_ready.as_deref()).is_some_and(|r| r.ends_with("/4"));
+        *seen.borrow_mut() = Some((rows(&p), row_managers(&p), p.status.and_then(|s| s.clusters_ready)));
+        ok
+    })
+    .await;
+    assert!(
+        both,
+        "both replicas' rows kept side by side, the summary over four clusters; last seen: {:?}",
+        seen.borrow()
+    );
+
+    // A cluster leaves: its row goes.
+    relabel("w-3".into(), "dev").await;
+    wait_for("w-3's row gone", Duration::from_secs(30), || async {
+        let p = pools.get("default").await.unwrap();
+        rows(&p) == ["w-0", "w-1", "w-2"]
+            && p.status.as_ref().and_then(|s| s.clusters_ready.as_deref()).is_some_and(|r| r.ends_with("/3"))
+    })
+    .await;
+
+    // One replica killed: the survivor holds every cluster; a cluster leaving now loses its row
+    // whoever wrote it.
+    replicas[0].kill();
+    wait_for("the survivor owns the four clusters", Duration::from_secs(30), || async { replicas[1].owned() == 4 })
+        .await;
+    relabel("w-0".into(), "dev").await;
+    relabel("w-1".into(), "dev").await;
+    wait_for("w-0's and w-1's rows gone", Duration::from_secs(30), || async {
+        let p = pools.get("default").await.unwrap();
+        rows(&p) == ["w-2"]
+            && p.status.as_ref().and_then(|s| s.clusters_ready.as_deref()).is_some_and(|r| r.ends_with("/1"))
+    })
+    .await;
+    for r in replicas.drain(..) {
+        r.stop().await;
+    }
+    let _ = Api::<Namespace>::all(mgmt.clone()).delete(ns, &Default::default()).await;
+    for s in workloads {
+        s.shutdown().await;
+    }
+}
