@@ -342,3 +342,70 @@ async fn two_replicas_rows_merge_and_follow_the_selection_on_a_real_api_server()
         s.shutdown().await;
     }
 }
+
+/// The typo case (fleet.md §2): a selector edited into matching nothing makes every cluster leave at
+/// once; with the default budget and no other pool serving the clusters, their nodes are drifted
+/// but none is removed (their pods fit nowhere else), the pool says `NoClusterSelected`, and fixing
+/// the selector clears the drift.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selector_typo_drifts_the_fleet_s_nodes_but_removes_none_and_fixing_it_clears_the_drift() {
+    let clusters = [("team-a", "paris"), ("team-a", "lyon")];
+    let mut world = World::start(&clusters, |i| quick_cke(i as u64)).await.unwrap();
+    for (ns, name) in &clusters {
+        label(&world, ns, name, json!({"env": "prod"})).await;
+    }
+    world
+        .apply_yaml("general-purpose.yaml", EXAMPLE, "team-a", |doc| {
+            if doc["kind"] == "NodePool" {
+                let spec = doc["spec"].as_object_mut().unwrap();
+                spec.remove("clusterName");
+                spec.insert("clusterSelector".into(), json!({"matchLabels": {"env": "prod"}}));
+            }
+        })
+        .await
+        .unwrap();
+    world.start_hub();
+    for i in 0..2 {
+        scale(&world, i, 2, "500m", "512Mi").await.unwrap();
+    }
+    wait_for("every pod running on the fleet pool's nodes", Duration::from_secs(60), || async {
+        common::running(&world, 0).await == 2 && common::running(&world, 1).await == 2
+    })
+    .await;
+    let before: Vec<String> = claims(&world, "team-a").await.into_iter().filter_map(|c| c.metadata.name).collect();
+
+    let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), "team-a");
+    let typo = json!({"spec": {"clusterSelector": {"matchLabels": {"env": "prdo"}}}});
+    pools.patch("default", &PatchParams::default(), &Patch::Merge(&typo)).await.unwrap();
+    wait_for(
+        "every node drifted ClusterNotSelected, the pool saying NoClusterSelected",
+        Duration::from_secs(30),
+        || async {
+            let all = claims(&world, "team-a").await;
+            all.len() == before.len()
+                && all.iter().all(|c| drifted(c).as_deref() == Some("ClusterNotSelected"))
+                && condition(&pool(&world, "team-a").await, "ClustersReady").is_some_and(|c| c.1 == "NoClusterSelected")
+        },
+    )
+    .await;
+    // Several disruption passes (one every few seconds): no node removed, every pod still running.
+    assert!(
+        !poll_until(Duration::from_secs(12), || async {
+            claims(&world, "team-a").await.iter().any(|c| c.metadata.deletion_timestamp.is_some())
+        })
+        .await,
+        "a typo drains nothing when no other pool serves the clusters"
+    );
+    let after: Vec<String> = claims(&world, "team-a").await.into_iter().filter_map(|c| c.metadata.name).collect();
+    assert_eq!(after, before);
+    assert_eq!((common::running(&world, 0).await, common::running(&world, 1).await), (2, 2));
+
+    let fixed = json!({"spec": {"clusterSelector": {"matchLabels": {"env": "prod"}}}});
+    pools.patch("default", &PatchParams::default(), &Patch::Merge(&fixed)).await.unwrap();
+    wait_for("the drift cleared and the pool Ready again", Duration::from_secs(30), || async {
+        claims(&world, "team-a").await.iter().all(|c| drifted(c).is_none())
+            && condition(&pool(&world, "team-a").await, "Ready").is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    world.stop_hub().await;
+}
