@@ -1,13 +1,15 @@
 //! `karpenter-hub plan`: the offline dry run. Reads ordinary multi-document manifests (NodePool,
 //! CleverNodeClass, FlavorCatalog, NodeClaim, Node, Pod, DaemonSet, PodDisruptionBudget,
-//! PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode; `List`s
-//! of them), treats unbound non-DaemonSet pods as pending, runs the same scheduling core as the
-//! operator and prints the decision as a table or as JSON (a stable interface, see `docs/plan.md`).
+//! PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode, and the metadata of registration
+//! Secrets and Cluster API Clusters for cluster labels; `List`s of them), treats unbound
+//! non-DaemonSet pods as pending, runs the same scheduling core as the operator for one cluster
+//! (`--cluster`, or the only one the pools serve: [`clusters`]) and prints the decision as a table
+//! or as JSON (a stable interface, see `docs/plan.md`).
 //!
 //! Owns the reading of files into a [`Snapshot`] and the rendering of the decision. Must not hold
 //! scheduling logic: that is `scheduling::solve`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -25,6 +27,9 @@ use scheduling::model::{MinValuesPolicy, PreferencePolicy, Settings};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::infra::registry::ClusterKey;
+
+pub mod clusters;
 mod disruption_plan;
 pub use disruption_plan::{
     Blocked, DisruptionPlan, MethodResult, PlannedCandidate, PlannedCommand, PoolBudget, Replacement, plan_disruption,
@@ -46,7 +51,8 @@ pub struct PlanArgs {
     /// Manifest files (multi-document YAML or JSON); `-` reads standard input. Repeatable.
     #[arg(short = 'f', long = "filename", value_name = "FILE", required = true)]
     pub files: Vec<PathBuf>,
-    /// Workload cluster to plan for (a NodePool `spec.clusterName`); needed when the pools serve several.
+    /// Workload cluster to plan for (a NodePool's `spec.clusterName`, or a cluster registered in the
+    /// manifests that a fleet pool's `spec.clusterSelector` selects); needed when the pools serve several.
     #[arg(long, value_name = "NAME")]
     pub cluster: Option<String>,
     /// Output format.
@@ -135,6 +141,32 @@ pub enum PlanError {
     /// Which cluster to plan for is ambiguous.
     #[error("the NodePools serve several clusters ({0}); choose one with --cluster")]
     AmbiguousCluster(String),
+    /// `--cluster` names a cluster no pool of the manifests serves and no NodeClaim is on.
+    #[error(
+        "--cluster {cluster}: no NodePool in the manifests serves cluster {cluster} and no NodeClaim is on it \
+         (the pools serve: {served}); {registration}. Name a served cluster, or give the NodePool that should serve \
+         it: spec.clusterName: {cluster}, or a spec.clusterSelector matching its labels in its namespace"
+    )]
+    ClusterNotServed {
+        /// The cluster asked for.
+        cluster: String,
+        /// The clusters the pools serve, or `none`.
+        served: String,
+        /// What the manifests say of its registration.
+        registration: String,
+    },
+    /// The cluster planned for is registered in several namespaces: which one the workload
+    /// objects belong to, and which namespace's fleet pools serve it, is unknown.
+    #[error(
+        "cluster {cluster} is registered in several namespaces ({namespaces}) by registration Secrets or Cluster \
+         API Clusters; plan one of them: give the Secrets, Clusters and NodePools of one namespace only"
+    )]
+    ClusterInSeveralNamespaces {
+        /// The cluster.
+        cluster: String,
+        /// Its namespaces, comma-separated.
+        namespaces: String,
+    },
     /// Objects the API server (CRD schema and CEL rules) or the hub's webhook would refuse: the hub
     /// would never see them, so no plan is made.
     #[error("{}", refusals_message(.0))]
@@ -248,13 +280,17 @@ pub struct Plan {
     pub notes: Vec<String>,
 }
 
-/// What the manifests hold: the scheduling snapshot and the storage objects.
+/// What the manifests hold: the scheduling snapshot, the storage objects and the clusters they
+/// register.
 #[derive(Debug, Clone, Default)]
 pub struct Manifests {
-    /// Hub and workload objects.
+    /// Hub and workload objects (every cluster's pools: [`clusters::target`] keeps one cluster's).
     pub snapshot: Snapshot,
     /// PVCs and StorageClasses, when any were given (pods' volumes are checked only then).
     pub volumes: Volumes,
+    /// Registered clusters by namespace and name, with what their Secret and Cluster API `Cluster`
+    /// say of their labels (nothing else of those objects is kept).
+    pub clusters: BTreeMap<ClusterKey, clusters::Registration>,
 }
 
 /// Where each object read came from (`file: document N (Kind ns/name)`), per kind, in the order of
@@ -472,9 +508,53 @@ fn add_document(reader: &mut Reader, file: &str, index: usize, doc: Value) -> Re
         ("StorageClass", false) => {
             snap.volumes.storage_classes.get_or_insert_with(Vec::new).push(typed(doc).map_err(fail)?);
         }
+        ("Secret", false) if api_version == "v1" => {
+            // Only the metadata goes further: the data is a kubeconfig, credentials included.
+            let found = clusters::read(clusters::Source::Secret, doc.get("metadata"));
+            drop(doc);
+            let skipped = format!("{file}: document {index} ({api_version} {kind}{name})");
+            register(reader, found, clusters::Source::Secret, &origin, &skipped).map_err(document_error)?;
+        }
+        ("Cluster", false) if clusters::CLUSTER_API_VERSIONS.contains(&api_version.as_str()) => {
+            let found = clusters::read(clusters::Source::Cluster, doc.get("metadata"));
+            let skipped = format!("{file}: document {index} ({api_version} {kind}{name})");
+            register(reader, found, clusters::Source::Cluster, &origin, &skipped).map_err(document_error)?;
+        }
         _ => reader
             .notes
             .push(format!("{file}: document {index} ({api_version} {kind}{name}) skipped: not read by plan")),
+    }
+    Ok(())
+}
+
+/// Records what a registration Secret or a Cluster API `Cluster` says of a cluster's labels (a
+/// later document of the same object replaces an earlier one, as `kubectl apply` would), or notes
+/// why it is skipped. `Err` is the message of a document error, naming the field.
+fn register(
+    reader: &mut Reader,
+    found: Result<clusters::Found, clusters::MetadataError>,
+    source: clusters::Source,
+    origin: &str,
+    skipped: &str,
+) -> Result<(), String> {
+    let (key, labels) = match found {
+        Ok(clusters::Found::Cluster(key, labels)) => (key, labels),
+        Ok(clusters::Found::Skipped(why)) => {
+            reader.notes.push(format!("{skipped} skipped: {why}"));
+            return Ok(());
+        }
+        Err((field, message)) => return Err(format!("{field}: {message}")),
+    };
+    let registration = reader.snap.clusters.entry(key.clone()).or_default();
+    let (slot, what) = match source {
+        clusters::Source::Secret => (&mut registration.secret, "registration Secret"),
+        clusters::Source::Cluster => (&mut registration.cluster, "Cluster API Cluster"),
+    };
+    if slot.replace(labels).is_some() {
+        reader.notes.push(format!(
+            "warning: the {what} of cluster {key} is given more than once: {origin} replaces the earlier document, as \
+             kubectl apply would; remove one of them"
+        ));
     }
     Ok(())
 }
@@ -491,9 +571,11 @@ pub fn plan_with(
     settings: Settings,
     mut notes: Vec<String>,
 ) -> Result<Plan, PlanError> {
-    let snapshot = &manifests.snapshot;
-    let cluster = resolve_cluster(snapshot, cluster)?;
-    let converted = build_input_with_volumes(snapshot, &manifests.volumes, &cluster, PendingRule::Unbound, settings)?;
+    let target = clusters::target(manifests, cluster)?;
+    notes.extend(target.notes);
+    let cluster = target.cluster;
+    let converted =
+        build_input_with_volumes(&target.snapshot, &manifests.volumes, &cluster, PendingRule::Unbound, settings)?;
     notes.extend(converted.notes);
     let input = converted.input;
     let decision = scheduling::solve(&input);
@@ -530,22 +612,6 @@ pub fn plan_with(
         node_claims,
         total_price_per_hour: total,
         notes,
-    })
-}
-
-/// The cluster asked for, or the only one the pools serve.
-fn resolve_cluster(snapshot: &Snapshot, cluster: Option<&str>) -> Result<String, PlanError> {
-    Ok(match cluster {
-        Some(c) => c.to_string(),
-        None => {
-            let clusters: BTreeSet<&str> =
-                snapshot.node_pools.iter().filter_map(|p| p.spec.cluster_name.as_deref()).collect();
-            match clusters.len() {
-                0 => String::new(),
-                1 => clusters.into_iter().next().unwrap_or_default().to_string(),
-                _ => return Err(PlanError::AmbiguousCluster(clusters.into_iter().collect::<Vec<_>>().join(", "))),
-            }
-        }
     })
 }
 

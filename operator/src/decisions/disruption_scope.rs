@@ -6,6 +6,7 @@
 //! Owns that reduction and the method order. Must not: do I/O, read the clock (`now` is an
 //! argument), or log; the controller and `plan` render and act on what it returns.
 
+use crds::catalog::InstanceType;
 use std::collections::{BTreeMap, HashMap};
 
 use crds::nodepool::DisruptionReason;
@@ -81,6 +82,12 @@ pub fn view(
     // them only while they have nodes there), whose budgets keep applying to those nodes: their
     // flavors need not resolve, as no pod may land on them.
     let named = |p: &&crds::NodePool| p.spec.cluster_name.as_deref().is_none_or(|c| c == cluster);
+    // A departed pool's flavors, to price its nodes (consolidation compares prices).
+    let mut departed_types = Vec::new();
+    for p in snapshot.node_pools.iter().filter(named).filter(|p| !snapshot.serves(p, cluster)) {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        departed_types.push((name, scheduling::convert::pool_instance_types(snapshot, p)));
+    }
     for p in snapshot.node_pools.iter().filter(named) {
         let name = p.metadata.name.clone().unwrap_or_default();
         let types_resolve = !snapshot.serves(p, cluster)
@@ -171,7 +178,7 @@ pub fn view(
         f.instance_type = label("node.kubernetes.io/instance-type");
         f.zone = label("topology.kubernetes.io/zone");
         f.capacity_type = label("karpenter.sh/capacity-type");
-        f.price = price_of(&input, &f);
+        f.price = price_of(&input, &departed_types, &f);
         let mut on_node = Vec::new();
         if let Some(n) = &f.node {
             for p in by_node.get(n.as_str()).into_iter().flatten() {
@@ -267,14 +274,17 @@ pub fn decide(skip_consolidation: bool, mut evaluate: impl FnMut(Method) -> Outc
     pass
 }
 
-/// The hourly price of a node's offering in its pool's instance types (0 when unknown).
-fn price_of(input: &scheduling::Input, f: &NodeFacts) -> f64 {
+/// The hourly price of a node's offering in its pool's instance types (0 when unknown): a pool of
+/// the round, or one the cluster departed from (`departed`, by pool name).
+fn price_of(input: &scheduling::Input, departed: &[(String, Vec<InstanceType>)], f: &NodeFacts) -> f64 {
     let Some(t) = &f.instance_type else { return 0.0 };
+    let of_pool = |name: &str| f.nodepool.as_deref().is_none_or(|n| n == name);
     input
         .pools
         .iter()
-        .filter(|p| f.nodepool.as_deref().is_none_or(|n| n == p.name))
+        .filter(|p| of_pool(&p.name))
         .flat_map(|p| p.instance_types.iter())
+        .chain(departed.iter().filter(|(name, _)| of_pool(name)).flat_map(|(_, types)| types.iter()))
         .filter(|it| &it.name == t)
         .flat_map(|it| it.offerings.iter())
         .find(|o| {

@@ -48,6 +48,8 @@ spec:
 const EXPECTED: &[(&str, &[&str], &[&str])] = &[
     // One pool, office-hours budgets: both api pods share a 2XS... (2 CPU, 4Gi > 3.63Gi: an XS).
     ("disruption-budgets.yaml", &["office-hours:XS"], &["platform/platform-tool"]),
+    // A fleet pool, and no cluster registered in the manifests for it to select: no pool serves.
+    ("fleet-nodepools.yaml", &[], &["platform/platform-tool", "shop/api-0", "shop/api-1"]),
     // No NodePool: nothing can be provisioned.
     ("flavor-catalog.yaml", &[], &["platform/platform-tool", "shop/api-0", "shop/api-1"]),
     // The class labels its nodes team=platform: the tool pod selecting it lands with the api pods.
@@ -432,4 +434,42 @@ fn under_used_nodes_are_consolidated_together_within_the_budget() {
     let p = scenario("d7-multi-node");
     assert_eq!(decided(&p), ("multi-node consolidation", vec!["default-x1", "default-x2"], vec![], 0.1222), "{p:#?}");
     assert_eq!(p.budgets[0].allowed["Underutilized"], 3, "{p:#?}");
+}
+
+/// fleet.md §2: the fleet example is planned for paris, the one of its two registered clusters whose
+/// labels (the Secret's over the Cluster API Cluster's) the fleet pool selects; `--cluster lyon`,
+/// whose Secret's env=staging wins over its Cluster's env=prod, is refused with the labels named.
+#[test]
+fn a_fleet_pool_is_planned_for_the_registered_cluster_it_selects() {
+    let example = repo().join("examples/plan/fleet-two-clusters.yaml");
+    let p = plan_files(&[source(&example)]);
+    assert_eq!(p.cluster, "paris", "{p:#?}");
+    assert_eq!(p.node_claims.iter().map(|c| c.node_pool.as_str()).collect::<Vec<_>>(), ["prod"], "{p:#?}");
+    let bin = env!("CARGO_BIN_EXE_karpenter-hub");
+    let out = std::process::Command::new(bin).args(["plan", "-f"]).arg(&example).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("Cluster paris: 1 new NodeClaim(s)"));
+    let out = std::process::Command::new(bin).args(["plan", "--cluster", "lyon", "-f"]).arg(&example).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && out.stdout.is_empty(), "{err}");
+    assert!(err.contains("--cluster lyon: no NodePool in the manifests serves cluster lyon"), "{err}");
+    assert!(
+        err.contains("namespace demo with labels {cluster.x-k8s.io/cluster-name=lyon,env=staging,region=lyo}"),
+        "{err}"
+    );
+}
+
+/// fleet.md §2: the nodes a fleet pool has in a cluster that left its selection drift
+/// (`ClusterNotSelected`) within that pool's budget, one at a time here, and are replaced by the
+/// pool still serving the cluster, not by the departed one although it weighs more.
+#[test]
+fn a_cluster_that_left_a_fleet_pool_drifts_its_nodes_within_the_pool_s_budget() {
+    let p = scenario("d8-cluster-left-fleet");
+    let (method, claims, _, _) = decided(&p);
+    assert_eq!((p.cluster.as_str(), method, claims), ("lyon", "drift", vec!["web-1"]), "{p:#?}");
+    let replacements: Vec<&str> =
+        p.decision.as_ref().unwrap().replacements.iter().map(|r| r.node_pool.as_str()).collect();
+    assert_eq!(replacements, ["general"], "{p:#?}");
+    let web = p.budgets.iter().find(|b| b.node_pool == "web").expect("the departed pool's budget");
+    assert_eq!((web.nodes, web.allowed["Drifted"]), (2, 1), "{p:#?}");
 }

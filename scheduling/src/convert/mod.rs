@@ -140,6 +140,13 @@ fn err(object: &str, field: impl Into<String>, message: impl Into<String>) -> Co
     ConvertError { object: object.to_string(), field: field.into(), message: message.into() }
 }
 
+/// The instance types `pool` would launch (its node class's catalogue, as a round resolves them),
+/// for a pool a round does not take: one the cluster has left, whose nodes are still priced.
+pub fn pool_instance_types(snapshot: &Snapshot, pool: &NodePool) -> Vec<crds::catalog::InstanceType> {
+    let mut notes = Vec::new();
+    capacity::pool_types(pool, &object("NodePool", &pool.metadata), snapshot, &mut notes).0
+}
+
 /// Builds the input of one cluster's round (§3.3). Pools are those serving `cluster`
 /// ([`Snapshot::serves`]); the caller keeps only Ready pools in the operator, `plan` takes them all.
 pub fn build_input(

@@ -16,7 +16,7 @@ use scheduling::convert::PendingRule;
 use scheduling::model::Settings;
 use serde::Serialize;
 
-use super::{Manifests, PlanError, resolve_cluster};
+use super::{Manifests, PlanError, clusters};
 use crate::decisions::disruption_scope;
 
 /// A node in a decision.
@@ -134,9 +134,13 @@ pub fn plan_disruption(
     now: Timestamp,
     mut notes: Vec<String>,
 ) -> Result<DisruptionPlan, PlanError> {
-    let snapshot = &manifests.snapshot;
-    let cluster = resolve_cluster(snapshot, cluster)?;
-    let view = disruption_scope::view(snapshot, &manifests.volumes, &cluster, PendingRule::Unbound, settings, now)?;
+    // The cluster's snapshot: its pools, and the fleet pools it departed from that still have
+    // NodeClaims there, whose budgets keep applying to those nodes.
+    let target = clusters::target(manifests, cluster)?;
+    notes.extend(target.notes);
+    let cluster = target.cluster;
+    let view =
+        disruption_scope::view(&target.snapshot, &manifests.volumes, &cluster, PendingRule::Unbound, settings, now)?;
     notes.extend(view.notes);
     let scope = view.scope;
     let settings = disruption::Settings::default();
