@@ -66,12 +66,19 @@ pub enum SelectorOperator {
     DoesNotExist,
 }
 
+/// `matchLabels`: values by the schema; keys by a CEL rule, since a CRD schema has no
+/// `propertyNames` (kube-apiserver's `JSONSchemaProps` lacks it: a `propertyNames` here would be
+/// dropped from the CRD and check nothing).
 fn match_labels(_: &mut SchemaGenerator) -> Schema {
+    // The pattern in a CEL single-quoted string: each backslash doubled.
+    let keys = format!("self.all(k, size(k) <= 316 && k.matches('{}'))", LABEL_KEY_PATTERN.replace('\\', "\\\\"));
     json_schema!({
         "type": "object",
         "maxProperties": 64,
-        "propertyNames": {"maxLength": 316, "pattern": LABEL_KEY_PATTERN},
-        "additionalProperties": {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN}
+        "additionalProperties": {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN},
+        "x-kubernetes-validations": [
+            {"rule": keys, "message": "matchLabels keys must be label keys of at most 316 characters ([prefix/]name, e.g. env or example.com/env)"}
+        ]
     })
 }
 
@@ -91,30 +98,68 @@ impl ClusterSelector {
     }
 
     /// The first term a schema-less object would break (the webhook and `plan` say it; the CRD's
-    /// schema says the same on a real server): `(field path, why)`.
+    /// schema and CEL rules refuse the same on a real server): `(field path, why and how to fix it)`.
     pub fn problem(&self) -> Option<(String, String)> {
         use crate::validation::{label_value, qualified_name};
         for (k, v) in &self.match_labels {
+            let field = format!("matchLabels[{}]", quoted(k));
             if let Err(reason) = qualified_name(k) {
-                return Some((format!("matchLabels[{k:?}]"), format!("is not a valid label key: {reason}")));
+                return Some((
+                    field,
+                    format!("is not a valid label key: {reason}; write [prefix/]name, e.g. env or example.com/env"),
+                ));
             }
             if let Err(reason) = label_value(v) {
-                return Some((format!("matchLabels[{k:?}]"), format!("{v:?} is not a valid label value: {reason}")));
+                return Some((field, format!("{} is not a valid label value: {reason}", quoted(v))));
             }
         }
         for (i, r) in self.match_expressions.iter().enumerate() {
             if let Err(reason) = qualified_name(&r.key) {
-                return Some((format!("matchExpressions[{i}].key"), format!("is not a valid label key: {reason}")));
-            }
-            let needs_values = matches!(r.operator, SelectorOperator::In | SelectorOperator::NotIn);
-            if needs_values == r.values.is_empty() {
                 return Some((
-                    format!("matchExpressions[{i}].values"),
-                    "In and NotIn need at least one value; Exists and DoesNotExist take none".into(),
+                    format!("matchExpressions[{i}].key"),
+                    format!(
+                        "{} is not a valid label key: {reason}; write [prefix/]name, e.g. env or example.com/env",
+                        quoted(&r.key)
+                    ),
+                ));
+            }
+            let field = format!("matchExpressions[{i}].values");
+            match r.operator {
+                SelectorOperator::In | SelectorOperator::NotIn if r.values.is_empty() => {
+                    return Some((
+                        field,
+                        format!(
+                            "operator {:?} needs at least one value, e.g. values: [prod]; or use Exists / DoesNotExist",
+                            r.operator
+                        ),
+                    ));
+                }
+                SelectorOperator::Exists | SelectorOperator::DoesNotExist if !r.values.is_empty() => {
+                    return Some((field, format!("operator {:?} takes no values: remove them", r.operator)));
+                }
+                _ => {}
+            }
+            if let Some((j, v, reason)) =
+                r.values.iter().enumerate().find_map(|(j, v)| label_value(v).err().map(|e| (j, v, e)))
+            {
+                return Some((
+                    format!("matchExpressions[{i}].values[{j}]"),
+                    format!("{} is not a valid label value: {reason}", quoted(v)),
                 ));
             }
         }
         None
+    }
+}
+
+/// A user string quoted for a message, cut to a readable length (a huge key must not be echoed).
+fn quoted(s: &str) -> String {
+    const MAX: usize = 80;
+    if s.chars().count() <= MAX {
+        format!("{s:?}")
+    } else {
+        let head: String = s.chars().take(MAX).collect();
+        format!("{head:?}... ({} characters)", s.chars().count())
     }
 }
 
@@ -170,24 +215,63 @@ mod tests {
     }
 
     #[test]
-    fn a_term_the_schema_refuses_is_named_with_its_path() {
-        let ok = selector(
-            json!({"matchLabels": {"example.com/env": "prod"}, "matchExpressions": [{"key": "tier", "operator": "Exists"}]}),
-        );
+    fn a_term_the_schema_refuses_is_named_with_its_path_and_fix() {
+        let ok = selector(json!({
+            "matchLabels": {"example.com/env": "prod"},
+            "matchExpressions": [{"key": "tier", "operator": "Exists"}, {"key": "zone", "operator": "NotIn", "values": ["rbx"]}]
+        }));
         assert_eq!(ok.problem(), None);
         let cases = [
-            (json!({"matchLabels": {"bad key": "x"}}), "matchLabels[\"bad key\"]"),
-            (json!({"matchLabels": {"env": "not ok!"}}), "matchLabels[\"env\"]"),
-            (json!({"matchExpressions": [{"key": "env", "operator": "In"}]}), "matchExpressions[0].values"),
+            (json!({"matchLabels": {"bad key": "x"}}), "matchLabels[\"bad key\"]", "e.g. env or example.com/env"),
+            (json!({"matchLabels": {"a/b/c": "x"}}), "matchLabels[\"a/b/c\"]", "not a valid label key"),
+            (
+                json!({"matchLabels": {"env": "not ok!"}}),
+                "matchLabels[\"env\"]",
+                "\"not ok!\" is not a valid label value",
+            ),
+            (
+                json!({"matchExpressions": [{"key": "env", "operator": "In"}]}),
+                "matchExpressions[0].values",
+                "operator In needs at least one value, e.g. values: [prod]",
+            ),
+            (
+                json!({"matchExpressions": [{"key": "env", "operator": "NotIn", "values": []}]}),
+                "matchExpressions[0].values",
+                "operator NotIn needs at least one value",
+            ),
             (
                 json!({"matchExpressions": [{"key": "env", "operator": "Exists", "values": ["a"]}]}),
                 "matchExpressions[0].values",
+                "operator Exists takes no values: remove them",
             ),
-            (json!({"matchExpressions": [{"key": "-env", "operator": "Exists"}]}), "matchExpressions[0].key"),
+            (
+                json!({"matchExpressions": [{"key": "env", "operator": "DoesNotExist", "values": ["a"]}]}),
+                "matchExpressions[0].values",
+                "operator DoesNotExist takes no values",
+            ),
+            (
+                json!({"matchExpressions": [{"key": "env", "operator": "Exists"}, {"key": "-env", "operator": "Exists"}]}),
+                "matchExpressions[1].key",
+                "\"-env\" is not a valid label key",
+            ),
+            (
+                json!({"matchExpressions": [{"key": "env", "operator": "In", "values": ["prod", "a b"]}]}),
+                "matchExpressions[0].values[1]",
+                "\"a b\" is not a valid label value",
+            ),
         ];
-        for (v, path) in cases {
+        for (v, path, text) in cases {
             let (got, why) = selector(v.clone()).problem().unwrap_or_else(|| panic!("{v} accepted"));
             assert_eq!(got, path, "{v}: {why}");
+            assert!(why.contains(text), "{v}: {why}");
         }
+    }
+
+    #[test]
+    fn a_huge_key_is_not_echoed_whole() {
+        let key = "k ".repeat(50_000);
+        let (path, why) = selector(json!({"matchLabels": {key: "x"}})).problem().unwrap();
+        assert!(path.len() < 150 && path.contains("100000 characters"), "{path}");
+        assert!(why.len() < 400, "{why}");
     }
 }

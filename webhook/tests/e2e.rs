@@ -328,8 +328,41 @@ async fn checks(client: &Client, namespace: &str, metrics: &Metrics) {
     assert!(!message.contains("denied the request"), "the CRD refuses it, not the webhook: {message}");
     assert_eq!(reviews(metrics), before, "objects the CRD refuses are never sent to the webhook");
 
-    // An update that changes the spec is reviewed too.
+    // A fleet pool (fleet.md §2): its selector is mutable (the CRD's transition rules accept the
+    // edit, the webhook reviews it), but clusterName can be neither added nor removed: the CRD
+    // refuses that before the webhook is asked.
+    let fleet = object(
+        "NodePool",
+        "fleet",
+        namespace,
+        json!({
+            "clusterSelector": {"matchLabels": {"env": "prod"}},
+            "template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"},
+                "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["M"]}]
+            }},
+            "disruption": {"consolidateAfter": "1m"}
+        }),
+    );
+    create(client, Kind::NodePool, namespace, fleet, false).await.unwrap();
     let api = dynamic_api(client, Kind::NodePool, namespace);
+    let before = reviews(metrics);
+    let patch = json!({"spec": {"clusterSelector": {"matchLabels": {"env": "staging"}, "matchExpressions": [{"key": "example.com/retiring", "operator": "DoesNotExist"}]}}});
+    let edited = api.patch("fleet", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    assert_eq!(edited.data["spec"]["clusterSelector"]["matchLabels"], json!({"env": "staging"}));
+    assert!(reviews(metrics) > before, "a selector edit is reviewed by the webhook");
+    let before = reviews(metrics);
+    for (name, patch) in [
+        ("fleet", json!({"spec": {"clusterSelector": null, "clusterName": "prod-paris"}})),
+        ("big", json!({"spec": {"clusterName": null, "clusterSelector": {"matchLabels": {"env": "prod"}}}})),
+    ] {
+        let error = api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap_err().to_string();
+        assert!(error.contains("clusterName cannot be added or removed"), "{name}: {error}");
+        assert!(!error.contains("denied the request"), "the CRD refuses it, not the webhook: {error}");
+    }
+    assert_eq!(reviews(metrics), before, "updates the CRD refuses are never sent to the webhook");
+
+    // An update that changes the spec is reviewed too.
     let patch = json!({"spec": {"template": {"spec": {"requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["XYZ"]}]}}}});
     let error = api.patch("big", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap_err().to_string();
     assert!(error.contains("excludes every flavor"), "{error}");

@@ -129,3 +129,78 @@ async fn invalid_updates_are_denied() {
     }
     assert!(checked >= 2);
 }
+
+/// The fleet examples (fleet.md §2): the webhook's own denial names the field and the fix, for
+/// objects that never met an API server (the CRD's message is each file's `# expect:`).
+#[tokio::test]
+async fn fleet_examples_are_denied_naming_the_field_and_the_fix() {
+    let refs = StaticReferences::default();
+    let creates = [
+        (
+            "nodepool-cluster-name-and-selector.yaml",
+            "spec: clusterName and clusterSelector are both set: keep clusterName",
+        ),
+        (
+            "nodepool-missing-cluster-name.yaml",
+            "spec: neither clusterName nor clusterSelector is set: name the workload cluster",
+        ),
+        (
+            "nodepool-selector-in-without-values.yaml",
+            "spec.clusterSelector.matchExpressions[0].values: operator In needs at least one value, e.g. values: [prod]",
+        ),
+        (
+            "nodepool-selector-exists-with-values.yaml",
+            "spec.clusterSelector.matchExpressions[0].values: operator Exists takes no values: remove them",
+        ),
+        (
+            "nodepool-selector-bad-label-key.yaml",
+            "spec.clusterSelector.matchLabels[\"deployment env\"]: is not a valid label key",
+        ),
+    ];
+    for (file, expected) in creates {
+        let path = repo().join("examples/invalid").join(file);
+        let doc = with_namespace(documents(&path).remove(0));
+        let answer = review(Kind::NodePool, &body(Kind::NodePool, &doc, None), &refs).await.unwrap();
+        let message = answer.message.unwrap_or_default();
+        assert!(!answer.allowed && message.contains(expected), "{file}: {message}");
+    }
+    let updates = [
+        ("nodepool-cluster-name-removed.yaml", "spec.clusterName: clusterName \"prod-paris\" cannot be removed"),
+        ("nodepool-cluster-name-added.yaml", "spec.clusterName: clusterName \"prod-paris\" cannot be added"),
+    ];
+    for (file, expected) in updates {
+        let docs = documents(&repo().join("examples/invalid/updates").join(file));
+        let (old, new) = (with_namespace(docs[0].clone()), with_namespace(docs[1].clone()));
+        let answer = review(Kind::NodePool, &body(Kind::NodePool, &new, Some(&old)), &refs).await.unwrap();
+        let message = answer.message.unwrap_or_default();
+        assert!(!answer.allowed && message.contains(expected), "{file}: {message}");
+        assert!(message.contains("create a new NodePool"), "{file}: the fix: {message}");
+    }
+}
+
+/// A fleet pool's selector is mutable: the example's pool with its selector edited is allowed, with
+/// a warning saying what happens to the clusters that stop matching.
+#[tokio::test]
+async fn a_fleet_pool_s_selector_may_be_edited() {
+    let docs: Vec<Value> =
+        documents(&repo().join("examples/fleet-nodepools.yaml")).into_iter().map(with_namespace).collect();
+    let refs = references(&docs);
+    let old = docs.iter().find(|d| d["kind"] == "NodePool").expect("the fleet example's NodePool").clone();
+    assert!(old["spec"]["clusterSelector"].is_object() && old["spec"]["clusterName"].is_null(), "{old}");
+    for selector in [
+        json!({"matchLabels": {"env": "staging"}}),
+        json!({"matchLabels": {"env": "prod"}, "matchExpressions": [{"key": "region", "operator": "In", "values": ["par", "lyo"]}]}),
+        json!({}),
+    ] {
+        let mut new = old.clone();
+        new["spec"]["clusterSelector"] = selector.clone();
+        let answer = review(Kind::NodePool, &body(Kind::NodePool, &new, Some(&old)), &refs).await.unwrap();
+        assert!(answer.allowed, "{selector}: {:?}", answer.message);
+        assert!(answer.warnings.iter().any(|w| w.contains("ClusterNotSelected")), "{selector}: {:?}", answer.warnings);
+    }
+    // Unchanged selector, other edit: no selector warning.
+    let mut new = old.clone();
+    new["spec"]["weight"] = json!(20);
+    let answer = review(Kind::NodePool, &body(Kind::NodePool, &new, Some(&old)), &refs).await.unwrap();
+    assert!(answer.allowed && !answer.warnings.iter().any(|w| w.contains("ClusterNotSelected")), "{answer:?}");
+}

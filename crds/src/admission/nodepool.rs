@@ -803,15 +803,42 @@ fn check_flavors(
 }
 
 fn check_update(verdict: &mut Verdict, new: &NodePool, old: &NodePool) {
-    let named = |p: &NodePool| p.spec.cluster_name.as_deref().map_or_else(|| "a clusterSelector".to_string(), shorten);
-    if new.spec.cluster_name != old.spec.cluster_name {
-        verdict.deny(
+    match (&old.spec.cluster_name, &new.spec.cluster_name) {
+        (Some(was), Some(now)) if was != now => verdict.deny(
             "spec.clusterName",
             format!(
-                "clusterName is immutable ({} → {}): create a new NodePool for another cluster, or for a fleet pool",
-                named(old),
-                named(new)
+                "clusterName is immutable ({} → {}): create a new NodePool for the other cluster",
+                shorten(was),
+                shorten(now)
             ),
+        ),
+        (Some(was), None) => verdict.deny(
+            "spec.clusterName",
+            format!(
+                "clusterName {} cannot be removed: a pool serves one named cluster or a clusterSelector's clusters for \
+                 its whole life; keep clusterName, or create a new NodePool with the clusterSelector",
+                shorten(was)
+            ),
+        ),
+        (None, Some(now)) => verdict.deny(
+            "spec.clusterName",
+            format!(
+                "clusterName {} cannot be added to a pool created with a clusterSelector: a pool serves a selection \
+                 or one named cluster for its whole life; keep the clusterSelector (edit it to select other \
+                 clusters), or create a new NodePool with clusterName",
+                shorten(now)
+            ),
+        ),
+        _ => {}
+    }
+    if let (Some(was), Some(now)) = (&old.spec.cluster_selector, &new.spec.cluster_selector)
+        && was != now
+    {
+        verdict.warn(
+            "spec.clusterSelector",
+            "clusters that no longer match get no new node from this pool, and its nodes there drift \
+             (ClusterNotSelected) and leave within the pool's Drifted budgets, replaced by the pools still serving \
+             them; check the selected clusters in status.clusters",
         );
     }
     let (n, o) = (&new.spec.template.spec.node_class_ref, &old.spec.template.spec.node_class_ref);
@@ -1215,6 +1242,130 @@ spec:
         assert_eq!(v, Verdict::default());
         let v = update(&requirements(json!([])));
         assert!(v.is_allowed() && warned(&v, "no longer satisfy"), "{v:?}");
+    }
+
+    /// The base pool as a fleet pool: `clusterName` replaced by `selector`.
+    fn fleet(selector: serde_json::Value) -> NodePool {
+        edited(|v| {
+            v["spec"].as_object_mut().unwrap().remove("clusterName");
+            v["spec"]["clusterSelector"] = selector;
+        })
+    }
+
+    #[test]
+    fn a_pool_names_one_cluster_or_selects_clusters_never_both_nor_neither() {
+        use serde_json::json;
+        let v = check(&fleet(json!({"matchLabels": {"env": "prod"}})));
+        assert_eq!(v, Verdict::default());
+        // `{}` selects every registered cluster of the namespace: allowed.
+        assert_eq!(check(&fleet(json!({}))), Verdict::default());
+        let both = edited(|v| v["spec"]["clusterSelector"] = json!({"matchLabels": {"env": "prod"}}));
+        let v = check(&both);
+        assert!(denied(&v, "spec", "clusterName and clusterSelector are both set"), "{v:?}");
+        assert!(denied(&v, "spec", "keep clusterName for a pool serving one cluster, or clusterSelector"), "{v:?}");
+        let neither = edited(|v| {
+            v["spec"].as_object_mut().unwrap().remove("clusterName");
+        });
+        let v = check(&neither);
+        assert!(denied(&v, "spec", "neither clusterName nor clusterSelector is set"), "{v:?}");
+        assert!(denied(&v, "spec", "clusterName: prod-paris"), "{v:?}");
+        assert_eq!(v.denials.len(), 1, "{v:?}");
+        // The message the API server's user reads starts with the field.
+        let message = v.denial_message().unwrap_or_default();
+        assert!(message.starts_with("spec: neither clusterName nor clusterSelector"), "{message}");
+    }
+
+    #[test]
+    fn an_invalid_cluster_selector_is_denied_naming_the_term_and_the_fix() {
+        use serde_json::json;
+        for (selector, field, text) in [
+            (
+                json!({"matchExpressions": [{"key": "env", "operator": "In"}]}),
+                "spec.clusterSelector.matchExpressions[0].values",
+                "operator In needs at least one value, e.g. values: [prod]",
+            ),
+            (
+                json!({"matchExpressions": [{"key": "env", "operator": "Exists"}, {"key": "tier", "operator": "Exists", "values": ["web"]}]}),
+                "spec.clusterSelector.matchExpressions[1].values",
+                "operator Exists takes no values: remove them",
+            ),
+            (
+                json!({"matchExpressions": [{"key": "example.com/", "operator": "Exists"}]}),
+                "spec.clusterSelector.matchExpressions[0].key",
+                "write [prefix/]name, e.g. env or example.com/env",
+            ),
+            (
+                json!({"matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["prod!"]}]}),
+                "spec.clusterSelector.matchExpressions[0].values[0]",
+                "not a valid label value",
+            ),
+            (
+                json!({"matchLabels": {"deployment env": "prod"}}),
+                "spec.clusterSelector.matchLabels[\"deployment env\"]",
+                "write [prefix/]name, e.g. env or example.com/env",
+            ),
+            (
+                json!({"matchLabels": {"env": "prod paris"}}),
+                "spec.clusterSelector.matchLabels[\"env\"]",
+                "\"prod paris\" is not a valid label value",
+            ),
+        ] {
+            let v = check(&fleet(selector.clone()));
+            assert!(denied(&v, field, text), "{selector}: {v:?}");
+            assert_eq!(v.denials.len(), 1, "{selector}: one problem, said once: {v:?}");
+        }
+        // Beside clusterName, the selector is still checked (both problems said at once).
+        let v = check(&edited(|v| v["spec"]["clusterSelector"] = json!({"matchLabels": {"bad key": "x"}})));
+        assert!(
+            denied(&v, "spec", "both set") && denied(&v, "spec.clusterSelector.matchLabels[\"bad key\"]", "label key")
+        );
+    }
+
+    #[test]
+    fn cluster_name_cannot_change_be_added_or_removed_but_the_selector_may_change() {
+        use serde_json::json;
+        let c = class(None);
+        let named = pool(POOL);
+        let prod = fleet(json!({"matchLabels": {"env": "prod"}}));
+        let update = |old: &NodePool, new: &NodePool| validate_node_pool(new, Some(old), known(&c));
+        // Removed: the named pool switched to a selector.
+        let v = update(&named, &prod);
+        assert!(denied(&v, "spec.clusterName", "clusterName \"prod-paris\" cannot be removed"), "{v:?}");
+        assert!(denied(&v, "spec.clusterName", "create a new NodePool with the clusterSelector"), "{v:?}");
+        assert_eq!(v.denials.len(), 1, "{v:?}");
+        // Added: the fleet pool switched to a name, or given one beside its selector.
+        let v = update(&prod, &named);
+        assert!(denied(&v, "spec.clusterName", "clusterName \"prod-paris\" cannot be added"), "{v:?}");
+        assert!(denied(&v, "spec.clusterName", "create a new NodePool with clusterName"), "{v:?}");
+        let both = edited(|v| v["spec"]["clusterSelector"] = json!({"matchLabels": {"env": "prod"}}));
+        let v = update(&prod, &both);
+        assert!(denied(&v, "spec.clusterName", "cannot be added") && denied(&v, "spec", "both set"), "{v:?}");
+        // Changed.
+        let v = update(&named, &edited(|v| v["spec"]["clusterName"] = json!("staging-paris")));
+        assert!(denied(&v, "spec.clusterName", "immutable (\"prod-paris\" → \"staging-paris\")"), "{v:?}");
+        // The selector is mutable: allowed, with a warning saying what happens to the clusters left.
+        for edit in [
+            json!({"matchLabels": {"env": "staging"}}),
+            json!({"matchLabels": {"env": "prod"}, "matchExpressions": [{"key": "example.com/retiring", "operator": "DoesNotExist"}]}),
+            json!({}),
+        ] {
+            let v = update(&prod, &fleet(edit.clone()));
+            assert!(v.is_allowed(), "{edit}: {v:?}");
+            assert!(warned(&v, "drift (ClusterNotSelected)"), "{edit}: {v:?}");
+        }
+        // A fleet pool updated without touching its selector: nothing to say.
+        let v = update(
+            &prod,
+            &edited(|v| {
+                v["spec"].as_object_mut().unwrap().remove("clusterName");
+                v["spec"]["clusterSelector"] = json!({"matchLabels": {"env": "prod"}});
+                v["spec"]["weight"] = json!(10);
+            }),
+        );
+        assert_eq!(v, Verdict::default());
+        // An update to an invalid selector is denied as a create would be.
+        let v = update(&prod, &fleet(json!({"matchExpressions": [{"key": "env", "operator": "In"}]})));
+        assert!(denied(&v, "spec.clusterSelector.matchExpressions[0].values", "at least one value"), "{v:?}");
     }
 
     proptest::proptest! {
