@@ -141,7 +141,7 @@ fn check_label_value(verdict: &mut Verdict, field: &str, value: &str) {
 }
 
 /// A user string quoted for a message, cut to a readable length (a 1 MiB value must not be echoed).
-fn shorten(s: &str) -> String {
+pub(crate) fn shorten(s: &str) -> String {
     const MAX: usize = 80;
     if s.chars().count() <= MAX {
         format!("{s:?}")

@@ -102,7 +102,7 @@ impl ClusterSelector {
     pub fn problem(&self) -> Option<(String, String)> {
         use crate::validation::{label_value, qualified_name};
         for (k, v) in &self.match_labels {
-            let field = format!("matchLabels[{}]", quoted(k));
+            let field = format!("matchLabels[{}]", crate::admission::shorten(k));
             if let Err(reason) = qualified_name(k) {
                 return Some((
                     field,
@@ -110,7 +110,7 @@ impl ClusterSelector {
                 ));
             }
             if let Err(reason) = label_value(v) {
-                return Some((field, format!("{} is not a valid label value: {reason}", quoted(v))));
+                return Some((field, format!("{} is not a valid label value: {reason}", crate::admission::shorten(v))));
             }
         }
         for (i, r) in self.match_expressions.iter().enumerate() {
@@ -119,7 +119,7 @@ impl ClusterSelector {
                     format!("matchExpressions[{i}].key"),
                     format!(
                         "{} is not a valid label key: {reason}; write [prefix/]name, e.g. env or example.com/env",
-                        quoted(&r.key)
+                        crate::admission::shorten(&r.key)
                     ),
                 ));
             }
@@ -144,22 +144,11 @@ impl ClusterSelector {
             {
                 return Some((
                     format!("matchExpressions[{i}].values[{j}]"),
-                    format!("{} is not a valid label value: {reason}", quoted(v)),
+                    format!("{} is not a valid label value: {reason}", crate::admission::shorten(v)),
                 ));
             }
         }
         None
-    }
-}
-
-/// A user string quoted for a message, cut to a readable length (a huge key must not be echoed).
-fn quoted(s: &str) -> String {
-    const MAX: usize = 80;
-    if s.chars().count() <= MAX {
-        format!("{s:?}")
-    } else {
-        let head: String = s.chars().take(MAX).collect();
-        format!("{head:?}... ({} characters)", s.chars().count())
     }
 }
 

@@ -425,7 +425,8 @@ async fn kubectl_explain_renders_the_crd_schemas() {
         eprintln!("{spec}");
         assert!(spec.contains("KIND:       NodePool") && spec.contains("VERSION:    v1alpha1"), "{spec}");
         assert!(spec.contains("FIELD: spec <Object>"), "{spec}");
-        assert!(spec.contains("clusterName\t<string> -required-"), "{spec}");
+        // Exactly one of clusterName and clusterSelector (a CEL rule): neither is required alone.
+        assert!(spec.contains("clusterName\t<string>\n") && spec.contains("clusterSelector\t<Object>\n"), "{spec}");
         assert!(spec.contains("template\t<Object> -required-") && spec.contains("weight\t<integer>"), "{spec}");
         let reqs = k.ok(&["explain", "nodeclaims.spec.requirements.operator"]);
         assert!(reqs.contains("FIELD: operator <string>") && reqs.contains("ENUM:\n    In\n    NotIn"), "{reqs}");

@@ -366,3 +366,21 @@ pub fn cluster_api_cluster_crd() -> Value {
         }
     })
 }
+
+/// Create the hub's CRDs on a real API server (those already there are kept) and wait until
+/// NodePools are served.
+pub async fn install_hub_crds(client: &kube::Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for file in crds::crd::hub_crds() {
+        match api.create(&kube::api::PostParams::default(), &file.crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("installing {}: {e}", file.file_name),
+        }
+    }
+    wait_for("nodepools served", Duration::from_secs(30), || async {
+        Api::<crds::NodePool>::all(client.clone()).list(&ListParams::default().limit(1)).await.is_ok()
+    })
+    .await;
+}

@@ -3,35 +3,17 @@
 //! the way the hub writes it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{process::Command, time::Duration};
+use std::process::Command;
 
 use crds::NodePool;
-use k8s_openapi::{
-    api::core::v1::Namespace, apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::{
-    Api, Client,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    Api,
+    api::{Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 
 use crate::common;
-use common::wait_for;
-
-async fn install_crds(client: &Client) {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for file in crds::crd::hub_crds() {
-        match api.create(&PostParams::default(), &file.crd).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("installing {}: {e}", file.file_name),
-        }
-    }
-    wait_for("nodepools served", Duration::from_secs(30), || async {
-        Api::<NodePool>::all(client.clone()).list(&ListParams::default().limit(1)).await.is_ok()
-    })
-    .await;
-}
 
 /// `kubectl <args>` printing a table: one map per row, column name → cell ("" when empty). Cells
 /// are cut at the header's column offsets, as kubectl aligns them (an empty cell prints nothing).
@@ -72,7 +54,7 @@ fn kubectl_table(kubeconfig: &std::path::Path, args: &[&str]) -> Vec<std::collec
 async fn kubectl_get_nodepools_shows_the_nodes_and_resources_the_hub_writes_on_a_real_api_server() {
     let cp = envtest::shared_or_skip!("kubectl");
     let client = cp.client().await.unwrap();
-    install_crds(&client).await;
+    common::install_hub_crds(&client).await;
     let ns = format!("kubectl-{}", std::process::id());
     let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();

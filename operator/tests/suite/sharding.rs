@@ -697,19 +697,7 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
 async fn leases_spread_and_survive_a_killed_replica_on_a_real_api_server() {
     let cp = envtest::shared_or_skip!("sharding");
     let mgmt = cp.client().await.unwrap();
-    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-        Api::all(mgmt.clone());
-    for file in crds::crd::hub_crds() {
-        match crds.create(&PostParams::default(), &file.crd).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("installing {}: {e}", file.file_name),
-        }
-    }
-    wait_for("nodeclaims served", Duration::from_secs(30), || async {
-        Api::<NodeClaim>::all(mgmt.clone()).list(&ListParams::default().limit(1)).await.is_ok()
-    })
-    .await;
+    common::install_hub_crds(&mgmt).await;
     ensure_lease_namespace(&mgmt).await;
     let mut workloads = Vec::new();
     let mut all = Vec::new();
