@@ -38,7 +38,7 @@ pub fn nodeclass_hash(spec: &CleverNodeClassSpec) -> String {
 
 /// `hub-v1` hash of a NodePool template: labels, annotations, taints and startupTaints (as sets),
 /// nodeClassRef, expireAfter, terminationGracePeriod. Not covered: requirements (they drift through
-/// `RequirementsDrifted`), disruption, limits, weight, clusterName, clusterSelector (a cluster leaving a selection drifts as `ClusterNotSelected`). Empty equals absent, and
+/// `RequirementsDrifted`), disruption, limits, weight, clusterName, clusterSelector (a cluster leaving a selection drifts as `ClusterNotSelected`), rollout (it paces this hash's drift). Empty equals absent, and
 /// `expireAfter` at its default (`720h`) equals absent.
 pub fn nodepool_hash(spec: &NodePoolSpec) -> String {
     let template = &spec.template;

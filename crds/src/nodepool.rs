@@ -20,9 +20,9 @@ pub const DEFAULT_CONSOLIDATE_AFTER: &str = "0s";
 /// Default budget, as upstream.
 pub const DEFAULT_BUDGET_NODES: &str = "10%";
 
-/// A NodePool sets constraints on the nodes the hub may create for one workload cluster, and on the pods
-/// that can run on them. Field names and semantics follow Karpenter's `karpenter.sh/v1` NodePool, plus
-/// `spec.clusterName`.
+/// A NodePool sets constraints on the nodes the hub may create for one workload cluster (`spec.clusterName`)
+/// or for each cluster a selector matches (`spec.clusterSelector`: a fleet pool), and on the pods that can run
+/// on them. Field names and semantics follow Karpenter's `karpenter.sh/v1` NodePool.
 // Repeated `type_ = ...` arguments of `printcolumn(...)` look like duplicated attributes to clippy.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -35,7 +35,7 @@ pub const DEFAULT_BUDGET_NODES: &str = "10%";
     status = "NodePoolStatus",
     shortname = "np",
     category = "karpenter",
-    doc = "NodePool is Karpenter's NodePool for one CKE workload cluster: the constraints on the nodes the hub may create there (flavors, labels, taints, limits), and how it may disrupt them.",
+    doc = "NodePool is Karpenter's NodePool for one CKE workload cluster, or for every registered cluster of its namespace a selector matches (a fleet pool): the constraints on the nodes the hub may create there (flavors, labels, taints, limits), and how it may disrupt them.",
     printcolumn(
         name = "Cluster",
         type_ = "string",
@@ -65,7 +65,8 @@ pub const DEFAULT_BUDGET_NODES: &str = "10%";
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("has(self.clusterName) != has(self.clusterSelector)").message("set exactly one of spec.clusterName (the one workload cluster this pool serves) and spec.clusterSelector (every registered cluster of this namespace whose labels match: a fleet pool)"),
-    validation = Rule::new("has(self.clusterName) == has(oldSelf.clusterName)").message("clusterName cannot be added or removed: a pool serves one named cluster or a selection for its whole life; create a new NodePool instead")
+    validation = Rule::new("has(self.clusterName) == has(oldSelf.clusterName)").message("clusterName cannot be added or removed: a pool serves one named cluster or a selection for its whole life; create a new NodePool instead"),
+    validation = Rule::new("!has(self.rollout) || has(self.clusterSelector)").message("rollout applies to fleet pools only (spec.clusterSelector): a pool naming one cluster has nothing to roll out cluster by cluster; remove spec.rollout")
 )]
 pub struct NodePoolSpec {
     /// Name of the one workload cluster this pool serves. The hub reaches it through the Secret
@@ -99,6 +100,51 @@ pub struct NodePoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub weight: Option<i32>,
+    /// Fleet pools only: roll a change of the pool's template out cluster by cluster instead of in
+    /// every selected cluster at once. Without it, every cluster replaces its drifted nodes at once,
+    /// each within its own budgets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Rollout>,
+}
+
+/// How a fleet pool's template changes reach its clusters (fleet.md §3).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Rollout {
+    /// Clusters replacing drifted nodes at once: a count (`"1"`) or a percentage of the selected clusters
+    /// (`"25%"`, rounded up). A string, as budgets' `nodes`.
+    #[serde(default = "default_max_clusters")]
+    #[schemars(regex(pattern = r"^((100|[1-9][0-9]?)%|[1-9][0-9]*)$"))]
+    pub max_clusters: String,
+    /// Clusters to go first, in this order; the others follow by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100), schema_with = "cluster_names")]
+    pub order: Vec<String>,
+    /// How long a cluster that finished stays healthy before the next one starts (`10m`, `1h`, `0s`).
+    #[serde(default = "default_soak")]
+    #[schemars(regex(pattern = r"^([0-9]+(s|m|h))+$"))]
+    pub soak: String,
+}
+
+/// Default `rollout.maxClusters`: one cluster at a time.
+pub const DEFAULT_MAX_CLUSTERS: &str = "1";
+/// Default `rollout.soak`.
+pub const DEFAULT_SOAK: &str = "5m";
+
+fn default_max_clusters() -> String {
+    DEFAULT_MAX_CLUSTERS.to_string()
+}
+
+fn default_soak() -> String {
+    DEFAULT_SOAK.to_string()
+}
+
+fn cluster_names(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "maxItems": 100,
+        "items": {"type": "string", "maxLength": 63, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"}
+    })
 }
 
 /// Template of the NodeClaims a pool creates.
@@ -305,6 +351,9 @@ pub struct NodePoolStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
     pub clusters_ready: Option<String>,
+    /// Fleet pool with `spec.rollout`: the revision being rolled out and each selected cluster's phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
     /// Fleet pool: one row per selected cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 2000))]
@@ -316,6 +365,53 @@ pub struct NodePoolStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::common::conditions")]
     pub conditions: Vec<Condition>,
+}
+
+/// Where a fleet pool's rollout stands (fleet.md §3).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// The revision being rolled out: the pool's drift hash (docs/drift-hash.md).
+    #[schemars(length(max = 64))]
+    pub revision: String,
+    /// Each selected cluster's phase.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2000))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub clusters: Vec<RolloutCluster>,
+}
+
+/// One cluster's phase in a rollout.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutCluster {
+    /// The cluster's name.
+    #[schemars(length(max = 63))]
+    pub name: String,
+    /// `Pending` (waiting for its turn), `Progressing` (replacing its drifted nodes), `Soaking` (finished,
+    /// watched for `soak`), `Done`, or `Failed` (halts the rollout; the message says why).
+    pub phase: RolloutPhase,
+    /// When the cluster entered its phase.
+    pub since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// Why it failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub message: Option<String>,
+}
+
+/// A cluster's phase in a rollout.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RolloutPhase {
+    /// Waiting for its turn: drift of the pool's nodes there is held back.
+    Pending,
+    /// Replacing its drifted nodes, within its budgets.
+    Progressing,
+    /// Finished; watched for `soak` before it counts as done.
+    Soaking,
+    /// On the revision.
+    Done,
+    /// A replacement failed: the rollout halts until a new revision or the resume annotation.
+    Failed,
 }
 
 /// A fleet pool's instance in one selected cluster.

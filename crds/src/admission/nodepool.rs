@@ -99,6 +99,9 @@ pub fn validate_node_pool(new: &NodePool, old: Option<&NodePool>, references: No
     if let Some((path, why)) = spec.cluster_selector.as_ref().and_then(|s| s.problem()) {
         verdict.deny(format!("spec.clusterSelector.{path}"), why);
     }
+    if let Some(rollout) = &spec.rollout {
+        check_rollout(&mut verdict, rollout, spec.cluster_selector.is_some());
+    }
     if let Some(weight) = spec.weight
         && !(1..=100).contains(&weight)
     {
@@ -802,6 +805,46 @@ fn check_flavors(
     }
 }
 
+/// `spec.rollout` (fleet.md §3): fleet pools only, a count or a percentage, a duration, cluster names.
+fn check_rollout(verdict: &mut Verdict, rollout: &crate::nodepool::Rollout, fleet: bool) {
+    if !fleet {
+        verdict.deny(
+            "spec.rollout",
+            "rollout applies to fleet pools only (spec.clusterSelector): a pool naming one cluster has nothing to \
+             roll out cluster by cluster; remove spec.rollout",
+        );
+    }
+    let max = &rollout.max_clusters;
+    let valid_max = match max.strip_suffix('%') {
+        Some(p) => p.parse::<u32>().is_ok_and(|p| (1..=100).contains(&p)) && !p.starts_with('0'),
+        None => max.parse::<u64>().is_ok_and(|n| n >= 1) && !max.starts_with('0') && !max.starts_with('+'),
+    };
+    if !valid_max {
+        verdict.deny(
+            "spec.rollout.maxClusters",
+            format!(
+                "{} is neither a count of clusters (\"1\") nor a percentage of the selected ones (\"25%\"): use a \
+                 positive integer or 1% to 100%, as a string",
+                shorten(max)
+            ),
+        );
+    }
+    if let Err(e) = schedule::parse_duration(&rollout.soak, false) {
+        verdict.deny(
+            "spec.rollout.soak",
+            format!("{} is not a duration: {e}; use e.g. 10m, 1h or 0s", shorten(&rollout.soak)),
+        );
+    }
+    for (i, name) in rollout.order.iter().enumerate() {
+        if let Err(reason) = dns1123_label(name) {
+            verdict.deny(
+                format!("spec.rollout.order[{i}]"),
+                format!("{} is not a cluster name: it {reason}", shorten(name)),
+            );
+        }
+    }
+}
+
 fn check_update(verdict: &mut Verdict, new: &NodePool, old: &NodePool) {
     match (&old.spec.cluster_name, &new.spec.cluster_name) {
         (Some(was), Some(now)) if was != now => verdict.deny(
@@ -1250,6 +1293,32 @@ spec:
             v["spec"].as_object_mut().unwrap().remove("clusterName");
             v["spec"]["clusterSelector"] = selector;
         })
+    }
+
+    #[test]
+    fn a_rollout_is_for_fleet_pools_with_a_count_or_percentage_a_duration_and_cluster_names() {
+        use serde_json::json;
+        let with = |rollout: serde_json::Value| {
+            let mut p = fleet(json!({"matchLabels": {"env": "prod"}}));
+            p.spec.rollout = Some(serde_json::from_value(rollout).unwrap());
+            p
+        };
+        assert_eq!(check(&with(json!({"maxClusters": "25%", "order": ["canary"], "soak": "10m"}))), Verdict::default());
+        assert_eq!(check(&with(json!({}))), Verdict::default(), "defaults: one cluster, 5m soak");
+        for (rollout, field, text) in [
+            (json!({"maxClusters": "0"}), "spec.rollout.maxClusters", "use a positive integer or 1% to 100%"),
+            (json!({"maxClusters": "150%"}), "spec.rollout.maxClusters", "use a positive integer or 1% to 100%"),
+            (json!({"maxClusters": "one"}), "spec.rollout.maxClusters", "as a string"),
+            (json!({"soak": "ten minutes"}), "spec.rollout.soak", "use e.g. 10m, 1h or 0s"),
+            (json!({"order": ["Canary_1"]}), "spec.rollout.order[0]", "is not a cluster name"),
+        ] {
+            let v = check(&with(rollout.clone()));
+            assert!(denied(&v, field, text), "{rollout}: {v:?}");
+        }
+        let mut named = edited(|_| {});
+        named.spec.rollout = Some(serde_json::from_value(json!({})).unwrap());
+        let v = check(&named);
+        assert!(denied(&v, "spec.rollout", "rollout applies to fleet pools only"), "{v:?}");
     }
 
     #[test]

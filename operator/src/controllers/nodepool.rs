@@ -28,8 +28,8 @@ use serde_json::json;
 
 use crate::{
     decisions::conditions::{self, FALSE, TRUE, UNKNOWN},
-    decisions::fleet,
     decisions::pool_status::{Kind, Seen, caught_up, price_per_hour},
+    decisions::{fleet, rollout},
     infra::errors::{self, ApiError, Categorized, Reconciler, Step, StepExt},
     infra::facts,
     infra::hub::Hub,
@@ -41,7 +41,7 @@ use crds::{
     admission::{Lookup, NodePoolReferences, validate_node_pool},
     catalog::Catalog,
     labels,
-    nodepool::PoolClusterStatus,
+    nodepool::{PoolClusterStatus, RolloutPhase},
     quantity::Resources,
 };
 
@@ -54,6 +54,10 @@ pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
 pub const CLUSTERS_READY: &str = "ClustersReady";
 /// Fleet pools, informational: nodes of the pool remain in clusters it no longer selects.
 pub const NODES_IN_DEPARTED_CLUSTERS: &str = "NodesInDepartedClusters";
+/// Fleet pools with a rollout, informational: a cluster failed, no other starts.
+pub const ROLLOUT_HALTED: &str = "RolloutHalted";
+/// How often a progressing rollout is looked at when nothing wakes it (a replacement's deadline).
+const ROLLOUT_RECHECK: Duration = Duration::from_secs(30);
 /// Present only while garbage collection's brake holds back the sweeps of the pool's cluster
 /// (hub.md §5): informational, it does not make the pool not Ready (launches go on).
 pub const GARBAGE_COLLECTION_HALTED: &str = "GarbageCollectionHalted";
@@ -218,7 +222,13 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Ctx>) -> Result<Action, Error> 
             }
             named(hub, &pool, &key).await?;
         }
-        None => fleet(hub, &pool).await?,
+        None => {
+            if let Some(recheck) = fleet(hub, &pool).await? {
+                ctx.awaited.done(&me, &seen);
+                // A rollout's soak ends, or a replacement's deadline passes, at a time.
+                return Ok(Action::requeue(recheck));
+            }
+        }
     }
     ctx.awaited.done(&me, &seen);
     // Every input is watched (pool, its claims, its class, the registry and its labels): no
@@ -418,24 +428,47 @@ async fn named(hub: &Hub, pool: &NodePool, key: &ClusterKey) -> Result<(), Error
     // Usage: Σ capacity of the pool's claims that are not being deleted.
     let claims = pool_claims(hub, pool);
     gauges(hub, pool, key, wide.class.as_deref(), &claims);
-    let (nodes, total) = usage(&claims);
-    let resources: BTreeMap<String, _> = total.to_resource_list();
-    let status = json!({
-        "conditions": conds,
-        "resources": resources,
-        "nodes": nodes,
-        "nodeClassObservedGeneration": wide.class.as_deref().and_then(|c| c.metadata.generation),
-    });
-    let current = serde_json::to_value(&pool.status).unwrap_or_default();
-    let changed = ["conditions", "resources", "nodes"].iter().any(|k| current.get(*k) != status.get(*k));
-    if changed {
-        Api::<NodePool>::namespaced(hub.mgmt.clone(), ns)
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
-            .await
-            .step(Step::WriteNodePoolStatus)?;
+    if write_summary(hub, pool, conds, &claims, wide.class.as_deref(), &[]).await? {
         tracing::debug!(namespace = %ns, nodepool = %name, ready, cluster = %key, "nodepool status updated");
     }
     Ok(())
+}
+
+/// Merge-patch the pool's summary (conditions, usage over all its claims not being deleted, and
+/// `extra` keys: a fleet pool's `clustersReady` and `rollout`, `null` to remove one) when it differs
+/// from what the pool shows; whether it did.
+async fn write_summary(
+    hub: &Hub,
+    pool: &NodePool,
+    conds: Vec<crds::common::Condition>,
+    claims: &[Arc<NodeClaim>],
+    class: Option<&CleverNodeClass>,
+    extra: &[(&str, serde_json::Value)],
+) -> Result<bool, Error> {
+    let (nodes, total) = usage(claims);
+    let resources: BTreeMap<String, _> = total.to_resource_list();
+    let mut status = json!({
+        "conditions": conds,
+        "resources": resources,
+        "nodes": nodes,
+        "nodeClassObservedGeneration": class.and_then(|c| c.metadata.generation),
+    });
+    for (key, value) in extra {
+        status[*key] = value.clone();
+    }
+    let current = serde_json::to_value(&pool.status).unwrap_or_default();
+    let null = serde_json::Value::Null;
+    let changed = ["conditions", "resources", "nodes"]
+        .iter()
+        .chain(extra.iter().map(|(k, _)| k))
+        .any(|k| current.get(*k).unwrap_or(&null) != status.get(*k).unwrap_or(&null));
+    if changed {
+        Api::<NodePool>::namespaced(hub.mgmt.clone(), &pool.namespace().unwrap_or_default())
+            .patch_status(&pool.name_any(), &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
+            .await
+            .step(Step::WriteNodePoolStatus)?;
+    }
+    Ok(changed)
 }
 
 /// The field manager of the fleet rows this replica writes: one per replica, so that in sharded
@@ -469,7 +502,7 @@ fn owned_rows(pool: &NodePool, manager: &str) -> std::collections::BTreeSet<Stri
 /// The status of a fleet pool (fleet.md §2): one row per selected cluster, written by the replica
 /// that acts for that cluster (server-side apply, its own field manager); the summary (conditions,
 /// `clustersReady`, usage) written by the namespace writer from every row.
-async fn fleet(hub: &Hub, pool: &NodePool) -> Result<(), Error> {
+async fn fleet(hub: &Hub, pool: &NodePool) -> Result<Option<Duration>, Error> {
     let ns = pool.namespace().unwrap_or_default();
     let name = pool.name_any();
     let now = hub.now();
@@ -528,7 +561,7 @@ async fn fleet(hub: &Hub, pool: &NodePool) -> Result<(), Error> {
             .step(Step::WriteNodePoolStatus)?;
     }
     if !hub.registry.is_namespace_writer() {
-        return Ok(());
+        return Ok(None);
     }
     // The summary, from every row: this replica's fresh ones, the others' as the pool shows them.
     let rows: Vec<PoolClusterStatus> = served
@@ -579,37 +612,103 @@ async fn fleet(hub: &Hub, pool: &NodePool) -> Result<(), Error> {
         );
         conditions::set(&mut conds, NODES_IN_DEPARTED_CLUSTERS, TRUE, "ClusterNotSelected", &message, generation, now);
     }
+    let (rollout, recheck, resumed) = advance_rollout(hub, pool, &served, &claims, &mut conds, now).await;
     let ready = conditions::set_root_except(
         &mut conds,
         READY,
-        &[NODE_REGISTRATION_HEALTHY, NODES_IN_DEPARTED_CLUSTERS],
+        &[NODE_REGISTRATION_HEALTHY, NODES_IN_DEPARTED_CLUSTERS, ROLLOUT_HALTED],
         generation,
         now,
     );
-    let (nodes, total) = usage(&claims);
-    let resources: BTreeMap<String, _> = total.to_resource_list();
-    let status = json!({
-        "conditions": conds,
-        "resources": resources,
-        "nodes": nodes,
-        "clustersReady": fleet::clusters_ready(&rows),
-        "nodeClassObservedGeneration": wide.class.as_deref().and_then(|c| c.metadata.generation),
-    });
-    let current = serde_json::to_value(&pool.status).unwrap_or_default();
-    let changed =
-        ["conditions", "resources", "nodes", "clustersReady"].iter().any(|k| current.get(*k) != status.get(*k));
-    if changed {
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
-            .await
-            .step(Step::WriteNodePoolStatus)?;
-        tracing::debug!(namespace = %ns, nodepool = %name, ready, clusters = %fleet::clusters_ready(&rows), "fleet nodepool status updated");
+    let summary = fleet::clusters_ready(&rows);
+    let extra = [("clustersReady", json!(summary)), ("rollout", rollout)];
+    if write_summary(hub, pool, conds, &claims, wide.class.as_deref(), &extra).await? {
+        tracing::debug!(namespace = %ns, nodepool = %name, ready, clusters = %summary, "fleet nodepool status updated");
+    }
+    if resumed {
+        // Retried once: the annotation goes, so the next failure halts again.
+        let unmark = json!({"metadata": {"annotations": {rollout::RESUME_ANNOTATION: null}}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&unmark)).await.step(Step::WriteNodePoolStatus)?;
     }
     // Rows of clusters no longer selected that no live writer removes (their manager's replica
     // is gone): removed one by one, each guarded by its name, so a concurrent write is not undone.
     if stale {
         prune(&api, &name, &served_names).await?;
     }
-    Ok(())
+    Ok(recheck)
+}
+
+/// The rollout of a fleet pool's revision (fleet.md §3), advanced by the namespace writer: the
+/// next `status.rollout` (`null` without `spec.rollout`), when to look again (a cluster soaking, or
+/// progressing towards its failure deadline), and whether the resume annotation was consumed.
+/// Sets or clears `RolloutHalted`; one event and one log line per cluster changing phase.
+async fn advance_rollout(
+    hub: &Hub,
+    pool: &NodePool,
+    served: &[ClusterKey],
+    claims: &[Arc<NodeClaim>],
+    conds: &mut Vec<crds::common::Condition>,
+    now: k8s_openapi::jiff::Timestamp,
+) -> (serde_json::Value, Option<Duration>, bool) {
+    let Some(spec) = &pool.spec.rollout else {
+        conditions::remove(conds, ROLLOUT_HALTED);
+        return (serde_json::Value::Null, None, false);
+    };
+    let ns = pool.namespace().unwrap_or_default();
+    let name = pool.name_any();
+    let revision = crds::drift::nodepool_hash(&pool.spec);
+    let facts: Vec<rollout::ClusterFacts> =
+        served.iter().map(|k| rollout::facts_of(&k.name, claims.iter().map(AsRef::as_ref), &revision, now)).collect();
+    let settings = rollout::Settings::of(spec, served.len());
+    let resume = pool.annotations().get(rollout::RESUME_ANNOTATION).is_some_and(|v| v == rollout::RESUME);
+    let previous = pool.status.as_ref().and_then(|s| s.rollout.as_ref());
+    let (next, changes) = rollout::advance(previous, &revision, &spec.order, &facts, settings, resume, now);
+    for c in &changes {
+        // A cluster's first phase in a revision is news only when it starts.
+        if c.from.is_none() && c.to != RolloutPhase::Progressing {
+            continue;
+        }
+        let failed = c.to == RolloutPhase::Failed;
+        let note = match &c.message {
+            Some(why) => format!("cluster {}: {:?} in the rollout of revision {revision}: {why}", c.cluster, c.to),
+            None => format!("cluster {}: {:?} in the rollout of revision {revision}", c.cluster, c.to),
+        };
+        tracing::info!(namespace = %ns, nodepool = %name, cluster = %c.cluster, revision = %revision, from = ?c.from, to = ?c.to, why = c.message.as_deref().unwrap_or(""), "rollout phase changed");
+        hub.event(&pool.object_ref(&()), failed, &format!("Rollout{:?}", c.to), "Rollout", note).await;
+    }
+    let generation = pool.metadata.generation;
+    match next.clusters.iter().find(|c| c.phase == RolloutPhase::Failed) {
+        Some(failed) => {
+            let message = format!(
+                "cluster {} failed: {}; no other cluster starts (annotate the pool {}={} to retry it, or change the \
+                 template for a new revision)",
+                failed.name,
+                failed.message.as_deref().unwrap_or("a replacement failed"),
+                rollout::RESUME_ANNOTATION,
+                rollout::RESUME
+            );
+            conditions::set(conds, ROLLOUT_HALTED, TRUE, "ClusterFailed", &message, generation, now);
+        }
+        None => {
+            conditions::remove(conds, ROLLOUT_HALTED);
+        }
+    }
+    // Soaking ends at a time; a progressing cluster may fail at one. Other changes are watched.
+    let mut recheck: Option<Duration> = None;
+    for c in &next.clusters {
+        let elapsed = Duration::try_from(now.duration_since(c.since.0)).unwrap_or_default();
+        let at = match c.phase {
+            RolloutPhase::Soaking => Some(settings.soak.saturating_sub(elapsed)),
+            RolloutPhase::Progressing => Some(ROLLOUT_RECHECK),
+            _ => None,
+        };
+        recheck = match (recheck, at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    let value = serde_json::to_value(&next).unwrap_or(serde_json::Value::Null);
+    (value, recheck.map(|d| d.max(Duration::from_secs(1))), resume)
 }
 
 /// Remove the rows of clusters not in `served` from the pool's live status.

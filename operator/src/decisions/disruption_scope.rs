@@ -22,7 +22,7 @@ use scheduling::model::Settings;
 
 use crds::labels::{DISRUPTED_TAINT, DO_NOT_DISRUPT, NODEPOOL as NODEPOOL_LABEL};
 
-use crate::decisions::disruption_queue;
+use crate::decisions::{disruption_conditions::NODEPOOL_DRIFTED, disruption_queue, rollout};
 
 /// Annotation of a NodePool opting in to the protection of single replicas (§9 D7).
 pub const PROTECT_SINGLE_REPLICA: &str = "karpenter.clever-cloud.com/protect-single-replica";
@@ -159,6 +159,20 @@ pub fn view(
         f.drifted = condition(conditions, "Drifted")
             .filter(|c| c.status == "True")
             .map(|c| Drift { reason: c.reason.clone(), since: to_ts(&c.last_transition_time.0) });
+        // A fleet pool's rollout holds its template drift (the revision is the template's hash)
+        // back in the clusters whose turn it is not (fleet.md §3). Other drift (requirements, node
+        // class, flavor, a cluster leaving the selection) changes no revision: not held.
+        if f.drifted.as_ref().is_some_and(|d| d.reason == NODEPOOL_DRIFTED)
+            && let Some(pool) = f
+                .nodepool
+                .as_deref()
+                .and_then(|n| snapshot.node_pools.iter().find(|p| p.metadata.name.as_deref() == Some(n)))
+            && let Err(why) = rollout::may_drift(pool, cluster)
+        {
+            f.drifted = None;
+            let name = pool.metadata.name.as_deref().unwrap_or_default();
+            notes.push(format!("NodePool {name}: its drifted nodes wait for the rollout: {why}"));
+        }
         // A claim carrying a started command is queued, and charged to that command's reason even
         // before the lifecycle mirrors it in the DisruptionReason condition.
         let recorded = claim.metadata.annotations.as_ref().and_then(disruption_queue::Recorded::on);

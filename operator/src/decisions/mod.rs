@@ -20,6 +20,7 @@ pub mod node_registration;
 pub mod ownership;
 pub mod pause;
 pub mod pool_status;
+pub mod rollout;
 pub mod sharding;
 pub mod taking_part;
 pub mod termination;

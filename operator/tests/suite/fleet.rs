@@ -211,19 +211,7 @@ async fn two_replicas_rows_merge_and_follow_the_selection_on_a_real_api_server()
 
     let cp = envtest::shared_or_skip!("fleet");
     let mgmt = cp.client().await.unwrap();
-    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-        Api::all(mgmt.clone());
-    for file in crds::crd::hub_crds() {
-        match crds.create(&PostParams::default(), &file.crd).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("installing {}: {e}", file.file_name),
-        }
-    }
-    wait_for("nodepools served", Duration::from_secs(30), || async {
-        Api::<NodePool>::all(mgmt.clone()).list(&ListParams::default().limit(1)).await.is_ok()
-    })
-    .await;
+    common::install_hub_crds(&mgmt).await;
     ensure_lease_namespace(&mgmt).await;
     let ns = "fleet-real";
     let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
@@ -407,5 +395,115 @@ async fn a_selector_typo_drifts_the_fleet_s_nodes_but_removes_none_and_fixing_it
             && condition(&pool(&world, "team-a").await, "Ready").is_some_and(|c| c.0 == "True")
     })
     .await;
+    world.stop_hub().await;
+}
+
+/// A cluster is busy with a drift command while one of its claims is a candidate of a started
+/// command, is being deleted, or is a replacement not initialized yet (a replacement keeps its
+/// annotation for life).
+fn drift_busy(claims: &[NodeClaim], cluster: &str) -> bool {
+    use operator::decisions::disruption_queue::{COMMAND_ANNOTATION, REPLACES_ANNOTATION};
+    claims.iter().filter(|c| c.spec.cluster_name == cluster).any(|c| {
+        let annotated = |k: &str| c.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(k));
+        let initialized = c
+            .status
+            .as_ref()
+            .is_some_and(|s| s.conditions.iter().any(|k| k.type_ == "Initialized" && k.status == "True"));
+        annotated(COMMAND_ANNOTATION)
+            || c.metadata.deletion_timestamp.is_some()
+            || (annotated(REPLACES_ANNOTATION) && !initialized)
+    })
+}
+
+/// fleet.md §3 and §7.3: with `rollout.maxClusters: "1"`, a template change is replaced cluster by
+/// cluster, `order` first: at no instant sampled do two clusters replace drifted nodes, and the
+/// rollout ends with every cluster Done on the new revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_change_rolls_out_one_cluster_at_a_time_in_order() {
+    use crds::nodepool::RolloutPhase;
+    let clusters = [("team-a", "lyon"), ("team-a", "paris")];
+    let mut world = World::start(&clusters, |i| quick_cke(i as u64)).await.unwrap();
+    for (ns, name) in &clusters {
+        label(&world, ns, name, json!({"env": "prod"})).await;
+    }
+    world
+        .apply_yaml("general-purpose.yaml", EXAMPLE, "team-a", |doc| {
+            if doc["kind"] == "NodePool" {
+                let spec = doc["spec"].as_object_mut().unwrap();
+                spec.remove("clusterName");
+                spec.insert("clusterSelector".into(), json!({"matchLabels": {"env": "prod"}}));
+                spec.insert("rollout".into(), json!({"maxClusters": "1", "order": ["paris"], "soak": "2s"}));
+                // Only drift moves nodes here.
+                spec["disruption"]["consolidateAfter"] = json!("Never");
+            }
+        })
+        .await
+        .unwrap();
+    world.start_hub();
+    for i in 0..2 {
+        scale(&world, i, 1, "500m", "512Mi").await.unwrap();
+    }
+    let phases = |p: &NodePool| -> Vec<(String, RolloutPhase)> {
+        p.status
+            .as_ref()
+            .and_then(|s| s.rollout.as_ref())
+            .map(|r| r.clusters.iter().map(|c| (c.name.clone(), c.phase)).collect())
+            .unwrap_or_default()
+    };
+    wait_for("a node in each cluster, the first revision Done everywhere", Duration::from_secs(60), || async {
+        let initialized = claims(&world, "team-a")
+            .await
+            .iter()
+            .filter(|c| {
+                c.status
+                    .as_ref()
+                    .is_some_and(|s| s.conditions.iter().any(|k| k.type_ == "Initialized" && k.status == "True"))
+            })
+            .count();
+        let p = pool(&world, "team-a").await;
+        initialized == 2
+            && phases(&p) == [("lyon".to_string(), RolloutPhase::Done), ("paris".to_string(), RolloutPhase::Done)]
+    })
+    .await;
+
+    // A new revision: a template label.
+    let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), "team-a");
+    let change = json!({"spec": {"template": {"metadata": {"labels": {"rollout": "two"}}}}});
+    pools.patch("default", &PatchParams::default(), &Patch::Merge(&change)).await.unwrap();
+    let revision = crds::drift::nodepool_hash(&pools.get("default").await.unwrap().spec);
+    let on_revision = |c: &NodeClaim| {
+        c.metadata.annotations.as_ref().and_then(|a| a.get(crds::drift::NODEPOOL_HASH_ANNOTATION)) == Some(&revision)
+    };
+    let mut first_busy: Vec<(String, std::time::Instant)> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(150);
+    loop {
+        let all = claims(&world, "team-a").await;
+        let busy: Vec<&str> = ["lyon", "paris"].into_iter().filter(|c| drift_busy(&all, c)).collect();
+        assert!(busy.len() <= 1, "two clusters replacing drifted nodes at once: {busy:?}");
+        for c in busy {
+            if !first_busy.iter().any(|(n, _)| n == c) {
+                first_busy.push((c.to_string(), std::time::Instant::now()));
+            }
+        }
+        let p = pool(&world, "team-a").await;
+        let done = all.len() == 2
+            && all.iter().all(|c| on_revision(c) && c.metadata.deletion_timestamp.is_none())
+            && p.status.as_ref().and_then(|s| s.rollout.as_ref()).is_some_and(|r| r.revision == revision)
+            && phases(&p).iter().all(|(_, phase)| *phase == RolloutPhase::Done);
+        if done {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rollout not finished: phases {:?}, claims {:?}",
+            phases(&p),
+            all.iter()
+                .map(|c| (c.spec.cluster_name.clone(), on_revision(c), c.metadata.deletion_timestamp.is_some()))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let order: Vec<&str> = first_busy.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(order, ["paris", "lyon"], "order first, then by name, one after the other");
     world.stop_hub().await;
 }
