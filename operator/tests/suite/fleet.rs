@@ -228,7 +228,13 @@ async fn two_replicas_rows_merge_and_follow_the_selection_on_a_real_api_server()
     for i in 0..4 {
         let name = format!("w-{i}");
         let server =
-            sim::apiserver::ApiServer::start(sim::apiserver::ApiServerConfig::workload(name.as_str())).await.unwrap();
+            // Seeded apart: each its own kube-system UID (one UID twice in a namespace is one cluster
+            // registered twice, which the registry serves once and sharding places on one replica).
+            sim::apiserver::ApiServer::start(
+                sim::apiserver::ApiServerConfig::workload(name.as_str()).with_seed(i as u64 + 1),
+            )
+            .await
+            .unwrap();
         let kubeconfig = serde_json::to_vec(&server.kubeconfig()).unwrap();
         operator::commands::register_cluster::write_secret(&mgmt, ns, &name, kubeconfig).await.unwrap();
         relabel(name, "prod").await;
@@ -505,5 +511,82 @@ async fn a_template_change_rolls_out_one_cluster_at_a_time_in_order() {
     }
     let order: Vec<&str> = first_busy.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(order, ["paris", "lyon"], "order first, then by name, one after the other");
+    world.stop_hub().await;
+}
+
+/// fleet.md §7.4: the rollout's only memory is the pool's status, so a hub restarted while a cluster
+/// soaks resumes it there: the soaking cluster keeps its phase and its start time and replaces
+/// nothing again, and the next cluster starts only after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_restarted_mid_rollout_resumes_it_neither_repeating_nor_skipping() {
+    use crds::nodepool::RolloutPhase::{self, *};
+    let clusters = [("team-a", "lyon"), ("team-a", "paris")];
+    let mut world = World::start(&clusters, |i| quick_cke(i as u64)).await.unwrap();
+    for (ns, name) in &clusters {
+        label(&world, ns, name, json!({"env": "prod"})).await;
+    }
+    world
+        .apply_yaml("general-purpose.yaml", EXAMPLE, "team-a", |doc| {
+            if doc["kind"] == "NodePool" {
+                let spec = doc["spec"].as_object_mut().unwrap();
+                spec.remove("clusterName");
+                spec.insert("clusterSelector".into(), json!({"matchLabels": {"env": "prod"}}));
+                spec.insert("rollout".into(), json!({"maxClusters": "1", "order": ["paris"], "soak": "20s"}));
+                spec["disruption"]["consolidateAfter"] = json!("Never");
+            }
+        })
+        .await
+        .unwrap();
+    world.start_hub();
+    for i in 0..2 {
+        scale(&world, i, 1, "500m", "512Mi").await.unwrap();
+    }
+    let rollout = |p: &NodePool| p.status.as_ref().and_then(|s| s.rollout.clone());
+    let phases = |p: &NodePool| -> Vec<RolloutPhase> {
+        rollout(p).map(|r| r.clusters.iter().map(|c| c.phase).collect()).unwrap_or_default()
+    };
+    wait_for("both clusters Done on the first revision", Duration::from_secs(60), || async {
+        let p = pool(&world, "team-a").await;
+        phases(&p) == [Done, Done] && claims(&world, "team-a").await.len() == 2
+    })
+    .await;
+    let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), "team-a");
+    let change = json!({"spec": {"template": {"metadata": {"labels": {"rollout": "two"}}}}});
+    pools.patch("default", &PatchParams::default(), &Patch::Merge(&change)).await.unwrap();
+    // lyon Pending, paris (first by order) soaking after its replacement.
+    wait_for("paris soaking, lyon waiting", Duration::from_secs(90), || async {
+        phases(&pool(&world, "team-a").await) == [Pending, Soaking]
+    })
+    .await;
+    let before = rollout(&pool(&world, "team-a").await).unwrap();
+    let paris_claims = |all: &[NodeClaim]| -> Vec<String> {
+        // Those staying: the replaced one may still be terminating when the soak starts.
+        let mut names: Vec<String> = all
+            .iter()
+            .filter(|c| c.spec.cluster_name == "paris" && c.metadata.deletion_timestamp.is_none())
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
+        names.sort();
+        names
+    };
+    let paris_before = paris_claims(&claims(&world, "team-a").await);
+
+    world.stop_hub().await;
+    world.start_hub();
+    // The restarted hub keeps paris soaking from the same instant and lyon waiting.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = rollout(&pool(&world, "team-a").await).unwrap();
+    assert_eq!(after.revision, before.revision);
+    assert_eq!(after.clusters[0].phase, Pending, "lyon skipped ahead: {after:?}");
+    let (was, is) = (&before.clusters[1], &after.clusters[1]);
+    assert!(
+        is.phase == Done || (is.phase == Soaking && is.since == was.since),
+        "paris's soak restarted or reverted: {was:?} → {is:?}"
+    );
+    wait_for("lyon's turn, then both Done", Duration::from_secs(120), || async {
+        phases(&pool(&world, "team-a").await) == [Done, Done]
+    })
+    .await;
+    assert_eq!(paris_claims(&claims(&world, "team-a").await), paris_before, "paris replaced nothing again");
     world.stop_hub().await;
 }

@@ -459,6 +459,24 @@ fn a_fleet_pool_is_planned_for_the_registered_cluster_it_selects() {
     );
 }
 
+/// fleet.md §3: d3's drifted node, its pool rolling its template out with the cluster `Pending` in
+/// the pool's status: the drift waits, and the plan says why; the cluster's turn lets it go.
+#[test]
+fn a_rollout_holds_back_drift_in_a_cluster_whose_turn_it_is_not() {
+    let p = scenario("d9-rollout-holds-drift");
+    assert!(p.decision.is_none(), "{p:#?}");
+    assert!(
+        p.notes.iter().any(|n| n.contains("its drifted nodes wait for the rollout: cluster demo is Pending")),
+        "{:?}",
+        p.notes
+    );
+    let path = repo().join("examples/plan-disruption/d9-rollout-holds-drift.yaml");
+    let text = fs::read_to_string(&path).unwrap().replace("\"phase\": \"Pending\"", "\"phase\": \"Progressing\"");
+    let turn = disruption_plan_files(&[(path.display().to_string(), text)]);
+    let (method, claims, _, _) = decided(&turn);
+    assert_eq!((method, claims), ("drift", vec!["default-d1"]), "{turn:#?}");
+}
+
 /// fleet.md §2: the nodes a fleet pool has in a cluster that left its selection drift
 /// (`ClusterNotSelected`) within that pool's budget, one at a time here, and are replaced by the
 /// pool still serving the cluster, not by the departed one although it weighs more.
