@@ -64,6 +64,74 @@ fn drifted(claim: &NodeClaim) -> Option<String> {
         .map(|c| c.reason.clone())
 }
 
+/// Apply the general-purpose example in `ns`, its pool made a fleet pool over `env=prod`, the
+/// rest of its spec edited by `edit`.
+async fn apply_fleet_pool(world: &World, ns: &str, edit: impl Fn(&mut serde_json::Map<String, Value>)) {
+    world
+        .apply_yaml("general-purpose.yaml", EXAMPLE, ns, |doc| {
+            if doc["kind"] == "NodePool" {
+                let spec = doc["spec"].as_object_mut().unwrap();
+                spec.remove("clusterName");
+                spec.insert("clusterSelector".into(), json!({"matchLabels": {"env": "prod"}}));
+                edit(spec);
+            }
+        })
+        .await
+        .unwrap();
+}
+
+/// Each cluster's phase in the pool's rollout, by cluster name.
+fn rollout_phases(p: &NodePool) -> Vec<crds::nodepool::RolloutPhase> {
+    p.status
+        .as_ref()
+        .and_then(|s| s.rollout.as_ref())
+        .map(|r| r.clusters.iter().map(|c| c.phase).collect())
+        .unwrap_or_default()
+}
+
+/// Clusters lyon and paris of team-a, labelled `env=prod`, served by a fleet pool rolling out one
+/// cluster at a time, paris first, soaking `soak` (only drift moves nodes: no consolidation); the
+/// hub running, a node in each cluster, the first revision Done everywhere.
+async fn rollout_world(soak: &str) -> World {
+    use crds::nodepool::RolloutPhase::Done;
+    let clusters = [("team-a", "lyon"), ("team-a", "paris")];
+    let mut world = World::start(&clusters, |i| quick_cke(i as u64)).await.unwrap();
+    for (ns, name) in &clusters {
+        label(&world, ns, name, json!({"env": "prod"})).await;
+    }
+    apply_fleet_pool(&world, "team-a", |spec| {
+        spec.insert("rollout".into(), json!({"maxClusters": "1", "order": ["paris"], "soak": soak}));
+        spec["disruption"]["consolidateAfter"] = json!("Never");
+    })
+    .await;
+    world.start_hub();
+    for i in 0..2 {
+        scale(&world, i, 1, "500m", "512Mi").await.unwrap();
+    }
+    wait_for("a node in each cluster, the first revision Done everywhere", Duration::from_secs(60), || async {
+        let initialized = claims(&world, "team-a")
+            .await
+            .iter()
+            .filter(|c| {
+                c.status
+                    .as_ref()
+                    .is_some_and(|s| s.conditions.iter().any(|k| k.type_ == "Initialized" && k.status == "True"))
+            })
+            .count();
+        initialized == 2 && rollout_phases(&pool(&world, "team-a").await) == [Done, Done]
+    })
+    .await;
+    world
+}
+
+/// A new revision of team-a's pool: a template label.
+async fn change_template(world: &World) -> String {
+    let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), "team-a");
+    let change = json!({"spec": {"template": {"metadata": {"labels": {"rollout": "two"}}}}});
+    pools.patch("default", &PatchParams::default(), &Patch::Merge(&change)).await.unwrap();
+    crds::drift::nodepool_hash(&pools.get("default").await.unwrap().spec)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_pool_serves_its_namespace_s_matching_clusters_and_a_departed_cluster_keeps_its_nodes_within_budgets() {
     // team-a: paris and lyon are prod, dev is not; team-b's paris is prod too, in another namespace.
@@ -76,17 +144,7 @@ async fn a_fleet_pool_serves_its_namespace_s_matching_clusters_and_a_departed_cl
     label(&world, "team-b", "paris", json!({"env": "prod"})).await;
     // The general-purpose example in team-a, its pool made a fleet pool over env=prod, with a
     // budget of no disruption at all: a departed cluster's nodes must then stay.
-    world
-        .apply_yaml("general-purpose.yaml", EXAMPLE, "team-a", |doc| {
-            if doc["kind"] == "NodePool" {
-                let spec = doc["spec"].as_object_mut().unwrap();
-                spec.remove("clusterName");
-                spec.insert("clusterSelector".into(), json!({"matchLabels": {"env": "prod"}}));
-                spec["disruption"]["budgets"] = json!([{"nodes": "0"}]);
-            }
-        })
-        .await
-        .unwrap();
+    apply_fleet_pool(&world, "team-a", |spec| spec["disruption"]["budgets"] = json!([{"nodes": "0"}])).await;
     // team-b has the node class only: nothing of team-a's may serve its cluster.
     world
         .apply_yaml("general-purpose.yaml", EXAMPLE, "team-b", |doc| {
@@ -348,16 +406,7 @@ async fn a_selector_typo_drifts_the_fleet_s_nodes_but_removes_none_and_fixing_it
     for (ns, name) in &clusters {
         label(&world, ns, name, json!({"env": "prod"})).await;
     }
-    world
-        .apply_yaml("general-purpose.yaml", EXAMPLE, "team-a", |doc| {
-            if doc["kind"] == "NodePool" {
-                let spec = doc["spec"].as_object_mut().unwrap();
-                spec.remove("clusterName");
-                spec.insert("clusterSelector".into(), json!({"matchLabels": {"env": "prod"}}));
-            }
-        })
-        .await
-        .unwrap();
+    apply_fleet_pool(&world, "team-a", |_| {}).await;
     world.start_hub();
     for i in 0..2 {
         scale(&world, i, 2, "500m", "512Mi").await.unwrap();
@@ -426,57 +475,9 @@ fn drift_busy(claims: &[NodeClaim], cluster: &str) -> bool {
 /// rollout ends with every cluster Done on the new revision.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_template_change_rolls_out_one_cluster_at_a_time_in_order() {
-    use crds::nodepool::RolloutPhase;
-    let clusters = [("team-a", "lyon"), ("team-a", "paris")];
-    let mut world = World::start(&clusters, |i| quick_cke(i as u64)).await.unwrap();
-    for (ns, name) in &clusters {
-        label(&world, ns, name, json!({"env": "prod"})).await;
-    }
-    world
-        .apply_yaml("general-purpose.yaml", EXAMPLE, "team-a", |doc| {
-            if doc["kind"] == "NodePool" {
-                let spec = doc["spec"].as_object_mut().unwrap();
-                spec.remove("clusterName");
-                spec.insert("clusterSelector".into(), json!({"matchLabels": {"env": "prod"}}));
-                spec.insert("rollout".into(), json!({"maxClusters": "1", "order": ["paris"], "soak": "2s"}));
-                // Only drift moves nodes here.
-                spec["disruption"]["consolidateAfter"] = json!("Never");
-            }
-        })
-        .await
-        .unwrap();
-    world.start_hub();
-    for i in 0..2 {
-        scale(&world, i, 1, "500m", "512Mi").await.unwrap();
-    }
-    let phases = |p: &NodePool| -> Vec<(String, RolloutPhase)> {
-        p.status
-            .as_ref()
-            .and_then(|s| s.rollout.as_ref())
-            .map(|r| r.clusters.iter().map(|c| (c.name.clone(), c.phase)).collect())
-            .unwrap_or_default()
-    };
-    wait_for("a node in each cluster, the first revision Done everywhere", Duration::from_secs(60), || async {
-        let initialized = claims(&world, "team-a")
-            .await
-            .iter()
-            .filter(|c| {
-                c.status
-                    .as_ref()
-                    .is_some_and(|s| s.conditions.iter().any(|k| k.type_ == "Initialized" && k.status == "True"))
-            })
-            .count();
-        let p = pool(&world, "team-a").await;
-        initialized == 2
-            && phases(&p) == [("lyon".to_string(), RolloutPhase::Done), ("paris".to_string(), RolloutPhase::Done)]
-    })
-    .await;
-
-    // A new revision: a template label.
-    let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), "team-a");
-    let change = json!({"spec": {"template": {"metadata": {"labels": {"rollout": "two"}}}}});
-    pools.patch("default", &PatchParams::default(), &Patch::Merge(&change)).await.unwrap();
-    let revision = crds::drift::nodepool_hash(&pools.get("default").await.unwrap().spec);
+    use crds::nodepool::RolloutPhase::Done;
+    let mut world = rollout_world("2s").await;
+    let revision = change_template(&world).await;
     let on_revision = |c: &NodeClaim| {
         c.metadata.annotations.as_ref().and_then(|a| a.get(crds::drift::NODEPOOL_HASH_ANNOTATION)) == Some(&revision)
     };
@@ -495,14 +496,14 @@ async fn a_template_change_rolls_out_one_cluster_at_a_time_in_order() {
         let done = all.len() == 2
             && all.iter().all(|c| on_revision(c) && c.metadata.deletion_timestamp.is_none())
             && p.status.as_ref().and_then(|s| s.rollout.as_ref()).is_some_and(|r| r.revision == revision)
-            && phases(&p).iter().all(|(_, phase)| *phase == RolloutPhase::Done);
+            && rollout_phases(&p).iter().all(|phase| *phase == Done);
         if done {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
             "rollout not finished: phases {:?}, claims {:?}",
-            phases(&p),
+            rollout_phases(&p),
             all.iter()
                 .map(|c| (c.spec.cluster_name.clone(), on_revision(c), c.metadata.deletion_timestamp.is_some()))
                 .collect::<Vec<_>>()
@@ -519,43 +520,13 @@ async fn a_template_change_rolls_out_one_cluster_at_a_time_in_order() {
 /// nothing again, and the next cluster starts only after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hub_restarted_mid_rollout_resumes_it_neither_repeating_nor_skipping() {
-    use crds::nodepool::RolloutPhase::{self, *};
-    let clusters = [("team-a", "lyon"), ("team-a", "paris")];
-    let mut world = World::start(&clusters, |i| quick_cke(i as u64)).await.unwrap();
-    for (ns, name) in &clusters {
-        label(&world, ns, name, json!({"env": "prod"})).await;
-    }
-    world
-        .apply_yaml("general-purpose.yaml", EXAMPLE, "team-a", |doc| {
-            if doc["kind"] == "NodePool" {
-                let spec = doc["spec"].as_object_mut().unwrap();
-                spec.remove("clusterName");
-                spec.insert("clusterSelector".into(), json!({"matchLabels": {"env": "prod"}}));
-                spec.insert("rollout".into(), json!({"maxClusters": "1", "order": ["paris"], "soak": "20s"}));
-                spec["disruption"]["consolidateAfter"] = json!("Never");
-            }
-        })
-        .await
-        .unwrap();
-    world.start_hub();
-    for i in 0..2 {
-        scale(&world, i, 1, "500m", "512Mi").await.unwrap();
-    }
+    use crds::nodepool::RolloutPhase::*;
+    let mut world = rollout_world("20s").await;
     let rollout = |p: &NodePool| p.status.as_ref().and_then(|s| s.rollout.clone());
-    let phases = |p: &NodePool| -> Vec<RolloutPhase> {
-        rollout(p).map(|r| r.clusters.iter().map(|c| c.phase).collect()).unwrap_or_default()
-    };
-    wait_for("both clusters Done on the first revision", Duration::from_secs(60), || async {
-        let p = pool(&world, "team-a").await;
-        phases(&p) == [Done, Done] && claims(&world, "team-a").await.len() == 2
-    })
-    .await;
-    let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), "team-a");
-    let change = json!({"spec": {"template": {"metadata": {"labels": {"rollout": "two"}}}}});
-    pools.patch("default", &PatchParams::default(), &Patch::Merge(&change)).await.unwrap();
+    change_template(&world).await;
     // lyon Pending, paris (first by order) soaking after its replacement.
     wait_for("paris soaking, lyon waiting", Duration::from_secs(90), || async {
-        phases(&pool(&world, "team-a").await) == [Pending, Soaking]
+        rollout_phases(&pool(&world, "team-a").await) == [Pending, Soaking]
     })
     .await;
     let before = rollout(&pool(&world, "team-a").await).unwrap();
@@ -584,7 +555,7 @@ async fn a_hub_restarted_mid_rollout_resumes_it_neither_repeating_nor_skipping()
         "paris's soak restarted or reverted: {was:?} → {is:?}"
     );
     wait_for("lyon's turn, then both Done", Duration::from_secs(120), || async {
-        phases(&pool(&world, "team-a").await) == [Done, Done]
+        rollout_phases(&pool(&world, "team-a").await) == [Done, Done]
     })
     .await;
     assert_eq!(paris_claims(&claims(&world, "team-a").await), paris_before, "paris replaced nothing again");
