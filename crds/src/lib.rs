@@ -19,9 +19,11 @@ pub mod nodepool;
 pub mod quantity;
 pub mod selector;
 pub mod validation;
+pub mod workloadcluster;
 
 pub use flavorcatalog::{FlavorCatalog, FlavorCatalogSpec, FlavorOverride};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 pub use nodeclass::{CleverNodeClass, CleverNodeClassSpec, CleverNodeClassStatus};
 pub use nodegroup::{NodeGroup, NodeGroupSpec, NodeGroupStatus};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
+pub use workloadcluster::{WorkloadCluster, WorkloadClusterSpec, WorkloadClusterStatus};

@@ -48,6 +48,9 @@ enum Command {
     /// Offline dry run: read manifests (NodePools, node classes, catalogues, NodeClaims, Nodes, Pods,
     /// DaemonSets, PDBs) and print the NodeClaims the hub would create for the pending pods.
     Plan(operator::commands::plan::PlanArgs),
+    /// One line per registered workload cluster: reachability, pools, nodes, pending pods, EUR/h,
+    /// disruption and rollouts, as the hub reported them in the management cluster.
+    Fleet(operator::commands::fleet::FleetArgs),
 }
 
 /// Flags of `karpenter-hub sim-cke`.
@@ -169,6 +172,10 @@ fn main() -> anyhow::Result<()> {
                 "Registered cluster {} in namespace {}: Secret {secret} holds a least-privilege kubeconfig.\nNext: point a NodePool at it (spec.clusterName: {}) and watch `kubectl get nodepools -n {}`.",
                 args.cluster, args.namespace, args.cluster, args.namespace
             );
+        }
+        Command::Fleet(args) => {
+            let out = runtime()?.block_on(async move { operator::commands::fleet::run(&args).await })?;
+            std::io::stdout().lock().write_all(out.as_bytes()).context("writing to stdout")?;
         }
         Command::Plan(args) => {
             let out = operator::commands::plan::run(&args)?;

@@ -1,5 +1,6 @@
 //! The subcommands of `karpenter-hub`; each owns its flags and its output, and nothing else.
 
+pub mod fleet;
 pub mod plan;
 pub mod register_cluster;
 pub mod run;

@@ -9,8 +9,8 @@ use kube::{Client, Config, config::KubeConfigOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    controllers::cluster_status, controllers::disruption, controllers::flavorcatalog, controllers::gc,
-    controllers::nodeclaim, controllers::nodeclass, controllers::nodepool, controllers::provisioning,
+    controllers::cluster_report, controllers::cluster_status, controllers::disruption, controllers::flavorcatalog,
+    controllers::gc, controllers::nodeclaim, controllers::nodeclass, controllers::nodepool, controllers::provisioning,
     decisions::capacity, decisions::hub_id, decisions::sharding as shard_rules, infra::apierror::plain, infra::clients,
     infra::hub, infra::identity, infra::kubeconfig, infra::leader, infra::metrics, infra::registry, infra::sharding,
 };
@@ -383,6 +383,7 @@ fn spawn_per_cluster(tasks: &mut tokio::task::JoinSet<()>, hub: &Arc<hub::Hub>, 
     tasks.spawn(disruption::run(hub.clone(), shutdown.clone()));
     tasks.spawn(gc::run(hub.clone(), shutdown.clone()));
     tasks.spawn(cluster_status::run(hub.clone(), shutdown.clone()));
+    tasks.spawn(cluster_report::run(hub.clone(), shutdown.clone()));
 }
 
 async fn finish(mut tasks: tokio::task::JoinSet<()>, metrics: &metrics::Metrics) {

@@ -33,7 +33,7 @@ use crate::{
     infra::errors::{self, ApiError, Categorized, Reconciler, Step, StepExt},
     infra::facts,
     infra::hub::Hub,
-    infra::metrics::{Metrics, PoolLabels, PoolResourceLabels},
+    infra::metrics::{Metrics, PoolLabels, PoolPhaseLabels, PoolResourceLabels},
     infra::registry::{ClusterKey, Phase},
 };
 use crds::{
@@ -190,6 +190,7 @@ pub fn forget_pool(m: &Metrics, ns: &str, name: &str) {
     m.nodepool_usage.forget_where(|l| of_pool(&l.cluster, &l.nodepool));
     m.nodepool_limit.forget_where(|l| of_pool(&l.cluster, &l.nodepool));
     m.nodepool_price.forget_where(|l| of_pool(&l.cluster, &l.nodepool));
+    m.rollout_phase.forget_where(|l| of_pool(&l.cluster, &l.nodepool));
 }
 
 async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -561,6 +562,8 @@ async fn fleet(hub: &Hub, pool: &NodePool) -> Result<Option<Duration>, Error> {
             .step(Step::WriteNodePoolStatus)?;
     }
     if !hub.registry.is_namespace_writer() {
+        // The rollout is the namespace writer's to report (this replica may have been it).
+        rollout_gauges(&hub.metrics, &ns, &name, None);
         return Ok(None);
     }
     // The summary, from every row: this replica's fresh ones, the others' as the pool shows them.
@@ -638,6 +641,26 @@ async fn fleet(hub: &Hub, pool: &NodePool) -> Result<Option<Duration>, Error> {
     Ok(recheck)
 }
 
+/// `karpenter_hub_nodepool_rollout_phase` of pool `ns/name`: 1 for each cluster's current phase in
+/// `rollout`, no series for a cluster not in it (nor for any, without a rollout).
+fn rollout_gauges(m: &Metrics, ns: &str, name: &str, rollout: Option<&crds::nodepool::RolloutStatus>) {
+    let current: std::collections::BTreeSet<PoolPhaseLabels> = rollout
+        .map(|r| &r.clusters[..])
+        .unwrap_or_default()
+        .iter()
+        .map(|c| PoolPhaseLabels {
+            cluster: format!("{ns}/{}", c.name),
+            nodepool: name.to_string(),
+            phase: format!("{:?}", c.phase),
+        })
+        .collect();
+    let prefix = format!("{ns}/");
+    m.rollout_phase.forget_where(|l| l.nodepool == name && l.cluster.starts_with(&prefix) && !current.contains(l));
+    for labels in &current {
+        m.rollout_phase.get(labels).set(1);
+    }
+}
+
 /// The rollout of a fleet pool's revision (fleet.md §3), advanced by the namespace writer: the
 /// next `status.rollout` (`null` without `spec.rollout`), when to look again (a cluster soaking, or
 /// progressing towards its failure deadline), and whether the resume annotation was consumed.
@@ -650,12 +673,13 @@ async fn advance_rollout(
     conds: &mut Vec<crds::common::Condition>,
     now: k8s_openapi::jiff::Timestamp,
 ) -> (serde_json::Value, Option<Duration>, bool) {
-    let Some(spec) = &pool.spec.rollout else {
-        conditions::remove(conds, ROLLOUT_HALTED);
-        return (serde_json::Value::Null, None, false);
-    };
     let ns = pool.namespace().unwrap_or_default();
     let name = pool.name_any();
+    let Some(spec) = &pool.spec.rollout else {
+        conditions::remove(conds, ROLLOUT_HALTED);
+        rollout_gauges(&hub.metrics, &ns, &name, None);
+        return (serde_json::Value::Null, None, false);
+    };
     let revision = crds::drift::nodepool_hash(&pool.spec);
     let facts: Vec<rollout::ClusterFacts> =
         served.iter().map(|k| rollout::facts_of(&k.name, claims.iter().map(AsRef::as_ref), &revision, now)).collect();
@@ -676,6 +700,7 @@ async fn advance_rollout(
         tracing::info!(namespace = %ns, nodepool = %name, cluster = %c.cluster, revision = %revision, from = ?c.from, to = ?c.to, why = c.message.as_deref().unwrap_or(""), "rollout phase changed");
         hub.event(&pool.object_ref(&()), failed, &format!("Rollout{:?}", c.to), "Rollout", note).await;
     }
+    rollout_gauges(&hub.metrics, &ns, &name, Some(&next));
     let generation = pool.metadata.generation;
     match next.clusters.iter().find(|c| c.phase == RolloutPhase::Failed) {
         Some(failed) => {

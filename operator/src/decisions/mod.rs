@@ -3,6 +3,7 @@
 
 pub mod batcher;
 pub mod capacity;
+pub mod cluster_report;
 pub mod conditions;
 pub mod disruption_conditions;
 pub mod disruption_queue;

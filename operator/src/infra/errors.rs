@@ -73,6 +73,9 @@ steps! {
     WriteFlavorCatalogStatus => "write_flavorcatalog_status", "writing the FlavorCatalog's status";
     ReadCapacity => "read_capacity", "reading the cluster's capacity memory (its ConfigMap)";
     WriteCapacity => "write_capacity", "saving the cluster's capacity memory (its ConfigMap)";
+    ReadRegistrationSecret => "read_registration_secret", "reading the cluster's registration Secret";
+    WriteWorkloadCluster => "write_workloadcluster", "creating the cluster's WorkloadCluster report";
+    WriteWorkloadClusterStatus => "write_workloadcluster_status", "writing the cluster's WorkloadCluster report";
     // A workload cluster.
     ReadNodeGroup => "read_nodegroup", "reading the NodeGroup live";
     CreateNodeGroup => "create_nodegroup", "creating the NodeGroup";
@@ -272,6 +275,7 @@ pub enum Reconciler {
     NodePool,
     NodeClass,
     FlavorCatalog,
+    ClusterReport,
 }
 
 impl Reconciler {
@@ -282,6 +286,7 @@ impl Reconciler {
         Reconciler::NodePool,
         Reconciler::NodeClass,
         Reconciler::FlavorCatalog,
+        Reconciler::ClusterReport,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -292,6 +297,7 @@ impl Reconciler {
             Reconciler::NodePool => "nodepool",
             Reconciler::NodeClass => "nodeclass",
             Reconciler::FlavorCatalog => "flavorcatalog",
+            Reconciler::ClusterReport => "cluster_report",
         }
     }
 }

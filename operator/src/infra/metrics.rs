@@ -53,6 +53,13 @@ pub struct PoolReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct PoolPhaseLabels {
+    pub cluster: String,
+    pub nodepool: String,
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct ClaimLabels {
     pub cluster: String,
     pub nodepool: String,
@@ -150,6 +157,7 @@ per_cluster!(
     ResultLabels,
     PoolLabels,
     PoolReasonLabels,
+    PoolPhaseLabels,
     PoolResourceLabels,
     MethodLabels,
     MethodErrorLabels,
@@ -285,6 +293,8 @@ pub struct Metrics {
     pub nodepool_limit: Tracked<PoolResourceLabels, FloatGauge>,
     /// Σ catalogue price of the pool's launched claims, EUR/h.
     pub nodepool_price: Tracked<PoolLabels, FloatGauge>,
+    /// A fleet pool's rollout: 1 for each selected cluster's current phase.
+    pub rollout_phase: Tracked<PoolPhaseLabels, Gauge>,
     /// Pods of the cluster that trigger provisioning, at the provisioning loop's last look.
     pub queue_depth: Tracked<ClusterLabels, Gauge>,
     /// Pods the last provisioning decision of the cluster could not place.
@@ -358,6 +368,7 @@ impl Metrics {
             nodepool_usage: Tracked::default(),
             nodepool_limit: Tracked::default(),
             nodepool_price: Tracked::default(),
+            rollout_phase: Tracked::default(),
             queue_depth: Tracked::default(),
             unschedulable_pods: Tracked::default(),
             termination_duration: Tracked::with_constructor(termination_histogram as Buckets),
@@ -530,6 +541,12 @@ impl Metrics {
             "karpenter_hub_nodepool_price_per_hour",
             "Catalogue price of the NodePool's launched NodeClaims not being deleted, EUR per hour",
             &m.nodepool_price,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_nodepool_rollout_phase",
+            "Phase of the workload cluster in the fleet NodePool's rollout (1 for the current one)",
+            &m.rollout_phase,
         );
         register(
             &mut r,
@@ -713,6 +730,7 @@ impl Metrics {
         self.nodepool_usage.forget(cluster);
         self.nodepool_limit.forget(cluster);
         self.nodepool_price.forget(cluster);
+        self.rollout_phase.forget(cluster);
         self.queue_depth.forget(cluster);
         self.unschedulable_pods.forget(cluster);
         self.scheduling_duration.forget(cluster);

@@ -967,9 +967,15 @@ fn fingerprint(secret: &Secret) -> Fingerprint {
 /// The cluster a Secret registers: labelled, and named `<cluster>-kubeconfig` (Cluster API's
 /// convention; a labelled Secret with another name is someone else's and is ignored).
 fn registration_key(secret: &Secret) -> Option<ClusterKey> {
-    let cluster = secret.metadata.labels.as_ref()?.get(CLUSTER_NAME_LABEL)?;
-    let name = secret.metadata.name.as_deref()?;
-    let namespace = secret.metadata.namespace.as_deref()?;
+    registered_by(&secret.metadata)
+}
+
+/// [`registration_key`] from the Secret's metadata alone (what a reader that must not fetch
+/// kubeconfigs lists).
+pub fn registered_by(metadata: &kube::api::ObjectMeta) -> Option<ClusterKey> {
+    let cluster = metadata.labels.as_ref()?.get(CLUSTER_NAME_LABEL)?;
+    let name = metadata.name.as_deref()?;
+    let namespace = metadata.namespace.as_deref()?;
     if name != format!("{cluster}-kubeconfig") {
         tracing::debug!(namespace, secret = name, cluster = %cluster, "labelled Secret is not a registration (name is not <cluster>-kubeconfig)");
         return None;

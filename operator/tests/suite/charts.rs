@@ -877,7 +877,7 @@ async fn install_crds_chart(helm: &Path, client: &Client) {
     let (ok, out, err) = run_helm(helm, &["template", "karpenter-hub-crds", crds_chart().to_str().unwrap()]);
     assert!(ok, "{err}");
     let crds: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&out).unwrap();
-    assert_eq!(crds.len(), 4);
+    assert_eq!(crds.len(), crds::crd::hub_crds().len());
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let apply =
         PatchParams { field_validation: Some(ValidationDirective::Strict), ..PatchParams::apply("charts-test") };

@@ -288,7 +288,7 @@ fn every_generated_crd_is_established_on_a_real_api_server() {
     // What `karpenter-hub crds` prints (the hub's CRDs) and the committed test-only CRDs.
     let mut crds: Vec<CustomResourceDefinition> =
         serde_saphyr::from_multiple(&crds::crd::render_all().unwrap()).unwrap();
-    assert_eq!(crds.len(), 4, "the hub ships four CRDs");
+    assert_eq!(crds.len(), 5, "the hub ships five CRDs");
     crds.extend(crds::crd::testing_crds().into_iter().map(|f| f.crd));
     rt.block_on(async {
         remote::apply_crds(&client, &crds).await;
@@ -357,7 +357,8 @@ fn crds_command_prints_every_crd() {
             "nodepools.karpenter.clever-cloud.com",
             "nodeclaims.karpenter.clever-cloud.com",
             "clevernodeclasses.karpenter.clever-cloud.com",
-            "flavorcatalogs.karpenter.clever-cloud.com"
+            "flavorcatalogs.karpenter.clever-cloud.com",
+            "workloadclusters.karpenter.clever-cloud.com"
         ]
     );
 }

@@ -185,6 +185,35 @@ async fn a_fleet_pool_serves_its_namespace_s_matching_clusters_and_a_departed_cl
         s.nodes == Some(2) && s.clusters.iter().all(|r| r.nodes == 1)
     })
     .await;
+    // The fleet view (fleet.md §6), from the management cluster only: a row per registered cluster
+    // of team-a, the fleet pool on the two it serves, the nodes and price the hub reported.
+    let fleet_view =
+        || async { operator::commands::fleet::gather(&world.mgmt.client(), Some("team-a")).await.unwrap() };
+    let reported = poll_until(Duration::from_secs(30), || async {
+        let v = fleet_view().await;
+        v.clusters.len() == 3
+            && v.clusters.iter().all(|c| c.reachability == "Connected" && c.nodes.all.is_some())
+            && v.clusters.iter().filter(|c| c.nodes.hub == 1).count() == 2
+    })
+    .await;
+    let v = fleet_view().await;
+    assert!(reported, "every team-a cluster reported, paris and lyon with their node: {v:#?}");
+    let names: Vec<&str> = v.clusters.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["dev", "lyon", "paris"], "team-b's cluster is not in team-a's view");
+    for c in &v.clusters {
+        let fleet_pools: Vec<(&str, bool)> = c.pools.iter().map(|p| (p.name.as_str(), p.fleet)).collect();
+        if c.name == "dev" {
+            assert!(fleet_pools.is_empty(), "{c:#?}");
+            assert_eq!(c.eur_per_hour.as_deref(), Some("0.0000"));
+        } else {
+            assert_eq!(fleet_pools, [("default", true)], "{c:#?}");
+            assert!(c.eur_per_hour.as_deref().and_then(|e| e.parse::<f64>().ok()).is_some_and(|e| e > 0.0), "{c:#?}");
+            assert!(!c.stale && c.disrupting == 0, "{c:#?}");
+        }
+    }
+    let table = operator::commands::fleet::table(&v, false);
+    assert!(table.lines().nth(3).is_some_and(|l| l.starts_with("paris") && l.contains("default*")), "{table}");
+
     // Over a few seconds more, dev and team-b's paris stay without a claim (fleet.md §7.1).
     assert!(
         !poll_until(Duration::from_secs(5), || async {
@@ -265,6 +294,7 @@ async fn two_replicas_rows_merge_and_follow_the_selection_on_a_real_api_server()
     use crate::sharding::{Replica, ensure_lease_namespace};
     use k8s_openapi::api::core::v1::Namespace;
     use kube::api::PostParams;
+    use operator::decisions::sharding::desired_owner;
     use operator::infra::{hub, registry};
 
     let cp = envtest::shared_or_skip!("fleet");
@@ -325,7 +355,16 @@ async fn two_replicas_rows_merge_and_follow_the_selection_on_a_real_api_server()
     let config = cp.config().await.unwrap();
     let hub_settings = hub::Settings::default();
     let start = |id: &str| Replica::start(id, config.clone(), hub_settings.clone(), registry.clone());
-    let mut replicas = vec![start("fleet-0"), start("fleet-1")];
+    // Two names that share the four clusters (by the hub's own placement over their URLs, which
+    // vary from run to run): with fixed names, one replica owns all four one run in eight.
+    let urls: Vec<String> = workloads.iter().map(|w| w.url()).collect();
+    let names = (0..100)
+        .map(|n| [format!("fleet-0-{n}"), format!("fleet-1-{n}")])
+        .find(|names| {
+            names.iter().all(|m| urls.iter().any(|u| desired_owner(u, names).is_some_and(|o| o == m.as_str())))
+        })
+        .expect("two names sharing the clusters");
+    let mut replicas = vec![start(&names[0]), start(&names[1])];
     let pools: Api<NodePool> = Api::namespaced(mgmt.clone(), ns);
     // Who wrote which rows, from the server's managedFields.
     let row_managers = |p: &NodePool| -> Vec<String> {
@@ -352,7 +391,7 @@ async fn two_replicas_rows_merge_and_follow_the_selection_on_a_real_api_server()
     let both = poll_until(Duration::from_secs(60), || async {
         let p = pools.get("default").await.unwrap();
         let ok = rows(&p) == ["w-0", "w-1", "w-2", "w-3"]
-            && row_managers(&p) == ["karpenter-hub-rows-fleet-0", "karpenter-hub-rows-fleet-1"]
+            && row_managers(&p) == names.iter().map(|n| format!("karpenter-hub-rows-{n}")).collect::<Vec<_>>()
             && p.status.as_ref().and_then(|s| s.clusters_ready.as_deref()).is_some_and(|r| r.ends_with("/4"));
         *seen.borrow_mut() = Some((rows(&p), row_managers(&p), p.status.and_then(|s| s.clusters_ready)));
         ok
@@ -362,6 +401,24 @@ async fn two_replicas_rows_merge_and_follow_the_selection_on_a_real_api_server()
         both,
         "both replicas' rows kept side by side, the summary over four clusters; last seen: {:?}",
         seen.borrow()
+    );
+
+    // Each cluster's WorkloadCluster report is written by the replica that owns it: the fleet
+    // view shows all four, from both replicas.
+    let reporters = poll_until(Duration::from_secs(60), || async {
+        let v = operator::commands::fleet::gather(&mgmt, Some(ns)).await.unwrap();
+        let mut by: Vec<String> = v.clusters.iter().filter_map(|c| c.reported_by.clone()).collect();
+        by.sort();
+        by.dedup();
+        v.clusters.len() == 4
+            && v.clusters.iter().all(|c| c.reachability == "Connected" && c.pools.len() == 1 && c.pools[0].fleet)
+            && by == names
+    })
+    .await;
+    assert!(
+        reporters,
+        "four reports, each by its owner; last view: {:#?}",
+        operator::commands::fleet::gather(&mgmt, Some(ns)).await.unwrap()
     );
 
     // A cluster leaves: its row goes.
@@ -512,6 +569,23 @@ async fn a_template_change_rolls_out_one_cluster_at_a_time_in_order() {
     }
     let order: Vec<&str> = first_busy.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(order, ["paris", "lyon"], "order first, then by name, one after the other");
+    // The dashboard's rollout series follow the status: each cluster Done, no other phase left.
+    let rollout_series = || -> Vec<String> {
+        let mut s: Vec<String> = world
+            .metrics
+            .render()
+            .lines()
+            .filter(|l| l.starts_with("karpenter_hub_nodepool_rollout_phase{"))
+            .map(str::to_string)
+            .collect();
+        s.sort();
+        s
+    };
+    let done = poll_until(Duration::from_secs(10), || async {
+        rollout_series().iter().all(|l| l.contains("phase=\"Done\"")) && rollout_series().len() == 2
+    })
+    .await;
+    assert!(done, "one series per cluster, Done: {:?}", rollout_series());
     world.stop_hub().await;
 }
 

@@ -14,7 +14,8 @@ use std::{
 
 use operator::infra::metrics::{
     CatalogLabels, ClaimLabels, ClusterLabels, DecisionLabels, MethodErrorLabels, MethodLabels, Metrics, PhaseLabels,
-    PoolLabels, PoolReasonLabels, PoolResourceLabels, ReasonLabels, ReconcileErrorLabels, ResultLabels, RetryLabels,
+    PoolLabels, PoolPhaseLabels, PoolReasonLabels, PoolResourceLabels, ReasonLabels, ReconcileErrorLabels,
+    ResultLabels, RetryLabels,
 };
 
 fn repo_file(path: &str) -> (PathBuf, String) {
@@ -95,6 +96,9 @@ fn hub_exposition() -> String {
     m.nodepool_usage.get(&pool_resource).set(1.0);
     m.nodepool_limit.get(&pool_resource).set(1.0);
     m.nodepool_price.get(&pool).set(0.1);
+    m.rollout_phase
+        .get(&PoolPhaseLabels { cluster: cluster.clone(), nodepool: "default".into(), phase: "Progressing".into() })
+        .set(1);
     m.queue_depth.get(&c).set(1);
     m.unschedulable_pods.get(&c).set(1);
     m.scheduling_duration.get(&c).observe(0.01);
@@ -464,8 +468,10 @@ fn expr_problems(title: &str, expr: &str, exported: &BTreeMap<String, BTreeSet<S
             }
         }
     }
+    // A label `label_replace(v, "dst", ...)` makes is known to what groups outside it.
+    let made = |l: &str| expr.contains("label_replace(") && expr.contains(&format!(", \"{l}\", "));
     for l in &uses.grouping_labels {
-        if !known_labels.contains(l) && uses.metrics.iter().all(|m| exported.contains_key(m)) {
+        if !known_labels.contains(l) && !made(l) && uses.metrics.iter().all(|m| exported.contains_key(m)) {
             problems.push(format!("panel {title:?}: groups by {l:?}, a label none of {:?} has", uses.metrics));
         }
     }

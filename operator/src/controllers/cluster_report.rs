@@ -1,0 +1,157 @@
+//! The `WorkloadCluster` report of each cluster this replica serves (fleet.md §6): what
+//! `karpenter-hub fleet` and `kubectl get workloadclusters` show without reaching the cluster.
+//!
+//! Owns: gathering each served cluster's facts (connection phase, node and pending-pod counts from
+//! its caches, the hub's claims and their catalogue price from the management cache), and writing
+//! the report when [`cluster_report::due`] says so. Must not: write a cluster it does not serve
+//! (sharded mode: its owner writes it), nor put anything the cluster's server sent in the report
+//! (the registry's message is in the hub's words). The report goes with its registration Secret
+//! (owner reference: the management cluster's garbage collector removes it); nothing here deletes.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use crds::{NodeClaim, WorkloadCluster, WorkloadClusterStatus};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, Resource,
+    api::{Patch, PatchParams},
+};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    decisions::{
+        cluster_report::{self, Seen},
+        pool_status::price_per_hour,
+    },
+    infra::{
+        errors::{self, ApiError, Category, Reconciler, Step, StepExt},
+        hub::{Hub, MANAGER},
+        registry::{ClusterKey, Phase},
+    },
+};
+
+/// How often the served clusters are looked at when nothing in the registry changed.
+pub const PERIOD: Duration = Duration::from_secs(15);
+
+/// Write the reports of the clusters this replica serves until `shutdown`.
+pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
+    let mut written: BTreeMap<ClusterKey, WorkloadClusterStatus> = BTreeMap::new();
+    let mut changes = hub.registry.changes();
+    let mut crd_missing_told = false;
+    loop {
+        if hub.cache.is_ready() {
+            let served: BTreeSet<ClusterKey> = hub.registry.clusters().into_iter().collect();
+            // A cluster served again later (sharded hand-over) is written afresh: another replica
+            // may have written it meanwhile.
+            written.retain(|k, _| served.contains(k));
+            for key in served.iter().filter(|k| hub.registry.writes_for(k)) {
+                let report = gather(&hub, key);
+                if !cluster_report::due(written.get(key), &report) {
+                    continue;
+                }
+                match write(&hub, key, &report).await {
+                    Ok(()) => {
+                        written.insert(key.clone(), report);
+                    }
+                    Err(e) if e.category == Category::KubernetesNotFound && e.step == Step::WriteWorkloadCluster => {
+                        if !crd_missing_told {
+                            tracing::warn!(error = %e, "cannot write WorkloadCluster reports: is the CRD installed? (upgrade the karpenter-hub-crds chart, or `karpenter-hub crds | kubectl apply --server-side -f -`); retrying");
+                            crd_missing_told = true;
+                        }
+                    }
+                    Err(e) => {
+                        errors::count(&hub, Reconciler::ClusterReport, Some(key), &e);
+                        tracing::warn!(cluster = %key, step = e.step.label(), category = e.category.as_str(), error = %e, "writing the cluster's WorkloadCluster report failed; retrying");
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(PERIOD) => {}
+            r = changes.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+/// The report of `key` from the registry and the caches.
+fn gather(hub: &Hub, key: &ClusterKey) -> WorkloadClusterStatus {
+    let status = hub.registry.status(key);
+    let connection = hub.registry.connection(key).filter(|c| c.is_synced());
+    let synced = connection.map(|c| (c.cache.nodes.len(), c.pending.len()));
+    let claims: Vec<Arc<NodeClaim>> =
+        hub.cache.claims_in(&key.namespace).into_iter().filter(|c| c.spec.cluster_name == key.name).collect();
+    let message = if status.phase == Phase::Connected { "" } else { status.message.as_str() };
+    let seen = Seen {
+        phase: status.phase.reason(),
+        message,
+        synced,
+        eur_per_hour: price(hub, &key.namespace, &claims),
+        replica: &hub.settings.replica,
+    };
+    cluster_report::report(&seen, cluster_report::claim_counts(claims.iter().map(AsRef::as_ref)), hub.now())
+}
+
+/// Σ catalogue price of `claims`, each priced by its own node class's catalogue (the built-in one
+/// when the class is gone).
+fn price(hub: &Hub, namespace: &str, claims: &[Arc<NodeClaim>]) -> f64 {
+    let mut by_class: BTreeMap<&str, Vec<&NodeClaim>> = BTreeMap::new();
+    for c in claims {
+        by_class.entry(c.spec.node_class_ref.name.as_str()).or_default().push(c);
+    }
+    by_class
+        .into_iter()
+        .map(|(class, claims)| {
+            let types = match hub.cache.classes.get(&kube::runtime::reflector::ObjectRef::new(class).within(namespace))
+            {
+                Some(class) => hub.cached_instance_types(namespace, &class),
+                None => crds::catalog::Catalog::builtin().instance_types(&hub.settings.zone),
+            };
+            price_per_hour(claims, &types).eur_per_hour
+        })
+        .sum()
+}
+
+/// Create or update `key`'s report: the object (owned by the registration Secret) on the first write
+/// or when it is gone, then its status.
+async fn write(hub: &Hub, key: &ClusterKey, report: &WorkloadClusterStatus) -> Result<(), ApiError> {
+    let api = Api::<WorkloadCluster>::namespaced(hub.mgmt.clone(), &key.namespace);
+    let status = json!({
+        "apiVersion": WorkloadCluster::api_version(&()), "kind": WorkloadCluster::kind(&()),
+        "metadata": {"name": key.name, "namespace": key.namespace},
+        "status": report,
+    });
+    let params = PatchParams::apply(MANAGER).force();
+    match api.patch_status(&key.name, &params, &Patch::Apply(&status)).await {
+        Ok(_) => return Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(Step::WriteWorkloadClusterStatus.failed(e)),
+    }
+    // Owned by the registration Secret, so that it goes when the cluster is unregistered, whoever
+    // runs then.
+    let secret = Api::<Secret>::namespaced(hub.mgmt.clone(), &key.namespace)
+        .get_metadata(&key.secret_name())
+        .await
+        .step(Step::ReadRegistrationSecret)?;
+    let object = json!({
+        "apiVersion": WorkloadCluster::api_version(&()), "kind": WorkloadCluster::kind(&()),
+        "metadata": {
+            "name": key.name, "namespace": key.namespace,
+            "labels": {"app.kubernetes.io/managed-by": MANAGER},
+            "ownerReferences": [{
+                "apiVersion": "v1", "kind": "Secret", "name": key.secret_name(),
+                "uid": secret.metadata.uid.unwrap_or_default(),
+            }],
+        },
+        "spec": {},
+    });
+    api.patch(&key.name, &params, &Patch::Apply(&object)).await.step(Step::WriteWorkloadCluster)?;
+    api.patch_status(&key.name, &params, &Patch::Apply(&status)).await.step(Step::WriteWorkloadClusterStatus)?;
+    tracing::info!(cluster = %key, "created the cluster's WorkloadCluster report");
+    Ok(())
+}
