@@ -35,8 +35,9 @@ use crate::{
     },
 };
 
-/// How often the served clusters are looked at when nothing in the registry changed.
-pub const PERIOD: Duration = Duration::from_secs(15);
+/// How often the served clusters are looked at when nothing in the registry changed (a look is in
+/// memory; only a changed report is written).
+pub const PERIOD: Duration = Duration::from_secs(5);
 
 /// Write the reports of the clusters this replica serves until `shutdown`.
 pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
@@ -49,8 +50,17 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
             // A cluster served again later (sharded hand-over) is written afresh: another replica
             // may have written it meanwhile.
             written.retain(|k, _| served.contains(k));
+            // One scan of the claims per pass, whatever the number of clusters.
+            let mut claims: BTreeMap<ClusterKey, Vec<Arc<NodeClaim>>> = BTreeMap::new();
+            for c in hub.cache.claims.state() {
+                let key =
+                    ClusterKey::new(c.metadata.namespace.clone().unwrap_or_default(), c.spec.cluster_name.clone());
+                if served.contains(&key) {
+                    claims.entry(key).or_default().push(c);
+                }
+            }
             for key in served.iter().filter(|k| hub.registry.writes_for(k)) {
-                let report = gather(&hub, key);
+                let report = gather(&hub, key, claims.get(key).map(Vec::as_slice).unwrap_or_default());
                 if !cluster_report::due(written.get(key), &report) {
                     continue;
                 }
@@ -79,19 +89,17 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
     }
 }
 
-/// The report of `key` from the registry and the caches.
-fn gather(hub: &Hub, key: &ClusterKey) -> WorkloadClusterStatus {
+/// The report of `key` from the registry, its caches and its `claims`.
+fn gather(hub: &Hub, key: &ClusterKey, claims: &[Arc<NodeClaim>]) -> WorkloadClusterStatus {
     let status = hub.registry.status(key);
     let connection = hub.registry.connection(key).filter(|c| c.is_synced());
     let synced = connection.map(|c| (c.cache.nodes.len(), c.pending.len()));
-    let claims: Vec<Arc<NodeClaim>> =
-        hub.cache.claims_in(&key.namespace).into_iter().filter(|c| c.spec.cluster_name == key.name).collect();
     let message = if status.phase == Phase::Connected { "" } else { status.message.as_str() };
     let seen = Seen {
         phase: status.phase.reason(),
         message,
         synced,
-        eur_per_hour: price(hub, &key.namespace, &claims),
+        eur_per_hour: price(hub, &key.namespace, claims),
         replica: &hub.settings.replica,
     };
     cluster_report::report(&seen, cluster_report::claim_counts(claims.iter().map(AsRef::as_ref)), hub.now())

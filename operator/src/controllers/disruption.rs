@@ -42,7 +42,7 @@ use crate::{
     decisions::{
         conditions,
         disruption_queue::{self, CandidateState, Recorded, ReplacementState, Step},
-        disruption_scope, ownership,
+        disruption_scope, ownership, rollout,
     },
     infra::{
         errors::{self, ApiError, Categorized, Category, Reconciler, StepExt},
@@ -485,8 +485,23 @@ async fn advance(
             Ok(false)
         }
         Step::RollBack { why, claims: names } => {
+            let now = hub.now();
             for name in &names {
-                match api.patch(name, &PatchParams::default(), &Patch::Merge(&Recorded::removal())).await {
+                let mut patch = Recorded::removal();
+                // A drift command of a rollout: the failure is the rollout's news too (it halts it).
+                if command.reason == DisruptionReason::Drifted
+                    && let Some(claim) = claim_named(claims, name)
+                {
+                    let ns = claim.namespace().unwrap_or_default();
+                    let pool = claim
+                        .labels()
+                        .get(labels::NODEPOOL)
+                        .and_then(|p| hub.cache.pools.get(&kube::runtime::reflector::ObjectRef::new(p).within(&ns)));
+                    if let Some(record) = rollout::rollback_record(claim, pool.as_deref(), &why, now) {
+                        patch["metadata"]["annotations"][rollout::FAILURE_ANNOTATION] = json!(record);
+                    }
+                }
+                match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => return Err(errors::Step::RemoveDisruptionRecord.failed(e).into()),

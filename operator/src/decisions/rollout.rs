@@ -5,7 +5,10 @@
 //! The revision is the pool's drift hash. A cluster is *behind* while one of the pool's nodes there
 //! carries another hash; it has *finished* when none is behind and every replacement is
 //! initialized; it *fails* when a replacement launched for the revision has not initialized within
-//! [`FAILURE_AFTER`] (before the hub's registration deadline deletes the evidence).
+//! [`FAILURE_AFTER`] (before the hub's registration deadline deletes the evidence), or when a
+//! disruption command replacing one of its nodes for the revision was rolled back (a launch CKE
+//! refused, e.g. over quota: the disruption loop records it on the candidates,
+//! [`FAILURE_ANNOTATION`]).
 //!
 //! Owns: the phases (from the previous status, the facts and the time) and the gate the disruption
 //! loop asks before drifting a node ([`may_drift`]). Must not: read the caches or the clock, or write
@@ -24,6 +27,55 @@ use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 /// cluster (the hub deletes a claim that has not registered after 15 minutes).
 pub const FAILURE_AFTER: Duration = Duration::from_secs(600);
 
+/// On a NodeClaim: the replacement of this node for a rollout's revision failed (its disruption
+/// command was rolled back). Written by the disruption loop ([`failure_record`]), read here.
+pub const FAILURE_ANNOTATION: &str = "karpenter.clever-cloud.com/rollout-failure";
+
+/// The longest [`FAILURE_ANNOTATION`] value read (the hub writes far less).
+const FAILURE_RECORD_MAX: usize = 2048;
+
+/// What [`FAILURE_ANNOTATION`] holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FailureRecord {
+    /// The revision whose replacement failed.
+    pub revision: String,
+    /// When the command was rolled back.
+    pub at: Timestamp,
+    /// Why, in the hub's words.
+    pub why: String,
+}
+
+/// The [`FAILURE_ANNOTATION`] value for a replacement of `revision` rolled back at `at` because `why`.
+pub fn failure_record(revision: &str, at: Timestamp, why: &str) -> String {
+    let record = FailureRecord { revision: revision.to_string(), at, why: why.chars().take(512).collect() };
+    serde_json::to_string(&record).unwrap_or_default()
+}
+
+/// The record an annotation value holds, if it is one (bounded: anyone who may patch a claim may
+/// write it).
+pub fn read_failure(value: &str) -> Option<FailureRecord> {
+    if value.len() > FAILURE_RECORD_MAX {
+        return None;
+    }
+    serde_json::from_str(value).ok()
+}
+
+/// What a drift command rolled back leaves on its candidate `candidate` for its pool's rollout (the
+/// [`FAILURE_ANNOTATION`] value): a record when `pool` is a fleet pool with `spec.rollout` whose
+/// current revision the candidate is behind (the command was replacing it for the rollout); `None`
+/// otherwise.
+pub fn rollback_record(
+    candidate: &crds::NodeClaim,
+    pool: Option<&NodePool>,
+    why: &str,
+    now: Timestamp,
+) -> Option<String> {
+    let pool = pool.filter(|p| p.is_fleet() && p.spec.rollout.is_some())?;
+    let revision = drift::nodepool_hash(&pool.spec);
+    let hash = candidate.metadata.annotations.as_ref().and_then(|a| a.get(drift::NODEPOOL_HASH_ANNOTATION));
+    (hash != Some(&revision)).then(|| failure_record(&revision, now, why))
+}
+
 /// The annotation that retries a failed cluster (`resume`).
 pub const RESUME_ANNOTATION: &str = "karpenter.clever-cloud.com/rollout";
 /// Its value.
@@ -37,8 +89,13 @@ pub struct ClusterFacts {
     pub behind: usize,
     /// The pool's claims there on the revision that have not initialized yet.
     pub initializing: usize,
-    /// Why the cluster fails, if one of its replacements does (see [`FAILURE_AFTER`]).
+    /// Why the cluster fails, if one of its replacements does (see [`FAILURE_AFTER`] and
+    /// [`FAILURE_ANNOTATION`]).
     pub failure: Option<String>,
+    /// When, for a failure that happened at a time (a rolled-back command): it fails the cluster
+    /// only if it came after the cluster entered its phase, so a resumed cluster is judged by its
+    /// new attempts. `None`: the failure holds now (a replacement still not initialized).
+    pub failed_at: Option<Timestamp>,
 }
 
 /// The rollout's settings, resolved.
@@ -114,7 +171,9 @@ pub fn advance(
         match entry.phase {
             RolloutPhase::Failed if resume => set(&mut entry, RolloutPhase::Pending, None, &mut changes),
             RolloutPhase::Failed => {}
-            RolloutPhase::Progressing | RolloutPhase::Soaking if f.failure.is_some() => {
+            RolloutPhase::Progressing | RolloutPhase::Soaking
+                if f.failure.is_some() && f.failed_at.is_none_or(|at| at >= entry.since.0) =>
+            {
                 set(&mut entry, RolloutPhase::Failed, f.failure.clone(), &mut changes)
             }
             RolloutPhase::Progressing if finished => set(&mut entry, RolloutPhase::Soaking, None, &mut changes),
@@ -169,11 +228,21 @@ pub fn facts_of<'a>(
     now: Timestamp,
 ) -> ClusterFacts {
     let mut f = ClusterFacts { name: cluster.to_string(), ..ClusterFacts::default() };
+    // A replacement still not initialized holds now; a rolled-back one happened at a time.
+    let mut stuck: Option<String> = None;
+    let mut rolled_back: Option<(Timestamp, String)> = None;
     for c in claims {
         if c.spec.cluster_name != cluster || c.metadata.deletion_timestamp.is_some() {
             continue;
         }
+        let name = c.metadata.name.as_deref().unwrap_or_default();
         let annotation = |k: &str| c.metadata.annotations.as_ref().and_then(|a| a.get(k)).map(String::as_str);
+        if let Some(record) = annotation(FAILURE_ANNOTATION).and_then(read_failure).filter(|r| r.revision == revision)
+            && rolled_back.as_ref().is_none_or(|(at, _)| record.at > *at)
+        {
+            let why = format!("the replacement of NodeClaim {name} was rolled back: {}", record.why);
+            rolled_back = Some((record.at, why));
+        }
         let stamped = annotation(drift::NODEPOOL_HASH_VERSION_ANNOTATION) == Some(drift::NODEPOOL_HASH_VERSION);
         if stamped && annotation(drift::NODEPOOL_HASH_ANNOTATION) != Some(revision) {
             f.behind += 1;
@@ -186,13 +255,18 @@ pub fn facts_of<'a>(
         f.initializing += 1;
         let created = c.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
         let age = Duration::try_from(now.duration_since(created)).unwrap_or_default();
-        if age >= FAILURE_AFTER && f.failure.is_none() {
-            f.failure = Some(format!(
-                "NodeClaim {} has not initialized {} min after it was created",
-                c.metadata.name.as_deref().unwrap_or_default(),
-                age.as_secs() / 60
-            ));
+        if age >= FAILURE_AFTER && stuck.is_none() {
+            stuck =
+                Some(format!("NodeClaim {name} has not initialized {} min after it was created", age.as_secs() / 60));
         }
+    }
+    match (stuck, rolled_back) {
+        (Some(why), _) => f.failure = Some(why),
+        (None, Some((at, why))) => {
+            f.failure = Some(why);
+            f.failed_at = Some(at);
+        }
+        (None, None) => {}
     }
     f
 }
@@ -228,7 +302,7 @@ mod tests {
     }
 
     fn facts(name: &str, behind: usize, initializing: usize) -> ClusterFacts {
-        ClusterFacts { name: name.into(), behind, initializing, failure: None }
+        ClusterFacts { name: name.into(), behind, initializing, failure: None, failed_at: None }
     }
 
     const ONE: Settings = Settings { max_clusters: 1, soak: Duration::from_secs(60) };
@@ -354,7 +428,10 @@ mod tests {
             claim("elsewhere", "lyon", Some("r1"), true, 5000),
         ];
         let f = facts_of("paris", &claims, "r2", t(1000));
-        assert_eq!(f, ClusterFacts { name: "paris".into(), behind: 2, initializing: 1, failure: None });
+        assert_eq!(
+            f,
+            ClusterFacts { name: "paris".into(), behind: 2, initializing: 1, failure: None, failed_at: None }
+        );
         let stuck = [claim("new-3", "paris", Some("r2"), false, 601)];
         let f = facts_of("paris", &stuck, "r2", t(1000));
         assert_eq!(f.failure.as_deref(), Some("NodeClaim new-3 has not initialized 10 min after it was created"));
@@ -388,6 +465,62 @@ mod tests {
         // Without spec.rollout, drift goes as always.
         pool.spec.rollout = None;
         assert_eq!(may_drift(&pool, "lyon"), Ok(()));
+    }
+
+    #[test]
+    fn a_rolled_back_replacement_fails_its_cluster_once_and_a_resume_judges_new_attempts_only() {
+        let mut all = vec![facts("a", 1, 0), facts("b", 1, 0)];
+        let (s, _) = advance(None, "r", &[], &all, ONE, false, t(0));
+        assert_eq!(phases(&s), [("a", Progressing), ("b", Pending)]);
+        all[0].failure = Some("the replacement of NodeClaim web-x was rolled back: over quota".into());
+        all[0].failed_at = Some(t(20));
+        let (s, _) = advance(Some(&s), "r", &[], &all, ONE, false, t(21));
+        assert_eq!(phases(&s), [("a", Failed), ("b", Pending)], "the rollout halts, b untouched");
+        // Resumed at 30: the record of 20 is older than the new attempt and fails nothing.
+        let (s, _) = advance(Some(&s), "r", &[], &all, ONE, true, t(30));
+        let (s, _) = advance(Some(&s), "r", &[], &all, ONE, false, t(31));
+        assert_eq!(phases(&s), [("a", Progressing), ("b", Pending)]);
+        // A new rollback after the resume fails it again.
+        all[0].failed_at = Some(t(40));
+        let (s, _) = advance(Some(&s), "r", &[], &all, ONE, false, t(41));
+        assert_eq!(phases(&s), [("a", Failed), ("b", Pending)]);
+    }
+
+    #[test]
+    fn a_failure_record_is_read_for_its_revision_only_and_bounded() {
+        let claim = |name: &str, record: Option<String>| {
+            let mut c: crds::NodeClaim = serde_json::from_value(serde_json::json!({
+                "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodeClaim",
+                "metadata": {"name": name, "namespace": "team-a", "annotations": {
+                    drift::NODEPOOL_HASH_ANNOTATION: "old", drift::NODEPOOL_HASH_VERSION_ANNOTATION: drift::NODEPOOL_HASH_VERSION}},
+                "spec": {"clusterName": "paris", "requirements": [],
+                    "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"}},
+            }))
+            .unwrap();
+            if let Some(r) = record {
+                c.metadata.annotations.get_or_insert_default().insert(FAILURE_ANNOTATION.into(), r);
+            }
+            c
+        };
+        let claims = [
+            claim("web-a", Some(failure_record("new", t(10), "replacement web-r1 is gone before it initialized"))),
+            claim("web-b", Some(failure_record("new", t(20), "replacement web-r2 is gone before it initialized"))),
+            claim("web-c", Some(failure_record("older", t(30), "another revision's"))),
+            claim(
+                "web-d",
+                Some(format!("{{\"revision\":\"new\",\"at\":\"{}\",\"why\":\"{}\"}}", t(40), "x".repeat(4096))),
+            ),
+        ];
+        let f = facts_of("paris", &claims, "new", t(50));
+        assert_eq!(f.behind, 4);
+        assert_eq!(f.failed_at, Some(t(20)), "the latest record of the revision; the oversized one is ignored");
+        assert_eq!(
+            f.failure.as_deref(),
+            Some(
+                "the replacement of NodeClaim web-b was rolled back: replacement web-r2 is gone before it initialized"
+            )
+        );
+        assert_eq!(facts_of("paris", &claims, "newer", t(50)).failure, None, "a record of another revision");
     }
 
     #[test]

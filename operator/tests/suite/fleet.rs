@@ -93,9 +93,14 @@ fn rollout_phases(p: &NodePool) -> Vec<crds::nodepool::RolloutPhase> {
 /// cluster at a time, paris first, soaking `soak` (only drift moves nodes: no consolidation); the
 /// hub running, a node in each cluster, the first revision Done everywhere.
 async fn rollout_world(soak: &str) -> World {
+    rollout_world_with(soak, |i| quick_cke(i as u64)).await
+}
+
+/// [`rollout_world`] with each cluster's simulated CKE configured by `cke` (lyon 0, paris 1).
+async fn rollout_world_with(soak: &str, cke: impl Fn(usize) -> sim::cke::SimCkeConfig) -> World {
     use crds::nodepool::RolloutPhase::Done;
     let clusters = [("team-a", "lyon"), ("team-a", "paris")];
-    let mut world = World::start(&clusters, |i| quick_cke(i as u64)).await.unwrap();
+    let mut world = World::start(&clusters, cke).await.unwrap();
     for (ns, name) in &clusters {
         label(&world, ns, name, json!({"env": "prod"})).await;
     }
@@ -586,6 +591,66 @@ async fn a_template_change_rolls_out_one_cluster_at_a_time_in_order() {
     })
     .await;
     assert!(done, "one series per cluster, Done: {:?}", rollout_series());
+    world.stop_hub().await;
+}
+
+/// The halt: with `maxClusters: "1"`, paris's replacement is refused by CKE (its organisation
+/// has room for the control plane and one worker), so its drift command is rolled back; that fails
+/// paris and halts the rollout (`RolloutHalted`, a `RolloutFailed` event naming the cluster), and
+/// lyon, waiting its turn, is untouched: still Pending, its node the same, on the old revision.
+/// Fails without the record the rolled-back command leaves for the rollout (paris would stay
+/// Progressing, retrying for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replacement_cke_refuses_fails_its_cluster_and_halts_the_rollout_leaving_the_others_untouched() {
+    use crds::nodepool::RolloutPhase::*;
+    use k8s_openapi::api::events::v1::Event;
+    let mut world = rollout_world_with("2s", |i| {
+        let mut cke = quick_cke(i as u64);
+        if i == 1 {
+            // The control plane (16 vCPU, 24 GB) and one node of at most 6 vCPU and 8 GB.
+            cke.quota.limit = sim::cke::Usage { vcpu: 22, ram_gb: 32 };
+        }
+        cke
+    })
+    .await;
+    let lyon_before: Vec<String> = claims(&world, "team-a")
+        .await
+        .iter()
+        .filter(|c| c.spec.cluster_name == "lyon")
+        .map(|c| c.metadata.name.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(lyon_before.len(), 1);
+    change_template(&world).await;
+    let halted = poll_until(Duration::from_secs(120), || async {
+        let p = pool(&world, "team-a").await;
+        rollout_phases(&p) == [Pending, Failed] && condition(&p, "RolloutHalted").is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    let p = pool(&world, "team-a").await;
+    assert!(halted, "paris failed, the rollout halted: {:#?}", p.status);
+    let failed = p.status.as_ref().and_then(|s| s.rollout.as_ref()).map(|r| r.clusters[1].clone()).unwrap();
+    let message = failed.message.unwrap_or_default();
+    assert!(message.contains("was rolled back") && message.contains("replacement"), "{message}");
+    let halted_condition = condition(&p, "RolloutHalted").unwrap().2;
+    assert!(halted_condition.contains("cluster paris failed"), "{halted_condition}");
+    let events = Api::<Event>::namespaced(world.mgmt.client(), "team-a").list(&ListParams::default()).await.unwrap();
+    assert!(
+        events.items.iter().any(|e| e.reason.as_deref() == Some("RolloutFailed")
+            && e.note.as_deref().is_some_and(|n| n.contains("cluster paris"))),
+        "a RolloutFailed event names paris"
+    );
+    // Over a while, lyon does not start, and keeps its node on the old revision.
+    let touched = poll_until(Duration::from_secs(10), || async {
+        let all = claims(&world, "team-a").await;
+        let lyon: Vec<String> = all
+            .iter()
+            .filter(|c| c.spec.cluster_name == "lyon")
+            .map(|c| c.metadata.name.clone().unwrap_or_default())
+            .collect();
+        lyon != lyon_before || drift_busy(&all, "lyon") || rollout_phases(&pool(&world, "team-a").await)[0] != Pending
+    })
+    .await;
+    assert!(!touched, "a halted rollout starts no other cluster (fleet.md §7.4)");
     world.stop_hub().await;
 }
 

@@ -144,7 +144,8 @@ async fn follow_keeps_reporting_progress_and_reasons_after_the_script() {
 /// The README's first command, as a new user runs it (issue 11 and 12 done-when): the binary's
 /// `sandbox` scales each cluster's workload up, then down, and the hub consolidates by itself —
 /// each S replaced by a cheaper XS, launched first, the cost per hour falling — then a deleted
-/// NodeClaim's node is drained visibly (taint, each pod evicted, NodeGroup and Node gone).
+/// NodeClaim's node is drained visibly (taint, each pod evicted, NodeGroup and Node gone); last, a
+/// change of the fleet pool rolls out one cluster at a time, and the fleet view lists the three.
 #[test]
 fn the_sandbox_scales_down_by_itself_and_shows_a_drain() {
     let dir = std::env::temp_dir().join(format!("karpenter-hub-sandbox-test-{}", std::process::id()));
@@ -174,6 +175,27 @@ fn the_sandbox_scales_down_by_itself_and_shows_a_drain() {
     let summary = stdout.split("Summary:").nth(1).unwrap();
     assert_eq!(summary.matches("0.0611 EUR/h").count(), 3, "each cluster on one XS at the end:\n{stdout}");
     assert!(!stderr.contains("rolled back"), "no command rolled back:\n{stderr}");
+    // The fleet pool's template change, rolled out one cluster at a time in its order, the phases
+    // in the progress lines (fleet.md §3).
+    let rollout = stdout.split("Changed the fleet pool's template").nth(1).unwrap();
+    for phase in ["rollout Pending", "rollout Progressing", "rollout Done"] {
+        assert!(rollout.contains(phase), "no {phase:?} in the rollout's progress lines:\n{stdout}");
+    }
+    assert!(
+        rollout.contains(
+            "Rolled out cluster by cluster: dev-paris -> staging-paris -> prod-paris (at most 1 cluster progressing"
+        ),
+        "the rollout in its order, one cluster at a time:\n{stdout}"
+    );
+    // The fleet view, read from the management cluster: the three clusters, each served by the fleet pool.
+    let view = summary.split("The fleet view").nth(1).unwrap();
+    for cluster in ["dev-paris", "prod-paris", "staging-paris"] {
+        assert!(
+            view.lines()
+                .any(|l| l.trim_start().starts_with(cluster) && l.contains("Connected") && l.contains("default*")),
+            "{cluster} in the fleet view:\n{stdout}"
+        );
+    }
 }
 
 /// Every kubectl command the sandbox's banner suggests works as written against a running sandbox
@@ -202,7 +224,7 @@ async fn every_kubectl_command_the_banner_suggests_works_as_written() {
     let dir = std::env::temp_dir().join(format!("karpenter-hub-banner-test-{}", std::process::id()));
     let files = world.write_kubeconfigs(&dir).unwrap();
     let commands = operator::commands::sandbox::banner(&world, &files, &dir.join("management.kubeconfig"));
-    assert_eq!(commands.len(), 6, "{commands:?}");
+    assert_eq!(commands.len(), 7, "{commands:?}");
     for command in commands {
         let line = command.join(" ");
         let out = std::process::Command::new(&command[0]).args(&command[1..]).output().unwrap();
@@ -216,6 +238,8 @@ async fn every_kubectl_command_the_banner_suggests_works_as_written() {
             &["Connected"]
         } else if line.contains("describe nodeclaims") {
             &["Name:", "Launched"]
+        } else if line.contains("get workloadclusters") {
+            &["prod-paris", "Connected"]
         } else {
             &["FIELDS"]
         };

@@ -26,7 +26,7 @@ use kube::{
 };
 use serde_json::Value;
 
-use crds::{NodeClaim, NodeGroup};
+use crds::{NodeClaim, NodeGroup, nodepool::RolloutPhase};
 use tokio_util::sync::CancellationToken;
 
 /// Flags of `karpenter-hub sandbox`.
@@ -47,7 +47,14 @@ pub struct SandboxArgs {
     pub timeout_seconds: u64,
 }
 
-const CLUSTERS: [(&str, &str); 3] = [("team-a", "prod-paris"), ("team-b", "staging-paris"), ("team-c", "dev-paris")];
+/// The fleet's namespace: a fleet pool serves the registered clusters of its own namespace only.
+const NAMESPACE: &str = "fleet";
+const CLUSTERS: [(&str, &str); 3] = [(NAMESPACE, "prod-paris"), (NAMESPACE, "staging-paris"), (NAMESPACE, "dev-paris")];
+/// Each cluster's `env` label (on its registration Secret), in the order of [`CLUSTERS`].
+const ENVS: [&str; 3] = ["prod", "staging", "dev"];
+/// The rollout's order: dev first, then staging; prod (not named) after them.
+const ROLLOUT_ORDER: [&str; 2] = ["dev-paris", "staging-paris"];
+const SOAK: &str = "10s";
 const EXAMPLE: &str = include_str!("../../../../examples/general-purpose.yaml");
 
 /// `karpenter-hub sandbox`.
@@ -71,17 +78,18 @@ pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(
     for command in banner(&world, &files, &args.dir.join("management.kubeconfig")) {
         let _ = writeln!(out, "  {}", command.join(" "));
     }
-    for c in &world.clusters {
-        let cluster = c.name.clone();
-        world
-            .apply_yaml("examples/general-purpose.yaml", EXAMPLE, &c.namespace, |doc| {
-                if doc.get("kind").and_then(Value::as_str) == Some("NodePool") {
-                    doc["spec"]["clusterName"] = Value::String(cluster.clone());
-                }
-            })
-            .await?;
+    for (i, env) in ENVS.iter().enumerate() {
+        world.label_cluster(i, &[("env", env)]).await?;
     }
-    let _ = writeln!(out, "Applied examples/general-purpose.yaml to each team's namespace; starting the hub.\n");
+    world.apply_yaml("examples/general-purpose.yaml", EXAMPLE, NAMESPACE, fleet_pool).await?;
+    let _ = writeln!(
+        out,
+        "Labelled the clusters env=prod, env=staging, env=dev (their registration Secrets) and applied \
+         examples/general-purpose.yaml to namespace {NAMESPACE}, its NodePool made one fleet pool for the three: \
+         clusterSelector env in (prod, staging, dev), a change rolled out one cluster at a time ({}, then prod-paris; \
+         soak {SOAK}). Starting the hub.\n",
+        ROLLOUT_ORDER.join(", then ")
+    );
     world.start_hub();
     for i in 0..world.clusters.len() {
         scale(&world, i, usize::from(args.pods), "1", "1Gi").await?;
@@ -123,7 +131,7 @@ pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(
         } else if !shutdown.is_cancelled() {
             let _ = writeln!(
                 out,
-                "Not every cluster got cheaper within 150 s; `kubectl get events -n team-a` on the management \
+                "Not every cluster got cheaper within 150 s; `kubectl get events -n fleet` on the management \
                  cluster shows DisruptionBlocked and the other disruption events."
             );
         }
@@ -142,6 +150,9 @@ pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(
             )
             .await?;
         }
+        if !shutdown.is_cancelled() {
+            roll_out(&world, &mut out, &shutdown, down).await?;
+        }
     }
     let _ = writeln!(out, "\nSummary:");
     let mut total = 0.0;
@@ -159,6 +170,26 @@ pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(
         );
     }
     let _ = writeln!(out, "  fleet: {total:.4} EUR/h");
+    // The hub's reports follow within seconds: wait (briefly) until they agree with the summary.
+    let mut view = crate::commands::fleet::gather(&world.mgmt.client(), Some(NAMESPACE)).await?;
+    let settle_by = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut agree = true;
+        for (i, c) in world.clusters.iter().enumerate() {
+            let claims = world.progress(i).await?.claims;
+            let row = view.clusters.iter().find(|r| r.name == c.name);
+            agree &= row.is_some_and(|r| usize::try_from(r.nodes.hub).is_ok_and(|n| n == claims));
+        }
+        if agree || tokio::time::Instant::now() >= settle_by || shutdown.is_cancelled() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        view = crate::commands::fleet::gather(&world.mgmt.client(), Some(NAMESPACE)).await?;
+    }
+    let _ = writeln!(out, "\nThe fleet view (karpenter-hub fleet -n {NAMESPACE}, from the management cluster only):");
+    for line in crate::commands::fleet::table(&view, false).lines() {
+        let _ = writeln!(out, "  {line}");
+    }
     if !done {
         let _ = writeln!(
             out,
@@ -178,6 +209,93 @@ pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(
     }
 }
 
+/// The general-purpose example's NodePool as the sandbox's fleet pool: every cluster of the
+/// namespace labelled `env` prod, staging or dev, a change rolled out one cluster at a time.
+fn fleet_pool(doc: &mut Value) {
+    if doc.get("kind").and_then(Value::as_str) != Some("NodePool") {
+        return;
+    }
+    let Some(spec) = doc.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    spec.remove("clusterName");
+    spec.insert(
+        "clusterSelector".into(),
+        serde_json::json!({"matchExpressions": [{"key": "env", "operator": "In", "values": ENVS}]}),
+    );
+    spec.insert("rollout".into(), serde_json::json!({"maxClusters": "1", "order": ROLLOUT_ORDER, "soak": SOAK}));
+}
+
+/// Change the fleet pool's template and show its rollout: the pool's nodes drift in every cluster,
+/// and are replaced one cluster at a time, in the rollout's order, each soaking before the next.
+/// The progress lines carry each cluster's phase.
+async fn roll_out(
+    world: &World,
+    out: &mut impl Write,
+    shutdown: &CancellationToken,
+    pods: usize,
+) -> Result<(), SandboxError> {
+    let pools: Api<crds::NodePool> = Api::namespaced(world.mgmt.client(), NAMESPACE);
+    let change = serde_json::json!({"spec": {"template": {"metadata": {"labels": {"example.com/revision": "2"}}}}});
+    let changed = pools.patch("default", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&change)).await?;
+    let revision = crds::drift::nodepool_hash(&changed.spec);
+    let _ = writeln!(
+        out,
+        "\nChanged the fleet pool's template (a label example.com/revision=2, revision {revision}): its nodes drift in \
+         all three clusters. The rollout replaces them one cluster at a time ({}, then prod-paris), each cluster \
+         watched {SOAK} after its last replacement before the next starts; the others wait (Pending).",
+        ROLLOUT_ORDER.join(", then ")
+    );
+    let started = tokio::time::Instant::now();
+    let deadline = started + Duration::from_secs(180);
+    let mut last: Vec<Progress> = Vec::new();
+    let mut most_progressing = 0;
+    loop {
+        let mut now = Vec::new();
+        for i in 0..world.clusters.len() {
+            // A ReplicaSet's part: pods evicted by a drain are created again.
+            scale(world, i, pods, "1", "1Gi").await?;
+            now.push(world.progress(i).await?);
+        }
+        if now != last {
+            for (c, p) in world.clusters.iter().zip(&now) {
+                progress_line(out, started, &c.name, p);
+            }
+            last = now.clone();
+        }
+        most_progressing =
+            most_progressing.max(now.iter().filter(|p| p.rollout == Some(RolloutPhase::Progressing)).count());
+        let status = pools.get("default").await?.status.and_then(|s| s.rollout);
+        let on_revision = status.as_ref().is_some_and(|r| r.revision == revision);
+        let done = on_revision
+            && now.iter().all(|p| p.rollout == Some(RolloutPhase::Done) && p.running == pods && p.pending == 0);
+        if done {
+            // The order they finished in, from the status: each cluster's Done started after the
+            // previous one's.
+            let mut finished: Vec<(k8s_openapi::jiff::Timestamp, String)> =
+                status.iter().flat_map(|r| &r.clusters).map(|c| (c.since.0, c.name.clone())).collect();
+            finished.sort();
+            let order: Vec<String> = finished.into_iter().map(|(_, name)| name).collect();
+            let _ = writeln!(
+                out,
+                "Rolled out cluster by cluster: {} (at most {most_progressing} cluster progressing at any look).",
+                order.join(" -> ")
+            );
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let _ = writeln!(
+                out,
+                "The rollout did not finish within 180 s: `kubectl describe nodepool default -n {NAMESPACE}` shows \
+                 its status.rollout and any RolloutHalted condition."
+            );
+            return Ok(());
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
 /// The kubectl commands the sandbox suggests, each as its arguments (`kubectl` first): workload
 /// clusters show nodes, NodeGroups and pods; the management cluster the hub's objects and events.
 /// operator/tests/suite/sandbox.rs runs each one against a running world.
@@ -194,6 +312,7 @@ pub fn banner(world: &World, files: &[std::path::PathBuf], management: &std::pat
         .collect();
     let ns = world.clusters.first().map_or("team-a", |c| c.namespace.as_str());
     out.push(kubectl(management, "get nodepools,nodeclaims -A"));
+    out.push(kubectl(management, &format!("get workloadclusters -n {ns}")));
     out.push(kubectl(management, &format!("get events -n {ns}")));
     out.push(kubectl(management, &format!("describe nodeclaims -n {ns}")));
     out.push(kubectl(management, "explain nodepool.spec"));
@@ -361,9 +480,10 @@ pub async fn follow(world: &World, out: &mut impl Write, shutdown: &Cancellation
 }
 
 fn progress_line(out: &mut impl Write, started: tokio::time::Instant, cluster: &str, p: &Progress) {
+    let rollout = p.rollout.map(|r| format!("  rollout {r:?}")).unwrap_or_default();
     let _ = writeln!(
         out,
-        "[{:>5.1}s] {:<24} pending {:>3}  claims {:>2}  nodegroups {:>2}  nodes ready {:>2}  running {:>3}  {:.4} EUR/h",
+        "[{:>5.1}s] {:<24} pending {:>3}  claims {:>2}  nodegroups {:>2}  nodes ready {:>2}  running {:>3}  {:.4} EUR/h{rollout}",
         started.elapsed().as_secs_f64(),
         cluster,
         p.pending,

@@ -42,6 +42,8 @@ pub enum SandboxError {
     Write { path: String, message: String },
     #[error("{0}")]
     Timeout(String),
+    #[error(transparent)]
+    Fleet(#[from] crate::commands::fleet::FleetError),
 }
 
 /// One simulated workload cluster.
@@ -169,6 +171,22 @@ impl World {
         self.put_secret(&c.namespace, &c.name, kubeconfig.as_bytes()).await
     }
 
+    /// Add `labels` to cluster `i`'s registration Secret (as `register --label` or `kubectl label`
+    /// would): the cluster's labels, which fleet pools select on.
+    pub async fn label_cluster(&self, i: usize, labels: &[(&str, &str)]) -> Result<(), SandboxError> {
+        let c = &self.clusters[i];
+        let labels: serde_json::Map<String, Value> =
+            labels.iter().map(|(k, v)| ((*k).to_string(), Value::String((*v).to_string()))).collect();
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(self.mgmt.client(), &c.namespace)
+            .patch(
+                &c.key().secret_name(),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"metadata": {"labels": labels}})),
+            )
+            .await?;
+        Ok(())
+    }
+
     /// Write `<cluster>-kubeconfig` with arbitrary bytes (tests use it for hostile kubeconfigs).
     pub async fn put_secret(&self, ns: &str, cluster: &str, bytes: &[u8]) -> Result<(), SandboxError> {
         crate::commands::register_cluster::write_secret(&self.mgmt.client(), ns, cluster, bytes.to_vec()).await?;
@@ -282,6 +300,8 @@ pub struct Progress {
     pub groups: usize,
     pub nodes_ready: usize,
     pub price_per_hour: f64,
+    /// The cluster's phase in the rollout of a fleet pool of its namespace, if one rolls out.
+    pub rollout: Option<crds::nodepool::RolloutPhase>,
 }
 
 impl World {
@@ -293,6 +313,11 @@ impl World {
         let nodes = Api::<Node>::all(c.client()).list(&lp).await?.items;
         let groups = Api::<NodeGroup>::all(c.client()).list(&lp).await?.items;
         let claims = Api::<NodeClaim>::namespaced(self.mgmt.client(), &c.namespace).list(&lp).await?.items;
+        let pools = Api::<crds::NodePool>::namespaced(self.mgmt.client(), &c.namespace).list(&lp).await?.items;
+        let rollout = pools.iter().find_map(|p| {
+            let r = p.status.as_ref()?.rollout.as_ref()?;
+            r.clusters.iter().find(|r| r.name == c.name).map(|r| r.phase)
+        });
         let phase = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
         let catalog = crds::catalog::Catalog::builtin();
         let price = groups
@@ -316,6 +341,7 @@ impl World {
                 })
                 .count(),
             price_per_hour: price,
+            rollout,
         })
     }
 }
