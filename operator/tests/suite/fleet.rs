@@ -98,9 +98,17 @@ async fn rollout_world(soak: &str) -> World {
 
 /// [`rollout_world`] with each cluster's simulated CKE configured by `cke` (lyon 0, paris 1).
 async fn rollout_world_with(soak: &str, cke: impl Fn(usize) -> sim::cke::SimCkeConfig) -> World {
-    use crds::nodepool::RolloutPhase::Done;
+    let mut world = rollout_setup(soak, cke).await;
+    world.start_hub();
+    first_revision_done(&world).await;
+    world
+}
+
+/// [`rollout_world_with`] before any hub runs: the clusters labelled, the pool applied, a pod
+/// waiting in each cluster.
+async fn rollout_setup(soak: &str, cke: impl Fn(usize) -> sim::cke::SimCkeConfig) -> World {
     let clusters = [("team-a", "lyon"), ("team-a", "paris")];
-    let mut world = World::start(&clusters, cke).await.unwrap();
+    let world = World::start(&clusters, cke).await.unwrap();
     for (ns, name) in &clusters {
         label(&world, ns, name, json!({"env": "prod"})).await;
     }
@@ -109,12 +117,17 @@ async fn rollout_world_with(soak: &str, cke: impl Fn(usize) -> sim::cke::SimCkeC
         spec["disruption"]["consolidateAfter"] = json!("Never");
     })
     .await;
-    world.start_hub();
     for i in 0..2 {
         scale(&world, i, 1, "500m", "512Mi").await.unwrap();
     }
+    world
+}
+
+/// Until each cluster has an initialized node and the first revision is Done everywhere.
+async fn first_revision_done(world: &World) {
+    use crds::nodepool::RolloutPhase::Done;
     wait_for("a node in each cluster, the first revision Done everywhere", Duration::from_secs(60), || async {
-        let initialized = claims(&world, "team-a")
+        let initialized = claims(world, "team-a")
             .await
             .iter()
             .filter(|c| {
@@ -123,10 +136,80 @@ async fn rollout_world_with(soak: &str, cke: impl Fn(usize) -> sim::cke::SimCkeC
                     .is_some_and(|s| s.conditions.iter().any(|k| k.type_ == "Initialized" && k.status == "True"))
             })
             .count();
-        initialized == 2 && rollout_phases(&pool(&world, "team-a").await) == [Done, Done]
+        initialized == 2 && rollout_phases(&pool(world, "team-a").await) == [Done, Done]
     })
     .await;
-    world
+}
+
+/// The invariants of a rollout with `maxClusters: "1"` over lyon and paris (paris first), checked
+/// at every [`RolloutWatch::sample`] until both are Done on the revision: at most one cluster
+/// replacing drifted nodes, no cluster's phase going back (none repeated), lyon leaving Pending only
+/// once paris is Done (none skipped), never Failed; and, at the end, each cluster's node replaced
+/// exactly once.
+struct RolloutWatch {
+    revision: String,
+    highest: [u8; 2],
+    replacements: std::collections::BTreeSet<(String, String)>,
+    end: std::time::Instant,
+}
+
+impl RolloutWatch {
+    fn new(revision: String, deadline: Duration) -> Self {
+        Self { revision, highest: [0, 0], replacements: Default::default(), end: std::time::Instant::now() + deadline }
+    }
+
+    /// The phases of the revision's rollout now (empty before it starts), and whether it is done.
+    async fn sample(&mut self, world: &World) -> (Vec<crds::nodepool::RolloutPhase>, bool) {
+        use crds::nodepool::RolloutPhase::*;
+        let rank = |p: crds::nodepool::RolloutPhase| match p {
+            Pending => 0,
+            Progressing => 1,
+            Soaking => 2,
+            Done => 3,
+            Failed => 4,
+        };
+        let revision = self.revision.clone();
+        let on_revision = |c: &NodeClaim| {
+            c.metadata.annotations.as_ref().and_then(|a| a.get(crds::drift::NODEPOOL_HASH_ANNOTATION))
+                == Some(&revision)
+        };
+        let all = claims(world, "team-a").await;
+        let busy: Vec<&str> = ["lyon", "paris"].into_iter().filter(|c| drift_busy(&all, c)).collect();
+        assert!(busy.len() <= 1, "two clusters replacing drifted nodes at once: {busy:?}");
+        self.replacements.extend(
+            all.iter()
+                .filter(|c| on_revision(c))
+                .map(|c| (c.spec.cluster_name.clone(), c.metadata.name.clone().unwrap_or_default())),
+        );
+        let p = pool(world, "team-a").await;
+        let current = p.status.as_ref().and_then(|s| s.rollout.as_ref()).is_some_and(|r| r.revision == revision);
+        let phases = if current { rollout_phases(&p) } else { Vec::new() };
+        let mut done = false;
+        if phases.len() == 2 {
+            for (i, phase) in phases.iter().enumerate() {
+                assert!(rank(*phase) >= self.highest[i], "cluster {i} went back to {phase:?}: {phases:?}");
+                assert_ne!(*phase, Failed, "{:?}", p.status);
+                self.highest[i] = rank(*phase);
+            }
+            assert!(phases[0] == Pending || phases[1] == Done, "lyon started before paris was done: {phases:?}");
+            done = phases == [Done, Done]
+                && all.len() == 2
+                && all.iter().all(|c| on_revision(c) && c.metadata.deletion_timestamp.is_none());
+        }
+        assert!(done || std::time::Instant::now() < self.end, "rollout not finished: {phases:?}, {} claims", all.len());
+        (phases, done)
+    }
+
+    /// Each cluster's node replaced exactly once.
+    fn finish(&self) {
+        let per_cluster = |name: &str| self.replacements.iter().filter(|(c, _)| c == name).count();
+        assert_eq!(
+            (per_cluster("lyon"), per_cluster("paris")),
+            (1, 1),
+            "each node replaced once: {:?}",
+            self.replacements
+        );
+    }
 }
 
 /// A new revision of team-a's pool: a template label.
@@ -286,6 +369,128 @@ async fn a_fleet_pool_serves_its_namespace_s_matching_clusters_and_a_departed_cl
         .map(|c| (c.metadata.name.clone().unwrap_or_default(), drifted(c)))
         .collect();
     assert!(back, "lyon selected again: served, its node not drifted; its claims (name, drift): {lyon:?}");
+    world.stop_hub().await;
+}
+
+/// Five clusters of team-a, four labelled `env=prod` and served by the fleet pool: c5 labelled in
+/// later is served (its waiting pod gets a node of the pool, none before); c4 labelled out gets no
+/// new node from the pool and its nodes of the pool drift `ClusterNotSelected` and move to the
+/// pool still serving it, at most one at a time (the fleet pool's budget), never en masse; the
+/// other clusters are untouched (fleet.md §2, §7.2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_clusters_one_joining_and_one_leaving_within_budgets() {
+    let names = ["c1", "c2", "c3", "c4", "c5"];
+    let clusters: Vec<(&str, &str)> = names.iter().map(|n| ("team-a", *n)).collect();
+    let mut world = World::start(&clusters, |i| {
+        let mut cke = quick_cke(i as u64 + 50);
+        // Room for c4's three nodes and a replacement beside them (the default quota holds two).
+        cke.quota.limit = sim::cke::Usage { vcpu: 64, ram_gb: 64 };
+        cke
+    })
+    .await
+    .unwrap();
+    for name in &names[..4] {
+        label(&world, "team-a", name, json!({"env": "prod"})).await;
+    }
+    apply_fleet_pool(&world, "team-a", |spec| {
+        spec.insert("weight".into(), json!(50));
+        spec.insert("limits".into(), json!({"cpu": "64", "memory": "64Gi"}));
+        spec["disruption"]["budgets"] = json!([{"nodes": "1"}]);
+        spec["disruption"]["consolidateAfter"] = json!("Never");
+    })
+    .await;
+    // c4's other pool, preferred less while the fleet pool serves it.
+    world
+        .apply_yaml("general-purpose.yaml", EXAMPLE, "team-a", |doc| {
+            if doc["kind"] == "NodePool" {
+                doc["metadata"]["name"] = json!("fallback");
+                doc["spec"]["clusterName"] = json!("c4");
+                doc["spec"]["limits"] = json!({"cpu": "64", "memory": "64Gi"});
+                doc["spec"]["disruption"]["consolidateAfter"] = json!("Never");
+            }
+        })
+        .await
+        .unwrap();
+    world.start_hub();
+    for i in 0..3 {
+        scale(&world, i, 1, "500m", "512Mi").await.unwrap();
+    }
+    // Three pods in c4 needing more than one node; one in c5, not selected yet.
+    scale(&world, 3, 3, "5", "1Gi").await.unwrap();
+    scale(&world, 4, 1, "500m", "512Mi").await.unwrap();
+    let of = |all: &[NodeClaim], cluster: &str, pool: &str| -> Vec<String> {
+        let mut v: Vec<String> = all
+            .iter()
+            .filter(|c| {
+                c.spec.cluster_name == cluster && c.metadata.labels.as_ref().unwrap()["karpenter.sh/nodepool"] == pool
+            })
+            .map(|c| c.metadata.name.clone().unwrap_or_default())
+            .collect();
+        v.sort();
+        v
+    };
+    let ready = poll_until(Duration::from_secs(90), || async {
+        let all = claims(&world, "team-a").await;
+        (0..3).all(|i| of(&all, names[i], "default").len() == 1)
+            && of(&all, "c4", "default").len() >= 2
+            && common::running(&world, 3).await == 3
+    })
+    .await;
+    let all = claims(&world, "team-a").await;
+    let by: Vec<(String, String)> = all
+        .iter()
+        .map(|c| (c.spec.cluster_name.clone(), c.metadata.labels.as_ref().unwrap()["karpenter.sh/nodepool"].clone()))
+        .collect();
+    assert!(ready, "c1-c3 one node each, c4 several, all from the fleet pool; claims (cluster, pool): {by:?}");
+    let all = claims(&world, "team-a").await;
+    let steady: Vec<Vec<String>> = (0..3).map(|i| of(&all, names[i], "default")).collect();
+    assert!(of(&all, "c5", "default").is_empty(), "c5 is not selected yet");
+    let c4_nodes = of(&all, "c4", "default").len();
+    assert!(of(&all, "c4", "fallback").is_empty(), "the fleet pool is preferred in c4");
+
+    // c5 joins, c4 leaves.
+    label(&world, "team-a", "c5", json!({"env": "prod"})).await;
+    label(&world, "team-a", "c4", json!({"env": "retired"})).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        // A ReplicaSet's part: c4's pods evicted by a drain are created again.
+        scale(&world, 3, 3, "5", "1Gi").await.unwrap();
+        let all = claims(&world, "team-a").await;
+        let leaving: Vec<&NodeClaim> = all
+            .iter()
+            .filter(|c| {
+                c.spec.cluster_name == "c4" && c.metadata.labels.as_ref().unwrap()["karpenter.sh/nodepool"] == "default"
+            })
+            .collect();
+        let disrupted = leaving
+            .iter()
+            .filter(|c| {
+                c.metadata.deletion_timestamp.is_some()
+                    || c.metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key(operator::decisions::disruption_queue::COMMAND_ANNOTATION))
+            })
+            .count();
+        assert!(disrupted <= 1, "c4's fleet nodes disrupted {disrupted} at once (budget 1)");
+        assert!(leaving.len() <= c4_nodes, "the pool left gives c4 no new node");
+        for (i, before) in steady.iter().enumerate() {
+            assert_eq!(&of(&all, names[i], "default"), before, "{} untouched", names[i]);
+        }
+        let moved = leaving.is_empty() && !of(&all, "c4", "fallback").is_empty();
+        let joined = of(&all, "c5", "default").len() == 1;
+        if moved && joined && common::running(&world, 3).await == 3 && common::running(&world, 4).await == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "c4 not moved or c5 not served: c4 fleet {:?}, c4 fallback {:?}, c5 {:?}",
+            of(&all, "c4", "default"),
+            of(&all, "c4", "fallback"),
+            of(&all, "c5", "default")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     world.stop_hub().await;
 }
 
@@ -652,6 +857,84 @@ async fn a_replacement_cke_refuses_fails_its_cluster_and_halts_the_rollout_leavi
     .await;
     assert!(!touched, "a halted rollout starts no other cluster (fleet.md §7.4)");
     world.stop_hub().await;
+}
+
+/// fleet.md §7.4: a hub killed as SIGKILL would (every task dropped where it is, nothing released)
+/// while clusters are in each phase of a rollout — Pending, Progressing, Soaking, Done — and
+/// started again neither repeats nor skips a cluster: one at a time, paris then lyon, each node
+/// replaced once ([`RolloutWatch`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_killed_in_each_phase_of_a_rollout_neither_repeats_nor_skips() {
+    use crds::nodepool::RolloutPhase::*;
+    let mut world = rollout_world("5s").await;
+    let revision = change_template(&world).await;
+    let mut watch = RolloutWatch::new(revision, Duration::from_secs(240));
+    // The states a rollout of two clusters goes through; a kill in each.
+    let mut states =
+        vec![vec![Pending, Progressing], vec![Pending, Soaking], vec![Progressing, Done], vec![Soaking, Done]];
+    let mut killed_in: Vec<Vec<crds::nodepool::RolloutPhase>> = Vec::new();
+    loop {
+        let (phases, done) = watch.sample(&world).await;
+        if done {
+            break;
+        }
+        if let Some(i) = states.iter().position(|s| *s == phases) {
+            states.remove(i);
+            world.crash_hub().await;
+            world.start_hub();
+            killed_in.push(phases);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    watch.finish();
+    let phases_killed_in: std::collections::BTreeSet<String> =
+        killed_in.iter().flatten().map(|p| format!("{p:?}")).collect();
+    assert_eq!(
+        phases_killed_in.into_iter().collect::<Vec<_>>(),
+        ["Done", "Pending", "Progressing", "Soaking"],
+        "a kill while clusters were in every phase; killed in {killed_in:?}"
+    );
+    world.stop_hub().await;
+}
+
+/// Sharded mode (hub.md §6) with two replicas owning one cluster each of one fleet pool: the
+/// rollout, advanced by the replica holding the leader Lease and gated by each cluster's owner
+/// reading the pool's status, goes one cluster at a time in order, each node replaced once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_owning_a_fleet_s_clusters_roll_it_out_one_cluster_at_a_time() {
+    use crate::sharding::{Replica, ensure_lease_namespace};
+    use operator::decisions::sharding::desired_owner;
+    let world = rollout_setup("3s", |i| quick_cke(i as u64)).await;
+    ensure_lease_namespace(&world.mgmt.client()).await;
+    // Two names that place lyon and paris on different replicas.
+    let urls: Vec<String> = world.clusters.iter().map(|c| c.server.url()).collect();
+    let names = (0..200)
+        .map(|n| [format!("rollout-0-{n}"), format!("rollout-1-{n}")])
+        .find(|names| {
+            let owners: Vec<Option<&str>> = urls.iter().map(|u| desired_owner(u, names)).collect();
+            owners[0].is_some() && owners[1].is_some() && owners[0] != owners[1]
+        })
+        .expect("two names splitting the clusters");
+    let start = |id: &str| {
+        Replica::start(id, world.mgmt.client_config(), world.hub_settings.clone(), world.registry_settings.clone())
+    };
+    let replicas = vec![start(&names[0]), start(&names[1])];
+    wait_for("each replica owns one cluster", Duration::from_secs(60), || async {
+        replicas.iter().all(|r| r.owned() == 1)
+    })
+    .await;
+    first_revision_done(&world).await;
+    let revision = change_template(&world).await;
+    let mut watch = RolloutWatch::new(revision, Duration::from_secs(180));
+    while !watch.sample(&world).await.1 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    watch.finish();
+    assert!(replicas.iter().all(|r| r.owned() == 1), "ownership stayed split");
+    for r in replicas {
+        r.stop().await;
+    }
+    world.shutdown().await;
 }
 
 /// fleet.md §7.4: the rollout's only memory is the pool's status, so a hub restarted while a cluster
