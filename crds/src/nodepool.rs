@@ -436,6 +436,11 @@ pub struct PoolClusterStatus {
     /// `Unreachable`, …), else the first condition that is not True, else `Ready`.
     #[schemars(length(max = 128))]
     pub reason: String,
+    /// The template revisions (drift hashes) the pool's nodes here run, sorted: one when the cluster is on
+    /// a single revision, several while a change is rolled out, none without nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8), inner(length(max = 64)))]
+    pub revisions: Vec<String>,
 }
 
 impl NodePool {

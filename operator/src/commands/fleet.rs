@@ -424,6 +424,25 @@ mod tests {
         );
     }
 
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        fleet: FleetArgs,
+    }
+
+    #[test]
+    fn flags_name_the_namespace_or_all_and_refuse_both_or_an_unknown_format() {
+        use clap::Parser;
+        let a = Cli::try_parse_from(["fleet", "-n", "team-a", "-o", "json"]).unwrap().fleet;
+        assert_eq!((a.namespace.as_deref(), a.all_namespaces, a.output), (Some("team-a"), false, Output::Json));
+        let a = Cli::try_parse_from(["fleet", "-A"]).unwrap().fleet;
+        assert_eq!((a.namespace, a.all_namespaces, a.output), (None, true, Output::Table));
+        let both = Cli::try_parse_from(["fleet", "-n", "team-a", "-A"]).unwrap_err().to_string();
+        assert!(both.contains("--all-namespaces") && both.contains("cannot be used with"), "{both}");
+        let yaml = Cli::try_parse_from(["fleet", "-o", "yaml"]).unwrap_err().to_string();
+        assert!(yaml.contains("invalid value 'yaml'") && yaml.contains("table") && yaml.contains("json"), "{yaml}");
+    }
+
     #[test]
     fn the_table_aligns_marks_and_totals() {
         let out = table(&view(&keys(), &pools(), &reports(), at(0)), true);

@@ -39,13 +39,23 @@ use crate::{
 /// memory; only a changed report is written).
 pub const PERIOD: Duration = Duration::from_secs(5);
 
+/// After a failed write, the cluster's report is not tried again for this long (a refusal by RBAC
+/// would otherwise cost a request per cluster per pass).
+pub const RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// Without the WorkloadCluster CRD, no report is tried for this long.
+pub const CRD_MISSING_PAUSE: Duration = Duration::from_secs(300);
+
 /// Write the reports of the clusters this replica serves until `shutdown`.
 pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
     let mut written: BTreeMap<ClusterKey, WorkloadClusterStatus> = BTreeMap::new();
+    let mut retry_at: BTreeMap<ClusterKey, tokio::time::Instant> = BTreeMap::new();
+    let mut paused_until: Option<tokio::time::Instant> = None;
     let mut changes = hub.registry.changes();
     let mut crd_missing_told = false;
     loop {
-        if hub.cache.is_ready() {
+        let now = tokio::time::Instant::now();
+        if hub.cache.is_ready() && paused_until.is_none_or(|t| now >= t) {
             let served: BTreeSet<ClusterKey> = hub.registry.clusters().into_iter().collect();
             // A cluster served again later (sharded hand-over) is written afresh: another replica
             // may have written it meanwhile.
@@ -59,7 +69,10 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
                     claims.entry(key).or_default().push(c);
                 }
             }
-            for key in served.iter().filter(|k| hub.registry.writes_for(k)) {
+            retry_at.retain(|k, t| served.contains(k) && now < *t);
+            let due: Vec<&ClusterKey> =
+                served.iter().filter(|k| hub.registry.writes_for(k) && !retry_at.contains_key(*k)).collect();
+            for key in due {
                 let report = gather(&hub, key, claims.get(key).map(Vec::as_slice).unwrap_or_default());
                 if !cluster_report::due(written.get(key), &report) {
                     continue;
@@ -70,13 +83,16 @@ pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {
                     }
                     Err(e) if e.category == Category::KubernetesNotFound && e.step == Step::WriteWorkloadCluster => {
                         if !crd_missing_told {
-                            tracing::warn!(error = %e, "cannot write WorkloadCluster reports: is the CRD installed? (upgrade the karpenter-hub-crds chart, or `karpenter-hub crds | kubectl apply --server-side -f -`); retrying");
+                            tracing::warn!(error = %e, "cannot write WorkloadCluster reports: is the CRD installed? (upgrade the karpenter-hub-crds chart, or `karpenter-hub crds | kubectl apply --server-side -f -`); retrying every 5 minutes");
                             crd_missing_told = true;
                         }
+                        paused_until = Some(now + CRD_MISSING_PAUSE);
+                        break;
                     }
                     Err(e) => {
                         errors::count(&hub, Reconciler::ClusterReport, Some(key), &e);
-                        tracing::warn!(cluster = %key, step = e.step.label(), category = e.category.as_str(), error = %e, "writing the cluster's WorkloadCluster report failed; retrying");
+                        tracing::warn!(cluster = %key, step = e.step.label(), category = e.category.as_str(), error = %e, "writing the cluster's WorkloadCluster report failed; retrying in a minute");
+                        retry_at.insert(key.clone(), now + RETRY_AFTER);
                     }
                 }
             }

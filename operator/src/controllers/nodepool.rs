@@ -536,6 +536,7 @@ async fn fleet(hub: &Hub, pool: &NodePool) -> Result<Option<Duration>, Error> {
             resources: Some(total.to_resource_list()),
             ready: if reason == READY { TRUE } else { FALSE }.to_string(),
             reason: reason.to_string(),
+            revisions: rollout::revisions_of(here.iter().map(AsRef::as_ref)),
         });
     }
     let served_names: std::collections::BTreeSet<&str> = served.iter().map(|k| k.name.as_str()).collect();

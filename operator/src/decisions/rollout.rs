@@ -271,6 +271,24 @@ pub fn facts_of<'a>(
     f
 }
 
+/// The template revisions the pool's `claims` of one cluster run (those not being deleted, stamped
+/// by this hash algorithm), distinct and sorted, at most eight (a status row's bound).
+pub fn revisions_of<'a>(claims: impl IntoIterator<Item = &'a crds::NodeClaim>) -> Vec<String> {
+    let mut out: Vec<String> = claims
+        .into_iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter_map(|c| {
+            let a = c.metadata.annotations.as_ref()?;
+            (a.get(drift::NODEPOOL_HASH_VERSION_ANNOTATION).map(String::as_str) == Some(drift::NODEPOOL_HASH_VERSION))
+                .then(|| a.get(drift::NODEPOOL_HASH_ANNOTATION).cloned())?
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out.truncate(8);
+    out
+}
+
 /// Whether the disruption loop may replace `pool`'s drifted nodes in `cluster` now (fleet.md §3):
 /// always without `spec.rollout`; with it, only while the rollout of the pool's current revision
 /// has the cluster `Progressing`. `Err` says why not. Only the template's drift (`NodePoolDrifted`)
@@ -521,6 +539,35 @@ mod tests {
             )
         );
         assert_eq!(facts_of("paris", &claims, "newer", t(50)).failure, None, "a record of another revision");
+    }
+
+    #[test]
+    fn a_cluster_s_revisions_are_its_nodes_distinct_hashes() {
+        let claim = |hash: Option<&str>, deleting: bool| {
+            let mut v = serde_json::json!({
+                "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodeClaim",
+                "metadata": {"name": "c", "namespace": "team-a"},
+                "spec": {"clusterName": "paris", "requirements": [],
+                    "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"}},
+            });
+            if let Some(h) = hash {
+                v["metadata"]["annotations"] = serde_json::json!({
+                    drift::NODEPOOL_HASH_ANNOTATION: h, drift::NODEPOOL_HASH_VERSION_ANNOTATION: drift::NODEPOOL_HASH_VERSION});
+            }
+            if deleting {
+                v["metadata"]["deletionTimestamp"] = serde_json::json!("2026-01-01T00:00:00Z");
+            }
+            serde_json::from_value::<crds::NodeClaim>(v).unwrap()
+        };
+        let claims = [
+            claim(Some("b"), false),
+            claim(Some("a"), false),
+            claim(Some("b"), false),
+            claim(Some("c"), true),
+            claim(None, false),
+        ];
+        assert_eq!(revisions_of(&claims), ["a", "b"], "distinct, sorted; a deleting or unstamped claim runs none");
+        assert!(revisions_of(&[]).is_empty());
     }
 
     #[test]

@@ -545,6 +545,8 @@ async fn two_replicas_rows_merge_and_follow_the_selection_on_a_real_api_server()
             let spec = doc["spec"].as_object_mut().unwrap();
             spec.remove("clusterName");
             spec.insert("clusterSelector".into(), json!({"matchLabels": {"env": "prod"}}));
+            // status.rollout written and merged by the real server too.
+            spec.insert("rollout".into(), json!({"maxClusters": "1", "soak": "1s"}));
             let pool: NodePool = serde_json::from_value(doc).unwrap();
             Api::<NodePool>::namespaced(mgmt.clone(), ns).create(&PostParams::default(), &pool).await.unwrap();
         } else {
@@ -630,6 +632,26 @@ async fn two_replicas_rows_merge_and_follow_the_selection_on_a_real_api_server()
         "four reports, each by its owner; last view: {:#?}",
         operator::commands::fleet::gather(&mgmt, Some(ns)).await.unwrap()
     );
+    // The rollout's status, by the namespace writer: the four clusters, Done (no node to replace).
+    let p = pools.get("default").await.unwrap();
+    let rollout = p.status.as_ref().and_then(|s| s.rollout.clone()).expect("status.rollout");
+    assert_eq!(rollout.revision, crds::drift::nodepool_hash(&p.spec));
+    let phases: Vec<(String, crds::nodepool::RolloutPhase)> =
+        rollout.clusters.iter().map(|c| (c.name.clone(), c.phase)).collect();
+    assert_eq!(phases.len(), 4, "{phases:?}");
+    assert!(phases.iter().all(|(_, phase)| *phase == crds::nodepool::RolloutPhase::Done), "{phases:?}");
+    // The command itself, as a user runs it against this management cluster.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter-hub"))
+        .args(["fleet", "-n", ns, "-o", "json", "--kubeconfig"])
+        .arg(cp.kubeconfig_path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let view: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(view["apiVersion"], operator::commands::fleet::JSON_VERSION);
+    let listed = view["clusters"].as_array().unwrap();
+    assert_eq!(listed.len(), 4, "{view:#}");
+    assert!(listed.iter().all(|r| r["reachability"] == "Connected" && r["rollouts"][0]["phase"] == "Done"), "{view:#}");
 
     // A cluster leaves: its row goes.
     relabel("w-3".into(), "dev").await;
@@ -796,6 +818,14 @@ async fn a_template_change_rolls_out_one_cluster_at_a_time_in_order() {
     })
     .await;
     assert!(done, "one series per cluster, Done: {:?}", rollout_series());
+    // Each cluster's row says the revision its nodes run.
+    let on_revision = poll_until(Duration::from_secs(10), || async {
+        let p = pool(&world, "team-a").await;
+        let rows = p.status.map(|s| s.clusters).unwrap_or_default();
+        rows.len() == 2 && rows.iter().all(|r| r.revisions == [revision.clone()])
+    })
+    .await;
+    assert!(on_revision, "rows' revisions: {:?}", pool(&world, "team-a").await.status.map(|s| s.clusters));
     world.stop_hub().await;
 }
 

@@ -249,18 +249,7 @@ async fn roll_out(
     let mut last: Vec<Progress> = Vec::new();
     let mut most_progressing = 0;
     loop {
-        let mut now = Vec::new();
-        for i in 0..world.clusters.len() {
-            // A ReplicaSet's part: pods evicted by a drain are created again.
-            scale(world, i, pods, "1", "1Gi").await?;
-            now.push(world.progress(i).await?);
-        }
-        if now != last {
-            for (c, p) in world.clusters.iter().zip(&now) {
-                progress_line(out, started, &c.name, p);
-            }
-            last = now.clone();
-        }
+        let now = look(world, Some(pods), out, started, &mut last).await?;
         most_progressing =
             most_progressing.max(now.iter().filter(|p| p.rollout == Some(RolloutPhase::Progressing)).count());
         let status = pools.get("default").await?.status.and_then(|s| s.rollout);
@@ -495,6 +484,31 @@ fn progress_line(out: &mut impl Write, started: tokio::time::Instant, cluster: &
     );
 }
 
+/// Every cluster's progress now (first recreating up to `replicas` pods in each, as a ReplicaSet
+/// recreates the pods a drain evicted), printed when it differs from `last`, which it then becomes.
+async fn look(
+    world: &World,
+    replicas: Option<usize>,
+    out: &mut impl Write,
+    started: tokio::time::Instant,
+    last: &mut Vec<Progress>,
+) -> Result<Vec<Progress>, SandboxError> {
+    let mut now = Vec::new();
+    for i in 0..world.clusters.len() {
+        if let Some(n) = replicas {
+            scale(world, i, n, "1", "1Gi").await?;
+        }
+        now.push(world.progress(i).await?);
+    }
+    if now != *last {
+        for (c, p) in world.clusters.iter().zip(&now) {
+            progress_line(out, started, &c.name, p);
+        }
+        last.clone_from(&now);
+    }
+    Ok(now)
+}
+
 /// Print progress every second until `settled` holds for every cluster (true) or the deadline (false).
 async fn watch_until(
     world: &World,
@@ -507,20 +521,7 @@ async fn watch_until(
     let started = tokio::time::Instant::now();
     let mut last: Vec<Progress> = Vec::new();
     loop {
-        let mut now = Vec::new();
-        for i in 0..world.clusters.len() {
-            if let Some(n) = replicas {
-                // A ReplicaSet's part: pods evicted by a drain are created again.
-                scale(world, i, n, "1", "1Gi").await?;
-            }
-            now.push(world.progress(i).await?);
-        }
-        if now != last {
-            for (c, p) in world.clusters.iter().zip(&now) {
-                progress_line(out, started, &c.name, p);
-            }
-            last = now.clone();
-        }
+        let now = look(world, replicas, out, started, &mut last).await?;
         if now.iter().enumerate().all(|(i, p)| settled(i, p)) {
             return Ok(true);
         }
