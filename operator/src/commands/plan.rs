@@ -515,7 +515,7 @@ fn add_document(reader: &mut Reader, file: &str, index: usize, doc: Value) -> Re
             let skipped = format!("{file}: document {index} ({api_version} {kind}{name})");
             register(reader, found, clusters::Source::Secret, &origin, &skipped).map_err(document_error)?;
         }
-        ("Cluster", false) if clusters::CLUSTER_API_VERSIONS.contains(&api_version.as_str()) => {
+        ("Cluster", false) if clusters::is_cluster_api(&api_version) => {
             let found = clusters::read(clusters::Source::Cluster, doc.get("metadata"));
             let skipped = format!("{file}: document {index} ({api_version} {kind}{name})");
             register(reader, found, clusters::Source::Cluster, &origin, &skipped).map_err(document_error)?;

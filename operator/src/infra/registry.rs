@@ -48,9 +48,11 @@ use kube::{
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+pub use capi::{GROUP as CLUSTER_API_GROUP, VERSIONS as CLUSTER_API_VERSIONS};
 pub use connection::{Connection, WorkloadCache};
 pub use failure::Cause;
 pub use labels::Labels;
+pub(crate) use labels::Sources as LabelSources;
 
 use crate::{
     decisions::handover::{self, HandoverError},

@@ -14,7 +14,7 @@
 //! `metadata` is handed over here, and only its name, namespace and labels are kept), or decide
 //! anything the scheduling and disruption cores decide.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use crds::NodePool;
 use crds::labels::NODEPOOL as NODEPOOL_LABEL;
@@ -23,13 +23,15 @@ use scheduling::convert::Snapshot;
 use serde_json::Value;
 
 use super::{Manifests, PlanError};
-use crate::infra::registry::{CLUSTER_NAME_LABEL, ClusterKey};
+use crate::infra::registry::{CLUSTER_API_GROUP, CLUSTER_API_VERSIONS, CLUSTER_NAME_LABEL, ClusterKey, LabelSources};
 
-/// Labels by key.
-pub type Labels = BTreeMap<String, String>;
+/// Labels by key (the registry's type).
+pub use crate::infra::registry::Labels;
 
-/// `apiVersion`s of the Cluster API `Cluster` the hub reads (`cluster.x-k8s.io`, v1beta2 or v1beta1).
-pub const CLUSTER_API_VERSIONS: [&str; 2] = ["cluster.x-k8s.io/v1beta2", "cluster.x-k8s.io/v1beta1"];
+/// Whether `api_version` is one of the Cluster API `Cluster` versions the hub reads.
+pub fn is_cluster_api(api_version: &str) -> bool {
+    api_version.split_once('/').is_some_and(|(g, v)| g == CLUSTER_API_GROUP && CLUSTER_API_VERSIONS.contains(&v))
+}
 
 /// What the manifests say of one cluster's labels.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -41,11 +43,10 @@ pub struct Registration {
 }
 
 impl Registration {
-    /// The cluster's labels: the `Cluster`'s, then the Secret's over them (the Secret wins).
+    /// The cluster's labels: the `Cluster`'s, then the Secret's over them (the Secret wins), as the
+    /// hub's registry merges them.
     pub fn labels(&self) -> Labels {
-        let mut labels = self.cluster.clone().unwrap_or_default();
-        labels.extend(self.secret.iter().flatten().map(|(k, v)| (k.clone(), v.clone())));
-        labels
+        LabelSources { secret: self.secret.clone().unwrap_or_default(), cluster: self.cluster.clone() }.merged()
     }
 }
 

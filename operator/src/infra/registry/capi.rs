@@ -28,7 +28,7 @@ use crate::decisions::pause;
 /// Cluster API's group.
 pub const GROUP: &str = "cluster.x-k8s.io";
 /// Versions of `Cluster` the hub reads, preferred first.
-const VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
+pub const VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
 
 /// The served `Cluster` resource, if any.
 async fn served(mgmt: &Client) -> Result<Option<ApiResource>, kube::Error> {
