@@ -12,7 +12,7 @@ use std::{collections::BTreeMap, fmt::Write as _, path::PathBuf};
 use crds::{NodePool, WorkloadCluster};
 use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
 use kube::{
-    Api, Client, ResourceExt,
+    Client, ResourceExt,
     api::{ListParams, ObjectList},
 };
 use serde::Serialize;
@@ -22,6 +22,7 @@ use crate::{
     decisions::cluster_report,
     infra::{
         apierror::plain,
+        hub::scoped,
         registry::{CLUSTER_NAME_LABEL, ClusterKey, registered_by},
     },
 };
@@ -154,32 +155,22 @@ pub async fn run(args: &FleetArgs) -> Result<String, FleetError> {
 
 /// The fleet view of `namespace` (every namespace with `None`) from the management cluster at `mgmt`.
 pub async fn gather(mgmt: &Client, namespace: Option<&str>) -> Result<Fleet, FleetError> {
-    fn api<K>(mgmt: &Client, namespace: Option<&str>) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        <K as kube::Resource>::DynamicType: Default,
-    {
-        match namespace {
-            Some(ns) => Api::namespaced(mgmt.clone(), ns),
-            None => Api::all(mgmt.clone()),
-        }
-    }
     let scope = namespace.map_or_else(|| "every namespace".to_string(), |ns| format!("namespace {ns}"));
     let failed = |what: &'static str, hint: &'static str| {
         let scope = scope.clone();
         move |source| FleetError::List { what, scope, hint, source }
     };
     // Metadata only: a registration Secret holds credentials.
-    let secrets = api::<Secret>(mgmt, namespace)
+    let secrets = scoped::<Secret>(mgmt, namespace)
         .list_metadata(&ListParams::default().labels(CLUSTER_NAME_LABEL))
         .await
         .map_err(failed("registration Secrets", " (the view needs list on secrets, metadata only)"))?;
-    let pools: ObjectList<NodePool> = api::<NodePool>(mgmt, namespace)
+    let pools: ObjectList<NodePool> = scoped::<NodePool>(mgmt, namespace)
         .list(&ListParams::default())
         .await
         .map_err(failed("NodePools", " (are the hub's CRDs installed?)"))?;
     let reports: ObjectList<WorkloadCluster> =
-        api::<WorkloadCluster>(mgmt, namespace).list(&ListParams::default()).await.map_err(failed(
+        scoped::<WorkloadCluster>(mgmt, namespace).list(&ListParams::default()).await.map_err(failed(
             "WorkloadClusters",
             " (is the WorkloadCluster CRD installed? upgrade the karpenter-hub-crds chart)",
         ))?;

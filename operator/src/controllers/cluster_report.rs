@@ -131,11 +131,8 @@ fn price(hub: &Hub, namespace: &str, claims: &[Arc<NodeClaim>]) -> f64 {
     by_class
         .into_iter()
         .map(|(class, claims)| {
-            let types = match hub.cache.classes.get(&kube::runtime::reflector::ObjectRef::new(class).within(namespace))
-            {
-                Some(class) => hub.cached_instance_types(namespace, &class),
-                None => crds::catalog::Catalog::builtin().instance_types(&hub.settings.zone),
-            };
+            let class = hub.cache.classes.get(&kube::runtime::reflector::ObjectRef::new(class).within(namespace));
+            let types = hub.cached_instance_types(namespace, class.as_deref());
             price_per_hour(claims, &types).eur_per_hour
         })
         .sum()

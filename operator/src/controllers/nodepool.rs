@@ -39,7 +39,6 @@ use crate::{
 use crds::{
     CleverNodeClass, NodeClaim, NodePool,
     admission::{Lookup, NodePoolReferences, validate_node_pool},
-    catalog::Catalog,
     labels,
     nodepool::{PoolClusterStatus, RolloutPhase},
     quantity::Resources,
@@ -334,10 +333,7 @@ fn gauges(hub: &Hub, pool: &NodePool, key: &ClusterKey, class: Option<&CleverNod
     };
     // Cost, with the catalogue the pool's launches use (the built-in one while the class is missing),
     // as the cache shows it: a price is no reason for a live read.
-    let types = match class {
-        Some(c) => hub.cached_instance_types(ns, c),
-        None => Catalog::builtin().instance_types(&hub.settings.zone),
-    };
+    let types = hub.cached_instance_types(ns, class);
     let priced = price_per_hour(claims.iter().map(AsRef::as_ref), &types);
     m.nodepool_usage.get(&labels("cpu")).set(total.cpu_millis as f64 / 1000.0);
     m.nodepool_usage.get(&labels("memory")).set(total.memory_bytes as f64);

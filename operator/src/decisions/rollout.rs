@@ -72,8 +72,15 @@ pub fn rollback_record(
 ) -> Option<String> {
     let pool = pool.filter(|p| p.is_fleet() && p.spec.rollout.is_some())?;
     let revision = drift::nodepool_hash(&pool.spec);
-    let hash = candidate.metadata.annotations.as_ref().and_then(|a| a.get(drift::NODEPOOL_HASH_ANNOTATION));
-    (hash != Some(&revision)).then(|| failure_record(&revision, now, why))
+    stamped_revision(candidate).is_some_and(|r| r != revision).then(|| failure_record(&revision, now, why))
+}
+
+/// The template revision a claim runs: its pool hash, when stamped by this hash algorithm (a claim
+/// stamped by another, or not at all, runs none the rollout knows: it is never behind).
+fn stamped_revision(claim: &crds::NodeClaim) -> Option<&str> {
+    let a = claim.metadata.annotations.as_ref()?;
+    (a.get(drift::NODEPOOL_HASH_VERSION_ANNOTATION).map(String::as_str) == Some(drift::NODEPOOL_HASH_VERSION))
+        .then(|| a.get(drift::NODEPOOL_HASH_ANNOTATION).map(String::as_str))?
 }
 
 /// The annotation that retries a failed cluster (`resume`).
@@ -243,8 +250,7 @@ pub fn facts_of<'a>(
             let why = format!("the replacement of NodeClaim {name} was rolled back: {}", record.why);
             rolled_back = Some((record.at, why));
         }
-        let stamped = annotation(drift::NODEPOOL_HASH_VERSION_ANNOTATION) == Some(drift::NODEPOOL_HASH_VERSION);
-        if stamped && annotation(drift::NODEPOOL_HASH_ANNOTATION) != Some(revision) {
+        if stamped_revision(c).is_some_and(|r| r != revision) {
             f.behind += 1;
             continue;
         }
@@ -277,11 +283,7 @@ pub fn revisions_of<'a>(claims: impl IntoIterator<Item = &'a crds::NodeClaim>) -
     let mut out: Vec<String> = claims
         .into_iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .filter_map(|c| {
-            let a = c.metadata.annotations.as_ref()?;
-            (a.get(drift::NODEPOOL_HASH_VERSION_ANNOTATION).map(String::as_str) == Some(drift::NODEPOOL_HASH_VERSION))
-                .then(|| a.get(drift::NODEPOOL_HASH_ANNOTATION).cloned())?
-        })
+        .filter_map(|c| stamped_revision(c).map(str::to_string))
         .collect();
     out.sort();
     out.dedup();

@@ -322,10 +322,10 @@ impl std::fmt::Debug for Hub {
 impl Hub {
     /// The instance types a node class offers: the built-in catalogue with its FlavorCatalog merged
     /// on, or the built-in alone while the reference dangles or the catalogue is refused
-    /// (clever-cloud.md §5; the FlavorCatalog and node class controllers report it), as the hub's
-    /// cache shows it. For what only reports (a pool's price): no read.
-    pub fn cached_instance_types(&self, ns: &str, class: &CleverNodeClass) -> Vec<crds::catalog::InstanceType> {
-        let reference = class.spec.flavor_catalog_ref.as_ref().map(|r| r.name.as_str());
+    /// (clever-cloud.md §5; the FlavorCatalog and node class controllers report it), or while the
+    /// class is missing (`None`), as the hub's cache shows it. For what only reports (a price): no read.
+    pub fn cached_instance_types(&self, ns: &str, class: Option<&CleverNodeClass>) -> Vec<crds::catalog::InstanceType> {
+        let reference = class.and_then(|c| c.spec.flavor_catalog_ref.as_ref()).map(|r| r.name.as_str());
         let found = reference.and_then(|name| self.cache.catalogs.get(&reflector::ObjectRef::new(name).within(ns)));
         crds::catalog::served(&crds::catalog::Catalog::builtin(), reference, found.as_deref())
             .0

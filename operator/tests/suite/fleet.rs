@@ -20,14 +20,7 @@ use common::{EXAMPLE, poll_until, wait_for};
 
 /// Label cluster `name`'s registration Secret in `ns` (how `register --label` labels it).
 async fn label(world: &World, ns: &str, name: &str, labels: Value) {
-    Api::<Secret>::namespaced(world.mgmt.client(), ns)
-        .patch(
-            &format!("{name}-kubeconfig"),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": labels}})),
-        )
-        .await
-        .unwrap();
+    world.label_cluster(ns, name, labels).await.unwrap();
 }
 
 async fn claims(world: &World, ns: &str) -> Vec<NodeClaim> {

@@ -78,8 +78,8 @@ pub async fn sandbox(args: SandboxArgs, shutdown: CancellationToken) -> Result<(
     for command in banner(&world, &files, &args.dir.join("management.kubeconfig")) {
         let _ = writeln!(out, "  {}", command.join(" "));
     }
-    for (i, env) in ENVS.iter().enumerate() {
-        world.label_cluster(i, &[("env", env)]).await?;
+    for ((ns, name), env) in CLUSTERS.iter().zip(ENVS) {
+        world.label_cluster(ns, name, serde_json::json!({"env": env})).await?;
     }
     world.apply_yaml("examples/general-purpose.yaml", EXAMPLE, NAMESPACE, fleet_pool).await?;
     let _ = writeln!(

@@ -171,15 +171,13 @@ impl World {
         self.put_secret(&c.namespace, &c.name, kubeconfig.as_bytes()).await
     }
 
-    /// Add `labels` to cluster `i`'s registration Secret (as `register --label` or `kubectl label`
-    /// would): the cluster's labels, which fleet pools select on.
-    pub async fn label_cluster(&self, i: usize, labels: &[(&str, &str)]) -> Result<(), SandboxError> {
-        let c = &self.clusters[i];
-        let labels: serde_json::Map<String, Value> =
-            labels.iter().map(|(k, v)| ((*k).to_string(), Value::String((*v).to_string()))).collect();
-        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(self.mgmt.client(), &c.namespace)
+    /// Merge `labels` (a JSON object, `null` removing a key) into the registration Secret of cluster
+    /// `ns/name`, as `register --label` or `kubectl label` would: the cluster's labels, which fleet
+    /// pools select on.
+    pub async fn label_cluster(&self, ns: &str, name: &str, labels: Value) -> Result<(), SandboxError> {
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(self.mgmt.client(), ns)
             .patch(
-                &c.key().secret_name(),
+                &format!("{name}-kubeconfig"),
                 &kube::api::PatchParams::default(),
                 &kube::api::Patch::Merge(json!({"metadata": {"labels": labels}})),
             )
