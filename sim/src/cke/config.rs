@@ -109,7 +109,8 @@ pub struct SimCkeConfig {
     /// Flavors the platform knows; a NodeGroup with another flavor fails (`ReconcileFailed`,
     /// reason `InvalidFlavor`). Default: the built-in `2XS` … `XL`.
     pub flavors: Vec<SimFlavor>,
-    /// The organisation quota, control plane included.
+    /// The organisation quota, control plane included; shared with other simulated clusters when
+    /// `quota.organization` is set (see [`super::quota::OrganizationQuota`]).
     pub quota: QuotaConfig,
     /// Whether groups awaiting their verdict are judged together: each counts the others still in
     /// flight, so concurrent creations can be rejected together (clever-cloud.md §2.2 gotcha 2).

@@ -5,7 +5,8 @@
 //! - the NodeGroup controller ([`nodegroup`]): finalizer, verdict (accepted `Ready=True`/`Synced`,
 //!   quota-rejected with CKE's message, unknown flavor), Nodes `<group>-node<i>` with CKE's labels
 //!   and the flavor's capacity after a delay, asynchronous deletion behind the finalizer, vanishing;
-//! - the organisation quota, control plane included ([`quota`]);
+//! - the organisation quota, control plane included, optionally shared by several simulated
+//!   clusters of one organisation ([`quota`], [`OrganizationQuota`]);
 //! - a kubelet stand-in for the Nodes it made ([`kubelet`]): Ready, Running pods, confirmed deletions;
 //! - a binder ([`binder`], [`fit`]): binds pending pods that fit, marks the rest `Unschedulable`
 //!   with a kube-scheduler-like message.
@@ -31,7 +32,7 @@ pub mod runner;
 use std::future::Future;
 
 pub use config::{ControlPlane, DelayRange, GroupSelector, SimCkeConfig, VanishRule};
-pub use quota::{QuotaConfig, SimFlavor, Usage};
+pub use quota::{OrgMember, OrgStats, OrganizationQuota, QuotaConfig, SimFlavor, Usage};
 pub use runner::{SimCke, SimCkeHandle};
 
 /// Errors of the simulated CKE (only start-up can fail; later API errors are logged and retried).

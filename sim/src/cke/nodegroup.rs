@@ -3,7 +3,8 @@
 //! Owns: given the NodeGroups and Nodes the API shows, the time, the configuration and what the
 //! controller remembers ([`GroupTracker`]), which writes CKE makes next ([`GroupAction`]) and when
 //! to look again. Behaviour (clever-cloud.md §1.3–§1.6): finalizer on sight, `ReconcileInProgress`,
-//! verdict after `verdict_delay` (accepted, quota-rejected with CKE's message, or `InvalidFlavor`),
+//! verdict after `verdict_delay` (accepted, quota-rejected with CKE's message, or `InvalidFlavor`;
+//! judged by the shared organisation when `quota.organization` is set, each group once),
 //! `<group>-node<i>` for `i < nodeCount` after `node_join_delay` (re-registered if the Node object is
 //! deleted while the group lives, as a kubelet does), extra nodes removed after a scale-down,
 //! `status.nodeCount` kept current, optional vanishing, and deletion: `Terminating=True`, Nodes
@@ -22,7 +23,7 @@ use serde_json::{Value, json};
 use super::config::{GroupSelector, SimCkeConfig, rng};
 use super::kubelet::is_simulated;
 use super::objects::{self, FINALIZER, MAX_NODE_COUNT, NodeSpecInput};
-use super::quota::{QuotaVerdict, Usage, judge};
+use super::quota::{MemberFigures, QuotaVerdict, Seat, Usage, judge};
 
 /// A write the NodeGroup controller wants made.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,6 +98,9 @@ pub struct GroupTracker {
     vanished: Vec<String>,
     /// Quota reservations left behind by gone groups, and until when they count.
     leaks: Vec<(Usage, DateTime<Utc>)>,
+    /// The cluster's place in its organisation (`quota.organization`); dropped with the tracker,
+    /// which frees what the cluster counted there.
+    seat: Option<Seat>,
 }
 
 #[derive(Debug)]
@@ -105,6 +109,8 @@ struct Track {
     accepted_at: Option<DateTime<Utc>>,
     /// RAM usage hit the limit exactly when accepted.
     at_quota_edge: bool,
+    /// The refusal message, once refused for quota.
+    refused: Option<String>,
     vanish_at: Option<DateTime<Utc>>,
     vanish_decided: bool,
     vanish_requested: bool,
@@ -139,6 +145,7 @@ impl Track {
             first_seen: now,
             accepted_at: None,
             at_quota_edge: false,
+            refused: None,
             vanish_at: None,
             vanish_decided: false,
             vanish_requested: false,
@@ -212,6 +219,22 @@ fn group_usage(cfg: &SimCkeConfig, g: &NodeGroup) -> Option<Usage> {
     Some(Usage::default().plus(f.usage(), i64::from(g.spec.node_count.clamp(0, MAX_NODE_COUNT))))
 }
 
+/// The group's verdict; with `remembered`, a verdict this controller gave that the API does not show
+/// yet (a lagging watch, a failed status write) stands instead of `Pending`: an organisation judges
+/// a group once, and must not count an accepted group as awaiting its verdict.
+fn effective_verdict(g: &NodeGroup, track: &Track, remembered: bool) -> Verdict {
+    let verdict = g.verdict();
+    if remembered && verdict == Verdict::Pending {
+        if track.accepted_at.is_some() {
+            return Verdict::Accepted;
+        }
+        if let Some(message) = &track.refused {
+            return Verdict::QuotaRejected(Some(message.clone()));
+        }
+    }
+    verdict
+}
+
 fn has_finalizer(g: &NodeGroup) -> bool {
     g.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER)
 }
@@ -250,6 +273,13 @@ pub fn plan(
             m
         });
 
+    // The organisation follows the configuration: a changed member leaves the previous one.
+    let member = cfg.quota.organization.as_ref();
+    if tracker.seat.as_ref().map(Seat::member) != member {
+        tracker.seat = member.map(Seat::take);
+    }
+    let remembered = tracker.seat.is_some();
+
     // Quota accounting: accepted groups hold their VMs until fully gone (terminating included).
     let mut workers = Usage::default();
     // Groups still awaiting their verdict when the pass begins.
@@ -258,7 +288,7 @@ pub fn plan(
         let uid = g.metadata.uid.as_deref().unwrap_or_default();
         let track = tracker.groups.entry(uid.to_string()).or_insert_with(|| Track::new(now));
         let Some(usage) = group_usage(cfg, g) else { continue };
-        let verdict = g.verdict();
+        let verdict = effective_verdict(g, track, remembered);
         track.leaky = matches!(verdict, Verdict::Pending | Verdict::QuotaRejected(_)).then_some(usage);
         match verdict {
             Verdict::Accepted => workers = workers.plus(usage, 1),
@@ -280,12 +310,32 @@ pub fn plan(
         keep
     });
     leaks.retain(|(_, until)| *until > now);
+    let accepted = workers;
+    let mut leaked = Usage::default();
     for (usage, until) in leaks.iter() {
         workers = workers.plus(*usage, 1);
+        leaked = leaked.plus(*usage, 1);
         out.wake(*until);
+    }
+    // What the organisation counts for this cluster, before any verdict of this pass.
+    let figures = |accepted: Usage, judged: &HashSet<String>| MemberFigures {
+        control_plane: cfg.quota.control_plane,
+        accepted,
+        leaked,
+        in_flight: in_flight
+            .iter()
+            .filter(|(uid, _)| !judged.contains(**uid))
+            .map(|(uid, usage)| (uid.to_string(), *usage))
+            .collect(),
+    };
+    if let Some(seat) = &tracker.seat {
+        seat.publish(figures(accepted, &HashSet::new()));
     }
 
     let mut accepted_this_pass: HashSet<String> = HashSet::new();
+    // Groups judged this pass and what the accepted ones add (the organisation's view at the end).
+    let mut judged_this_pass: HashSet<String> = HashSet::new();
+    let mut accepted_now = Usage::default();
     for g in &groups {
         let uid = g.metadata.uid.clone().unwrap_or_default();
         let name = g.metadata.name.clone().unwrap_or_default();
@@ -307,7 +357,7 @@ pub fn plan(
             });
         }
 
-        match g.verdict() {
+        match effective_verdict(g, track, remembered) {
             Verdict::Pending => {
                 let due = after(track.first_seen, cfg.verdict_delay.draw(cfg.seed, &format!("{name}/verdict")));
                 if now < due {
@@ -327,21 +377,30 @@ pub fn plan(
                     });
                     continue;
                 };
-                // Judged together: the others that were in flight when this pass began count too.
-                let others = if cfg.judge_concurrently {
-                    in_flight
-                        .iter()
-                        .filter(|(u, _)| **u != uid.as_str() && !accepted_this_pass.contains(**u))
-                        .fold(Usage::default(), |acc, (_, u)| acc.plus(*u, 1))
+                let (verdict, limit) = if let Some(seat) = &tracker.seat {
+                    // The organisation judges against every member's figures, and counts an
+                    // acceptance before anyone else is judged.
+                    seat.judge(&uid, usage, cfg.judge_concurrently)
                 } else {
-                    Usage::default()
+                    // Judged together: the others that were in flight when this pass began count too.
+                    let others = if cfg.judge_concurrently {
+                        in_flight
+                            .iter()
+                            .filter(|(u, _)| **u != uid.as_str() && !accepted_this_pass.contains(**u))
+                            .fold(Usage::default(), |acc, (_, u)| acc.plus(*u, 1))
+                    } else {
+                        Usage::default()
+                    };
+                    (judge(&cfg.quota, workers.plus(others, 1), usage), cfg.quota.limit)
                 };
-                match judge(&cfg.quota, workers.plus(others, 1), usage) {
+                judged_this_pass.insert(uid.clone());
+                match verdict {
                     QuotaVerdict::Fits(total) => {
                         workers = workers.plus(usage, 1);
+                        accepted_now = accepted_now.plus(usage, 1);
                         accepted_this_pass.insert(uid.clone());
                         track.accepted_at = Some(now);
-                        track.at_quota_edge = total.ram_gb == cfg.quota.limit.ram_gb;
+                        track.at_quota_edge = total.ram_gb == limit.ram_gb;
                         let id = objects::upstream_id(cfg.seed, &name);
                         out.actions.push(GroupAction::PatchStatus {
                             group: name.clone(),
@@ -350,6 +409,7 @@ pub fn plan(
                         plan_accepted(cfg, now, g, &name, &uid, &group_nodes, track, &mut out, &mut tracker.vanished);
                     }
                     QuotaVerdict::Exceeded(message) => {
+                        track.refused = Some(message.clone());
                         out.actions.push(GroupAction::PatchStatus {
                             group: name.clone(),
                             status: Box::new(objects::status_quota_exceeded(g, now, &message)),
@@ -363,8 +423,10 @@ pub fn plan(
                 let present = group_nodes.iter().filter(|n| n.metadata.deletion_timestamp.is_none()).count();
                 let present = i32::try_from(present).unwrap_or(i32::MAX);
                 let status = g.status.as_ref();
+                // (An acceptance the API does not show yet is written again.)
                 if status.and_then(|s| s.node_count) != Some(present)
                     || status.and_then(|s| s.target_node_count) != Some(g.spec.node_count)
+                    || g.verdict() != Verdict::Accepted
                 {
                     let id = status
                         .and_then(|s| s.upstream_id.clone())
@@ -375,8 +437,18 @@ pub fn plan(
                     });
                 }
             }
+            // A refusal the API does not show yet is written again.
+            Verdict::QuotaRejected(Some(message)) if g.verdict() == Verdict::Pending => {
+                out.actions.push(GroupAction::PatchStatus {
+                    group: name.clone(),
+                    status: Box::new(objects::status_quota_exceeded(g, now, &message)),
+                });
+            }
             Verdict::QuotaRejected(_) | Verdict::Failed { .. } => {}
         }
+    }
+    if let Some(seat) = &tracker.seat {
+        seat.publish(figures(accepted.plus(accepted_now, 1), &judged_this_pass));
     }
 
     // Simulated worker nodes whose group is gone entirely: the VM went with it.
@@ -578,6 +650,8 @@ fn plan_deletion(
 mod tests {
     use super::*;
     use crate::cke::config::{DelayRange, VanishRule};
+    use crate::cke::quota::OrganizationQuota;
+    use std::collections::BTreeMap;
     use std::time::Duration;
 
     fn t(s: i64) -> DateTime<Utc> {
@@ -935,6 +1009,162 @@ mod tests {
         assert_eq!(p.wake_at, Some(t(65)));
         w.step(65);
         assert!(w.nodes.is_empty());
+    }
+
+    /// A cluster of `org` (default delays and control plane), as member `id`.
+    fn member(org: &OrganizationQuota, id: &str) -> World {
+        let mut cfg = SimCkeConfig::default();
+        cfg.quota.organization = Some(org.member(id));
+        World::new(cfg)
+    }
+
+    fn org64() -> OrganizationQuota {
+        OrganizationQuota::new(Usage { vcpu: 64, ram_gb: 64 })
+    }
+
+    #[test]
+    fn an_organisation_judges_its_clusters_against_one_limit() {
+        // Two control planes (2 × 16 vCPU / 24 GB) in 64 / 64: 32 vCPU / 16 GB left.
+        let org = org64();
+        let (mut a, mut b) = (member(&org, "a"), member(&org, "b"));
+        a.groups.push(group("m", "M", 0));
+        a.step(0);
+        b.step(0);
+        assert_eq!(org.usage(), Usage { vcpu: 32, ram_gb: 48 });
+        // Alone, either cluster could take an M (24 + 16 GB under 64); a takes the last 16 GB.
+        a.step(1);
+        assert!(a.group("m").unwrap().is_accepted());
+        b.groups.push(group("tiny", "2XS", 1));
+        b.step(1);
+        b.step(2);
+        assert_eq!(
+            b.group("tiny").unwrap().verdict(),
+            Verdict::QuotaRejected(Some("Quota exceeded: RAM max: limit = 64.0 GB | actual = 68.0 GB".into()))
+        );
+        assert_eq!(org.usage(), Usage { vcpu: 42, ram_gb: 64 });
+        let stats = org.stats();
+        assert_eq!((stats.verdicts, stats.refusals), (2, 1));
+        assert_eq!(stats.refusals_by_member, BTreeMap::from([("b".to_string(), 1)]));
+        assert_eq!(stats.peak, Usage { vcpu: 42, ram_gb: 64 });
+        // Steady state: nothing judged twice.
+        for s in 3..40 {
+            a.step(s);
+            b.step(s);
+        }
+        assert_eq!(org.stats().verdicts, 2);
+        assert_eq!(a.nodes.len(), 1);
+        assert!(b.nodes.is_empty());
+    }
+
+    #[test]
+    fn groups_awaiting_their_verdict_count_across_clusters() {
+        let org = org64();
+        let (mut a, mut b) = (member(&org, "a"), member(&org, "b"));
+        a.groups.push(group("a-m", "M", 0));
+        b.groups.push(group("b-m", "M", 0));
+        a.step(0);
+        b.step(0);
+        // a's M is judged with b's in flight (48 + 16 + 16 GB); once refused it no longer awaits
+        // its verdict, and b's fits.
+        a.step(1);
+        assert_eq!(
+            a.group("a-m").unwrap().verdict(),
+            Verdict::QuotaRejected(Some("Quota exceeded: RAM max: limit = 64.0 GB | actual = 80.0 GB".into()))
+        );
+        b.step(1);
+        assert!(b.group("b-m").unwrap().is_accepted());
+    }
+
+    #[test]
+    fn leaked_reservations_count_across_clusters() {
+        let org = org64();
+        let mut a = member(&org, "a");
+        a.cfg.reservation_leak = Some(Duration::from_secs(300));
+        let mut b = member(&org, "b");
+        a.groups.push(group("big", "L", 0));
+        a.step(0);
+        b.step(0);
+        a.step(1);
+        assert!(a.group("big").unwrap().is_quota_rejected());
+        delete(&mut a.groups, "big");
+        a.step(2);
+        a.step(3);
+        assert!(a.group("big").is_none());
+        a.step(4);
+        assert_eq!(org.usage_of("a"), Some(Usage { vcpu: 28, ram_gb: 48 }), "control plane + L leaked");
+        b.groups.push(group("tiny", "2XS", 10));
+        b.step(10);
+        b.step(11);
+        assert_eq!(
+            b.group("tiny").unwrap().verdict(),
+            Verdict::QuotaRejected(Some("Quota exceeded: RAM max: limit = 64.0 GB | actual = 76.0 GB".into()))
+        );
+        // a's pass after the leak expires frees it for everyone.
+        a.step(303);
+        assert_eq!(org.usage_of("a"), Some(Usage { vcpu: 28, ram_gb: 48 }), "leaked until 304 s");
+        a.step(304);
+        assert_eq!(org.usage(), Usage { vcpu: 32, ram_gb: 48 });
+        b.groups.push(group("later", "2XS", 304));
+        b.step(304);
+        b.step(305);
+        assert!(b.group("later").unwrap().is_accepted());
+    }
+
+    #[test]
+    fn a_stopped_cluster_frees_its_quota() {
+        let org = org64();
+        let (mut a, mut b) = (member(&org, "a"), member(&org, "b"));
+        a.groups.push(group("m", "M", 0));
+        a.step(0);
+        b.step(0);
+        a.step(1);
+        b.groups.push(group("first", "2XS", 1));
+        b.step(1);
+        b.step(2);
+        assert!(b.group("first").unwrap().is_quota_rejected());
+        // The cluster is gone (its controller with it): its control plane and groups no longer count.
+        drop(a);
+        assert_eq!(org.members(), ["b"]);
+        assert_eq!(org.usage(), Usage { vcpu: 16, ram_gb: 24 });
+        b.groups.push(group("second", "2XS", 3));
+        b.step(3);
+        b.step(4);
+        assert!(b.group("second").unwrap().is_accepted());
+    }
+
+    #[test]
+    fn a_cluster_can_move_to_another_organisation() {
+        let (first, second) = (org64(), org64());
+        let mut a = member(&first, "a");
+        a.step(0);
+        assert_eq!(first.members(), ["a"]);
+        a.cfg.quota.organization = Some(second.member("a"));
+        a.step(1);
+        assert!(first.members().is_empty());
+        assert_eq!(second.members(), ["a"]);
+        a.cfg.quota.organization = None;
+        a.step(2);
+        assert!(second.members().is_empty());
+    }
+
+    #[test]
+    fn an_organisation_judges_a_group_once_even_if_the_api_lags() {
+        let org = org64();
+        let mut a = member(&org, "a");
+        a.groups.push(group("m", "M", 0));
+        a.step(0);
+        // The acceptance is decided, but its status write does not reach the API.
+        let p = plan(&a.cfg, t(1), &a.groups, &a.nodes, &mut a.tracker);
+        assert!(p.actions.iter().any(
+            |x| matches!(x, GroupAction::PatchStatus { status, .. } if status.phase.as_deref() == Some("Synced"))
+        ));
+        assert_eq!(org.usage(), Usage { vcpu: 26, ram_gb: 40 });
+        // The next pass still sees it pending: counted as accepted, written again, not judged again.
+        let p = plan(&a.cfg, t(2), &a.groups, &a.nodes, &mut a.tracker);
+        assert_eq!(org.usage(), Usage { vcpu: 26, ram_gb: 40 });
+        apply(&mut a.groups, &mut a.nodes, &p.actions);
+        assert!(a.group("m").unwrap().is_accepted());
+        assert_eq!(org.stats().verdicts, 1);
     }
 
     #[test]

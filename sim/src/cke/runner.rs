@@ -93,7 +93,8 @@ pub struct SimCkeHandle {
 }
 
 impl SimCkeHandle {
-    /// Stops the simulator and waits for it; returns its start-up error if it had one.
+    /// Stops the simulator and waits for it; returns its start-up error if it had one. A member of
+    /// a shared organisation (`quota.organization`) no longer counts there once this returns.
     pub async fn stop(self) -> Result<(), CkeError> {
         self.token.cancel();
         self.task.await.map_err(|e| CkeError::Task(e.to_string()))?
