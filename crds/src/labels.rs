@@ -87,6 +87,9 @@ pub const INSTANCE_MEMORY: &str = "karpenter.clever-cloud.com/instance-memory";
 pub const IN_CLUSTER_MANAGED: &str = "karpenter.clever-cloud.com/managed";
 /// Finalizer on CleverNodeClasses.
 pub const NODECLASS_FINALIZER: &str = "karpenter.clever-cloud.com/termination";
+/// NodePool limit key: a ceiling on the hourly price of the pool's nodes in the cluster, in EUR per
+/// hour as a decimal string (`"0.5"`, `"12"`), not a resource (nothing compares it with capacity).
+pub const PRICE_PER_HOUR: &str = "karpenter.clever-cloud.com/price-per-hour";
 
 /// Label keys a pod may select and a pool may require although no NodePool lists them: their values
 /// come from the instance types.

@@ -382,6 +382,52 @@ pub fn format_bytes(bytes: i64) -> String {
     format!("{sign}{magnitude}{suffix}")
 }
 
+/// Why a price (EUR per hour, e.g. a `karpenter.clever-cloud.com/price-per-hour` ceiling) cannot be
+/// read; each says what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PriceError {
+    #[error("{0:?} is negative: {PRICE_FORM}")]
+    Negative(String),
+    #[error("{0:?} has more than 6 decimals: {PRICE_FORM}")]
+    TooPrecise(String),
+    #[error("{0:?} is too large: {PRICE_FORM}")]
+    TooLarge(String),
+    #[error("{0:?} is not a decimal number (no exponent, sign or unit): {PRICE_FORM}")]
+    NotDecimal(String),
+}
+
+/// What a price may be, for the errors.
+pub const PRICE_FORM: &str =
+    "write EUR per hour as a decimal string, digits with at most 6 decimals, e.g. \"0.5\", \"12\" or \"0.0611\"";
+
+/// A decimal EUR string (`"0.5"`, `"12"`, `"0.0611"`, `".5"`) as micro-EUR. Exact: a ceiling
+/// compared with sums of prices must not drift through a float. The scheduler, the webhook and the
+/// operator read ceilings with this one function.
+pub fn parse_price_micros(text: &str) -> Result<i64, PriceError> {
+    let s = text.trim();
+    if s.starts_with('-') {
+        return Err(PriceError::Negative(text.to_string()));
+    }
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && frac.is_empty()) || !digits(whole) || !digits(frac) {
+        return Err(PriceError::NotDecimal(text.to_string()));
+    }
+    if frac.len() > 6 {
+        return Err(PriceError::TooPrecise(text.to_string()));
+    }
+    let too_large = || PriceError::TooLarge(text.to_string());
+    let whole: i64 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| too_large())? };
+    let frac: i64 = format!("{frac:0<6}").parse().map_err(|_| PriceError::NotDecimal(text.to_string()))?;
+    whole.checked_mul(1_000_000).and_then(|w| w.checked_add(frac)).ok_or_else(too_large)
+}
+
+/// Canonical DecimalSI quantity of bytes counted in powers of ten, as Clever Cloud sizes flavors
+/// (`44G`, `500M`).
+pub fn format_decimal_bytes(bytes: i64) -> String {
+    format_decimal_si(bytes, 0)
+}
+
 /// Canonical DecimalSI quantity of a count (pods): `110`, `0`, `1k`.
 pub fn format_count(count: i64) -> String {
     format_decimal_si(count, 0)
@@ -534,6 +580,36 @@ impl fmt::Display for Resources {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    #[test]
+    fn price_ceilings_are_exact_decimal_eur() {
+        for (text, micros) in [
+            ("0.5", 500_000),
+            ("12", 12_000_000),
+            ("0.0611", 61_100),
+            (" 0.000001 ", 1),
+            ("0", 0),
+            ("007.25", 7_250_000),
+            (".5", 500_000),
+            ("5.", 5_000_000),
+        ] {
+            assert_eq!(parse_price_micros(text), Ok(micros), "{text}");
+        }
+        for (text, want) in [
+            ("-1", PriceError::Negative("-1".into())),
+            ("-0.5", PriceError::Negative("-0.5".into())),
+            ("0.1234567", PriceError::TooPrecise("0.1234567".into())),
+            ("99999999999999999999", PriceError::TooLarge("99999999999999999999".into())),
+            ("9300000000000", PriceError::TooLarge("9300000000000".into())),
+        ] {
+            assert_eq!(parse_price_micros(text), Err(want), "{text}");
+        }
+        for garbage in ["", ".", "1e3", "1E-2", "+1", "1.2.3", "0.5€", "1k", "abc", "0,5", "0x10"] {
+            assert_eq!(parse_price_micros(garbage), Err(PriceError::NotDecimal(garbage.into())), "{garbage}");
+        }
+        let e = parse_price_micros("1e3").unwrap_err().to_string();
+        assert!(e.contains("no exponent") && e.contains("at most 6 decimals") && e.contains("\"0.5\""), "{e}");
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -4,7 +4,7 @@
 //! Owns shapes only, no logic. Everything here is plain owned data (no Kubernetes API types), so that
 //! tests, benchmarks and `plan` build inputs cheaply; [`crate::convert`] builds them from API objects.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub use crds::catalog::{InstanceType, Offering};
 pub use crds::common::{NodeSelectorRequirement, Operator, Taint, TaintEffect};
@@ -25,6 +25,53 @@ pub struct Input {
     pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
     /// Hub-wide settings.
     pub settings: Settings,
+    /// Limits several pools draw on (an organisation's quota, a pool's price ceiling): a round opens
+    /// no claim beyond what they leave. Empty: none.
+    pub shared: Vec<SharedLimit>,
+}
+
+/// A limit shared by several pools (or one pool's limit that is not a resource, such as its price
+/// ceiling), in what is left of it. Each new claim takes, per dimension, the largest draw among the
+/// instance types it may launch (as pool limits take the largest option's capacity).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SharedLimit {
+    /// Names the limit in reasons, e.g. "organisation orga-acme" or "nodepool default price-per-hour".
+    pub name: String,
+    /// Pools (by name) drawing on it; `None` = every pool of the round.
+    pub pools: Option<BTreeSet<String>>,
+    /// What is left; `None` per dimension = unlimited in that dimension.
+    pub remaining: Headroom,
+    /// What one node of each instance type (by name) draws; a type not listed draws its capacity's
+    /// cpu and memory and its cheapest offering's price (available, within the pool's template).
+    pub sizes: BTreeMap<String, Draw>,
+}
+
+/// What is left of a [`SharedLimit`]; `None` is unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Headroom {
+    /// Millicores.
+    pub cpu_millis: Option<i64>,
+    /// Bytes (a quota counting nominal GB gives them as such: they need not be a node's capacity).
+    pub memory_bytes: Option<i64>,
+    /// Micro-EUR per hour.
+    pub price_micros: Option<i64>,
+}
+
+/// What one node draws on a [`SharedLimit`], or what new claims drew on it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Draw {
+    /// Millicores.
+    pub cpu_millis: i64,
+    /// Bytes.
+    pub memory_bytes: i64,
+    /// Micro-EUR per hour.
+    pub price_micros: i64,
+}
+
+/// An hourly price in micro-EUR (`price × 10⁶`, rounded), as [`Draw`] and [`Headroom`] count it.
+pub fn price_micros(price: f64) -> i64 {
+    // `as` saturates, and maps NaN to 0: no price can overflow the count.
+    (price * 1e6).round() as i64
 }
 
 /// Hub-wide settings of the scheduler (karpenter-semantics §0.3).
@@ -406,6 +453,9 @@ pub struct Decision {
     pub existing: Vec<NodeAssignment>,
     /// Pods that cannot be placed, in input order, with a reason a user can act on.
     pub unschedulable: Vec<Unschedulable>,
+    /// What the new claims draw on each shared limit, in the order of [`Input::shared`]: per claim
+    /// and dimension, the largest draw among its options (the launch picks one of them), summed.
+    pub shared_drawn: Vec<Draw>,
 }
 
 impl Decision {

@@ -1,7 +1,7 @@
 //! Properties of every decision on random inputs: each pod is decided exactly once; every placed pod
 //! really fits (claims: every option's allocatable holds the pods; existing nodes: their remaining
 //! room); no pool limit is exceeded, `nodes` counted exactly; host ports and hostname
-//! anti-affinity hold on every claim.
+//! anti-affinity hold on every claim; shared limits hold, each claim drawing its largest option.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use proptest::prelude::*;
@@ -454,5 +454,96 @@ proptest! {
         if d.unschedulable.len() == plain.unschedulable.len() {
             prop_assert!(d.total_price() <= plain.total_price() + 1e-9, "repack {} > loop {}", d.total_price(), plain.total_price());
         }
+    }
+}
+
+/// A random shared limit over [`build`]'s pools: what is left per dimension (or unlimited), which
+/// pools draw on it (a bit per pool; 0: all), and per flavor an optional draw of its own.
+#[derive(Debug, Clone)]
+struct SharedSpec {
+    cpu: Option<i64>,
+    mem_gi: Option<i64>,
+    price_micros: Option<i64>,
+    pools: u8,
+    sizes: Vec<Option<(i64, i64, i64)>>,
+}
+
+fn shared_spec() -> impl Strategy<Value = SharedSpec> {
+    (
+        proptest::option::of(0i64..60_000),
+        proptest::option::of(0i64..80),
+        proptest::option::of(0i64..700_000),
+        0u8..16,
+        proptest::collection::vec(proptest::option::weighted(0.2, (0i64..20_000, 0i64..40, 0i64..300_000)), 6),
+    )
+        .prop_map(|(cpu, mem_gi, price_micros, pools, sizes)| SharedSpec {
+            cpu,
+            mem_gi,
+            price_micros,
+            pools,
+            sizes,
+        })
+}
+
+fn shared_of(spec: &SharedSpec, n_pools: usize, k: usize) -> crate::model::SharedLimit {
+    let pools = (spec.pools != 0)
+        .then(|| (0..n_pools).filter(|i| spec.pools & (1 << i) != 0).map(|i| format!("pool-{i}")).collect());
+    let sizes = FLAVORS
+        .iter()
+        .zip(&spec.sizes)
+        .filter_map(|(f, s)| {
+            s.map(|(cpu, gb, price)| {
+                let draw =
+                    crate::model::Draw { cpu_millis: cpu, memory_bytes: gb * 1_000_000_000, price_micros: price };
+                ((*f).to_string(), draw)
+            })
+        })
+        .collect();
+    crate::model::SharedLimit {
+        name: format!("limit {k}"),
+        pools,
+        remaining: crate::model::Headroom {
+            cpu_millis: spec.cpu,
+            memory_bytes: spec.mem_gi.map(|g| g * 1_000_000_000),
+            price_micros: spec.price_micros,
+        },
+        sizes,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Under random shared limits (one or two, over all or some pools): per limit and limited
+    /// dimension, Σ over the new claims of their largest option's draw stays within what is left;
+    /// the decision reports exactly those draws; the repack places no fewer pods than the loop.
+    #[test]
+    fn shared_limits_hold(
+        pools in proptest::collection::vec(pool_spec(), 1..4),
+        pods in proptest::collection::vec(pod_spec(), 0..50),
+        nodes in 0u8..3,
+        ds in any::<bool>(),
+        zones in any::<bool>(),
+        shared in proptest::collection::vec(shared_spec(), 1..3),
+    ) {
+        let mut input = build(&pools, &pods, nodes, ds, zones);
+        input.shared = shared.iter().enumerate().map(|(k, s)| shared_of(s, pools.len(), k)).collect();
+        check(&input);
+        let d = solve(&input);
+        let drawn = crate::testkit::drawn(&input, &d);
+        prop_assert_eq!(&d.shared_drawn, &drawn);
+        for (l, got) in input.shared.iter().zip(&drawn) {
+            let r = &l.remaining;
+            prop_assert!(r.cpu_millis.is_none_or(|m| got.cpu_millis <= m), "{}: cpu {:?} of {:?}", l.name, got, r);
+            prop_assert!(r.memory_bytes.is_none_or(|m| got.memory_bytes <= m), "{}: memory {:?} of {:?}", l.name, got, r);
+            prop_assert!(r.price_micros.is_none_or(|m| got.price_micros <= m), "{}: price {:?} of {:?}", l.name, got, r);
+        }
+        let plain = solve(&Input { settings: crate::model::Settings { repack: false, ..Default::default() }, ..input.clone() });
+        prop_assert!(
+            d.unschedulable.len() <= plain.unschedulable.len(),
+            "packing leaves {} pending, the plain loop {}",
+            d.unschedulable.len(),
+            plain.unschedulable.len()
+        );
     }
 }

@@ -11,9 +11,9 @@ use crds::labels;
 use crds::quantity::Resources;
 
 use crate::model::{
-    Constraints, Decision, ExistingNode, HostPort, Input, LabelSelector, NodeInclusionPolicy, NodeSelectorRequirement,
-    Operator, Pod, PodAffinityTerm, Pool, RunningPod, SpreadConstraint, Taint, TaintEffect, Toleration,
-    TolerationOperator, WhenUnsatisfiable,
+    Constraints, Decision, Draw, ExistingNode, Headroom, HostPort, Input, LabelSelector, NodeInclusionPolicy,
+    NodeSelectorRequirement, Operator, Pod, PodAffinityTerm, Pool, RunningPod, SharedLimit, SpreadConstraint, Taint,
+    TaintEffect, Toleration, TolerationOperator, WhenUnsatisfiable, price_micros,
 };
 
 /// Bytes in a GiB.
@@ -159,6 +159,59 @@ pub fn running(name: &str, cpu_millis: i64, memory_bytes: i64, lbls: &[(&str, &s
 /// An input with the given pools and pods, default settings.
 pub fn input(pools: Vec<Pool>, pods: Vec<Pod>) -> Input {
     Input { pools, pods, ..Input::default() }
+}
+
+/// A shared limit named `name` over the pools named (`None`: every pool), with what is left.
+pub fn shared_limit(name: &str, pools: Option<&[&str]>, remaining: Headroom) -> SharedLimit {
+    SharedLimit {
+        name: name.to_string(),
+        pools: pools.map(|ps| ps.iter().map(|p| (*p).to_string()).collect()),
+        remaining,
+        sizes: BTreeMap::new(),
+    }
+}
+
+/// What a decision's new claims draw on each shared limit of the input, from the input alone: per
+/// claim and dimension the largest draw among its options (a type the limit does not list: its
+/// capacity and its cheapest available offering), summed.
+pub fn drawn(input: &Input, d: &Decision) -> Vec<Draw> {
+    input
+        .shared
+        .iter()
+        .map(|l| {
+            let mut sum = Draw::default();
+            for c in &d.new_claims {
+                if l.pools.as_ref().is_some_and(|ps| !ps.contains(&c.nodepool)) {
+                    continue;
+                }
+                let types = input.pools.iter().find(|p| p.name == c.nodepool).map_or(&[][..], |p| &p.instance_types);
+                let mut most = Draw::default();
+                for o in &c.instance_types {
+                    let draw = l.sizes.get(&o.name).copied().unwrap_or_else(|| {
+                        let t = types.iter().find(|t| t.name == o.name);
+                        let price = t
+                            .into_iter()
+                            .flat_map(|t| t.offerings.iter())
+                            .filter(|o| o.available)
+                            .map(|o| o.price_hourly)
+                            .fold(f64::INFINITY, f64::min);
+                        Draw {
+                            cpu_millis: t.map_or(0, |t| t.capacity.cpu_millis),
+                            memory_bytes: t.map_or(0, |t| t.capacity.memory_bytes),
+                            price_micros: if price.is_finite() { price_micros(price) } else { 0 },
+                        }
+                    });
+                    most.cpu_millis = most.cpu_millis.max(draw.cpu_millis);
+                    most.memory_bytes = most.memory_bytes.max(draw.memory_bytes);
+                    most.price_micros = most.price_micros.max(draw.price_micros);
+                }
+                sum.cpu_millis += most.cpu_millis;
+                sum.memory_bytes += most.memory_bytes;
+                sum.price_micros += most.price_micros;
+            }
+            sum
+        })
+        .collect()
 }
 
 /// Constraints helper: a pod with these constraints.

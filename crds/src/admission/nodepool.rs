@@ -1,7 +1,8 @@
 //! Admission of a `NodePool` (karpenter-semantics §1.1–§1.3, §1.8, §9 D5): template labels and
 //! taints, requirement semantics (operators, values, minValues, capacity type, legacy and restricted
-//! keys, contradictions), durations, budgets (cron, windows, reasons), limits, immutable fields, and
-//! — given the node class and its catalogue — whether any flavor can satisfy the pool at all.
+//! keys, contradictions), durations, budgets (cron, windows, reasons), limits (quantities, and the
+//! price ceiling as decimal EUR), immutable fields, and — given the node class and its catalogue —
+//! whether any flavor can satisfy the pool at all.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -646,11 +647,30 @@ fn check_budgets(verdict: &mut Verdict, pool: &NodePool) {
     }
 }
 
-/// Limits as (name, value in the unit instance types use): cpu in millicores, others in units.
+/// A price ceiling in micro-EUR, or the problem (the scheduler reads it with the same function).
+fn parse_price_micros(text: &str) -> Result<i64, String> {
+    crate::quantity::parse_price_micros(text).map_err(|e| e.to_string())
+}
+
+/// Limits as (name, value in the unit instance types use): cpu in millicores, the price ceiling
+/// in micro-EUR per hour, others in units.
 fn check_limits(verdict: &mut Verdict, pool: &NodePool) -> Vec<(String, i64)> {
     let mut parsed = Vec::new();
     for (name, quantity) in pool.spec.limits.iter().flatten() {
         let field = format!("spec.limits[{name}]");
+        // The price ceiling is EUR, not a resource quantity (`1e3` or `5Gi` would read as one).
+        if name == labels::PRICE_PER_HOUR {
+            match parse_price_micros(&quantity.0) {
+                Err(problem) => verdict.deny(&field, problem),
+                Ok(micros) => {
+                    if micros == 0 {
+                        verdict.warn(&field, "a price ceiling of 0 lets the pool create no node");
+                    }
+                    parsed.push((name.clone(), micros));
+                }
+            }
+            continue;
+        }
         match parse_quantity(&quantity.0) {
             Err(problem) => verdict.deny(&field, problem.to_string()),
             Ok(q) if q.is_negative() => {
@@ -788,6 +808,10 @@ fn check_flavors(
         }
     }
     for (name, limit) in limits {
+        if name == labels::PRICE_PER_HOUR {
+            check_price_ceiling(verdict, &matching, *limit);
+            continue;
+        }
         let size = |t: &InstanceType| match name.as_str() {
             crate::quantity::CPU => Some(t.capacity.cpu_millis),
             crate::quantity::MEMORY => Some(t.capacity.memory_bytes),
@@ -802,6 +826,30 @@ fn check_flavors(
                 ),
             );
         }
+    }
+}
+
+/// Warns when every allowed flavor costs more per hour than the pool's price ceiling (micro-EUR): the
+/// pool could launch nothing. Prices only: the ceiling never meets cpu or memory.
+fn check_price_ceiling(verdict: &mut Verdict, matching: &[&InstanceType], limit: i64) {
+    // A flavor's price: its cheapest offering, compared in micro-EUR as the scheduler counts it.
+    let price = |t: &InstanceType| t.offerings.iter().map(|o| o.price_hourly).min_by(f64::total_cmp);
+    let micros = |p: f64| (p * 1e6).round() as i64;
+    let cheapest = matching
+        .iter()
+        .filter_map(|t| price(t).map(|p| (p, t.name.as_str())))
+        .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(b.1)));
+    if let Some((p, flavor)) = cheapest
+        && limit > 0
+        && micros(p) > limit
+    {
+        verdict.warn(
+            format!("spec.limits[{}]", labels::PRICE_PER_HOUR),
+            format!(
+                "is below every allowed flavor's price (the cheapest, {flavor}, costs {p} EUR per hour): the pool \
+                 can create no node"
+            ),
+        );
     }
 }
 
@@ -1210,6 +1258,51 @@ spec:
         assert_eq!(v, Verdict::default());
         let v = check(&edited(|v| v["spec"]["template"]["spec"]["nodeClassRef"]["kind"] = json!("OtherNodeClass")));
         assert!(denied(&v, "spec.template.spec.nodeClassRef.kind", "CleverNodeClass"), "{v:?}");
+    }
+
+    #[test]
+    fn the_price_ceiling_is_decimal_eur_compared_with_prices_only() {
+        use serde_json::json;
+        let key = labels::PRICE_PER_HOUR;
+        let field = format!("spec.limits[{key}]");
+        let with = |price: serde_json::Value| check(&edited(|v| v["spec"]["limits"] = json!({ key: price })));
+        for fine in [json!("0.5"), json!("12"), json!("0.0611"), json!(".5"), json!(3)] {
+            assert_eq!(with(fine.clone()), Verdict::default(), "{fine}");
+        }
+        // Exactly the cheapest flavor's price fits; a ceiling of 12 EUR/h is never read as 12 CPUs.
+        assert_eq!(with(json!("0.0333")), Verdict::default());
+        let v = check(&edited(|v| v["spec"]["limits"] = json!({ key: "12", "cpu": "3" })));
+        assert!(v.is_allowed() && v.warnings.len() == 1 && v.warnings[0].field == "spec.limits[cpu]", "{v:?}");
+        for (bad, why) in [
+            ("1e3", "no exponent"),
+            ("1E-2", "no exponent"),
+            ("5Gi", "no exponent, sign or unit"),
+            ("-1", "negative"),
+            ("0.1234567", "more than 6 decimals"),
+            ("abc", "not a decimal number"),
+            ("99999999999999", "too large"),
+        ] {
+            let v = with(json!(bad));
+            assert!(denied(&v, &field, why), "{bad}: {v:?}");
+            assert!(v.denials.iter().all(|d| d.field == field), "{bad}: {v:?}");
+        }
+        assert!(v_denies_with_the_form(&with(json!("1e3")), &field));
+        // Below every allowed flavor's price: allowed, with a warning naming the cheapest.
+        let v = with(json!("0.03"));
+        assert!(v.is_allowed() && warned(&v, "below every allowed flavor's price") && warned(&v, "2XS"), "{v:?}");
+        let pinned = edited(|v| {
+            v["spec"]["limits"] = json!({ key: "0.05" });
+            v["spec"]["template"]["spec"]["requirements"] =
+                json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["S", "M"]}]);
+        });
+        let v = check(&pinned);
+        assert!(v.is_allowed() && warned(&v, "the cheapest, S, costs 0.0889 EUR per hour"), "{v:?}");
+        let v = with(json!("0"));
+        assert!(v.is_allowed() && warned(&v, "a price ceiling of 0"), "{v:?}");
+    }
+
+    fn v_denies_with_the_form(v: &Verdict, field: &str) -> bool {
+        v.denials.iter().any(|d| d.field == field && d.message.contains("e.g. \"0.5\", \"12\" or \"0.0611\""))
     }
 
     #[test]

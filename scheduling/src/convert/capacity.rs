@@ -1,6 +1,7 @@
 //! Existing capacity and what pools offer: a Node as existing capacity (its allocatable, taints,
 //! whether it is initialized), an in-flight claim with no Node yet (sized by its smallest option),
-//! leaving nodes, a pool's instance types (its node class's flavor catalogue) and its limits.
+//! leaving nodes, a pool's instance types (its node class's flavor catalogue), its limits and its
+//! price ceiling (`karpenter.clever-cloud.com/price-per-hour`) with what its nodes cost.
 //!
 //! Owns the reading of Nodes, NodeClaims, NodePools and node classes. Must not read pods (that is
 //! `spec`) nor link a claim to its Node (that is `build_input`).
@@ -14,7 +15,7 @@ use k8s_openapi::api::core::v1::Node as K8sNode;
 
 use super::spec::taint_from;
 use super::{ConvertError, Snapshot, err};
-use crate::model::{ExistingNode, Limits, Operator};
+use crate::model::{ExistingNode, Limits, Operator, price_micros};
 
 pub(super) fn node_marked_for_deletion(n: &K8sNode) -> bool {
     n.metadata.deletion_timestamp.is_some()
@@ -97,13 +98,7 @@ pub(super) fn in_flight(
         resources_of(status.and_then(|s| s.allocatable.as_ref()), obj, "status.allocatable")?,
     );
     if allocatable.is_zero() {
-        let options: Vec<&String> = c
-            .spec
-            .requirements
-            .iter()
-            .filter(|r| r.key == labels::INSTANCE_TYPE && r.operator == Operator::In)
-            .flat_map(|r| r.values.iter())
-            .collect();
+        let options = claim_options(c);
         let builtin;
         let types = match types {
             Some(t) => t,
@@ -114,7 +109,7 @@ pub(super) fn in_flight(
         };
         let smallest = types
             .iter()
-            .filter(|t| options.contains(&&t.name))
+            .filter(|t| options.contains(&t.name))
             .min_by_key(|t| (t.allocatable.cpu_millis, t.allocatable.memory_bytes));
         if let Some(t) = smallest {
             allocatable = t.allocatable;
@@ -173,7 +168,8 @@ pub(super) fn pool_types(
 
 pub(super) fn limits_of(p: &NodePool, obj: &str) -> Result<Limits, ConvertError> {
     let mut l = Limits::default();
-    for (k, q) in p.spec.limits.iter().flatten() {
+    // The price ceiling is no quantity: read by `price_limit_of`.
+    for (k, q) in p.spec.limits.iter().flatten().filter(|(k, _)| k.as_str() != labels::PRICE_PER_HOUR) {
         let field = format!("spec.limits.{k}");
         let parsed = parse_quantity(q.0.trim()).map_err(|e| err(obj, &field, e.to_string()))?;
         match k.as_str() {
@@ -186,4 +182,39 @@ pub(super) fn limits_of(p: &NodePool, obj: &str) -> Result<Limits, ConvertError>
         }
     }
     Ok(l)
+}
+
+/// The pool's price ceiling in micro-EUR per hour, when its limits set one.
+pub(super) fn price_limit_of(p: &NodePool, obj: &str) -> Result<Option<i64>, ConvertError> {
+    let Some(q) = p.spec.limits.as_ref().and_then(|l| l.get(labels::PRICE_PER_HOUR)) else { return Ok(None) };
+    let field = format!("spec.limits.{}", labels::PRICE_PER_HOUR);
+    crds::quantity::parse_price_micros(&q.0).map(Some).map_err(|e| err(obj, field, e.to_string()))
+}
+
+/// What a managed node or in-flight claim costs per hour against its pool's price ceiling, in
+/// micro-EUR: its instance type's cheapest offering in the pool's catalogue; for a claim whose type
+/// is not settled yet, its dearest option (it may launch any). `Err` names the types the catalogue
+/// does not know.
+pub(super) fn price_of(node: &ExistingNode, options: &[String], types: &[InstanceType]) -> Result<i64, String> {
+    let price = |name: &str| {
+        types
+            .iter()
+            .find(|t| t.name == name)
+            .and_then(|t| t.offerings.iter().map(|o| o.price_hourly).min_by(f64::total_cmp))
+            .map(price_micros)
+    };
+    match node.labels.get(labels::INSTANCE_TYPE) {
+        Some(t) => price(t).ok_or_else(|| t.clone()),
+        None => options.iter().filter_map(|o| price(o)).max().ok_or_else(|| options.join(", ")),
+    }
+}
+
+/// The instance types a claim may launch (its `In` requirement on the instance type).
+pub(super) fn claim_options(c: &NodeClaim) -> Vec<String> {
+    c.spec
+        .requirements
+        .iter()
+        .filter(|r| r.key == labels::INSTANCE_TYPE && r.operator == Operator::In)
+        .flat_map(|r| r.values.iter().cloned())
+        .collect()
 }

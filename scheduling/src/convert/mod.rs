@@ -6,7 +6,8 @@
 //! Here: the snapshot and its result, and [`build_input`], which walks the objects and sorts them
 //! out. One reading per file: `pending` (which pods need capacity, §3.2), `spec` (a pod spec's
 //! requests and scheduling constraints), `volumes` (what a pod's volumes require, §3.12), `capacity`
-//! (nodes, in-flight claims, pools' catalogues and limits).
+//! (nodes, in-flight claims, pools' catalogues and limits). A pool's price ceiling becomes a
+//! [`SharedLimit`] of that pool alone, less what its nodes and claims in flight cost.
 //!
 //! Owns the reading of Kubernetes shapes into [`crate::model`]. Pure: objects in, input and notes
 //! out. Errors name the object and the field; things that are merely ignored become notes. Must not
@@ -25,14 +26,16 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::compact::CompactPod;
-use crate::model::{DaemonSet, Input, Pool, Settings, Usage};
+use crate::model::{DaemonSet, ExistingNode, Headroom, Input, Pool, Settings, SharedLimit, Usage};
 
 mod capacity;
 mod pending;
 mod spec;
 mod volumes;
 
-use capacity::{in_flight, limits_of, node_from, node_marked_for_deletion, pool_types};
+use capacity::{
+    claim_options, in_flight, limits_of, node_from, node_marked_for_deletion, pool_types, price_limit_of, price_of,
+};
 pub use pending::triggers_provisioning;
 use pending::{
     Provisionable, blocks_eviction, is_daemonset_pod, is_static_pod, is_terminal, provisionable,
@@ -180,6 +183,32 @@ pub fn build_input_with_volumes(
         }
     }
 
+    // Price ceilings, read before the nodes are priced against them.
+    let mut price_limits: BTreeMap<String, i64> = BTreeMap::new();
+    for p in &pools {
+        if let (Some(name), Some(limit)) = (&p.metadata.name, price_limit_of(p, &object("NodePool", &p.metadata))?) {
+            price_limits.insert(name.clone(), limit);
+        }
+    }
+    let mut price_usage: BTreeMap<String, i64> = BTreeMap::new();
+    let mut count_price = |pool: &str, node: &ExistingNode, options: &[String], obj: &str, notes: &mut Vec<String>| {
+        if !price_limits.contains_key(pool) {
+            return;
+        }
+        let types = catalogs.get(pool).map_or(&[][..], |(t, _)| t.as_slice());
+        match price_of(node, options, types) {
+            Ok(micros) => {
+                let u = price_usage.entry(pool.to_string()).or_default();
+                *u = u.saturating_add(micros);
+            }
+            Err(unknown) => notes.push(format!(
+                "{obj}: instance type {unknown} is not in the catalogue of NodePool {pool}: it counts 0 toward \
+                 spec.limits.{}",
+                labels::PRICE_PER_HOUR
+            )),
+        }
+    };
+
     // Existing capacity: active nodes and in-flight claims. A claim is its node's by the node's name
     // in its status, or by the provider ID they share (Karpenter's link: the Node may be seen before
     // the claim's status names it, and must not be counted twice, once as a node, once in flight).
@@ -222,6 +251,7 @@ pub fn build_input_with_volumes(
             let u = usage.entry(p.clone()).or_default();
             u.resources += existing.capacity;
             u.nodes += 1;
+            count_price(p, &existing, &[], &obj, &mut out.notes);
         }
         let mut existing = existing;
         if let Some(csinode) =
@@ -251,6 +281,7 @@ pub fn build_input_with_volumes(
         let types = pool.as_deref().and_then(|p| catalogs.get(p)).map(|(t, _)| t.as_slice());
         let existing = in_flight(c, &obj, pool.clone(), types, snapshot)?;
         if let Some(p) = pool {
+            count_price(&p, &existing, &claim_options(c), &obj, &mut out.notes);
             let u = usage.entry(p).or_default();
             u.resources += existing.capacity;
             u.nodes += 1;
@@ -262,6 +293,15 @@ pub fn build_input_with_volumes(
     for p in &pools {
         let obj = object("NodePool", &p.metadata);
         let name = p.metadata.name.clone().ok_or_else(|| err(&obj, "metadata.name", "missing"))?;
+        if let Some(&limit) = price_limits.get(&name) {
+            let used = price_usage.get(&name).copied().unwrap_or(0);
+            out.input.shared.push(SharedLimit {
+                name: format!("nodepool {name} price-per-hour"),
+                pools: Some(BTreeSet::from([name.clone()])),
+                remaining: Headroom { price_micros: Some(limit.saturating_sub(used)), ..Headroom::default() },
+                sizes: BTreeMap::new(),
+            });
+        }
         let (instance_types, class_labels) = catalogs.remove(&name).unwrap_or_default();
         let mut pool_labels = class_labels;
         if let Some(m) = &p.spec.template.metadata {
@@ -712,6 +752,113 @@ mod tests {
         let d = crate::solve(&c.input);
         assert!(d.existing.is_empty(), "the attach limit keeps db-1 off n1");
         assert_eq!(d.new_claims.len(), 1);
+    }
+
+    fn priced_pool(limits: serde_json::Value) -> NodePool {
+        let mut p = pool();
+        p.spec.limits = serde_json::from_value(limits).unwrap();
+        p
+    }
+
+    #[test]
+    fn a_price_ceiling_is_a_limit_of_its_pool_less_what_its_nodes_cost() {
+        let node = |name: &str, flavor: &str| -> Arc<K8sNode> {
+            Arc::new(
+                serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default",
+                        "node.kubernetes.io/instance-type": flavor}},
+                    "status": {"capacity": {"cpu": "6", "memory": "7937580Ki", "pods": "110"}}}))
+                .unwrap(),
+            )
+        };
+        let claim = |name: &str, options: &[&str], status: serde_json::Value| -> NodeClaim {
+            serde_json::from_value(json!({
+                "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodeClaim",
+                "metadata": {"name": name, "namespace": "demo", "labels": {"karpenter.sh/nodepool": "default"}},
+                "spec": {"clusterName": "c1",
+                    "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": options}],
+                    "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"}},
+                "status": status
+            }))
+            .unwrap()
+        };
+        let snap = Snapshot {
+            node_pools: vec![priced_pool(json!({"cpu": "100", "karpenter.clever-cloud.com/price-per-hour": "0.5"}))],
+            nodes: vec![node("n-xs", "XS"), node("n-odd", "mystery")],
+            node_claims: vec![
+                // Not launched: sized (and priced) as its smallest option, a 2XS.
+                claim("fresh", &["2XS", "XS"], json!({})),
+                // Launched, its type not settled in its labels: its dearest option, an M.
+                claim("launched", &["S", "M"], json!({"allocatable": {"cpu": "8", "memory": "11Gi", "pods": "110"}})),
+            ],
+            ..Snapshot::default()
+        };
+        let c = convert(&snap, PendingRule::Unbound);
+        assert_eq!(c.input.pools[0].limits.cpu_millis, Some(100_000));
+        assert_eq!(c.input.pools[0].usage.nodes, 4);
+        assert_eq!(
+            c.input.shared,
+            vec![SharedLimit {
+                name: "nodepool default price-per-hour".into(),
+                pools: Some(BTreeSet::from(["default".to_string()])),
+                // 0.5 − (XS 0.0611 + 2XS 0.0333 + M 0.1167), the unknown flavor counting 0.
+                remaining: Headroom { price_micros: Some(288_900), ..Headroom::default() },
+                sizes: BTreeMap::new(),
+            }]
+        );
+        assert!(
+            c.notes.iter().any(|n| n.starts_with("Node n-odd: instance type mystery is not in the catalogue")),
+            "{:?}",
+            c.notes
+        );
+        // Over the ceiling already: what is left is negative, and no type fits.
+        let mut over = snap.clone();
+        over.node_pools = vec![priced_pool(json!({"karpenter.clever-cloud.com/price-per-hour": "0.1"}))];
+        let c = convert(&over, PendingRule::Unbound);
+        assert_eq!(c.input.shared[0].remaining.price_micros, Some(100_000 - 211_100));
+        // No ceiling, no shared limit (and no note about prices).
+        let mut plain = snap.clone();
+        plain.node_pools = vec![pool()];
+        let c = convert(&plain, PendingRule::Unbound);
+        assert!(c.input.shared.is_empty());
+        assert!(!c.notes.iter().any(|n| n.contains("price-per-hour")), "{:?}", c.notes);
+    }
+
+    #[test]
+    fn a_price_ceiling_that_is_no_decimal_eur_names_the_field_and_the_form() {
+        for bad in ["1e3", "-1", "0.1234567", "5Gi"] {
+            let snap = Snapshot {
+                node_pools: vec![priced_pool(json!({"karpenter.clever-cloud.com/price-per-hour": bad}))],
+                ..Snapshot::default()
+            };
+            let e = build_input(&snap, "c1", PendingRule::Unbound, Settings::default()).unwrap_err();
+            assert_eq!(e.object, "NodePool demo/default");
+            assert_eq!(e.field, "spec.limits.karpenter.clever-cloud.com/price-per-hour");
+            assert!(e.message.contains("EUR per hour as a decimal string"), "{bad}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn a_price_ceiling_reaches_the_solver() {
+        // 0.05 EUR/h: a 2XS (0.0333) for the 1-CPU pod; the 5-CPU one needs an XS (0.0611): pending.
+        let snap = Snapshot {
+            node_pools: vec![priced_pool(json!({"karpenter.clever-cloud.com/price-per-hour": "0.05"}))],
+            pods: vec![
+                pod("small", json!({})),
+                pod(
+                    "large",
+                    json!({"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "5"}}}]}}),
+                ),
+            ],
+            ..Snapshot::default()
+        };
+        let c = convert(&snap, PendingRule::Unbound);
+        let d = crate::solve(&c.input);
+        assert_eq!(d.new_claims.len(), 1);
+        assert_eq!(d.new_claims[0].instance_types[0].name, "2XS");
+        assert_eq!(d.unschedulable.len(), 1);
+        assert!(d.unschedulable[0].reason.contains("nodepool default price-per-hour"), "{}", d.unschedulable[0].reason);
+        assert_eq!(d.shared_drawn[0].price_micros, 33_300);
     }
 
     #[test]

@@ -10,11 +10,14 @@ use std::collections::{BTreeMap, HashMap};
 use crds::labels;
 use crds::quantity::Resources;
 
-use super::{Class, NodeState, PoolCtx, Relax, Remaining, Solver, label_of, refresh_limits, well_known_keys};
+use super::{
+    Class, NodeState, PoolCtx, PoolShare, Relax, Remaining, SHARED_DIMS, SharedCtx, Solver, label_of, refresh_limits,
+    well_known_keys,
+};
 use crate::daemonsets::{self, DsGroup, DsPod};
 use crate::instance_types::{TypeInfo, TypeTable, describe_resources, type_meets};
 use crate::intern::{Interner, Key, Val};
-use crate::model::{Constraints, Input, Pod, PreferencePolicy, TaintEffect};
+use crate::model::{Constraints, Input, Pod, PreferencePolicy, SharedLimit, TaintEffect, price_micros};
 use crate::requirements::{Requirements, ValueSet};
 use crate::taints;
 use crate::topology::{self, Domains, Kind, PodConstraint, Topology};
@@ -37,6 +40,14 @@ impl<'a> Solver<'a> {
             zone_key,
             capacity_type_key,
             pools: Vec::new(),
+            shared: input
+                .shared
+                .iter()
+                .map(|l| SharedCtx {
+                    name: l.name.clone(),
+                    left: [l.remaining.cpu_millis, l.remaining.memory_bytes, l.remaining.price_micros],
+                })
+                .collect(),
             nodes: Vec::new(),
             claims: Vec::new(),
             claim_order: Vec::new(),
@@ -143,11 +154,20 @@ impl<'a> Solver<'a> {
                 ],
                 nodes: limit(pool.limits.nodes, pool.usage.nodes),
             };
+            let shared = self
+                .input
+                .shared
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.pools.as_ref().is_none_or(|names| names.contains(&pool.name)))
+                .map(|(limit, l)| PoolShare { limit, draws: table.types.iter().map(|t| draw_of(l, t)).collect() })
+                .collect();
             let mut ctx = PoolCtx {
                 input: i,
                 name: pool.name.clone(),
                 template,
                 taints: pool.taints.clone(),
+                shared,
                 within_limits: table.all(),
                 table,
                 groups,
@@ -155,7 +175,7 @@ impl<'a> Solver<'a> {
                 unusable,
                 has_prefer_no_schedule: pool.taints.iter().any(|t| t.effect == TaintEffect::PreferNoSchedule),
             };
-            refresh_limits(&mut ctx);
+            refresh_limits(&mut ctx, &self.shared);
             self.pools.push(ctx);
         }
     }
@@ -440,6 +460,16 @@ impl<'a> Solver<'a> {
             self.domains.insert(key, d);
         }
     }
+}
+
+/// What one node of a type draws on a shared limit: as the limit lists it, else its capacity's cpu
+/// and memory and its price in the pool (negative draws count 0: a node never gives quota back).
+fn draw_of(limit: &SharedLimit, t: &TypeInfo) -> [i64; SHARED_DIMS] {
+    let d = match limit.sizes.get(&t.name) {
+        Some(d) => [d.cpu_millis, d.memory_bytes, d.price_micros],
+        None => [t.capacity.cpu_millis, t.capacity.memory_bytes, price_micros(t.price)],
+    };
+    d.map(|x| x.max(0))
 }
 
 /// Why an instance type is left out of a pool's table; the pool's `unusable` text lists a few.

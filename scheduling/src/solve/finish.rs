@@ -1,8 +1,8 @@
 //! Finishing (§3.13–§3.15): each claim's options, cheapest first and truncated to
 //! `maxInstanceTypes` (a claim with no offering left, or whose minValues the truncation breaks under
 //! the strict policy, drops its pods), its requirements and labels, its requests with the smallest
-//! DaemonSet overhead among its options; then the pods placed on existing nodes and the pods left
-//! pending with their reasons.
+//! DaemonSet overhead among its options, and what it draws on the shared limits; then the pods
+//! placed on existing nodes and the pods left pending with their reasons.
 //!
 //! Owns the decision's shape. Must not change where a pod goes, except to drop the pods of a claim
 //! that cannot launch.
@@ -15,13 +15,14 @@ use crds::quantity::Resources;
 use super::Solver;
 use crate::bitset::Bits;
 use crate::model::{
-    ClaimOption, Decision, MinValuesPolicy, NewClaim, NodeAssignment, NodeSelectorRequirement, Operator, Unschedulable,
+    ClaimOption, Decision, Draw, MinValuesPolicy, NewClaim, NodeAssignment, NodeSelectorRequirement, Operator,
+    Unschedulable,
 };
 use crate::requirements::{Requirements, ValueSet};
 
 impl Solver<'_> {
     pub(super) fn finish(mut self) -> Decision {
-        let mut decision = Decision::default();
+        let mut decision = Decision { shared_drawn: vec![Draw::default(); self.shared.len()], ..Decision::default() };
         let max_types = self.input.settings.max_instance_types.max(1);
         let instance_type_key = self.ints.key(labels::INSTANCE_TYPE);
         let nodepool_key = self.ints.key(labels::NODEPOOL);
@@ -112,6 +113,19 @@ impl Solver<'_> {
                     .and_then(|m| i32::try_from(m).ok()),
             });
             requirements.sort_by(|a, b| a.key.cmp(&b.key));
+            // Each shared limit is drawn by the largest of the options kept: the launch picks one.
+            for share in &pool.shared {
+                let mut most = [0i64; 3];
+                for &(_, i) in &options {
+                    for (m, d) in most.iter_mut().zip(share.draws[i]) {
+                        *m = (*m).max(d);
+                    }
+                }
+                let drawn = &mut decision.shared_drawn[share.limit];
+                drawn.cpu_millis = drawn.cpu_millis.saturating_add(most[0]);
+                drawn.memory_bytes = drawn.memory_bytes.saturating_add(most[1]);
+                drawn.price_micros = drawn.price_micros.saturating_add(most[2]);
+            }
             let input_pool = &self.input.pools[pool.input];
             let mut pods = claim.pods.clone();
             pods.sort_unstable();

@@ -8,6 +8,11 @@
 //! from the input), `place` (the loop), `repack` (the claims re-packed for cost and within the pools'
 //! limits, with the packing arithmetic), `finish` (the claims as the decision).
 //!
+//! Limits, a pool's own and those it shares with others ([`crate::model::SharedLimit`]: an
+//! organisation's quota, a price ceiling), are one vector per pool (its own dimensions, then three per
+//! shared limit): a new claim may only use the types within all of it, and takes from it, per
+//! dimension, the largest of those types; a claim of one pool so shrinks what the others may use.
+//!
 //! Owns placement decisions and the solver's state. Pure: the same input always gives the same
 //! decision. Must not read Kubernetes objects (that is [`crate::convert`]) nor hold set, topology or
 //! DaemonSet semantics of its own (those are [`crate::requirements`], [`crate::topology`],
@@ -30,6 +35,8 @@ mod build;
 mod finish;
 mod place;
 pub mod repack;
+#[cfg(test)]
+mod shared_tests;
 
 /// Decides a round. See the module documentation.
 pub fn solve(input: &Input) -> Decision {
@@ -49,26 +56,30 @@ struct Remaining {
 }
 
 impl Remaining {
-    fn admits(&self, cap: &Resources) -> bool {
-        let c = [cap.cpu_millis, cap.memory_bytes, cap.ephemeral_storage_bytes, cap.pods];
-        self.res.iter().zip(c).all(|(r, c)| r.is_none_or(|r| c <= r))
-    }
-
-    fn take(&mut self, cap: &Resources) {
-        let c = [cap.cpu_millis, cap.memory_bytes, cap.ephemeral_storage_bytes, cap.pods];
-        for (r, c) in self.res.iter_mut().zip(c) {
-            if let Some(r) = r {
-                *r = r.saturating_sub(c);
-            }
-        }
-        if let Some(n) = &mut self.nodes {
-            *n -= 1;
-        }
-    }
-
     fn is_limited(&self) -> bool {
         self.res.iter().any(Option::is_some)
     }
+}
+
+/// Dimensions of a pool's own limits (cpu, memory, ephemeral storage, pods: compared with capacity),
+/// first in a pool's limit vector; each shared limit the pool draws on adds [`SHARED_DIMS`].
+const POOL_DIMS: usize = 4;
+/// Dimensions of a shared limit: cpu, memory, price.
+const SHARED_DIMS: usize = 3;
+
+/// A shared limit as the round spends it.
+struct SharedCtx {
+    name: String,
+    /// What is left: cpu, memory, price (micro-EUR/h); `None` is unlimited.
+    left: [Option<i64>; SHARED_DIMS],
+}
+
+/// A shared limit one pool draws on.
+struct PoolShare {
+    /// Index in [`Solver::shared`] (and [`Input::shared`]).
+    limit: usize,
+    /// What one node of each type of the pool's table draws (table order).
+    draws: Vec<[i64; SHARED_DIMS]>,
 }
 
 struct PoolCtx {
@@ -79,7 +90,9 @@ struct PoolCtx {
     table: TypeTable,
     groups: Vec<DsGroup>,
     remaining: Remaining,
-    /// Types within the remaining limits (recomputed when a claim opens).
+    /// Shared limits the pool draws on.
+    shared: Vec<PoolShare>,
+    /// Types within the remaining limits, its own and the shared ones (recomputed when a claim opens).
     within_limits: Bits,
     /// Why the pool can take no pod at all.
     unusable: Option<String>,
@@ -148,8 +161,9 @@ struct Claim {
     /// Per-resource max over types of allocatable − overhead − used: quick rejection.
     headroom: Resources,
     min_values_relaxed: bool,
-    /// What the claim took from its pool's limits: its largest option's capacity when opened.
-    charged: Resources,
+    /// What the claim took from its pool's limit vector ([`Solver::left`]): per dimension, the
+    /// largest of its options when opened (capacity for the pool's own limits, draw for shared ones).
+    charged: Vec<i64>,
 }
 
 /// What a target accepts a pod with.
@@ -167,6 +181,8 @@ struct Solver<'a> {
     zone_key: Key,
     capacity_type_key: Key,
     pools: Vec<PoolCtx>,
+    /// Shared limits, in input order.
+    shared: Vec<SharedCtx>,
     nodes: Vec<NodeState>,
     claims: Vec<Claim>,
     /// Claim indices, fewest pods first (ties: opening order).
@@ -187,17 +203,90 @@ fn well_known_keys() -> impl Iterator<Item = &'static str> {
     labels::WELL_KNOWN.iter().copied()
 }
 
-fn refresh_limits(pool: &mut PoolCtx) {
-    if !pool.remaining.is_limited() {
-        return;
+/// A pool's limit vector: its own remaining limits, then what is left of each shared limit it draws
+/// on; `None` is unlimited.
+fn left_of(pool: &PoolCtx, shared: &[SharedCtx]) -> Vec<Option<i64>> {
+    let mut v = pool.remaining.res.to_vec();
+    for s in &pool.shared {
+        v.extend(shared[s.limit].left);
     }
+    v
+}
+
+/// What one node of type `i` counts in the pool's limit vector: its capacity, then its draws.
+fn sizes_of(pool: &PoolCtx, i: usize) -> Vec<i64> {
+    let c = &pool.table.types[i].capacity;
+    let mut v = vec![c.cpu_millis, c.memory_bytes, c.ephemeral_storage_bytes, c.pods];
+    for s in &pool.shared {
+        v.extend(s.draws[i]);
+    }
+    v
+}
+
+/// What a claim of these types takes from the limit vector: per dimension the largest, since the
+/// launch may pick any of them (0 for no type).
+fn charge_of(pool: &PoolCtx, types: &Bits) -> Vec<i64> {
+    let mut v = vec![0; POOL_DIMS + SHARED_DIMS * pool.shared.len()];
+    for i in types.iter() {
+        for (a, s) in v.iter_mut().zip(sizes_of(pool, i)) {
+            *a = (*a).max(s);
+        }
+    }
+    v
+}
+
+/// Whether every limited dimension of `left` holds `size`.
+fn within(left: &[Option<i64>], size: &[i64]) -> bool {
+    left.iter().zip(size).all(|(l, s)| l.is_none_or(|l| *s <= l))
+}
+
+/// The types of the pool within every limit it draws on.
+fn refresh_limits(pool: &mut PoolCtx, shared: &[SharedCtx]) {
+    let left = left_of(pool, shared);
     let mut bits = pool.table.all();
-    for (i, t) in pool.table.types.iter().enumerate() {
-        if !pool.remaining.admits(&t.capacity) {
-            bits.clear(i);
+    if left.iter().any(Option::is_some) {
+        for i in 0..pool.table.len() {
+            if !within(&left, &sizes_of(pool, i)) {
+                bits.clear(i);
+            }
         }
     }
     pool.within_limits = bits;
+}
+
+impl Solver<'_> {
+    /// Pool `pi`'s limit vector (see [`left_of`]).
+    fn left(&self, pi: usize) -> Vec<Option<i64>> {
+        left_of(&self.pools[pi], &self.shared)
+    }
+
+    /// Gives `back` to pool `pi`'s limit vector and takes `taken` from it (claims replaced by
+    /// others), then recomputes the types within limits of every pool this may change.
+    fn recharge(&mut self, pi: usize, back: &[i64], taken: &[i64]) {
+        let pool = &mut self.pools[pi];
+        let change = |r: &mut Option<i64>, k: usize| {
+            if let Some(r) = r {
+                let at = |v: &[i64]| v.get(k).copied().unwrap_or(0);
+                *r = r.saturating_add(at(back)).saturating_sub(at(taken));
+            }
+        };
+        for (k, r) in pool.remaining.res.iter_mut().enumerate() {
+            change(r, k);
+        }
+        for (j, s) in pool.shared.iter().enumerate() {
+            for (d, r) in self.shared[s.limit].left.iter_mut().enumerate() {
+                change(r, POOL_DIMS + SHARED_DIMS * j + d);
+            }
+        }
+        if pool.shared.is_empty() {
+            refresh_limits(pool, &self.shared);
+        } else {
+            // What one pool draws, the others sharing the limit can no longer use.
+            for pool in &mut self.pools {
+                refresh_limits(pool, &self.shared);
+            }
+        }
+    }
 }
 
 fn describe_remaining(r: &Remaining) -> String {
@@ -217,6 +306,33 @@ fn describe_remaining(r: &Remaining) -> String {
         parts.push(format!("nodes={n}"));
     }
     parts.join(", ")
+}
+
+/// What is left of a shared limit, as `cpu=2, memory=4G, price-per-hour=0.0100 EUR`.
+fn describe_left(left: &[Option<i64>; SHARED_DIMS]) -> String {
+    let [cpu, memory, price] = *left;
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(c) = cpu {
+        parts.push(format!("cpu={}", crds::quantity::format_millis_cpu(c)));
+    }
+    if let Some(m) = memory {
+        // Quotas count nominal GB: shown as such when whole.
+        let text =
+            if m % 1_000_000_000 == 0 { format!("{}G", m / 1_000_000_000) } else { crate::instance_types::gib(m) };
+        parts.push(format!("memory={text}"));
+    }
+    if let Some(p) = price {
+        parts.push(format!("price-per-hour={} EUR", format_eur(p)));
+    }
+    parts.join(", ")
+}
+
+/// Micro-EUR as EUR with 4 decimals, 6 when the last two are not zero.
+fn format_eur(micros: i64) -> String {
+    let sign = if micros < 0 { "-" } else { "" };
+    let m = micros.unsigned_abs();
+    let (whole, frac) = (m / 1_000_000, m % 1_000_000);
+    if frac % 100 == 0 { format!("{sign}{whole}.{:04}", frac / 100) } else { format!("{sign}{whole}.{frac:06}") }
 }
 
 fn label_of(labels: &[(Key, Val)], key: Key) -> Option<Val> {

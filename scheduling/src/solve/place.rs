@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 
 use crds::quantity::Resources;
 
-use super::{Accepted, Claim, PoolCtx, Relax, Solver, describe_remaining, label_of, refresh_limits};
+use super::{Accepted, Claim, PoolCtx, Relax, Solver, charge_of, describe_left, describe_remaining, label_of, within};
 use crate::bitset::Bits;
 use crate::hostports;
 use crate::instance_types::describe_resources;
@@ -35,7 +35,14 @@ pub(super) enum Unplaced {
 }
 
 fn join(reasons: &[PoolRefusal]) -> String {
-    reasons.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    // A shared limit refusing several pools says so once.
+    let mut texts: Vec<String> = Vec::new();
+    for r in reasons.iter().map(ToString::to_string) {
+        if !texts.contains(&r) {
+            texts.push(r);
+        }
+    }
+    texts.join("; ")
 }
 
 /// Why one pool did not open a claim for a pod.
@@ -50,6 +57,12 @@ pub(super) enum PoolRefusal {
     /// Every type would exceed the remaining resource limits.
     #[error("nodepool {pool}: every instance type would exceed the remaining limits ({remaining})")]
     Limits { pool: String, remaining: String },
+    /// Every type would exceed what is left of a shared limit (the name says whose).
+    #[error("{name}: every instance type would exceed what is left ({left})")]
+    Shared { name: String, left: String },
+    /// Each type exceeds one limit or another, none of them excluding every type alone.
+    #[error("nodepool {pool}: every instance type would exceed one of its limits: {limits}")]
+    Together { pool: String, limits: String },
     /// A new claim of the pool does not accept the pod.
     #[error("nodepool {pool}: {why}")]
     Claim { pool: String, why: Refusal },
@@ -254,10 +267,7 @@ impl Solver<'_> {
                 continue;
             }
             if pool.within_limits.is_empty() {
-                reasons.push(PoolRefusal::Limits {
-                    pool: pool.name.clone(),
-                    remaining: describe_remaining(&pool.remaining),
-                });
+                reasons.push(self.limits_refusal(pi));
                 continue;
             }
             let hostname = self.ints.val(&format!("hostname-placeholder-{:04}", self.claims.len()));
@@ -276,11 +286,12 @@ impl Solver<'_> {
                 &active,
             ) {
                 Ok(acc) => {
-                    let types = acc.types.clone();
-                    let pool = &mut self.pools[pi];
-                    let cap = pool.table.max_capacity(&types);
-                    pool.remaining.take(&cap);
-                    refresh_limits(pool);
+                    let charge = charge_of(&self.pools[pi], &acc.types);
+                    if let Some(n) = &mut self.pools[pi].remaining.nodes {
+                        *n -= 1;
+                    }
+                    let zero = vec![0; charge.len()];
+                    self.recharge(pi, &zero, &charge);
                     self.claims.push(Claim {
                         pool: pi,
                         reqs: Requirements::new(),
@@ -291,7 +302,7 @@ impl Solver<'_> {
                         pods: Vec::new(),
                         headroom: Resources::ZERO,
                         min_values_relaxed: false,
-                        charged: cap,
+                        charged: charge,
                     });
                     let ci = self.claims.len() - 1;
                     self.claim_order.insert(0, ci);
@@ -305,6 +316,60 @@ impl Solver<'_> {
             return Err(Unplaced::NoNodePool);
         }
         Err(Unplaced::Pools(reasons))
+    }
+
+    /// Why no type of pool `pi` is within its limits: its own, or a shared one, each alone, else
+    /// them together.
+    fn limits_refusal(&self, pi: usize) -> PoolRefusal {
+        let pool = &self.pools[pi];
+        let own = pool.remaining.res.to_vec();
+        let admitted_by_own = |i: usize| {
+            let c = &pool.table.types[i].capacity;
+            within(&own, &[c.cpu_millis, c.memory_bytes, c.ephemeral_storage_bytes, c.pods])
+        };
+        if !(0..pool.table.len()).any(admitted_by_own) {
+            return PoolRefusal::Limits { pool: pool.name.clone(), remaining: describe_remaining(&pool.remaining) };
+        }
+        for s in &pool.shared {
+            let left = &self.shared[s.limit].left;
+            if !s.draws.iter().any(|d| within(left, d)) {
+                return PoolRefusal::Shared { name: self.shared[s.limit].name.clone(), left: describe_left(left) };
+            }
+        }
+        PoolRefusal::Together { pool: pool.name.clone(), limits: self.describe_limits_of(pi) }
+    }
+
+    /// The limits of pool `pi`, as `remaining limits cpu=4 and organisation orga-acme with cpu=2
+    /// left` (no "; ": that separates the reasons of a pod).
+    fn describe_limits_of(&self, pi: usize) -> String {
+        let pool = &self.pools[pi];
+        let mut parts = Vec::new();
+        if pool.remaining.is_limited() {
+            parts.push(format!("remaining limits {}", describe_remaining(&pool.remaining)));
+        }
+        for s in &pool.shared {
+            let l = &self.shared[s.limit];
+            if l.left.iter().any(Option::is_some) {
+                parts.push(format!("{} with {} left", l.name, describe_left(&l.left)));
+            }
+        }
+        parts.join(" and ")
+    }
+
+    /// The note of a too-small refusal when limits leave out some types: which limits.
+    fn limits_excluding(&self, pi: usize) -> String {
+        let pool = &self.pools[pi];
+        let shared_excludes = pool.shared.iter().any(|s| {
+            let left = &self.shared[s.limit].left;
+            s.draws.iter().any(|d| !within(left, d))
+        });
+        if !shared_excludes {
+            return format!(
+                " (the pool's remaining limits {} exclude larger types)",
+                describe_remaining(&pool.remaining)
+            );
+        }
+        format!(" (what its limits leave excludes larger types: {})", self.describe_limits_of(pi))
     }
 
     fn node_accepts(
@@ -503,11 +568,8 @@ impl Solver<'_> {
             }
             let (lo, hi) = overhead_range(pool, &new_types);
             let best = pool.table.max_headroom(&new_types, |_| Resources::ZERO);
-            let limits = if pool.remaining.is_limited() && pool.within_limits.count() < pool.table.len() {
-                format!(" (the pool's remaining limits {} exclude larger types)", describe_remaining(&pool.remaining))
-            } else {
-                String::new()
-            };
+            let limits =
+                if pool.within_limits.count() < pool.table.len() { self.limits_excluding(pi) } else { String::new() };
             // Short: only the parts that are not zero (issue 13 item 9).
             let on_claim = if used == Resources::ZERO {
                 String::new()

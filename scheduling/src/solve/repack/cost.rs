@@ -7,13 +7,13 @@
 
 use crds::quantity::Resources;
 
-use super::units::res4;
+use super::units::sum_charges;
 use super::{Bin, Budget, Packing, candidates, pack_ruled};
 use crate::bitset::Bits;
 use crate::intern::{Key, Val};
 use crate::model::HostPort;
 use crate::requirements::Requirements;
-use crate::solve::{Claim, Solver, refresh_limits};
+use crate::solve::{Claim, Solver, charge_of, sizes_of};
 
 /// A re-packed node: its pods, their requests, its options.
 type PackedNode = (Vec<usize>, Resources, Bits);
@@ -50,19 +50,13 @@ impl Solver<'_> {
         let mut added: Vec<Claim> = Vec::new();
         for (pi, reqs, claims) in groups {
             if let Some(new_claims) = self.repack_group(pi, &reqs, &claims, added.len()) {
-                // What the pool's limits have left: the old claims' charges back, the new ones taken.
-                let old = claims.iter().fold(Resources::ZERO, |a, &c| a + self.claims[c].charged);
-                let new = new_claims.iter().fold(Resources::ZERO, |a, c| a + c.charged);
-                let pool = &mut self.pools[pi];
-                for ((r, o), n) in pool.remaining.res.iter_mut().zip(res4(&old)).zip(res4(&new)) {
-                    if let Some(r) = r {
-                        *r = r.saturating_add(o).saturating_sub(n);
-                    }
-                }
-                if let Some(n) = &mut pool.remaining.nodes {
+                // What the limits have left: the old claims' charges back, the new ones taken.
+                let old = sum_charges(claims.iter().map(|&c| &self.claims[c].charged));
+                let new = sum_charges(new_claims.iter().map(|c| &c.charged));
+                if let Some(n) = &mut self.pools[pi].remaining.nodes {
                     *n += i64::try_from(claims.len()).unwrap_or(0) - i64::try_from(new_claims.len()).unwrap_or(0);
                 }
-                refresh_limits(pool);
+                self.recharge(pi, &old, &new);
                 replaced.extend(claims.iter().copied());
                 added.extend(new_claims);
             }
@@ -98,24 +92,27 @@ impl Solver<'_> {
         let mut by_price: Vec<usize> = (0..types.len()).collect();
         by_price.sort_by(|&a, &b| prices[a].total_cmp(&prices[b]).then(a.cmp(&b)));
         let holds = |k: usize, used: &Resources| (*used + overhead(types[k])).fits(&table.types[types[k]].allocatable);
-        // Under limits: what the limits leave for this group's nodes (the old claims' charges back).
+        // Under limits (the pool's own and the shared ones): what they leave for this group's nodes
+        // (the old claims' charges back).
         let rem = pool.remaining;
-        let budget = (rem.is_limited() || rem.nodes.is_some()).then(|| {
-            let mut res = rem.res;
+        let left = self.left(pi);
+        let budget = (left.iter().any(Option::is_some) || rem.nodes.is_some()).then(|| {
+            let mut res = left;
             for &ci in claims {
-                for (r, c) in res.iter_mut().zip(res4(&self.claims[ci].charged)) {
+                for (r, c) in res.iter_mut().zip(&self.claims[ci].charged) {
                     if let Some(r) = r {
-                        *r = r.saturating_add(c);
+                        *r = r.saturating_add(*c);
                     }
                 }
             }
             let nodes = rem.nodes.map(|n| usize::try_from(n.max(0)).unwrap_or(0) + claims.len());
             Budget { res, nodes }
         });
-        let cap = |k: usize| table.types[types[k]].capacity;
+        let sizes: Vec<Vec<i64>> =
+            if budget.is_some() { types.iter().map(|&i| sizes_of(pool, i)).collect() } else { Vec::new() };
         // What finishing would launch for a node: its cheapest option, at that price; its options: the
         // types holding it, under limits only those no larger than that one on the limited
-        // resources (so that the claim's charge, its largest option, is that type's capacity).
+        // dimensions (so that the claim's charge, its largest option, is that type's size).
         // The options are only needed while comparing packings under limits or minValues; else
         // they are listed for the winner alone.
         let listed = budget.is_some() || min_values;
@@ -123,7 +120,7 @@ impl Solver<'_> {
             let &c = by_price.iter().find(|&&k| holds(k, used))?;
             let mut fit = Bits::empty(if list { table.len() } else { 0 });
             for (k, &i) in types.iter().enumerate().filter(|_| list) {
-                if holds(k, used) && budget.as_ref().is_none_or(|b| b.no_larger(&cap(k), &cap(c))) {
+                if holds(k, used) && budget.as_ref().is_none_or(|b| b.no_larger(&sizes[k], &sizes[c])) {
                     fit.set(i);
                 }
             }
@@ -137,7 +134,7 @@ impl Solver<'_> {
             let Some(packed) = pack_ruled(&items, &rules, &bins, how) else { continue };
             let mut nodes = Vec::new();
             let mut cost = 0.0;
-            let mut charged = Resources::ZERO;
+            let mut charged: Vec<i64> = Vec::new();
             for (_, idx) in packed {
                 let members: Vec<usize> = idx.iter().flat_map(|&k| units[k].iter().copied()).collect();
                 let used = idx.iter().fold(Resources::ZERO, |a, &k| a + items[k]);
@@ -145,7 +142,7 @@ impl Solver<'_> {
                     Some((price, fit)) if !min_values || table.min_values_unmet(&fit, reqs, &self.ints).is_none() => {
                         cost += price;
                         if budget.is_some() {
-                            charged += table.max_capacity(&fit);
+                            charged = sum_charges([&charged, &charge_of(pool, &fit)]);
                         }
                         nodes.push((members, used, fit));
                     }
@@ -155,7 +152,7 @@ impl Solver<'_> {
                     }
                 }
             }
-            if budget.as_ref().is_some_and(|b| !b.holds(&res4(&charged), nodes.len())) {
+            if budget.as_ref().is_some_and(|b| !b.holds(&charged, nodes.len())) {
                 continue;
             }
             if cost.is_finite() && best.as_ref().is_none_or(|(c, _)| cost < *c) {
@@ -177,7 +174,7 @@ impl Solver<'_> {
             out.push(Claim {
                 pool: pi,
                 reqs: reqs.clone(),
-                charged: table.max_capacity(&fit),
+                charged: charge_of(pool, &fit),
                 types: fit,
                 used,
                 ports,

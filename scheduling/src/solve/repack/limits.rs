@@ -1,5 +1,5 @@
-//! The limits repack (issue 14): in each pool with limits, the claims holding only pods free to
-//! move, with the pods the loop left pending that such a claim would take, re-packed to place the
+//! The limits repack (issue 14): in each pool with limits (its own, or shared limits it draws on),
+//! the claims holding only pods free to move, with the pods the loop left pending that such a claim would take, re-packed to place the
 //! most pods first and cost least second within what the limits leave ([`super::pack_within_ruled`]);
 //! the pods still left out are told why.
 //!
@@ -8,20 +8,24 @@
 
 use crds::quantity::Resources;
 
+use super::units::sum_charges;
 use super::{Bin, Budget, candidates, pack_within_ruled};
 use crate::bitset::Bits;
 use crate::intern::Val;
 use crate::requirements::Requirements;
-use crate::solve::{Claim, Relax, Remaining, Solver, describe_remaining, refresh_limits};
+use crate::solve::{
+    Claim, POOL_DIMS, Relax, Remaining, SHARED_DIMS, Solver, charge_of, describe_left, describe_remaining, sizes_of,
+};
 
 impl Solver<'_> {
     /// Limits as part of the packing: per limited pool (cpu, memory, ephemeral storage, pods or node
-    /// count), the claims holding only free pods, group by group (same requirements), are re-packed
+    /// count, or a shared limit it draws on), the claims holding only free pods, group by group (same requirements), are re-packed
     /// together with the free pods left pending that such a claim would take, into the mix of types
     /// placing the most pods first and costing least second within what the limits leave
     /// ([`super::pack_within`]). Each new claim keeps only the options no larger than its
-    /// chosen type on the limited resources, so what it charges (its largest option) stays within the
-    /// limits and `nodes` is counted exactly. Kept only when it places more pods, or as many for less.
+    /// chosen type on the limited dimensions, so what it charges (its largest option) stays within the
+    /// limits and `nodes` is counted exactly. Shared limits are spent in pool order: a pool re-packed
+    /// later sees what earlier ones left. Kept only when it places more pods, or as many for less.
     /// Pods still left out for want of room within the limits are told so.
     pub(super) fn repack_limited(&mut self) {
         let placeholder = self.ints.val("hostname-placeholder-limits");
@@ -30,7 +34,8 @@ impl Solver<'_> {
         let mut taken = vec![false; self.input.pods.len()];
         for pi in 0..self.pools.len() {
             let pool = &self.pools[pi];
-            if !(pool.remaining.is_limited() || pool.remaining.nodes.is_some()) || pool.unusable.is_some() {
+            let limited = self.left(pi).iter().any(Option::is_some) || pool.remaining.nodes.is_some();
+            if !limited || pool.unusable.is_some() {
                 continue;
             }
             let mut groups: Vec<(Requirements, Vec<usize>)> = Vec::new();
@@ -79,7 +84,8 @@ impl Solver<'_> {
             .zip(&prices)
             .map(|(&i, &price)| Bin { room: table.types[i].allocatable.saturating_sub(overhead(i)), price })
             .collect();
-        let caps: Vec<Resources> = types.iter().map(|&i| table.types[i].capacity).collect();
+        // Each type's size in the limit vector: capacity, then what the shared limits count.
+        let caps: Vec<Vec<i64>> = types.iter().map(|&i| sizes_of(pool, i)).collect();
         // Free pods left pending that a claim of this group would take (requirements, taints, size).
         let all = table.all();
         let extra: Vec<usize> = (0..self.input.pods.len())
@@ -104,12 +110,11 @@ impl Solver<'_> {
             })
             .collect();
         let rem = pool.remaining;
-        let mut res = rem.res;
+        let mut res = self.left(pi);
         for &ci in claims {
-            let c = self.claims[ci].charged;
-            for (r, c) in res.iter_mut().zip([c.cpu_millis, c.memory_bytes, c.ephemeral_storage_bytes, c.pods]) {
+            for (r, c) in res.iter_mut().zip(&self.claims[ci].charged) {
                 if let Some(r) = r {
-                    *r = r.saturating_add(c);
+                    *r = r.saturating_add(*c);
                 }
             }
         }
@@ -125,7 +130,7 @@ impl Solver<'_> {
             units.iter().map(|u| u.iter().fold(Resources::ZERO, |a, &p| a + self.input.pods[p].requests)).collect();
         // Large catalogues: the packing sees a bounded set of types (indices into `types`).
         let cand = candidates(&bins, &items);
-        let (sub_bins, sub_caps): (Vec<Bin>, Vec<Resources>) = cand.iter().map(|&k| (bins[k], caps[k])).unzip();
+        let (sub_bins, sub_caps): (Vec<Bin>, Vec<Vec<i64>>) = cand.iter().map(|&k| (bins[k], caps[k].clone())).unzip();
         let plan: Vec<(usize, Vec<usize>)> = pack_within_ruled(&items, &rules, &sub_bins, &sub_caps, &budget)
             .into_iter()
             .map(|(b, idx)| (cand[b], idx))
@@ -165,16 +170,30 @@ impl Solver<'_> {
         let fits_a_type = |p: usize| bins.iter().any(|b| self.input.pods[p].requests.fits(&b.room));
         // A type holding the pod whose capacity alone is within what the limits leave.
         let fits_alone = |p: usize| {
-            bins.iter().zip(&caps).any(|(b, c)| {
-                self.input.pods[p].requests.fits(&b.room)
-                    && budget.holds(&[c.cpu_millis, c.memory_bytes, c.ephemeral_storage_bytes, c.pods], 1)
-            })
+            bins.iter().zip(&caps).any(|(b, c)| self.input.pods[p].requests.fits(&b.room) && budget.holds(c, 1))
         };
-        let limits = describe_limits(&self.input.pools[pool.input].limits);
-        let left = describe_remaining(&Remaining {
-            res: budget.res,
-            nodes: budget.nodes.map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
-        });
+        let nodes_left = budget.nodes.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        let own_limits = describe_limits(&self.input.pools[pool.input].limits);
+        let own_left = describe_remaining(&Remaining { res: own_dims(&budget.res), nodes: nodes_left });
+        // The shared limits that count here, each with what it leaves for this group's nodes.
+        let shared_left: Vec<String> = pool
+            .shared
+            .iter()
+            .enumerate()
+            .filter_map(|(j, s)| {
+                let mut left = [None; SHARED_DIMS];
+                for (d, l) in left.iter_mut().enumerate() {
+                    *l = budget.res.get(POOL_DIMS + SHARED_DIMS * j + d).copied().flatten();
+                }
+                left.iter()
+                    .any(Option::is_some)
+                    .then(|| format!("{} leaves {}", self.shared[s.limit].name, describe_left(&left)))
+            })
+            .collect();
+        // Earlier reasons this one supersedes: the pool's own, and the refusals of its shared limits.
+        let prefixes: Vec<String> = std::iter::once(format!("nodepool {}: ", pool.name))
+            .chain(pool.shared.iter().map(|s| format!("{}: ", self.shared[s.limit].name)))
+            .collect();
         let name = pool.name.clone();
         let placed_now = if better { new_placed } else { old_placed };
         let left_out: Vec<usize> = if better {
@@ -190,17 +209,13 @@ impl Solver<'_> {
         };
         if better {
             replaced.extend(claims.iter().copied());
-            let mut charged_total = Resources::ZERO;
-            let mut new_claims = Vec::new();
+            let old_charged = sum_charges(claims.iter().map(|&c| &self.claims[c].charged));
+            let mut new_charged: Vec<i64> = Vec::new();
+            let n_new = nodes.len();
             for (members, used, fit, _) in nodes {
                 let headroom = table.max_headroom(&fit, |g| pool.groups[g].overhead).saturating_sub(used);
-                let charged = table.max_capacity(&fit);
-                charged_total += charged;
-                new_claims.push((members, used, fit, headroom, charged));
-            }
-            let old_charged = claims.iter().fold(Resources::ZERO, |a, &c| a + self.claims[c].charged);
-            let n_new = new_claims.len();
-            for (members, used, fit, headroom, charged) in new_claims {
+                let charged = charge_of(pool, &fit);
+                new_charged = sum_charges([&new_charged, &charged]);
                 for &p in &members {
                     self.placed[p] = true;
                     self.errors[p] = None;
@@ -220,28 +235,10 @@ impl Solver<'_> {
                     charged,
                 });
             }
-            let pool = &mut self.pools[pi];
-            let back = [
-                old_charged.cpu_millis,
-                old_charged.memory_bytes,
-                old_charged.ephemeral_storage_bytes,
-                old_charged.pods,
-            ];
-            let now = [
-                charged_total.cpu_millis,
-                charged_total.memory_bytes,
-                charged_total.ephemeral_storage_bytes,
-                charged_total.pods,
-            ];
-            for ((r, b), n) in pool.remaining.res.iter_mut().zip(back).zip(now) {
-                if let Some(r) = r {
-                    *r = r.saturating_add(b).saturating_sub(n);
-                }
-            }
-            if let Some(n) = &mut pool.remaining.nodes {
+            if let Some(n) = &mut self.pools[pi].remaining.nodes {
                 *n += i64::try_from(claims.len()).unwrap_or(0) - i64::try_from(n_new).unwrap_or(0);
             }
-            refresh_limits(pool);
+            self.recharge(pi, &old_charged, &new_charged);
         }
         // Pods left out stay candidates for the next limited pools.
         for p in left_out {
@@ -249,29 +246,57 @@ impl Solver<'_> {
                 continue;
             }
             self.placed[p] = false;
-            let reason = if fits_alone(p) {
-                format!(
-                    "nodepool {name}: limits {limits} reached: the best packing within them places {placed_now} of \
-                     the {} pods that could share these nodes",
+            let reason = match (fits_alone(p), shared_left.is_empty()) {
+                (true, true) => format!(
+                    "nodepool {name}: limits {own_limits} reached: the best packing within them places {placed_now} \
+                     of the {} pods that could share these nodes",
                     pods.len()
-                )
-            } else {
-                format!(
-                    "nodepool {name}: every instance type that holds it exceeds what the limits {limits} leave for \
-                     new nodes ({left})"
-                )
+                ),
+                (false, true) => format!(
+                    "nodepool {name}: every instance type that holds it exceeds what the limits {own_limits} leave \
+                     for new nodes ({own_left})"
+                ),
+                (true, false) => format!(
+                    "nodepool {name}: limits reached ({}): the best packing within them places {placed_now} of the \
+                     {} pods that could share these nodes",
+                    with_own(&own_limits, &shared_left),
+                    pods.len()
+                ),
+                (false, false) => format!(
+                    "nodepool {name}: every instance type that holds it exceeds what its limits leave for new nodes \
+                     ({})",
+                    with_own(&own_left, &shared_left)
+                ),
             };
-            let prefix = format!("nodepool {name}: ");
             let others: Vec<String> = self.errors[p]
                 .take()
                 .unwrap_or_default()
                 .split("; ")
-                .filter(|s| !s.is_empty() && !s.starts_with(&prefix))
+                .filter(|s| !s.is_empty() && !prefixes.iter().any(|x| s.starts_with(x.as_str())))
                 .map(str::to_string)
                 .collect();
             self.errors[p] = Some(std::iter::once(reason).chain(others).collect::<Vec<_>>().join("; "));
         }
     }
+}
+
+/// The pool's own dimensions of a limit vector.
+fn own_dims(res: &[Option<i64>]) -> [Option<i64>; POOL_DIMS] {
+    let mut own = [None; POOL_DIMS];
+    for (o, r) in own.iter_mut().zip(res) {
+        *o = *r;
+    }
+    own
+}
+
+/// `cpu=6 and organisation orga-acme leaves cpu=2`: the pool's own part when it has one, then the
+/// shared ones (no "; ": that separates the reasons of a pod).
+fn with_own(own: &str, shared: &[String]) -> String {
+    std::iter::once(own)
+        .filter(|o| !o.is_empty())
+        .chain(shared.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" and ")
 }
 
 /// A pool's `limits` as `cpu=24, memory=16Gi`.

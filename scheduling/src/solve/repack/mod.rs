@@ -12,10 +12,11 @@
 //! solver keeps the other topology exact by re-packing only within equal requirements, and
 //! catalogues above [`MAX_TYPES`] are cut down to that many [`candidates`].
 //!
-//! Under a pool's limits ([`pack_within`]) the goal changes: the most pods first, the lowest price
-//! second, with the nodes' capacities summing to no more than what the limits leave. Karpenter's loop
-//! charges each claim its largest option and fills it before opening the next, so a limit that two
-//! small nodes would respect can be spent on one large node holding fewer pods.
+//! Under a pool's limits ([`pack_within`]), its own or shared ones, the goal changes: the most pods
+//! first, the lowest price second, with the nodes' sizes (capacities, and draws on shared limits)
+//! summing to no more than what the limits leave. Karpenter's loop charges each claim its largest
+//! option and fills it before opening the next, so a limit that two small nodes would respect can be
+//! spent on one large node holding fewer pods.
 //!
 //! The solver's side (each an `impl Solver` block): `cost` (the entry, `Solver::repack`: which
 //! groups, and whether their packing replaces them), `limits` (the pools with limits first, pending

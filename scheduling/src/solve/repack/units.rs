@@ -8,8 +8,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crds::quantity::Resources;
-
 use super::{Rules, TagSet};
 use crate::intern::Key;
 use crate::solve::{Claim, Relax, Solver};
@@ -197,7 +195,16 @@ impl Solver<'_> {
     }
 }
 
-/// cpu, memory, ephemeral storage, pods: the order of limits.
-pub(super) fn res4(r: &Resources) -> [i64; 4] {
-    [r.cpu_millis, r.memory_bytes, r.ephemeral_storage_bytes, r.pods]
+/// Claims' charges on a limit vector, summed dimension by dimension (a missing one counts 0).
+pub(super) fn sum_charges<'a>(charges: impl IntoIterator<Item = &'a Vec<i64>>) -> Vec<i64> {
+    let mut sum: Vec<i64> = Vec::new();
+    for c in charges {
+        if sum.len() < c.len() {
+            sum.resize(c.len(), 0);
+        }
+        for (a, x) in sum.iter_mut().zip(c) {
+            *a = a.saturating_add(*x);
+        }
+    }
+    sum
 }

@@ -1,7 +1,7 @@
 //! Packing within a pool's limits ([`pack_within`], [`pack_within_ruled`]): the most items first,
-//! the lowest price second, with the nodes' capacities summing to no more than the [`Budget`] the
-//! limits leave. Candidates: the unconstrained packings cut down to the budget, greedies that open
-//! the bin placing the most items per share of the budget, each tidied.
+//! the lowest price second, with the nodes' sizes (in each dimension the limits count) summing to no
+//! more than the [`Budget`] the limits leave. Candidates: the unconstrained packings cut down to the
+//! budget, greedies that open the bin placing the most items per share of the budget, each tidied.
 //!
 //! Owns the budget's arithmetic. Must not know about pools, pods or topology (the solver turns the
 //! limits into a [`Budget`]).
@@ -12,28 +12,30 @@ use super::Bin;
 use super::pack::{Takes, fit_count, times};
 use super::ruled::{NodeTags, Packing, Rules, TagSet, pack_ruled};
 
-/// What a pool's limits leave for a group of nodes: capacity per resource (cpu, memory,
-/// ephemeral storage, pods; `None` is unlimited), compared with the nodes' **capacity** as
-/// Karpenter does, and a node count (`None` is unlimited).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What the limits leave for a group of nodes: per dimension (`None` is unlimited), compared with
+/// the sum of the nodes' sizes in that dimension (the solver chooses the dimensions: capacity as
+/// Karpenter compares it, what a shared limit counts, ...), and a node count (`None` is unlimited).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Budget {
-    pub res: [Option<i64>; 4],
+    pub res: Vec<Option<i64>>,
     pub nodes: Option<usize>,
 }
 
-fn dims(r: &Resources) -> [i64; 4] {
-    [r.cpu_millis, r.memory_bytes, r.ephemeral_storage_bytes, r.pods]
-}
-
 impl Budget {
-    /// Whether nodes of capacities summing to `used`, `count` of them, stay within the budget.
-    pub fn holds(&self, used: &[i64; 4], count: usize) -> bool {
+    /// Whether nodes of sizes summing to `used`, `count` of them, stay within the budget.
+    pub fn holds(&self, used: &[i64], count: usize) -> bool {
         self.res.iter().zip(used).all(|(l, u)| l.is_none_or(|l| *u <= l)) && self.nodes.is_none_or(|n| count <= n)
     }
 
-    /// Whether `a` is no larger than `b` on every limited resource.
-    pub fn no_larger(&self, a: &Resources, b: &Resources) -> bool {
-        self.res.iter().zip(dims(a).into_iter().zip(dims(b))).all(|(l, (x, y))| l.is_none() || x <= y)
+    /// [`Self::holds`] for `used + plus`, without building the sum (hot in the merges).
+    fn holds_plus(&self, used: &[i64], plus: &[i64], count: usize) -> bool {
+        self.res.iter().zip(used.iter().zip(plus)).all(|(l, (u, p))| l.is_none_or(|l| u.saturating_add(*p) <= l))
+            && self.nodes.is_none_or(|n| count <= n)
+    }
+
+    /// Whether `a` is no larger than `b` on every limited dimension.
+    pub fn no_larger(&self, a: &[i64], b: &[i64]) -> bool {
+        self.res.iter().zip(a.iter().zip(b)).all(|(l, (x, y))| l.is_none() || x <= y)
     }
 }
 
@@ -48,7 +50,8 @@ struct Node {
 struct Ctx<'a> {
     items: &'a [Resources],
     bins: &'a [Bin],
-    caps: &'a [Resources],
+    /// Each bin's size in the budget's dimensions.
+    caps: &'a [Vec<i64>],
     budget: &'a Budget,
     rules: &'a Rules,
     /// Some item has tags: nodes must be checked against the rules.
@@ -81,12 +84,10 @@ impl Ctx<'_> {
         })
     }
 
-    fn usage(&self, plan: &[Node]) -> [i64; 4] {
-        let mut u = [0i64; 4];
+    fn usage(&self, plan: &[Node]) -> Vec<i64> {
+        let mut u = vec![0i64; self.budget.res.len()];
         for n in plan {
-            for (a, c) in u.iter_mut().zip(dims(&self.caps[n.bin])) {
-                *a = a.saturating_add(c);
-            }
+            add(&mut u, &self.caps[n.bin]);
         }
         u
     }
@@ -99,20 +100,21 @@ impl Ctx<'_> {
         plan.iter().map(|n| self.bins[n.bin].price).sum()
     }
 
-    /// The usage with node `at` switched to bin `b` (or removed when `b` is `None`).
-    fn usage_with(&self, usage: &[i64; 4], old: usize, new: Option<usize>) -> [i64; 4] {
-        let mut u = *usage;
-        let o = dims(&self.caps[old]);
-        let n = new.map(|b| dims(&self.caps[b])).unwrap_or([0; 4]);
-        for k in 0..4 {
-            u[k] = u[k].saturating_sub(o[k]).saturating_add(n[k]);
+    /// The usage with a node of bin `old` switched to bin `new` (or removed when `new` is `None`).
+    fn usage_with(&self, usage: &[i64], old: usize, new: Option<usize>) -> Vec<i64> {
+        let mut u = usage.to_vec();
+        for (a, o) in u.iter_mut().zip(&self.caps[old]) {
+            *a = a.saturating_sub(*o);
+        }
+        if let Some(b) = new {
+            add(&mut u, &self.caps[b]);
         }
         u
     }
 
     /// Cheapest bin holding `used` whose swap for `old` keeps the plan within the budget, or (when
     /// the plan is over it) at least lowers no limited resource; ties: smaller capacity, then index.
-    fn cheapest_for(&self, used: &Resources, old: usize, usage: &[i64; 4], count: usize) -> usize {
+    fn cheapest_for(&self, used: &Resources, old: usize, usage: &[i64], count: usize) -> usize {
         let within = self.budget.holds(usage, count);
         let mut best = old;
         for (b, bin) in self.bins.iter().enumerate() {
@@ -161,11 +163,7 @@ impl Ctx<'_> {
                         if bin.price >= old || !used.fits(&bin.room) {
                             continue;
                         }
-                        let mut u = without;
-                        for (a, c) in u.iter_mut().zip(dims(&self.caps[b])) {
-                            *a = a.saturating_add(c);
-                        }
-                        if !self.budget.holds(&u, plan.len() - 1) {
+                        if !self.budget.holds_plus(&without, &self.caps[b], plan.len() - 1) {
                             continue;
                         }
                         let gain = old - bin.price;
@@ -190,11 +188,10 @@ impl Ctx<'_> {
         let mut dropped: Vec<usize> = Vec::new();
         while !self.within(plan) && !plan.is_empty() {
             let share = |n: &Node| -> f64 {
-                let c = dims(&self.caps[n.bin]);
                 let mut s: f64 = 0.0;
-                for (l, c) in self.budget.res.iter().zip(c) {
+                for (l, c) in self.budget.res.iter().zip(&self.caps[n.bin]) {
                     if let Some(l) = l {
-                        s = s.max(c as f64 / (*l).max(1) as f64);
+                        s = s.max(*c as f64 / (*l).max(1) as f64);
                     }
                 }
                 if let Some(n) = self.budget.nodes {
@@ -236,18 +233,14 @@ impl Ctx<'_> {
             list.reverse(); // taken from the back: first in order first
         }
         let mut plan: Vec<Node> = Vec::new();
-        let mut usage = [0i64; 4];
+        let mut usage = vec![0i64; self.budget.res.len()];
         loop {
             let mut best: Option<(f64, f64, usize, Takes)> = None;
             for (b, bin) in self.bins.iter().enumerate() {
                 if only.is_some_and(|o| o != b) {
                     continue;
                 }
-                let mut u = usage;
-                for (a, c) in u.iter_mut().zip(dims(&self.caps[b])) {
-                    *a = a.saturating_add(c);
-                }
-                if !self.budget.holds(&u, plan.len() + 1) {
+                if !self.budget.holds_plus(&usage, &self.caps[b], plan.len() + 1) {
                     continue;
                 }
                 let mut room = bin.room;
@@ -273,11 +266,10 @@ impl Ctx<'_> {
                     continue;
                 }
                 // Share of what the budget still leaves.
-                let c = dims(&self.caps[b]);
                 let mut share: f64 = 1e-12;
-                for ((l, c), u) in self.budget.res.iter().zip(c).zip(usage) {
+                for ((l, c), u) in self.budget.res.iter().zip(&self.caps[b]).zip(&usage) {
                     if let Some(l) = l {
-                        share = share.max(c as f64 / (l - u).max(1) as f64);
+                        share = share.max(*c as f64 / l.saturating_sub(*u).max(1) as f64);
                     }
                 }
                 if let Some(n) = self.budget.nodes {
@@ -304,12 +296,17 @@ impl Ctx<'_> {
                     }
                 }
             }
-            for (a, c) in usage.iter_mut().zip(dims(&self.caps[b])) {
-                *a = a.saturating_add(c);
-            }
+            add(&mut usage, &self.caps[b]);
             plan.push(node);
         }
         plan
+    }
+}
+
+/// Adds a size to a usage, dimension by dimension.
+fn add(usage: &mut [i64], size: &[i64]) {
+    for (a, c) in usage.iter_mut().zip(size) {
+        *a = a.saturating_add(*c);
     }
 }
 
@@ -322,13 +319,13 @@ fn size_cmp(a: &Resources, b: &Resources) -> std::cmp::Ordering {
     key(a).total_cmp(&key(b)).then((a.cpu_millis, a.memory_bytes).cmp(&(b.cpu_millis, b.memory_bytes)))
 }
 
-/// Packs `items` into nodes of `bins` (capacities `caps`, charged against `budget`): the most items
+/// Packs `items` into nodes of `bins` (sizes `caps`, charged against `budget`): the most items
 /// first, the lowest price second, never beyond the budget. Returns `(bin, item indices)` per node;
 /// items in no node are left out. Candidates: the unconstrained packings ([`pack`](fn@super::pack),
 /// [`pack_balanced`](super::pack_balanced), [`pack_ffd`](super::pack_ffd)) when they fit the budget, else cut down to it; a greedy that
 /// opens the bin placing the most items per share of the budget left; and one per bin with only that
 /// bin; each tidied (cheapest bin per node, cheaper merges of two nodes). Pure and deterministic.
-pub fn pack_within(items: &[Resources], bins: &[Bin], caps: &[Resources], budget: &Budget) -> Vec<(usize, Vec<usize>)> {
+pub fn pack_within(items: &[Resources], bins: &[Bin], caps: &[Vec<i64>], budget: &Budget) -> Vec<(usize, Vec<usize>)> {
     let rules = Rules { sets: vec![TagSet::default()], item_set: vec![0; items.len()], caps: Default::default() };
     pack_within_ruled(items, &rules, bins, caps, budget)
 }
@@ -341,15 +338,14 @@ pub fn pack_within_ruled(
     items: &[Resources],
     rules: &Rules,
     bins: &[Bin],
-    caps: &[Resources],
+    caps: &[Vec<i64>],
     budget: &Budget,
 ) -> Vec<(usize, Vec<usize>)> {
     let ruled = rules.sets.iter().any(|s| !s.marks.is_empty() || !s.blocks.is_empty());
     let ctx = Ctx { items, bins, caps, budget, rules, ruled };
-    let alone = Budget { res: budget.res, nodes: budget.nodes.map(|n| n.min(1)) };
-    // Items some bin holds whose capacity alone is within the budget.
+    // Items some bin holds whose size alone is within the budget.
     let placeable: Vec<usize> = (0..items.len())
-        .filter(|&i| bins.iter().zip(caps).any(|(b, c)| items[i].fits(&b.room) && alone.holds(&dims(c), 1)))
+        .filter(|&i| bins.iter().zip(caps).any(|(b, c)| items[i].fits(&b.room) && budget.holds(c, 1)))
         .collect();
     if placeable.is_empty() {
         return Vec::new();
