@@ -107,6 +107,19 @@ pub fn builtin(name: &str) -> Option<&'static BuiltinFlavor> {
     BUILTIN_FLAVORS.iter().find(|f| f.name == name)
 }
 
+/// The kernel-visible KiB per nominal GB measured on `M` (15988992 / 16).
+pub const KI_PER_NOMINAL_GB: i64 = 999_312;
+
+/// The nominal GB (10^9 bytes) Clever Cloud counts a flavor's node as, against the quota and for
+/// its price: the built-in row's for a built-in name, else its memory over the ratio measured on `M`,
+/// rounded (a `FlavorCatalog` flavor has no nominal size of its own).
+pub fn nominal_gb(name: &str, memory_ki: i64) -> i64 {
+    match builtin(name) {
+        Some(b) => b.nominal_gb,
+        None => (memory_ki.max(0) + KI_PER_NOMINAL_GB / 2) / KI_PER_NOMINAL_GB,
+    }
+}
+
 /// Platform rates used by the price formula.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Rates {

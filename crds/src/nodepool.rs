@@ -90,8 +90,9 @@ pub struct NodePoolSpec {
     #[serde(default)]
     pub disruption: Disruption,
     /// Ceiling on the resources of all nodes of this pool (`cpu`, `memory`, `nodes`, `pods`, extended resources),
-    /// compared with node capacity. An absent key is unlimited. The hub never creates a node that would take the
-    /// pool above a limit.
+    /// compared with node capacity, and on their cost: `karpenter.clever-cloud.com/price-per-hour` (EUR per hour
+    /// at catalogue prices, a decimal string such as `"0.5"`). Counted per cluster for a fleet pool. An absent
+    /// key is unlimited. The hub never creates a node that would take the pool above a limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::common::resource_map")]
     pub limits: Option<ResourceMap>,

@@ -10,9 +10,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     controllers::cluster_report, controllers::cluster_status, controllers::disruption, controllers::flavorcatalog,
-    controllers::gc, controllers::nodeclaim, controllers::nodeclass, controllers::nodepool, controllers::provisioning,
-    decisions::capacity, decisions::hub_id, decisions::sharding as shard_rules, infra::apierror::plain, infra::clients,
-    infra::hub, infra::identity, infra::kubeconfig, infra::leader, infra::metrics, infra::registry, infra::sharding,
+    controllers::gc, controllers::nodeclaim, controllers::nodeclass, controllers::nodepool, controllers::organization,
+    controllers::provisioning, decisions::capacity, decisions::hub_id, decisions::sharding as shard_rules,
+    infra::apierror::plain, infra::clients, infra::hub, infra::identity, infra::kubeconfig, infra::leader,
+    infra::metrics, infra::registry, infra::sharding,
 };
 
 /// Flags of `karpenter-hub run` (each also read from the environment).
@@ -384,6 +385,7 @@ fn spawn_per_cluster(tasks: &mut tokio::task::JoinSet<()>, hub: &Arc<hub::Hub>, 
     tasks.spawn(gc::run(hub.clone(), shutdown.clone()));
     tasks.spawn(cluster_status::run(hub.clone(), shutdown.clone()));
     tasks.spawn(cluster_report::run(hub.clone(), shutdown.clone()));
+    tasks.spawn(organization::run(hub.clone(), shutdown.clone()));
 }
 
 async fn finish(mut tasks: tokio::task::JoinSet<()>, metrics: &metrics::Metrics) {

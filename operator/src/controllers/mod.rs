@@ -10,4 +10,5 @@ pub mod gc;
 pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodepool;
+pub mod organization;
 pub mod provisioning;

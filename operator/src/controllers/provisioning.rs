@@ -24,10 +24,12 @@ use crate::{
     decisions::fingerprint,
     decisions::input_corrections::{correct_from_nodes, mark_unavailable},
     decisions::new_claims::{BuildError, Cluster, candidate_names, node_claim},
+    decisions::organization::{self, Ceiling},
     infra::errors::{self, ApiError, Categorized, Category, Reconciler, Step, StepExt},
     infra::facts,
     infra::hub::{Hub, MgmtCache},
     infra::metrics::{ClusterLabels, PoolReasonLabels},
+    infra::organizations,
     infra::registry::{ClusterKey, Connection, WorkloadCache},
 };
 use crds::{NodeClaim, labels};
@@ -240,8 +242,15 @@ pub(crate) struct Solved {
 /// Decides a gathered round under the cluster's capacity memory at `now`: CKE's refusals
 /// (clever-cloud.md §3.5) first — no new claims while the cluster backs off, and flavors cooling
 /// down are not offered, so the decision picks another flavor —, then the node capacities the
-/// cluster reports, then the scheduling core, and the NodeClaims of its new claims.
-pub(crate) fn decide(round: &mut Round, key: &ClusterKey, capacity: &CapacityState, now: Timestamp) -> Decided {
+/// cluster reports, then the room its organisations leave it (`organizations`: name and room, a
+/// limit every pool draws on), then the scheduling core, and the NodeClaims of its new claims.
+pub(crate) fn decide(
+    round: &mut Round,
+    key: &ClusterKey,
+    capacity: &CapacityState,
+    organizations: &[(String, Ceiling)],
+    now: Timestamp,
+) -> Decided {
     if let Some(left) = capacity.backoff_remaining(now) {
         return Decided::BackingOff { left };
     }
@@ -250,6 +259,10 @@ pub(crate) fn decide(round: &mut Round, key: &ClusterKey, capacity: &CapacitySta
     mark_unavailable(input, &cooling);
     for (flavor, e) in correct_from_nodes(input, round.snapshot.nodes.iter().map(AsRef::as_ref)) {
         tracing::debug!(cluster = %key, flavor = %flavor, error = %e, "observed node capacity ignored");
+    }
+    for (name, left) in organizations {
+        let types: Vec<&crds::catalog::InstanceType> = input.pools.iter().flat_map(|p| &p.instance_types).collect();
+        input.shared.push(organization::shared_limit(name, *left, types));
     }
     let started = std::time::Instant::now();
     let decision = scheduling::solve(input);
@@ -313,7 +326,14 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
     log_notes(key, &round.notes);
     let capacity = hub.capacity(key).await.step(Step::ReadCapacity)?;
     let now = hub.now();
-    let solved = match decide(&mut round, key, &capacity, now) {
+    // The room each organisation of the cluster leaves it (the cache: a launch reserves live).
+    let orgs: Vec<(String, Ceiling)> = organizations::cached(hub, key)
+        .await?
+        .iter()
+        .map(|o| (o.name_any(), organization::headroom_for(o, organizations::id(key), now)))
+        .filter(|(_, left)| left.is_limited())
+        .collect();
+    let solved = match decide(&mut round, key, &capacity, &orgs, now) {
         Decided::BackingOff { left } => {
             tracing::debug!(cluster = %key, pods = round.input.pods.len(), seconds = left.as_secs(), "creation back-off after a CKE refusal; pods wait");
             return Ok(Outcome::Deferred { until: tokio::time::Instant::now() + left.min(RESYNC) });

@@ -76,6 +76,8 @@ steps! {
     ReadRegistrationSecret => "read_registration_secret", "reading the cluster's registration Secret";
     WriteWorkloadCluster => "write_workloadcluster", "creating the cluster's WorkloadCluster report";
     WriteWorkloadClusterStatus => "write_workloadcluster_status", "writing the cluster's WorkloadCluster report";
+    ReadOrganization => "read_organization", "reading the CleverOrganizations live";
+    WriteOrganizationStatus => "write_organization_status", "writing the CleverOrganization's ledger (its status)";
     // A workload cluster.
     ReadNodeGroup => "read_nodegroup", "reading the NodeGroup live";
     CreateNodeGroup => "create_nodegroup", "creating the NodeGroup";
@@ -276,6 +278,7 @@ pub enum Reconciler {
     NodeClass,
     FlavorCatalog,
     ClusterReport,
+    Organization,
 }
 
 impl Reconciler {
@@ -287,6 +290,7 @@ impl Reconciler {
         Reconciler::NodeClass,
         Reconciler::FlavorCatalog,
         Reconciler::ClusterReport,
+        Reconciler::Organization,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -298,6 +302,7 @@ impl Reconciler {
             Reconciler::NodeClass => "nodeclass",
             Reconciler::FlavorCatalog => "flavorcatalog",
             Reconciler::ClusterReport => "cluster_report",
+            Reconciler::Organization => "organization",
         }
     }
 }

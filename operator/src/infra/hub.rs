@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use crds::{CleverNodeClass, FlavorCatalog, NodeClaim, NodePool};
+use crds::{CleverNodeClass, CleverOrganization, FlavorCatalog, NodeClaim, NodePool};
 use futures::StreamExt;
 use k8s_openapi::{
     api::core::v1::{ConfigMap, ObjectReference},
@@ -134,6 +134,9 @@ pub struct MgmtCache {
     pub pools: Store<NodePool>,
     pub classes: Store<CleverNodeClass>,
     pub catalogs: Store<FlavorCatalog>,
+    /// Cluster-scoped, watched whatever `--namespace` says; not part of readiness (an install
+    /// without the CRD or the RBAC has none, and a launch reads them live before it acts).
+    pub organizations: Store<CleverOrganization>,
     ready: tokio::sync::watch::Receiver<bool>,
     scope: tokio::sync::watch::Receiver<u64>,
 }
@@ -145,6 +148,7 @@ impl std::fmt::Debug for MgmtCache {
             .field("pools", &self.pools.len())
             .field("classes", &self.classes.len())
             .field("catalogs", &self.catalogs.len())
+            .field("organizations", &self.organizations.len())
             .field("ready", &self.is_ready())
             .finish()
     }
@@ -176,7 +180,14 @@ impl MgmtCache {
         let catalogs = spawn_reflector(
             scoped::<FlavorCatalog>(mgmt, namespace),
             shutdown,
-            Some((scope_tx, |f: &FlavorCatalog| generation(f.metadata.generation), true)),
+            Some((scope_tx.clone(), |f: &FlavorCatalog| generation(f.metadata.generation), true)),
+        );
+        // An organisation's headroom is news for the pods that wait: its spec, and the usage and
+        // quota its status sums up.
+        let organizations = spawn_reflector(
+            Api::<CleverOrganization>::all(mgmt.clone()),
+            shutdown,
+            Some((scope_tx, organization_scope, true)),
         );
         let (tx, ready) = tokio::sync::watch::channel(false);
         let (c, p, k, f) = (claims.clone(), pools.clone(), classes.clone(), catalogs.clone());
@@ -190,7 +201,7 @@ impl MgmtCache {
                 let _ = tx.send(true);
             }
         });
-        Self { claims, pools, classes, catalogs, ready, scope }
+        Self { claims, pools, classes, catalogs, organizations, ready, scope }
     }
 
     /// A counter bumped whenever something provisioning decides from changes (see [`Self::start`]);
@@ -243,6 +254,17 @@ fn generation(g: Option<i64>) -> u64 {
 fn class_scope(c: &CleverNodeClass) -> u64 {
     let ready = conditions::is_true(c.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default(), "Ready");
     generation(c.metadata.generation) << 1 | u64::from(ready)
+}
+
+fn organization_scope(o: &CleverOrganization) -> u64 {
+    let s = o.status.as_ref();
+    crate::decisions::fingerprint::one((
+        o.metadata.generation,
+        s.and_then(|s| s.used.as_ref()).map(|u| (&u.cpu, &u.memory)),
+        s.and_then(|s| s.quota.as_ref()).map(|q| (&q.cpu, &q.memory)),
+        s.and_then(|s| s.price_per_hour.as_ref()),
+        s.map(|s| s.clusters.iter().map(|c| c.waiting.is_some()).collect::<Vec<_>>()),
+    ))
 }
 
 /// Where a watch reports changes of its objects' relevant part: the counter, the part (a
@@ -311,7 +333,15 @@ pub struct Hub {
     /// deleted (shown on their NodePools as `GarbageCollectionHalted`); a counter of changes.
     gc_halts: std::sync::Mutex<BTreeMap<ClusterKey, String>>,
     gc_halt_changes: tokio::sync::watch::Sender<u64>,
+    /// Namespace labels read for organisations' namespace selectors, with when they were read.
+    namespace_labels: std::sync::Mutex<NamespaceLabels>,
 }
+
+/// Namespace labels by namespace, with when they were read.
+type NamespaceLabels = BTreeMap<String, (tokio::time::Instant, BTreeMap<String, String>)>;
+
+/// How long a namespace's labels read for an organisation's namespace selector are trusted.
+const NAMESPACE_LABELS_TTL: Duration = Duration::from_secs(30);
 
 impl std::fmt::Debug for Hub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -353,6 +383,7 @@ impl Hub {
             class_generations: std::sync::Mutex::new(BTreeMap::new()),
             gc_halts: std::sync::Mutex::new(BTreeMap::new()),
             gc_halt_changes: tokio::sync::watch::Sender::new(0),
+            namespace_labels: std::sync::Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -381,6 +412,24 @@ impl Hub {
         futures::stream::unfold(self.gc_halt_changes.subscribe(), |mut rx| async move {
             rx.changed().await.ok().map(|()| ((), rx))
         })
+    }
+
+    /// The labels of management namespace `ns` (for organisations' namespace selectors), read at
+    /// most every [`NAMESPACE_LABELS_TTL`]; a namespace gone has none.
+    pub async fn namespace_labels(&self, ns: &str) -> Result<BTreeMap<String, String>, kube::Error> {
+        let now = tokio::time::Instant::now();
+        if let Some((at, labels)) = self.namespace_labels.lock().unwrap_or_else(PoisonError::into_inner).get(ns)
+            && now.duration_since(*at) < NAMESPACE_LABELS_TTL
+        {
+            return Ok(labels.clone());
+        }
+        let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.mgmt.clone());
+        let labels = api.get_metadata_opt(ns).await?.and_then(|m| m.metadata.labels).unwrap_or_default();
+        self.namespace_labels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(ns.to_string(), (now, labels.clone()));
+        Ok(labels)
     }
 
     /// Who this hub is on cluster `key`, for the ownership proof: [`Settings::owner`] with the move
@@ -677,7 +726,8 @@ impl MgmtCache {
     ) -> Self {
         let (_, ready) = tokio::sync::watch::channel(ready);
         let (_, scope) = tokio::sync::watch::channel(0u64);
-        Self { claims, pools, classes, catalogs, ready, scope }
+        let (organizations, _) = reflector::store();
+        Self { claims, pools, classes, catalogs, organizations, ready, scope }
     }
 }
 

@@ -59,6 +59,22 @@ pub struct PoolPhaseLabels {
     pub phase: String,
 }
 
+/// An organisation's figure (fleet.md §4): `resource` is `cpu` (vCPUs), `memory` (bytes) or
+/// `price_per_hour` (EUR), `kind` is `limit`, `used` or `reserved`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct OrganizationLabels {
+    pub organization: String,
+    pub resource: String,
+    pub kind: String,
+}
+
+/// An organisation spans clusters: its series go with the organisation, not with a cluster.
+impl PerCluster for OrganizationLabels {
+    fn cluster(&self) -> &str {
+        ""
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct ClaimLabels {
     pub cluster: String,
@@ -295,6 +311,8 @@ pub struct Metrics {
     pub nodepool_price: Tracked<PoolLabels, FloatGauge>,
     /// A fleet pool's rollout: 1 for each selected cluster's current phase.
     pub rollout_phase: Tracked<PoolPhaseLabels, Gauge>,
+    /// Each organisation's quota, usage and reservations across its clusters.
+    pub organization_quota: Tracked<OrganizationLabels, FloatGauge>,
     /// Pods of the cluster that trigger provisioning, at the provisioning loop's last look.
     pub queue_depth: Tracked<ClusterLabels, Gauge>,
     /// Pods the last provisioning decision of the cluster could not place.
@@ -369,6 +387,7 @@ impl Metrics {
             nodepool_limit: Tracked::default(),
             nodepool_price: Tracked::default(),
             rollout_phase: Tracked::default(),
+            organization_quota: Tracked::default(),
             queue_depth: Tracked::default(),
             unschedulable_pods: Tracked::default(),
             termination_duration: Tracked::with_constructor(termination_histogram as Buckets),
@@ -547,6 +566,12 @@ impl Metrics {
             "karpenter_hub_nodepool_rollout_phase",
             "Phase of the workload cluster in the fleet NodePool's rollout (1 for the current one)",
             &m.rollout_phase,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_organization_quota",
+            "A CleverOrganization's effective quota (kind=limit), usage across its clusters (kind=used: every node, NodeGroups not yet a node, reservations) and reservations of launches about to be sent (kind=reserved); resource cpu in vCPUs, memory in bytes, price_per_hour in EUR per hour (the hub's nodes). The same on every replica",
+            &m.organization_quota,
         );
         register(
             &mut r,

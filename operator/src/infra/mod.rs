@@ -1,6 +1,7 @@
 //! What the controllers run on: the shared hub context, the registry of workload-cluster
 //! connections, leader election, sharding across replicas and the fence on workload clients, metrics, the API-error helpers
-//! and what a failed step is called ([`errors`]), manifests, and a cluster's facts read from the watch caches ([`facts`]).
+//! and what a failed step is called ([`errors`]), manifests, a cluster's facts read from the watch caches ([`facts`]), and the organisations' ledger
+//! writes ([`organizations`]).
 //! No decisions.
 
 pub mod apierror;
@@ -17,6 +18,7 @@ pub mod kubeconfig;
 pub mod leader;
 pub mod manifests;
 pub mod metrics;
+pub mod organizations;
 pub mod registry;
 pub mod sharding;
 

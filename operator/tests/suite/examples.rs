@@ -83,7 +83,7 @@ impl Server for Offline {
 }
 
 /// A real API server reached through a kubeconfig.
-mod remote {
+pub(crate) mod remote {
     use super::*;
     use kube::{
         Api, Client, Config,
@@ -161,7 +161,12 @@ mod remote {
                 other => format!("{}s", other.to_lowercase()),
             };
             let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), &plural);
-            Api::namespaced_with(self.client.clone(), &self.namespace, &ar)
+            // An organisation spans namespaces (cluster-scoped).
+            if kind == "CleverOrganization" {
+                Api::all_with(self.client.clone(), &ar)
+            } else {
+                Api::namespaced_with(self.client.clone(), &self.namespace, &ar)
+            }
         }
 
         fn message(e: kube::Error) -> String {
@@ -288,7 +293,7 @@ fn every_generated_crd_is_established_on_a_real_api_server() {
     // What `karpenter-hub crds` prints (the hub's CRDs) and the committed test-only CRDs.
     let mut crds: Vec<CustomResourceDefinition> =
         serde_saphyr::from_multiple(&crds::crd::render_all().unwrap()).unwrap();
-    assert_eq!(crds.len(), 5, "the hub ships five CRDs");
+    assert_eq!(crds.len(), 6, "the hub ships six CRDs");
     crds.extend(crds::crd::testing_crds().into_iter().map(|f| f.crd));
     rt.block_on(async {
         remote::apply_crds(&client, &crds).await;
@@ -317,6 +322,7 @@ fn valid_examples_read_into_the_typed_api() {
                 "NodeClaim" => serde_json::from_value::<crds::NodeClaim>(doc).map(|_| ()),
                 "CleverNodeClass" => serde_json::from_value::<crds::CleverNodeClass>(doc).map(|_| ()),
                 "FlavorCatalog" => serde_json::from_value::<crds::FlavorCatalog>(doc).map(|_| ()),
+                "CleverOrganization" => serde_json::from_value::<crds::CleverOrganization>(doc).map(|_| ()),
                 _ => Ok(()),
             };
             res.unwrap_or_else(|e| panic!("{}: {kind} does not read into the typed API: {e}", path.display()));
@@ -358,7 +364,8 @@ fn crds_command_prints_every_crd() {
             "nodeclaims.karpenter.clever-cloud.com",
             "clevernodeclasses.karpenter.clever-cloud.com",
             "flavorcatalogs.karpenter.clever-cloud.com",
-            "workloadclusters.karpenter.clever-cloud.com"
+            "workloadclusters.karpenter.clever-cloud.com",
+            "cleverorganizations.karpenter.clever-cloud.com"
         ]
     );
 }

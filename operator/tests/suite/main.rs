@@ -28,6 +28,7 @@ mod leader;
 mod lifecycle;
 mod metrics_docs;
 mod metrics_series;
+mod organization;
 mod plan;
 mod provisioning;
 mod register;

@@ -13,9 +13,9 @@ use std::{
 };
 
 use operator::infra::metrics::{
-    CatalogLabels, ClaimLabels, ClusterLabels, DecisionLabels, MethodErrorLabels, MethodLabels, Metrics, PhaseLabels,
-    PoolLabels, PoolPhaseLabels, PoolReasonLabels, PoolResourceLabels, ReasonLabels, ReconcileErrorLabels,
-    ResultLabels, RetryLabels,
+    CatalogLabels, ClaimLabels, ClusterLabels, DecisionLabels, MethodErrorLabels, MethodLabels, Metrics,
+    OrganizationLabels, PhaseLabels, PoolLabels, PoolPhaseLabels, PoolReasonLabels, PoolResourceLabels, ReasonLabels,
+    ReconcileErrorLabels, ResultLabels, RetryLabels,
 };
 
 fn repo_file(path: &str) -> (PathBuf, String) {
@@ -96,6 +96,9 @@ fn hub_exposition() -> String {
     m.nodepool_usage.get(&pool_resource).set(1.0);
     m.nodepool_limit.get(&pool_resource).set(1.0);
     m.nodepool_price.get(&pool).set(0.1);
+    m.organization_quota
+        .get(&OrganizationLabels { organization: "acme".into(), resource: "cpu".into(), kind: "used".into() })
+        .set(34.0);
     m.rollout_phase
         .get(&PoolPhaseLabels { cluster: cluster.clone(), nodepool: "default".into(), phase: "Progressing".into() })
         .set(1);

@@ -26,17 +26,19 @@ use super::{Claim, Error, write_status};
 use crate::{
     decisions::{
         launch::{self, Adoption, Attempt, ClaimWrite, Counter, Creation, End, LaunchError, Launched, Step},
+        organization::{self, Launch, Sizer},
         ownership,
     },
     infra::{
         errors::{self, ApiError, StepExt},
         hub::{ClusterOwner, Hub},
         metrics::Metrics,
+        organizations::{self, ReserveError},
         registry::Connection,
     },
 };
 use crds::{
-    CleverNodeClass, FlavorCatalog, NodeClaimStatus, NodeGroup,
+    CleverNodeClass, CleverOrganization, FlavorCatalog, NodeClaimStatus, NodeGroup,
     catalog::{Catalog, InstanceType},
     nodegroup::Verdict,
 };
@@ -216,6 +218,13 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
         Some(g) => Some(NodeGroup::clone(&g)),
         None => None,
     };
+    // The cluster's organisations, read live: a create spends their headroom (fleet.md §4).
+    let orgs = match existing {
+        None => organizations::live(hub, &c.key).await?,
+        Some(_) => Vec::new(),
+    };
+    let whose = orgs.iter().map(|o| format!("organisation {}", o.name_any())).collect::<Vec<_>>().join(", ");
+    let headroom = orgs.iter().map(|o| organization::headroom(o)).reduce(|a, b| a.min(&b));
     let who = hub.owner_on(&c.key);
     let cluster = c.key.to_string();
     let facts = launch::Facts {
@@ -226,6 +235,7 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
         class,
         types: &types,
         capacity: &capacity,
+        headroom: headroom.map(|h| (h, whose.as_str())),
         now,
     };
     let (flavor, group) = match launch::next_step(&facts, existing).map_err(Failure::Launch)? {
@@ -236,7 +246,19 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
         }
         Step::Create(new) => {
             let Creation { flavor, price_hourly, group: desired } = *new;
-            match hub.metrics.cloudprovider(&c.key, "create", groups.create(&PostParams::default(), &desired)).await {
+            if !orgs.is_empty() {
+                reserve(c, hub, &orgs, &group_name, &flavor, &types).await?;
+            }
+            let created =
+                hub.metrics.cloudprovider(&c.key, "create", groups.create(&PostParams::default(), &desired)).await;
+            if let Err(e) = &created
+                && !matches!(e, kube::Error::Api(s) if s.code == 409)
+                && !orgs.is_empty()
+            {
+                // Nothing was created: the headroom goes back at once.
+                release(c, hub, &group_name, None).await;
+            }
+            match created {
                 Ok(created) => {
                     tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group_name, flavor = %flavor, price = price_hourly, "created NodeGroup; awaiting CKE's verdict");
                     (flavor, created)
@@ -321,6 +343,7 @@ async fn write_verdict(
             hub.update_capacity(&c.key, now, |s| s.record_vanish(&flavor, now, hub.settings.capacity))
                 .await
                 .step(errors::Step::WriteCapacity)?;
+            release(c, hub, &group.name_any(), None).await;
         }
         launch::Write::RecordRejection { flavor, message, flavors } => {
             hub.update_capacity(&c.key, now, |s| {
@@ -328,6 +351,8 @@ async fn write_verdict(
             })
             .await
             .step(errors::Step::WriteCapacity)?;
+            // A refused reservation goes back at once, and the refusal teaches the quota.
+            release(c, hub, &group.name_any(), Some(&message)).await;
         }
         launch::Write::DeleteRefusedGroup { flavor, message } => {
             // Never a group still in its first reconcile: this one has CKE's verdict.
@@ -340,6 +365,49 @@ async fn write_verdict(
         }
     }
     Ok(())
+}
+
+/// Reserve the group's flavor in the cluster's organisations before its create (fleet.md §4): a
+/// launch the organisation has no headroom for fails as insufficient capacity with its words (the
+/// claim is deleted and its pods planned again against the headroom), a ledger too busy to write
+/// retries soon.
+async fn reserve(
+    c: &Claim<'_>,
+    hub: &Hub,
+    orgs: &[Arc<CleverOrganization>],
+    group: &str,
+    flavor: &str,
+    types: &[InstanceType],
+) -> Result<(), Failure> {
+    let Some(t) = types.iter().find(|t| t.name == flavor) else { return Ok(()) };
+    let pool = c.obj.labels().get(crds::labels::NODEPOOL).cloned().unwrap_or_default();
+    let weight = hub.cache.pools.get(&ObjectRef::new(&pool).within(&c.ns)).and_then(|p| p.spec.weight).unwrap_or(0);
+    // The claim was made for pods that waited: its creation is when they started waiting, near enough.
+    let since = c.obj.metadata.creation_timestamp.as_ref().map_or_else(|| hub.now(), |t| t.0);
+    let launch = Launch { group, flavor, size: Sizer::of_type(t), weight, since };
+    match organizations::reserve(hub, &c.key, orgs, &launch).await {
+        Ok(names) => {
+            tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group, flavor = %flavor, organizations = ?names, "reserved the flavor in the organisation's quota");
+            Ok(())
+        }
+        Err(ReserveError::Short(short)) => {
+            tracing::info!(cluster = %c.key, nodeclaim = %c.name, flavor = %flavor, reason = %short, "the organisation has no headroom for this launch; not sent");
+            Err(Failure::Launch(LaunchError::InsufficientCapacity(short.message)))
+        }
+        Err(e @ (ReserveError::Contended(_) | ReserveError::NotCounted(_))) => {
+            tracing::debug!(cluster = %c.key, nodeclaim = %c.name, reason = %e, "not reserved yet; retrying the launch");
+            Err(Failure::Pending(launch::RETRY_SOON))
+        }
+        Err(ReserveError::Api(e)) => Err(Failure::Kube(e)),
+    }
+}
+
+/// Return the group's reservation to the cluster's organisations (and learn from CKE's `refusal`);
+/// a failure leaves it to expire ([`crate::decisions::organization::RESERVATION_TTL`]).
+async fn release(c: &Claim<'_>, hub: &Hub, group: &str, refusal: Option<&str>) {
+    if let Err(e) = organizations::release(hub, &c.key, group, refusal).await {
+        tracing::warn!(cluster = %c.key, nodegroup = %group, step = e.step.label(), error = %e, "returning the organisation reservation failed; it expires on its own");
+    }
 }
 
 /// Go on with an adopted group: as it is, or first re-stamped as this management cluster's when it

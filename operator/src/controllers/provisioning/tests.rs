@@ -41,7 +41,7 @@ fn round_of(c: &Caches) -> Round {
 /// The round decided under no CKE refusal.
 fn solved(c: &Caches) -> (Round, Solved) {
     let mut round = round_of(c);
-    match decide(&mut round, &key(), &CapacityState::default(), now()) {
+    match decide(&mut round, &key(), &CapacityState::default(), &[], now()) {
         Decided::Solved(s) => (round, *s),
         other => panic!("expected a decision, got {other:?}"),
     }
@@ -170,7 +170,7 @@ fn a_back_off_holds_every_claim_and_flavors_cooling_down_are_not_offered() {
     let ram = "Quota exceeded: RAM max: limit = 40.0 GB | actual = 44.0 GB";
     capacity.record_rejection("2XS", ram, &flavors, now(), crate::decisions::capacity::Policy::default());
     let mut round = round_of(&c);
-    match decide(&mut round, &key(), &capacity, now()) {
+    match decide(&mut round, &key(), &capacity, &[], now()) {
         Decided::BackingOff { left } => assert!(left > Duration::ZERO),
         other => panic!("expected the back-off, got {other:?}"),
     }
@@ -178,7 +178,7 @@ fn a_back_off_holds_every_claim_and_flavors_cooling_down_are_not_offered() {
     // down: none of the pool's is offered, and the pod waits.
     capacity.backoff_until = None;
     let mut round = round_of(&c);
-    let Decided::Solved(s) = decide(&mut round, &key(), &capacity, now()) else { panic!("expected a decision") };
+    let Decided::Solved(s) = decide(&mut round, &key(), &capacity, &[], now()) else { panic!("expected a decision") };
     assert!(s.claims.is_empty(), "{:?}", planned(&round, &s));
     assert_eq!(s.decision.unschedulable.len(), 1);
     assert!(s.cooling.contains("2XS") && s.cooling.contains("M"), "{:?}", s.cooling);
@@ -193,4 +193,25 @@ fn the_claims_of_another_cluster_of_the_namespace_hold_none_of_its_pods() {
     let (round, s) = solved(&c);
     assert!(round.snapshot.node_claims.is_empty(), "only this cluster's claims are read");
     assert_eq!(planned(&round, &s), [("default".into(), "2XS".into(), vec!["web-0".into()])]);
+}
+
+/// The room an organisation leaves the cluster is a limit every pool draws on (fleet.md §4): the
+/// round picks what fits, and with no room the pods wait with the organisation named.
+#[test]
+fn the_organisations_room_limits_the_round() {
+    let c = cluster_with(vec![pending_pod("a", "3", "1Gi"), pending_pod("b", "3", "1Gi")]);
+    let room =
+        |cpu: i64| Ceiling { cpu_millis: Some(cpu * 1000), memory_bytes: Some(100_000_000_000), price_micros: None };
+    // Unlimited, one XS (6 vCPU) holds both pods.
+    let (round, s) = solved(&c);
+    assert_eq!(planned(&round, &s).iter().map(|(_, f, _)| f.as_str()).collect::<Vec<_>>(), ["XS"]);
+    // Four vCPU left: one 2XS for one pod, the other waits naming the organisation.
+    let mut round = round_of(&c);
+    let Decided::Solved(s) = decide(&mut round, &key(), &CapacityState::default(), &[("acme".into(), room(4))], now())
+    else {
+        panic!("expected a decision")
+    };
+    assert_eq!(planned(&round, &s).iter().map(|(_, f, _)| f.as_str()).collect::<Vec<_>>(), ["2XS"]);
+    assert_eq!(s.decision.unschedulable.len(), 1);
+    assert!(s.decision.unschedulable[0].reason.contains("organisation acme"), "{:?}", s.decision.unschedulable);
 }

@@ -18,6 +18,7 @@ use crate::decisions::{
     capacity::CapacityState,
     conditions, handover,
     lifecycle::{self, LaunchOutcome, READY},
+    organization::{Ceiling, Sizer},
     ownership::{self, ClaimIdentity, Owner},
 };
 use crds::{
@@ -82,6 +83,9 @@ pub struct Facts<'a> {
     pub types: &'a [InstanceType],
     /// The cluster's capacity memory, read after the gate (a refusal judged meanwhile counts).
     pub capacity: &'a CapacityState,
+    /// What the cluster's organisations leave ([`crate::decisions::organization::headroom`]), with
+    /// whose it is for messages (`organisation acme`); `None`: the cluster belongs to none.
+    pub headroom: Option<(Ceiling, &'a str)>,
     pub now: Timestamp,
 }
 
@@ -142,9 +146,28 @@ pub fn next_step(f: &Facts<'_>, existing: Option<NodeGroup>) -> Result<Step, Lau
     }
     let requests = f.claim.spec.resources.requests.as_ref().map(Resources::from_resource_list).transpose();
     let requests = requests.map_err(|e| LaunchError::InsufficientCapacity(format!("bad requests: {e}")))?;
-    let choice = choose(&f.claim.spec.requirements, &requests.unwrap_or(Resources::ZERO), f.types, |flavor| {
-        f.capacity.is_available(flavor, f.now)
-    })?;
+    let requests = requests.unwrap_or(Resources::ZERO);
+    let available = |flavor: &str| f.capacity.is_available(flavor, f.now);
+    // A flavor the organisation has no room for is not offered: the next fits, or none does.
+    let fits = |flavor: &str| {
+        f.headroom.is_none_or(|(left, _)| {
+            f.types.iter().find(|t| t.name == flavor).is_none_or(|t| left.admits(Sizer::of_type(t)))
+        })
+    };
+    let choice = match choose(&f.claim.spec.requirements, &requests, f.types, |fl| available(fl) && fits(fl)) {
+        Ok(choice) => choice,
+        Err(e) => {
+            return Err(match f.headroom {
+                Some((left, whose)) if choose(&f.claim.spec.requirements, &requests, f.types, available).is_ok() => {
+                    LaunchError::InsufficientCapacity(format!(
+                        "{whose}: no flavor this claim allows fits what is left of its quota ({})",
+                        left.describe()
+                    ))
+                }
+                _ => e,
+            });
+        }
+    };
     let flavor = choice.instance_type.name.clone();
     let id = ClaimIdentity {
         hub_id: f.owner.hub_id,
@@ -482,7 +505,17 @@ mod tests {
         types: &'a [InstanceType],
         capacity: &'a CapacityState,
     ) -> Facts<'a> {
-        Facts { claim, namespace: "team-a", cluster: "team-a/prod", owner: ME, class, types, capacity, now: t(100) }
+        Facts {
+            claim,
+            namespace: "team-a",
+            cluster: "team-a/prod",
+            owner: ME,
+            class,
+            types,
+            capacity,
+            headroom: None,
+            now: t(100),
+        }
     }
 
     /// The group this hub creates for `claim`, as CKE holds it.

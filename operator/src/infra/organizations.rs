@@ -1,0 +1,237 @@
+//! The organisations a cluster belongs to, and their ledger (fleet.md §4), as the controllers use
+//! them: provisioning reads the headroom from the cache, a launch reserves and releases live under
+//! optimistic concurrency, the ledger writer records counts. The rules are
+//! [`crate::decisions::organization`]'s.
+//!
+//! Owns: finding a cluster's organisations (cluster labels, namespace labels), the sizes of the
+//! flavors the hub knows, and the conditional writes of an organisation's status (each carries the
+//! resourceVersion it read: a conflict is judged again on the newer object, never overwritten).
+//! Must not: decide whether a launch fits, or write anything but an organisation's status.
+
+use std::sync::Arc;
+
+use kube::{Api, ResourceExt, api::PostParams};
+
+use crate::{
+    decisions::organization::{self, ClusterId, Launch, Short, Sizer},
+    infra::{
+        errors::{ApiError, Step, StepExt},
+        hub::Hub,
+        registry::ClusterKey,
+    },
+};
+use crds::{
+    CleverOrganization, FlavorCatalog,
+    catalog::{Catalog, Flavor},
+    organization::CleverOrganizationStatus,
+};
+
+/// How many times a ledger write judges again after losing a race, before it gives up (the
+/// launch is retried; nothing was reserved).
+const ATTEMPTS: usize = 8;
+
+/// The cluster's id in the ledger.
+pub fn id(key: &ClusterKey) -> ClusterId<'_> {
+    ClusterId { namespace: &key.namespace, name: &key.name }
+}
+
+/// The organisations of `orgs` that select cluster `key`.
+pub async fn selecting(
+    hub: &Hub,
+    key: &ClusterKey,
+    orgs: Vec<Arc<CleverOrganization>>,
+) -> Result<Vec<Arc<CleverOrganization>>, ApiError> {
+    if orgs.is_empty() {
+        return Ok(orgs);
+    }
+    let refs: Vec<&CleverOrganization> = orgs.iter().map(AsRef::as_ref).collect();
+    let ns_labels = if organization::needs_namespace_labels(&refs) {
+        hub.namespace_labels(&key.namespace).await.step(Step::ReadNamespace)?
+    } else {
+        Default::default()
+    };
+    let labels = hub.registry.labels(key);
+    Ok(orgs.into_iter().filter(|o| organization::selects(o, &ns_labels, &labels)).collect())
+}
+
+/// The cluster's organisations as the cache shows them (rounds plan with these).
+pub async fn cached(hub: &Hub, key: &ClusterKey) -> Result<Vec<Arc<CleverOrganization>>, ApiError> {
+    selecting(hub, key, hub.cache.organizations.state()).await
+}
+
+/// The cluster's organisations read live (a launch acts on these). Without the CRD or the right
+/// to read it there are none (the hub warns once through the ledger writer).
+pub async fn live(hub: &Hub, key: &ClusterKey) -> Result<Vec<Arc<CleverOrganization>>, ApiError> {
+    let api: Api<CleverOrganization> = Api::all(hub.mgmt.clone());
+    let all = match api.list(&Default::default()).await {
+        Ok(list) => list.items.into_iter().map(Arc::new).collect(),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => Vec::new(),
+        Err(e) => return Err(Step::ReadOrganization.failed(e)),
+    };
+    selecting(hub, key, all).await
+}
+
+/// Every flavor the hub knows, sized: the built-in ones, then the cached catalogues' own.
+pub fn sizer(hub: &Hub) -> Sizer {
+    let builtin = Catalog::builtin();
+    let catalogs: Vec<Arc<FlavorCatalog>> = hub.cache.catalogs.state();
+    let mut flavors: Vec<Flavor> = builtin.flavors.clone();
+    for fc in &catalogs {
+        if let Ok(merged) = crds::catalog::merge(&builtin.flavors, &fc.spec.flavors) {
+            flavors.extend(merged.flavors);
+        }
+    }
+    Sizer::new(&flavors)
+}
+
+/// How a conditional write ended.
+#[derive(Debug, Clone)]
+pub enum Written {
+    /// Stored; the object as stored.
+    Stored(Box<CleverOrganization>),
+    /// Someone wrote since it was read: read it again and judge again.
+    Conflict,
+    /// The organisation is gone.
+    Gone,
+}
+
+/// Writes `status` on `org` if nobody wrote since it was read.
+pub async fn write(hub: &Hub, org: &CleverOrganization, status: CleverOrganizationStatus) -> Result<Written, ApiError> {
+    let api: Api<CleverOrganization> = Api::all(hub.mgmt.clone());
+    let mut obj = org.clone();
+    obj.metadata.managed_fields = None;
+    obj.status = Some(status);
+    match api.replace_status(&org.name_any(), &PostParams::default(), &obj).await {
+        Ok(stored) => Ok(Written::Stored(Box::new(stored))),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Written::Conflict),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Written::Gone),
+        Err(e) => Err(Step::WriteOrganizationStatus.failed(e)),
+    }
+}
+
+/// The organisation read live; `None` once gone.
+pub async fn reread(hub: &Hub, name: &str) -> Result<Option<CleverOrganization>, ApiError> {
+    Api::<CleverOrganization>::all(hub.mgmt.clone()).get_opt(name).await.step(Step::ReadOrganization)
+}
+
+/// Why a launch was not reserved.
+#[derive(Debug, thiserror::Error)]
+pub enum ReserveError {
+    /// No headroom: the organisation's words.
+    #[error(transparent)]
+    Short(#[from] Short),
+    /// The cluster's own nodes are not in the ledger yet (just connected): the launch waits.
+    #[error("organisation {0}: this cluster has not been counted yet; retrying the launch")]
+    NotCounted(String),
+    /// Lost the race [`ATTEMPTS`] times in a row.
+    #[error("organisation {0}: its ledger changed under every attempt to reserve; retrying the launch")]
+    Contended(String),
+    #[error(transparent)]
+    Api(#[from] ApiError),
+}
+
+/// Reserves `launch` of cluster `key` in every organisation of `orgs` (read live), in name order;
+/// on a refusal, the reservations already taken are returned. Returns the organisations reserved in.
+pub async fn reserve(
+    hub: &Hub,
+    key: &ClusterKey,
+    orgs: &[Arc<CleverOrganization>],
+    launch: &Launch<'_>,
+) -> Result<Vec<String>, ReserveError> {
+    let mut done: Vec<String> = Vec::new();
+    for org in orgs {
+        match reserve_one(hub, key, org, launch).await {
+            Ok(true) => done.push(org.name_any()),
+            Ok(false) => {}
+            Err(e) => {
+                for name in &done {
+                    if let Err(r) = release_one(hub, key, name, launch.group, None).await {
+                        tracing::warn!(cluster = %key, organization = %name, nodegroup = %launch.group, error = %r, "returning a reservation failed; it expires on its own");
+                    }
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Reserves in one organisation; false when it is gone meanwhile.
+async fn reserve_one(
+    hub: &Hub,
+    key: &ClusterKey,
+    org: &CleverOrganization,
+    launch: &Launch<'_>,
+) -> Result<bool, ReserveError> {
+    let name = org.name_any();
+    let mut current = org.clone();
+    for _ in 0..ATTEMPTS {
+        let now = hub.now();
+        if !organization::counted(&current, id(key)) {
+            return Err(ReserveError::NotCounted(name));
+        }
+        let outcome = match organization::reserve(&current, id(key), launch, &hub.settings.replica, now) {
+            Ok(status) if current.status.as_ref() == Some(&status) => return Ok(true),
+            Ok(status) => write(hub, &current, status).await?,
+            Err(refused) => {
+                // The mark is what fairness reads; losing it to a race only delays the line.
+                let _ = write(hub, &current, refused.marked).await?;
+                return Err(ReserveError::Short(refused.short));
+            }
+        };
+        match outcome {
+            Written::Stored(_) => return Ok(true),
+            Written::Gone => return Ok(false),
+            Written::Conflict => match reread(hub, &name).await? {
+                Some(o) => current = o,
+                None => return Ok(false),
+            },
+        }
+    }
+    Err(ReserveError::Contended(name))
+}
+
+/// Returns cluster `key`'s reservation for `group` to every organisation holding it, and learns the
+/// quota from CKE's `refusal` message when there is one.
+pub async fn release(hub: &Hub, key: &ClusterKey, group: &str, refusal: Option<&str>) -> Result<(), ApiError> {
+    for org in live(hub, key).await? {
+        release_one(hub, key, &org.name_any(), group, refusal).await?;
+    }
+    Ok(())
+}
+
+async fn release_one(
+    hub: &Hub,
+    key: &ClusterKey,
+    name: &str,
+    group: &str,
+    refusal: Option<&str>,
+) -> Result<(), ApiError> {
+    let Some(mut current) = reread(hub, name).await? else {
+        return Ok(());
+    };
+    for _ in 0..ATTEMPTS {
+        let now = hub.now();
+        let mut status = organization::release(&current, id(key), group);
+        if let Some(message) = refusal {
+            let mut with = current.clone();
+            if let Some(s) = &status {
+                with.status = Some(s.clone());
+            }
+            if let Some(learned) = organization::learn(&with, id(key), message, now) {
+                tracing::info!(cluster = %key, organization = %name, "learned the organisation's quota from CKE's refusal");
+                status = Some(learned);
+            }
+        }
+        let Some(status) = status else { return Ok(()) };
+        match write(hub, &current, status).await? {
+            Written::Stored(_) | Written::Gone => return Ok(()),
+            Written::Conflict => match reread(hub, name).await? {
+                Some(o) => current = o,
+                None => return Ok(()),
+            },
+        }
+    }
+    tracing::warn!(cluster = %key, organization = %name, nodegroup = %group, "the organisation's ledger changed under every attempt to return a reservation; it expires on its own");
+    Ok(())
+}
