@@ -16,6 +16,7 @@ mod flavorcatalog;
 mod nodeclaim;
 mod nodeclass;
 mod nodepool;
+mod organization;
 pub mod schedule;
 
 use std::fmt;
@@ -24,6 +25,7 @@ pub use flavorcatalog::validate_flavor_catalog;
 pub use nodeclaim::validate_node_claim;
 pub use nodeclass::validate_node_class;
 pub use nodepool::{NodePoolReferences, validate_node_pool};
+pub use organization::validate_organization;
 
 use crate::validation;
 

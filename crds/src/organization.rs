@@ -40,7 +40,7 @@ use crate::selector::ClusterSelector;
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = Rule::new("has(self.quota) || has(self.limits)").message("set spec.quota (the organisation's vCPU and memory quota) or spec.limits (its cost ceiling, karpenter.clever-cloud.com/price-per-hour), or both: an organisation with neither limits nothing")
+    validation = Rule::new("(has(self.quota) && (has(self.quota.cpu) || has(self.quota.memory))) || (has(self.limits) && size(self.limits) > 0)").message("set spec.quota (the organisation's vCPU and memory quota) or spec.limits (its cost ceiling, karpenter.clever-cloud.com/price-per-hour), or both: an organisation with neither limits nothing")
 )]
 pub struct CleverOrganizationSpec {
     /// The registered clusters that belong to this organisation, by their labels (the registration
@@ -60,7 +60,10 @@ pub struct CleverOrganizationSpec {
     /// (EUR per hour, a decimal string such as `"2.5"`), counting the nodes the hub launches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::common::resource_map")]
-    #[x_kube(validation = Rule::new("self.all(k, k == 'karpenter.clever-cloud.com/price-per-hour')").message("spec.limits takes only karpenter.clever-cloud.com/price-per-hour (EUR per hour across the organisation's clusters); resource quotas go in spec.quota"))]
+    #[x_kube(
+        validation = Rule::new("self.all(k, k == 'karpenter.clever-cloud.com/price-per-hour')").message("spec.limits takes only karpenter.clever-cloud.com/price-per-hour (EUR per hour across the organisation's clusters); resource quotas go in spec.quota"),
+        validation = Rule::new("self.all(k, string(self[k]).matches('^([0-9]{1,12}([.][0-9]{0,6})?|[.][0-9]{1,6})$'))").message("karpenter.clever-cloud.com/price-per-hour is EUR per hour as a decimal string, digits with at most 6 decimals, e.g. \"2.5\" (no exponent, sign or unit)")
+    )]
     pub limits: Option<ResourceMap>,
 }
 

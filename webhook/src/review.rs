@@ -16,7 +16,7 @@ use std::fmt;
 use crds::admission::{Lookup, NodePoolReferences, Verdict};
 use crds::labels::{GROUP, NODECLASS_KIND};
 use crds::validation::dns1123_subdomain;
-use crds::{CleverNodeClass, FlavorCatalog, NodePool};
+use crds::{CleverNodeClass, CleverOrganization, FlavorCatalog, NodePool};
 use prometheus_client::encoding::EncodeLabelValue;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -41,11 +41,13 @@ pub enum Kind {
     FlavorCatalog,
     /// `NodePool`.
     NodePool,
+    /// `CleverOrganization` (cluster-scoped).
+    CleverOrganization,
 }
 
 impl Kind {
     /// Every validated kind.
-    pub const ALL: [Kind; 3] = [Kind::CleverNodeClass, Kind::FlavorCatalog, Kind::NodePool];
+    pub const ALL: [Kind; 4] = [Kind::CleverNodeClass, Kind::FlavorCatalog, Kind::NodePool, Kind::CleverOrganization];
 
     /// The kind's name in the API.
     pub fn name(self) -> &'static str {
@@ -53,6 +55,7 @@ impl Kind {
             Kind::CleverNodeClass => NODECLASS_KIND,
             Kind::FlavorCatalog => "FlavorCatalog",
             Kind::NodePool => "NodePool",
+            Kind::CleverOrganization => "CleverOrganization",
         }
     }
 
@@ -62,7 +65,14 @@ impl Kind {
             Kind::CleverNodeClass => "clevernodeclasses",
             Kind::FlavorCatalog => "flavorcatalogs",
             Kind::NodePool => "nodepools",
+            Kind::CleverOrganization => "cleverorganizations",
         }
+    }
+
+    /// Whether the resource is cluster-scoped: its objects have no namespace (the webhook
+    /// configuration's rule says `scope: Cluster`, and a namespaceSelector never skips them).
+    pub fn cluster_scoped(self) -> bool {
+        matches!(self, Kind::CleverOrganization)
     }
 
     /// The route the API server posts reviews of this kind to.
@@ -71,6 +81,7 @@ impl Kind {
             Kind::CleverNodeClass => "/validate/clevernodeclasses",
             Kind::FlavorCatalog => "/validate/flavorcatalogs",
             Kind::NodePool => "/validate/nodepools",
+            Kind::CleverOrganization => "/validate/cleverorganizations",
         }
     }
 }
@@ -234,6 +245,13 @@ pub enum Subject {
         /// The stored object, on update.
         old: Option<Box<NodePool>>,
     },
+    /// A `CleverOrganization`.
+    Organization {
+        /// The object as it would be stored.
+        new: Box<CleverOrganization>,
+        /// The stored object, on update.
+        old: Option<Box<CleverOrganization>>,
+    },
 }
 
 /// A create or update to validate.
@@ -241,7 +259,8 @@ pub enum Subject {
 pub struct Admission {
     /// The request's uid.
     pub uid: String,
-    /// The object's namespace (all the hub's kinds are namespaced).
+    /// The object's namespace; empty for a cluster-scoped kind (`CleverOrganization`), which
+    /// refers to nothing namespaced.
     pub namespace: String,
     /// The objects.
     pub subject: Subject,
@@ -329,6 +348,9 @@ pub fn read(route: Kind, body: &[u8]) -> Result<Step, BadRequest> {
             parse_pair(object, old, &mut warnings).map(|(new, old)| Subject::FlavorCatalog { new, old })
         }
         Kind::NodePool => parse_pair(object, old, &mut warnings).map(|(new, old)| Subject::NodePool { new, old }),
+        Kind::CleverOrganization => {
+            parse_pair(object, old, &mut warnings).map(|(new, old)| Subject::Organization { new, old })
+        }
     };
     let subject = match subject {
         Ok(subject) => subject,
@@ -337,13 +359,15 @@ pub fn read(route: Kind, body: &[u8]) -> Result<Step, BadRequest> {
             return Ok(Step::Answer(Answer::deny(uid, message)));
         }
     };
+    // A cluster-scoped object has none: the API server sends no namespace, and nothing is read.
     let namespace = request
         .namespace
-        .filter(|n| !n.is_empty())
+        .filter(|n| !n.is_empty() && !route.cluster_scoped())
         .or_else(|| match &subject {
             Subject::NodeClass { new, .. } => new.metadata.namespace.clone(),
             Subject::FlavorCatalog { new, .. } => new.metadata.namespace.clone(),
             Subject::NodePool { new, .. } => new.metadata.namespace.clone(),
+            Subject::Organization { .. } => None,
         })
         .unwrap_or_default();
     Ok(Step::Validate(Box::new(Admission { uid, namespace, subject, warnings })))
@@ -393,7 +417,7 @@ impl Admission {
                 node_class: None,
                 flavor_catalog: new.spec.flavor_catalog_ref.as_ref().and_then(|r| valid(&r.name)),
             },
-            Subject::FlavorCatalog { .. } => Needs::default(),
+            Subject::FlavorCatalog { .. } | Subject::Organization { .. } => Needs::default(),
             Subject::NodePool { new, .. } => {
                 let r = &new.spec.template.spec.node_class_ref;
                 let ours = r.group == GROUP && r.kind == NODECLASS_KIND;
@@ -418,6 +442,7 @@ impl Admission {
                     base: None,
                 },
             ),
+            Subject::Organization { new, old } => crds::admission::validate_organization(new, old.as_deref()),
         };
         Answer::from_verdict(self.uid, &verdict, self.warnings)
     }
@@ -598,6 +623,64 @@ mod tests {
         let answer = review_offline(Kind::CleverNodeClass, &body).unwrap();
         assert!(answer.allowed);
         assert!(answer.warnings[0].contains("immutable fields were not checked"), "{answer:?}");
+    }
+
+    fn organization(spec: Value) -> Value {
+        json!({
+            "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "CleverOrganization",
+            "metadata": {"name": "orga-acme"},
+            "spec": spec
+        })
+    }
+
+    /// A review of a cluster-scoped object, as the API server sends it: no `namespace`.
+    fn cluster_review(operation: &str, object: Value, old: Option<Value>) -> Vec<u8> {
+        let mut v: Value = serde_json::from_slice(&review_of("CleverOrganization", operation, object, old)).unwrap();
+        v["request"].as_object_mut().unwrap().remove("namespace");
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn a_cluster_scoped_organization_is_validated_without_a_namespace() {
+        let good = organization(
+            json!({"clusterSelector": {"matchLabels": {"org": "acme"}}, "quota": {"cpu": "40", "memory": "40G"}}),
+        );
+        let Step::Validate(admission) =
+            read(Kind::CleverOrganization, &cluster_review("CREATE", good.clone(), None)).unwrap()
+        else {
+            panic!("expected a validation");
+        };
+        assert_eq!(admission.namespace, "");
+        assert_eq!(admission.needs(), Needs::default(), "an organisation refers to nothing");
+        let answer = admission.validate(&Resolved::unchecked("offline"));
+        assert!(answer.allowed && answer.warnings.is_empty(), "{answer:?}");
+
+        // Denied with the field and the fix, on create and on update.
+        let bad = organization(json!({"clusterSelector": {}, "quota": {"memory": "40Gi"}, "limits": {"cpu": "4"}}));
+        for body in [cluster_review("CREATE", bad.clone(), None), cluster_review("UPDATE", bad, Some(good))] {
+            let answer = review_offline(Kind::CleverOrganization, &body).unwrap();
+            assert!(!answer.allowed, "{answer:?}");
+            let message = answer.message.as_deref().unwrap();
+            assert!(message.starts_with("spec.limits[cpu]: ") && message.contains("spec.quota.cpu"), "{message}");
+            assert!(
+                answer.warnings.iter().any(|w| w.starts_with("spec.quota.memory: \"40Gi\" is 42.95G")),
+                "{answer:?}"
+            );
+        }
+        // A namespace in the request (there is none for this kind) changes nothing.
+        let body = review_of(
+            "CleverOrganization",
+            "CREATE",
+            organization(json!({"clusterSelector": {}, "quota": {"cpu": "40"}})),
+            None,
+        );
+        let Step::Validate(admission) = read(Kind::CleverOrganization, &body).unwrap() else { panic!() };
+        assert_eq!(admission.namespace, "");
+        // The other kinds' routes refuse it.
+        let answer = review_offline(Kind::NodePool, &body).unwrap();
+        assert!(!answer.allowed && answer.message.as_deref().unwrap().contains("wrong path"), "{answer:?}");
+        assert!(Kind::CleverOrganization.cluster_scoped());
+        assert!(Kind::ALL.iter().filter(|k| k.cluster_scoped()).eq([&Kind::CleverOrganization]));
     }
 
     #[test]

@@ -96,6 +96,14 @@ fn valid(kind: Kind) -> Value {
             "default",
             json!([{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]),
         ),
+        Kind::CleverOrganization => organization(
+            "orga-acme",
+            json!({
+                "clusterSelector": {"matchLabels": {"clever-cloud.com/organisation": "orga-acme"}},
+                "quota": {"cpu": "40", "memory": "40G"},
+                "limits": {"karpenter.clever-cloud.com/price-per-hour": "2.5"}
+            }),
+        ),
     }
 }
 
@@ -126,6 +134,16 @@ fn check_answer(kind: Kind, body: &[u8]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// The objects the properties mutate are allowed as they are (so a mutation is what a denial judges).
+#[test]
+fn the_valid_objects_are_allowed() {
+    for kind in Kind::ALL {
+        let body = serde_json::to_vec(&review(kind.name(), "CREATE", valid(kind), None)).unwrap();
+        let answer = review_offline(kind, &body).unwrap();
+        assert!(answer.allowed, "{kind}: {answer:?}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
@@ -146,6 +164,8 @@ proptest! {
                              path in prop::collection::vec(prop::sample::select(vec![
                                  "metadata", "name", "spec", "labels", "flavors", "template", "requirements",
                                  "clusterName", "nodeClassRef", "disruption", "budgets", "limits", "flavorCatalogRef", "weight",
+                                 "clusterSelector", "namespaceSelector", "matchLabels", "quota", "cpu", "memory",
+                                 "karpenter.clever-cloud.com/price-per-hour",
                              ]).prop_map(String::from), 1..5),
                              value in any_json(),
                              update in any::<bool>()) {

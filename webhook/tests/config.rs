@@ -12,6 +12,7 @@ use clap::Parser;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 use webhook::cli::Args;
@@ -75,8 +76,25 @@ fn the_webhook_configuration_routes_each_kind_with_the_documented_policy() {
         assert_eq!(rule.api_groups.as_deref(), Some(&["karpenter.clever-cloud.com".to_string()][..]));
         assert_eq!(rule.operations.as_deref(), Some(&["CREATE".to_string(), "UPDATE".to_string()][..]));
         assert_eq!(rule.resources.as_deref(), Some(&[kind.plural().to_string()][..]), "main resource only");
-        assert_eq!(rule.scope.as_deref(), Some("Namespaced"));
-        assert!(hook.namespace_selector.is_some());
+        // The emergency exemption: on the namespace for a namespaced kind; on the object itself for a
+        // cluster-scoped one (a namespaceSelector never skips a cluster-scoped object).
+        let exempt = |selector: Option<&LabelSelector>| {
+            selector.and_then(|s| s.match_expressions.as_ref()).is_some_and(|e| {
+                e.iter().any(|e| {
+                    e.key == "karpenter.clever-cloud.com/admission-webhook"
+                        && e.operator == "NotIn"
+                        && e.values.as_deref() == Some(&["disabled".to_string()][..])
+                })
+            })
+        };
+        if kind.cluster_scoped() {
+            assert_eq!(rule.scope.as_deref(), Some("Cluster"), "{}", kind.plural());
+            assert!(hook.namespace_selector.is_none(), "{}: a namespaceSelector would never apply", kind.plural());
+            assert!(exempt(hook.object_selector.as_ref()), "{}", kind.plural());
+        } else {
+            assert_eq!(rule.scope.as_deref(), Some("Namespaced"), "{}", kind.plural());
+            assert!(exempt(hook.namespace_selector.as_ref()) && hook.object_selector.is_none(), "{}", kind.plural());
+        }
         let service = hook.client_config.service.as_ref().unwrap();
         assert_eq!((service.name.as_str(), service.namespace.as_str()), ("karpenter-hub-webhook", "karpenter-hub"));
         assert!(hook.name.starts_with(kind.plural()), "{}", hook.name);

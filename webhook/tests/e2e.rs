@@ -46,8 +46,12 @@ use webhook::server::Settings;
 const KUBECONFIG: &str = "KARPENTER_HUB_WEBHOOK_E2E_KUBECONFIG";
 const HOST: &str = "KARPENTER_HUB_WEBHOOK_E2E_HOST";
 const MANAGER: &str = "karpenter-hub-webhook-e2e";
-/// The namespace label that exempts a namespace from the webhook (config/webhook/).
+/// The namespace label that exempts a namespace from the webhook (config/webhook/); on the object
+/// itself for a cluster-scoped kind.
 const EXEMPT_LABEL: &str = "karpenter.clever-cloud.com/admission-webhook";
+/// The label a cluster-scoped object must carry to reach this test's webhook: a namespaceSelector
+/// never skips a cluster-scoped object, so the scratch namespace cannot contain the test's reach.
+const SCRATCH_LABEL: &str = "karpenter-hub.example.com/webhook-e2e";
 /// How long a change of webhook configuration or a stopped webhook may take to show.
 const SETTLE: Duration = Duration::from_secs(60);
 
@@ -111,7 +115,9 @@ where
 }
 
 /// The committed configuration, pointed at `base_url` with `ca`, limited to `namespace` (on top of
-/// its own exemption selector, which stays).
+/// its own exemption selector, which stays): namespaced kinds by their namespace, cluster-scoped
+/// ones by the label [`SCRATCH_LABEL`]` = namespace` on the object (so that the test never reviews,
+/// nor with the webhook down refuses, anyone else's objects).
 fn webhook_configuration(name: &str, base_url: &str, ca: &str, namespace: &str) -> ValidatingWebhookConfiguration {
     let text = std::fs::read_to_string(repo().join("config/webhook/validating-webhook-configuration.yaml")).unwrap();
     let mut config: ValidatingWebhookConfiguration = serde_saphyr::from_str(&text).unwrap();
@@ -124,17 +130,26 @@ fn webhook_configuration(name: &str, base_url: &str, ca: &str, namespace: &str) 
             ca_bundle: Some(ByteString(ca.as_bytes().to_vec())),
             service: None,
         };
-        let selector = hook.namespace_selector.get_or_insert_with(Default::default);
-        selector
-            .match_labels
-            .get_or_insert_with(Default::default)
-            .insert("kubernetes.io/metadata.name".to_string(), namespace.to_string());
+        let cluster_scoped = hook.rules.iter().flatten().any(|r| r.scope.as_deref() == Some("Cluster"));
+        let (selector, key) = if cluster_scoped {
+            (hook.object_selector.get_or_insert_with(Default::default), SCRATCH_LABEL)
+        } else {
+            (hook.namespace_selector.get_or_insert_with(Default::default), "kubernetes.io/metadata.name")
+        };
+        selector.match_labels.get_or_insert_with(Default::default).insert(key.to_string(), namespace.to_string());
     }
     config
 }
 
 fn object(kind: &str, name: &str, namespace: &str, spec: Value) -> Value {
     json!({"apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": kind, "metadata": {"name": name, "namespace": namespace}, "spec": spec})
+}
+
+/// A cluster-scoped object, labelled so that it reaches this test's webhook (`scratch`: the scratch
+/// namespace's name), or not.
+fn cluster_object(kind: &str, name: &str, scratch: Option<&str>, spec: Value) -> Value {
+    let labels = scratch.map(|s| json!({SCRATCH_LABEL: s})).unwrap_or_else(|| json!({}));
+    json!({"apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": kind, "metadata": {"name": name, "labels": labels}, "spec": spec})
 }
 
 fn dynamic_api(client: &Client, kind: Kind, namespace: &str) -> Api<kube::core::DynamicObject> {
@@ -145,7 +160,11 @@ fn dynamic_api(client: &Client, kind: Kind, namespace: &str) -> Api<kube::core::
         kind: kind.name().into(),
         plural: kind.plural().into(),
     };
-    Api::namespaced_with(client.clone(), namespace, &resource)
+    if kind.cluster_scoped() {
+        Api::all_with(client.clone(), &resource)
+    } else {
+        Api::namespaced_with(client.clone(), namespace, &resource)
+    }
 }
 
 /// Creates the object; Ok or the API server's message.
@@ -371,6 +390,66 @@ async fn checks(client: &Client, namespace: &str, metrics: &Metrics) {
     let patch = json!({"metadata": {"labels": {"touched": "yes"}}});
     api.patch("big", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     assert_eq!(reviews(metrics), before, "a metadata-only update is not sent to the webhook");
+
+    organizations(client, namespace, metrics).await;
+}
+
+/// The cluster-scoped `CleverOrganization` (fleet.md §4, §5), through its `scope: Cluster` rule: dry
+/// runs only, so that nothing outlives the scratch namespace.
+async fn organizations(client: &Client, namespace: &str, metrics: &Metrics) {
+    let price = "karpenter.clever-cloud.com/price-per-hour";
+    let selector = json!({"matchLabels": {"clever-cloud.com/organisation": "orga-acme"}});
+    let org = |name: &str, scratch: Option<&str>, spec: Value| {
+        let mut spec = spec;
+        spec["clusterSelector"] = selector.clone();
+        cluster_object("CleverOrganization", name, scratch, spec)
+    };
+    let name = format!("{namespace}-orga");
+    // Allowed: the spec's example with a cost ceiling.
+    let good = org(&name, Some(namespace), json!({"quota": {"cpu": "40", "memory": "40G"}, "limits": {price: "2.5"}}));
+    let before = reviews(metrics);
+    create(client, Kind::CleverOrganization, namespace, good, true).await.unwrap();
+    assert_eq!(reviews(metrics), before + 1, "an organisation is reviewed, without a namespace");
+
+    // Denied by the webhook: a label key whose name part is longer than 63 characters (the CRD's
+    // pattern bounds the whole key only).
+    let long_key = format!("example.com/{}", "a".repeat(70));
+    let bad_key = |scratch: Option<&str>| {
+        let mut o = org(&name, scratch, json!({"quota": {"cpu": "40"}}));
+        o["spec"]["clusterSelector"]["matchLabels"][long_key.as_str()] = json!("x");
+        o
+    };
+    let message =
+        create(client, Kind::CleverOrganization, namespace, bad_key(Some(namespace)), true).await.unwrap_err();
+    assert!(message.contains("denied the request"), "{message}");
+    assert!(
+        message.contains("spec.clusterSelector.matchLabels[") && message.contains("is not a valid label key"),
+        "{message}"
+    );
+    // The CRD refuses a price in exponent form before the webhook sees it.
+    let before = reviews(metrics);
+    let exponent = org(&name, Some(namespace), json!({"limits": {price: "1e3"}}));
+    let message = create(client, Kind::CleverOrganization, namespace, exponent, true).await.unwrap_err();
+    assert!(message.contains("is EUR per hour as a decimal string"), "{message}");
+    assert_eq!(reviews(metrics), before);
+
+    // The CRD's rule runs first: neither quota nor limits never reaches the webhook.
+    let before = reviews(metrics);
+    let nothing = org(&name, Some(namespace), json!({}));
+    let message = create(client, Kind::CleverOrganization, namespace, nothing, true).await.unwrap_err();
+    assert!(message.contains("an organisation with neither limits nothing"), "{message}");
+    assert!(!message.contains("denied the request"), "the CRD refuses it, not the webhook: {message}");
+    assert_eq!(reviews(metrics), before);
+
+    // Without the test's label the object is not this test's: not sent to its webhook at all
+    // (whatever another webhook of the cluster may say).
+    let _ = create(client, Kind::CleverOrganization, namespace, bad_key(None), true).await;
+    assert_eq!(reviews(metrics), before, "the objectSelector keeps other organisations away");
+    // The exemption label on the object skips the webhook (a namespace label cannot).
+    let mut exempt = bad_key(Some(namespace));
+    exempt["metadata"]["labels"][EXEMPT_LABEL] = json!("disabled");
+    let _ = create(client, Kind::CleverOrganization, namespace, exempt, true).await;
+    assert_eq!(reviews(metrics), before, "an organisation labelled {EXEMPT_LABEL}=disabled is not reviewed");
 }
 
 /// A NodePool whose requirement the CRD refuses (the hostname key; karpenter-semantics §1.1).
@@ -436,8 +515,13 @@ fn the_registered_configuration_points_at_the_url_and_stays_in_its_namespace() {
         assert!(hook.client_config.service.is_none());
         assert_eq!(hook.client_config.url.as_deref(), Some(format!("https://192.0.2.7:4443{}", kind.path()).as_str()));
         assert_eq!(hook.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()), Some(&b"PEM"[..]));
-        let selector = hook.namespace_selector.as_ref().unwrap();
-        assert_eq!(selector.match_labels.as_ref().unwrap()["kubernetes.io/metadata.name"], "scratch");
+        let (selector, key) = if kind.cluster_scoped() {
+            assert!(hook.namespace_selector.is_none(), "{kind}");
+            (hook.object_selector.as_ref().unwrap(), SCRATCH_LABEL)
+        } else {
+            (hook.namespace_selector.as_ref().unwrap(), "kubernetes.io/metadata.name")
+        };
+        assert_eq!(selector.match_labels.as_ref().unwrap()[key], "scratch", "{kind}");
         let exemption = selector.match_expressions.as_ref().unwrap();
         assert!(exemption.iter().any(|e| e.key == EXEMPT_LABEL && e.operator == "NotIn"), "{exemption:?}");
         assert_eq!(hook.failure_policy.as_deref(), Some("Fail"));

@@ -37,8 +37,10 @@ fn kind_of(doc: &Value) -> Option<Kind> {
         .find(|k| doc["apiVersion"] == "karpenter.clever-cloud.com/v1alpha1" && doc["kind"] == k.name())
 }
 
+/// The document in namespace `default` when it has none, as `kubectl apply` would place it (a
+/// cluster-scoped kind stays without one).
 fn with_namespace(mut doc: Value) -> Value {
-    if doc["metadata"]["namespace"].is_null() {
+    if doc["metadata"]["namespace"].is_null() && !kind_of(&doc).is_some_and(Kind::cluster_scoped) {
         doc["metadata"]["namespace"] = json!("default");
     }
     doc

@@ -120,6 +120,73 @@ async fn allowed_denied_and_warned_reviews() {
     h.server.shutdown().await.unwrap();
 }
 
+/// The cluster-scoped kind: reviews without a namespace, answered on its own route, nothing read
+/// (not even with lookups on), counted under its kind.
+#[tokio::test]
+async fn organizations_are_reviewed_without_a_namespace() {
+    let h = Harness::start("organizations", references()).await;
+    let client = h.client(false);
+    let url = h.url("/validate/cleverorganizations");
+    let selector = json!({"matchLabels": {"clever-cloud.com/organisation": "orga-acme"}});
+
+    // Allowed, no warnings: fleet.md §4's example with a cost ceiling.
+    let good = organization(
+        "orga-acme",
+        json!({"clusterSelector": selector, "quota": {"cpu": "40", "memory": "40G"},
+               "limits": {"karpenter.clever-cloud.com/price-per-hour": "2.5"}}),
+    );
+    let (status, body) = post(&client, &url, &cluster_review("CleverOrganization", "CREATE", good.clone(), None)).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["response"]["uid"], UID);
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert!(warnings(&body).is_empty(), "{body}");
+
+    // Denied with the field and the fix: a resource in spec.limits, a price with an exponent.
+    let bad = organization(
+        "orga-acme",
+        json!({"clusterSelector": selector, "limits": {"cpu": "40", "karpenter.clever-cloud.com/price-per-hour": "1e3"}}),
+    );
+    let (_, body) = post(&client, &url, &cluster_review("CleverOrganization", "UPDATE", bad, Some(good))).await;
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    assert_eq!(body["response"]["status"]["code"], 403);
+    let m = message(&body);
+    assert!(m.starts_with("spec.limits[cpu]: spec.limits takes only karpenter.clever-cloud.com/price-per-hour"), "{m}");
+    assert!(m.contains("move it to spec.quota.cpu"), "{m}");
+    assert!(
+        m.contains("spec.limits[karpenter.clever-cloud.com/price-per-hour]: \"1e3\" is not a decimal number"),
+        "{m}"
+    );
+
+    // Allowed with warnings: a binary memory suffix, a quota below one control plane, everything selected.
+    let odd = organization("everything", json!({"clusterSelector": {}, "quota": {"cpu": "8", "memory": "40Gi"}}));
+    let (_, body) = post(&client, &url, &cluster_review("CleverOrganization", "CREATE", odd, None)).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    let w = warnings(&body);
+    assert!(w.iter().any(|w| w.starts_with("spec.quota.memory: \"40Gi\" is 42.95G")), "{w:?}");
+    assert!(w.iter().any(|w| w.starts_with("spec.quota.cpu: \"8\" is below 16 vCPU")), "{w:?}");
+    assert!(w.iter().any(|w| w.contains("selects every registered cluster of every namespace")), "{w:?}");
+
+    // Another kind posted to this route is refused as misrouted.
+    let (_, body) = post(&client, &url, &review("FlavorCatalog", "CREATE", flavor_catalog("c", json!([])), None)).await;
+    assert_eq!(body["response"]["allowed"], false);
+    assert!(message(&body).contains("/validate/cleverorganizations validates CleverOrganization"), "{body}");
+
+    let text = client.get(h.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for line in [
+        "karpenter_hub_webhook_requests_total{kind=\"CleverOrganization\",outcome=\"allowed\"} 2",
+        "karpenter_hub_webhook_requests_total{kind=\"CleverOrganization\",outcome=\"denied\"} 2",
+        "karpenter_hub_webhook_warnings_total{kind=\"CleverOrganization\"} 3",
+    ] {
+        assert!(text.contains(line), "missing {line} in\n{text}");
+    }
+    assert!(!text.contains("lookups_total{kind=\"CleverOrganization\""), "nothing is read for an organisation");
+    assert!(
+        text.lines().filter(|l| l.starts_with("karpenter_hub_webhook_lookups_total{")).all(|l| l.ends_with(" 0")),
+        "nothing is read for an organisation:\n{text}"
+    );
+    h.server.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn without_lookups_cross_object_checks_are_warnings() {
     let h = Harness::start("nolookups", Arc::new(NoReferences)).await;

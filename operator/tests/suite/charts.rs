@@ -390,8 +390,9 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
             .flat_map(|rule| rule["resources"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()))
             .collect()
     };
-    // Beside the registrations role, one core object: the namespace kube-system, by name (the
-    // management cluster's identity).
+    // Beside the registrations role, one core resource: namespaces, read one by one (kube-system for
+    // the management cluster's identity, a registration's namespace for an organisation's
+    // namespace selector).
     assert_eq!(
         core_resources(r.get("ClusterRole", "karpenter-hub")),
         ["namespaces"],
@@ -404,7 +405,7 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
         .find(|rule| rule["resources"] == json!(["namespaces"]))
         .cloned()
         .unwrap();
-    assert_eq!((&namespaces["resourceNames"], &namespaces["verbs"]), (&json!(["kube-system"]), &json!(["get"])));
+    assert_eq!((&namespaces["resourceNames"], &namespaces["verbs"]), (&Value::Null, &json!(["get"])));
     assert_eq!(core_resources(r.get("ClusterRole", "karpenter-hub-registrations")), ["secrets", "configmaps"]);
 
     // The webhook configuration is config/webhook's, rules, selectors and conditions included.
@@ -490,7 +491,7 @@ fn each_ci_values_file_changes_what_it_sets() {
     let vwc = r.get("ValidatingWebhookConfiguration", "karpenter-hub-webhook");
     assert!(vwc["metadata"].get("annotations").is_none(), "no cert-manager injection: {}", vwc["metadata"]);
     let webhooks = vwc["webhooks"].as_array().unwrap();
-    assert_eq!(webhooks.len(), 3);
+    assert_eq!(webhooks.len(), 4);
     for w in webhooks {
         assert_eq!(&w["clientConfig"]["caBundle"], ca);
         assert_eq!(w["failurePolicy"], "Ignore");

@@ -167,6 +167,23 @@ pub fn review(kind: &str, operation: &str, object: Value, old: Option<Value>) ->
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
 }
 
+/// An AdmissionReview v1 request for a cluster-scoped `kind`, as the API server sends it: without
+/// a namespace.
+pub fn cluster_review(kind: &str, operation: &str, object: Value, old: Option<Value>) -> Value {
+    let mut review = review(kind, operation, object, old);
+    review["request"].as_object_mut().unwrap().remove("namespace");
+    review
+}
+
+/// A `CleverOrganization` (cluster-scoped: no namespace).
+pub fn organization(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "CleverOrganization",
+        "metadata": {"name": name, "uid": "2"},
+        "spec": spec
+    })
+}
+
 pub fn node_class(name: &str, labels: Value, catalog: Option<&str>) -> Value {
     let mut spec = json!({"labels": labels});
     if let Some(catalog) = catalog {
