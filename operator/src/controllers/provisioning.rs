@@ -327,12 +327,7 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
     let capacity = hub.capacity(key).await.step(Step::ReadCapacity)?;
     let now = hub.now();
     // The room each organisation of the cluster leaves it (the cache: a launch reserves live).
-    let orgs: Vec<(String, Ceiling)> = organizations::cached(hub, key)
-        .await?
-        .iter()
-        .map(|o| (o.name_any(), organization::headroom_for(o, organizations::id(key), now)))
-        .filter(|(_, left)| left.is_limited())
-        .collect();
+    let orgs = organizations::rooms(hub, key, now).await?;
     let solved = match decide(&mut round, key, &capacity, &orgs, now) {
         Decided::BackingOff { left } => {
             tracing::debug!(cluster = %key, pods = round.input.pods.len(), seconds = left.as_secs(), "creation back-off after a CKE refusal; pods wait");

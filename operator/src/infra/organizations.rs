@@ -10,10 +10,11 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::jiff::Timestamp;
 use kube::{Api, ResourceExt, api::PostParams};
 
 use crate::{
-    decisions::organization::{self, ClusterId, Launch, Short, Sizer},
+    decisions::organization::{self, Ceiling, ClusterId, Launch, Short, Sizer},
     infra::{
         errors::{ApiError, Step, StepExt},
         hub::Hub,
@@ -57,6 +58,18 @@ pub async fn selecting(
 /// The cluster's organisations as the cache shows them (rounds plan with these).
 pub async fn cached(hub: &Hub, key: &ClusterKey) -> Result<Vec<Arc<CleverOrganization>>, ApiError> {
     selecting(hub, key, hub.cache.organizations.state()).await
+}
+
+/// The room each organisation of the cluster leaves it for planning (the cache; a launch reserves
+/// live): name and room, only organisations that limit something. Provisioning rounds and the
+/// disruption loop's replacements plan with these.
+pub async fn rooms(hub: &Hub, key: &ClusterKey, now: Timestamp) -> Result<Vec<(String, Ceiling)>, ApiError> {
+    Ok(cached(hub, key)
+        .await?
+        .iter()
+        .map(|o| (o.name_any(), organization::headroom_for(o, id(key), now)))
+        .filter(|(_, left)| left.is_limited())
+        .collect())
 }
 
 /// The cluster's organisations read live (a launch acts on these). Without the CRD or the right

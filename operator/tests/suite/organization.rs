@@ -5,7 +5,7 @@
 //! headroom; a wrongly declared quota is corrected by the first refusal, and no second follows.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
+use std::{collections::BTreeSet, time::Duration};
 
 use crds::CleverOrganization;
 use kube::{
@@ -63,10 +63,19 @@ struct Burst {
     organization: Option<CleverOrganization>,
 }
 
+/// Which hubs serve the burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hubs {
+    /// One hub (the world's).
+    One,
+    /// Two replicas in sharded mode, each owning at least one of the clusters.
+    TwoSharded,
+}
+
 /// Three clusters of one organisation (64 vCPU / 96 GB; their control planes take 48 / 72) burst
 /// at once, each wanting 8 vCPU of pods while 16 are left; with `declared`, the organisation is
 /// declared to the hub. Runs until the hub has launched what fits (or 60 s), then 10 s more.
-async fn burst(declared: bool) -> Burst {
+async fn burst(declared: bool, hubs: Hubs) -> Burst {
     let org = OrganizationQuota::new(Usage { vcpu: 64, ram_gb: 96 });
     let clusters = [("team-a", "paris"), ("team-b", "lyon"), ("team-c", "nice")];
     let mut world = World::start(&clusters, |i| {
@@ -84,7 +93,37 @@ async fn burst(declared: bool) -> Burst {
     }
     // Every control plane counts before the burst.
     assert!(poll_until(Duration::from_secs(30), || async { org.members().len() == 3 }).await);
-    world.start_hub();
+    let mut replicas = Vec::new();
+    match hubs {
+        Hubs::One => world.start_hub(),
+        Hubs::TwoSharded => {
+            use crate::sharding::{Replica, ensure_lease_namespace};
+            use operator::decisions::sharding::desired_owner;
+            ensure_lease_namespace(&world.mgmt.client()).await;
+            // Two names that give each replica at least one of the clusters.
+            let urls: Vec<String> = world.clusters.iter().map(|c| c.server.url()).collect();
+            let names = (0..200)
+                .map(|n| [format!("org-0-{n}"), format!("org-1-{n}")])
+                .find(|names| {
+                    let owners: BTreeSet<Option<&str>> = urls.iter().map(|u| desired_owner(u, names)).collect();
+                    owners.len() == 2 && !owners.contains(&None)
+                })
+                .expect("two names splitting the clusters");
+            for name in &names {
+                replicas.push(Replica::start(
+                    name,
+                    world.mgmt.client_config(),
+                    world.hub_settings.clone(),
+                    world.registry_settings.clone(),
+                ));
+            }
+            let owned = poll_until(Duration::from_secs(60), || async {
+                replicas.iter().all(|r| r.owned() >= 1) && replicas.iter().map(|r| r.owned()).sum::<usize>() == 3
+            })
+            .await;
+            assert!(owned, "the replicas share the clusters");
+        }
+    }
     // A 2XS holds three 1-vCPU pods: 24 vCPU wanted, 16 left.
     for i in 0..clusters.len() {
         scale(&world, i, 8, "1", "512Mi").await.unwrap();
@@ -109,7 +148,10 @@ async fn burst(declared: bool) -> Burst {
         running: running_all().await,
         organization: Api::<CleverOrganization>::all(world.mgmt.client()).get_opt("acme").await.unwrap(),
     };
-    println!("burst over 3 clusters, organisation declared: {declared}: {out:?}");
+    println!("burst over 3 clusters, organisation declared: {declared}, hubs: {hubs:?}: {out:?}");
+    for r in replicas {
+        r.stop().await;
+    }
     world.shutdown().await;
     out
 }
@@ -118,7 +160,7 @@ async fn burst(declared: bool) -> Burst {
 /// refuses (fleet.md §7 rule 5: three clusters' rounds race for the last headroom).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_over_three_clusters_sends_no_create_over_the_organisation_quota() {
-    let b = burst(true).await;
+    let b = burst(true, Hubs::One).await;
     assert_eq!(b.stats.refusals, 0, "no create was sent over the quota: {b:?}");
     assert!(b.stats.peak.vcpu <= 64 && b.stats.peak.ram_gb <= 96, "{b:?}");
     assert!(b.groups <= 4 && b.running >= 9, "16 vCPU hold at most four nodes, and they are used: {b:?}");
@@ -136,9 +178,23 @@ async fn a_burst_over_three_clusters_sends_no_create_over_the_organisation_quota
 /// (what the test above is measured against; it also proves that burst does race).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_organisation_the_same_burst_is_refused() {
-    let b = burst(false).await;
+    let b = burst(false, Hubs::One).await;
     assert!(b.stats.refusals > 0, "the clusters race for the same headroom: {b:?}");
     assert!(b.organization.is_none());
+}
+
+/// The same burst served by two sharded replicas, each owning some of the clusters: their
+/// launches race for the organisation's last room through the ledger's conditional writes, and
+/// none is sent over the quota (fleet.md §7 rule 5, several replicas).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sharded_replicas_never_spend_the_same_headroom() {
+    let b = burst(true, Hubs::TwoSharded).await;
+    assert_eq!(b.stats.refusals, 0, "no create was sent over the quota: {b:?}");
+    assert!(b.stats.peak.vcpu <= 64 && b.stats.peak.ram_gb <= 96, "{b:?}");
+    assert!(b.groups <= 4 && b.running >= 9, "16 vCPU hold at most four nodes, and they are used: {b:?}");
+    let status = b.organization.and_then(|o| o.status).unwrap();
+    let replicas: BTreeSet<&str> = status.clusters.iter().filter_map(|c| c.replica.as_deref()).collect();
+    assert_eq!(replicas.len(), 2, "each replica writes the entries of its own clusters: {status:?}");
 }
 
 /// A quota declared too high: the platform refuses the launch that crosses the real one, the hub

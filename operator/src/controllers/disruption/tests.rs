@@ -226,3 +226,24 @@ fn a_flavor_cooling_down_after_a_cke_refusal_is_not_offered_to_a_replacement() {
     capacity.unavailable_until.insert("2XS".to_string(), now() + Duration::from_secs(180));
     assert_eq!(replacement(&capacity), None);
 }
+
+/// Replacements spend the organisation's room while the candidates run (fleet.md §4): with room for
+/// a 2XS the M is replaced by one; with none, no replace-first command is started (nothing else
+/// could take the pod, so nothing is done).
+#[test]
+fn a_replacement_needs_the_organisations_room() {
+    let mut c = cluster(json!({}));
+    add_node(&mut c, "default-m1", "M", &[CONSOLIDATABLE]);
+    c.list([running_pod("web-1", "default-m1", "1", "1Gi", json!({}))]);
+    let room = |cpu: i64| Ceiling { cpu_millis: Some(cpu * 1000), memory_bytes: None, price_micros: None };
+    let pass_with = |cpu: i64| {
+        let mut view = view_at(&c, now());
+        limit_by_organizations(&mut view, &[("acme".into(), room(cpu))]);
+        methods(&view, false, now(), |_, _| {})
+    };
+    assert_eq!(
+        command_of(&pass_with(4)),
+        Some((Method::SingleNodeConsolidation, vec!["default-m1".into()], vec!["default".into()]))
+    );
+    assert_eq!(command_of(&pass_with(0)), None);
+}
