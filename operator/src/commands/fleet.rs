@@ -1,15 +1,16 @@
 //! `karpenter-hub fleet`: one line per registered workload cluster (fleet.md §6), read from the
 //! management cluster only: the registration Secrets' metadata, the NodePools (their status rows and
-//! rollouts) and the `WorkloadCluster` reports the hub writes. It never reaches a workload cluster
+//! rollouts), the `WorkloadCluster` reports the hub writes and the `CleverOrganization` ledgers (the
+//! room each organisation of a cluster has left). It never reaches a workload cluster
 //! and never reads a kubeconfig (Secrets are listed as metadata).
 //!
-//! Owns: the flags, the three lists, the view ([`view`], pure) and its two renderings. The JSON
+//! Owns: the flags, the four lists, the view ([`view`], pure) and its two renderings. The JSON
 //! shape ([`Fleet`]) is stable: fields are only ever added. Must not: decide anything the hub
 //! decides (it shows what the hub wrote).
 
 use std::{collections::BTreeMap, fmt::Write as _, path::PathBuf};
 
-use crds::{NodePool, WorkloadCluster};
+use crds::{CleverOrganization, NodePool, WorkloadCluster};
 use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
 use kube::{
     Client, ResourceExt,
@@ -19,7 +20,7 @@ use serde::Serialize;
 
 use super::run;
 use crate::{
-    decisions::cluster_report,
+    decisions::{cluster_report, organization},
     infra::{
         apierror::plain,
         hub::scoped,
@@ -106,6 +107,25 @@ pub struct ClusterRow {
     pub disrupting: i64,
     /// The cluster's phase in each fleet pool's rollout.
     pub rollouts: Vec<RolloutRef>,
+    /// The organisations whose ledger counts the cluster, with the room each has left.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub organizations: Vec<OrganizationRef>,
+}
+
+/// An organisation counting a cluster, and its room left (quota − usage, per limited resource).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrganizationRef {
+    pub name: String,
+    /// vCPUs left; absent when the organisation does not limit them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub free_cpu: Option<String>,
+    /// Nominal memory left (e.g. `16G`); absent when not limited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub free_memory: Option<String>,
+    /// EUR/h left under the cost ceiling; absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub free_eur_per_hour: Option<String>,
 }
 
 /// A pool serving a cluster.
@@ -174,12 +194,31 @@ pub async fn gather(mgmt: &Client, namespace: Option<&str>) -> Result<Fleet, Fle
             "WorkloadClusters",
             " (is the WorkloadCluster CRD installed? upgrade the karpenter-hub-crds chart)",
         ))?;
+    // Cluster-scoped; none without the CRD or the right to list it.
+    let orgs = match kube::Api::<CleverOrganization>::all(mgmt.clone()).list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => Vec::new(),
+        Err(source) => {
+            return Err(FleetError::List {
+                what: "CleverOrganizations",
+                scope: "the management cluster".to_string(),
+                hint: "",
+                source,
+            });
+        }
+    };
     let registered: Vec<ClusterKey> = secrets.items.iter().filter_map(|s| registered_by(&s.metadata)).collect();
-    Ok(view(&registered, &pools.items, &reports.items, Timestamp::now()))
+    Ok(view(&registered, &pools.items, &reports.items, &orgs, Timestamp::now()))
 }
 
 /// The fleet view: one row per registered cluster, sorted by namespace and name. Pure.
-pub fn view(registered: &[ClusterKey], pools: &[NodePool], reports: &[WorkloadCluster], now: Timestamp) -> Fleet {
+pub fn view(
+    registered: &[ClusterKey],
+    pools: &[NodePool],
+    reports: &[WorkloadCluster],
+    orgs: &[CleverOrganization],
+    now: Timestamp,
+) -> Fleet {
     let reports: BTreeMap<ClusterKey, &WorkloadCluster> =
         reports.iter().filter_map(|r| Some((ClusterKey::new(r.namespace()?, r.name_any()), r))).collect();
     let mut pools_of: BTreeMap<&str, Vec<&NodePool>> = BTreeMap::new();
@@ -193,7 +232,9 @@ pub fn view(registered: &[ClusterKey], pools: &[NodePool], reports: &[WorkloadCl
         .into_iter()
         .map(|key| {
             let here = pools_of.get(key.namespace.as_str()).map(Vec::as_slice).unwrap_or_default();
-            row(&key, here, reports.get(&key).and_then(|r| r.status.as_ref()), now)
+            let mut r = row(&key, here, reports.get(&key).and_then(|r| r.status.as_ref()), now);
+            r.organizations = organizations_of(&key, orgs);
+            r
         })
         .collect();
     Fleet { api_version: JSON_VERSION, kind: "Fleet", clusters }
@@ -239,13 +280,47 @@ fn row(
         eur_per_hour: report.map(|r| r.price_per_hour.clone()),
         disrupting: report.map_or(0, |r| r.disrupting),
         rollouts,
+        organizations: Vec::new(),
     }
+}
+
+/// The organisations whose ledger has an entry for `key` (the hub counted the cluster there), with
+/// the room each has left.
+fn organizations_of(key: &ClusterKey, orgs: &[CleverOrganization]) -> Vec<OrganizationRef> {
+    let mut out: Vec<OrganizationRef> = orgs
+        .iter()
+        .filter(|o| {
+            o.status
+                .as_ref()
+                .is_some_and(|s| s.clusters.iter().any(|c| c.namespace == key.namespace && c.name == key.name))
+        })
+        .map(|o| {
+            let left = organization::headroom(o);
+            OrganizationRef {
+                name: o.name_any(),
+                free_cpu: left.cpu_millis.map(crds::quantity::format_millis_cpu),
+                free_memory: left.memory_bytes.map(crds::quantity::format_decimal_bytes),
+                free_eur_per_hour: left.price_micros.map(organization::format_price),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
 }
 
 /// The table for people: aligned columns, `-` for what is not known, a total line.
 pub fn table(fleet: &Fleet, with_namespace: bool) -> String {
-    let mut header =
-        vec!["CLUSTER", "REACHABLE", "POOLS", "NODES(HUB/ALL)", "PENDING", "EUR/H", "DISRUPTING", "ROLLOUT"];
+    let mut header = vec![
+        "CLUSTER",
+        "REACHABLE",
+        "POOLS",
+        "NODES(HUB/ALL)",
+        "PENDING",
+        "EUR/H",
+        "DISRUPTING",
+        "ROLLOUT",
+        "ORGANIZATION (FREE)",
+    ];
     if with_namespace {
         header.insert(0, "NAMESPACE");
     }
@@ -276,6 +351,7 @@ pub fn table(fleet: &Fleet, with_namespace: bool) -> String {
             c.eur_per_hour.clone().unwrap_or_else(dash),
             c.disrupting.to_string(),
             rollouts,
+            organizations_cell(&c.organizations),
         ];
         if with_namespace {
             line.insert(0, c.namespace.clone());
@@ -299,6 +375,23 @@ pub fn table(fleet: &Fleet, with_namespace: bool) -> String {
         cluster_report::price(eur),
     );
     out
+}
+
+/// `acme: 8 vCPU, 16G, 0.5000 EUR/h` per organisation (what it limits), `-` for none.
+fn organizations_cell(orgs: &[OrganizationRef]) -> String {
+    if orgs.is_empty() {
+        return "-".to_string();
+    }
+    orgs.iter()
+        .map(|o| {
+            let mut free: Vec<String> = Vec::new();
+            free.extend(o.free_cpu.as_ref().map(|c| format!("{c} vCPU")));
+            free.extend(o.free_memory.clone());
+            free.extend(o.free_eur_per_hour.as_ref().map(|p| format!("{p} EUR/h")));
+            format!("{}: {}", o.name, free.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 #[cfg(test)]
@@ -374,7 +467,7 @@ mod tests {
 
     #[test]
     fn one_row_per_registered_cluster_from_what_the_hub_wrote() {
-        let fleet = view(&keys(), &pools(), &reports(), at(0));
+        let fleet = view(&keys(), &pools(), &reports(), &[], at(0));
         let names: Vec<&str> = fleet.clusters.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["lyon", "nice", "paris"]);
         let paris = &fleet.clusters[2];
@@ -401,7 +494,7 @@ mod tests {
 
     #[test]
     fn the_json_shape_is_stable() {
-        let fleet = view(&[ClusterKey::new("team-a", "paris")], &pools(), &reports(), at(0));
+        let fleet = view(&[ClusterKey::new("team-a", "paris")], &pools(), &reports(), &[], at(0));
         let v = serde_json::to_value(&fleet).unwrap();
         assert_eq!(
             v,
@@ -436,7 +529,7 @@ mod tests {
 
     #[test]
     fn the_table_aligns_marks_and_totals() {
-        let out = table(&view(&keys(), &pools(), &reports(), at(0)), true);
+        let out = table(&view(&keys(), &pools(), &reports(), &[], at(0)), true);
         let lines: Vec<&str> = out.lines().collect();
         assert!(lines[0].starts_with("NAMESPACE  CLUSTER  REACHABLE"), "{out}");
         assert!(lines[1].contains("Unreachable (stale)"), "{out}");
@@ -452,5 +545,36 @@ mod tests {
             lines[4],
             "3 cluster(s); 3 node(s) by the hub; 1 pending pod(s); 0.1834 EUR/h. Pools marked * are fleet pools."
         );
+    }
+
+    #[test]
+    fn each_row_shows_the_room_its_organisations_have_left() {
+        let org: CleverOrganization = serde_json::from_value(json!({
+            "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "CleverOrganization",
+            "metadata": {"name": "acme", "generation": 1},
+            "spec": {"clusterSelector": {}, "quota": {"cpu": "64", "memory": "96G"}},
+            "status": {"clusters": [{
+                "namespace": "team-a", "name": "paris", "nodes": 4, "cpuMillis": 56000,
+                "memoryBytes": 80000000000u64, "observedTime": "2027-01-15T08:00:00Z"
+            }]}
+        }))
+        .unwrap();
+        let fleet = view(&keys(), &pools(), &reports(), &[org], at(0));
+        let paris = &fleet.clusters[2];
+        assert_eq!(
+            paris.organizations,
+            [OrganizationRef {
+                name: "acme".into(),
+                free_cpu: Some("8".into()),
+                free_memory: Some("16G".into()),
+                free_eur_per_hour: None
+            }]
+        );
+        // A cluster the ledger does not count has none (the JSON leaves the field out).
+        assert!(fleet.clusters[0].organizations.is_empty());
+        assert!(serde_json::to_value(&fleet.clusters[0]).unwrap().get("organizations").is_none());
+        let out = table(&fleet, false);
+        assert!(out.lines().next().unwrap().ends_with("ORGANIZATION (FREE)"), "{out}");
+        assert!(out.lines().nth(3).unwrap().ends_with("acme: 8 vCPU, 16G"), "{out}");
     }
 }

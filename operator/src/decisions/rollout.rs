@@ -3,8 +3,8 @@
 //! Soaking → Done` (or `Failed`, which halts the rollout).
 //!
 //! The revision is the pool's drift hash. A cluster is *behind* while one of the pool's nodes there
-//! carries another hash; it has *finished* when none is behind and every replacement is
-//! initialized; it *fails* when a replacement launched for the revision has not initialized within
+//! carries another hash; it has *finished* when none is behind, none of another hash is still being
+//! deleted (a drift candidate draining) and every replacement is initialized; it *fails* when a replacement launched for the revision has not initialized within
 //! [`FAILURE_AFTER`] (before the hub's registration deadline deletes the evidence), or when a
 //! disruption command replacing one of its nodes for the revision was rolled back (a launch CKE
 //! refused, e.g. over quota: the disruption loop records it on the candidates,
@@ -96,6 +96,9 @@ pub struct ClusterFacts {
     pub behind: usize,
     /// The pool's claims there on the revision that have not initialized yet.
     pub initializing: usize,
+    /// The pool's claims there on another revision being deleted (a drift candidate draining): the
+    /// cluster is still replacing until they are gone.
+    pub leaving: usize,
     /// Why the cluster fails, if one of its replacements does (see [`FAILURE_AFTER`] and
     /// [`FAILURE_ANNOTATION`]).
     pub failure: Option<String>,
@@ -166,7 +169,7 @@ pub fn advance(
         entry.message = message;
     };
     for f in facts {
-        let finished = f.behind == 0 && f.initializing == 0;
+        let finished = f.behind == 0 && f.initializing == 0 && f.leaving == 0;
         let before = previous.and_then(|p| p.clusters.iter().find(|c| c.name == f.name));
         let Some(before) = before else {
             let phase = if finished { RolloutPhase::Done } else { RolloutPhase::Pending };
@@ -239,7 +242,14 @@ pub fn facts_of<'a>(
     let mut stuck: Option<String> = None;
     let mut rolled_back: Option<(Timestamp, String)> = None;
     for c in claims {
-        if c.spec.cluster_name != cluster || c.metadata.deletion_timestamp.is_some() {
+        if c.spec.cluster_name != cluster {
+            continue;
+        }
+        if c.metadata.deletion_timestamp.is_some() {
+            // A node of an older revision still draining: its replacement is not over.
+            if stamped_revision(c).is_some_and(|r| r != revision) {
+                f.leaving += 1;
+            }
             continue;
         }
         let name = c.metadata.name.as_deref().unwrap_or_default();
@@ -322,7 +332,7 @@ mod tests {
     }
 
     fn facts(name: &str, behind: usize, initializing: usize) -> ClusterFacts {
-        ClusterFacts { name: name.into(), behind, initializing, failure: None, failed_at: None }
+        ClusterFacts { name: name.into(), behind, initializing, leaving: 0, failure: None, failed_at: None }
     }
 
     const ONE: Settings = Settings { max_clusters: 1, soak: Duration::from_secs(60) };
@@ -450,8 +460,40 @@ mod tests {
         let f = facts_of("paris", &claims, "r2", t(1000));
         assert_eq!(
             f,
-            ClusterFacts { name: "paris".into(), behind: 2, initializing: 1, failure: None, failed_at: None }
+            ClusterFacts {
+                name: "paris".into(),
+                behind: 2,
+                initializing: 1,
+                leaving: 0,
+                failure: None,
+                failed_at: None
+            }
         );
+        // A drift candidate of the old revision still draining: the cluster has not finished.
+        let mut draining = claim("old-3", "paris", Some("r1"), true, 5000);
+        draining.metadata.deletion_timestamp = Some(Time(t(990)));
+        let mut done = claim("new-4", "paris", Some("r2"), true, 60);
+        done.metadata.deletion_timestamp = Some(Time(t(995)));
+        let f = facts_of("paris", &[draining, done, claim("new-5", "paris", Some("r2"), true, 60)], "r2", t(1000));
+        assert_eq!((f.behind, f.initializing, f.leaving), (0, 0, 1));
+        let (status, _) = advance(
+            Some(&RolloutStatus {
+                revision: "r2".into(),
+                clusters: vec![RolloutCluster {
+                    name: "paris".into(),
+                    phase: Progressing,
+                    since: Time(t(0)),
+                    message: None,
+                }],
+            }),
+            "r2",
+            &[],
+            &[f],
+            ONE,
+            false,
+            t(1000),
+        );
+        assert_eq!(phases(&status), [("paris", Progressing)], "not soaking while its old node drains");
         let stuck = [claim("new-3", "paris", Some("r2"), false, 601)];
         let f = facts_of("paris", &stuck, "r2", t(1000));
         assert_eq!(f.failure.as_deref(), Some("NodeClaim new-3 has not initialized 10 min after it was created"));

@@ -55,6 +55,8 @@ const EXPECTED: &[(&str, &[&str], &[&str])] = &[
     // The class labels its nodes team=platform: the tool pod selecting it lands with the api pods.
     ("general-purpose.yaml", &["default:XS"], &[]),
     ("kubeconfig-secret.yaml", &[], &["platform/platform-tool", "shop/api-0", "shop/api-1"]),
+    // An organisation alone (plan does not read it): no pool, nothing provisioned.
+    ("organization.yaml", &[], &["platform/platform-tool", "shop/api-0", "shop/api-1"]),
     // minValues 2 on instance-type: options stay XS and S at least.
     ("min-values.yaml", &["flexible:XS"], &["platform/platform-tool"]),
     // The team pool is tainted: only the tolerating tool pod may use it, and the api pods get nothing.
