@@ -193,12 +193,20 @@ pub fn writes(server: &sim::apiserver::ApiServer, resources: &[&str]) -> Writes 
 
 /// Apply `examples/general-purpose.yaml` in cluster `i`'s namespace, its NodePool pointed at it.
 pub async fn apply_example(world: &World, i: usize) {
+    apply_example_with(world, i, |_| {}).await;
+}
+
+/// [`apply_example`] with the NodePool's spec edited by `edit` too.
+pub async fn apply_example_with(world: &World, i: usize, edit: impl Fn(&mut serde_json::Map<String, Value>)) {
     let c = &world.clusters[i];
     let name = c.name.clone();
     world
         .apply_yaml("general-purpose.yaml", EXAMPLE, &c.namespace, |doc| {
             if doc.get("kind").and_then(Value::as_str) == Some("NodePool") {
                 doc["spec"]["clusterName"] = Value::String(name.clone());
+                if let Some(spec) = doc["spec"].as_object_mut() {
+                    edit(spec);
+                }
             }
         })
         .await

@@ -16,22 +16,15 @@ use operator::commands::sandbox::world::{World, quick_cke, scale};
 use serde_json::{Value, json};
 use sim::cke::{OrganizationQuota, Usage};
 
-use crate::common::{EXAMPLE, poll_until, running};
+use crate::common::{self, poll_until, running};
 
 /// Apply the general-purpose example for cluster `i`, without its pool limits (the organisation
 /// is what limits here).
 async fn apply_pool(world: &World, i: usize) {
-    let c = &world.clusters[i];
-    let name = c.name.clone();
-    world
-        .apply_yaml("general-purpose.yaml", EXAMPLE, &c.namespace, |doc| {
-            if doc.get("kind").and_then(Value::as_str) == Some("NodePool") {
-                doc["spec"]["clusterName"] = Value::String(name.clone());
-                doc["spec"].as_object_mut().unwrap().remove("limits");
-            }
-        })
-        .await
-        .unwrap();
+    common::apply_example_with(world, i, |spec| {
+        spec.remove("limits");
+    })
+    .await;
 }
 
 async fn declare(world: &World, quota: Value) {

@@ -71,8 +71,9 @@ async fn one_node(world: &World) -> (NodeClaim, String) {
 
 /// The first claim in `claims` whose Node registered, once there is one, and its Node's name.
 async fn registered_claim(claims: &Api<NodeClaim>) -> (NodeClaim, String) {
+    // A real API server may answer 429 while a watch cache (re)initializes: not yet, look again.
     let registered = || async {
-        let list = claims.list(&ListParams::default()).await.unwrap().items;
+        let list = claims.list(&ListParams::default()).await.ok()?.items;
         list.into_iter().find(|c| c.status.as_ref().is_some_and(|s| s.node_name.is_some()))
     };
     wait_for("a registered claim", NODE_UP, || async { registered().await.is_some() }).await;
