@@ -39,7 +39,7 @@ use crate::{
     decisions::capacity::CapacityState,
     decisions::input_corrections,
     decisions::new_claims::{self, Cluster},
-    decisions::organization::{self, Ceiling},
+    decisions::organization,
     decisions::{
         conditions,
         disruption_queue::{self, CandidateState, Recorded, ReplacementState, Step},
@@ -197,7 +197,7 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     // Replacements spend the organisation's room while the candidates still run (fleet.md §4): a
     // command whose replacements do not fit is not viable, so a delete-only one or none is chosen.
     let rooms = organizations::rooms(hub, key, now).await?;
-    limit_by_organizations(&mut view, &rooms);
+    organization::limit_input(&mut view.model.input, &rooms);
     publish_budgets(hub, key, &view.scope, now).await;
 
     if let Some(pending) = state.pending.take() {
@@ -294,16 +294,6 @@ pub(crate) fn corrected(
     let cooling: BTreeSet<String> = capacity.unavailable(now).map(str::to_string).collect();
     input_corrections::mark_unavailable(&mut view.model.input, &cooling);
     input_corrections::correct_from_nodes(&mut view.model.input, snapshot.nodes.iter().map(AsRef::as_ref));
-}
-
-/// The view's scheduling model limited by the room the cluster's organisations leave it
-/// (`rooms`: name and room), as provisioning's rounds are: a limit every pool's replacements draw on.
-pub(crate) fn limit_by_organizations(view: &mut disruption_scope::View, rooms: &[(String, Ceiling)]) {
-    let input = &mut view.model.input;
-    for (name, left) in rooms {
-        let types: Vec<&crds::catalog::InstanceType> = input.pools.iter().flat_map(|p| &p.instance_types).collect();
-        input.shared.push(organization::shared_limit(name, *left, types));
-    }
 }
 
 /// The loop's methods in order over `view` at `now` ([`disruption_scope::decide`]); `skip` leaves

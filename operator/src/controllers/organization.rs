@@ -22,7 +22,7 @@ use crate::{
         errors::{self, ApiError, Reconciler},
         hub::Hub,
         metrics::OrganizationLabels,
-        organizations::{self, Written},
+        organizations,
         registry::ClusterKey,
     },
 };
@@ -100,8 +100,7 @@ async fn pass(hub: &Hub, org: &CleverOrganization, served: &[ClusterKey], sizer:
     let mut counts: Vec<(&ClusterKey, Counted)> = Vec::new();
     let mut left: BTreeSet<(String, String)> = BTreeSet::new();
     for key in served {
-        let one = vec![Arc::new(org.clone())];
-        if organizations::selecting(hub, key, one).await?.is_empty() {
+        if !organizations::selects(hub, key, org).await? {
             left.insert((key.namespace.clone(), key.name.clone()));
             continue;
         }
@@ -113,10 +112,10 @@ async fn pass(hub: &Hub, org: &CleverOrganization, served: &[ClusterKey], sizer:
             organization::count_cluster(nodes.iter().map(AsRef::as_ref), groups.iter().map(AsRef::as_ref), sizer),
         ));
     }
-    let name = org.name_any();
-    let mut current = org.clone();
-    for _ in 0..3 {
-        let now = hub.now();
+    let keep = |ns: &str, n: &str| !left.contains(&(ns.to_string(), n.to_string()));
+    let mut stale = Vec::new();
+    // Lost the race every time: the next pass counts again.
+    organizations::update(hub, org.clone(), 3, |current, now| {
         let mut next = current.clone();
         let mut changed = false;
         for (key, counted) in &counts {
@@ -127,23 +126,17 @@ async fn pass(hub: &Hub, org: &CleverOrganization, served: &[ClusterKey], sizer:
                 changed = true;
             }
         }
-        let keep = |ns: &str, n: &str| !left.contains(&(ns.to_string(), n.to_string()));
-        if let Some((status, stale)) = organization::prune(&next, keep, now) {
-            for cluster in stale {
-                tracing::warn!(organization = %name, cluster = %cluster, "no replica counted this cluster for 10 minutes: its entry is dropped from the organisation's usage (its nodes, if any, no longer count until a replica serves it again)");
-            }
+        stale.clear();
+        if let Some((status, dropped)) = organization::prune(&next, keep, now) {
+            stale = dropped;
             next.status = Some(status);
             changed = true;
         }
-        let Some(status) = next.status.filter(|_| changed) else { return Ok(()) };
-        match organizations::write(hub, &current, status).await? {
-            Written::Stored(_) | Written::Gone => return Ok(()),
-            Written::Conflict => match organizations::reread(hub, &name).await? {
-                Some(o) => current = o,
-                None => return Ok(()),
-            },
-        }
+        next.status.filter(|_| changed)
+    })
+    .await?;
+    for cluster in stale {
+        tracing::warn!(organization = %org.name_any(), cluster = %cluster, "no replica counted this cluster for 10 minutes: its entry is dropped from the organisation's usage (its nodes, if any, no longer count until a replica serves it again)");
     }
-    // Lost the race three times: the next pass counts again.
     Ok(())
 }

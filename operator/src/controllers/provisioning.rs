@@ -260,10 +260,7 @@ pub(crate) fn decide(
     for (flavor, e) in correct_from_nodes(input, round.snapshot.nodes.iter().map(AsRef::as_ref)) {
         tracing::debug!(cluster = %key, flavor = %flavor, error = %e, "observed node capacity ignored");
     }
-    for (name, left) in organizations {
-        let types: Vec<&crds::catalog::InstanceType> = input.pools.iter().flat_map(|p| &p.instance_types).collect();
-        input.shared.push(organization::shared_limit(name, *left, types));
-    }
+    organization::limit_input(input, organizations);
     let started = std::time::Instant::now();
     let decision = scheduling::solve(input);
     let seconds = started.elapsed().as_secs_f64();

@@ -136,9 +136,10 @@ impl Ceiling {
     }
 }
 
-/// EUR per hour → micro-EUR per hour.
+/// EUR per hour → micro-EUR per hour, as the scheduler counts prices; 0 for a price that is not a
+/// finite positive number.
 pub fn price_micros(eur: f64) -> i64 {
-    if eur.is_finite() && eur > 0.0 { (eur * 1e6).round() as i64 } else { 0 }
+    if eur.is_finite() { scheduling::model::price_micros(eur).max(0) } else { 0 }
 }
 
 /// Micro-EUR per hour as EUR with four places (`0.1834`).
@@ -272,9 +273,9 @@ pub fn selects(
         && org.spec.cluster_selector.matches(cluster_labels)
 }
 
-/// Whether any organisation selects namespaces by label (the caller then reads namespace labels).
-pub fn needs_namespace_labels(orgs: &[&CleverOrganization]) -> bool {
-    orgs.iter().any(|o| o.spec.namespace_selector.as_ref().is_some_and(|s| *s != ClusterSelector::default()))
+/// Whether the organisation selects namespaces by label (the caller then reads namespace labels).
+pub fn needs_namespace_labels(org: &CleverOrganization) -> bool {
+    org.spec.namespace_selector.as_ref().is_some_and(|s| *s != ClusterSelector::default())
 }
 
 fn quantity_millis(text: Option<&String>) -> Option<i64> {
@@ -295,10 +296,13 @@ fn min_some(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 /// The quota the hub enforces: per resource the smaller of the declared one and the one learned
 /// from a refusal under the current spec; and the cost ceiling.
 pub fn effective(org: &CleverOrganization) -> Ceiling {
+    effective_with(org, org.status.as_ref())
+}
+
+/// [`effective`] with `status` standing for the organisation's (one being written).
+fn effective_with(org: &CleverOrganization, status: Option<&CleverOrganizationStatus>) -> Ceiling {
     let declared = org.spec.quota.as_ref();
-    let observed = org
-        .status
-        .as_ref()
+    let observed = status
         .and_then(|s| s.observed_quota.as_ref())
         .filter(|o| org.metadata.generation.is_none_or(|g| g == o.generation));
     Ceiling {
@@ -384,6 +388,16 @@ pub fn shared_limit<'a>(
             price_micros: left.price_micros,
         },
         sizes,
+    }
+}
+
+/// `input` limited by the room each organisation leaves the cluster (`rooms`: name and room): a
+/// shared limit every pool draws on, its instance types sized as the platform counts them.
+/// Provisioning's rounds and the disruption loop's replacements plan with it.
+pub fn limit_input(input: &mut scheduling::Input, rooms: &[(String, Ceiling)]) {
+    for (name, left) in rooms {
+        let types: Vec<&InstanceType> = input.pools.iter().flat_map(|p| &p.instance_types).collect();
+        input.shared.push(shared_limit(name, *left, types));
     }
 }
 
@@ -677,10 +691,7 @@ pub fn record(
         entry.waiting = None;
     }
     entry.replica = (!replica.is_empty()).then(|| replica.to_string());
-    let mut unchanged = before.clone();
-    unchanged.observed_time = entry.observed_time.clone();
-    let same = existed && *entry == unchanged && age(&before.observed_time, now) < REFRESH;
-    if same {
+    if existed && *entry == before && age(&before.observed_time, now) < REFRESH {
         return None;
     }
     entry.observed_time = time(now);
@@ -716,9 +727,7 @@ pub fn prune(
 /// The summary fields from the entries: clusters, used, reserved, the effective quota, the spend.
 pub fn summarize(org: &CleverOrganization, status: &mut CleverOrganizationStatus) {
     let (total, reserved) = used(Some(status));
-    let mut for_quota = org.clone();
-    for_quota.status = Some(status.clone());
-    let quota = effective(&for_quota);
+    let quota = effective_with(org, Some(status));
     status.cluster_count = i64::try_from(status.clusters.len()).unwrap_or(i64::MAX);
     status.used = Some(QuotaAmount {
         cpu: Some(format_millis_cpu(total.cpu_millis)),

@@ -36,23 +36,30 @@ pub fn id(key: &ClusterKey) -> ClusterId<'_> {
     ClusterId { namespace: &key.namespace, name: &key.name }
 }
 
+/// Whether organisation `org` selects cluster `key` (reading the namespace's labels only when it
+/// selects namespaces by label).
+pub async fn selects(hub: &Hub, key: &ClusterKey, org: &CleverOrganization) -> Result<bool, ApiError> {
+    let ns_labels = if organization::needs_namespace_labels(org) {
+        hub.namespace_labels(&key.namespace).await.step(Step::ReadNamespace)?
+    } else {
+        Default::default()
+    };
+    Ok(organization::selects(org, &ns_labels, &hub.registry.labels(key)))
+}
+
 /// The organisations of `orgs` that select cluster `key`.
 pub async fn selecting(
     hub: &Hub,
     key: &ClusterKey,
     orgs: Vec<Arc<CleverOrganization>>,
 ) -> Result<Vec<Arc<CleverOrganization>>, ApiError> {
-    if orgs.is_empty() {
-        return Ok(orgs);
+    let mut out = Vec::with_capacity(orgs.len());
+    for org in orgs {
+        if selects(hub, key, &org).await? {
+            out.push(org);
+        }
     }
-    let refs: Vec<&CleverOrganization> = orgs.iter().map(AsRef::as_ref).collect();
-    let ns_labels = if organization::needs_namespace_labels(&refs) {
-        hub.namespace_labels(&key.namespace).await.step(Step::ReadNamespace)?
-    } else {
-        Default::default()
-    };
-    let labels = hub.registry.labels(key);
-    Ok(orgs.into_iter().filter(|o| organization::selects(o, &ns_labels, &labels)).collect())
+    Ok(out)
 }
 
 /// The cluster's organisations as the cache shows them (rounds plan with these).
@@ -98,10 +105,10 @@ pub fn sizer(hub: &Hub) -> Sizer {
 }
 
 /// How a conditional write ended.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Written {
-    /// Stored; the object as stored.
-    Stored(Box<CleverOrganization>),
+    /// Stored.
+    Stored,
     /// Someone wrote since it was read: read it again and judge again.
     Conflict,
     /// The organisation is gone.
@@ -115,11 +122,35 @@ pub async fn write(hub: &Hub, org: &CleverOrganization, status: CleverOrganizati
     obj.metadata.managed_fields = None;
     obj.status = Some(status);
     match api.replace_status(&org.name_any(), &PostParams::default(), &obj).await {
-        Ok(stored) => Ok(Written::Stored(Box::new(stored))),
+        Ok(_) => Ok(Written::Stored),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(Written::Conflict),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(Written::Gone),
         Err(e) => Err(Step::WriteOrganizationStatus.failed(e)),
     }
+}
+
+/// Writes the status `change` makes of `current` (at the hub's now) under the resourceVersion read;
+/// on a conflict, reads the organisation again and applies `change` again, at most `attempts`
+/// times. `Stored` when the ledger holds the change (written, or nothing to write), `Gone`, or
+/// `Conflict` when every attempt lost the race.
+pub async fn update(
+    hub: &Hub,
+    mut current: CleverOrganization,
+    attempts: usize,
+    mut change: impl FnMut(&CleverOrganization, Timestamp) -> Option<CleverOrganizationStatus>,
+) -> Result<Written, ApiError> {
+    let name = current.name_any();
+    for _ in 0..attempts {
+        let Some(status) = change(&current, hub.now()) else { return Ok(Written::Stored) };
+        match write(hub, &current, status).await? {
+            Written::Conflict => match reread(hub, &name).await? {
+                Some(o) => current = o,
+                None => return Ok(Written::Gone),
+            },
+            done => return Ok(done),
+        }
+    }
+    Ok(Written::Conflict)
 }
 
 /// The organisation read live; `None` once gone.
@@ -193,7 +224,7 @@ async fn reserve_one(
             }
         };
         match outcome {
-            Written::Stored(_) => return Ok(true),
+            Written::Stored => return Ok(true),
             Written::Gone => return Ok(false),
             Written::Conflict => match reread(hub, &name).await? {
                 Some(o) => current = o,
@@ -220,31 +251,27 @@ async fn release_one(
     group: &str,
     refusal: Option<&str>,
 ) -> Result<(), ApiError> {
-    let Some(mut current) = reread(hub, name).await? else {
+    let Some(current) = reread(hub, name).await? else {
         return Ok(());
     };
-    for _ in 0..ATTEMPTS {
-        let now = hub.now();
-        let mut status = organization::release(&current, id(key), group);
-        if let Some(message) = refusal {
-            let mut with = current.clone();
-            if let Some(s) = &status {
-                with.status = Some(s.clone());
-            }
-            if let Some(learned) = organization::learn(&with, id(key), message, now) {
+    let outcome = update(hub, current, ATTEMPTS, |org, now| {
+        let released = organization::release(org, id(key), group);
+        let Some(message) = refusal else { return released };
+        let mut with = org.clone();
+        if let Some(s) = &released {
+            with.status = Some(s.clone());
+        }
+        match organization::learn(&with, id(key), message, now) {
+            Some(learned) => {
                 tracing::info!(cluster = %key, organization = %name, "learned the organisation's quota from CKE's refusal");
-                status = Some(learned);
+                Some(learned)
             }
+            None => released,
         }
-        let Some(status) = status else { return Ok(()) };
-        match write(hub, &current, status).await? {
-            Written::Stored(_) | Written::Gone => return Ok(()),
-            Written::Conflict => match reread(hub, name).await? {
-                Some(o) => current = o,
-                None => return Ok(()),
-            },
-        }
+    })
+    .await?;
+    if outcome == Written::Conflict {
+        tracing::warn!(cluster = %key, organization = %name, nodegroup = %group, "the organisation's ledger changed under every attempt to return a reservation; it expires on its own");
     }
-    tracing::warn!(cluster = %key, organization = %name, nodegroup = %group, "the organisation's ledger changed under every attempt to return a reservation; it expires on its own");
     Ok(())
 }

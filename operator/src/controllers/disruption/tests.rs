@@ -235,10 +235,14 @@ fn a_replacement_needs_the_organisations_room() {
     let mut c = cluster(json!({}));
     add_node(&mut c, "default-m1", "M", &[CONSOLIDATABLE]);
     c.list([running_pod("web-1", "default-m1", "1", "1Gi", json!({}))]);
-    let room = |cpu: i64| Ceiling { cpu_millis: Some(cpu * 1000), memory_bytes: None, price_micros: None };
+    let room = |cpu: i64| crate::decisions::organization::Ceiling {
+        cpu_millis: Some(cpu * 1000),
+        memory_bytes: None,
+        price_micros: None,
+    };
     let pass_with = |cpu: i64| {
         let mut view = view_at(&c, now());
-        limit_by_organizations(&mut view, &[("acme".into(), room(cpu))]);
+        organization::limit_input(&mut view.model.input, &[("acme".into(), room(cpu))]);
         methods(&view, false, now(), |_, _| {})
     };
     assert_eq!(

@@ -281,5 +281,5 @@ fn selection_by_cluster_and_namespace_labels() {
     o.spec.namespace_selector = Some(serde_json::from_value(json!({"matchLabels": {"tier": "prod"}})).unwrap());
     assert!(!selects(&o, &l("tier", "dev"), &l("org", "acme")));
     assert!(selects(&o, &l("tier", "prod"), &l("org", "acme")));
-    assert!(needs_namespace_labels(&[&o]));
+    assert!(needs_namespace_labels(&o));
 }
