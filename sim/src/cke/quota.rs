@@ -14,11 +14,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crds::catalog::BuiltinFlavor;
-
-/// The kernel-visible KiB per nominal GB measured on `M` (15988992 / 16): a flavor without a
-/// built-in sizing is billed `round(memoryKi / this)` GB.
-const KI_PER_NOMINAL_GB: i64 = 999_312;
+use crds::catalog::{BuiltinFlavor, KI_PER_NOMINAL_GB};
 
 /// A flavor as the simulated platform knows it: scheduling sizing and quota sizing.
 #[derive(Debug, Clone, PartialEq, Eq)]
