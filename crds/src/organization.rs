@@ -225,6 +225,10 @@ pub struct Waiting {
     pub cpu_millis: i64,
     /// Nominal memory bytes the launch needs.
     pub memory_bytes: i64,
+    /// The NodePools whose pods wait (their conditions name the organisation).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(max = 253)))]
+    pub pools: Vec<String>,
 }
 
 /// A non-negative quantity.

@@ -29,11 +29,12 @@ use serde_json::json;
 use crate::{
     decisions::conditions::{self, FALSE, TRUE, UNKNOWN},
     decisions::pool_status::{Kind, Seen, caught_up, price_per_hour},
-    decisions::{fleet, rollout},
+    decisions::{fleet, organization, rollout},
     infra::errors::{self, ApiError, Categorized, Reconciler, Step, StepExt},
     infra::facts,
     infra::hub::Hub,
     infra::metrics::{Metrics, PoolLabels, PoolPhaseLabels, PoolResourceLabels},
+    infra::organizations,
     infra::registry::{ClusterKey, Phase},
 };
 use crds::{
@@ -60,6 +61,10 @@ const ROLLOUT_RECHECK: Duration = Duration::from_secs(30);
 /// Present only while garbage collection's brake holds back the sweeps of the pool's cluster
 /// (hub.md §5): informational, it does not make the pool not Ready (launches go on).
 pub const GARBAGE_COLLECTION_HALTED: &str = "GarbageCollectionHalted";
+
+/// Present only while pods of the pool wait for room in an organisation's quota or cost ceiling
+/// (fleet.md §4): informational, it does not make the pool not Ready.
+pub const WAITING_FOR_ORGANIZATION: &str = "WaitingForOrganization";
 
 /// What stops a reconcile (retried after 10 s): only a request, which says its step.
 pub type Error = ApiError;
@@ -128,6 +133,11 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
     let claims: Api<NodeClaim> = hub.scoped();
     // A cluster's state, or the garbage-collection brake's verdict on it, shows on its pools.
     let cluster_changes = futures::stream::select(hub.registry.change_stream(), hub.gc_halt_changes());
+    // An organisation's line (who waits, and for which pools) shows on the pools waiting.
+    let scope = futures::stream::unfold(hub.cache.scope_changes(), |mut rx| async move {
+        rx.changed().await.ok().map(|()| ((), rx))
+    });
+    let cluster_changes = futures::stream::select(cluster_changes, scope);
     let controller = Controller::new(pools, watcher::Config::default())
         .with_config(controller::Config::default().debounce(DEBOUNCE));
     let pools_store = controller.store();
@@ -415,10 +425,12 @@ async fn named(hub: &Hub, pool: &NodePool, key: &ClusterKey) -> Result<(), Error
             conditions::remove(&mut conds, GARBAGE_COLLECTION_HALTED);
         }
     }
+    let waiting = waits_for_organization(hub, key, &name, now).await?;
+    set_waiting(&mut conds, waiting.into_iter().collect(), generation, now);
     let ready = conditions::set_root_except(
         &mut conds,
         READY,
-        &[NODE_REGISTRATION_HEALTHY, GARBAGE_COLLECTION_HALTED],
+        &[NODE_REGISTRATION_HEALTHY, GARBAGE_COLLECTION_HALTED, WAITING_FOR_ORGANIZATION],
         generation,
         now,
     );
@@ -429,6 +441,37 @@ async fn named(hub: &Hub, pool: &NodePool, key: &ClusterKey) -> Result<(), Error
         tracing::debug!(namespace = %ns, nodepool = %name, ready, cluster = %key, "nodepool status updated");
     }
     Ok(())
+}
+
+/// Why pods of pool `pool` wait in cluster `key` for an organisation's room (its ledger, which every
+/// replica reads alike), if they do.
+async fn waits_for_organization(
+    hub: &Hub,
+    key: &ClusterKey,
+    pool: &str,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Result<Option<String>, Error> {
+    let orgs = organizations::cached(hub, key).await?;
+    Ok(orgs.iter().find_map(|o| organization::waits_for(o, organizations::id(key), pool, now)))
+}
+
+/// `WaitingForOrganization` with `why` (one line per waiting cluster; at most three listed), or
+/// none when nothing waits.
+fn set_waiting(
+    conds: &mut Vec<crds::common::Condition>,
+    why: Vec<String>,
+    generation: Option<i64>,
+    now: k8s_openapi::jiff::Timestamp,
+) {
+    if why.is_empty() {
+        conditions::remove(conds, WAITING_FOR_ORGANIZATION);
+        return;
+    }
+    let mut message = why.iter().take(3).cloned().collect::<Vec<_>>().join("; ");
+    if why.len() > 3 {
+        message.push_str(&format!("; and {} more clusters", why.len() - 3));
+    }
+    conditions::set(conds, WAITING_FOR_ORGANIZATION, TRUE, "HeadroomExhausted", &message, generation, now);
 }
 
 /// Merge-patch the pool's summary (conditions, usage over all its claims not being deleted, and
@@ -613,10 +656,17 @@ async fn fleet(hub: &Hub, pool: &NodePool) -> Result<Option<Duration>, Error> {
         conditions::set(&mut conds, NODES_IN_DEPARTED_CLUSTERS, TRUE, "ClusterNotSelected", &message, generation, now);
     }
     let (rollout, recheck, resumed) = advance_rollout(hub, pool, &served, &claims, &mut conds, now).await;
+    let mut waiting = Vec::new();
+    for key in &served {
+        if let Some(why) = waits_for_organization(hub, key, &name, now).await? {
+            waiting.push(format!("cluster {}: {why}", key.name));
+        }
+    }
+    set_waiting(&mut conds, waiting, generation, now);
     let ready = conditions::set_root_except(
         &mut conds,
         READY,
-        &[NODE_REGISTRATION_HEALTHY, NODES_IN_DEPARTED_CLUSTERS, ROLLOUT_HALTED],
+        &[NODE_REGISTRATION_HEALTHY, NODES_IN_DEPARTED_CLUSTERS, ROLLOUT_HALTED, WAITING_FOR_ORGANIZATION],
         generation,
         now,
     );

@@ -237,6 +237,8 @@ pub(crate) struct Solved {
     pub claims: Vec<(usize, Result<NodeClaim, BuildError>)>,
     /// How long the scheduling core took (the metric).
     pub seconds: f64,
+    /// What the organisations' room held back: the cluster waits for it (fairness, fleet.md §4).
+    pub waiting: Option<organization::Want>,
 }
 
 /// Decides a gathered round under the cluster's capacity memory at `now`: CKE's refusals
@@ -260,10 +262,13 @@ pub(crate) fn decide(
     for (flavor, e) in correct_from_nodes(input, round.snapshot.nodes.iter().map(AsRef::as_ref)) {
         tracing::debug!(cluster = %key, flavor = %flavor, error = %e, "observed node capacity ignored");
     }
+    let own = input.shared.len();
     organization::limit_input(input, organizations);
     let started = std::time::Instant::now();
     let decision = scheduling::solve(input);
     let seconds = started.elapsed().as_secs_f64();
+    // Pods the room left waiting: what they would need without it is what the cluster waits for.
+    let waiting = organization::held_back(input, &decision, own);
     let cluster = Cluster { namespace: &key.namespace, name: &key.name };
     let snapshot = &round.snapshot;
     let claims = decision
@@ -285,7 +290,7 @@ pub(crate) fn decide(
             Some((i, node_claim(pool, class, claim, &cluster, &pod_ids)))
         })
         .collect();
-    Decided::Solved(Box::new(Solved { decision, cooling, claims, seconds }))
+    Decided::Solved(Box::new(Solved { decision, cooling, claims, seconds, waiting }))
 }
 
 fn log_notes(key: &ClusterKey, notes: &[String]) {
@@ -316,6 +321,8 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
         Gathered::NoPod { notes } => {
             log_notes(key, &notes);
             unschedulable.set(0);
+            // No pod waits: the cluster is no longer in an organisation's line.
+            organizations::unmark(hub, key).await?;
             return Ok(Outcome::Done);
         }
         Gathered::Round(round) => *round,
@@ -332,7 +339,7 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
         }
         Decided::Solved(solved) => *solved,
     };
-    let Solved { decision, cooling, claims, seconds } = solved;
+    let Solved { decision, cooling, claims, seconds, waiting } = solved;
     let (input, snapshot) = (&round.input, &round.snapshot);
     let ns = &key.namespace;
     hub.metrics.scheduling_duration.get(&ClusterLabels { cluster: key.to_string() }).observe(seconds);
@@ -404,11 +411,20 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
     if !created.is_empty() && !claims_visible(hub, ns, &created).await {
         tracing::warn!(cluster = %key, claims = created.len(), "the management cache does not show the new NodeClaims yet; the next round may repeat work");
     }
+    let mut look_again: Option<Duration> = None;
+    if let Some(want) = &waiting {
+        // In line for the room (fleet.md §4): the mark is renewed while the pods wait.
+        organizations::mark(hub, key, &orgs, want).await?;
+        look_again = Some(organization::RENEW);
+    }
     if !decision.unschedulable.is_empty() && !cooling.is_empty() {
         // Pods left out while flavors cool down: nothing in the caches will announce the end of a
         // cool-down, so look again then (at the latest after RESYNC: the hub's clock may be moved).
         let until = capacity.next_expiry(now).unwrap_or(RESYNC).min(RESYNC);
-        return Ok(Outcome::Deferred { until: tokio::time::Instant::now() + until });
+        look_again = Some(look_again.map_or(until, |l| l.min(until)));
+    }
+    if let Some(after) = look_again {
+        return Ok(Outcome::Deferred { until: tokio::time::Instant::now() + after });
     }
     Ok(Outcome::Done)
 }

@@ -23,7 +23,7 @@ use crds::{
     catalog::{Flavor, InstanceType, nominal_gb},
     labels,
     nodegroup::Verdict,
-    organization::{CleverOrganizationStatus, ObservedQuota, OrganizationCluster, QuotaAmount, Reservation, Waiting},
+    organization::{CleverOrganizationStatus, ObservedQuota, OrganizationCluster, QuotaAmount, Reservation},
     quantity::{format_decimal_bytes, format_millis_cpu, parse_price_micros, parse_quantity},
     selector::ClusterSelector,
 };
@@ -419,6 +419,8 @@ impl ClusterId<'_> {
 pub struct Launch<'a> {
     pub group: &'a str,
     pub flavor: &'a str,
+    /// The claim's NodePool (a refusal marks it waiting).
+    pub pool: &'a str,
     pub size: Amount,
     /// Weight of the claim's pool (fairness).
     pub weight: i32,
@@ -469,32 +471,6 @@ fn entry_mut<'s>(
         }
     };
     &mut status.clusters[i]
-}
-
-/// Rank of a waiting cluster: the longest-starved first, then the highest weight, then the oldest.
-fn rank(w: &Waiting, now: Timestamp) -> (bool, i32, Timestamp) {
-    (age(&w.since, now) < STARVATION, -w.weight, w.since.0)
-}
-
-/// Whether a waiting mark still counts: renewed within [`WAITING_TTL`].
-fn asking(w: &Waiting, now: Timestamp) -> bool {
-    age(&w.last, now) <= WAITING_TTL
-}
-
-/// The reservations other waiting clusters that rank before `launch` are owed.
-fn owed_before(status: &CleverOrganizationStatus, id: ClusterId<'_>, launch: &Launch<'_>, now: Timestamp) -> Amount {
-    let my_rank = (age(&time(launch.since), now) < STARVATION, -launch.weight, launch.since);
-    let mut owed = Amount::default();
-    for c in &status.clusters {
-        if id.is(c) {
-            continue;
-        }
-        let Some(w) = c.waiting.as_ref().filter(|w| asking(w, now)) else { continue };
-        if rank(w, now) < my_rank {
-            owed += Amount { cpu_millis: w.cpu_millis, memory_bytes: w.memory_bytes, price_micros: 0 };
-        }
-    }
-    owed
 }
 
 /// Describes the shortfall in the organisation's words.
@@ -569,19 +545,13 @@ pub fn reserve(
     let entry = entry_mut(&mut status, id, now);
     entry.replica = (!replica.is_empty()).then(|| replica.to_string());
     if !fits {
-        let since = entry
-            .waiting
-            .as_ref()
-            .filter(|w| asking(w, now))
-            .map_or(time(launch.since), |w| time(w.since.0.min(launch.since)));
-        entry.waiting = Some(Waiting {
+        let want = Want {
             weight: launch.weight,
-            since,
-            last: time(now),
-            cpu_millis: launch.size.cpu_millis,
-            memory_bytes: launch.size.memory_bytes,
-        });
-        entry.observed_time = time(now);
+            since: launch.since,
+            size: launch.size,
+            pools: vec![launch.pool.to_string()],
+        };
+        entry.waiting = Some(waiting::waiting(entry.waiting.as_ref(), &want, now));
         summarize(org, &mut status);
         return Err(Box::new(Refused {
             short: Short { message: shortfall(org, quota, used, launch.size, owed) },
@@ -743,6 +713,11 @@ pub fn summarize(org: &CleverOrganization, status: &mut CleverOrganizationStatus
     });
     status.price_per_hour = Some(format_price(total.price_micros));
 }
+
+mod waiting;
+
+pub use waiting::{RENEW, Want, held_back, mark, unmark, waits_for};
+use waiting::{asking, owed_before, rank};
 
 #[cfg(test)]
 mod tests;

@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Api, ResourceExt, api::PostParams};
 
 use crate::{
-    decisions::organization::{self, Ceiling, ClusterId, Launch, Short, Sizer},
+    decisions::organization::{self, Ceiling, ClusterId, Launch, Short, Sizer, Want},
     infra::{
         errors::{ApiError, Step, StepExt},
         hub::Hub,
@@ -156,6 +156,41 @@ pub async fn update(
 /// The organisation read live; `None` once gone.
 pub async fn reread(hub: &Hub, name: &str) -> Result<Option<CleverOrganization>, ApiError> {
     Api::<CleverOrganization>::all(hub.mgmt.clone()).get_opt(name).await.step(Step::ReadOrganization)
+}
+
+/// Marks cluster `key` waiting for `want` (fairness, fleet.md §4) in the organisations whose room
+/// (`rooms`, as the round planned with) does not admit it — in all of them when each would alone.
+pub async fn mark(hub: &Hub, key: &ClusterKey, rooms: &[(String, Ceiling)], want: &Want) -> Result<(), ApiError> {
+    let short: Vec<&str> =
+        rooms.iter().filter(|(_, room)| !room.admits(want.size)).map(|(name, _)| name.as_str()).collect();
+    for org in cached(hub, key).await? {
+        let name = org.name_any();
+        let limited = rooms.iter().any(|(n, _)| *n == name);
+        if !limited || (!short.is_empty() && !short.contains(&name.as_str())) {
+            continue;
+        }
+        if organization::mark(&org, id(key), want, hub.now()).is_none() {
+            continue;
+        }
+        let outcome =
+            update(hub, Arc::unwrap_or_clone(org), ATTEMPTS, |o, now| organization::mark(o, id(key), want, now))
+                .await?;
+        tracing::debug!(cluster = %key, organization = %name, written = ?outcome, cpu_millis = want.size.cpu_millis, "pods wait for the organisation's room: the cluster is in line");
+    }
+    Ok(())
+}
+
+/// Takes cluster `key` out of its organisations' lines (no pod of it waits any more).
+pub async fn unmark(hub: &Hub, key: &ClusterKey) -> Result<(), ApiError> {
+    for org in cached(hub, key).await? {
+        if organization::unmark(&org, id(key)).is_none() {
+            continue;
+        }
+        let name = org.name_any();
+        let outcome = update(hub, Arc::unwrap_or_clone(org), ATTEMPTS, |o, _| organization::unmark(o, id(key))).await?;
+        tracing::debug!(cluster = %key, organization = %name, written = ?outcome, "no pod waits any more: the cluster leaves the line");
+    }
+    Ok(())
 }
 
 /// Why a launch was not reserved.

@@ -273,7 +273,8 @@ fn a_ledger_write_on_a_stale_version_is_refused_by_a_real_api_server() {
         let mut o = created.clone();
         o.status = Some(ledger::record(&o, paris, &counted, "hub-0", now).unwrap());
         o.status = Some(ledger::record(&o, lyon, &counted, "hub-1", now).unwrap());
-        let launch = Launch { group: "g-1", flavor: "M", size: sizer.of("M").unwrap(), weight: 10, since: now };
+        let launch =
+            Launch { group: "g-1", flavor: "M", pool: "default", size: sizer.of("M").unwrap(), weight: 10, since: now };
         o.status = Some(ledger::reserve(&o, paris, &launch, "hub-0", now).unwrap());
         let refused = ledger::reserve(&o, lyon, &Launch { group: "g-2", ..launch.clone() }, "hub-1", now).unwrap_err();
         o.status = Some(refused.marked);
@@ -308,4 +309,100 @@ pub(crate) async fn create_retrying(api: &Api<CleverOrganization>, org: &CleverO
         }
     }
     panic!("CleverOrganization never served: {last:?}")
+}
+
+/// Cluster `i`'s entry in the organisation's ledger is marked waiting.
+async fn waits(world: &World, name: &str) -> bool {
+    organization(world).await.status.is_some_and(|s| s.clusters.iter().any(|c| c.name == name && c.waiting.is_some()))
+}
+
+/// The `WaitingForOrganization` condition of cluster `i`'s pool, if set.
+async fn waiting_condition(world: &World, i: usize) -> Option<crds::common::Condition> {
+    let c = &world.clusters[i];
+    let pool = Api::<crds::NodePool>::namespaced(world.mgmt.client(), &c.namespace).get("default").await.ok()?;
+    pool.status?.conditions.into_iter().find(|c| c.type_ == "WaitingForOrganization")
+}
+
+/// Deletes cluster `i`'s NodeClaims (as a user would) after its pods are gone, freeing the room its
+/// nodes held.
+async fn remove_nodes(world: &World, i: usize) {
+    scale(world, i, 0, "1", "512Mi").await.unwrap();
+    let c = &world.clusters[i];
+    let api = Api::<crds::NodeClaim>::namespaced(world.mgmt.client(), &c.namespace);
+    for nc in api.list(&ListParams::default()).await.unwrap().items {
+        if nc.spec.cluster_name == c.name {
+            let _ = api.delete(&nc.metadata.name.unwrap(), &Default::default()).await;
+        }
+    }
+}
+
+/// Three clusters compete for an organisation's room, which frees one node at a time (fleet.md §4,
+/// item 4 of the issue): rounds that hold pods back for the room put their cluster in line (the
+/// ledger's waiting marks) and the freed room goes by pool weight, then by the oldest pending pod —
+/// not to whichever round runs first —, the pools that wait say why, and the platform refuses
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_clusters_competing_for_the_room_are_served_by_weight_then_age() {
+    // The control planes take 48 vCPU: room for one 2XS (4 vCPU) at a time.
+    let org = OrganizationQuota::new(Usage { vcpu: 52, ram_gb: 96 });
+    let clusters = [("team-a", "paris"), ("team-b", "lyon"), ("team-c", "nice")];
+    let mut world = World::start(&clusters, |i| {
+        let mut c = quick_cke(i as u64);
+        c.quota.organization = Some(org.member(clusters[i].1));
+        c
+    })
+    .await
+    .unwrap();
+    apply_pool(&world, 0).await;
+    for (i, weight) in [(1, 10), (2, 50)] {
+        common::apply_example_with(&world, i, |spec| {
+            spec.remove("limits");
+            spec.insert("weight".into(), json!(weight));
+        })
+        .await;
+    }
+    declare(&world, json!({"cpu": "52", "memory": "96G"})).await;
+    assert!(poll_until(Duration::from_secs(30), || async { org.members().len() == 3 }).await);
+    world.start_hub();
+    // Paris takes the room: three 1-vCPU pods on one 2XS.
+    scale(&world, 0, 3, "1", "512Mi").await.unwrap();
+    assert!(poll_until(Duration::from_secs(60), || async { running(&world, 0).await == 3 }).await, "{:?}", org.stats());
+    // Lyon's pods (weight 10) wait first, then Nice's (weight 50): both clusters are in line.
+    scale(&world, 1, 3, "1", "512Mi").await.unwrap();
+    assert!(
+        poll_until(Duration::from_secs(30), || waits(&world, "lyon")).await,
+        "{:?}",
+        organization(&world).await.status
+    );
+    let condition =
+        poll_until(Duration::from_secs(30), || async { waiting_condition(&world, 1).await.is_some() }).await;
+    assert!(condition, "lyon's pool says it waits");
+    let why = waiting_condition(&world, 1).await.unwrap();
+    assert_eq!((why.status.as_str(), why.reason.as_str()), ("True", "HeadroomExhausted"));
+    assert!(why.message.contains("organisation acme: 52/52 vCPU"), "{}", why.message);
+    assert!(why.message.contains("team-b/lyon waits for 4 vCPU"), "{}", why.message);
+    scale(&world, 2, 3, "1", "512Mi").await.unwrap();
+    assert!(
+        poll_until(Duration::from_secs(30), || waits(&world, "nice")).await,
+        "{:?}",
+        organization(&world).await.status
+    );
+    // Paris's node goes: Nice, the higher weight, gets the room though Lyon asked first.
+    remove_nodes(&world, 0).await;
+    let nice = poll_until(Duration::from_secs(60), || async { running(&world, 2).await == 3 }).await;
+    assert!(nice, "nice runs: {:?}, ledger {:?}", org.stats(), organization(&world).await.status);
+    assert_eq!(groups(&world, 1).await, 0, "lyon was not launched for: the room went to nice");
+    assert!(waits(&world, "lyon").await);
+    // Nice's node goes: Lyon's turn.
+    remove_nodes(&world, 2).await;
+    let lyon = poll_until(Duration::from_secs(60), || async { running(&world, 1).await == 3 }).await;
+    assert!(lyon, "lyon runs: {:?}, ledger {:?}", org.stats(), organization(&world).await.status);
+    assert!(
+        poll_until(Duration::from_secs(30), || async { waiting_condition(&world, 1).await.is_none() }).await,
+        "lyon's pool no longer waits"
+    );
+    let stats = org.stats();
+    assert_eq!(stats.refusals, 0, "no create was sent over the quota: {stats:?}");
+    assert!(stats.peak.vcpu <= 52, "{stats:?}");
+    world.shutdown().await;
 }

@@ -251,3 +251,30 @@ fn a_replacement_needs_the_organisations_room() {
     );
     assert_eq!(command_of(&pass_with(0)), None);
 }
+
+/// A drifted node whose replacement the organisation has no room for is not replaced: it is
+/// reported (`DisruptionBlocked`) with the organisation and what is left named, and replaced once
+/// the room is there.
+#[test]
+fn a_drift_replacement_without_the_organisations_room_is_blocked_naming_it() {
+    let mut c = cluster(json!({}));
+    add_node(&mut c, "default-a1", "XS", &[("Drifted", "NodePoolDrifted")]);
+    c.list([running_pod("web-0", "default-a1", "500m", "1Gi", json!({}))]);
+    let room = |cpu: i64| crate::decisions::organization::Ceiling {
+        cpu_millis: Some(cpu * 1000),
+        memory_bytes: None,
+        price_micros: None,
+    };
+    let pass_with = |cpu: i64| {
+        let mut view = view_at(&c, now());
+        organization::limit_input(&mut view.model.input, &[("acme".into(), room(cpu))]);
+        methods(&view, false, now(), |_, _| {})
+    };
+    let pass = pass_with(0);
+    assert_eq!(command_of(&pass), None);
+    let why = blocked(&pass);
+    assert_eq!(why.len(), 1, "{why:?}");
+    assert_eq!(why[0].0, "default-a1");
+    assert!(why[0].1.contains("organisation acme: every instance type would exceed what is left (cpu=0)"), "{why:?}");
+    assert_eq!(command_of(&pass_with(4)), Some((Method::Drift, vec!["default-a1".into()], vec!["default".into()])));
+}

@@ -384,7 +384,7 @@ async fn reserve(
     let weight = hub.cache.pools.get(&ObjectRef::new(&pool).within(&c.ns)).and_then(|p| p.spec.weight).unwrap_or(0);
     // The claim was made for pods that waited: its creation is when they started waiting, near enough.
     let since = c.obj.metadata.creation_timestamp.as_ref().map_or_else(|| hub.now(), |t| t.0);
-    let launch = Launch { group, flavor, size: Sizer::of_type(t), weight, since };
+    let launch = Launch { group, flavor, pool: &pool, size: Sizer::of_type(t), weight, since };
     match organizations::reserve(hub, &c.key, orgs, &launch).await {
         Ok(names) => {
             tracing::info!(cluster = %c.key, nodeclaim = %c.name, nodegroup = %group, flavor = %flavor, organizations = ?names, "reserved the flavor in the organisation's quota");

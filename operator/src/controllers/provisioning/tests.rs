@@ -214,4 +214,29 @@ fn the_organisations_room_limits_the_round() {
     assert_eq!(planned(&round, &s).iter().map(|(_, f, _)| f.as_str()).collect::<Vec<_>>(), ["2XS"]);
     assert_eq!(s.decision.unschedulable.len(), 1);
     assert!(s.decision.unschedulable[0].reason.contains("organisation acme"), "{:?}", s.decision.unschedulable);
+    // The pod held back puts the cluster in the organisation's line, for the node it would take
+    // without the limit (a 2XS: 4 vCPU, 4 nominal GB), its pool and its pod's age.
+    let want = s.waiting.expect("the cluster waits for room");
+    assert_eq!((want.size.cpu_millis, want.size.memory_bytes), (4000, 4_000_000_000));
+    assert_eq!(want.pools, ["default"]);
+    let created = round.input.pods.iter().map(|p| p.created).min().unwrap();
+    assert_eq!(want.since.as_second(), created);
+    // No room at all: both pods wait, one node's worth owed (the XS that holds both).
+    let mut round = round_of(&c);
+    let Decided::Solved(s) = decide(&mut round, &key(), &CapacityState::default(), &[("acme".into(), room(0))], now())
+    else {
+        panic!("expected a decision")
+    };
+    assert!(s.claims.is_empty());
+    assert_eq!(s.waiting.map(|w| w.size.cpu_millis), Some(6000));
+    // Unlimited, or pods that wait for another reason: nobody is in line.
+    assert_eq!(solved(&c).1.waiting, None);
+    let big = cluster_with(vec![pending_pod("huge", "500", "1Gi")]);
+    let mut round = round_of(&big);
+    let Decided::Solved(s) = decide(&mut round, &key(), &CapacityState::default(), &[("acme".into(), room(0))], now())
+    else {
+        panic!("expected a decision")
+    };
+    assert_eq!(s.decision.unschedulable.len(), 1);
+    assert_eq!(s.waiting, None, "no flavor holds the pod: the room is not what it waits for");
 }

@@ -31,7 +31,7 @@ fn size(flavor: &str) -> Amount {
 }
 
 fn launch<'a>(group: &'a str, flavor: &'a str, weight: i32, since: Timestamp) -> Launch<'a> {
-    Launch { group, flavor, size: size(flavor), weight, since }
+    Launch { group, flavor, pool: "default", size: size(flavor), weight, since }
 }
 
 const PARIS: ClusterId<'static> = ClusterId { namespace: "team", name: "paris" };
@@ -282,4 +282,84 @@ fn selection_by_cluster_and_namespace_labels() {
     assert!(!selects(&o, &l("tier", "dev"), &l("org", "acme")));
     assert!(selects(&o, &l("tier", "prod"), &l("org", "acme")));
     assert!(needs_namespace_labels(&o));
+}
+
+fn want(weight: i32, since: Timestamp, flavor: &str) -> Want {
+    Want { weight, since, size: size(flavor), pools: vec!["default".into()] }
+}
+
+/// `o` with the status `change` made (panics when it made none).
+fn changed(mut o: CleverOrganization, change: Option<CleverOrganizationStatus>) -> CleverOrganization {
+    o.status = Some(change.expect("a change"));
+    o
+}
+
+/// Three clusters compete for an organisation's room, freed one node at a time (fleet.md §4): the
+/// rounds of the clusters marked waiting see it in rank order — the highest weight first, the
+/// oldest pending pod between equal weights, and a cluster waiting longer than STARVATION before
+/// anyone —, so the room is not taken by whichever round runs first.
+#[test]
+fn three_clusters_competing_are_served_by_weight_then_age_and_none_starves() {
+    // 52 vCPU: the three control planes take 48, Paris's 2XS the last 4.
+    let mut o = org("52", "1000G");
+    for (id, cpu) in [(PARIS, 20), (LYON, 16), (NICE, 16)] {
+        o = with_count(o, id, &counted(cpu, 24), at(0));
+    }
+    // Lyon's pods (weight 10) wait from t=0, Nice's (weight 50) from t=20: both rounds mark it.
+    o = changed(o.clone(), mark(&o, LYON, &want(10, at(0), "2XS"), at(1)));
+    o = changed(o.clone(), mark(&o, NICE, &want(50, at(20), "2XS"), at(21)));
+    // Renewed only after RENEW, or when it changes.
+    assert_eq!(mark(&o, NICE, &want(50, at(20), "2XS"), at(30)), None);
+    assert!(mark(&o, NICE, &want(50, at(20), "2XS"), at(21 + RENEW.as_secs() as i64)).is_some());
+    assert!(mark(&o, NICE, &want(50, at(20), "XS"), at(30)).is_some());
+    // A cluster not counted yet is not marked (a mark must not stand for its count).
+    assert_eq!(mark(&o, ClusterId { namespace: "x", name: "y" }, &want(1, at(0), "2XS"), at(30)), None);
+    // The pool condition's words: numbers, line, clusters.
+    let lyon = waits_for(&o, LYON, "default", at(30)).unwrap();
+    assert!(lyon.starts_with("organisation acme: 52/52 vCPU"), "{lyon}");
+    assert!(lyon.contains("team/lyon waits for 4 vCPU, 4G memory"), "{lyon}");
+    assert!(lyon.contains("(1 cluster before it in line)"), "{lyon}");
+    assert!(lyon.contains("team/paris 20"), "{lyon}");
+    assert!(lyon.chars().count() <= 300, "a condition keeps 300 characters: {lyon}");
+    assert!(waits_for(&o, NICE, "default", at(30)).unwrap().contains("(first in line)"));
+    assert_eq!(waits_for(&o, NICE, "other-pool", at(30)), None);
+    assert_eq!(waits_for(&o, PARIS, "default", at(30)), None);
+
+    // Paris's node goes: 4 vCPU free. Nice (weight 50) sees it; Lyon sees what is not owed to Nice.
+    o = with_count(o, PARIS, &counted(16, 24), at(40));
+    assert_eq!(headroom_for(&o, NICE, at(40)).cpu_millis, Some(4000));
+    assert_eq!(headroom_for(&o, LYON, at(40)).cpu_millis, Some(0));
+    assert_eq!(headroom_for(&o, PARIS, at(40)).cpu_millis, Some(0), "a cluster not in line waits behind both");
+    assert!(reserve(&o, LYON, &launch("l1", "2XS", 10, at(0)), "r1", at(40)).is_err());
+    o = changed(o.clone(), reserve(&o, NICE, &launch("n1", "2XS", 50, at(20)), "r1", at(40)).ok());
+    assert!(o.status.as_ref().unwrap().clusters.iter().all(|c| c.name != "nice" || c.waiting.is_none()));
+    // Nice's new node is counted: its reservation is settled.
+    let mut with_n1 = counted(20, 28);
+    with_n1.groups.insert("n1".into());
+    o = with_count(o, NICE, &with_n1, at(45));
+
+    // Nice wants more (weight 50, pods from t=60) while Lyon still waits; more room frees at t=100:
+    // between the two, the higher weight still goes first...
+    o = changed(o.clone(), mark(&o, LYON, &want(10, at(0), "2XS"), at(60)));
+    o = changed(o.clone(), mark(&o, NICE, &want(50, at(60), "2XS"), at(60)));
+    o = with_count(o, PARIS, &counted(12, 24), at(100));
+    assert_eq!(headroom_for(&o, NICE, at(100)).cpu_millis, Some(4000));
+    assert_eq!(headroom_for(&o, LYON, at(100)).cpu_millis, Some(0));
+    // Equal weights: the oldest pending pod first (Lyon's, from t=0; Nice's from t=60).
+    let even = changed(o.clone(), mark(&o, LYON, &want(50, at(0), "2XS"), at(110)));
+    assert_eq!(headroom_for(&even, LYON, at(110)).cpu_millis, Some(4000));
+    assert_eq!(headroom_for(&even, NICE, at(110)).cpu_millis, Some(0));
+    // ...until Lyon has waited longer than STARVATION: then it is first, whatever the weights.
+    let late = at(0) + SignedDuration::try_from(STARVATION).unwrap() + SignedDuration::from_secs(1);
+    o = changed(o.clone(), mark(&o, LYON, &want(10, at(0), "2XS"), late));
+    o = changed(o.clone(), mark(&o, NICE, &want(50, at(60), "2XS"), late));
+    assert_eq!(headroom_for(&o, LYON, late).cpu_millis, Some(4000));
+    assert_eq!(headroom_for(&o, NICE, late).cpu_millis, Some(0));
+    assert!(waits_for(&o, LYON, "default", late).unwrap().contains("(first in line)"));
+    // A cluster whose pods no longer wait leaves the line; a mark not renewed stops counting.
+    o = changed(o.clone(), unmark(&o, LYON));
+    assert_eq!(unmark(&o, LYON), None);
+    assert_eq!(headroom_for(&o, NICE, late).cpu_millis, Some(4000));
+    let forgotten = late + SignedDuration::try_from(WAITING_TTL).unwrap() + SignedDuration::from_secs(1);
+    assert_eq!(headroom_for(&o, PARIS, forgotten).cpu_millis, Some(4000));
 }
