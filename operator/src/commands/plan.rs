@@ -1,5 +1,5 @@
 //! `karpenter-hub plan`: the offline dry run. Reads ordinary multi-document manifests (NodePool,
-//! CleverNodeClass, FlavorCatalog, NodeClaim, Node, Pod, DaemonSet, PodDisruptionBudget,
+//! CleverNodeClass, FlavorCatalog, CleverOrganization, NodeClaim, Node, Pod, DaemonSet, PodDisruptionBudget,
 //! PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode, and the metadata of registration
 //! Secrets and Cluster API Clusters for cluster labels; `List`s of them), treats unbound
 //! non-DaemonSet pods as pending, runs the same scheduling core as the operator for one cluster
@@ -16,11 +16,11 @@ use std::path::PathBuf;
 use crd_schema::CrdSchema;
 use crds::admission::{
     Lookup, NodePoolReferences, Verdict, validate_flavor_catalog, validate_node_claim, validate_node_class,
-    validate_node_pool,
+    validate_node_pool, validate_organization,
 };
 use crds::catalog::round4;
 use crds::quantity::{format_bytes, format_count, format_millis_cpu};
-use crds::{CleverNodeClass, FlavorCatalog};
+use crds::{CleverNodeClass, CleverOrganization, FlavorCatalog};
 use scheduling::CompactPod;
 use scheduling::convert::{ConvertError, PendingRule, Snapshot, Volumes, build_input_with_volumes};
 use scheduling::model::{MinValuesPolicy, PreferencePolicy, Settings};
@@ -31,6 +31,7 @@ use crate::infra::registry::ClusterKey;
 
 pub mod clusters;
 mod disruption_plan;
+mod organizations;
 pub use disruption_plan::{
     Blocked, DisruptionPlan, MethodResult, PlannedCandidate, PlannedCommand, PoolBudget, Replacement, plan_disruption,
     to_json as disruption_json, to_table as disruption_table,
@@ -291,6 +292,8 @@ pub struct Manifests {
     /// Registered clusters by namespace and name, with what their Secret and Cluster API `Cluster`
     /// say of their labels (nothing else of those objects is kept).
     pub clusters: BTreeMap<ClusterKey, clusters::Registration>,
+    /// Organisations: their quota and cost ceiling limit the planned cluster's new nodes.
+    pub organizations: Vec<CleverOrganization>,
 }
 
 /// Where each object read came from (`file: document N (Kind ns/name)`), per kind, in the order of
@@ -301,6 +304,7 @@ struct Origins {
     node_classes: Vec<String>,
     flavor_catalogs: Vec<String>,
     node_claims: Vec<String>,
+    organizations: Vec<String>,
     pods: Vec<String>,
 }
 
@@ -387,6 +391,9 @@ fn admit(reader: &mut Reader) {
     }
     for (claim, origin) in snap.node_claims.iter().zip(&reader.origins.node_claims) {
         verdicts.push((origin.clone(), validate_node_claim(claim, None)));
+    }
+    for (org, origin) in reader.snap.organizations.iter().zip(&reader.origins.organizations) {
+        verdicts.push((origin.clone(), validate_organization(org, None)));
     }
     for (origin, verdict) in verdicts {
         for d in verdict.denials {
@@ -493,6 +500,10 @@ fn add_document(reader: &mut Reader, file: &str, index: usize, doc: Value) -> Re
             snap.snapshot.node_claims.push(typed(doc).map_err(fail)?);
             reader.origins.node_claims.push(origin);
         }
+        ("CleverOrganization", true) => {
+            snap.organizations.push(typed(doc).map_err(fail)?);
+            reader.origins.organizations.push(origin);
+        }
         ("Node", false) => snap.snapshot.nodes.push(std::sync::Arc::new(typed(doc).map_err(fail)?)),
         ("Pod", false) => {
             snap.snapshot.pods.push(std::sync::Arc::new(typed(doc).map_err(fail)?));
@@ -577,7 +588,9 @@ pub fn plan_with(
     let converted =
         build_input_with_volumes(&target.snapshot, &manifests.volumes, &cluster, PendingRule::Unbound, settings)?;
     notes.extend(converted.notes);
-    let input = converted.input;
+    let mut input = converted.input;
+    let rooms = organization_rooms(manifests, &target.key, &target.snapshot, &cluster, &mut notes);
+    crate::decisions::organization::limit_input(&mut input, &rooms);
     let decision = scheduling::solve(&input);
     let key = |i: &usize| input.pods[*i].key();
     let node_claims: Vec<PlannedClaim> = decision
@@ -613,6 +626,19 @@ pub fn plan_with(
         total_price_per_hour: total,
         notes,
     })
+}
+
+/// The room the manifests' organisations leave the planned cluster ([`organizations::rooms`]).
+fn organization_rooms(
+    manifests: &Manifests,
+    key: &Option<ClusterKey>,
+    snapshot: &Snapshot,
+    cluster: &str,
+    notes: &mut Vec<String>,
+) -> Vec<(String, crate::decisions::organization::Ceiling)> {
+    let Some(key) = key else { return Vec::new() };
+    let labels = snapshot.cluster_labels.get(cluster).cloned().unwrap_or_default();
+    organizations::rooms(&manifests.organizations, key, &labels, snapshot, notes)
 }
 
 /// The `--now` flag, or the wall clock.

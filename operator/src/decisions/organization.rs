@@ -19,8 +19,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crds::{
-    CleverOrganization, NodeGroup,
-    catalog::{Flavor, InstanceType, nominal_gb},
+    CleverOrganization, FlavorCatalog, NodeGroup,
+    catalog::{Catalog, Flavor, InstanceType, nominal_gb},
     labels,
     nodegroup::Verdict,
     organization::{CleverOrganizationStatus, ObservedQuota, OrganizationCluster, QuotaAmount, Reservation},
@@ -174,6 +174,19 @@ impl Sizer {
             by_name.entry(f.name.clone()).or_insert(size);
         }
         Sizer { by_name }
+    }
+
+    /// Sizes of the built-in flavors, then of the catalogues' own (a catalogue that does not merge
+    /// adds nothing: the hub serves the built-in one for it).
+    pub fn of_catalogs<'a>(catalogs: impl IntoIterator<Item = &'a FlavorCatalog>) -> Sizer {
+        let builtin = Catalog::builtin();
+        let mut flavors: Vec<Flavor> = builtin.flavors.clone();
+        for fc in catalogs {
+            if let Ok(merged) = crds::catalog::merge(&builtin.flavors, &fc.spec.flavors) {
+                flavors.extend(merged.flavors);
+            }
+        }
+        Sizer::new(&flavors)
     }
 
     /// The size of one node of `flavor`, if known.

@@ -21,11 +21,7 @@ use crate::{
         registry::ClusterKey,
     },
 };
-use crds::{
-    CleverOrganization, FlavorCatalog,
-    catalog::{Catalog, Flavor},
-    organization::CleverOrganizationStatus,
-};
+use crds::{CleverOrganization, FlavorCatalog, organization::CleverOrganizationStatus};
 
 /// How many times a ledger write judges again after losing a race, before it gives up (the
 /// launch is retried; nothing was reserved).
@@ -93,15 +89,8 @@ pub async fn live(hub: &Hub, key: &ClusterKey) -> Result<Vec<Arc<CleverOrganizat
 
 /// Every flavor the hub knows, sized: the built-in ones, then the cached catalogues' own.
 pub fn sizer(hub: &Hub) -> Sizer {
-    let builtin = Catalog::builtin();
     let catalogs: Vec<Arc<FlavorCatalog>> = hub.cache.catalogs.state();
-    let mut flavors: Vec<Flavor> = builtin.flavors.clone();
-    for fc in &catalogs {
-        if let Ok(merged) = crds::catalog::merge(&builtin.flavors, &fc.spec.flavors) {
-            flavors.extend(merged.flavors);
-        }
-    }
-    Sizer::new(&flavors)
+    Sizer::of_catalogs(catalogs.iter().map(AsRef::as_ref))
 }
 
 /// How a conditional write ended.

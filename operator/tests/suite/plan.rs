@@ -55,7 +55,7 @@ const EXPECTED: &[(&str, &[&str], &[&str])] = &[
     // The class labels its nodes team=platform: the tool pod selecting it lands with the api pods.
     ("general-purpose.yaml", &["default:XS"], &[]),
     ("kubeconfig-secret.yaml", &[], &["platform/platform-tool", "shop/api-0", "shop/api-1"]),
-    // An organisation alone (plan does not read it): no pool, nothing provisioned.
+    // An organisation alone: no pool, nothing provisioned (with a pool, examples/plan/organization-room.yaml).
     ("organization.yaml", &[], &["platform/platform-tool", "shop/api-0", "shop/api-1"]),
     // minValues 2 on instance-type: options stay XS and S at least.
     ("min-values.yaml", &["flexible:XS"], &["platform/platform-tool"]),
@@ -219,6 +219,26 @@ fn objects_the_cluster_refuses_are_reported_and_not_planned() {
             stderr.contains("refus") && stderr.contains("NodePool demo/web") && stderr.contains(field),
             "{case}: {stderr}"
         );
+    }
+    // An organisation the API server refuses (its CEL: it limits nothing; a selector term without
+    // values) stops the plan too, named.
+    let org = |quota: &str| {
+        format!(
+            "apiVersion: karpenter.clever-cloud.com/v1alpha1\nkind: CleverOrganization\nmetadata: {{name: acme}}\n\
+             spec: {{clusterSelector: {{}}{quota}}}\n"
+        )
+    };
+    for (manifest, by) in [
+        (org(""), "the API server"),
+        (
+            org(", quota: {cpu: '40'}, namespaceSelector: {matchExpressions: [{key: env, operator: In, values: []}]}"),
+            "the API server",
+        ),
+    ] {
+        let err = read_snapshot(&[("org.yaml".into(), manifest.clone())]).unwrap_err();
+        let operator::commands::plan::PlanError::Refused(refusals) = &err else { panic!("not a refusal: {err}") };
+        assert!(refusals.iter().all(|r| r.object == "org.yaml: document 1 (CleverOrganization acme)"), "{refusals:#?}");
+        assert!(refusals.iter().any(|r| r.by == by && r.field.starts_with("spec")), "{manifest}: {refusals:#?}");
     }
     // The negative side: the same objects, valid, are planned.
     let fine = CLASS_AND_POOL

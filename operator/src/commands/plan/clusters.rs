@@ -153,6 +153,9 @@ pub fn served(manifests: &Manifests) -> BTreeSet<String> {
 pub struct Target {
     /// The cluster (empty when no pool serves any).
     pub cluster: String,
+    /// Its registration (namespace and name) when the manifests register it, else the namespace of
+    /// a pool naming it.
+    pub key: Option<ClusterKey>,
     /// The manifests' snapshot reduced to that cluster's pools, with its labels.
     pub snapshot: Snapshot,
     /// Notes for standard error.
@@ -230,10 +233,14 @@ pub fn target(manifests: &Manifests, asked: Option<&str>) -> Result<Target, Plan
             node_pools.push(departed);
         }
     }
+    let key = registration.as_ref().map(|(k, _, _)| (*k).clone()).or_else(|| {
+        let pool = node_pools.iter().find(|p| p.spec.cluster_name.as_deref() == Some(cluster.as_str()))?;
+        Some(ClusterKey::new(namespace_of(&pool.metadata).to_string(), cluster.clone()))
+    });
     let mut snapshot = snap.clone();
     snapshot.node_pools = node_pools;
     snapshot.cluster_labels = registration.map(|(_, labels, _)| (cluster.clone(), labels)).into_iter().collect();
-    Ok(Target { cluster, snapshot, notes })
+    Ok(Target { cluster, key, snapshot, notes })
 }
 
 /// Why `--cluster` names no cluster of the manifests, and what would make it one.

@@ -139,9 +139,12 @@ pub fn plan_disruption(
     let target = clusters::target(manifests, cluster)?;
     notes.extend(target.notes);
     let cluster = target.cluster;
-    let view =
+    let mut view =
         disruption_scope::view(&target.snapshot, &manifests.volumes, &cluster, PendingRule::Unbound, settings, now)?;
-    notes.extend(view.notes);
+    notes.extend(std::mem::take(&mut view.notes));
+    // Replacements spend the organisations' room while the candidates run, as in the hub.
+    let rooms = super::organization_rooms(manifests, &target.key, &target.snapshot, &cluster, &mut notes);
+    crate::decisions::organization::limit_input(&mut view.model.input, &rooms);
     let scope = view.scope;
     let settings = disruption::Settings::default();
     let pass = disruption_scope::decide(false, |method| {
