@@ -10,10 +10,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// Waits without blocking the runtime: open client connections must keep being served (an HTTP/2
 /// graceful shutdown waits for the client to answer a PING).
 async fn wait_exit(child: &mut std::process::Child, within: Duration) -> std::process::ExitStatus {

@@ -647,11 +647,6 @@ fn check_budgets(verdict: &mut Verdict, pool: &NodePool) {
     }
 }
 
-/// A price ceiling in micro-EUR, or the problem (the scheduler reads it with the same function).
-fn parse_price_micros(text: &str) -> Result<i64, String> {
-    crate::quantity::parse_price_micros(text).map_err(|e| e.to_string())
-}
-
 /// Limits as (name, value in the unit instance types use): cpu in millicores, the price ceiling
 /// in micro-EUR per hour, others in units.
 fn check_limits(verdict: &mut Verdict, pool: &NodePool) -> Vec<(String, i64)> {
@@ -660,8 +655,9 @@ fn check_limits(verdict: &mut Verdict, pool: &NodePool) -> Vec<(String, i64)> {
         let field = format!("spec.limits[{name}]");
         // The price ceiling is EUR, not a resource quantity (`1e3` or `5Gi` would read as one).
         if name == labels::PRICE_PER_HOUR {
-            match parse_price_micros(&quantity.0) {
-                Err(problem) => verdict.deny(&field, problem),
+            // The scheduler reads the ceiling with the same function.
+            match crate::quantity::parse_price_micros(&quantity.0) {
+                Err(problem) => verdict.deny(&field, problem.to_string()),
                 Ok(micros) => {
                     if micros == 0 {
                         verdict.warn(&field, "a price ceiling of 0 lets the pool create no node");

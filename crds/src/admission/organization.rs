@@ -73,7 +73,7 @@ pub fn validate_organization(new: &CleverOrganization, _old: Option<&CleverOrgan
             continue;
         }
         match parse_price_micros(&value.0) {
-            Err(problem) => verdict.deny(field, problem),
+            Err(problem) => verdict.deny(field, problem.to_string()),
             Ok(0) => verdict.warn(field, "a price ceiling of 0 lets the organisation's clusters launch no node"),
             Ok(_) => {}
         }
@@ -229,22 +229,31 @@ fn bounded(key: &str) -> String {
     if key.chars().count() <= 80 { key.to_string() } else { shorten(key) }
 }
 
+/// An organisation's price ceiling the webhook refuses: the value (shortened: it is echoed) and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", price_problem(.shown, .error))]
+pub(crate) struct PriceProblem {
+    shown: String,
+    error: crate::quantity::PriceError,
+}
+
+fn price_problem(shown: &str, error: &crate::quantity::PriceError) -> String {
+    use crate::quantity::PriceError;
+    match error {
+        PriceError::Negative(_) => format!("{shown} is negative: a price ceiling is at least 0; {PRICE_FORM}"),
+        PriceError::TooPrecise(_) => format!("{shown} has more than 6 decimals: {PRICE_FORM}"),
+        PriceError::TooLarge(_) => format!("{shown} is too large: {PRICE_FORM}"),
+        PriceError::NotDecimal(_) => {
+            format!("{shown} is not a decimal number (no exponent, sign or unit suffix): {PRICE_FORM}")
+        }
+    }
+}
+
 /// A decimal EUR string (`"2.5"`, `"12"`, `"0.0611"`, `".5"`) as micro-EUR, read by the one parser
 /// the hub and the scheduler use ([`crate::quantity::parse_price_micros`]); the problem otherwise,
 /// with the value shortened and the accepted form.
-pub(crate) fn parse_price_micros(text: &str) -> Result<i64, String> {
-    use crate::quantity::PriceError;
-    crate::quantity::parse_price_micros(text).map_err(|e| {
-        let shown = shorten(text);
-        match e {
-            PriceError::Negative(_) => format!("{shown} is negative: a price ceiling is at least 0; {PRICE_FORM}"),
-            PriceError::TooPrecise(_) => format!("{shown} has more than 6 decimals: {PRICE_FORM}"),
-            PriceError::TooLarge(_) => format!("{shown} is too large: {PRICE_FORM}"),
-            PriceError::NotDecimal(_) => {
-                format!("{shown} is not a decimal number (no exponent, sign or unit suffix): {PRICE_FORM}")
-            }
-        }
-    })
+pub(crate) fn parse_price_micros(text: &str) -> Result<i64, PriceProblem> {
+    crate::quantity::parse_price_micros(text).map_err(|error| PriceProblem { shown: shorten(text), error })
 }
 
 #[cfg(test)]

@@ -524,12 +524,14 @@ fn add_document(reader: &mut Reader, file: &str, index: usize, doc: Value) -> Re
             let found = clusters::read(clusters::Source::Secret, doc.get("metadata"));
             drop(doc);
             let skipped = format!("{file}: document {index} ({api_version} {kind}{name})");
-            register(reader, found, clusters::Source::Secret, &origin, &skipped).map_err(document_error)?;
+            register(reader, found, clusters::Source::Secret, &origin, &skipped)
+                .map_err(|e| document_error(e.to_string()))?;
         }
         ("Cluster", false) if clusters::is_cluster_api(&api_version) => {
             let found = clusters::read(clusters::Source::Cluster, doc.get("metadata"));
             let skipped = format!("{file}: document {index} ({api_version} {kind}{name})");
-            register(reader, found, clusters::Source::Cluster, &origin, &skipped).map_err(document_error)?;
+            register(reader, found, clusters::Source::Cluster, &origin, &skipped)
+                .map_err(|e| document_error(e.to_string()))?;
         }
         _ => reader
             .notes
@@ -540,21 +542,20 @@ fn add_document(reader: &mut Reader, file: &str, index: usize, doc: Value) -> Re
 
 /// Records what a registration Secret or a Cluster API `Cluster` says of a cluster's labels (a
 /// later document of the same object replaces an earlier one, as `kubectl apply` would), or notes
-/// why it is skipped. `Err` is the message of a document error, naming the field.
+/// why it is skipped. `Err` names the field of a document error.
 fn register(
     reader: &mut Reader,
     found: Result<clusters::Found, clusters::MetadataError>,
     source: clusters::Source,
     origin: &str,
     skipped: &str,
-) -> Result<(), String> {
-    let (key, labels) = match found {
-        Ok(clusters::Found::Cluster(key, labels)) => (key, labels),
-        Ok(clusters::Found::Skipped(why)) => {
+) -> Result<(), clusters::MetadataError> {
+    let (key, labels) = match found? {
+        clusters::Found::Cluster(key, labels) => (key, labels),
+        clusters::Found::Skipped(why) => {
             reader.notes.push(format!("{skipped} skipped: {why}"));
             return Ok(());
         }
-        Err((field, message)) => return Err(format!("{field}: {message}")),
     };
     let registration = reader.snap.clusters.entry(key.clone()).or_default();
     let (slot, what) = match source {

@@ -301,23 +301,35 @@ pub fn revisions_of<'a>(claims: impl IntoIterator<Item = &'a crds::NodeClaim>) -
     out
 }
 
+/// Why a rollout holds a cluster's drifted nodes back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeldBack {
+    #[error("the rollout of revision {revision} has not started yet")]
+    NotStarted { revision: String },
+    #[error("cluster {cluster} is {phase:?} in the rollout of revision {revision}")]
+    NotItsTurn { cluster: String, phase: RolloutPhase, revision: String },
+    #[error("cluster {cluster} is not in the rollout of revision {revision} yet")]
+    NotInRollout { cluster: String, revision: String },
+}
+
 /// Whether the disruption loop may replace `pool`'s drifted nodes in `cluster` now (fleet.md §3):
 /// always without `spec.rollout`; with it, only while the rollout of the pool's current revision
 /// has the cluster `Progressing`. `Err` says why not. Only the template's drift (`NodePoolDrifted`)
 /// is the rollout's: callers do not ask for other drift.
-pub fn may_drift(pool: &NodePool, cluster: &str) -> Result<(), String> {
+pub fn may_drift(pool: &NodePool, cluster: &str) -> Result<(), HeldBack> {
     if pool.spec.rollout.is_none() || !pool.is_fleet() {
         return Ok(());
     }
     let revision = drift::nodepool_hash(&pool.spec);
     let status = pool.status.as_ref().and_then(|s| s.rollout.as_ref()).filter(|r| r.revision == revision);
     let Some(status) = status else {
-        return Err(format!("the rollout of revision {revision} has not started yet"));
+        return Err(HeldBack::NotStarted { revision });
     };
+    let cluster = cluster.to_string();
     match status.clusters.iter().find(|c| c.name == cluster).map(|c| c.phase) {
         Some(RolloutPhase::Progressing) => Ok(()),
-        Some(phase) => Err(format!("cluster {cluster} is {phase:?} in the rollout of revision {revision}")),
-        None => Err(format!("cluster {cluster} is not in the rollout of revision {revision} yet")),
+        Some(phase) => Err(HeldBack::NotItsTurn { cluster, phase, revision }),
+        None => Err(HeldBack::NotInRollout { cluster, revision }),
     }
 }
 
@@ -509,7 +521,7 @@ mod tests {
                     "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"}}}},
         }))
         .unwrap();
-        assert!(may_drift(&pool, "paris").unwrap_err().contains("has not started yet"));
+        assert!(may_drift(&pool, "paris").unwrap_err().to_string().contains("has not started yet"));
         let revision = drift::nodepool_hash(&pool.spec);
         let entry = |name: &str, phase| RolloutCluster { name: name.into(), phase, since: Time(t(0)), message: None };
         let status = |revision: &str| RolloutStatus {
@@ -518,9 +530,9 @@ mod tests {
         };
         pool.status = Some(crds::nodepool::NodePoolStatus { rollout: Some(status(&revision)), ..Default::default() });
         assert_eq!(may_drift(&pool, "paris"), Ok(()));
-        assert!(may_drift(&pool, "lyon").unwrap_err().contains("cluster lyon is Pending"));
-        assert!(may_drift(&pool, "nice").unwrap_err().contains("is Done"));
-        assert!(may_drift(&pool, "brest").unwrap_err().contains("not in the rollout"));
+        assert!(may_drift(&pool, "lyon").unwrap_err().to_string().contains("cluster lyon is Pending"));
+        assert!(may_drift(&pool, "nice").unwrap_err().to_string().contains("is Done"));
+        assert!(may_drift(&pool, "brest").unwrap_err().to_string().contains("not in the rollout"));
         // The status of an older revision: the new one has not started.
         pool.status = Some(crds::nodepool::NodePoolStatus { rollout: Some(status("older")), ..Default::default() });
         assert!(may_drift(&pool, "paris").is_err());

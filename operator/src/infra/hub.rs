@@ -263,7 +263,17 @@ fn organization_scope(o: &CleverOrganization) -> u64 {
         s.and_then(|s| s.used.as_ref()).map(|u| (&u.cpu, &u.memory)),
         s.and_then(|s| s.quota.as_ref()).map(|q| (&q.cpu, &q.memory)),
         s.and_then(|s| s.price_per_hour.as_ref()),
-        s.map(|s| s.clusters.iter().map(|c| c.waiting.is_some()).collect::<Vec<_>>()),
+        // Who waits, for what and for which pools (the line; a renewal alone changes nothing).
+        s.map(|s| {
+            s.clusters
+                .iter()
+                .map(|c| {
+                    c.waiting
+                        .as_ref()
+                        .map(|w| (w.weight, w.since.0.as_second(), w.cpu_millis, w.memory_bytes, &w.pools))
+                })
+                .collect::<Vec<_>>()
+        }),
     ))
 }
 

@@ -45,6 +45,19 @@ async fn groups(world: &World, i: usize) -> usize {
     Api::<crds::NodeGroup>::all(world.clusters[i].client()).list(&ListParams::default()).await.unwrap().items.len()
 }
 
+const CLUSTERS: [(&str, &str); 3] = [("team-a", "paris"), ("team-b", "lyon"), ("team-c", "nice")];
+
+/// Three emulated clusters whose simulated CKEs share the organisation quota `org`.
+async fn three_clusters(org: &OrganizationQuota) -> World {
+    World::start(&CLUSTERS, |i| {
+        let mut c = quick_cke(i as u64);
+        c.quota.organization = Some(org.member(CLUSTERS[i].1));
+        c
+    })
+    .await
+    .unwrap()
+}
+
 /// What a burst over three clusters of one organisation cost at the platform.
 #[derive(Debug)]
 struct Burst {
@@ -70,15 +83,8 @@ enum Hubs {
 /// declared to the hub. Runs until the hub has launched what fits (or 60 s), then 10 s more.
 async fn burst(declared: bool, hubs: Hubs) -> Burst {
     let org = OrganizationQuota::new(Usage { vcpu: 64, ram_gb: 96 });
-    let clusters = [("team-a", "paris"), ("team-b", "lyon"), ("team-c", "nice")];
-    let mut world = World::start(&clusters, |i| {
-        let mut c = quick_cke(i as u64);
-        c.quota.organization = Some(org.member(clusters[i].1));
-        c
-    })
-    .await
-    .unwrap();
-    for i in 0..clusters.len() {
+    let mut world = three_clusters(&org).await;
+    for i in 0..CLUSTERS.len() {
         apply_pool(&world, i).await;
     }
     if declared {
@@ -118,7 +124,7 @@ async fn burst(declared: bool, hubs: Hubs) -> Burst {
         }
     }
     // A 2XS holds three 1-vCPU pods: 24 vCPU wanted, 16 left.
-    for i in 0..clusters.len() {
+    for i in 0..CLUSTERS.len() {
         scale(&world, i, 8, "1", "512Mi").await.unwrap();
     }
     let running_all = || async {
@@ -345,14 +351,7 @@ async fn remove_nodes(world: &World, i: usize) {
 async fn three_clusters_competing_for_the_room_are_served_by_weight_then_age() {
     // The control planes take 48 vCPU: room for one 2XS (4 vCPU) at a time.
     let org = OrganizationQuota::new(Usage { vcpu: 52, ram_gb: 96 });
-    let clusters = [("team-a", "paris"), ("team-b", "lyon"), ("team-c", "nice")];
-    let mut world = World::start(&clusters, |i| {
-        let mut c = quick_cke(i as u64);
-        c.quota.organization = Some(org.member(clusters[i].1));
-        c
-    })
-    .await
-    .unwrap();
+    let mut world = three_clusters(&org).await;
     apply_pool(&world, 0).await;
     for (i, weight) in [(1, 10), (2, 50)] {
         common::apply_example_with(&world, i, |spec| {

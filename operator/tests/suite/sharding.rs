@@ -328,8 +328,17 @@ async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one(
     let bound = (30 + 3 + 1) * periods;
     eprintln!("{writes} Lease writes in {window:?} ({bound} at most: 34 Leases x {periods} periods)");
     assert!(writes <= bound, "{writes} Lease writes in {window:?}, more than one per Lease per retry period ({bound})");
+    // The same holders as at the spread (a replica's own counters may lag its Leases for a moment).
     let live: Vec<&Replica> = replicas.iter().collect();
-    assert!(settled(&mgmt, &all, &live).await.is_some(), "ownership moved in a quiet fleet");
+    let held = common::poll_until(Duration::from_secs(5), || async {
+        settled(&mgmt, &all, &live).await.as_ref() == Some(&spread)
+    })
+    .await;
+    assert!(
+        held,
+        "ownership moved in a quiet fleet: {:?}",
+        cluster_leases(&mgmt).await.values().map(|v| &v.0).collect::<Vec<_>>()
+    );
 
     // The victim's clusters provision before the kill (its replica acts on them).
     let victim = &replicas[1].identity.clone();

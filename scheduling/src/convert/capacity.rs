@@ -191,11 +191,18 @@ pub(super) fn price_limit_of(p: &NodePool, obj: &str) -> Result<Option<i64>, Con
     crds::quantity::parse_price_micros(&q.0).map(Some).map_err(|e| err(obj, field, e.to_string()))
 }
 
+/// Instance types a pool's catalogue does not price.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .types.join(", "))]
+pub(super) struct Unpriced {
+    types: Vec<String>,
+}
+
 /// What a managed node or in-flight claim costs per hour against its pool's price ceiling, in
 /// micro-EUR: its instance type's cheapest offering in the pool's catalogue; for a claim whose type
 /// is not settled yet, its dearest option (it may launch any). `Err` names the types the catalogue
 /// does not know.
-pub(super) fn price_of(node: &ExistingNode, options: &[String], types: &[InstanceType]) -> Result<i64, String> {
+pub(super) fn price_of(node: &ExistingNode, options: &[String], types: &[InstanceType]) -> Result<i64, Unpriced> {
     let price = |name: &str| {
         types
             .iter()
@@ -204,8 +211,8 @@ pub(super) fn price_of(node: &ExistingNode, options: &[String], types: &[Instanc
             .map(price_micros)
     };
     match node.labels.get(labels::INSTANCE_TYPE) {
-        Some(t) => price(t).ok_or_else(|| t.clone()),
-        None => options.iter().filter_map(|o| price(o)).max().ok_or_else(|| options.join(", ")),
+        Some(t) => price(t).ok_or_else(|| Unpriced { types: vec![t.clone()] }),
+        None => options.iter().filter_map(|o| price(o)).max().ok_or_else(|| Unpriced { types: options.to_vec() }),
     }
 }
 

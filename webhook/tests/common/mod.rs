@@ -245,7 +245,17 @@ where
 
 /// A free port on 127.0.0.1 (bound and released: another process may take it first, rarely).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    // Tests run concurrently and each binary binds its ports only after start: a port handed out
+    // once is never handed out again by this process (the OS may offer a just-released one again,
+    // and a TLS client would then reach another test's probe port).
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(port) {
+            return port;
+        }
+    }
 }
 
 /// The real `karpenter-hub-webhook` binary on 127.0.0.1, with a fresh certificate, lookups off and

@@ -68,8 +68,17 @@ pub enum Found {
     Skipped(String),
 }
 
-/// A field of a registration's metadata that cannot be read: `(field, message)`.
-pub type MetadataError = (String, String);
+/// A field of a registration's metadata that cannot be read, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct MetadataError {
+    pub field: String,
+    pub message: String,
+}
+
+fn unreadable(field: impl Into<String>, message: impl Into<String>) -> MetadataError {
+    MetadataError { field: field.into(), message: message.into() }
+}
 
 /// Reads the `metadata` of a Secret or a Cluster API `Cluster` (nothing else of the document is
 /// passed, so a Secret's data cannot leak from here). A Secret registers a cluster when it carries
@@ -80,7 +89,7 @@ pub fn read(source: Source, metadata: Option<&Value>) -> Result<Found, MetadataE
     let null = Value::Null;
     let metadata = metadata.unwrap_or(&null);
     if !metadata.is_object() && !metadata.is_null() {
-        return Err(("metadata".to_string(), "not an object".to_string()));
+        return Err(unreadable("metadata", "not an object"));
     }
     // Only these three fields are read: annotations may hold `kubectl apply`'s copy of a Secret,
     // data included.
@@ -88,7 +97,7 @@ pub fn read(source: Source, metadata: Option<&Value>) -> Result<Found, MetadataE
         match metadata.get(field) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err((format!("metadata.{field}"), "not a string".to_string())),
+            Some(_) => Err(unreadable(format!("metadata.{field}"), "not a string")),
         }
     };
     let name = text("name")?;
@@ -96,7 +105,7 @@ pub fn read(source: Source, metadata: Option<&Value>) -> Result<Found, MetadataE
     let labels: Labels = match metadata.get("labels") {
         None | Some(Value::Null) => Labels::new(),
         Some(v) => serde_json::from_value(v.clone())
-            .map_err(|e| ("metadata.labels".to_string(), format!("not a map of strings to strings: {e}")))?,
+            .map_err(|e| unreadable("metadata.labels", format!("not a map of strings to strings: {e}")))?,
     };
     match source {
         Source::Secret => {
@@ -104,7 +113,7 @@ pub fn read(source: Source, metadata: Option<&Value>) -> Result<Found, MetadataE
                 return Ok(Found::Skipped(format!("not a cluster registration (no label {CLUSTER_NAME_LABEL})")));
             };
             let name = name.ok_or_else(|| {
-                ("metadata.name".to_string(), format!("missing: a registration Secret is named {cluster}-kubeconfig"))
+                unreadable("metadata.name", format!("missing: a registration Secret is named {cluster}-kubeconfig"))
             })?;
             if name != format!("{cluster}-kubeconfig") {
                 return Ok(Found::Skipped(format!(
@@ -115,9 +124,8 @@ pub fn read(source: Source, metadata: Option<&Value>) -> Result<Found, MetadataE
             Ok(Found::Cluster(ClusterKey::new(namespace, cluster), labels))
         }
         Source::Cluster => {
-            let name = name.ok_or_else(|| {
-                ("metadata.name".to_string(), "missing: a Cluster is named like the cluster it labels".to_string())
-            })?;
+            let name = name
+                .ok_or_else(|| unreadable("metadata.name", "missing: a Cluster is named like the cluster it labels"))?;
             Ok(Found::Cluster(ClusterKey::new(namespace, name), labels))
         }
     }

@@ -227,6 +227,14 @@ fn a_flavor_cooling_down_after_a_cke_refusal_is_not_offered_to_a_replacement() {
     assert_eq!(replacement(&capacity), None);
 }
 
+/// A pass whose replacements may use `cpu` vCPUs of organisation acme's room.
+fn pass_within(c: &Caches, cpu: i64) -> disruption_scope::Pass {
+    let room = crate::decisions::organization::Ceiling { cpu_millis: Some(cpu * 1000), ..Default::default() };
+    let mut view = view_at(c, now());
+    organization::limit_input(&mut view.model.input, &[("acme".into(), room)]);
+    methods(&view, false, now(), |_, _| {})
+}
+
 /// Replacements spend the organisation's room while the candidates run (fleet.md §4): with room for
 /// a 2XS the M is replaced by one; with none, no replace-first command is started (nothing else
 /// could take the pod, so nothing is done).
@@ -235,16 +243,7 @@ fn a_replacement_needs_the_organisations_room() {
     let mut c = cluster(json!({}));
     add_node(&mut c, "default-m1", "M", &[CONSOLIDATABLE]);
     c.list([running_pod("web-1", "default-m1", "1", "1Gi", json!({}))]);
-    let room = |cpu: i64| crate::decisions::organization::Ceiling {
-        cpu_millis: Some(cpu * 1000),
-        memory_bytes: None,
-        price_micros: None,
-    };
-    let pass_with = |cpu: i64| {
-        let mut view = view_at(&c, now());
-        organization::limit_input(&mut view.model.input, &[("acme".into(), room(cpu))]);
-        methods(&view, false, now(), |_, _| {})
-    };
+    let pass_with = |cpu: i64| pass_within(&c, cpu);
     assert_eq!(
         command_of(&pass_with(4)),
         Some((Method::SingleNodeConsolidation, vec!["default-m1".into()], vec!["default".into()]))
@@ -260,16 +259,7 @@ fn a_drift_replacement_without_the_organisations_room_is_blocked_naming_it() {
     let mut c = cluster(json!({}));
     add_node(&mut c, "default-a1", "XS", &[("Drifted", "NodePoolDrifted")]);
     c.list([running_pod("web-0", "default-a1", "500m", "1Gi", json!({}))]);
-    let room = |cpu: i64| crate::decisions::organization::Ceiling {
-        cpu_millis: Some(cpu * 1000),
-        memory_bytes: None,
-        price_micros: None,
-    };
-    let pass_with = |cpu: i64| {
-        let mut view = view_at(&c, now());
-        organization::limit_input(&mut view.model.input, &[("acme".into(), room(cpu))]);
-        methods(&view, false, now(), |_, _| {})
-    };
+    let pass_with = |cpu: i64| pass_within(&c, cpu);
     let pass = pass_with(0);
     assert_eq!(command_of(&pass), None);
     let why = blocked(&pass);
