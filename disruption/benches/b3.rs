@@ -111,6 +111,7 @@ fn fleet(nodes: usize, seed: u64) -> Fleet {
                             name: format!("default/pdb-{name}"),
                             disruptions_allowed: 0,
                             always_allow_unhealthy: false,
+                            fully_blocking: false,
                         }]
                     }
                     _ => {}

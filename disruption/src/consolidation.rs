@@ -597,18 +597,30 @@ mod tests {
 
     #[test]
     fn checklist_10_7_item_103_drift_with_a_grace_period_leaves_protected_pods_behind() {
-        // 103. A drifted node with a TGP whose big pod a PDB blocks: drift proceeds, the blocked pod
-        // gets no room (it is forced out at the deadline), the other pod moves to b: no replacement.
+        // 103. A drifted node with a TGP whose big pod a PDB blocks: drift proceeds.
         let (mut s, m) = fleet(&[("a", "XS", &[(5500, 1), (500, 1)]), ("b", "2XS", &[(1000, 1)])]);
         s.nodes[0].drifted = Some(crate::facts::Drift { reason: "NodePoolDrifted".into(), since: now() });
         s.nodes[0].pods[0].pdbs = vec![crate::testkit::pdb("big", 0)];
         assert!(crate::methods::drift(&s, now(), &mut m.for_drift()).command.is_none(), "103: no TGP, the PDB holds");
         s.nodes[0].termination_grace_period = Some(3600);
+        // A PDB allowing no eviction *now* (minAvailable 1 of 1, say) is not fully blocking: the pod
+        // goes once the budget allows, so it is currently reschedulable and its room is launched
+        // (§5.5, as upstream): a replacement for the big pod, the small one moves to b.
         let c = crate::methods::drift(&s, now(), &mut m.for_drift()).command.unwrap();
         assert_eq!(c.claims(), ["a"], "103");
-        assert!(c.replacements.is_empty(), "103: no capacity for the PDB-blocked pod: {:?}", c.replacements);
-        // Without the PDB the big pod needs a replacement.
+        assert_eq!(c.replacements.len(), 1, "103: capacity for the pod the PDB holds only now");
+        // A fully blocking PDB (maxUnavailable 0): the pod never leaves before the deadline, gets no
+        // room (forced out then), and the other pod moves to b: no replacement.
+        s.nodes[0].pods[0].pdbs[0].fully_blocking = true;
+        let c = crate::methods::drift(&s, now(), &mut m.for_drift()).command.unwrap();
+        assert!(c.replacements.is_empty(), "103: no capacity for the fully blocked pod: {:?}", c.replacements);
+        // So for an active do-not-disrupt.
         s.nodes[0].pods[0].pdbs.clear();
+        s.nodes[0].pods[0].do_not_disrupt = Some("true".into());
+        let c = crate::methods::drift(&s, now(), &mut m.for_drift()).command.unwrap();
+        assert!(c.replacements.is_empty(), "103: {:?}", c.replacements);
+        // Without either the big pod needs a replacement.
+        s.nodes[0].pods[0].do_not_disrupt = None;
         let c = crate::methods::drift(&s, now(), &mut m.for_drift()).command.unwrap();
         assert_eq!(c.replacements.len(), 1, "103");
     }

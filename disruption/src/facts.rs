@@ -213,6 +213,9 @@ pub struct PdbFacts {
     pub disruptions_allowed: i32,
     /// `unhealthyPodEvictionPolicy: AlwaysAllow`.
     pub always_allow_unhealthy: bool,
+    /// Its spec forbids every eviction (`maxUnavailable: 0` or `"0%"`, `minAvailable: "100%"`),
+    /// whatever the pods' health: a pod under it is not going anywhere.
+    pub fully_blocking: bool,
 }
 
 /// A pod bound to a node.
@@ -274,6 +277,26 @@ impl PodFacts {
         self.active() && self.owner != Owner::Node && !self.tolerates_disrupted
     }
 
+    /// Needs a place now if its node goes (upstream's "currently reschedulable", §4.3, §5.5):
+    /// [`PodFacts::reschedulable`], and nothing keeps it on its node for good — an active
+    /// do-not-disrupt, a PodDisruptionBudget whose spec forbids every eviction, or several PDBs
+    /// (the eviction API refuses such a pod). A PDB that allows no eviction *now* does not keep
+    /// it: it goes once the budget allows, and needs its place then.
+    pub fn currently_reschedulable(&self, now: Timestamp) -> bool {
+        self.reschedulable() && !self.kept(now)
+    }
+
+    /// Kept on its node for good, as far as disruption can tell.
+    fn kept(&self, now: Timestamp) -> bool {
+        if self.active() && self.do_not_disrupt_at(now) == DoNotDisrupt::Yes {
+            return true;
+        }
+        if !self.evictable() {
+            return false;
+        }
+        self.pdbs.len() > 1 || self.pdbs.iter().any(|p| p.fully_blocking && (self.ready || !p.always_allow_unhealthy))
+    }
+
     /// `clamp(1 + deletion_cost / 2^27 + priority / 2^25, −10, 10)` (§4.4).
     pub fn eviction_cost(&self) -> f64 {
         (1.0 + f64::from(self.deletion_cost) / 2f64.powi(27) + f64::from(self.priority) / 2f64.powi(25))
@@ -302,5 +325,41 @@ impl PodFacts {
             },
             _ => DoNotDisrupt::Invalid(value.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::testkit::{now, pdb, pod};
+
+    /// Upstream's "currently reschedulable" (karpenter-semantics §5.5): only what keeps a pod on
+    /// its node for good holds its room back.
+    #[test]
+    fn a_pod_is_currently_reschedulable_unless_something_keeps_it_for_good() {
+        let mut p = PodFacts { ready: true, ..pod("web") };
+        assert!(p.currently_reschedulable(now()));
+        // A PDB allowing nothing now (minAvailable 1 of 1): it still leaves, later.
+        p.pdbs = vec![pdb("now", 0)];
+        assert!(p.currently_reschedulable(now()));
+        // A PDB whose spec forbids every eviction, or two PDBs: it stays.
+        p.pdbs[0].fully_blocking = true;
+        assert!(!p.currently_reschedulable(now()));
+        p.pdbs = vec![pdb("a", 1), pdb("b", 1)];
+        assert!(!p.currently_reschedulable(now()));
+        // An unhealthy pod under a fully blocking PDB with AlwaysAllow is evicted anyway.
+        p.pdbs = vec![PdbFacts { fully_blocking: true, always_allow_unhealthy: true, ..pdb("p", 0) }];
+        p.ready = false;
+        assert!(p.currently_reschedulable(now()));
+        // An active do-not-disrupt keeps it; one run out does not.
+        let mut p = PodFacts { ready: true, do_not_disrupt: Some("true".into()), ..pod("web") };
+        assert!(!p.currently_reschedulable(now()));
+        p.do_not_disrupt = Some("30m".into());
+        p.started = Some(now() - jiff::SignedDuration::from_mins(31));
+        assert!(p.currently_reschedulable(now()));
+        // A DaemonSet pod never needs a place.
+        let ds = PodFacts { owner: Owner::DaemonSet, ..pod("ds") };
+        assert!(!ds.currently_reschedulable(now()));
     }
 }

@@ -7,7 +7,7 @@ use crds::nodepool::DisruptionReason;
 use jiff::Timestamp;
 use scheduling::model::NewClaim;
 
-use crate::candidates::{Candidate, Candidates, Method, allowances, candidates, pod_blocks};
+use crate::candidates::{Candidate, Candidates, Method, allowances, candidates};
 use crate::facts::Scope;
 
 /// One disruption decision: delete `candidates`, after launching `replacements` (§4.13).
@@ -220,11 +220,17 @@ pub fn drift(scope: &Scope, now: Timestamp, simulator: &mut dyn Simulator) -> Ou
         if !spend.has(&candidate.nodepool) {
             continue;
         }
-        // A claim with a terminationGracePeriod is drifted past its protected pods (§4.3): they
-        // are forced out at the deadline and get no room on the replacements.
+        // A claim with a terminationGracePeriod is drifted past its protected pods (§4.3). Those
+        // kept for good (an active do-not-disrupt, a PDB forbidding every eviction) get no room
+        // on the replacements, as upstream; one under a PDB that allows no eviction only *now*
+        // goes once the budget allows, so its room is launched with the others.
         let node = &scope.nodes[candidate.index];
         let left_behind: Vec<String> = if node.termination_grace_period.is_some() {
-            node.pods.iter().filter(|p| pod_blocks(p, now).is_some()).map(|p| p.name.clone()).collect()
+            node.pods
+                .iter()
+                .filter(|p| p.reschedulable() && !p.currently_reschedulable(now))
+                .map(|p| p.name.clone())
+                .collect()
         } else {
             Vec::new()
         };

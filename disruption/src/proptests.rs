@@ -68,6 +68,7 @@ fn arb_pod() -> impl Strategy<Value = PodFacts> {
                     name: format!("default/pdb{i}"),
                     disruptions_allowed: allowed,
                     always_allow_unhealthy: always,
+                    fully_blocking: false,
                 })
                 .collect(),
             deletion_cost,
@@ -275,6 +276,7 @@ fn arb_consolidation_fleet() -> impl Strategy<Value = (Scope, crate::simulation:
                         name: "default/pdb".into(),
                         disruptions_allowed: 0,
                         always_allow_unhealthy: false,
+                        fully_blocking: false,
                     }];
                 }
                 facts.pods.push(p);

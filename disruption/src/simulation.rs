@@ -25,8 +25,12 @@ pub struct ScopeModel {
     pub node_index: Vec<Option<usize>>,
     /// For each node of [`crate::Scope::nodes`] (same index), its reschedulable pods as pods to place.
     pub movable: Vec<Vec<Pod>>,
-    /// Reschedulable pods of nodes already being deleted: they need a place too.
+    /// Pods of nodes already being deleted that need a place (once each, and not those kept there
+    /// for good): they are placed with the pending pods.
     pub leaving: Vec<Pod>,
+    /// Indices in `input.nodes` of nodes whose claim is being deleted while their Node is not yet:
+    /// never a destination (upstream's "marked for deletion"); their pods are in `leaving`.
+    pub deleting: Vec<usize>,
     /// Indices in `input.nodes` of managed nodes whose pool has a finite `consolidateAfter` and whose
     /// claim is not `Consolidatable`: no destination for moved pods in consolidation (§3.7).
     pub no_destination: Vec<usize>,
@@ -96,7 +100,7 @@ impl ScopeModel {
         let nodes: Vec<ExistingNode> = std::mem::take(&mut input.nodes)
             .into_iter()
             .enumerate()
-            .filter(|(j, _)| !removed.contains(j))
+            .filter(|(j, _)| !removed.contains(j) && !self.deleting.contains(j))
             .map(|(_, n)| n)
             .collect();
         input.nodes = nodes;

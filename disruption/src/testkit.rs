@@ -37,7 +37,12 @@ pub fn pod(name: &str) -> PodFacts {
 
 /// A PDB of namespace `default`.
 pub fn pdb(name: &str, allowed: i32) -> PdbFacts {
-    PdbFacts { name: format!("default/{name}"), disruptions_allowed: allowed, always_allow_unhealthy: false }
+    PdbFacts {
+        name: format!("default/{name}"),
+        disruptions_allowed: allowed,
+        always_allow_unhealthy: false,
+        fully_blocking: false,
+    }
 }
 
 /// A scope with pool `default` and these nodes.

@@ -16,7 +16,8 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use scheduling::CompactPod;
 use scheduling::convert::{
-    ConvertError, PendingRule, Snapshot, Volumes, build_input_with_volumes, pod_from, selector_from,
+    ConvertError, PendingRule, Snapshot, Volumes, build_input_with_volumes, forbids_every_eviction, pod_from,
+    selector_from,
 };
 use scheduling::model::Settings;
 
@@ -208,16 +209,29 @@ pub fn view(
     notes.retain(|n| seen.insert(n.clone()));
 
     let mut model = ScopeModel { input, ..ScopeModel::default() };
+    // Pods the round already places: those of Nodes being deleted (the conversion's rule) are
+    // pending pods there, and are not placed twice.
+    let pending: std::collections::BTreeSet<String> = model.input.pods.iter().map(|p| p.key()).collect();
     for (i, f) in scope.nodes.iter().enumerate() {
         let index = f.node.as_ref().and_then(|n| model.input.nodes.iter().position(|e| &e.name == n));
         let mut movable = Vec::new();
         for (pod, facts) in bound[i].iter().zip(&f.pods) {
-            if facts.reschedulable() {
-                movable.push(pod_from(pod, &format!("Pod {}", facts.name))?);
+            if !facts.reschedulable() {
+                continue;
+            }
+            let moved = pod_from(pod, &format!("Pod {}", facts.name))?;
+            if !f.marked_for_deletion {
+                movable.push(moved);
+            } else if facts.currently_reschedulable(now) && !pending.contains(&moved.key()) {
+                // A leaving node's pod needs one place, unless it stays for good (upstream).
+                model.leaving.push(moved);
             }
         }
-        if f.marked_for_deletion {
-            model.leaving.append(&mut movable);
+        if f.marked_for_deletion
+            && let Some(j) = index
+        {
+            // Its claim is being deleted but its Node not yet: no destination, and its pods leave.
+            model.deleting.push(j);
         }
         if let Some(j) = index {
             let pool = f.nodepool.as_deref().and_then(|p| scope.pool(p));
@@ -355,6 +369,7 @@ fn pod_facts(
                 disruptions_allowed: pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed),
                 always_allow_unhealthy: pdb.spec.as_ref().and_then(|s| s.unhealthy_pod_eviction_policy.as_deref())
                     == Some("AlwaysAllow"),
+                fully_blocking: pdb.spec.as_ref().is_some_and(forbids_every_eviction),
             });
         }
     }

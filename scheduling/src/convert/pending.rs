@@ -52,6 +52,19 @@ pub fn triggers_provisioning(p: &CompactPod) -> bool {
 }
 
 /// Whether a pod on a leaving node stays: `do-not-disrupt`, or a PDB that allows no eviction.
+/// Whether a PodDisruptionBudget's spec forbids every eviction, whatever its pods' health
+/// (`maxUnavailable: 0`, `"0"` or `"0%"`, `minAvailable: "100%"`): upstream's "fully blocking"
+/// PDB. Disruption and provisioning give no capacity to a pod under one, on a node that leaves.
+pub fn forbids_every_eviction(spec: &k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec) -> bool {
+    let zero = |v: &IntOrString| match v {
+        IntOrString::Int(0) => true,
+        IntOrString::String(s) => s == "0" || s == "0%",
+        IntOrString::Int(_) => false,
+    };
+    spec.max_unavailable.as_ref().is_some_and(zero)
+        || spec.min_available.as_ref().is_some_and(|v| matches!(v, IntOrString::String(s) if s == "100%"))
+}
+
 pub(super) fn blocks_eviction(p: &CompactPod, pdbs: &[Arc<PodDisruptionBudget>]) -> Option<String> {
     let ann = p.metadata.annotations.as_ref();
     if ann.and_then(|a| a.get(labels::DO_NOT_DISRUPT)).is_some_and(|v| v == "true") {
@@ -68,14 +81,7 @@ pub(super) fn blocks_eviction(p: &CompactPod, pdbs: &[Arc<PodDisruptionBudget>])
         if !selector_matches(&sel, &pod_labels) {
             continue;
         }
-        let zero = |v: &IntOrString| match v {
-            IntOrString::Int(0) => true,
-            IntOrString::String(s) => s == "0" || s == "0%",
-            IntOrString::Int(_) => false,
-        };
-        let blocking = spec.max_unavailable.as_ref().is_some_and(zero)
-            || spec.min_available.as_ref().is_some_and(|v| matches!(v, IntOrString::String(s) if s == "100%"));
-        if blocking {
+        if forbids_every_eviction(spec) {
             return Some(format!(
                 "PodDisruptionBudget {} allows no eviction",
                 pdb.metadata.name.as_deref().unwrap_or("")

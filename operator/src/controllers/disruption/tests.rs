@@ -268,3 +268,60 @@ fn a_drift_replacement_without_the_organisations_room_is_blocked_naming_it() {
     assert!(why[0].1.contains("organisation acme: every instance type would exceed what is left (cpu=0)"), "{why:?}");
     assert_eq!(command_of(&pass_with(4)), Some((Method::Drift, vec!["default-a1".into()], vec!["default".into()])));
 }
+
+/// The claim of node `name`, being deleted (a finalizer holds it) while its Node is not yet.
+fn deleting_claim(name: &str, flavor: &str) -> crds::NodeClaim {
+    let mut nc = claim(name, "default", flavor, true, &[CONSOLIDATABLE]);
+    nc.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+    nc.metadata.finalizers = Some(vec!["karpenter.sh/termination".into()]);
+    nc
+}
+
+/// A node whose claim is being deleted (its Node not yet) is no destination (issue 27, item 2): an
+/// under-used M whose pod would fit on it is replaced by a cheaper node instead of deleted onto a
+/// node that is going.
+#[test]
+fn a_node_whose_claim_is_being_deleted_receives_no_moved_pod() {
+    // The going node counts against the default 10 % budget: let every node go.
+    let mut c = cluster(json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}));
+    add_node(&mut c, "default-m1", "M", &[CONSOLIDATABLE]);
+    c.apply(deleting_claim("default-x1", "XS"));
+    c.apply(node("default-x1", "default", "XS"));
+    c.list([running_pod("web-1", "default-m1", "1", "1Gi", json!({}))]);
+    let (view, pass) = pass_at(&c, now());
+    assert_eq!(view.model.deleting.len(), 1, "the going node is known as such");
+    assert_eq!(
+        command_of(&pass),
+        Some((Method::SingleNodeConsolidation, vec!["default-m1".into()], vec!["default".into()])),
+        "a replacement, not a delete onto the going node"
+    );
+}
+
+/// The pods of a node being deleted need one place each (issue 27, items 3 and 4): a Node being
+/// deleted has its pods pending once (not again as leaving), and of a node whose claim is being
+/// deleted, the pods kept there for good (an active do-not-disrupt) get no place.
+#[test]
+fn pods_of_leaving_nodes_are_placed_once_and_pods_kept_for_good_not_at_all() {
+    let mut c = cluster(json!({}));
+    // A Node being deleted: the round's conversion already counts its pods as pending.
+    c.apply(deleting_claim("default-x1", "XS"));
+    let mut going = node("default-x1", "default", "XS");
+    going.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+    going.metadata.finalizers = Some(vec!["karpenter.sh/termination".into()]);
+    c.apply(going);
+    // A claim being deleted, its Node not yet: one pod leaves, one is kept by do-not-disrupt.
+    c.apply(deleting_claim("default-x2", "XS"));
+    c.apply(node("default-x2", "default", "XS"));
+    let kept = json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}});
+    c.list([
+        running_pod("web-a", "default-x1", "2", "1Gi", json!({})),
+        running_pod("web-b", "default-x2", "1", "1Gi", json!({})),
+        running_pod("web-c", "default-x2", "1", "1Gi", kept),
+    ]);
+    let view = view_at(&c, now());
+    let keys = |pods: &[scheduling::model::Pod]| pods.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+    let (pending, leaving) = (keys(&view.model.input.pods), keys(&view.model.leaving));
+    let all: Vec<&String> = pending.iter().chain(&leaving).collect();
+    assert_eq!(all.iter().filter(|n| n.as_str() == "web-a").count(), 1, "once: {pending:?} {leaving:?}");
+    assert_eq!(leaving, ["web-b"], "web-c stays for good: {leaving:?}");
+}
