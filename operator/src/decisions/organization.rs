@@ -587,11 +587,23 @@ pub fn reserve(
 /// The status without the reservation of `group` (refused, or its create failed); `None` when it
 /// holds none.
 pub fn release(org: &CleverOrganization, id: ClusterId<'_>, group: &str) -> Option<CleverOrganizationStatus> {
+    with_entry(org, id, |entry| {
+        let before = entry.reservations.len();
+        entry.reservations.retain(|r| r.group != group);
+        entry.reservations.len() != before
+    })
+}
+
+/// The status with cluster `id`'s existing entry changed by `change` (which says whether it
+/// changed anything), summed up again; `None` without a status, an entry or a change.
+fn with_entry(
+    org: &CleverOrganization,
+    id: ClusterId<'_>,
+    change: impl FnOnce(&mut OrganizationCluster) -> bool,
+) -> Option<CleverOrganizationStatus> {
     let mut status = org.status.clone()?;
     let entry = status.clusters.iter_mut().find(|c| id.is(c))?;
-    let before = entry.reservations.len();
-    entry.reservations.retain(|r| r.group != group);
-    if entry.reservations.len() == before {
+    if !change(entry) {
         return None;
     }
     summarize(org, &mut status);

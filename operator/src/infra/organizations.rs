@@ -148,7 +148,8 @@ pub async fn reread(hub: &Hub, name: &str) -> Result<Option<CleverOrganization>,
 }
 
 /// Marks cluster `key` waiting for `want` (fairness, fleet.md §4) in the organisations whose room
-/// (`rooms`, as the round planned with) does not admit it — in all of them when each would alone.
+/// (`rooms`, as the round planned with) does not admit it — in every limiting one when each alone
+/// would (the pods were held back by their rooms together).
 pub async fn mark(hub: &Hub, key: &ClusterKey, rooms: &[(String, Ceiling)], want: &Want) -> Result<(), ApiError> {
     let short: Vec<&str> =
         rooms.iter().filter(|(_, room)| !room.admits(want.size)).map(|(name, _)| name.as_str()).collect();

@@ -23,7 +23,6 @@ pub fn rooms(
     snapshot: &Snapshot,
     notes: &mut Vec<String>,
 ) -> Vec<(String, Ceiling)> {
-    let sizer = Sizer::of_catalogs(&snapshot.flavor_catalogs);
     let id = ClusterId { namespace: &key.namespace, name: &key.name };
     let mut out = Vec::new();
     for org in organizations {
@@ -39,13 +38,15 @@ pub fn rooms(
         if !organization::selects(org, &Default::default(), labels) {
             continue;
         }
+        let headroom = organization::headroom(org);
         let room = if organization::counted(org, id) {
             notes.push(format!(
                 "CleverOrganization {name}: planned within the room its status shows for cluster {key} ({})",
-                organization::headroom(org).describe()
+                headroom.describe()
             ));
-            organization::headroom(org)
+            headroom
         } else {
+            let sizer = Sizer::of_catalogs(&snapshot.flavor_catalogs);
             let here = organization::count_cluster(snapshot.nodes.iter().map(AsRef::as_ref), [], &sizer);
             let ledger = if org.status.is_some() { "its status does not count cluster " } else { "no status counts " };
             notes.push(format!(
@@ -54,7 +55,7 @@ pub fn rooms(
                  -o yaml` prints it to plan with the whole organisation's usage",
                 here.nodes
             ));
-            organization::headroom(org).minus(here.usage)
+            headroom.minus(here.usage)
         };
         if room.is_limited() {
             out.push((name, room));

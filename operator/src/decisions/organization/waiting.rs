@@ -127,27 +127,23 @@ pub fn mark(
     want: &Want,
     now: Timestamp,
 ) -> Option<CleverOrganizationStatus> {
-    let mut status = org.status.clone()?;
-    let entry = status.clusters.iter_mut().find(|c| id.is(c))?;
-    let next = waiting(entry.waiting.as_ref(), want, now);
-    if let Some(w) = entry.waiting.as_ref().filter(|w| asking(w, now))
-        && (Waiting { last: w.last.clone(), ..next.clone() }) == *w
-        && age(&w.last, now) < RENEW
-    {
-        return None;
-    }
-    entry.waiting = Some(next);
-    summarize(org, &mut status);
-    Some(status)
+    with_entry(org, id, |entry| {
+        let next = waiting(entry.waiting.as_ref(), want, now);
+        let renewed = entry
+            .waiting
+            .as_ref()
+            .filter(|w| asking(w, now))
+            .is_some_and(|w| (Waiting { last: w.last.clone(), ..next.clone() }) == *w && age(&w.last, now) < RENEW);
+        if !renewed {
+            entry.waiting = Some(next);
+        }
+        !renewed
+    })
 }
 
 /// The status without cluster `id`'s waiting mark (its pods no longer wait); `None` when it has none.
 pub fn unmark(org: &CleverOrganization, id: ClusterId<'_>) -> Option<CleverOrganizationStatus> {
-    let mut status = org.status.clone()?;
-    let entry = status.clusters.iter_mut().find(|c| id.is(c))?;
-    entry.waiting.take()?;
-    summarize(org, &mut status);
-    Some(status)
+    with_entry(org, id, |entry| entry.waiting.take().is_some())
 }
 
 /// Why pods of NodePool `pool` in cluster `id` wait, in the words a pool condition shows: the
