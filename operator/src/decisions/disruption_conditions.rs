@@ -53,6 +53,13 @@ pub struct Outcome {
     pub warning: Option<String>,
 }
 
+impl Outcome {
+    /// Look again no later than `after` from now.
+    fn recheck(&mut self, after: Duration) {
+        self.recheck_in = Some(self.recheck_in.map_or(after, |r| r.min(after)));
+    }
+}
+
 /// What a claim was made from, as it is now: its pool and its node class (`None`: gone, or not
 /// known), the flavors the class's catalogue serves now (`None`: not known), when the claim was
 /// created, and whether its cluster has left its fleet pool's selection
@@ -87,10 +94,17 @@ pub fn update(
     if let Some(latest) = pods.iter().filter(|p| !daemonset(p)).filter_map(|p| last_event(p)).max() {
         let old = status.last_pod_event_time.as_ref().map(|t| t.0);
         let newer = old.is_none_or(|o| latest > o);
-        let due = old.is_none_or(|o| Duration::try_from(now.duration_since(o)).unwrap_or_default() >= POD_EVENT_DEDUPE);
-        if newer && due {
-            status.last_pod_event_time = Some(Time(latest.min(now)));
-            out.changed = true;
+        let since = old.map(|o| Duration::try_from(now.duration_since(o)).unwrap_or_default());
+        match since {
+            Some(since) if newer && since < POD_EVENT_DEDUPE => {
+                // Written once the window is over: nothing else may wake the claim by then.
+                out.recheck(POD_EVENT_DEDUPE - since);
+            }
+            _ if newer => {
+                status.last_pod_event_time = Some(Time(latest.min(now)));
+                out.changed = true;
+            }
+            _ => {}
         }
     }
     // Empty: nothing on the node that would need a home elsewhere.
@@ -204,7 +218,7 @@ pub fn update(
             if elapsed >= window {
                 conditions::set(&mut status.conditions, CONSOLIDATABLE, TRUE, CONSOLIDATABLE, "", generation, now)
             } else {
-                out.recheck_in = Some(window - elapsed);
+                out.recheck(window - elapsed);
                 conditions::remove(&mut status.conditions, CONSOLIDATABLE)
             }
         }
@@ -384,6 +398,23 @@ mod tests {
         assert_eq!(o.recheck_in, Some(Duration::from_secs(1)));
         up(&mut s, &stamped(&p), Some(&p), None, &[&web], t(100 + 600));
         assert!(conditions::is_true(&s.conditions, CONSOLIDATABLE));
+    }
+
+    #[test]
+    fn a_pod_event_inside_the_dedupe_window_is_written_when_the_window_ends() {
+        let p = pool(json!({}));
+        let mut s = initialized(t(0));
+        up(&mut s, &stamped(&p), Some(&p), None, &[&bound_at(t(100))], t(100));
+        let (first, second) = (bound_at(t(100)), bound_at(t(104)));
+        let o = up(&mut s, &stamped(&p), Some(&p), None, &[&first, &second], t(104));
+        assert_eq!(s.last_pod_event_time.as_ref().map(|t| t.0), Some(t(100)), "within 10 s of the last write");
+        assert_eq!(
+            o.recheck_in,
+            Some(Duration::from_secs(6)),
+            "looked at again when the window ends, not at the 10 min one"
+        );
+        up(&mut s, &stamped(&p), Some(&p), None, &[&first, &second], t(110));
+        assert_eq!(s.last_pod_event_time.as_ref().map(|t| t.0), Some(t(104)));
     }
 
     #[test]

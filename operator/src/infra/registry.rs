@@ -27,9 +27,11 @@
 mod capi;
 mod connection;
 mod failure;
+mod identities;
 mod labels;
 mod parsed;
 pub mod pending;
+mod pod_events;
 pub mod specs;
 
 use std::{
@@ -51,8 +53,10 @@ use tokio_util::sync::CancellationToken;
 pub use capi::{GROUP as CLUSTER_API_GROUP, VERSIONS as CLUSTER_API_VERSIONS};
 pub use connection::{Connection, WorkloadCache};
 pub use failure::Cause;
+pub(crate) use identities::{Identities, Rank};
 pub use labels::Labels;
 pub(crate) use labels::Sources as LabelSources;
+pub use pod_events::NodePods;
 
 use crate::{
     decisions::handover::{self, HandoverError},
@@ -285,6 +289,7 @@ struct Inner {
     /// Bumped on every status or connection change of any cluster, so controllers can wake up.
     changes: watch::Sender<u64>,
     touched: tokio::sync::broadcast::Sender<connection::Touched>,
+    pod_events: tokio::sync::broadcast::Sender<NodePods>,
     /// The key of each cluster whose connection just became synced (see [`Registry::synced`]).
     synced: tokio::sync::broadcast::Sender<ClusterKey>,
 }
@@ -320,6 +325,7 @@ impl Registry {
                 seen: std::sync::atomic::AtomicU64::new(0),
                 changes: watch::channel(0).0,
                 touched: tokio::sync::broadcast::channel(1024).0,
+                pod_events: tokio::sync::broadcast::channel(1024).0,
                 synced: tokio::sync::broadcast::channel(1024).0,
             }),
         }
@@ -328,16 +334,14 @@ impl Registry {
     /// Nodes and NodeGroups changing in any cluster (lossy under bursts: the periodic checks of
     /// the controllers remain the backstop).
     pub fn touched(&self) -> impl futures::Stream<Item = connection::Touched> + Send + use<> {
-        let rx = self.inner.touched.subscribe();
-        futures::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(t) => return Some((t, rx)),
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        })
+        lossy(self.inner.touched.subscribe())
+    }
+
+    /// Pods bound to a node, ended or starting to terminate in any cluster, by node (lossy as
+    /// [`Registry::touched`]; a channel of their own, so a burst of pods never crowds out the
+    /// NodeGroup verdicts a launch waits for).
+    pub fn pod_events(&self) -> impl futures::Stream<Item = NodePods> + Send + use<> {
+        lossy(self.inner.pod_events.subscribe())
     }
 
     /// Each cluster whose connection just became synced: connected first, reconnected after a
@@ -861,6 +865,7 @@ impl Registry {
             connection: conn_tx,
             changes: self.inner.changes.clone(),
             touched: self.inner.touched.clone(),
+            pod_events: self.inner.pod_events.clone(),
             synced: self.inner.synced.clone(),
             identities: self.inner.identities.clone(),
             rank,
@@ -896,62 +901,6 @@ impl Registry {
     }
 }
 
-/// A registration's place among registrations of the same workload cluster: the older Secret
-/// first, then the one this process saw first (creation times have a one-second resolution).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Rank {
-    created: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
-    seen: u64,
-}
-
-/// Which registrations have identified which workload cluster (`kube-system` UID), shared by the
-/// connection tasks.
-///
-/// Per namespace: registrations in different namespaces never compete for a cluster. The UID is
-/// what the server named in a kubeconfig answers, and a tenant chooses that server: were the
-/// table shared, a tenant's older Secret pointing at a server that answers another tenant's UID
-/// would take that tenant's cluster away (`DuplicateCluster`), and the refusal would name the
-/// first tenant's objects to the second. Nothing the hub can check proves a connection genuine
-/// against such a server, so namespaces are kept apart instead of ranked. Two namespaces that
-/// really reach one cluster are then served like two hubs on it: each keeps to its own NodeGroups
-/// (the ownership labels name the namespace, hub.md §5), and both may provision for the same
-/// pending pods. Within a namespace (one tenant, who can delete either Secret) the oldest Secret
-/// speaks, and the refusal names a Secret of that namespace only.
-#[derive(Debug, Default)]
-pub(crate) struct Identities {
-    claims: std::sync::Mutex<BTreeMap<ClusterKey, (String, Rank)>>,
-}
-
-impl Identities {
-    /// Record that `key` reaches cluster `uid`; the registration of its namespace that speaks for
-    /// it (maybe `key`).
-    pub(crate) fn claim(&self, key: &ClusterKey, uid: &str, rank: &Rank) -> ClusterKey {
-        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
-        claims.insert(key.clone(), (uid.to_string(), rank.clone()));
-        owner(&claims, &key.namespace, uid).unwrap_or_else(|| key.clone())
-    }
-
-    /// The registration in `namespace` that speaks for cluster `uid`, if any there identified it.
-    pub(crate) fn owner(&self, namespace: &str, uid: &str) -> Option<ClusterKey> {
-        owner(&self.claims.lock().unwrap_or_else(PoisonError::into_inner), namespace, uid)
-    }
-
-    /// `key` no longer reaches any cluster (removed, or its kubeconfig is unusable).
-    pub(crate) fn release(&self, key: &ClusterKey) {
-        self.claims.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
-    }
-}
-
-/// Of the registrations in `namespace` that identified cluster `uid`, the one that speaks for it:
-/// the lowest rank (the oldest Secret), then the lowest key. Pure.
-fn owner(claims: &BTreeMap<ClusterKey, (String, Rank)>, namespace: &str, uid: &str) -> Option<ClusterKey> {
-    claims
-        .iter()
-        .filter(|(k, (u, _))| k.namespace == namespace && u == uid)
-        .min_by(|a, b| (&a.1.1, a.0).cmp(&(&b.1.1, b.0)))
-        .map(|(k, _)| k.clone())
-}
-
 /// What of a registration Secret its connection is made from: a digest of its kubeconfig (`None`
 /// when it has none), and of its UID, so a Secret deleted and created again connects anew.
 type Fingerprint = Option<[u8; 32]>;
@@ -983,6 +932,19 @@ pub fn registered_by(metadata: &kube::api::ObjectMeta) -> Option<ClusterKey> {
         return None;
     }
     Some(ClusterKey::new(namespace, cluster.clone()))
+}
+
+/// A broadcast receiver as a stream that skips what it missed while lagging.
+fn lossy<T: Clone + Send + 'static>(rx: tokio::sync::broadcast::Receiver<T>) -> impl futures::Stream<Item = T> + Send {
+    futures::stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(t) => return Some((t, rx)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
 }
 
 #[cfg(test)]
@@ -1041,48 +1003,6 @@ mod tests {
         let _ = task.await;
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(5), until(false)).await.expect("the cluster's task outlived the hub");
-    }
-
-    #[test]
-    fn the_oldest_registration_of_a_cluster_speaks_for_it_and_the_next_takes_over_when_it_goes() {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-        let at = |s: &str| Some(Time(s.parse().unwrap()));
-        let (a, b, c) =
-            (ClusterKey::new("team-a", "alpha"), ClusterKey::new("team-a", "copy"), ClusterKey::new("team-a", "other"));
-        let ids = Identities::default();
-        // b's Secret is younger although its key sorts first: a speaks for the cluster.
-        assert_eq!(ids.claim(&a, "uid-1", &Rank { created: at("2026-01-01T00:00:00Z"), seen: 5 }), a);
-        assert_eq!(ids.claim(&b, "uid-1", &Rank { created: at("2026-01-01T00:00:01Z"), seen: 1 }), a);
-        // Another cluster is not a duplicate.
-        assert_eq!(ids.claim(&c, "uid-2", &Rank { created: at("2026-01-01T00:00:02Z"), seen: 6 }), c);
-        assert_eq!(ids.owner("team-a", "uid-1"), Some(a.clone()));
-        ids.release(&a);
-        assert_eq!(ids.owner("team-a", "uid-1"), Some(b.clone()));
-        // Same second: the one seen first.
-        assert_eq!(ids.claim(&a, "uid-1", &Rank { created: at("2026-01-01T00:00:01Z"), seen: 0 }), a);
-        ids.release(&a);
-        ids.release(&b);
-        assert_eq!(ids.owner("team-a", "uid-1"), None);
-        assert_eq!(ids.owner("team-a", "uid-2"), Some(c));
-    }
-
-    /// The hijack of issue 23: team-a's older Secret names a server that answers team-b's
-    /// `kube-system` UID. Namespaces do not compete: team-b's registration speaks for its cluster,
-    /// and team-a's for whatever its server is.
-    #[test]
-    fn registrations_in_different_namespaces_never_outrank_each_other() {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-        let at = |s: &str| Some(Time(s.parse().unwrap()));
-        let (attacker, victim) = (ClusterKey::new("team-a", "fake"), ClusterKey::new("team-b", "prod"));
-        let ids = Identities::default();
-        assert_eq!(ids.claim(&attacker, "uid-b", &Rank { created: at("2020-01-01T00:00:00Z"), seen: 0 }), attacker);
-        assert_eq!(ids.claim(&victim, "uid-b", &Rank { created: at("2026-01-01T00:00:00Z"), seen: 1 }), victim);
-        assert_eq!(ids.owner("team-b", "uid-b"), Some(victim.clone()));
-        assert_eq!(ids.owner("team-a", "uid-b"), Some(attacker.clone()));
-        // Nor does it the other way round, and a namespace with no claim has no owner.
-        ids.release(&attacker);
-        assert_eq!(ids.owner("team-a", "uid-b"), None);
-        assert_eq!(ids.owner("team-b", "uid-b"), Some(victim));
     }
 
     /// Wait (woken by the registry's changes) until `check` holds; panics after 20 s.

@@ -12,7 +12,9 @@
 //! sequence's I/O is in `launch`, the Node registration's patch in `register`, the drain's in
 //! `drain`, capacity freed by a group gone in `released`. A claim whose cluster is not synced (or
 //! not owned here) waits for that cluster's sync, which wakes that cluster's claims only, with a
-//! long safety requeue behind it.
+//! long safety requeue behind it. Besides its own changes, a claim is woken by its Node or
+//! NodeGroup changing, a pod event on its node (bound, ended, terminating), and a spec change of its
+//! NodePool or CleverNodeClass.
 //! Must not: decide anything itself (every choice is [`lifecycle`]'s), act on a cluster that is not
 //! connected and synced, delete a NodeGroup that fails the ownership proof, or decide which pods go.
 
@@ -32,7 +34,9 @@ use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::{
     Api, Resource, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
+    runtime::{
+        Controller, PredicateConfig, WatchStreamExt, controller::Action, predicates, reflector::ObjectRef, watcher,
+    },
 };
 use scheduling::CompactPod;
 use serde_json::json;
@@ -59,7 +63,7 @@ use crate::{
         registry::{ClusterKey, Connection},
     },
 };
-use crds::{NodeClaim, NodeClaimStatus, NodeGroup, NodePool, labels};
+use crds::{CleverNodeClass, NodeClaim, NodeClaimStatus, NodeGroup, NodePool, labels};
 
 /// What stops a reconcile; retried with the controller's back-off. A request's failure says its
 /// step ([`Step`]); nothing converts from a bare `kube::Error`.
@@ -146,6 +150,16 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
         });
         std::future::ready(claim.map(|c| ObjectRef::from_obj(c.as_ref())))
     });
+    // A pod bound to a claim's node, ended or terminating changes its lastPodEventTime and Empty
+    // (§4.1): the claim looks again at once, as upstream's pod-events controller has it.
+    let cache = hub.cache.clone();
+    let pod_events = hub.registry.pod_events().filter_map(move |e| {
+        let claim = cache.claims_in(&e.cluster.namespace).into_iter().find(|c| {
+            c.spec.cluster_name == e.cluster.name
+                && c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(e.node.as_str())
+        });
+        std::future::ready(claim.map(|c| ObjectRef::from_obj(c.as_ref())))
+    });
     // A test moving a manual clock forward re-decides every claim at once (TTLs, expiry, repair);
     // on the real clock this never fires.
     let ticks = hub.settings.clock.advances();
@@ -165,8 +179,26 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
         tracing::debug!(cluster = %key, claims = wake.len(), "cluster synced; waking its claims");
         futures::stream::iter(wake)
     });
+    // A NodePool's or CleverNodeClass's spec changing may drift its claims (§4.1): they look
+    // again at once. Their status writes (every round's) are not spec changes and wake nothing.
+    let (by_pool, by_class) = (hub.cache.clone(), hub.cache.clone());
+    let pools = watcher(hub.scoped::<NodePool>(), watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(predicates::generation, PredicateConfig::default());
+    let classes = watcher(hub.scoped::<CleverNodeClass>(), watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(predicates::generation, PredicateConfig::default());
     controller
+        .watches_stream(pools, move |pool| {
+            claims_where(&by_pool, &pool, |c| c.labels().get(labels::NODEPOOL) == Some(&pool.name_any()))
+        })
+        .watches_stream(classes, move |class| {
+            claims_where(&by_class, &class, |c| c.spec.node_class_ref.name == class.name_any())
+        })
         .reconcile_on(touched)
+        .reconcile_on(pod_events)
         .reconcile_on(synced)
         .reconcile_all_on(ticks)
         .graceful_shutdown_on(shutdown.cancelled_owned())
@@ -186,6 +218,16 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
             }
         })
         .await;
+}
+
+/// The cached claims in `owner`'s namespace that `matches` selects.
+fn claims_where<K: Resource>(
+    cache: &crate::infra::hub::MgmtCache,
+    owner: &K,
+    matches: impl Fn(&NodeClaim) -> bool,
+) -> Vec<ObjectRef<NodeClaim>> {
+    let Some(ns) = owner.meta().namespace.as_deref() else { return Vec::new() };
+    cache.claims_in(ns).iter().filter(|c| matches(c)).map(|c| ObjectRef::from_obj(c.as_ref())).collect()
 }
 
 fn error_policy(claim: Arc<NodeClaim>, e: &Error, ctx: Arc<Ctx>) -> Action {

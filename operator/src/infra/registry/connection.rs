@@ -112,6 +112,8 @@ pub(super) struct Task {
     pub connection: watch::Sender<Option<Arc<Connection>>>,
     pub changes: watch::Sender<u64>,
     pub touched: tokio::sync::broadcast::Sender<Touched>,
+    /// Told each node whose pods had a pod event (wakes its claim).
+    pub pod_events: tokio::sync::broadcast::Sender<super::NodePods>,
     /// Told this cluster's key once its caches are synced (wakes its claims).
     pub synced: tokio::sync::broadcast::Sender<ClusterKey>,
     pub identities: Arc<Identities>,
@@ -322,8 +324,15 @@ impl Task {
         let (synced_tx, synced_rx) = watch::channel(false);
         let pending = Arc::new(super::pending::PendingPods::default());
         let observe_pods = {
-            let pending = pending.clone();
-            move |ev: &watcher::Event<CompactPod>| pending.observe(ev)
+            let (pending, events) = (pending.clone(), super::pod_events::PodEvents::default());
+            let (tx, key) = (self.pod_events.clone(), self.key.clone());
+            move |ev: &watcher::Event<CompactPod>| {
+                pending.observe(ev);
+                if let Some(node) = events.observe(ev) {
+                    // No subscriber (no controller running yet) is not an error.
+                    let _ = tx.send(super::NodePods { cluster: key.clone(), node });
+                }
+            }
         };
         let cache = WorkloadCache {
             pods: spawn_cache(
