@@ -18,7 +18,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    sync::Arc,
+    sync::{Arc, PoisonError},
     time::Duration,
 };
 
@@ -43,7 +43,7 @@ use crate::{
     decisions::{
         conditions,
         disruption_queue::{self, CandidateState, Recorded, ReplacementState, Step},
-        disruption_scope, ownership, rollout,
+        disruption_scope, nomination, ownership, rollout,
     },
     infra::{
         errors::{self, ApiError, Categorized, Category, Reconciler, StepExt},
@@ -193,7 +193,10 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     }
     tracing::trace!(cluster = %key, nodes = view.scope.nodes.len(), "disruption view built");
     let capacity = hub.capacity(key).await.step(errors::Step::ReadCapacity)?;
-    corrected(&mut view, &snapshot, &capacity, now);
+    let nominated = {
+        let nominations = conn.nominations.lock().unwrap_or_else(PoisonError::into_inner);
+        corrected(&mut view, &snapshot, &capacity, &nominations, now)
+    };
     // Replacements spend the organisation's room while the candidates still run (fleet.md §4): a
     // command whose replacements do not fit is not viable, so a delete-only one or none is chosen.
     let rooms = organizations::rooms(hub, key, now).await?;
@@ -239,7 +242,9 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     let consolidated =
         pass.methods.iter().filter(|(m, _)| *m != Method::Drift).all(|(_, o)| o.consolidated && o.command.is_none());
     if !skip {
-        state.consolidated = consolidated.then_some((fingerprint, now));
+        // Nothing found while nodes were nominated may change when the nominations end, which the
+        // fingerprint does not see: not remembered then.
+        state.consolidated = (consolidated && nominated == 0).then_some((fingerprint, now));
     }
     let Some(command) = pass.command().cloned() else {
         return Ok(PASS_PERIOD);
@@ -284,16 +289,20 @@ pub(crate) fn gather(
 }
 
 /// The view's scheduling model corrected as provisioning's is: flavors cooling down after a CKE
-/// refusal are not offered to replacements, and node capacities are those the nodes report.
+/// refusal are not offered to replacements, and node capacities are those the nodes report. The
+/// nodes provisioning nominated are marked (§4.2: no candidate for the nomination window); returns
+/// how many are.
 pub(crate) fn corrected(
     view: &mut disruption_scope::View,
     snapshot: &Snapshot,
     capacity: &CapacityState,
+    nominations: &nomination::Nominations,
     now: Timestamp,
-) {
+) -> usize {
     let cooling: BTreeSet<String> = capacity.unavailable(now).map(str::to_string).collect();
     input_corrections::mark_unavailable(&mut view.model.input, &cooling);
     input_corrections::correct_from_nodes(&mut view.model.input, snapshot.nodes.iter().map(AsRef::as_ref));
+    nomination::mark(&mut view.scope, nominations, now)
 }
 
 /// The loop's methods in order over `view` at `now` ([`disruption_scope::decide`]); `skip` leaves

@@ -24,6 +24,7 @@ use crate::{
     decisions::fingerprint,
     decisions::input_corrections::{correct_from_nodes, mark_unavailable},
     decisions::new_claims::{BuildError, Cluster, candidate_names, node_claim},
+    decisions::nomination,
     decisions::organization::{self, Ceiling},
     infra::errors::{self, ApiError, Categorized, Category, Reconciler, Step, StepExt},
     infra::facts,
@@ -397,6 +398,11 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
         }
     }
     if !decision.existing.is_empty() {
+        // Nominated: the disruption loop leaves these nodes be for the nomination window.
+        conn.nominations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .nominate(nomination::targets(input, &decision), now);
         let nominated: usize = decision.existing.iter().map(|a| a.pods.len()).sum();
         let on: Vec<String> = decision
             .existing

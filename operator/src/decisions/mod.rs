@@ -18,6 +18,7 @@ pub mod launch;
 pub mod lifecycle;
 pub mod new_claims;
 pub mod node_registration;
+pub mod nomination;
 pub mod organization;
 pub mod ownership;
 pub mod pause;

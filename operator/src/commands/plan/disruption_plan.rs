@@ -17,7 +17,7 @@ use scheduling::model::Settings;
 use serde::Serialize;
 
 use super::{Manifests, PlanError, clusters};
-use crate::decisions::disruption_scope;
+use crate::decisions::{disruption_scope, nomination};
 
 /// A node in a decision.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -117,6 +117,10 @@ pub struct DisruptionPlan {
     pub decision: Option<PlannedCommand>,
     /// The methods evaluated, in loop order, up to the deciding one.
     pub methods: Vec<MethodResult>,
+    /// NodeClaims the pending pods of the snapshot would be placed on (the hub's provisioning round
+    /// nominates them): no candidate for the nomination window.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nominated: Vec<String>,
     /// Budgets per pool.
     pub budgets: Vec<PoolBudget>,
     /// `(nodeClaim, message)`: settings ignored because unreadable.
@@ -145,6 +149,12 @@ pub fn plan_disruption(
     // Replacements spend the organisations' room while the candidates run, as in the hub.
     let rooms = super::organization_rooms(manifests, &target.key, &target.snapshot, &cluster, &mut notes);
     crate::decisions::organization::limit_input(&mut view.model.input, &rooms);
+    // The hub's provisioning round runs first: nodes it puts the pending pods on are nominated.
+    let placed = scheduling::solve(&view.model.input);
+    let mut nominations = nomination::Nominations::default();
+    nominations.nominate(nomination::targets(&view.model.input, &placed), now);
+    nomination::mark(&mut view.scope, &nominations, now);
+    let nominated: Vec<String> = view.scope.nodes.iter().filter(|n| n.nominated).map(|n| n.claim.clone()).collect();
     let scope = view.scope;
     let settings = disruption::Settings::default();
     let pass = disruption_scope::decide(false, |method| {
@@ -188,7 +198,7 @@ pub fn plan_disruption(
                 .collect(),
         })
         .collect();
-    Ok(DisruptionPlan { cluster, now: now.to_string(), decision, methods, budgets, warnings, notes })
+    Ok(DisruptionPlan { cluster, now: now.to_string(), decision, methods, nominated, budgets, warnings, notes })
 }
 
 fn render_command(c: &disruption::Command, scope: &Scope) -> PlannedCommand {
@@ -278,6 +288,14 @@ pub fn to_table(plan: &DisruptionPlan) -> String {
     }
     for m in plan.methods.iter().filter(|m| m.budget_constrained) {
         let _ = writeln!(out, "\n{}: held back by a disruption budget (see Budgets)", m.method);
+    }
+    if !plan.nominated.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nNominated for pending pods (no candidate for {} s): {}",
+            nomination::WINDOW.as_secs(),
+            plan.nominated.join(", ")
+        );
     }
     let _ = writeln!(out, "\nBudgets (nodes each pool may still lose, per reason, before this decision):");
     for b in &plan.budgets {

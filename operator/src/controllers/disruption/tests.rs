@@ -34,13 +34,18 @@ fn add_node(c: &mut Caches, name: &str, flavor: &str, conditions: &[(&str, &str)
 
 const CONSOLIDATABLE: (&str, &str) = ("Consolidatable", "Consolidatable");
 
-/// The view of a pass at `at`, as the loop corrects it under no CKE refusal.
+/// The view of a pass at `at`, as the loop corrects it under no CKE refusal and no nomination.
 fn view_at(c: &Caches, at: Timestamp) -> disruption_scope::View {
+    view_nominated(c, &nomination::Nominations::default(), at)
+}
+
+/// The view of a pass at `at` with `nominations` made by provisioning.
+fn view_nominated(c: &Caches, nominations: &nomination::Nominations, at: Timestamp) -> disruption_scope::View {
     let mgmt = c.mgmt();
     assert!(mgmt.is_ready());
     let claims = facts::claims(&mgmt, &key());
     let (snapshot, mut view) = gather(&mgmt, &c.workload(), &key(), &Default::default(), "par", &claims, at).unwrap();
-    corrected(&mut view, &snapshot, &CapacityState::default(), at);
+    corrected(&mut view, &snapshot, &CapacityState::default(), nominations, at);
     view
 }
 
@@ -88,6 +93,28 @@ fn an_empty_consolidatable_node_is_removed_by_emptiness_once_validated_after_the
     c.delete(claim("default-a1", "default", "XS", true, &[CONSOLIDATABLE]));
     let dropped = validate(&command, &view_at(&c, later), later).unwrap_err();
     assert_eq!(dropped.to_string(), "default-a1 is gone");
+}
+
+/// §4.2 (issue 27 item 3): a node provisioning nominated for pending pods is no candidate for the
+/// nomination window, by its Node's name or (in flight) its claim's; a command decided before the
+/// nomination is dropped at validation.
+#[test]
+fn a_node_nominated_for_pending_pods_is_no_candidate_until_the_window_ends() {
+    let mut c = cluster(json!({}));
+    add_node(&mut c, "default-a1", "XS", &[CONSOLIDATABLE]);
+    let mut nominations = nomination::Nominations::default();
+    let (_, pass) = pass_at(&c, now());
+    let command = pass.command().cloned().unwrap();
+    assert_eq!(command.claims(), ["default-a1"]);
+    nominations.nominate(["default-a1"], now());
+    let view = view_nominated(&c, &nominations, now());
+    assert_eq!(methods(&view, false, now(), |_, _| {}).command().map(|c| c.claims()), None, "nominated");
+    let later = now() + disruption_queue::VALIDATION_DELAY;
+    let dropped = validate(&command, &view_nominated(&c, &nominations, later), later);
+    assert!(dropped.is_err(), "a candidate nominated meanwhile drops the command");
+    let after = now() + nomination::WINDOW;
+    let view = view_nominated(&c, &nominations, after);
+    assert_eq!(methods(&view, false, after, |_, _| {}).command().map(|c| c.claims()), Some(vec!["default-a1"]));
 }
 
 #[test]
@@ -214,7 +241,7 @@ fn a_flavor_cooling_down_after_a_cke_refusal_is_not_offered_to_a_replacement() {
         let claims = facts::claims(&mgmt, &key());
         let (snapshot, mut view) =
             gather(&mgmt, &c.workload(), &key(), &Default::default(), "par", &claims, now()).unwrap();
-        corrected(&mut view, &snapshot, capacity, now());
+        corrected(&mut view, &snapshot, capacity, &nomination::Nominations::default(), now());
         let pass = methods(&view, false, now(), |_, _| {});
         pass.command().map(|c| {
             c.replacements.iter().filter_map(|r| r.instance_types.first()).map(|o| o.name.clone()).collect::<Vec<_>>()

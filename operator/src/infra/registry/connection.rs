@@ -73,6 +73,8 @@ pub struct Connection {
     pub cache: WorkloadCache,
     /// The pods waiting for capacity, from the pod watch (wakes provisioning).
     pub pending: Arc<super::pending::PendingPods>,
+    /// The nodes provisioning expects pending pods on (disruption leaves them be for a while).
+    pub nominations: std::sync::Mutex<crate::decisions::nomination::Nominations>,
     synced: watch::Receiver<bool>,
 }
 
@@ -368,6 +370,7 @@ impl Task {
             evictions,
             cache: cache.clone(),
             pending,
+            nominations: std::sync::Mutex::default(),
             synced: synced_rx,
         });
         self.connection.send_replace(Some(conn));
