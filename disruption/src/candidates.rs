@@ -321,6 +321,10 @@ mod tests {
             "101"
         );
         assert!(only(&with_pod(timed(31)), Method::Emptiness).is_ok(), "101");
+        // Go's duration syntax, as upstream reads the annotation: "0.5h" is 30 min.
+        let go = |minutes: i64| PodFacts { do_not_disrupt: Some("0.5h".into()), ..timed(minutes) };
+        assert!(only(&with_pod(go(10)), Method::Emptiness).is_err(), "101, Go syntax");
+        assert!(only(&with_pod(go(31)), Method::Emptiness).is_ok(), "101, Go syntax");
 
         // 102. do-not-disrupt "banana" → a candidate and a warning naming the value.
         let banana = with_pod(PodFacts { do_not_disrupt: Some("banana".into()), ..pod("web") });

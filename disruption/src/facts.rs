@@ -4,7 +4,7 @@
 //! Owns shapes and the small per-fact rules (pod classes, eviction cost, do-not-disrupt values),
 //! nothing else. No API types here, so tests and `plan` build facts cheaply.
 
-use crds::admission::schedule::parse_duration;
+use crds::admission::schedule::{parse_duration, parse_go_duration};
 use crds::nodepool::{ConsolidationPolicy, Disruption, DisruptionReason};
 use jiff::Timestamp;
 
@@ -314,16 +314,17 @@ impl PodFacts {
             "false" => return DoNotDisrupt::No,
             _ => {}
         }
-        match parse_duration(value, false) {
-            Ok(Some(seconds)) => match self.started {
+        // Go's duration syntax, as Karpenter reads the annotation (`1.5h`, `+30m`, `90s`).
+        match parse_go_duration(value) {
+            Some(d) => match self.started {
                 Some(started)
-                    if now.duration_since(started).as_secs() >= i64::try_from(seconds).unwrap_or(i64::MAX) =>
+                    if now.duration_since(started).as_secs() >= i64::try_from(d.as_secs()).unwrap_or(i64::MAX) =>
                 {
                     DoNotDisrupt::No
                 }
                 _ => DoNotDisrupt::Yes,
             },
-            _ => DoNotDisrupt::Invalid(value.to_string()),
+            None => DoNotDisrupt::Invalid(value.to_string()),
         }
     }
 }

@@ -483,6 +483,55 @@ pub fn parse_duration(text: &str, nillable: bool) -> Result<Option<u64>, Duratio
     Ok(Some(total))
 }
 
+/// A duration as Go's `time.ParseDuration` reads it (what Karpenter reads
+/// `karpenter.sh/do-not-disrupt` with): an optional sign, then decimal numbers with an optional
+/// fraction, each with a unit `ns`, `us` (`µs`), `ms`, `s`, `m` or `h` (`1.5h`, `+30m`, `1h30m`,
+/// `300ms`). `None` when it is not one, or not positive (Karpenter refuses those too), or beyond
+/// Go's limit (~292 years).
+pub fn parse_go_duration(text: &str) -> Option<std::time::Duration> {
+    let unsigned = text.strip_prefix('+').unwrap_or(text);
+    if unsigned.is_empty() || unsigned.starts_with('-') {
+        return None;
+    }
+    let mut rest = unsigned;
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
+        let (whole, after) = rest.split_at(digits(rest));
+        let (fraction, after) = match after.strip_prefix('.') {
+            Some(f) => f.split_at(digits(f)),
+            None => ("", after),
+        };
+        if whole.is_empty() && fraction.is_empty() {
+            return None;
+        }
+        let unit_len = after.find(|c: char| c == '.' || c.is_ascii_digit()).unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_len);
+        let nanos: u128 = match unit {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            _ => return None,
+        };
+        let whole: u128 = if whole.is_empty() { 0 } else { whole.parse().ok()? };
+        let mut part = whole.checked_mul(nanos)?;
+        if !fraction.is_empty() {
+            // Go keeps the fraction to the nanosecond; f64 holds that for any unit up to hours.
+            let f: f64 = format!("0.{}", &fraction[..fraction.len().min(18)]).parse().ok()?;
+            part = part.checked_add((f * nanos as f64) as u128)?;
+        }
+        total = total.checked_add(part)?;
+        rest = after;
+    }
+    if total == 0 || total > i64::MAX as u128 {
+        return None;
+    }
+    Some(std::time::Duration::from_nanos(u64::try_from(total).ok()?))
+}
+
 /// Seconds as a short human text (`1h30m`, `45s`).
 pub fn format_seconds(seconds: u64) -> String {
     let (h, m, s) = (seconds / 3600, seconds % 3600 / 60, seconds % 60);
@@ -688,6 +737,24 @@ mod tests {
                 prop_assert!(schedule.minutes < 1 << 60);
                 prop_assert!(schedule.minutes != 0);
             }
+        }
+    }
+
+    #[test]
+    fn go_durations_read_as_go_reads_them() {
+        use std::time::Duration as D;
+        let go = parse_go_duration;
+        assert_eq!(go("1.5h"), Some(D::from_secs(5400)));
+        assert_eq!(go(".5h"), Some(D::from_secs(1800)));
+        assert_eq!(go("1.h"), Some(D::from_secs(3600)));
+        assert_eq!(go("+30m"), Some(D::from_secs(1800)));
+        assert_eq!(go("1h30m10s"), Some(D::from_secs(5410)));
+        assert_eq!(go("300ms"), Some(D::from_millis(300)));
+        assert_eq!(go("2us"), Some(D::from_micros(2)));
+        assert_eq!(go("2\u{b5}s"), Some(D::from_micros(2)));
+        assert_eq!(go("7ns"), Some(D::from_nanos(7)));
+        for bad in ["", "0", "0s", "-5m", "+", ".", "5", "5d", "1h 30m", "true", "h", "3000000h"] {
+            assert_eq!(go(bad), None, "{bad:?}");
         }
     }
 }

@@ -746,9 +746,11 @@ pub fn run(args: &PlanArgs) -> Result<String, PlanError> {
         };
         sources.push((name, text));
     }
-    let (snapshot, notes) = read_snapshot(&sources)?;
+    let (mut snapshot, notes) = read_snapshot(&sources)?;
+    let now = now_of(args)?;
+    // do-not-disrupt durations of pods on leaving nodes are judged at --now.
+    snapshot.snapshot.now = k8s_openapi::jiff::Timestamp::from_second(now.as_second()).ok();
     if args.disruption {
-        let now = now_of(args)?;
         let plan = plan_disruption(&snapshot, args.cluster.as_deref(), args.settings(), now, notes)?;
         for n in &plan.notes {
             eprintln!("note: {n}");

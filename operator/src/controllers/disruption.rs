@@ -276,7 +276,8 @@ pub(crate) fn gather(
     claims: &[Arc<NodeClaim>],
     now: Timestamp,
 ) -> Result<(Snapshot, disruption_scope::View), Error> {
-    let snapshot = facts::snapshot(mgmt, workload, key, labels, zone, claims, facts::Workload::WithClaims);
+    let mut snapshot = facts::snapshot(mgmt, workload, key, labels, zone, claims, facts::Workload::WithClaims);
+    snapshot.now = Some(now);
     let view = disruption_scope::view(
         &snapshot,
         &Volumes::default(),

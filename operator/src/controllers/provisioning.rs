@@ -202,12 +202,14 @@ pub(crate) fn gather(
     key: &ClusterKey,
     labels: &facts::ClusterLabels,
     zone: &str,
+    now: Timestamp,
 ) -> Result<Gathered, Error> {
     if !mgmt.is_ready() {
         return Ok(Gathered::NotListed);
     }
     let claims = facts::claims(mgmt, key);
-    let snapshot = facts::snapshot(mgmt, workload, key, labels, zone, &claims, facts::Workload::Everything);
+    let mut snapshot = facts::snapshot(mgmt, workload, key, labels, zone, &claims, facts::Workload::Everything);
+    snapshot.now = Some(now);
     // Pools the cluster departed from are in the snapshot for disruption's sake only.
     if !snapshot.node_pools.iter().any(|p| snapshot.serves(p, &key.name)) {
         return Ok(Gathered::NoPool);
@@ -304,8 +306,9 @@ fn log_notes(key: &ClusterKey, notes: &[String]) {
 pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Outcome, Error> {
     // Absence in an unlisted cache means nothing; look again shortly.
     let unlisted = || Outcome::Deferred { until: tokio::time::Instant::now() + Duration::from_millis(200) };
+    let now = hub.now();
     let gathered =
-        gather(&hub.cache, &conn.cache, key, &facts::ClusterLabels::of(&hub.registry, key), &hub.settings.zone);
+        gather(&hub.cache, &conn.cache, key, &facts::ClusterLabels::of(&hub.registry, key), &hub.settings.zone, now);
     if matches!(gathered, Ok(Gathered::NotListed)) {
         return Ok(unlisted());
     }
@@ -330,7 +333,6 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
     };
     log_notes(key, &round.notes);
     let capacity = hub.capacity(key).await.step(Step::ReadCapacity)?;
-    let now = hub.now();
     // The room each organisation of the cluster leaves it (the cache: a launch reserves live).
     let orgs = organizations::rooms(hub, key, now).await?;
     let solved = match decide(&mut round, key, &capacity, &orgs, now) {

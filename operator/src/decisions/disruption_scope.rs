@@ -379,13 +379,11 @@ fn pod_facts(
         terminal: matches!(status.and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")),
         terminating: p.metadata.deletion_timestamp.is_some(),
         ready: pod_ready(p),
-        tolerates_disrupted: p.spec.as_ref().and_then(|s| s.tolerations.as_ref()).is_some_and(|ts| {
-            ts.iter().any(|t| {
-                let key = t.key.as_deref().unwrap_or_default();
-                let effect_ok = matches!(t.effect.as_deref(), None | Some("") | Some("NoSchedule"));
-                effect_ok && (key == DISRUPTED_TAINT || (key.is_empty() && t.operator.as_deref() == Some("Exists")))
-            })
-        }),
+        tolerates_disrupted: p
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_ref())
+            .is_some_and(|ts| ts.iter().any(tolerates_disrupted)),
         started: status
             .and_then(|s| s.start_time.as_ref())
             .or(p.metadata.creation_timestamp.as_ref())
@@ -406,4 +404,36 @@ fn pod_ready(p: &CompactPod) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Whether `t` tolerates `karpenter.sh/disrupted:NoSchedule` as Kubernetes matches a toleration
+/// (upstream's `ToleratesDisruptedNoScheduleTaint`): the taint has no value, so `Equal` tolerates
+/// it only with an empty value.
+fn tolerates_disrupted(t: &k8s_openapi::api::core::v1::Toleration) -> bool {
+    let key = t.key.as_deref().unwrap_or_default();
+    let exists = t.operator.as_deref() == Some("Exists");
+    let effect_ok = matches!(t.effect.as_deref(), None | Some("") | Some("NoSchedule"));
+    let value_ok = exists || t.value.as_deref().unwrap_or_default().is_empty();
+    effect_ok && value_ok && (key == DISRUPTED_TAINT || (key.is_empty() && exists))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_disrupted_taint_is_tolerated_as_kubernetes_matches_tolerations() {
+        let t = |v: serde_json::Value| tolerates_disrupted(&serde_json::from_value(v).unwrap());
+        assert!(t(serde_json::json!({"key": DISRUPTED_TAINT, "operator": "Exists"})));
+        assert!(t(serde_json::json!({"key": DISRUPTED_TAINT, "effect": "NoSchedule"})), "Equal to no value");
+        assert!(t(serde_json::json!({"operator": "Exists"})), "tolerates everything");
+        assert!(
+            !t(serde_json::json!({"key": DISRUPTED_TAINT, "operator": "Equal", "value": "true"})),
+            "a value the taint lacks"
+        );
+        assert!(!t(serde_json::json!({"key": DISRUPTED_TAINT, "operator": "Exists", "effect": "NoExecute"})));
+        assert!(!t(serde_json::json!({"key": "other", "operator": "Exists"})));
+    }
 }

@@ -97,5 +97,7 @@ pub fn snapshot(
         daemonsets: workload.daemonsets.state(),
         pdbs: workload.pdbs.state(),
         zone: Some(zone.to_string()),
+        // The caller's time (a snapshot reads no clock).
+        now: None,
     }
 }

@@ -83,6 +83,9 @@ pub struct Snapshot {
     pub pdbs: Vec<Arc<PodDisruptionBudget>>,
     /// The zone flavors are offered in (the one the hub launches in); [`DEFAULT_ZONE`] when unset.
     pub zone: Option<String>,
+    /// When it was taken: judges `karpenter.sh/do-not-disrupt` durations of pods on leaving nodes
+    /// (unset: every valid duration counts as still running).
+    pub now: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 impl Snapshot {
@@ -350,7 +353,7 @@ pub fn build_input_with_volumes(
                 if p.metadata.deletion_timestamp.is_some() && !stateful {
                     continue;
                 }
-                if let Some(why) = blocks_eviction(p, &snapshot.pdbs) {
+                if let Some(why) = blocks_eviction(p, &snapshot.pdbs, snapshot.now) {
                     out.notes
                         .push(format!("{obj}: stays on leaving node {node} ({why}); no capacity is launched for it"));
                     continue;
@@ -626,6 +629,47 @@ mod tests {
         let c = convert(&snap, PendingRule::Unschedulable);
         assert_eq!(names(&c), vec!["web"]);
         assert!(c.input.nodes.is_empty(), "a leaving node is no capacity");
+    }
+
+    /// Issue 27 (audit): a pod stays on its leaving node while its do-not-disrupt duration runs
+    /// (from its start, at the snapshot's time; no time known: still running) and when several
+    /// PodDisruptionBudgets select it; not once the duration is over, nor under one PDB that allows
+    /// some eviction.
+    #[test]
+    fn durations_and_several_pdbs_keep_pods_on_a_leaving_node_as_upstream() {
+        let node: K8sNode = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "old", "labels": {"karpenter.sh/nodepool": "default"}, "deletionTimestamp": "2026-11-25T11:00:00Z"},
+            "status": {"capacity": {"cpu": "6", "memory": "7937580Ki", "pods": "110"}}}))
+        .unwrap();
+        let pdb = |name: &str| -> Arc<PodDisruptionBudget> {
+            Arc::new(serde_json::from_value(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": name, "namespace": "shop"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "db"}}}}))
+            .unwrap())
+        };
+        let lasting = |d: &str| {
+            json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": d}}, "spec": {"nodeName": "old"},
+                "status": {"startTime": "2026-11-25T11:30:00Z"}})
+        };
+        let mut snap = Snapshot {
+            node_pools: vec![pool()],
+            nodes: vec![Arc::new(node)],
+            pods: vec![
+                pod("db", json!({"metadata": {"labels": {"app": "db"}}, "spec": {"nodeName": "old"}})),
+                pod("for-an-hour", lasting("1h")),
+                pod("for-ten-minutes", lasting("10m")),
+            ],
+            pdbs: vec![pdb("db-a")],
+            now: Some("2026-11-25T12:00:00Z".parse().unwrap()),
+            ..Snapshot::default()
+        };
+        let c = convert(&snap, PendingRule::Unschedulable);
+        assert_eq!(names(&c), vec!["db", "for-ten-minutes"], "one PDB allowing evictions, a duration over");
+        assert!(c.notes.iter().any(|n| n.contains("for-an-hour") && n.contains("not over yet")), "{:?}", c.notes);
+        snap.pdbs.push(pdb("db-b"));
+        snap.now = None;
+        let c = convert(&snap, PendingRule::Unschedulable);
+        assert_eq!(names(&c), Vec::<String>::new(), "two PDBs; no time known");
+        assert!(c.notes.iter().any(|n| n.contains("db-a, db-b all select it")), "{:?}", c.notes);
     }
 
     #[test]

@@ -65,13 +65,41 @@ pub fn forbids_every_eviction(spec: &k8s_openapi::api::policy::v1::PodDisruption
         || spec.min_available.as_ref().is_some_and(|v| matches!(v, IntOrString::String(s) if s == "100%"))
 }
 
-pub(super) fn blocks_eviction(p: &CompactPod, pdbs: &[Arc<PodDisruptionBudget>]) -> Option<String> {
+/// Why a pod on a leaving node stays there for good (upstream's "not currently reschedulable"): an
+/// active `karpenter.sh/do-not-disrupt` (`true`, or a duration not yet over at `now` since the pod
+/// started; unknown `now`: not over), a PodDisruptionBudget whose spec forbids every eviction, or
+/// several PodDisruptionBudgets selecting it (the eviction API refuses such a pod).
+pub(super) fn blocks_eviction(
+    p: &CompactPod,
+    pdbs: &[Arc<PodDisruptionBudget>],
+    now: Option<k8s_openapi::jiff::Timestamp>,
+) -> Option<String> {
     let ann = p.metadata.annotations.as_ref();
-    if ann.and_then(|a| a.get(labels::DO_NOT_DISRUPT)).is_some_and(|v| v == "true") {
-        return Some(format!("{}=true", labels::DO_NOT_DISRUPT));
+    if let Some(value) = ann.and_then(|a| a.get(labels::DO_NOT_DISRUPT)) {
+        if value == "true" {
+            return Some(format!("{}=true", labels::DO_NOT_DISRUPT));
+        }
+        if let Some(duration) = crds::admission::schedule::parse_go_duration(value) {
+            let started = p
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .or(p.metadata.creation_timestamp.as_ref())
+                .map(|t| t.0);
+            let over = match (now, started) {
+                (Some(now), Some(started)) => {
+                    now.duration_since(started).as_secs() >= i64::try_from(duration.as_secs()).unwrap_or(i64::MAX)
+                }
+                _ => false,
+            };
+            if !over {
+                return Some(format!("{}={value}, not over yet", labels::DO_NOT_DISRUPT));
+            }
+        }
     }
     let ns = p.metadata.namespace.as_deref().unwrap_or("default");
     let pod_labels = p.metadata.labels.clone().unwrap_or_default();
+    let mut selecting = Vec::new();
     for pdb in pdbs {
         if pdb.metadata.namespace.as_deref().unwrap_or("default") != ns {
             continue;
@@ -81,14 +109,13 @@ pub(super) fn blocks_eviction(p: &CompactPod, pdbs: &[Arc<PodDisruptionBudget>])
         if !selector_matches(&sel, &pod_labels) {
             continue;
         }
+        let name = pdb.metadata.name.as_deref().unwrap_or("");
         if forbids_every_eviction(spec) {
-            return Some(format!(
-                "PodDisruptionBudget {} allows no eviction",
-                pdb.metadata.name.as_deref().unwrap_or("")
-            ));
+            return Some(format!("PodDisruptionBudget {name} allows no eviction"));
         }
+        selecting.push(name);
     }
-    None
+    (selecting.len() > 1).then(|| format!("PodDisruptionBudgets {} all select it", selecting.join(", ")))
 }
 
 pub(super) enum Provisionable {

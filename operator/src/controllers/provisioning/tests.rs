@@ -28,7 +28,8 @@ fn cluster_with(pods: Vec<scheduling::CompactPod>) -> Caches {
 }
 
 fn gathered(c: &Caches) -> Gathered {
-    gather(&c.mgmt(), &c.workload(), &key(), &Default::default(), "par").unwrap()
+    gather(&c.mgmt(), &c.workload(), &key(), &Default::default(), "par", "2026-11-25T12:00:00Z".parse().unwrap())
+        .unwrap()
 }
 
 fn round_of(c: &Caches) -> Round {
