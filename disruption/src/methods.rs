@@ -195,8 +195,9 @@ pub fn validate_emptiness(command: &Command, scope: &Scope, now: Timestamp) -> O
 }
 
 /// Drift (§4.7): drifted candidates, oldest drift first. Empty ones go together in one delete
-/// command without simulation (upstream now takes one per command, each simulated: docs/hub.md lists the difference); otherwise the first non-empty one whose pods all find
-/// a place gives one command with the claims the simulation made. A node whose pods fit nowhere is
+/// command without simulation (upstream now takes one per command, each simulated: a difference
+/// docs/hub.md lists); otherwise the first non-empty one whose pods all find a place gives one
+/// command with the claims the simulation made. A node whose pods fit nowhere is
 /// reported blocked and the next one is tried. No validation delay.
 pub fn drift(scope: &Scope, now: Timestamp, simulator: &mut dyn Simulator) -> Outcome {
     let c = candidates(scope, Method::Drift, now);
