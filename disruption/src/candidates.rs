@@ -258,7 +258,9 @@ pub fn pool_counts(scope: &Scope, pool: &str) -> (usize, Disrupting) {
             continue;
         }
         n += 1;
-        if !node.node_ready || node.marked_for_deletion {
+        // A started command's candidates are leaving already (upstream charges them at once): the
+        // next command gets what the budget has left.
+        if !node.node_ready || node.marked_for_deletion || node.queued {
             disrupting.add(node.disruption_reason);
         }
     }

@@ -27,6 +27,12 @@ impl Default for Settings {
     }
 }
 
+/// How long multi-node consolidation may search (upstream's `MultiNodeConsolidationTimeoutDuration`).
+pub const MULTI_NODE_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long single-node consolidation may try candidates (upstream's
+/// `SingleNodeConsolidationTimeoutDuration`).
+pub const SINGLE_NODE_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
+
 /// Candidates multi-node consolidation considers at most (§4.10, §9 D3).
 pub const MAX_MULTI_NODE_CANDIDATES: usize = 100;
 /// Balanced approves a move whose score is at least `1 / k`.
@@ -218,6 +224,11 @@ pub fn single_node(scope: &Scope, now: Timestamp, simulator: &mut dyn Simulator,
             constrained = true;
             continue;
         }
+        if simulator.out_of_time() {
+            // Upstream abandons the pass: a command found this late may rest on a stale view.
+            out.timed_out = true;
+            break;
+        }
         match decide(scope, Method::SingleNodeConsolidation, std::slice::from_ref(cand), simulator, settings) {
             Ok(command) => {
                 out.command = Some(command);
@@ -227,7 +238,7 @@ pub fn single_node(scope: &Scope, now: Timestamp, simulator: &mut dyn Simulator,
         }
     }
     out.budget_constrained = constrained;
-    out.consolidated = out.command.is_none() && !constrained;
+    out.consolidated = out.command.is_none() && !constrained && !out.timed_out;
     out
 }
 
@@ -257,6 +268,11 @@ pub fn multi_node(scope: &Scope, now: Timestamp, simulator: &mut dyn Simulator, 
     if taken.len() >= 2 {
         let (mut lo, mut hi) = (1usize, taken.len() - 1);
         while lo <= hi {
+            if simulator.out_of_time() {
+                // The best set found so far stands (upstream's multi-node timeout).
+                out.timed_out = true;
+                break;
+            }
             let mid = (lo + hi) / 2;
             match decide(scope, Method::MultiNodeConsolidation, &taken[..=mid], simulator, settings) {
                 Ok(command) => {
@@ -268,7 +284,7 @@ pub fn multi_node(scope: &Scope, now: Timestamp, simulator: &mut dyn Simulator, 
         }
     }
     out.budget_constrained = constrained;
-    out.consolidated = best.is_none() && !constrained;
+    out.consolidated = best.is_none() && !constrained && !out.timed_out;
     out.command = best;
     out
 }
@@ -478,6 +494,34 @@ mod tests {
         let upstream = Settings { min_replace_savings: 0.0 };
         let out = multi_node(&s, now(), &mut m.for_consolidation(), upstream);
         assert_eq!(replacement_options(&out).first().map(String::as_str), Some("XS"), "123");
+    }
+
+    /// Upstream's consolidation timeouts: asked before each simulation, multi-node keeps the best
+    /// set found before its time ran out, single-node decides nothing; neither claims the scope
+    /// consolidated (the next pass tries again).
+    #[test]
+    fn consolidation_stops_at_its_time_limit() {
+        let (mut s, m) = fleet(&[("a", "2XS", &[(1000, 1)]), ("b", "2XS", &[(1000, 1)]), ("c", "2XS", &[(1000, 1)])]);
+        open_budget(&mut s);
+        let never = || false;
+        let full = multi_node(&s, now(), &mut m.for_consolidation_until(&never), Settings::default());
+        assert!(!full.timed_out && full.command.is_some());
+        // Time runs out after the first simulation of the binary search: its answer stands.
+        let asked = std::cell::Cell::new(0);
+        let after_one = || {
+            asked.set(asked.get() + 1);
+            asked.get() > 1
+        };
+        let out = multi_node(&s, now(), &mut m.for_consolidation_until(&after_one), Settings::default());
+        assert!(out.timed_out && !out.consolidated);
+        assert_eq!(out.command.map(|c| c.claims().len()), Some(2), "the first prefix tried (two nodes) stands");
+        let at_once = || true;
+        let out = multi_node(&s, now(), &mut m.for_consolidation_until(&at_once), Settings::default());
+        assert!(out.timed_out && out.command.is_none() && !out.consolidated);
+        let out = single_node(&s, now(), &mut m.for_consolidation_until(&at_once), Settings::default());
+        assert!(out.timed_out && out.command.is_none() && !out.consolidated, "single-node abandons the pass");
+        let out = single_node(&s, now(), &mut m.for_consolidation_until(&never), Settings::default());
+        assert!(!out.timed_out && out.command.is_some());
     }
 
     #[test]

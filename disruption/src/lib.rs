@@ -23,7 +23,10 @@ mod testkit;
 
 pub use budgets::{BudgetError, Budgets, Disrupting, allowed};
 pub use candidates::{Candidate, Candidates, Excluded, Method, allowances, candidates};
-pub use consolidation::{Invalidated, Settings, multi_node, single_node, validate_consolidation};
+pub use consolidation::{
+    Invalidated, MULTI_NODE_TIME_LIMIT, SINGLE_NODE_TIME_LIMIT, Settings, multi_node, single_node,
+    validate_consolidation,
+};
 pub use facts::{Drift, NodeFacts, Owner, PdbFacts, PodFacts, PoolFacts, Scope};
 pub use methods::{Command, Outcome, Simulation, Simulator, drift, emptiness, validate_emptiness};
 pub use simulation::ScopeModel;

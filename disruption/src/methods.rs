@@ -69,6 +69,9 @@ pub struct Outcome {
     /// Nothing to do and no budget in the way: the loop may skip this method until the scope
     /// changes (§4.12).
     pub consolidated: bool,
+    /// The method stopped at its time limit ([`Simulator::out_of_time`]) before it had tried
+    /// everything: multi-node keeps the best set found so far, single-node decides nothing.
+    pub timed_out: bool,
 }
 
 /// An outcome carrying the candidates' blocked nodes and warnings, nothing decided yet.
@@ -96,6 +99,14 @@ pub trait Simulator {
     fn simulate_without(&mut self, nodes: &[usize], left_behind: &[String]) -> Simulation {
         let _ = left_behind;
         self.simulate(nodes)
+    }
+
+    /// Whether the method's time is up (upstream stops multi-node consolidation after
+    /// [`crate::consolidation::MULTI_NODE_TIME_LIMIT`], single-node after
+    /// [`crate::consolidation::SINGLE_NODE_TIME_LIMIT`]): asked before each simulation; the caller
+    /// answers from its clock. Never, by default.
+    fn out_of_time(&mut self) -> bool {
+        false
     }
 }
 
@@ -398,8 +409,10 @@ mod tests {
             "the decision's log line"
         );
 
-        // 114. Drifted X (earlier), Y, and an empty drifted Z → Z, then X, then Y.
+        // 114. Drifted X (earlier), Y, and an empty drifted Z → Z, then X, then Y (a budget for all
+        // three: each started command's candidates are charged to it).
         let mut s = scope(vec![drifted(busy("x", 0.1), 30), drifted(busy("y", 0.1), 10), drifted(node("z", 0.1), 5)]);
+        s.pools = vec![crate::testkit::pool_with_budgets("default", &[("3", None)])];
         let mut order = Vec::new();
         for _ in 0..3 {
             let out = drift(&s, now(), &mut table(&[]));
@@ -410,6 +423,16 @@ mod tests {
             }
         }
         assert_eq!(order, ["z", "x", "y"], "114");
+
+        // Several commands at once: with a budget of 2, a third drifted node waits while two
+        // started commands' candidates are queued.
+        let mut s = scope(vec![drifted(busy("x", 0.1), 30), drifted(busy("y", 0.1), 10), drifted(busy("w", 0.1), 5)]);
+        s.pools = vec![crate::testkit::pool_with_budgets("default", &[("2", None)])];
+        s.nodes[0].queued = true;
+        assert_eq!(claims(&drift(&s, now(), &mut table(&[]))), ["y"], "one of two in flight: one more");
+        s.nodes[1].queued = true;
+        let out = drift(&s, now(), &mut table(&[]));
+        assert!(out.command.is_none() && out.budget_constrained, "two in flight: the budget is spent");
 
         // 116. A drifted node whose pods fit nowhere → blocked with the pods named, the next one processed.
         let s = scope(vec![drifted(busy("x", 0.1), 30), drifted(busy("y", 0.1), 10)]);

@@ -39,12 +39,17 @@ pub struct ScopeModel {
 impl ScopeModel {
     /// Simulates for drift (no destination rule).
     pub fn for_drift(&self) -> Simulate<'_> {
-        Simulate { model: self, consolidation: false }
+        Simulate { model: self, consolidation: false, out_of_time: None }
     }
 
     /// Simulates for consolidation (moved pods avoid nodes not yet consolidatable).
     pub fn for_consolidation(&self) -> Simulate<'_> {
-        Simulate { model: self, consolidation: true }
+        Simulate { model: self, consolidation: true, out_of_time: None }
+    }
+
+    /// [`ScopeModel::for_consolidation`], stopping when `out_of_time` says so (the caller's clock).
+    pub fn for_consolidation_until<'a>(&'a self, out_of_time: &'a dyn Fn() -> bool) -> Simulate<'a> {
+        Simulate { model: self, consolidation: true, out_of_time: Some(out_of_time) }
     }
 
     /// Removes `nodes` (indices in the scope) and places their pods, the pending pods and the
@@ -132,10 +137,20 @@ impl ScopeModel {
 }
 
 /// A [`ScopeModel`] simulating for one kind of method.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Simulate<'a> {
     model: &'a ScopeModel,
     consolidation: bool,
+    out_of_time: Option<&'a dyn Fn() -> bool>,
+}
+
+impl std::fmt::Debug for Simulate<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Simulate")
+            .field("consolidation", &self.consolidation)
+            .field("time_limited", &self.out_of_time.is_some())
+            .finish()
+    }
 }
 
 impl Simulator for Simulate<'_> {
@@ -145,5 +160,9 @@ impl Simulator for Simulate<'_> {
 
     fn simulate_without(&mut self, nodes: &[usize], left_behind: &[String]) -> Simulation {
         self.model.simulate_without(nodes, left_behind, self.consolidation)
+    }
+
+    fn out_of_time(&mut self) -> bool {
+        self.out_of_time.is_some_and(|f| f())
     }
 }

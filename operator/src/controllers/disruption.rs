@@ -9,7 +9,8 @@
 //! tested so, without a server), and carries it out: replacements created first, the command recorded on its
 //! candidates ([`disruption_queue`]), their Nodes tainted `karpenter.sh/disrupted:NoSchedule`, and
 //! the candidates deleted — through the termination drain — only once every replacement is
-//! initialized. One command per cluster at a time; a restart finds it on the claims.
+//! initialized. Several commands per cluster run at once, each decided with the started ones'
+//! candidates leaving and charged to the budgets; a restart finds every one on the claims.
 //!
 //! Owns: the loop, the validation delay, the consolidated short-circuit and the queue's writes
 //! (idempotent: deterministic names, optimistic concurrency). Must not: decide anything itself
@@ -180,13 +181,25 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
             return Ok(disruption_queue::POLL);
         }
     }
-    if in_progress {
-        state.pending = None;
-        return Ok(disruption_queue::POLL);
-    }
+    // Several commands run at once (upstream's orchestration queue): the next one is decided with
+    // the started ones' candidates leaving and charged to their budgets; commands in flight are
+    // looked at again soon whatever the decision's own wait.
+    let wait = next_command(hub, &conn, key, state, &claims, now).await?;
+    Ok(if in_progress { wait.min(disruption_queue::POLL) } else { wait })
+}
 
+/// Decides (and, for drift, starts) the next command of cluster `key` beside those in flight, or
+/// starts the one that waited out its validation delay; returns when to pass again.
+async fn next_command(
+    hub: &Hub,
+    conn: &Connection,
+    key: &ClusterKey,
+    state: &mut LoopState,
+    claims: &[Arc<NodeClaim>],
+    now: Timestamp,
+) -> Result<Duration, Error> {
     let labels = facts::ClusterLabels::of(&hub.registry, key);
-    let (snapshot, mut view) = gather(&hub.cache, &conn.cache, key, &labels, &hub.settings.zone, &claims, now)?;
+    let (snapshot, mut view) = gather(&hub.cache, &conn.cache, key, &labels, &hub.settings.zone, claims, now)?;
     let fingerprint = fingerprint(&snapshot);
     for note in &view.notes {
         tracing::debug!(cluster = %key, note = %note, "disruption input note");
@@ -213,7 +226,7 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
         return match validate(&pending.command, &view, now) {
             Ok(command) => {
                 state.started =
-                    start(hub, &conn, key, &command, &snapshot, now).await?.map(|id| (id, std::time::Instant::now()));
+                    start(hub, conn, key, &command, &snapshot, now).await?.map(|id| (id, std::time::Instant::now()));
                 Ok(Duration::ZERO)
             }
             Err(why) => {
@@ -238,6 +251,9 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
             .observe(seconds);
     });
     tracing::trace!(cluster = %key, skip, methods = pass.methods.len(), "disruption methods ran");
+    for (method, _) in pass.methods.iter().filter(|(_, o)| o.timed_out) {
+        tracing::info!(cluster = %key, method = %method, "disruption method stopped at its time limit; the next pass tries again");
+    }
     report(hub, key, &view.scope, &pass).await;
     let consolidated =
         pass.methods.iter().filter(|(m, _)| *m != Method::Drift).all(|(_, o)| o.consolidated && o.command.is_none());
@@ -252,7 +268,7 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     if command.method == Method::Drift {
         // §4.7: no validation delay; budgets bound how many run at once.
         state.started =
-            start(hub, &conn, key, &command, &snapshot, now).await?.map(|id| (id, std::time::Instant::now()));
+            start(hub, conn, key, &command, &snapshot, now).await?.map(|id| (id, std::time::Instant::now()));
         return Ok(Duration::ZERO);
     }
     tracing::info!(
@@ -318,7 +334,11 @@ pub(crate) fn methods(
     let settings = disruption::Settings::default();
     disruption_scope::decide(skip, |method| {
         let started = std::time::Instant::now();
-        let outcome = disruption_scope::evaluate(method, &view.scope, &view.model, now, settings);
+        // Upstream's consolidation timeouts, on the process's own time (what a huge cluster's
+        // simulations cost), not the hub's clock.
+        let limit = disruption_scope::time_limit(method);
+        let out_of_time = || limit.is_some_and(|l| started.elapsed() >= l);
+        let outcome = disruption_scope::evaluate(method, &view.scope, &view.model, now, settings, &out_of_time);
         timed(method, started.elapsed().as_secs_f64());
         outcome
     })

@@ -215,22 +215,24 @@ pub fn view(
     for (i, f) in scope.nodes.iter().enumerate() {
         let index = f.node.as_ref().and_then(|n| model.input.nodes.iter().position(|e| &e.name == n));
         let mut movable = Vec::new();
+        // A started command's candidate leaves as a deleting one does (upstream marks it for
+        // deletion): no destination for another command, its pods need a place.
+        let leaving = f.marked_for_deletion || f.queued;
         for (pod, facts) in bound[i].iter().zip(&f.pods) {
             if !facts.reschedulable() {
                 continue;
             }
             let moved = pod_from(pod, &format!("Pod {}", facts.name))?;
-            if !f.marked_for_deletion {
+            if !leaving {
                 movable.push(moved);
             } else if facts.currently_reschedulable(now) && !pending.contains(&moved.key()) {
                 // A leaving node's pod needs one place, unless it stays for good (upstream).
                 model.leaving.push(moved);
             }
         }
-        if f.marked_for_deletion
-            && let Some(j) = index
-        {
-            // Its claim is being deleted but its Node not yet: no destination, and its pods leave.
+        if leaving && let Some(j) = index {
+            // Its claim is being deleted (or in a command) but its Node not yet: no destination,
+            // and its pods leave.
             model.deleting.push(j);
         }
         if let Some(j) = index {
@@ -264,21 +266,34 @@ impl Pass {
 const METHODS: [Method; 4] =
     [Method::Emptiness, Method::Drift, Method::MultiNodeConsolidation, Method::SingleNodeConsolidation];
 
-/// One method's evaluation.
+/// One method's evaluation; consolidation stops when `out_of_time` says its time is up (the
+/// caller's clock; [`disruption::MULTI_NODE_TIME_LIMIT`], [`disruption::SINGLE_NODE_TIME_LIMIT`]).
 pub fn evaluate(
     method: Method,
     scope: &Scope,
     model: &ScopeModel,
     now: Timestamp,
     settings: disruption::Settings,
+    out_of_time: &dyn Fn() -> bool,
 ) -> Outcome {
     match method {
         Method::Emptiness => disruption::emptiness(scope, now),
         Method::Drift => disruption::drift(scope, now, &mut model.for_drift()),
-        Method::MultiNodeConsolidation => disruption::multi_node(scope, now, &mut model.for_consolidation(), settings),
-        Method::SingleNodeConsolidation => {
-            disruption::single_node(scope, now, &mut model.for_consolidation(), settings)
+        Method::MultiNodeConsolidation => {
+            disruption::multi_node(scope, now, &mut model.for_consolidation_until(out_of_time), settings)
         }
+        Method::SingleNodeConsolidation => {
+            disruption::single_node(scope, now, &mut model.for_consolidation_until(out_of_time), settings)
+        }
+    }
+}
+
+/// The time limit of `method` (upstream's consolidation timeouts), if it has one.
+pub fn time_limit(method: Method) -> Option<std::time::Duration> {
+    match method {
+        Method::MultiNodeConsolidation => Some(disruption::MULTI_NODE_TIME_LIMIT),
+        Method::SingleNodeConsolidation => Some(disruption::SINGLE_NODE_TIME_LIMIT),
+        Method::Emptiness | Method::Drift => None,
     }
 }
 

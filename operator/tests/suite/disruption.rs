@@ -572,3 +572,98 @@ async fn a_flavor_removed_from_the_catalogue_drifts_its_nodes_after_an_hour() {
     assert_eq!(flavor(&claims(&world).await[0]), "2XS");
     world.shutdown().await;
 }
+
+/// Issue 27 item 2: several commands at once. Three drifted nodes, each holding a pod no other node
+/// may take, under a budget of two: two drift commands run side by side (each waiting for its own
+/// replacement), never a third node leaving while they do; a restart with both in flight resumes
+/// both (their replacements are kept and initialized, nothing is launched twice); in the end no old
+/// node is left and every NodeGroup is a claim's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_commands_run_side_by_side_within_the_budget_and_a_restart_resumes_them_all() {
+    // Nodes take a few seconds to join: the commands overlap while their replacements launch.
+    let mut cke =
+        sim::cke::SimCkeConfig { node_join_delay: sim::cke::DelayRange::fixed(Duration::from_secs(4)), ..quick_cke(0) };
+    cke.quota.limit = sim::cke::Usage { vcpu: 400, ram_gb: 800 };
+    let (mut world, clock) = world_with("side-by-side", cke, |pool| {
+        pool["spec"]["disruption"]["budgets"] = json!([{"nodes": "2"}]);
+        // The evicted pods are bare (nothing recreates them): the replacements end up empty, and
+        // emptiness must not take them before the test has looked.
+        pool["spec"]["disruption"]["consolidateAfter"] = json!("Never");
+    })
+    .await;
+    let apart = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+    ]}}});
+    create(&world, &[("web-0", "500m", "1Gi"), ("web-1", "500m", "1Gi"), ("web-2", "500m", "1Gi")], apart).await;
+    running_on(&world, 3, 3).await;
+    let old: Vec<String> = claims(&world).await.iter().map(ResourceExt::name_any).collect();
+    let pools: Api<crds::NodePool> = Api::namespaced(world.mgmt.client(), "team");
+    let relabel = json!({"spec": {"template": {"metadata": {"labels": {"team": "platform-2"}}}}});
+    pools.patch("default", &PatchParams::default(), &Patch::Merge(&relabel)).await.unwrap();
+    wait_for("two drift commands waiting for their replacements at once", UP, || async {
+        in_flight(&world, &old).await == 2
+    })
+    .await;
+    let replacements = || async {
+        let mut names: Vec<String> = claims(&world)
+            .await
+            .iter()
+            .filter(|c| c.annotations().contains_key(operator::decisions::disruption_queue::REPLACES_ANNOTATION))
+            .map(ResourceExt::name_any)
+            .collect();
+        names.sort();
+        names
+    };
+    wait_for("both commands' replacements created", UP, || async { replacements().await.len() == 2 }).await;
+    let launched = replacements().await;
+    world.crash_hub().await;
+    world.start_hub();
+    wait_for("no drifted node left, every claim initialized", UP, || async {
+        clock.advance(Duration::from_secs(1));
+        in_flight(&world, &old).await;
+        let cs = claims(&world).await;
+        !cs.is_empty() && cs.iter().all(|c| !old.contains(&c.name_any()) && is_true(c, "Initialized"))
+    })
+    .await;
+    let cs = claims(&world).await;
+    for name in &launched {
+        assert!(cs.iter().any(|c| &c.name_any() == name), "replacement {name} kept through the restart: {cs:?}");
+    }
+    assert!(
+        cs.len() <= 3,
+        "one replacement per drifted node at most: {:?}",
+        cs.iter().map(ResourceExt::name_any).collect::<Vec<_>>()
+    );
+    assert!(events(&world, "DisruptionRolledBack").await.is_empty(), "no command rolled back");
+    for c in &cs {
+        assert_eq!(
+            c.labels().get("team").map(String::as_str),
+            Some("platform-2"),
+            "{} from the new template",
+            c.name_any()
+        );
+    }
+    let count = cs.len();
+    wait_for("one NodeGroup per claim", UP, || async { groups(&world).await.len() == count }).await;
+    world.shutdown().await;
+}
+
+/// How many commands wait for their replacements now (their `old` candidates recorded, not yet
+/// deleting); panics when more than two old nodes leave at once (recorded in a command, or
+/// deleting once their replacement is up): the budget of 2 broken.
+async fn in_flight(world: &World, old: &[String]) -> usize {
+    let mut ids = std::collections::BTreeSet::new();
+    let mut leaving = 0;
+    for c in claims(world).await.iter().filter(|c| old.contains(&c.name_any())) {
+        let record = c.annotations().get(operator::decisions::disruption_queue::COMMAND_ANNOTATION).cloned();
+        let deleting = c.metadata.deletion_timestamp.is_some();
+        if record.is_some() || deleting {
+            leaving += 1;
+        }
+        if !deleting {
+            ids.extend(record);
+        }
+    }
+    assert!(leaving <= 2, "the budget of 2 is broken: {leaving} old nodes leave at once");
+    ids.len()
+}

@@ -158,7 +158,8 @@ pub fn plan_disruption(
     let scope = view.scope;
     let settings = disruption::Settings::default();
     let pass = disruption_scope::decide(false, |method| {
-        disruption_scope::evaluate(method, &scope, &view.model, now, settings)
+        // A plan runs every method to its end (no time limit).
+        disruption_scope::evaluate(method, &scope, &view.model, now, settings, &|| false)
     });
     let mut methods = Vec::new();
     let mut decision = None;

@@ -142,6 +142,45 @@ fn a_drifted_node_is_replaced_from_its_pool_without_waiting_for_consolidation() 
     assert_eq!(eligible(&view.scope, Method::Drift, now()).len(), 1);
 }
 
+/// Issue 27 item 2: several commands at once. A started command's candidates are charged to the
+/// budget and are no candidates; the next command is decided beside it until the budget is spent.
+#[test]
+fn drift_commands_run_side_by_side_within_the_budget() {
+    let mut c = cluster(json!({"spec": {"disruption": {"budgets": [{"nodes": "2"}]}}}));
+    for (i, name) in ["default-a1", "default-b2", "default-c3"].iter().enumerate() {
+        add_node(&mut c, name, "XS", &[("Drifted", "NodePoolDrifted")]);
+        c.apply(running_pod(&format!("web-{i}"), name, "500m", "1Gi", json!({})));
+    }
+    let start = |c: &mut Caches, pass: &disruption_scope::Pass| {
+        let command = pass.command().unwrap();
+        let record = disruption_queue::Recorded {
+            id: format!("id-{}", command.claims()[0]),
+            method: command.method.to_string(),
+            reason: command.reason,
+            started: Time(now()),
+            candidates: command.claims().iter().map(|c| c.to_string()).collect(),
+            replacements: vec![],
+            savings_per_hour: 0.0,
+        };
+        for name in command.claims() {
+            let mut started = claim(name, "default", "XS", true, &[("Drifted", "NodePoolDrifted")]);
+            started.annotations_mut().insert(disruption_queue::COMMAND_ANNOTATION.into(), record.to_annotation());
+            c.apply(started);
+        }
+        command.claims()[0].to_string()
+    };
+    let (_, first) = pass_at(&c, now());
+    let one = start(&mut c, &first);
+    let (view, second) = pass_at(&c, now());
+    assert!(view.scope.nodes.iter().any(|n| n.claim == one && n.queued));
+    let two = start(&mut c, &second);
+    assert_ne!(one, two, "a started command's candidate is no candidate of the next");
+    let (_, third) = pass_at(&c, now());
+    assert_eq!(command_of(&third), None, "two in flight spend a budget of 2");
+    let drift = third.methods.iter().find(|(m, _)| *m == Method::Drift).map(|(_, o)| o.budget_constrained);
+    assert_eq!(drift, Some(true));
+}
+
 #[test]
 fn an_under_used_node_is_replaced_by_a_cheaper_one_unless_a_pdb_allows_nothing() {
     let mut c = cluster(json!({}));
