@@ -318,8 +318,8 @@ pub(crate) fn parse_duration(s: &str) -> Option<i128> {
     ok.then_some(total)
 }
 
-/// Go's `time.ParseDuration`, in nanoseconds.
-pub(crate) fn parse_go_duration(s: &str) -> Option<i128> {
+/// Go's `time.ParseDuration`, in nanoseconds (signed; `None` for what Go refuses, overflow included).
+pub fn parse_go_duration(s: &str) -> Option<i128> {
     let mut rest = s;
     let mut neg = false;
     if let Some(r) = rest.strip_prefix('-') {

@@ -32,6 +32,7 @@ use serde_json::{Map, Value};
 
 use errors::{BadValue, ErrorType, FPath, FieldError};
 pub use errors::{Cause, Invalid};
+pub use formats::parse_go_duration;
 use node::Node;
 
 /// The scale subresource's paths (`.spec.replicas` style).

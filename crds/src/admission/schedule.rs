@@ -489,47 +489,8 @@ pub fn parse_duration(text: &str, nillable: bool) -> Result<Option<u64>, Duratio
 /// `300ms`). `None` when it is not one, or not positive (Karpenter refuses those too), or beyond
 /// Go's limit (~292 years).
 pub fn parse_go_duration(text: &str) -> Option<std::time::Duration> {
-    let unsigned = text.strip_prefix('+').unwrap_or(text);
-    if unsigned.is_empty() || unsigned.starts_with('-') {
-        return None;
-    }
-    let mut rest = unsigned;
-    let mut total: u128 = 0;
-    while !rest.is_empty() {
-        let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
-        let (whole, after) = rest.split_at(digits(rest));
-        let (fraction, after) = match after.strip_prefix('.') {
-            Some(f) => f.split_at(digits(f)),
-            None => ("", after),
-        };
-        if whole.is_empty() && fraction.is_empty() {
-            return None;
-        }
-        let unit_len = after.find(|c: char| c == '.' || c.is_ascii_digit()).unwrap_or(after.len());
-        let (unit, after) = after.split_at(unit_len);
-        let nanos: u128 = match unit {
-            "ns" => 1,
-            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            _ => return None,
-        };
-        let whole: u128 = if whole.is_empty() { 0 } else { whole.parse().ok()? };
-        let mut part = whole.checked_mul(nanos)?;
-        if !fraction.is_empty() {
-            // Go keeps the fraction to the nanosecond; f64 holds that for any unit up to hours.
-            let f: f64 = format!("0.{}", &fraction[..fraction.len().min(18)]).parse().ok()?;
-            part = part.checked_add((f * nanos as f64) as u128)?;
-        }
-        total = total.checked_add(part)?;
-        rest = after;
-    }
-    if total == 0 || total > i64::MAX as u128 {
-        return None;
-    }
-    Some(std::time::Duration::from_nanos(u64::try_from(total).ok()?))
+    let nanos = crd_schema::parse_go_duration(text)?;
+    u64::try_from(nanos).ok().filter(|n| *n > 0).map(std::time::Duration::from_nanos)
 }
 
 /// Seconds as a short human text (`1h30m`, `45s`).
