@@ -7,15 +7,22 @@
 //! separates the effects), and (d) checks at every step that
 //! no command breaks a budget, a PDB or a do-not-disrupt (the bench panics if one does).
 //!
+//! Two fleets: the uniform one above, and one that starts on the wrong flavors (80 % `XL`, ~15 %
+//! used), where replacements matter.
+//!
 //! `cargo bench -p disruption --bench b3`; `B3_JSON=1` adds one JSON object per procedure;
-//! `B3_NODES=200` runs a smaller fleet (10 pods per node either way); `B3_SEED=7` another fleet.
+//! `B3_NODES=200` runs smaller fleets (10 pods per node either way); `B3_SEED=7` other fleets.
+
+mod common;
+
+use common::{Rng, median};
 
 use std::time::{Duration, Instant};
 
 use crds::catalog::InstanceType;
 use crds::quantity::Resources;
 use disruption::{
-    Command, Method, NodeFacts, PdbFacts, PodFacts, PoolFacts, Scope, ScopeModel, Settings, multi_node, single_node,
+    Command, Method, NodeFacts, PdbFacts, PodFacts, Scope, ScopeModel, Settings, multi_node, single_node,
 };
 use jiff::Timestamp;
 use scheduling::model::{Pod, RunningPod, Toleration, TolerationOperator};
@@ -23,36 +30,42 @@ use scheduling::testkit::{flavors, node_of, pod, pool, running};
 
 /// Pods per node at the start.
 const PODS_PER_NODE: usize = 10;
-/// Target utilisation of each node at the start (cpu and memory).
+/// Target utilisation of each node at the start (cpu and memory), uniform fleet.
 const UTILISATION: f64 = 0.4;
+/// The wrong-flavor fleet: this share of the nodes are `XL`, the rest drawn uniformly...
+const WRONG_XL_SHARE: u64 = 80;
+/// ...each node at this utilisation: a fleet launched for a peak that has passed, where only
+/// replacements (not deletes into other nodes' room) reach a good price.
+const WRONG_UTILISATION: f64 = 0.15;
+
+/// Which fleet a run starts from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Family {
+    /// Flavors drawn uniformly, ~40 % used.
+    Uniform,
+    /// Mostly `XL` at ~15 % use, no do-not-disrupt and no PDB.
+    WrongFlavors,
+}
+
+impl Family {
+    fn utilisation(self) -> f64 {
+        match self {
+            Family::Uniform => UTILISATION,
+            Family::WrongFlavors => WRONG_UTILISATION,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Family::Uniform => "uniform",
+            Family::WrongFlavors => "wrong flavors",
+        }
+    }
+}
 /// The pool's budget: the API default, 10 % of the nodes.
 const BUDGET_PERCENT: usize = 10;
 /// A run stops after this many commands even if not at a fixed point (none got near it so far).
 const MAX_STEPS: usize = 400;
-
-/// xorshift64*: deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    /// Uniform in [lo, hi).
-    fn float(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
 
 fn now() -> Timestamp {
     Timestamp::from_second(1_795_608_000).unwrap_or(Timestamp::UNIX_EPOCH)
@@ -87,16 +100,21 @@ fn flavor(name: &str) -> InstanceType {
 /// The seeded fleet: flavors drawn uniformly; each node's pods sum to about 40 % of its allocatable
 /// cpu and memory; 2 % of nodes do-not-disrupt; 2 % of pods do-not-disrupt, 2 % under a PDB that
 /// allows no disruption.
-fn fleet(nodes: usize, seed: u64) -> Fleet {
+fn fleet(nodes: usize, seed: u64, family: Family) -> Fleet {
     let types = flavors();
+    let xl = types.iter().position(|t| t.name == "XL").unwrap_or_else(|| panic!("no built-in flavor XL"));
     let mut rng = Rng::new(seed);
     let mut out = Vec::new();
     let mut k = 0;
     for i in 0..nodes {
-        let t = &types[rng.below(types.len() as u64) as usize];
+        let pick = match family {
+            Family::WrongFlavors if rng.below(100) < WRONG_XL_SHARE => xl,
+            _ => rng.below(types.len() as u64) as usize,
+        };
+        let t = &types[pick];
         let price = t.price().unwrap_or_else(|| panic!("flavor {} has no price", t.name));
-        let per_cpu = t.allocatable.cpu_millis as f64 * UTILISATION / PODS_PER_NODE as f64;
-        let per_mem = t.allocatable.memory_bytes as f64 * UTILISATION / PODS_PER_NODE as f64;
+        let per_cpu = t.allocatable.cpu_millis as f64 * family.utilisation() / PODS_PER_NODE as f64;
+        let per_mem = t.allocatable.memory_bytes as f64 * family.utilisation() / PODS_PER_NODE as f64;
         let pods = (0..PODS_PER_NODE)
             .map(|_| {
                 k += 1;
@@ -104,7 +122,10 @@ fn fleet(nodes: usize, seed: u64) -> Fleet {
                 let cpu = (per_cpu * rng.float(0.5, 1.5)) as i64 / 10 * 10;
                 let mem = (per_mem * rng.float(0.5, 1.5)) as i64 >> 20 << 20;
                 let mut facts = PodFacts { name: format!("default/{name}"), ready: true, ..PodFacts::default() };
-                match rng.below(50) {
+                // The wrong-flavor fleet measures what replacements reach: no protection pins a
+                // node there (a pinned XL at 15 % would be the whole gap to the LP bound).
+                let draw = rng.below(50);
+                match if family == Family::WrongFlavors { 50 } else { draw } {
                     0 => facts.do_not_disrupt = Some("true".into()),
                     1 => {
                         facts.pdbs = vec![PdbFacts {
@@ -123,7 +144,7 @@ fn fleet(nodes: usize, seed: u64) -> Fleet {
             name: format!("n{i:04}"),
             flavor: t.name.clone(),
             price,
-            do_not_disrupt: rng.below(50) == 0,
+            do_not_disrupt: rng.below(50) == 0 && family == Family::Uniform,
             pods,
         });
     }
@@ -151,16 +172,7 @@ impl Fleet {
 
     /// The disruption facts and the scheduling model of the fleet, node `i` at index `i` of both.
     fn model(&self, repack: bool) -> (Scope, ScopeModel) {
-        let disruption = crds::nodepool::Disruption {
-            budgets: vec![crds::nodepool::Budget {
-                nodes: format!("{BUDGET_PERCENT}%"),
-                schedule: None,
-                duration: None,
-                reasons: None,
-            }],
-            ..crds::nodepool::Disruption::default()
-        };
-        let mut scope = Scope { pools: vec![PoolFacts::from_spec("default", &disruption, true)], nodes: Vec::new() };
+        let mut scope = Scope { pools: vec![common::budgeted_pool("default", BUDGET_PERCENT)], nodes: Vec::new() };
         let mut model = ScopeModel::default();
         model.input.pools = vec![pool("default")];
         model.input.settings.repack = repack;
@@ -238,12 +250,7 @@ impl Fleet {
             .collect();
         let kept: Vec<usize> = (0..self.nodes.len()).filter(|i| !idx.contains(i)).collect();
         input.nodes = kept.iter().map(|&i| model.input.nodes[i].clone()).collect();
-        let decision = scheduling::solve(&input);
-        assert!(
-            decision.unschedulable.is_empty(),
-            "{procedure}: a moved pod has no place: {:?}",
-            decision.unschedulable.first().map(|u| &u.reason)
-        );
+        let decision = common::replay(&input, procedure);
         assert_eq!(
             decision.new_claims.len(),
             command.replacements.len(),
@@ -293,9 +300,9 @@ struct Run {
     wall: Duration,
 }
 
-fn run(name: &'static str, nodes: usize, seed: u64, settings: Settings, repack: bool) -> Run {
+fn run(name: &'static str, nodes: usize, seed: u64, family: Family, settings: Settings, repack: bool) -> Run {
     let started = Instant::now();
-    let mut f = fleet(nodes, seed);
+    let mut f = fleet(nodes, seed, family);
     let pods_before = f.pods();
     let start_price = f.price();
     let mut r = Run {
@@ -400,12 +407,6 @@ fn lp_bound(types: &[InstanceType], demand: Resources) -> f64 {
     best
 }
 
-fn median(xs: &[Duration]) -> Duration {
-    let mut v = xs.to_vec();
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
-}
-
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is read from the command line.
     let nodes: usize = std::env::var("B3_NODES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
@@ -417,17 +418,30 @@ fn main() {
         ("hub, θ = 0", Settings { min_replace_savings: 0.0 }, true),
         ("karpenter (θ = 0, no repack)", Settings { min_replace_savings: 0.0 }, false),
     ];
+    for family in [Family::Uniform, Family::WrongFlavors] {
+        println!(
+            "\nB3 ({}): {nodes} nodes, {} pods, ~{:.0} % utilisation{}, seed {seed}, budget {BUDGET_PERCENT} %",
+            family.label(),
+            nodes * PODS_PER_NODE,
+            family.utilisation() * 100.0,
+            if family == Family::WrongFlavors { format!(", {WRONG_XL_SHARE} % XL") } else { String::new() },
+        );
+        table(&procedures, nodes, seed, family, json);
+    }
     println!(
-        "B3: {nodes} nodes, {} pods, ~{:.0} % utilisation, seed {seed}, budget {BUDGET_PERCENT} %",
-        nodes * PODS_PER_NODE,
-        UTILISATION * 100.0
+        "budgets, PDBs and do-not-disrupt checked at every command: no breach. Whole run {:.1} s.",
+        started.elapsed().as_secs_f64()
     );
+}
+
+/// One table: every procedure on one family's fleet.
+fn table(procedures: &[(&'static str, Settings, bool)], nodes: usize, seed: u64, family: Family, json: bool) {
     println!(
         "| procedure | first decision ms | median ms | max ms | commands (multi/single) | nodes deleted / launched | fixed point | nodes after | price before €/h | after €/h | LP €/h | after / LP | run s |"
     );
     println!("|---|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|");
-    for (name, settings, repack) in procedures {
-        let r = run(name, nodes, seed, settings, repack);
+    for &(name, settings, repack) in procedures {
+        let r = run(name, nodes, seed, family, settings, repack);
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let first = r.decisions.first().copied().unwrap_or_default();
         let max = r.decisions.iter().max().copied().unwrap_or_default();
@@ -461,7 +475,8 @@ fn main() {
         );
         if json {
             println!(
-                "{{\"bench\":\"b3\",\"procedure\":{:?},\"nodes\":{nodes},\"seed\":{seed},\"first_decision_ms\":{:.1},\"median_decision_ms\":{:.1},\"max_decision_ms\":{:.1},\"commands\":{},\"deleted\":{},\"launched\":{},\"fixed_point\":{},\"nodes_after\":{},\"price_before\":{:.4},\"price_after\":{:.4},\"lp\":{:.4},\"ratio\":{:.4}}}",
+                "{{\"bench\":\"b3\",\"family\":{:?},\"procedure\":{:?},\"nodes\":{nodes},\"seed\":{seed},\"first_decision_ms\":{:.1},\"median_decision_ms\":{:.1},\"max_decision_ms\":{:.1},\"commands\":{},\"deleted\":{},\"launched\":{},\"fixed_point\":{},\"nodes_after\":{},\"price_before\":{:.4},\"price_after\":{:.4},\"lp\":{:.4},\"ratio\":{:.4}}}",
+                family.label(),
                 r.name,
                 ms(first),
                 ms(median(&r.decisions)),
@@ -478,8 +493,4 @@ fn main() {
             );
         }
     }
-    println!(
-        "budgets, PDBs and do-not-disrupt checked at every command: no breach. Whole run {:.1} s.",
-        started.elapsed().as_secs_f64()
-    );
 }

@@ -18,6 +18,40 @@ use crate::model::{
 
 /// Bytes in a GiB.
 pub const GI: i64 = 1 << 30;
+
+/// xorshift64*: a seeded generator for the benchmarks' workloads (deterministic, no dependency).
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// One of `xs`, uniformly.
+    pub fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+        &xs[usize::try_from(self.below(xs.len() as u64)).unwrap_or(0)]
+    }
+
+    /// Uniform in [lo, hi).
+    pub fn float(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
 /// Bytes in a MiB.
 pub const MI: i64 = 1 << 20;
 

@@ -7,30 +7,7 @@ use crds::labels;
 use scheduling::model::{Pod, PodAffinityTerm, WeightedPodAffinityTerm, WhenUnsatisfiable};
 use scheduling::testkit::{MI, labels_of, pod, spread, term};
 
-/// xorshift64*: deterministic, no dependency.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in `0..n`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    pub fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
-        &xs[usize::try_from(self.below(xs.len() as u64)).unwrap_or(0)]
-    }
-}
+pub use scheduling::testkit::Rng;
 
 /// 400 synthetic instance types: vCPU 1–192, memory 2, 4 or 8 GiB per vCPU, priced by the Clever
 /// formula, offered in zones a, b, c.
