@@ -119,6 +119,9 @@ struct LoopState {
     started: Option<(String, std::time::Instant)>,
     /// The scope's fingerprint when emptiness and consolidation last found nothing to do, and when.
     consolidated: Option<(u64, Timestamp)>,
+    /// When the next command may be decided while others are in flight: those are carried on every
+    /// second, but deciding (building the view, running the methods) keeps its own pace.
+    decide_at: Option<Timestamp>,
 }
 
 async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken) {
@@ -184,7 +187,11 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     // Several commands run at once (upstream's orchestration queue): the next one is decided with
     // the started ones' candidates leaving and charged to their budgets; commands in flight are
     // looked at again soon whatever the decision's own wait.
+    if in_progress && let Some(at) = state.decide_at.filter(|at| now < *at) {
+        return Ok(elapsed(at, now).min(disruption_queue::POLL));
+    }
     let wait = next_command(hub, &conn, key, state, &claims, now).await?;
+    state.decide_at = now.checked_add(wait).ok();
     Ok(if in_progress { wait.min(disruption_queue::POLL) } else { wait })
 }
 

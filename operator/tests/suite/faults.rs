@@ -850,6 +850,26 @@ async fn a_cluster_paused_by_its_secret_gets_no_decision_until_resumed() {
     assert_eq!(groups(&alpha.client()).await.len(), 1, "the deleted claim's NodeGroup is kept while paused");
     assert!(!pod_running(&world, 0, "web-1").await);
     assert_eq!(reachable(&mgmt, "team-a").await.unwrap().1, "Paused");
+    // A claim arriving without its finalizer (`clusterctl move` drops them) gets none while paused:
+    // nothing is written for a paused cluster.
+    let claims_api = Api::<NodeClaim>::namespaced(mgmt.clone(), "team-a");
+    let template = claims_api.get(&claims_before[0].0).await.unwrap();
+    let arrived: NodeClaim = serde_json::from_value(json!({
+        "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodeClaim",
+        "metadata": {"name": "moved-in", "namespace": "team-a", "labels": template.metadata.labels},
+        "spec": template.spec,
+    }))
+    .unwrap();
+    claims_api.create(&Default::default(), &arrived).await.unwrap();
+    let finalizers = wait_quiet_over(
+        "the arrived claim while paused",
+        Duration::from_secs(60),
+        5,
+        || async { claims_api.get("moved-in").await.unwrap().metadata.finalizers.unwrap_or_default() },
+        probes,
+    )
+    .await;
+    assert!(finalizers.is_empty(), "a finalizer written on a paused cluster's claim: {finalizers:?}");
 
     // Resumed: decisions again.
     let resumed = Instant::now();

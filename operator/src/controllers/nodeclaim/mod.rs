@@ -320,8 +320,14 @@ async fn reconcile(obj: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         // Woken when ownership comes here (its connection syncs).
         return Ok(Action::requeue(CLUSTER_NOT_READY_RECHECK));
     }
+    // Cluster API pause (hub.md): nothing is written for a paused cluster, a claim's finalizer
+    // included — `clusterctl move` drops the claims' finalizers and deletes them, and a finalizer
+    // added back meanwhile would keep a claim forever. The resume wakes the cluster's claims.
+    if hub.registry.paused_by(&c.key).is_some() {
+        return Ok(Action::requeue(CLUSTER_NOT_READY_RECHECK));
+    }
     // Nothing to do for a claim already released; a new one gets the finalizer before anything
-    // else, whatever the state of its cluster.
+    // else, whatever the state of its (unpaused) cluster.
     if let Some(decision) = lifecycle::finalizer(&obj) {
         for write in decision.writes {
             if let Some(action) = carry_out_on_claim(&c, &hub, write).await? {
