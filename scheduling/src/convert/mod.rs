@@ -631,16 +631,21 @@ mod tests {
         assert!(c.input.nodes.is_empty(), "a leaving node is no capacity");
     }
 
+    /// Node `old` of pool `default` (an XS), being deleted since `since`.
+    fn deleting_node(since: &str) -> K8sNode {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "old", "labels": {"karpenter.sh/nodepool": "default"}, "deletionTimestamp": since},
+            "status": {"capacity": {"cpu": "6", "memory": "7937580Ki", "pods": "110"}}}))
+        .unwrap()
+    }
+
     /// Issue 27 (audit): a pod stays on its leaving node while its do-not-disrupt duration runs
     /// (from its start, at the snapshot's time; no time known: still running) and when several
     /// PodDisruptionBudgets select it; not once the duration is over, nor under one PDB that allows
     /// some eviction.
     #[test]
     fn durations_and_several_pdbs_keep_pods_on_a_leaving_node_as_upstream() {
-        let node: K8sNode = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "old", "labels": {"karpenter.sh/nodepool": "default"}, "deletionTimestamp": "2026-11-25T11:00:00Z"},
-            "status": {"capacity": {"cpu": "6", "memory": "7937580Ki", "pods": "110"}}}))
-        .unwrap();
+        let node = deleting_node("2026-11-25T11:00:00Z");
         let pdb = |name: &str| -> Arc<PodDisruptionBudget> {
             Arc::new(serde_json::from_value(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
                 "metadata": {"name": name, "namespace": "shop"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "db"}}}}))
@@ -675,10 +680,7 @@ mod tests {
     #[test]
     fn terminating_pods_of_a_leaving_node_are_provisioned_for_only_when_a_statefulset_owns_them() {
         // Issue 13 item 12, karpenter-semantics §5.5.
-        let node: K8sNode = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "old", "labels": {"karpenter.sh/nodepool": "default"}, "deletionTimestamp": "2026-01-01T00:00:00Z"},
-            "status": {"capacity": {"cpu": "6", "memory": "7937580Ki", "pods": "110"}}}))
-        .unwrap();
+        let node = deleting_node("2026-01-01T00:00:00Z");
         let owned = |kind: &str| {
             json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z",
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": kind, "name": "o", "uid": "u"}]}, "spec": {"nodeName": "old"}})
