@@ -139,6 +139,15 @@ pub struct MgmtCache {
     pub organizations: Store<CleverOrganization>,
     ready: tokio::sync::watch::Receiver<bool>,
     scope: tokio::sync::watch::Receiver<u64>,
+    spec_changes: tokio::sync::broadcast::Sender<SpecChange>,
+}
+
+/// A NodePool or a CleverNodeClass whose part the decisions read changed (a pool's spec, a class's
+/// spec or readiness), or that went: not its status writes, not the initial listing.
+#[derive(Debug, Clone)]
+pub enum SpecChange {
+    Pool(reflector::ObjectRef<NodePool>),
+    Class(reflector::ObjectRef<CleverNodeClass>),
 }
 
 impl std::fmt::Debug for MgmtCache {
@@ -159,6 +168,7 @@ impl MgmtCache {
     pub fn start(mgmt: &Client, namespace: Option<&str>, shutdown: &CancellationToken) -> Self {
         let (scope_tx, scope) = tokio::sync::watch::channel(0u64);
         let scope_tx = Arc::new(scope_tx);
+        let spec_changes = tokio::sync::broadcast::channel(256).0;
         // What provisioning's decision depends on, per kind: a pool's or catalogue's spec, a class's
         // spec and readiness, a claim going away (its capacity with it). A claim's creation or
         // status is not: provisioning made it, or it changes nothing a pending pod waits for.
@@ -166,21 +176,25 @@ impl MgmtCache {
             scoped::<NodeClaim>(mgmt, namespace),
             shutdown,
             Some((scope_tx.clone(), |c: &NodeClaim| u64::from(c.metadata.deletion_timestamp.is_some()), false)),
+            None,
         );
         let pools = spawn_reflector(
             scoped::<NodePool>(mgmt, namespace),
             shutdown,
             Some((scope_tx.clone(), |p: &NodePool| generation(p.metadata.generation), true)),
+            Some((spec_changes.clone(), |p: &NodePool| SpecChange::Pool(reflector::ObjectRef::from_obj(p)))),
         );
         let classes = spawn_reflector(
             scoped::<CleverNodeClass>(mgmt, namespace),
             shutdown,
             Some((scope_tx.clone(), class_scope, true)),
+            Some((spec_changes.clone(), |c: &CleverNodeClass| SpecChange::Class(reflector::ObjectRef::from_obj(c)))),
         );
         let catalogs = spawn_reflector(
             scoped::<FlavorCatalog>(mgmt, namespace),
             shutdown,
             Some((scope_tx.clone(), |f: &FlavorCatalog| generation(f.metadata.generation), true)),
+            None,
         );
         // An organisation's headroom is news for the pods that wait: its spec, and the usage and
         // quota its status sums up.
@@ -188,6 +202,7 @@ impl MgmtCache {
             Api::<CleverOrganization>::all(mgmt.clone()),
             shutdown,
             Some((scope_tx, organization_scope, true)),
+            None,
         );
         let (tx, ready) = tokio::sync::watch::channel(false);
         let (c, p, k, f) = (claims.clone(), pools.clone(), classes.clone(), catalogs.clone());
@@ -201,7 +216,13 @@ impl MgmtCache {
                 let _ = tx.send(true);
             }
         });
-        Self { claims, pools, classes, catalogs, organizations, ready, scope }
+        Self { claims, pools, classes, catalogs, organizations, ready, scope, spec_changes }
+    }
+
+    /// Each NodePool and CleverNodeClass change the decisions read ([`SpecChange`]; lossy under
+    /// bursts: the claims' periodic passes remain the backstop).
+    pub fn spec_changes(&self) -> impl futures::Stream<Item = SpecChange> + Send + use<> {
+        crate::infra::registry::lossy(self.spec_changes.subscribe())
     }
 
     /// A counter bumped whenever something provisioning decides from changes (see [`Self::start`]);
@@ -281,7 +302,15 @@ fn organization_scope(o: &CleverOrganization) -> u64 {
 /// fingerprint), and whether a new object counts as a change.
 type ScopeHook<K> = (Arc<tokio::sync::watch::Sender<u64>>, fn(&K) -> u64, bool);
 
-fn spawn_reflector<K>(api: Api<K>, shutdown: &CancellationToken, scope: Option<ScopeHook<K>>) -> Store<K>
+/// Where a watch announces which object's relevant part changed (or which object went).
+type ChangeHook<K> = (tokio::sync::broadcast::Sender<SpecChange>, fn(&K) -> SpecChange);
+
+fn spawn_reflector<K>(
+    api: Api<K>,
+    shutdown: &CancellationToken,
+    scope: Option<ScopeHook<K>>,
+    announce: Option<ChangeHook<K>>,
+) -> Store<K>
 where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
@@ -318,6 +347,10 @@ where
                         };
                         if changed {
                             tx.send_modify(|n| *n = n.wrapping_add(1));
+                            if let (Some((changes, of)), watcher::Event::Apply(o) | watcher::Event::Delete(o)) = (&announce, &ev) {
+                                // No subscriber (no controller running yet) is not an error.
+                                let _ = changes.send(of(o));
+                            }
                         }
                     },
                 },
@@ -737,7 +770,8 @@ impl MgmtCache {
         let (_, ready) = tokio::sync::watch::channel(ready);
         let (_, scope) = tokio::sync::watch::channel(0u64);
         let (organizations, _) = reflector::store();
-        Self { claims, pools, classes, catalogs, organizations, ready, scope }
+        let spec_changes = tokio::sync::broadcast::channel(256).0;
+        Self { claims, pools, classes, catalogs, organizations, ready, scope, spec_changes }
     }
 }
 

@@ -935,7 +935,9 @@ pub fn registered_by(metadata: &kube::api::ObjectMeta) -> Option<ClusterKey> {
 }
 
 /// A broadcast receiver as a stream that skips what it missed while lagging.
-fn lossy<T: Clone + Send + 'static>(rx: tokio::sync::broadcast::Receiver<T>) -> impl futures::Stream<Item = T> + Send {
+pub(crate) fn lossy<T: Clone + Send + 'static>(
+    rx: tokio::sync::broadcast::Receiver<T>,
+) -> impl futures::Stream<Item = T> + Send {
     futures::stream::unfold(rx, |mut rx| async move {
         loop {
             match rx.recv().await {

@@ -34,9 +34,7 @@ use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::{
     Api, Resource, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::{
-        Controller, PredicateConfig, WatchStreamExt, controller::Action, predicates, reflector::ObjectRef, watcher,
-    },
+    runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };
 use scheduling::CompactPod;
 use serde_json::json;
@@ -58,12 +56,12 @@ use crate::{
     infra::{
         errors::{self, ApiError, Categorized, Category, Reconciler, Step, StepExt},
         finalizers,
-        hub::Hub,
+        hub::{Hub, MgmtCache, SpecChange},
         metrics::{ClaimLabels, Metrics, PoolLabels, PoolReasonLabels},
         registry::{ClusterKey, Connection},
     },
 };
-use crds::{CleverNodeClass, NodeClaim, NodeClaimStatus, NodeGroup, NodePool, labels};
+use crds::{NodeClaim, NodeClaimStatus, NodeGroup, NodePool, labels};
 
 /// What stops a reconcile; retried with the controller's back-off. A request's failure says its
 /// step ([`Step`]); nothing converts from a bare `kube::Error`.
@@ -144,21 +142,13 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
     let cache = hub.cache.clone();
     let touched = hub.registry.touched().filter_map(move |t| {
         let provider_id = ownership::provider_id(&t.group);
-        let claim = cache.claims_in(&t.cluster.namespace).into_iter().find(|c| {
-            c.spec.cluster_name == t.cluster.name
-                && c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id.as_str())
-        });
-        std::future::ready(claim.map(|c| ObjectRef::from_obj(c.as_ref())))
+        std::future::ready(claim_of(&cache, &t.cluster, |s| s.provider_id.as_deref() == Some(provider_id.as_str())))
     });
     // A pod bound to a claim's node, ended or terminating changes its lastPodEventTime and Empty
     // (§4.1): the claim looks again at once, as upstream's pod-events controller has it.
     let cache = hub.cache.clone();
     let pod_events = hub.registry.pod_events().filter_map(move |e| {
-        let claim = cache.claims_in(&e.cluster.namespace).into_iter().find(|c| {
-            c.spec.cluster_name == e.cluster.name
-                && c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(e.node.as_str())
-        });
-        std::future::ready(claim.map(|c| ObjectRef::from_obj(c.as_ref())))
+        std::future::ready(claim_of(&cache, &e.cluster, |s| s.node_name.as_deref() == Some(e.node.as_str())))
     });
     // A test moving a manual clock forward re-decides every claim at once (TTLs, expiry, repair);
     // on the real clock this never fires.
@@ -180,25 +170,23 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
         futures::stream::iter(wake)
     });
     // A NodePool's or CleverNodeClass's spec changing may drift its claims (§4.1): they look
-    // again at once. Their status writes (every round's) are not spec changes and wake nothing.
-    let (by_pool, by_class) = (hub.cache.clone(), hub.cache.clone());
-    let pools = watcher(hub.scoped::<NodePool>(), watcher::Config::default())
-        .default_backoff()
-        .touched_objects()
-        .predicate_filter(predicates::generation, PredicateConfig::default());
-    let classes = watcher(hub.scoped::<CleverNodeClass>(), watcher::Config::default())
-        .default_backoff()
-        .touched_objects()
-        .predicate_filter(predicates::generation, PredicateConfig::default());
+    // again at once. The management cache tells which (its status writes are no change).
+    let cache = hub.cache.clone();
+    let spec_changes = hub.cache.spec_changes().flat_map(move |change| {
+        let wake = match change {
+            SpecChange::Pool(pool) => claims_where(&cache, pool.namespace.as_deref(), |c| {
+                c.labels().get(labels::NODEPOOL) == Some(&pool.name)
+            }),
+            SpecChange::Class(class) => {
+                claims_where(&cache, class.namespace.as_deref(), |c| c.spec.node_class_ref.name == class.name)
+            }
+        };
+        futures::stream::iter(wake)
+    });
     controller
-        .watches_stream(pools, move |pool| {
-            claims_where(&by_pool, &pool, |c| c.labels().get(labels::NODEPOOL) == Some(&pool.name_any()))
-        })
-        .watches_stream(classes, move |class| {
-            claims_where(&by_class, &class, |c| c.spec.node_class_ref.name == class.name_any())
-        })
         .reconcile_on(touched)
         .reconcile_on(pod_events)
+        .reconcile_on(spec_changes)
         .reconcile_on(synced)
         .reconcile_all_on(ticks)
         .graceful_shutdown_on(shutdown.cancelled_owned())
@@ -220,14 +208,28 @@ pub async fn run(hub: Arc<Hub>, shutdown: tokio_util::sync::CancellationToken) {
         .await;
 }
 
-/// The cached claims in `owner`'s namespace that `matches` selects.
-fn claims_where<K: Resource>(
-    cache: &crate::infra::hub::MgmtCache,
-    owner: &K,
+/// The cached claims in namespace `ns` that `matches` selects.
+fn claims_where(
+    cache: &MgmtCache,
+    ns: Option<&str>,
     matches: impl Fn(&NodeClaim) -> bool,
 ) -> Vec<ObjectRef<NodeClaim>> {
-    let Some(ns) = owner.meta().namespace.as_deref() else { return Vec::new() };
+    let Some(ns) = ns else { return Vec::new() };
     cache.claims_in(ns).iter().filter(|c| matches(c)).map(|c| ObjectRef::from_obj(c.as_ref())).collect()
+}
+
+/// The cached claim of workload cluster `cluster` whose status `matches` (its provider ID, its
+/// Node), if any.
+fn claim_of(
+    cache: &MgmtCache,
+    cluster: &ClusterKey,
+    matches: impl Fn(&NodeClaimStatus) -> bool,
+) -> Option<ObjectRef<NodeClaim>> {
+    cache
+        .claims_in(&cluster.namespace)
+        .into_iter()
+        .find(|c| c.spec.cluster_name == cluster.name && c.status.as_ref().is_some_and(&matches))
+        .map(|c| ObjectRef::from_obj(c.as_ref()))
 }
 
 fn error_policy(claim: Arc<NodeClaim>, e: &Error, ctx: Arc<Ctx>) -> Action {
