@@ -4,7 +4,7 @@
 //! Owns shapes and the small per-fact rules (pod classes, eviction cost, do-not-disrupt values),
 //! nothing else. No API types here, so tests and `plan` build facts cheaply.
 
-use crds::admission::schedule::{parse_duration, parse_go_duration};
+use crds::admission::schedule::{do_not_disrupt_holds, parse_duration};
 use crds::nodepool::{ConsolidationPolicy, Disruption, DisruptionReason};
 use jiff::Timestamp;
 
@@ -309,21 +309,10 @@ impl PodFacts {
         let Some(value) = self.do_not_disrupt.as_deref() else {
             return DoNotDisrupt::No;
         };
-        match value {
-            "true" => return DoNotDisrupt::Yes,
-            "false" => return DoNotDisrupt::No,
-            _ => {}
-        }
         // Go's duration syntax, as Karpenter reads the annotation (`1.5h`, `+30m`, `90s`).
-        match parse_go_duration(value) {
-            Some(d) => match self.started {
-                Some(started)
-                    if now.duration_since(started).as_secs() >= i64::try_from(d.as_secs()).unwrap_or(i64::MAX) =>
-                {
-                    DoNotDisrupt::No
-                }
-                _ => DoNotDisrupt::Yes,
-            },
+        match do_not_disrupt_holds(value, self.started.map(|started| now.duration_since(started).as_secs())) {
+            Some(true) => DoNotDisrupt::Yes,
+            Some(false) => DoNotDisrupt::No,
             None => DoNotDisrupt::Invalid(value.to_string()),
         }
     }

@@ -493,6 +493,21 @@ pub fn parse_go_duration(text: &str) -> Option<std::time::Duration> {
     u64::try_from(nanos).ok().filter(|n| *n > 0).map(std::time::Duration::from_nanos)
 }
 
+/// Whether `karpenter.sh/do-not-disrupt: <value>` protects a pod that has run `running_for` seconds
+/// (from its start; `None`: not known): `"true"` always, `"false"` never, a Go duration while the
+/// pod has run less than it (not known: it does, the cautious reading). `None`: the value is none
+/// of these (the caller ignores it, and says so).
+pub fn do_not_disrupt_holds(value: &str, running_for: Option<i64>) -> Option<bool> {
+    match value {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => {
+            let d = parse_go_duration(value)?;
+            Some(running_for.is_none_or(|r| r < i64::try_from(d.as_secs()).unwrap_or(i64::MAX)))
+        }
+    }
+}
+
 /// Seconds as a short human text (`1h30m`, `45s`).
 pub fn format_seconds(seconds: u64) -> String {
     let (h, m, s) = (seconds / 3600, seconds % 3600 / 60, seconds % 60);
@@ -717,5 +732,15 @@ mod tests {
         for bad in ["", "0", "0s", "-5m", "+", ".", "5", "5d", "1h 30m", "true", "h", "3000000h"] {
             assert_eq!(go(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn do_not_disrupt_holds_forever_never_or_for_its_duration() {
+        assert_eq!(do_not_disrupt_holds("true", Some(i64::MAX)), Some(true));
+        assert_eq!(do_not_disrupt_holds("false", None), Some(false));
+        assert_eq!(do_not_disrupt_holds("0.5h", Some(1799)), Some(true));
+        assert_eq!(do_not_disrupt_holds("0.5h", Some(1800)), Some(false));
+        assert_eq!(do_not_disrupt_holds("30m", None), Some(true), "start not known: it holds");
+        assert_eq!(do_not_disrupt_holds("banana", Some(0)), None);
     }
 }

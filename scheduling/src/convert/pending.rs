@@ -76,25 +76,11 @@ pub(super) fn blocks_eviction(
 ) -> Option<String> {
     let ann = p.metadata.annotations.as_ref();
     if let Some(value) = ann.and_then(|a| a.get(labels::DO_NOT_DISRUPT)) {
-        if value == "true" {
-            return Some(format!("{}=true", labels::DO_NOT_DISRUPT));
-        }
-        if let Some(duration) = crds::admission::schedule::parse_go_duration(value) {
-            let started = p
-                .status
-                .as_ref()
-                .and_then(|s| s.start_time.as_ref())
-                .or(p.metadata.creation_timestamp.as_ref())
-                .map(|t| t.0);
-            let over = match (now, started) {
-                (Some(now), Some(started)) => {
-                    now.duration_since(started).as_secs() >= i64::try_from(duration.as_secs()).unwrap_or(i64::MAX)
-                }
-                _ => false,
-            };
-            if !over {
-                return Some(format!("{}={value}, not over yet", labels::DO_NOT_DISRUPT));
-            }
+        let started = p.status.as_ref().and_then(|s| s.start_time.as_ref()).or(p.metadata.creation_timestamp.as_ref());
+        let running_for = now.zip(started).map(|(now, started)| now.duration_since(started.0).as_secs());
+        if crds::admission::schedule::do_not_disrupt_holds(value, running_for) == Some(true) {
+            let why = if value == "true" { String::new() } else { ", not over yet".to_string() };
+            return Some(format!("{}={value}{why}", labels::DO_NOT_DISRUPT));
         }
     }
     let ns = p.metadata.namespace.as_deref().unwrap_or("default");
