@@ -14,7 +14,7 @@
 //! not owned here) waits for that cluster's sync, which wakes that cluster's claims only, with a
 //! long safety requeue behind it. Besides its own changes, a claim is woken by its Node or
 //! NodeGroup changing, a pod event on its node (bound, ended, terminating), and a spec change of its
-//! NodePool or CleverNodeClass.
+//! NodePool or CleverNodeClass (or the class's readiness), as the management cache reports them.
 //! Must not: decide anything itself (every choice is [`lifecycle`]'s), act on a cluster that is not
 //! connected and synced, delete a NodeGroup that fails the ownership proof, or decide which pods go.
 
