@@ -2,7 +2,8 @@
 //! window, and when it closes on a synced cluster, run the scheduling core over the cluster's
 //! caches and the namespace's NodePools, node classes, catalogues and claims, then create the
 //! NodeClaims it decides. Event-driven: the loop sleeps until the pod watch reports a pod that
-//! started waiting, the management caches change what the decision reads, or a retry is due;
+//! started waiting, the management caches change what the decision reads, a retry is due, or the
+//! pods still waiting are due their periodic look ([`RESYNC`]);
 //! a round reads watch caches only (its requests are the claims it creates). A round's facts are
 //! gathered ([`gather`], through [`crate::infra::facts`] as disruption's) and decided ([`decide`])
 //! synchronously over the caches' stores, so they are tested without a server.
@@ -100,12 +101,10 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
                     // runs to say so, and the last decision's count would stay.
                     hub.metrics.unschedulable_pods.get(&labels).set(0);
                 }
-                // The nodes matter only to pods that wait: an idle cluster skips the scan.
-                let world = if pending.is_empty() { 0 } else { nodes_fingerprint(conn) };
                 // The cluster's labels are part of its scope: a fleet pool starting to serve it is
                 // news for the pods that wait.
                 let scope_now = fingerprint::one((*scope.borrow_and_update(), hub.registry.labels(&key)));
-                rounds.offer(&mut batcher, &pending, scope_now, world, now);
+                rounds.offer(&mut batcher, &pending, scope_now, now);
                 if batcher.is_due(now) {
                     let batch = batcher.take();
                     let outcome = match round(&hub, conn, &key).await {
@@ -117,7 +116,7 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
                         }
                     };
                     tracing::debug!(cluster = %key, triggers = ?batch, outcome = ?outcome, "provisioning round ran");
-                    rounds.ran(&pending, scope_now, world, outcome, tokio::time::Instant::now());
+                    rounds.ran(&pending, scope_now, outcome, tokio::time::Instant::now());
                     continue;
                 }
                 wake = rounds.next_wake(&batcher);
@@ -153,18 +152,6 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
             () = sleep => {}
         }
     }
-}
-
-/// The cluster's nodes as far as a waiting pod cares: which exist and which are Ready.
-fn nodes_fingerprint(conn: &Connection) -> u64 {
-    fingerprint::sum(conn.cache.nodes.state().iter().map(|n| {
-        let ready = n
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        fingerprint::one((&n.metadata.name, ready, n.metadata.deletion_timestamp.is_some()))
-    }))
 }
 
 /// How long to wait for the management cache to show the claims a round created, before the next

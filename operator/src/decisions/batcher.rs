@@ -72,20 +72,20 @@ impl Default for Batcher {
     }
 }
 
-/// How often pods still waiting after a round are looked at again while the cluster's nodes change
-/// (a node that joined may not fit what it was launched for), and how long after a failed round.
+/// How often pods still waiting are looked at again (upstream requeues every provisionable pod
+/// every 10 s), and how long after a failed round.
 pub const RESYNC: Duration = Duration::from_secs(10);
 
-/// Which rounds are worth running (B4): a round runs for news only — a pod that started waiting
-/// since the last round, a change of what the decision reads in the management cluster (`scope`),
-/// or, at most every [`RESYNC`], a change of the cluster's nodes (`world`) while pods still wait.
-/// A failed or deferred round is retried at its time. Pods a round already saw do not open a
-/// window again: their claims are in flight.
+/// Which rounds run (B4): a pod that started waiting since the last round, or a change of what the
+/// decision reads in the management cluster (`scope`), opens a window at once; pods a round already
+/// saw are looked at again every [`RESYNC`] while they wait — what a round counted on (room on a
+/// node, an in-flight claim) may have gone without any news the loop hears of (another pod took the
+/// room, a nomination ran out), and upstream re-batches pending pods on that cadence too. A failed
+/// or deferred round is retried at its time. Nothing waits: nothing runs.
 #[derive(Debug, Clone, Default)]
 pub struct Rounds {
     handled: HashSet<String>,
     scope: Option<u64>,
-    world: Option<u64>,
     retry_at: Option<Instant>,
     resync_at: Option<Instant>,
 }
@@ -103,9 +103,9 @@ pub enum Outcome {
 }
 
 impl Rounds {
-    /// What the loop sees now: the waiting pods, the management scope's counter, a fingerprint of
-    /// the cluster's nodes. Triggers `batcher` for each piece of news.
-    pub fn offer(&mut self, batcher: &mut Batcher, pending: &HashSet<String>, scope: u64, world: u64, now: Instant) {
+    /// What the loop sees now: the waiting pods and the management scope's counter. Triggers
+    /// `batcher` for each piece of news, and for the periodic look at pods still waiting.
+    pub fn offer(&mut self, batcher: &mut Batcher, pending: &HashSet<String>, scope: u64, now: Instant) {
         self.handled.retain(|u| pending.contains(u));
         if pending.is_empty() {
             // Nothing waits: nothing to retry or look at again.
@@ -120,24 +120,23 @@ impl Rounds {
         }
         let retry = self.retry_at.is_some_and(|t| now >= t);
         let scope_changed = self.scope != Some(scope);
-        let world_changed = self.world != Some(world) && self.resync_at.is_none_or(|t| now >= t);
-        if retry || scope_changed || world_changed {
-            batcher.trigger(&format!("resync {scope} {world}"), now);
+        let resync = !self.handled.is_empty() && self.resync_at.is_some_and(|t| now >= t);
+        if retry || scope_changed || resync {
+            batcher.trigger(&format!("resync {scope}"), now);
         }
     }
 
-    /// A round ran over `pending` (the set it was offered) at `scope`/`world`.
-    pub fn ran(&mut self, pending: &HashSet<String>, scope: u64, world: u64, outcome: Outcome, now: Instant) {
+    /// A round ran over `pending` (the set it was offered) at `scope`.
+    pub fn ran(&mut self, pending: &HashSet<String>, scope: u64, outcome: Outcome, now: Instant) {
         match outcome {
             Outcome::Done | Outcome::Deferred { .. } => {
                 self.handled.extend(pending.iter().cloned());
                 self.scope = Some(scope);
-                self.world = Some(world);
-                self.retry_at = match outcome {
-                    Outcome::Deferred { until } => Some(until),
-                    _ => None,
+                // A deferred round names its next look; the periodic one waits for it.
+                (self.retry_at, self.resync_at) = match outcome {
+                    Outcome::Deferred { until } => (Some(until), None),
+                    _ => (None, Some(now + RESYNC)),
                 };
-                self.resync_at = Some(now + RESYNC);
             }
             // Not handled: the pods open a window again at the next wake, or at the retry.
             Outcome::Failed => self.retry_at = Some(now + RESYNC),
@@ -152,7 +151,7 @@ impl Rounds {
         }
     }
 
-    /// When to look again without news: a retry, or the next look at the nodes.
+    /// When to look again without news: a retry, or the periodic look at pods still waiting.
     pub fn next_wake(&self, batcher: &Batcher) -> Option<Instant> {
         [batcher.deadline(), self.retry_at, self.resync_at.filter(|_| !self.handled.is_empty())]
             .into_iter()
@@ -199,11 +198,11 @@ mod tests {
     }
 
     /// Offer, and run the round if the window is due; returns whether a round ran.
-    fn step(r: &mut Rounds, b: &mut Batcher, pending: &HashSet<String>, scope: u64, world: u64, now: Instant) -> bool {
-        r.offer(b, pending, scope, world, now);
+    fn step(r: &mut Rounds, b: &mut Batcher, pending: &HashSet<String>, scope: u64, now: Instant) -> bool {
+        r.offer(b, pending, scope, now);
         if b.is_due(now) {
             b.take();
-            r.ran(pending, scope, world, Outcome::Done, now);
+            r.ran(pending, scope, Outcome::Done, now);
             true
         } else {
             false
@@ -211,38 +210,31 @@ mod tests {
     }
 
     #[test]
-    fn only_news_runs_a_round() {
+    fn news_runs_a_round_at_once_and_waiting_pods_are_looked_at_every_resync() {
         let t0 = Instant::now();
         let (mut r, mut b) = (Rounds::default(), Batcher::default());
-        assert!(!step(&mut r, &mut b, &set(&[]), 0, 0, t0), "nothing waits");
+        assert!(!step(&mut r, &mut b, &set(&[]), 0, t0), "nothing waits");
         assert_eq!(r.next_wake(&b), None, "and nothing to wake for");
-        assert!(!step(&mut r, &mut b, &set(&["a"]), 0, 0, t0));
-        assert!(step(&mut r, &mut b, &set(&["a"]), 0, 0, ms(t0, 1000)), "the window closed");
-        // The same pod still waits (its claim is in flight): no round, however often the loop wakes.
-        for i in 1..20 {
-            assert!(!step(&mut r, &mut b, &set(&["a"]), 0, 0, ms(t0, 1000 + i * 1000)));
-        }
-        // A new pod: a round, after the idle window.
-        assert!(!step(&mut r, &mut b, &set(&["a", "b"]), 0, 0, ms(t0, 30_000)));
-        assert!(step(&mut r, &mut b, &set(&["a", "b"]), 0, 0, ms(t0, 31_000)));
-        // A NodePool became ready (scope): a round for the pods still waiting.
-        assert!(!step(&mut r, &mut b, &set(&["a", "b"]), 1, 0, ms(t0, 32_000)));
-        assert!(step(&mut r, &mut b, &set(&["a", "b"]), 1, 0, ms(t0, 33_000)));
-    }
-
-    #[test]
-    fn node_changes_are_looked_at_no_more_than_every_resync() {
-        let t0 = Instant::now();
-        let (mut r, mut b) = (Rounds::default(), Batcher::default());
-        step(&mut r, &mut b, &set(&["a"]), 0, 0, t0);
-        assert!(step(&mut r, &mut b, &set(&["a"]), 0, 0, ms(t0, 1000)));
+        assert!(!step(&mut r, &mut b, &set(&["a"]), 0, t0));
+        assert!(step(&mut r, &mut b, &set(&["a"]), 0, ms(t0, 1000)), "the window closed");
+        // The same pod still waits, nothing else changes: no round before RESYNC...
         assert_eq!(r.next_wake(&b), Some(ms(t0, 11_000)));
-        assert!(!step(&mut r, &mut b, &set(&["a"]), 0, 7, ms(t0, 5000)), "a node joined, but too soon");
-        assert!(!step(&mut r, &mut b, &set(&["a"]), 0, 7, ms(t0, 11_000)), "the window opens");
-        assert!(step(&mut r, &mut b, &set(&["a"]), 0, 7, ms(t0, 12_000)));
-        // Unchanged nodes at the next resync: nothing.
-        assert!(!step(&mut r, &mut b, &set(&["a"]), 0, 7, ms(t0, 23_000)));
-        assert!(!step(&mut r, &mut b, &set(&["a"]), 0, 7, ms(t0, 24_000)));
+        for i in 1..10 {
+            assert!(!step(&mut r, &mut b, &set(&["a"]), 0, ms(t0, 1000 + i * 1000)));
+        }
+        // ...then one (what the last round counted on may be gone), and again every RESYNC.
+        assert!(!step(&mut r, &mut b, &set(&["a"]), 0, ms(t0, 11_000)), "the window opens");
+        assert!(step(&mut r, &mut b, &set(&["a"]), 0, ms(t0, 12_000)));
+        assert_eq!(r.next_wake(&b), Some(ms(t0, 22_000)));
+        // A new pod: a round after the idle window, not at the next resync.
+        assert!(!step(&mut r, &mut b, &set(&["a", "b"]), 0, ms(t0, 13_000)));
+        assert!(step(&mut r, &mut b, &set(&["a", "b"]), 0, ms(t0, 14_000)));
+        // A NodePool became ready (scope): a round for the pods still waiting.
+        assert!(!step(&mut r, &mut b, &set(&["a", "b"]), 1, ms(t0, 15_000)));
+        assert!(step(&mut r, &mut b, &set(&["a", "b"]), 1, ms(t0, 16_000)));
+        // Nothing waits any more: no look again.
+        assert!(!step(&mut r, &mut b, &set(&[]), 1, ms(t0, 17_000)));
+        assert_eq!(r.next_wake(&b), None);
     }
 
     #[test]
@@ -250,21 +242,21 @@ mod tests {
         let t0 = Instant::now();
         let (mut r, mut b) = (Rounds::default(), Batcher::default());
         let p = set(&["a"]);
-        r.offer(&mut b, &p, 0, 0, t0);
+        r.offer(&mut b, &p, 0, t0);
         b.take();
-        r.ran(&p, 0, 0, Outcome::Failed, ms(t0, 1000));
+        r.ran(&p, 0, Outcome::Failed, ms(t0, 1000));
         assert_eq!(r.next_wake(&b), Some(ms(t0, 11_000)));
-        assert!(!step(&mut r, &mut b, &p, 0, 0, ms(t0, 10_999)));
-        r.offer(&mut b, &p, 0, 0, ms(t0, 11_000));
+        assert!(!step(&mut r, &mut b, &p, 0, ms(t0, 10_999)));
+        r.offer(&mut b, &p, 0, ms(t0, 11_000));
         assert!(b.deadline().is_some(), "the retry opens a window");
         b.take();
-        r.ran(&p, 0, 0, Outcome::Deferred { until: ms(t0, 60_000) }, ms(t0, 12_000));
-        assert!(!step(&mut r, &mut b, &p, 0, 0, ms(t0, 59_999)), "deferred: the pod is not news meanwhile");
+        r.ran(&p, 0, Outcome::Deferred { until: ms(t0, 60_000) }, ms(t0, 12_000));
+        assert!(!step(&mut r, &mut b, &p, 0, ms(t0, 59_999)), "deferred: the pod is not news meanwhile");
         assert_eq!(b.deadline(), None);
-        r.offer(&mut b, &p, 0, 0, ms(t0, 60_000));
+        r.offer(&mut b, &p, 0, ms(t0, 60_000));
         assert!(b.deadline().is_some(), "looked at again when the back-off ends");
         b.take();
-        r.offer(&mut b, &set(&[]), 0, 0, ms(t0, 61_000));
+        r.offer(&mut b, &set(&[]), 0, ms(t0, 61_000));
         assert_eq!(r.next_wake(&b), None, "the pod went: no retry");
     }
 
@@ -275,13 +267,13 @@ mod tests {
         let p = set(&["a"]);
         r.clock_moved(t0);
         assert_eq!(r.next_wake(&b), None, "no retry made up by a clock move");
-        r.offer(&mut b, &p, 0, 0, t0);
+        r.offer(&mut b, &p, 0, t0);
         b.take();
-        r.ran(&p, 0, 0, Outcome::Deferred { until: ms(t0, 60_000) }, ms(t0, 1000));
-        assert!(!step(&mut r, &mut b, &p, 0, 0, ms(t0, 2000)), "deferred");
+        r.ran(&p, 0, Outcome::Deferred { until: ms(t0, 60_000) }, ms(t0, 1000));
+        assert!(!step(&mut r, &mut b, &p, 0, ms(t0, 2000)), "deferred");
         r.clock_moved(ms(t0, 3000));
         assert_eq!(r.next_wake(&b), Some(ms(t0, 3000)), "the back-off may have ended on the hub's clock");
-        r.offer(&mut b, &p, 0, 0, ms(t0, 3000));
+        r.offer(&mut b, &p, 0, ms(t0, 3000));
         assert!(b.deadline().is_some(), "the retry opens a window");
     }
 

@@ -157,8 +157,8 @@ pub fn metric_in(metrics: &operator::infra::metrics::Metrics, name: &str, labels
 }
 
 /// Provisioning rounds the hub has run for cluster `i` (each observes the scheduling duration;
-/// a round runs for news only: a pod that started waiting, a change of pools, classes, catalogues
-/// or a claim going away, or, at most every 10 s, of the cluster's nodes while pods wait).
+/// a round runs for news: a pod that started waiting, a change of pools, classes, catalogues or a
+/// claim going away; and every 10 s while pods still wait).
 pub fn rounds(world: &World, i: usize) -> u64 {
     let c = &world.clusters[i];
     let cluster = format!("{}/{}", c.namespace, c.name);

@@ -1,6 +1,6 @@
 //! Provisioning is event-driven (issue 16, performance.md B4): the pod watch wakes the batch window,
-//! a round runs only for news, and a round reads the watch caches instead of listing the
-//! management cluster. Judged by counts (rounds, LISTs), not by timings; the latency is printed.
+//! a round runs for news (and every 10 s while pods wait), and a round reads the watch caches
+//! instead of listing the management cluster. Judged by counts (rounds, LISTs), not by timings; the latency is printed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
@@ -157,5 +157,87 @@ async fn a_pending_pod_runs_one_round_reading_caches_and_idle_clusters_run_none(
     assert_eq!(settled, later, "an idle cluster with a hub node costs no write; the claim: {conditions:?}");
     // And the claim was made.
     assert_eq!(claims.list(&ListParams::default()).await.unwrap().items.len(), 1);
+    world.shutdown().await;
+}
+
+/// The test is the scheduler here (the emulator's binder is off): `pod` marked Unschedulable as
+/// kube-scheduler marks it.
+async fn mark_unschedulable(pods: &Api<Pod>, name: &str) {
+    let status = serde_json::json!({"status": {"conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/1 nodes are available", "lastTransitionTime": chrono::Utc::now().to_rfc3339(),
+    }]}});
+    pods.patch_status(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&status)).await.unwrap();
+}
+
+/// Issue 28 item 6: a round counted a pending pod on an existing node's room; then another pod
+/// took that room (bound straight to the node: no pod started waiting, no node came or went, no
+/// pool changed). The pod is looked at again within the periodic resync and gets a node of its own
+/// — before, the hub had no news to run a round for, and the pod waited forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_counted_on_room_another_pod_took_gets_a_node_without_news() {
+    let mut world = World::start(&[("team-a", "alpha")], |i| {
+        let mut cke = quick_cke(i as u64);
+        cke.binder = false;
+        cke.control_plane.count = 1;
+        cke
+    })
+    .await
+    .unwrap();
+    apply_example(&world, 0).await;
+    world.start_hub();
+    let c = &world.clusters[0];
+    let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), &c.namespace);
+    wait_for("NodePool Ready", Duration::from_secs(30), || async {
+        pools
+            .get("default")
+            .await
+            .ok()
+            .and_then(|p| p.status)
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    })
+    .await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(c.client());
+    let node =
+        nodes.list(&ListParams::default()).await.unwrap().items.into_iter().next().expect("the control-plane node");
+    let node_name = node.metadata.name.clone().unwrap();
+    let allocatable = node.status.and_then(|s| s.allocatable).unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(c.client(), "default");
+    // A small pod with no node selector: the control-plane node (schedulable on CKE) has room.
+    let waiting: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "waiting", "namespace": "default"},
+        "spec": {"containers": [{"name": "app", "image": "registry.example/web:1",
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}
+    }))
+    .unwrap();
+    pods.create(&kube::api::PostParams::default(), &waiting).await.unwrap();
+    mark_unschedulable(&pods, "waiting").await;
+    wait_for("a round over the waiting pod", Duration::from_secs(30), || async { rounds(&world, 0) >= 1 }).await;
+    assert_eq!(
+        metric(&world, "karpenter_nodeclaims_created_total", &[]),
+        0.0,
+        "the round counts the pod on the control-plane node's room"
+    );
+    // Another pod takes all of that room, bound by name (as a DaemonSet's or a static pod would be).
+    let hog: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "hog", "namespace": "default"},
+        "spec": {"nodeName": node_name, "containers": [{"name": "app", "image": "registry.example/hog:1",
+            "resources": {"requests": {"cpu": allocatable["cpu"], "memory": allocatable["memory"]}}}]}
+    }))
+    .unwrap();
+    pods.create(&kube::api::PostParams::default(), &hog).await.unwrap();
+    // Nothing else changes. Within the periodic look (10 s after the last round, plus the batch
+    // window and a margin for a loaded machine), a round sees the room gone and makes a claim.
+    wait_for("a NodeClaim for the pod whose room was taken", Duration::from_secs(25), || async {
+        metric(&world, "karpenter_nodeclaims_created_total", &[]) >= 1.0
+    })
+    .await;
+    let groups: Api<NodeGroup> = Api::all(c.client());
+    wait_for("its NodeGroup", Duration::from_secs(30), || async {
+        !groups.list(&ListParams::default()).await.unwrap().items.is_empty()
+    })
+    .await;
     world.shutdown().await;
 }

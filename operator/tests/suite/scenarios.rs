@@ -270,9 +270,9 @@ where
 /// How the hub is seen at work while a negative is judged.
 #[derive(Clone, Copy)]
 enum Work {
-    /// A pod is pending and the cluster does not back off: the hub runs one provisioning round for
-    /// it at once (rounds are event-driven: none again without news) and keeps probing the
-    /// cluster; quiet spans this many rounds or probes of the cluster after the last write.
+    /// A pod is pending and the cluster does not back off: the hub runs a provisioning round for
+    /// it at once, another every 10 s while it waits, and keeps probing the cluster; quiet spans
+    /// this many rounds or probes of the cluster after the last write.
     Rounds(u64),
     /// Nothing the hub does shows a count (every pod placed, or creations backing off after a
     /// refusal): quiet spans [`QUIET`].
