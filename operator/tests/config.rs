@@ -22,7 +22,7 @@ use k8s_openapi::{
         apps::v1::Deployment,
         authentication::v1::TokenRequest,
         coordination::v1::Lease,
-        core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount},
+        core::v1::{ConfigMap, Pod, Secret, ServiceAccount},
         events::v1::Event,
         rbac::v1::ClusterRoleBinding,
     },
@@ -45,7 +45,7 @@ use sim::apiserver::{ApiServer, ApiServerConfig};
 use tokio_util::sync::CancellationToken;
 
 mod common;
-use common::{documents, wait_for, yaml_files};
+use common::{bound_token_kubeconfig, create_namespace, documents, wait_for, yaml_files};
 
 /// The namespace the bindings' subjects name (and the docs install into).
 const NAMESPACE: &str = "karpenter-hub";
@@ -208,11 +208,6 @@ impl Write for Captured {
     }
 }
 
-async fn create_namespace(client: &Client, name: &str) {
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
-}
-
 /// Kinds the API emulator does not serve (docs/emulator.md): checked by the typed round trip of
 /// [`every_document_is_exactly_a_kubernetes_object_of_its_kind`] only.
 const NOT_SERVED: [&str; 1] = ["Deployment"];
@@ -235,23 +230,7 @@ async fn apply_file(client: &Client, path: &Path) -> usize {
 async fn workload_identity(workload: &ApiServer) -> String {
     create_namespace(&workload.client(), NAMESPACE).await;
     apply_file(&workload.client(), &dir().join(WORKLOAD_FILE)).await;
-    let request: TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 86_400}})).unwrap();
-    let token = Api::<ServiceAccount>::namespaced(workload.client(), NAMESPACE)
-        .create_token_request("karpenter-hub-workload", &PostParams::default(), &request)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .token;
-    // A ByteString serialises as base64: certificate-authority-data without a base64 dependency.
-    let ca = serde_json::to_value(ByteString(workload.ca_pem().as_bytes().to_vec())).unwrap();
-    let name = workload.name();
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: karpenter-hub\n  user:\n    token: {token}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: karpenter-hub\ncurrent-context: {name}\n",
-        workload.url(),
-        ca.as_str().unwrap()
-    )
+    bound_token_kubeconfig(workload, NAMESPACE, "karpenter-hub-workload").await
 }
 
 /// Register a workload cluster in namespace `ns` (the management admin's job) and apply the example.

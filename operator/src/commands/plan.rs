@@ -31,6 +31,8 @@ use crate::infra::registry::ClusterKey;
 
 pub mod clusters;
 mod disruption_plan;
+#[cfg(test)]
+mod hub_agreement;
 mod organizations;
 pub use disruption_plan::{
     Blocked, DisruptionPlan, MethodResult, PlannedCandidate, PlannedCommand, PoolBudget, Replacement, plan_disruption,
@@ -512,12 +514,19 @@ fn add_document(reader: &mut Reader, file: &str, index: usize, doc: Value) -> Re
         ("DaemonSet", false) => snap.snapshot.daemonsets.push(std::sync::Arc::new(typed(doc).map_err(fail)?)),
         ("PodDisruptionBudget", false) => snap.snapshot.pdbs.push(std::sync::Arc::new(typed(doc).map_err(fail)?)),
         ("PersistentVolumeClaim", false) => {
-            snap.volumes.pvcs.get_or_insert_with(Vec::new).push(typed(doc).map_err(fail)?)
+            snap.volumes.pvcs.get_or_insert_with(Vec::new).push(std::sync::Arc::new(typed(doc).map_err(fail)?))
         }
-        ("CSINode", false) => snap.volumes.csinodes.get_or_insert_with(Vec::new).push(typed(doc).map_err(fail)?),
-        ("PersistentVolume", false) => snap.volumes.pvs.get_or_insert_with(Vec::new).push(typed(doc).map_err(fail)?),
+        ("CSINode", false) => {
+            snap.volumes.csinodes.get_or_insert_with(Vec::new).push(std::sync::Arc::new(typed(doc).map_err(fail)?))
+        }
+        ("PersistentVolume", false) => {
+            snap.volumes.pvs.get_or_insert_with(Vec::new).push(std::sync::Arc::new(typed(doc).map_err(fail)?))
+        }
         ("StorageClass", false) => {
-            snap.volumes.storage_classes.get_or_insert_with(Vec::new).push(typed(doc).map_err(fail)?);
+            snap.volumes
+                .storage_classes
+                .get_or_insert_with(Vec::new)
+                .push(std::sync::Arc::new(typed(doc).map_err(fail)?));
         }
         ("Secret", false) if api_version == "v1" => {
             // Only the metadata goes further: the data is a kubeconfig, credentials included.

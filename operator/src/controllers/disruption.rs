@@ -57,7 +57,7 @@ use crate::{
 };
 use crds::{NodeClaim, labels, nodepool::DisruptionReason};
 use disruption::{Command, Method};
-use scheduling::convert::{PendingRule, Snapshot, Volumes};
+use scheduling::convert::{PendingRule, Snapshot};
 
 /// The loop's period when nothing happened (§4.2).
 pub const PASS_PERIOD: Duration = Duration::from_secs(10);
@@ -303,7 +303,7 @@ pub(crate) fn gather(
     snapshot.now = Some(now);
     let view = disruption_scope::view(
         &snapshot,
-        &Volumes::default(),
+        &workload.volumes.volumes(),
         &key.name,
         PendingRule::Unschedulable,
         scheduling::model::Settings::default(),

@@ -37,7 +37,7 @@ use crate::{
 use crds::{NodeClaim, labels};
 use k8s_openapi::jiff::Timestamp;
 use scheduling::{
-    convert::{PendingRule, Snapshot, build_input},
+    convert::{PendingRule, Snapshot, build_input_with_volumes},
     model::Settings,
 };
 
@@ -201,7 +201,10 @@ pub(crate) fn gather(
     if !snapshot.node_pools.iter().any(|p| snapshot.serves(p, &key.name)) {
         return Ok(Gathered::NoPool);
     }
-    let converted = build_input(&snapshot, &key.name, PendingRule::Unschedulable, Settings::default())?;
+    // The cluster's storage objects, as `plan` reads a snapshot's: volume zones and attach limits.
+    let volumes = workload.volumes.volumes();
+    let converted =
+        build_input_with_volumes(&snapshot, &volumes, &key.name, PendingRule::Unschedulable, Settings::default())?;
     if converted.input.pods.is_empty() {
         return Ok(Gathered::NoPod { notes: converted.notes });
     }

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use scheduling::CompactPod;
 use scheduling::convert::{
-    ConvertError, PendingRule, Snapshot, Volumes, build_input_with_volumes, forbids_every_eviction, pod_from,
+    ConvertError, PendingRule, Snapshot, Volumes, build_input_with_volumes, forbids_every_eviction, pod_to_place,
     selector_from,
 };
 use scheduling::model::Settings;
@@ -222,7 +222,9 @@ pub fn view(
             if !facts.reschedulable() {
                 continue;
             }
-            let moved = pod_from(pod, &format!("Pod {}", facts.name))?;
+            // Its volumes go with it: a destination must be in their zone and below their
+            // drivers' attach limits, as for a pending pod.
+            let moved = pod_to_place(pod, &format!("Pod {}", facts.name), volumes)?;
             if !leaving {
                 movable.push(moved);
             } else if facts.currently_reschedulable(now) && !pending.contains(&moved.key()) {

@@ -11,13 +11,21 @@
 //! Must not: put an object in a store other than through a watcher event, or be built outside tests.
 
 use futures::FutureExt;
-use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::Node, policy::v1::PodDisruptionBudget};
+use k8s_openapi::api::{
+    apps::v1::DaemonSet,
+    core::v1::{Node, PersistentVolume, PersistentVolumeClaim},
+    policy::v1::PodDisruptionBudget,
+    storage::v1::{CSINode, StorageClass},
+};
 use kube::runtime::{
     reflector::{self, Lookup, Store, store::Writer},
     watcher::Event,
 };
 
-use crate::infra::{hub::MgmtCache, registry::WorkloadCache};
+use crate::infra::{
+    hub::MgmtCache,
+    registry::{OptionalStore, VolumeCaches, WorkloadCache},
+};
 use crds::{CleverNodeClass, FlavorCatalog, NodeClaim, NodeGroup, NodePool};
 use scheduling::CompactPod;
 
@@ -31,6 +39,11 @@ impl<K: Lookup<DynamicType = ()> + Clone + 'static> Cache<K> {
     fn new() -> Self {
         let (store, writer) = reflector::store();
         Self { store, writer }
+    }
+
+    /// The store as an optional cache the server let the hub read.
+    fn optional(&self) -> OptionalStore<K> {
+        OptionalStore { store: self.store.clone(), refused: tokio::sync::watch::channel(false).1 }
     }
 
     /// Listed at least once (the store released `wait_until_ready`), as the hub waits for it.
@@ -85,6 +98,10 @@ cached! {
     NodeGroup => nodegroups,
     DaemonSet => daemonsets,
     PodDisruptionBudget => pdbs,
+    PersistentVolumeClaim => pvcs,
+    PersistentVolume => pvs,
+    StorageClass => storage_classes,
+    CSINode => csinodes,
 }
 
 impl Caches {
@@ -133,6 +150,12 @@ impl Caches {
             nodegroups: self.nodegroups.store.clone(),
             daemonsets: self.daemonsets.store.clone(),
             pdbs: self.pdbs.store.clone(),
+            volumes: VolumeCaches {
+                pvcs: self.pvcs.optional(),
+                pvs: self.pvs.optional(),
+                storage_classes: self.storage_classes.optional(),
+                csinodes: self.csinodes.optional(),
+            },
         }
     }
 }

@@ -1,7 +1,8 @@
 //! One workload cluster's facts as the watch caches hold them, in the plain form the scheduling
 //! and disruption cores read (a [`Snapshot`]): from the management cache the namespace's NodePools
 //! that take part (their node class Ready), node classes, flavor catalogues and the cluster's
-//! NodeClaims; from the workload cache its Nodes, Pods, DaemonSets and PodDisruptionBudgets.
+//! NodeClaims; from the workload cache its Nodes, Pods, DaemonSets and PodDisruptionBudgets (its
+//! storage objects come beside the snapshot, from [`WorkloadCache::volumes`], as `plan` reads them).
 //! Provisioning's rounds and disruption's passes gather through here, so both see a cluster alike;
 //! the caches are plain [`kube::runtime::reflector::Store`]s, so tests fill them from watcher
 //! events and gather without a server.

@@ -33,6 +33,7 @@ mod parsed;
 pub mod pending;
 mod pod_events;
 pub mod specs;
+mod volumes;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -57,6 +58,7 @@ pub(crate) use identities::{Identities, Rank};
 pub use labels::Labels;
 pub(crate) use labels::Sources as LabelSources;
 pub use pod_events::NodePods;
+pub use volumes::{OptionalStore, VolumeCaches};
 
 use crate::{
     decisions::handover::{self, HandoverError},

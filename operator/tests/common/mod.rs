@@ -392,3 +392,36 @@ pub async fn install_hub_crds(client: &kube::Client) {
     })
     .await;
 }
+
+/// Create namespace `name`.
+pub async fn create_namespace(client: &kube::Client, name: &str) {
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&kube::api::PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
+
+/// A kubeconfig for `workload` holding a bound token (a TokenRequest, valid a day) of the
+/// ServiceAccount `sa` of namespace `ns`, as `kubectl create token` gives one: the emulator
+/// enforces RBAC for it.
+pub async fn bound_token_kubeconfig(workload: &sim::apiserver::ApiServer, ns: &str, sa: &str) -> String {
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(serde_json::json!({"spec": {"audiences": [], "expirationSeconds": 86_400}})).unwrap();
+    let token = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(workload.client(), ns)
+        .create_token_request(sa, &kube::api::PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    // A ByteString serialises as base64: certificate-authority-data without a base64 dependency.
+    let ca = serde_json::to_value(k8s_openapi::ByteString(workload.ca_pem().as_bytes().to_vec())).unwrap();
+    let name = workload.name();
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: karpenter-hub\n  user:\n    token: {token}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: karpenter-hub\ncurrent-context: {name}\n",
+        workload.url(),
+        ca.as_str().unwrap()
+    )
+}

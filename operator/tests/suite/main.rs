@@ -39,3 +39,4 @@ mod sandbox;
 mod scenarios;
 mod sharding;
 mod termination;
+mod volumes;

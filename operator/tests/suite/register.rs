@@ -339,6 +339,24 @@ async fn on_real_api_servers_register_mints_an_identity_that_can_do_what_the_hub
     allowed("evict Pods (pods/eviction)", ns_pods.evict("evicted", &EvictParams::default()).await);
     allowed("list DaemonSets", Api::<DaemonSet>::all(as_hub.clone()).list(&lp).await);
     allowed("list PodDisruptionBudgets", Api::<PodDisruptionBudget>::all(as_hub.clone()).list(&lp).await);
+    // Storage, read by provisioning and disruption (watch caches).
+    use k8s_openapi::api::{
+        core::v1::{PersistentVolume, PersistentVolumeClaim},
+        storage::v1::{CSINode, StorageClass},
+    };
+    let admin_pvcs: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), &scratch_ns);
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    .unwrap();
+    admin_pvcs.create(&PostParams::default(), &claim).await.unwrap();
+    let pvcs: Api<PersistentVolumeClaim> = Api::all(as_hub.clone());
+    allowed("list PersistentVolumeClaims", pvcs.list(&lp).await);
+    assert_eq!(first_watch_event(&pvcs).await, Ok(()), "the hub's identity must be allowed to watch PVCs");
+    allowed("list PersistentVolumes", Api::<PersistentVolume>::all(as_hub.clone()).list(&lp).await);
+    allowed("list StorageClasses", Api::<StorageClass>::all(as_hub.clone()).list(&lp).await);
+    allowed("list CSINodes", Api::<CSINode>::all(as_hub.clone()).list(&lp).await);
     let event: Event = serde_json::from_value(json!({
         "metadata": {"name": format!("ng-{id}.e2e")},
         "eventTime": chrono_now(),

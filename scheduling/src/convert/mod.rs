@@ -101,17 +101,18 @@ impl Snapshot {
 }
 
 /// The storage objects of a workload cluster, for the volume checks of §3.2 (pods with invalid
-/// volumes are not provisioned). `None`: not listed, so not checked.
+/// volumes are not provisioned). `None`: not listed, so not checked. Shared (`Arc`s), as the
+/// hub's watch caches hold them.
 #[derive(Debug, Clone, Default)]
 pub struct Volumes {
     /// PersistentVolumeClaims.
-    pub pvcs: Option<Vec<PersistentVolumeClaim>>,
+    pub pvcs: Option<Vec<Arc<PersistentVolumeClaim>>>,
     /// StorageClasses.
-    pub storage_classes: Option<Vec<StorageClass>>,
+    pub storage_classes: Option<Vec<Arc<StorageClass>>>,
     /// PersistentVolumes (their node affinity constrains where pods using them may go).
-    pub pvs: Option<Vec<PersistentVolume>>,
+    pub pvs: Option<Vec<Arc<PersistentVolume>>>,
     /// CSINodes: attach limits of existing nodes per CSI driver.
-    pub csinodes: Option<Vec<CSINode>>,
+    pub csinodes: Option<Vec<Arc<CSINode>>>,
 }
 
 /// How pending pods are recognised.
@@ -162,6 +163,19 @@ pub fn build_input(
     settings: Settings,
 ) -> Result<Converted, ConvertError> {
     build_input_with_volumes(snapshot, &Volumes::default(), cluster, rule, settings)
+}
+
+/// A pod to place ([`pod_from`]) with what its volumes ask of its node (§3.12): the zones or
+/// nodes its bound volumes and its unbound claims' classes allow, and the CSI volumes it attaches
+/// (a node at a driver's limit takes none). Pending pods and pods moved off a node alike.
+pub fn pod_to_place(p: &CompactPod, obj: &str, volumes: &Volumes) -> Result<crate::model::Pod, ConvertError> {
+    let mut pod = pod_from(p, obj)?;
+    if let Some(spec) = p.spec.as_ref() {
+        let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+        pod.constraints.volume_requirements = volume_topology(spec, ns, volumes);
+        pod.csi_volumes = csi_volumes(spec, ns, volumes);
+    }
+    Ok(pod)
 }
 
 /// [`build_input`], with the volume checks of §3.2 over the storage objects given.
@@ -358,10 +372,7 @@ pub fn build_input_with_volumes(
                         .push(format!("{obj}: stays on leaving node {node} ({why}); no capacity is launched for it"));
                     continue;
                 }
-                let mut pod = pod_from(p, &obj)?;
-                pod.constraints.volume_requirements = volume_topology(spec, &ns, volumes);
-                pod.csi_volumes = csi_volumes(spec, &ns, volumes);
-                out.input.pods.push(pod);
+                out.input.pods.push(pod_to_place(p, &obj, volumes)?);
             }
             Some(node) => {
                 if let Some(&i) = node_index.get(node) {
@@ -387,10 +398,7 @@ pub fn build_input_with_volumes(
                 let ns = p.metadata.namespace.as_deref().unwrap_or("default");
                 match provisionable(spec).and_volumes(|| invalid_volume(spec, ns, volumes)) {
                     Provisionable::Yes => {
-                        let mut pod = pod_from(p, &obj)?;
-                        pod.constraints.volume_requirements = volume_topology(spec, ns, volumes);
-                        pod.csi_volumes = csi_volumes(spec, ns, volumes);
-                        out.input.pods.push(pod);
+                        out.input.pods.push(pod_to_place(p, &obj, volumes)?);
                     }
                     Provisionable::OptOut => {}
                     Provisionable::Ignored(why) => out.notes.push(format!("{obj}: ignored, {why}")),
@@ -744,7 +752,7 @@ mod tests {
             )],
             ..Snapshot::default()
         };
-        let volumes = Volumes { pvcs: Some(vec![pvc]), pvs: Some(vec![pv]), ..Volumes::default() };
+        let volumes = Volumes { pvcs: Some(vec![Arc::new(pvc)]), pvs: Some(vec![Arc::new(pv)]), ..Volumes::default() };
         let mut c = build_input_with_volumes(&snap, &volumes, "c1", PendingRule::Unbound, Settings::default()).unwrap();
         let alts = &c.input.pods[0].constraints.volume_requirements;
         assert_eq!(alts.len(), 1);
@@ -787,9 +795,9 @@ mod tests {
             ..Snapshot::default()
         };
         let volumes = Volumes {
-            pvcs: Some(vec![pvc("a"), pvc("b")]),
-            pvs: Some(vec![pv("a"), pv("b")]),
-            csinodes: Some(vec![csinode]),
+            pvcs: Some(vec![Arc::new(pvc("a")), Arc::new(pvc("b"))]),
+            pvs: Some(vec![Arc::new(pv("a")), Arc::new(pv("b"))]),
+            csinodes: Some(vec![Arc::new(csinode)]),
             ..Volumes::default()
         };
         let c = build_input_with_volumes(&snap, &volumes, "c1", PendingRule::Unbound, Settings::default()).unwrap();

@@ -56,6 +56,7 @@ fn round_trip(group: &str, plural: &str, body: &Value) -> Option<Value> {
         ("rbac.authorization.k8s.io", "clusterrolebindings") => via::<rbac::v1::ClusterRoleBinding>(body),
         ("storage.k8s.io", "storageclasses") => via::<storage::v1::StorageClass>(body),
         ("storage.k8s.io", "volumeattachments") => via::<storage::v1::VolumeAttachment>(body),
+        ("storage.k8s.io", "csinodes") => via::<storage::v1::CSINode>(body),
         ("", "persistentvolumes") => via::<core::v1::PersistentVolume>(body),
         _ => None,
     }

@@ -333,6 +333,18 @@ const BUILTINS: &[B] = &[
         generation: true,
         selectable: &[],
     },
+    // A node's CSI drivers and their attach limits (the hub's provisioning reads them).
+    B {
+        group: "storage.k8s.io",
+        version: "v1",
+        plural: "csinodes",
+        kind: "CSINode",
+        namespaced: false,
+        short: &[],
+        sub: &[],
+        generation: false,
+        selectable: &[],
+    },
     B {
         group: "",
         version: "v1",

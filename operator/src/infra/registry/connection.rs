@@ -49,6 +49,8 @@ pub struct WorkloadCache {
     pub nodegroups: Store<NodeGroup>,
     pub daemonsets: Store<DaemonSet>,
     pub pdbs: Store<PodDisruptionBudget>,
+    /// PVCs, PVs, StorageClasses and CSINodes, each unknown when the server refuses it.
+    pub volumes: super::volumes::VolumeCaches,
 }
 
 impl std::fmt::Debug for WorkloadCache {
@@ -59,6 +61,7 @@ impl std::fmt::Debug for WorkloadCache {
             .field("nodegroups", &self.nodegroups.len())
             .field("daemonsets", &self.daemonsets.len())
             .field("pdbs", &self.pdbs.len())
+            .field("volumes", &self.volumes)
             .finish()
     }
 }
@@ -344,6 +347,7 @@ impl Task {
                 &failures_tx,
                 &self.key,
                 observe_pods,
+                None,
             ),
             nodes: spawn_cache(
                 Api::all(client.clone()),
@@ -352,6 +356,7 @@ impl Task {
                 &failures_tx,
                 &self.key,
                 announce(&self.touched, &self.key, crate::decisions::ownership::node_group),
+                None,
             ),
             nodegroups: spawn_cache(
                 Api::all(client.clone()),
@@ -360,9 +365,19 @@ impl Task {
                 &failures_tx,
                 &self.key,
                 announce(&self.touched, &self.key, |g: &NodeGroup| g.metadata.name.clone()),
+                None,
             ),
-            daemonsets: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key, |_| {}),
-            pdbs: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key, |_| {}),
+            daemonsets: spawn_cache(
+                Api::all(client.clone()),
+                trim_meta,
+                &watches,
+                &failures_tx,
+                &self.key,
+                |_| {},
+                None,
+            ),
+            pdbs: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key, |_| {}, None),
+            volumes: super::volumes::VolumeCaches::start(&client, &watches, &failures_tx, &self.key),
         };
         let conn = Arc::new(Connection {
             key: self.key.clone(),
@@ -377,14 +392,15 @@ impl Task {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
 
         let ready = async {
-            let (a, b, c, d, e) = tokio::join!(
+            let (a, b, c, d, e, f) = tokio::join!(
                 cache.pods.wait_until_ready(),
                 cache.nodes.wait_until_ready(),
                 cache.nodegroups.wait_until_ready(),
                 cache.daemonsets.wait_until_ready(),
-                cache.pdbs.wait_until_ready()
+                cache.pdbs.wait_until_ready(),
+                cache.volumes.settled()
             );
-            a.is_ok() && b.is_ok() && c.is_ok() && d.is_ok() && e.is_ok()
+            a.is_ok() && b.is_ok() && c.is_ok() && d.is_ok() && e.is_ok() && f
         };
         let mut ready = std::pin::pin!(ready);
         loop {
@@ -407,7 +423,18 @@ impl Task {
         synced_tx.send_replace(true);
         // No subscriber (no controller running yet) is not an error.
         let _ = self.synced.send(self.key.clone());
-        self.publish(ClusterStatus::new(Phase::Connected, format!("connected to {server}; watches synced")));
+        let refused = cache.volumes.refused();
+        let connected = if refused.is_empty() {
+            format!("connected to {server}; watches synced")
+        } else {
+            tracing::warn!(cluster = %self.key, kinds = %refused.join(","), "the cluster's identity may not list these storage kinds; volumes are not considered until it may");
+            format!(
+                "connected to {server}; watches synced, but the identity may not list {}: pods' volume zones and nodes' attach \
+                 limits are not considered — apply this release's workload RBAC (`karpenter-hub register` does)",
+                refused.join(", ")
+            )
+        };
+        self.publish(ClusterStatus::new(Phase::Connected, connected));
         tracing::info!(cluster = %self.key, "workload cluster connected and synced");
 
         let mut consecutive = 0u32;
@@ -598,14 +625,16 @@ fn is_uid(uid: &str) -> bool {
 const LIST_PAGE: u32 = 100;
 
 /// Start a reflector for `K` under `cancel`, calling `observe` with every event once the store
-/// holds it; its errors are forwarded to `failures`.
-fn spawn_cache<K>(
+/// holds it; its errors are forwarded to `failures`, except, with `refused` given, a refusal
+/// (HTTP 403), which sets `refused` and ends this watch alone (an optional cache).
+pub(super) fn spawn_cache<K>(
     api: Api<K>,
     trim: impl FnMut(&mut K) + Send + 'static,
     cancel: &CancellationToken,
     failures: &mpsc::Sender<(String, kube::Error)>,
     key: &ClusterKey,
     observe: impl Fn(&watcher::Event<K>) + Send + 'static,
+    refused: Option<watch::Sender<bool>>,
 ) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
@@ -631,6 +660,12 @@ where
                         // The server's words: cut and escaped, and at debug only.
                         tracing::debug!(cluster = %key, kind, error = %crate::infra::apierror::remote(&crate::infra::apierror::plain_watch(&e).to_string()), "watch error");
                         if let Some(e) = into_client_error(e) {
+                            if let (Some(refused), kube::Error::Api(s)) = (&refused, &e)
+                                && s.code == 403
+                            {
+                                refused.send_replace(true);
+                                return;
+                            }
                             let _ = failures.try_send((kind.clone(), e));
                         }
                     }
