@@ -23,7 +23,7 @@ use crds::quantity::{format_bytes, format_count, format_millis_cpu};
 use crds::{CleverNodeClass, CleverOrganization, FlavorCatalog};
 use scheduling::CompactPod;
 use scheduling::convert::{ConvertError, PendingRule, Snapshot, Volumes, build_input_with_volumes};
-use scheduling::model::{MinValuesPolicy, PreferencePolicy, Settings};
+use scheduling::model::{PreferencePolicy, Settings};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -87,14 +87,7 @@ pub enum PreferenceArg {
     Ignore,
 }
 
-/// `--min-values-policy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum MinValuesArg {
-    /// Placement fails.
-    Strict,
-    /// minValues is lowered to what remains.
-    BestEffort,
-}
+pub use super::MinValuesArg;
 
 impl PlanArgs {
     /// The scheduler settings the flags select.
@@ -104,10 +97,7 @@ impl PlanArgs {
                 PreferenceArg::Respect => PreferencePolicy::Respect,
                 PreferenceArg::Ignore => PreferencePolicy::Ignore,
             },
-            min_values_policy: match self.min_values_policy {
-                MinValuesArg::Strict => MinValuesPolicy::Strict,
-                MinValuesArg::BestEffort => MinValuesPolicy::BestEffort,
-            },
+            min_values_policy: self.min_values_policy.into(),
             ..Settings::default()
         }
     }

@@ -125,6 +125,11 @@ pub struct RunArgs {
     /// cluster as it is then and started (drift has no such wait).
     #[arg(long, env = "KARPENTER_HUB_DISRUPTION_VALIDATION", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub disruption_validation_seconds: u64,
+    /// `strict`: a new node whose flavor options would fall below a NodePool requirement's
+    /// `minValues` is not made, its pods wait; `best-effort`: the `minValues` is lowered to the
+    /// values left and the NodeClaim is annotated `karpenter.sh/nodeclaim-min-values-relaxed`.
+    #[arg(long, env = "KARPENTER_HUB_MIN_VALUES_POLICY", value_enum, default_value_t = super::MinValuesArg::Strict)]
+    pub min_values_policy: super::MinValuesArg,
 }
 
 /// The log filter of `karpenter-hub run` when `RUST_LOG` is unset. `kube_client::client` and
@@ -179,6 +184,10 @@ impl RunArgs {
                 halt_percent: self.gc_halt_percent,
             },
             disruption_validation: Duration::from_secs(self.disruption_validation_seconds),
+            scheduler: scheduling::model::Settings {
+                min_values_policy: self.min_values_policy.into(),
+                ..scheduling::model::Settings::default()
+            },
             ..hub::Settings::default()
         }
     }

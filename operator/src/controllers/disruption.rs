@@ -206,7 +206,7 @@ async fn next_command(
     now: Timestamp,
 ) -> Result<Duration, Error> {
     let labels = facts::ClusterLabels::of(&hub.registry, key);
-    let (snapshot, mut view) = gather(&hub.cache, &conn.cache, key, &labels, &hub.settings.zone, claims, now)?;
+    let (snapshot, mut view) = gather(&hub.cache, &conn.cache, key, &labels, &hub.settings, claims, now)?;
     let fingerprint = fingerprint(&snapshot);
     for note in &view.notes {
         tracing::debug!(cluster = %key, note = %note, "disruption input note");
@@ -287,26 +287,28 @@ async fn next_command(
 }
 
 /// Gathers a pass's facts for cluster `key` from the management cache `mgmt` and the cluster's
-/// workload cache (a synced connection's), given the cluster's `claims` ([`facts::claims`]): the
-/// snapshot and the view the methods decide on at `now` ([`disruption_scope::view`], the same
-/// reduction as `plan --disruption`). No request; the caller checks that `mgmt` has listed.
+/// workload cache (a synced connection's), given the cluster's `claims` ([`facts::claims`]), in the
+/// hub's zone and under its scheduler policies (`settings`): the snapshot and the view the methods
+/// decide on at `now` ([`disruption_scope::view`], the same reduction as `plan --disruption`). No
+/// request; the caller checks that `mgmt` has listed.
 pub(crate) fn gather(
     mgmt: &MgmtCache,
     workload: &WorkloadCache,
     key: &ClusterKey,
     labels: &facts::ClusterLabels,
-    zone: &str,
+    settings: &crate::infra::hub::Settings,
     claims: &[Arc<NodeClaim>],
     now: Timestamp,
 ) -> Result<(Snapshot, disruption_scope::View), Error> {
-    let mut snapshot = facts::snapshot(mgmt, workload, key, labels, zone, claims, facts::Workload::WithClaims);
+    let mut snapshot =
+        facts::snapshot(mgmt, workload, key, labels, &settings.zone, claims, facts::Workload::WithClaims);
     snapshot.now = Some(now);
     let view = disruption_scope::view(
         &snapshot,
         &workload.volumes.volumes(),
         &key.name,
         PendingRule::Unschedulable,
-        scheduling::model::Settings::default(),
+        settings.scheduler,
         now,
     )?;
     Ok((snapshot, view))

@@ -36,10 +36,7 @@ use crate::{
 };
 use crds::{NodeClaim, labels};
 use k8s_openapi::jiff::Timestamp;
-use scheduling::{
-    convert::{PendingRule, Snapshot, build_input_with_volumes},
-    model::Settings,
-};
+use scheduling::convert::{PendingRule, Snapshot, build_input_with_volumes};
 
 /// Errors of one round; logged, and the next window retries. A request's failure says its step.
 #[derive(Debug, thiserror::Error)]
@@ -181,21 +178,23 @@ pub(crate) struct Round {
 }
 
 /// Gathers a round's facts for cluster `key` from the management cache `mgmt` and the cluster's
-/// workload cache (that of a synced connection): the pools that take part and the scheduling input
-/// built from the caches. No request, no clock.
+/// workload cache (that of a synced connection), in the hub's zone and under its scheduler policies
+/// (`settings`): the pools that take part and the scheduling input built from the caches. No
+/// request, no clock.
 pub(crate) fn gather(
     mgmt: &MgmtCache,
     workload: &WorkloadCache,
     key: &ClusterKey,
     labels: &facts::ClusterLabels,
-    zone: &str,
+    settings: &crate::infra::hub::Settings,
     now: Timestamp,
 ) -> Result<Gathered, Error> {
     if !mgmt.is_ready() {
         return Ok(Gathered::NotListed);
     }
     let claims = facts::claims(mgmt, key);
-    let mut snapshot = facts::snapshot(mgmt, workload, key, labels, zone, &claims, facts::Workload::Everything);
+    let mut snapshot =
+        facts::snapshot(mgmt, workload, key, labels, &settings.zone, &claims, facts::Workload::Everything);
     snapshot.now = Some(now);
     // Pools the cluster departed from are in the snapshot for disruption's sake only.
     if !snapshot.node_pools.iter().any(|p| snapshot.serves(p, &key.name)) {
@@ -204,7 +203,7 @@ pub(crate) fn gather(
     // The cluster's storage objects, as `plan` reads a snapshot's: volume zones and attach limits.
     let volumes = workload.volumes.volumes();
     let converted =
-        build_input_with_volumes(&snapshot, &volumes, &key.name, PendingRule::Unschedulable, Settings::default())?;
+        build_input_with_volumes(&snapshot, &volumes, &key.name, PendingRule::Unschedulable, settings.scheduler)?;
     if converted.input.pods.is_empty() {
         return Ok(Gathered::NoPod { notes: converted.notes });
     }
@@ -298,7 +297,7 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
     let unlisted = || Outcome::Deferred { until: tokio::time::Instant::now() + Duration::from_millis(200) };
     let now = hub.now();
     let gathered =
-        gather(&hub.cache, &conn.cache, key, &facts::ClusterLabels::of(&hub.registry, key), &hub.settings.zone, now);
+        gather(&hub.cache, &conn.cache, key, &facts::ClusterLabels::of(&hub.registry, key), &hub.settings, now);
     if matches!(gathered, Ok(Gathered::NotListed)) {
         return Ok(unlisted());
     }
@@ -385,6 +384,7 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
                 cluster = %key, nodeclaim = %name, nodepool = %claim.nodepool,
                 flavor = claim.instance_types.first().map(|o| o.name.as_str()).unwrap_or_default(),
                 candidates = claim.instance_types.len(), pods = claim.pods.len(), price_per_hour = claim.price,
+                min_values_relaxed = claim.min_values_relaxed,
                 "created NodeClaim: cheapest flavor fitting the batch"
             );
         }

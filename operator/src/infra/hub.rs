@@ -53,6 +53,9 @@ pub struct Settings {
     pub management_cluster: String,
     /// Zone of CKE's offerings (`par`).
     pub zone: String,
+    /// The scheduler's policies every provisioning round and disruption simulation decides under
+    /// (`--min-values-policy`).
+    pub scheduler: scheduling::model::Settings,
     /// The NodeClaim lifecycle's TTLs and node repair policy.
     pub lifecycle: crate::decisions::lifecycle::Settings,
     /// The time every decision is made at: the wall clock in production, a manual clock in tests
@@ -94,6 +97,7 @@ impl Default for Settings {
             hub_id: "default".to_string(),
             management_cluster: String::new(),
             zone: "par".to_string(),
+            scheduler: scheduling::model::Settings::default(),
             lifecycle: crate::decisions::lifecycle::Settings::default(),
             clock: clock::Clock::real(),
             verdict_timeout: Duration::from_secs(15),

@@ -142,7 +142,9 @@ fn plan_and_the_hub_place_a_pod_pinned_by_its_volume_and_one_kept_off_a_node_at_
     );
 
     let c = caches(&objects);
-    let gathered = provisioning::gather(&c.mgmt(), &c.workload(), &key(), &Default::default(), "par", now()).unwrap();
+    let gathered =
+        provisioning::gather(&c.mgmt(), &c.workload(), &key(), &Default::default(), &Default::default(), now())
+            .unwrap();
     let provisioning::Gathered::Round(mut round) = gathered else { panic!("pods to place: {gathered:?}") };
     let provisioning::Decided::Solved(solved) =
         provisioning::decide(&mut round, &key(), &CapacityState::default(), &[], now())
@@ -199,7 +201,8 @@ fn plan_and_the_hub_keep_a_volume_off_a_destination_at_its_attach_limit_when_con
     let mgmt = c.mgmt();
     let claims = facts::claims(&mgmt, &key());
     let (snapshot, mut view) =
-        disruption::gather(&mgmt, &c.workload(), &key(), &Default::default(), "par", &claims, now()).unwrap();
+        disruption::gather(&mgmt, &c.workload(), &key(), &Default::default(), &Default::default(), &claims, now())
+            .unwrap();
     disruption::corrected(&mut view, &snapshot, &CapacityState::default(), &nomination::Nominations::default(), now());
     let pass = disruption::methods(&view, false, now(), |_, _| {});
     let by_hub = pass.command().map(|cmd| {

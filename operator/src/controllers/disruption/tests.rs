@@ -44,7 +44,8 @@ fn view_nominated(c: &Caches, nominations: &nomination::Nominations, at: Timesta
     let mgmt = c.mgmt();
     assert!(mgmt.is_ready());
     let claims = facts::claims(&mgmt, &key());
-    let (snapshot, mut view) = gather(&mgmt, &c.workload(), &key(), &Default::default(), "par", &claims, at).unwrap();
+    let (snapshot, mut view) =
+        gather(&mgmt, &c.workload(), &key(), &Default::default(), &Default::default(), &claims, at).unwrap();
     corrected(&mut view, &snapshot, &CapacityState::default(), nominations, at);
     view
 }
@@ -264,7 +265,8 @@ fn a_cluster_without_claims_is_viewed_without_its_pods_and_decides_nothing() {
     let mut c = cluster(json!({}));
     c.list([running_pod("web-0", "elsewhere", "500m", "1Gi", json!({}))]);
     let mgmt = c.mgmt();
-    let (snapshot, view) = gather(&mgmt, &c.workload(), &key(), &Default::default(), "par", &[], now()).unwrap();
+    let (snapshot, view) =
+        gather(&mgmt, &c.workload(), &key(), &Default::default(), &Default::default(), &[], now()).unwrap();
     assert!(snapshot.pods.is_empty() && snapshot.nodes.is_empty(), "no claim: no node to disrupt");
     assert_eq!(snapshot.node_pools.len(), 1, "the pools still give the budgets");
     assert_eq!(command_of(&methods(&view, false, now(), |_, _| {})), None);
@@ -279,7 +281,7 @@ fn a_flavor_cooling_down_after_a_cke_refusal_is_not_offered_to_a_replacement() {
         let mgmt = c.mgmt();
         let claims = facts::claims(&mgmt, &key());
         let (snapshot, mut view) =
-            gather(&mgmt, &c.workload(), &key(), &Default::default(), "par", &claims, now()).unwrap();
+            gather(&mgmt, &c.workload(), &key(), &Default::default(), &Default::default(), &claims, now()).unwrap();
         corrected(&mut view, &snapshot, capacity, &nomination::Nominations::default(), now());
         let pass = methods(&view, false, now(), |_, _| {});
         pass.command().map(|c| {

@@ -12,6 +12,7 @@ use crate::infra::cache_fixture::{
     objects::{CLUSTER, NS, claim, class, key, node, pending_pod, pool, running_pod},
 };
 use crds::CleverNodeClass;
+use scheduling::model::Settings;
 
 fn now() -> Timestamp {
     "2026-11-25T12:00:00Z".parse().unwrap()
@@ -28,7 +29,13 @@ fn cluster_with(pods: Vec<scheduling::CompactPod>) -> Caches {
 }
 
 fn gathered(c: &Caches) -> Gathered {
-    gather(&c.mgmt(), &c.workload(), &key(), &Default::default(), "par", "2026-11-25T12:00:00Z".parse().unwrap())
+    gather_with(c, Settings::default())
+}
+
+/// [`gathered`] under the scheduler `settings`.
+fn gather_with(c: &Caches, settings: Settings) -> Gathered {
+    let hub = crate::infra::hub::Settings { scheduler: settings, ..Default::default() };
+    gather(&c.mgmt(), &c.workload(), &key(), &Default::default(), &hub, "2026-11-25T12:00:00Z".parse().unwrap())
         .unwrap()
 }
 
@@ -240,4 +247,32 @@ fn the_organisations_room_limits_the_round() {
     };
     assert_eq!(s.decision.unschedulable.len(), 1);
     assert_eq!(s.waiting, None, "no flavor holds the pod: the room is not what it waits for");
+}
+
+/// Issue 28 item 5: `--min-values-policy best-effort` in the hub as upstream. A pool asking for
+/// three flavors at least, of which one can hold the pod: strict, the pod waits; best-effort, a
+/// claim is made with the `minValues` lowered, and the claim says so.
+#[test]
+fn best_effort_lowers_a_min_values_the_flavors_cannot_meet_and_the_claim_says_so() {
+    let mut c = cluster_with(vec![pending_pod("big", "10", "8Gi")]);
+    c.list([pool(
+        "default",
+        "default",
+        json!({"spec": {"template": {"spec": {"requirements": [
+            {"key": "clever-cloud.com/flavor", "operator": "In", "values": ["2XS", "XS", "S", "M"], "minValues": 3}
+        ]}}}}),
+    )]);
+    let (round, strict) = solved(&c);
+    assert!(planned(&round, &strict).is_empty(), "only M holds 10 CPUs: below minValues 3");
+    assert_eq!(strict.decision.unschedulable.len(), 1);
+
+    let best_effort =
+        Settings { min_values_policy: scheduling::model::MinValuesPolicy::BestEffort, ..Settings::default() };
+    let Gathered::Round(mut round) = gather_with(&c, best_effort) else { panic!("pods to place") };
+    let Decided::Solved(s) = decide(&mut round, &key(), &CapacityState::default(), &[], now()) else {
+        panic!("expected a decision")
+    };
+    assert_eq!(planned(&round, &s), [("default".into(), "M".into(), vec!["big".into()])]);
+    let nc = s.claims[0].1.as_ref().unwrap();
+    assert_eq!(nc.annotations().get(labels::MIN_VALUES_RELAXED).map(String::as_str), Some("true"));
 }
