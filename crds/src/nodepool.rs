@@ -66,7 +66,10 @@ pub const DEFAULT_BUDGET_NODES: &str = "10%";
 #[x_kube(
     validation = Rule::new("has(self.clusterName) != has(self.clusterSelector)").message("set exactly one of spec.clusterName (the one workload cluster this pool serves) and spec.clusterSelector (every registered cluster of this namespace whose labels match: a fleet pool)"),
     validation = Rule::new("has(self.clusterName) == has(oldSelf.clusterName)").message("clusterName cannot be added or removed: a pool serves one named cluster or a selection for its whole life; create a new NodePool instead"),
-    validation = Rule::new("!has(self.rollout) || has(self.clusterSelector)").message("rollout applies to fleet pools only (spec.clusterSelector): a pool naming one cluster has nothing to roll out cluster by cluster; remove spec.rollout")
+    validation = Rule::new("!has(self.rollout) || has(self.clusterSelector)").message("rollout applies to fleet pools only (spec.clusterSelector): a pool naming one cluster has nothing to roll out cluster by cluster; remove spec.rollout"),
+    validation = Rule::new("has(self.replicas) == has(oldSelf.replicas)").message("replicas cannot be added or removed: a pool is static (a fixed number of nodes) or dynamic (nodes for pending pods) for its whole life; create a new NodePool instead"),
+    validation = Rule::new("!has(self.replicas) || !has(self.limits) || size(self.limits) == 0 || (size(self.limits) == 1 && 'nodes' in self.limits)").message("a static pool (spec.replicas) takes only limits.nodes: remove the other limits"),
+    validation = Rule::new("!has(self.replicas) || !has(self.weight)").message("weight does not apply to a static pool (spec.replicas): it makes no node for pending pods; remove spec.weight")
 )]
 pub struct NodePoolSpec {
     /// Name of the one workload cluster this pool serves. The hub reaches it through the Secret
@@ -101,6 +104,15 @@ pub struct NodePoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub weight: Option<i32>,
+    /// A static pool: keep exactly this many nodes in each cluster the pool serves, whatever the
+    /// pods (upstream's static capacity). The hub makes no node for pending pods through it (they
+    /// may still land on its nodes), never consolidates or empties its nodes, replaces a drifted
+    /// node one at a time (the replacement first) and an expired or deleted one after it goes;
+    /// lowering it deletes the surplus (not yet launched first, then empty nodes, then those whose
+    /// pods cost least to move). Only `limits.nodes` applies. Cannot be added or removed later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub replicas: Option<i64>,
     /// Fleet pools only: roll a change of the pool's template out cluster by cluster instead of in
     /// every selected cluster at once. Without it, every cluster replaces its drifted nodes at once,
     /// each within its own budgets.

@@ -66,6 +66,8 @@ pub enum Excluded {
     NodePoolNotFound(String),
     /// Its NodePool's node class resolves to no instance type.
     InstanceTypesUnresolved(String),
+    /// Its NodePool is static (`spec.replicas`): its count replaces its nodes, no method does.
+    StaticPool(String),
     /// A pod carries an active `karpenter.sh/do-not-disrupt`.
     PodDoNotDisrupt {
         /// `namespace/name`.
@@ -117,6 +119,11 @@ impl fmt::Display for Excluded {
             ),
             Excluded::NoNodePool => f.write_str("no karpenter.sh/nodepool label"),
             Excluded::NodePoolNotFound(pool) => write!(f, "NodePool {pool} not found"),
+            Excluded::StaticPool(pool) => write!(
+                f,
+                "NodePool {pool} is static (spec.replicas): it keeps its count, replacing drifted nodes itself, and is \
+                 never consolidated"
+            ),
             Excluded::InstanceTypesUnresolved(pool) => {
                 write!(f, "the instance types of NodePool {pool} cannot be resolved (see its NodeClassReady condition)")
             }
@@ -197,6 +204,9 @@ fn check(
     }
     let pool_name = node.nodepool.clone().ok_or(Excluded::NoNodePool)?;
     let pool = scope.pool(&pool_name).ok_or_else(|| Excluded::NodePoolNotFound(pool_name.clone()))?;
+    if pool.static_pool {
+        return Err(Excluded::StaticPool(pool_name));
+    }
     if !pool.types_resolve {
         return Err(Excluded::InstanceTypesUnresolved(pool_name));
     }

@@ -42,6 +42,9 @@ pub struct PoolFacts {
     /// Annotation `karpenter.clever-cloud.com/protect-single-replica: "true"` (§9 D7): consolidation
     /// of under-used nodes skips nodes hosting a controller's only ready replica.
     pub protect_single_replica: bool,
+    /// A static pool (`spec.replicas`): its nodes are no candidates of any method; the count it
+    /// keeps replaces them (drift one at a time, replacement first; expiry after).
+    pub static_pool: bool,
 }
 
 impl PoolFacts {
@@ -55,6 +58,7 @@ impl PoolFacts {
             budgets: Budgets::parse(&disruption.budgets),
             types_resolve,
             protect_single_replica: false,
+            static_pool: false,
         }
     }
 }

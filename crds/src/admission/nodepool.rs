@@ -108,6 +108,9 @@ pub fn validate_node_pool(new: &NodePool, old: Option<&NodePool>, references: No
     {
         verdict.deny("spec.weight", format!("{weight} is out of range: use 1 to 100, or omit it for 0"));
     }
+    if let Some(replicas) = spec.replicas {
+        check_static(&mut verdict, spec, replicas);
+    }
 
     let template = &spec.template;
     let empty = BTreeMap::new();
@@ -889,7 +892,41 @@ fn check_rollout(verdict: &mut Verdict, rollout: &crate::nodepool::Rollout, flee
     }
 }
 
+/// A static pool (`spec.replicas`): a count of nodes, not a response to pods, so what shapes the
+/// response to pods (weight, resource limits) does not apply.
+fn check_static(verdict: &mut Verdict, spec: &crate::nodepool::NodePoolSpec, replicas: i64) {
+    if replicas < 0 {
+        verdict.deny("spec.replicas", format!("{replicas} is negative: a static pool keeps 0 nodes or more"));
+    }
+    if spec.weight.is_some() {
+        verdict.deny(
+            "spec.weight",
+            "weight does not apply to a static pool (spec.replicas): it makes no node for pending pods; remove \
+             spec.weight",
+        );
+    }
+    for name in spec.limits.iter().flatten().map(|(k, _)| k).filter(|k| k.as_str() != "nodes") {
+        verdict.deny(
+            format!("spec.limits[{name}]"),
+            "a static pool (spec.replicas) takes only limits.nodes: its size is its replicas; remove this limit",
+        );
+    }
+}
+
 fn check_update(verdict: &mut Verdict, new: &NodePool, old: &NodePool) {
+    match (old.spec.replicas, new.spec.replicas) {
+        (Some(_), None) => verdict.deny(
+            "spec.replicas",
+            "replicas cannot be removed: this pool is static for its whole life; create a new NodePool without \
+             replicas for nodes made for pending pods",
+        ),
+        (None, Some(_)) => verdict.deny(
+            "spec.replicas",
+            "replicas cannot be added: this pool makes nodes for pending pods for its whole life; create a new \
+             NodePool with replicas for a fixed number of nodes",
+        ),
+        _ => {}
+    }
     match (&old.spec.cluster_name, &new.spec.cluster_name) {
         (Some(was), Some(now)) if was != now => verdict.deny(
             "spec.clusterName",
@@ -1477,6 +1514,38 @@ spec:
         assert!(
             denied(&v, "spec", "both set") && denied(&v, "spec.clusterSelector.matchLabels[\"bad key\"]", "label key")
         );
+    }
+
+    /// Issue 28 item 1: a static pool takes replicas, only limits.nodes and no weight; replicas is
+    /// never added or removed.
+    #[test]
+    fn a_static_pool_takes_only_limits_nodes_no_weight_and_stays_static() {
+        use serde_json::json;
+        let v = check(&edited(|v| v["spec"]["replicas"] = json!(3)));
+        assert_eq!(v, Verdict::default());
+        let v = check(&edited(|v| {
+            v["spec"]["replicas"] = json!(3);
+            v["spec"]["limits"] = json!({"nodes": 5});
+        }));
+        assert_eq!(v, Verdict::default());
+        let v = check(&edited(|v| {
+            v["spec"]["replicas"] = json!(3);
+            v["spec"]["limits"] = json!({"nodes": 5, "cpu": "100"});
+            v["spec"]["weight"] = json!(10);
+        }));
+        assert!(denied(&v, "spec.limits[cpu]", "only limits.nodes"), "{v:?}");
+        assert!(denied(&v, "spec.weight", "remove spec.weight"), "{v:?}");
+        let v = check(&edited(|v| v["spec"]["replicas"] = json!(-1)));
+        assert!(denied(&v, "spec.replicas", "negative"), "{v:?}");
+        let c = class(None);
+        let dynamic = pool(POOL);
+        let fixed = edited(|v| v["spec"]["replicas"] = json!(2));
+        let v = validate_node_pool(&fixed, Some(&dynamic), known(&c));
+        assert!(denied(&v, "spec.replicas", "cannot be added"), "{v:?}");
+        let v = validate_node_pool(&dynamic, Some(&fixed), known(&c));
+        assert!(denied(&v, "spec.replicas", "cannot be removed"), "{v:?}");
+        let more = edited(|v| v["spec"]["replicas"] = json!(5));
+        assert_eq!(validate_node_pool(&more, Some(&fixed), known(&c)), Verdict::default(), "scaling is an edit");
     }
 
     #[test]

@@ -23,6 +23,8 @@ use crds::quantity::{format_bytes, format_count, format_millis_cpu};
 use crds::{CleverNodeClass, CleverOrganization, FlavorCatalog};
 use scheduling::CompactPod;
 use scheduling::convert::{ConvertError, PendingRule, Snapshot, Volumes, build_input_with_volumes};
+
+use crate::decisions::static_capacity;
 use scheduling::model::{PreferencePolicy, Settings};
 use serde::Serialize;
 use serde_json::Value;
@@ -268,9 +270,28 @@ pub struct Plan {
     pub unschedulable: Vec<Unplaced>,
     /// Σ `pricePerHour`.
     pub total_price_per_hour: f64,
+    /// Static pools (`spec.replicas`) serving the cluster and what keeps their count.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub static_pools: Vec<PlannedStatic>,
     /// Documents skipped and objects ignored (not part of the JSON interface).
     #[serde(skip)]
     pub notes: Vec<String>,
+}
+
+/// A static pool: its count, its claims, and the claims the hub would make or delete now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedStatic {
+    /// Pool.
+    pub node_pool: String,
+    /// `spec.replicas`.
+    pub replicas: i64,
+    /// Its claims in the cluster, not being deleted.
+    pub claims: usize,
+    /// Claims it would make (slots).
+    pub create: usize,
+    /// Claims it would delete, in order.
+    pub delete: Vec<String>,
 }
 
 /// What the manifests hold: the scheduling snapshot, the storage objects and the clusters they
@@ -588,6 +609,7 @@ pub fn plan_with(
     let converted =
         build_input_with_volumes(&target.snapshot, &manifests.volumes, &cluster, PendingRule::Unbound, settings)?;
     notes.extend(converted.notes);
+    let converted_static = converted.static_pools;
     let mut input = converted.input;
     let rooms = organization_rooms(manifests, &target.key, &target.snapshot, &cluster, &mut notes);
     crate::decisions::organization::limit_input(&mut input, &rooms);
@@ -610,6 +632,22 @@ pub fn plan_with(
         })
         .collect();
     let total = round4(node_claims.iter().fold(0.0, |acc, c| acc + c.price_per_hour));
+    let static_pools = converted_static
+        .iter()
+        .filter_map(|sp| {
+            let pool = target.snapshot.node_pools.iter().find(|p| p.metadata.name.as_deref() == Some(&sp.pool.name))?;
+            let claims = target.snapshot.node_claims.iter().filter(|c| c.spec.cluster_name == cluster);
+            let facts = static_capacity::facts_of(pool, sp.replicas, claims, &target.snapshot);
+            let decided = static_capacity::decide(&facts);
+            Some(PlannedStatic {
+                node_pool: sp.pool.name.clone(),
+                replicas: sp.replicas,
+                claims: facts.members.iter().filter(|m| !m.deleting).count(),
+                create: decided.create.len(),
+                delete: decided.delete,
+            })
+        })
+        .collect();
     Ok(Plan {
         cluster,
         existing_nodes: decision
@@ -624,6 +662,7 @@ pub fn plan_with(
             .collect(),
         node_claims,
         total_price_per_hour: total,
+        static_pools,
         notes,
     })
 }
@@ -727,6 +766,17 @@ pub fn to_table(plan: &Plan) -> String {
         let _ = writeln!(out, "\nUnschedulable:");
         for u in &plan.unschedulable {
             let _ = writeln!(out, "  {}: {}", u.pod, u.reason);
+        }
+    }
+    if !plan.static_pools.is_empty() {
+        let _ = writeln!(out, "\nStatic pools (a fixed count, no node for pending pods):");
+        for s in &plan.static_pools {
+            let delete = if s.delete.is_empty() { String::new() } else { format!(", delete {}", s.delete.join(", ")) };
+            let _ = writeln!(
+                out,
+                "  {}: {} of {} replicas; create {}{delete}",
+                s.node_pool, s.claims, s.replicas, s.create
+            );
         }
     }
     out

@@ -12,3 +12,4 @@ pub mod nodeclass;
 pub mod nodepool;
 pub mod organization;
 pub mod provisioning;
+pub mod static_capacity;

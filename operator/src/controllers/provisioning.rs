@@ -406,7 +406,7 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
             .collect();
         tracing::debug!(cluster = %key, pods = nominated, on = ?on, "pods expected on existing or in-flight capacity");
     }
-    if !created.is_empty() && !claims_visible(hub, ns, &created).await {
+    if !created.is_empty() && !hub.claims_visible(ns, &created, CREATED_VISIBLE).await {
         tracing::warn!(cluster = %key, claims = created.len(), "the management cache does not show the new NodeClaims yet; the next round may repeat work");
     }
     let mut look_again: Option<Duration> = None;
@@ -471,21 +471,6 @@ async fn create_claim(
     }
     tracing::warn!(cluster = %key, nodepool = %pool, "every name of a decided NodeClaim is held by other claims; its pods wait for the next round");
     Ok(None)
-}
-
-/// Wait until the management cache shows every claim in `names` (or [`CREATED_VISIBLE`] passed).
-async fn claims_visible(hub: &Hub, ns: &str, names: &[String]) -> bool {
-    let deadline = tokio::time::Instant::now() + CREATED_VISIBLE;
-    loop {
-        let shown = names.iter().all(|n| hub.cache.claims.get(&ObjectRef::<NodeClaim>::new(n).within(ns)).is_some());
-        if shown {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[cfg(test)]

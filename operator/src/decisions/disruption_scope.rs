@@ -96,6 +96,7 @@ pub fn view(
         let mut facts = PoolFacts::from_spec(&name, &p.spec.disruption, types_resolve);
         facts.protect_single_replica =
             p.metadata.annotations.as_ref().and_then(|a| a.get(PROTECT_SINGLE_REPLICA)).is_some_and(|v| v == "true");
+        facts.static_pool = p.spec.replicas.is_some();
         pools.push(facts);
     }
 

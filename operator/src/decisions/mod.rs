@@ -25,5 +25,6 @@ pub mod pause;
 pub mod pool_status;
 pub mod rollout;
 pub mod sharding;
+pub mod static_capacity;
 pub mod taking_part;
 pub mod termination;

@@ -555,6 +555,25 @@ impl Hub {
     }
 
     /// The capacity memory of a cluster, loaded from the management cluster the first time.
+    /// Wait until the management cache shows every NodeClaim of `names` in `ns` (true), or
+    /// `within` passed (false): a decision made before would not count the claims just created and
+    /// make them again.
+    pub async fn claims_visible(&self, ns: &str, names: &[String], within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let shown = names
+                .iter()
+                .all(|n| self.cache.claims.get(&reflector::ObjectRef::<NodeClaim>::new(n).within(ns)).is_some());
+            if shown {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub async fn capacity(&self, key: &ClusterKey) -> Result<CapacityState, kube::Error> {
         if let Some(s) = self.capacity.lock().unwrap_or_else(PoisonError::into_inner).get(key) {
             return Ok(s.clone());

@@ -38,5 +38,6 @@ mod run_binary;
 mod sandbox;
 mod scenarios;
 mod sharding;
+mod static_pools;
 mod termination;
 mod volumes;

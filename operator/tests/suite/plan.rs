@@ -59,6 +59,8 @@ const EXPECTED: &[(&str, &[&str], &[&str])] = &[
     ("organization.yaml", &[], &["platform/platform-tool", "shop/api-0", "shop/api-1"]),
     // minValues 2 on instance-type: options stay XS and S at least.
     ("min-values.yaml", &["flexible:XS"], &["platform/platform-tool"]),
+    // A static pool only: it makes no node for pending pods (plan lists its own claims apart).
+    ("static-nodepool.yaml", &[], &["platform/platform-tool", "shop/api-0", "shop/api-1"]),
     // The team pool is tainted: only the tolerating tool pod may use it, and the api pods get nothing.
     ("team-dedicated.yaml", &["team-platform:XS"], &["shop/api-0", "shop/api-1"]),
     // preferred-small (weight 50) takes everything it can.

@@ -131,6 +131,19 @@ pub struct Converted {
     pub input: Input,
     /// Things ignored, for the user.
     pub notes: Vec<String>,
+    /// Static pools (`spec.replicas`) serving the cluster: never in `input.pools`, so no pending
+    /// pod gets a node from them (their nodes are in `input.nodes`, room for pending pods like any
+    /// other); their model is here for what keeps their count.
+    pub static_pools: Vec<StaticPool>,
+}
+
+/// A static pool as the scheduling model reads it, and the node count it keeps.
+#[derive(Debug, Clone)]
+pub struct StaticPool {
+    /// The pool (its usage counts its nodes and claims in flight).
+    pub pool: Pool,
+    /// `spec.replicas`.
+    pub replicas: i64,
 }
 
 fn object(kind: &str, meta: &ObjectMeta) -> String {
@@ -324,7 +337,7 @@ pub fn build_input_with_volumes(
         if let Some(m) = &p.spec.template.metadata {
             pool_labels.extend(m.labels.clone());
         }
-        out.input.pools.push(Pool {
+        let pool = Pool {
             weight: p.spec.weight.unwrap_or(0),
             requirements: p.spec.template.spec.requirements.clone(),
             labels: pool_labels,
@@ -334,7 +347,11 @@ pub fn build_input_with_volumes(
             usage: usage.get(&name).copied().unwrap_or_default(),
             instance_types,
             name,
-        });
+        };
+        match p.spec.replicas {
+            Some(replicas) => out.static_pools.push(StaticPool { pool, replicas }),
+            None => out.input.pools.push(pool),
+        }
     }
 
     // Pods: bound ones onto their nodes, pending ones to place.
@@ -505,6 +522,33 @@ mod tests {
 
     fn convert(snapshot: &Snapshot, rule: PendingRule) -> Converted {
         build_input(snapshot, "c1", rule, Settings::default()).unwrap()
+    }
+
+    /// Issue 28 item 1: a static pool (`spec.replicas`) is no pool a pending pod can get a node
+    /// from; its nodes stay room like any other, and its model is kept for what keeps its count.
+    #[test]
+    fn a_static_pool_makes_no_node_for_pending_pods_but_its_nodes_are_room() {
+        let mut fixed = pool();
+        fixed.metadata.name = Some("fixed".to_string());
+        fixed.spec.replicas = Some(2);
+        let node: K8sNode = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "fixed-node", "labels": {"karpenter.sh/nodepool": "fixed"}},
+            "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"}}}))
+        .unwrap();
+        let snap = Snapshot {
+            node_pools: vec![pool(), fixed],
+            nodes: vec![Arc::new(node)],
+            pods: vec![pod("web", unschedulable())],
+            ..Snapshot::default()
+        };
+        let c = convert(&snap, PendingRule::Unschedulable);
+        let pools: Vec<&str> = c.input.pools.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(pools, ["default"]);
+        assert_eq!(c.static_pools.len(), 1);
+        assert_eq!((c.static_pools[0].pool.name.as_str(), c.static_pools[0].replicas), ("fixed", 2));
+        assert_eq!(c.static_pools[0].pool.usage.nodes, 1, "its node counts toward its usage");
+        assert_eq!(c.input.nodes.len(), 1, "its node is room for pending pods");
+        assert_eq!(names(&c), ["web"]);
     }
 
     /// A launched claim whose Node has joined but whose status does not name it yet is that Node,

@@ -1,0 +1,270 @@
+//! Static pools (`NodePool.spec.replicas`, upstream's static capacity; issue 28 item 1): how many
+//! NodeClaims a static pool makes or deletes in one cluster to keep its count, over plain facts.
+//!
+//! The rules, upstream's where it has them:
+//! - fewer live claims (not being deleted) than `replicas`: make the difference, within
+//!   `limits.nodes` (a claim expired, repaired or deleted by hand is replaced after it goes);
+//! - a drifted claim is replaced one at a time, the replacement first: one more claim while no
+//!   replacement is in flight, then, once every claim that is not drifted is initialized, the
+//!   drifted one goes (upstream replaces within the pool's `Drifted` budget; the hub one at a time);
+//! - more live claims than `replicas`: drifted ones first (once no replacement is in flight), then
+//!   claims not launched yet, then empty nodes, then the rest by how little their pods cost to move,
+//!   nodes with a do-not-disrupt pod last. Deletion goes through termination (drain, PDBs).
+//!
+//! New claims take the lowest free slots: a slot names its claim deterministically, so a create
+//! retried after a crash finds the claim instead of making a second.
+//!
+//! Owns: the facts read off a pool's claims and pods, that arithmetic and the slot numbers. Must
+//! not: read a cache, write, or pick flavors (the controller asks the scheduling core, as for any
+//! new claim).
+
+use std::collections::BTreeSet;
+
+use crds::{NodeClaim, NodePool, admission::schedule::do_not_disrupt_holds, labels};
+use kube::ResourceExt;
+use scheduling::{CompactPod, compact::MIRROR_ANNOTATION, convert::Snapshot};
+
+/// The annotation holding a static claim's slot.
+pub const SLOT_ANNOTATION: &str = "karpenter.clever-cloud.com/static-slot";
+
+/// One claim of the pool in the cluster.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Member {
+    /// NodeClaim name.
+    pub name: String,
+    /// Its slot, when it has one (claims made by the hub for this pool do).
+    pub slot: Option<u32>,
+    /// Being deleted.
+    pub deleting: bool,
+    /// Launched (a provider ID).
+    pub launched: bool,
+    /// Its node is initialized.
+    pub initialized: bool,
+    /// `Drifted=True`.
+    pub drifted: bool,
+    /// No pod but DaemonSet and mirror pods.
+    pub empty: bool,
+    /// A pod with an active `karpenter.sh/do-not-disrupt`.
+    pub do_not_disrupt: bool,
+    /// What moving its pods costs (upstream's rescheduling cost: pod count, deletion costs).
+    pub cost: f64,
+}
+
+/// A static pool in one cluster.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Facts {
+    /// `spec.replicas`.
+    pub replicas: i64,
+    /// `spec.limits.nodes`, if set.
+    pub node_limit: Option<i64>,
+    /// Its claims in the cluster.
+    pub members: Vec<Member>,
+}
+
+/// What to do now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decision {
+    /// Slots to make a claim in.
+    pub create: Vec<u32>,
+    /// Claims to delete, in order.
+    pub delete: Vec<String>,
+    /// Why, for the log line.
+    pub why: String,
+}
+
+/// The facts of static pool `pool` (count `replicas`) in a cluster: `claims` are the cluster's
+/// NodeClaims (the pool's are picked by label), `snapshot` holds its pods (and the time a pod's
+/// do-not-disrupt duration is judged at).
+pub fn facts_of<'a>(
+    pool: &NodePool,
+    replicas: i64,
+    claims: impl IntoIterator<Item = &'a NodeClaim>,
+    snapshot: &Snapshot,
+) -> Facts {
+    let name = pool.name_any();
+    let now = snapshot.now.map(|t| t.as_second());
+    let members = claims
+        .into_iter()
+        .filter(|c| c.labels().get(labels::NODEPOOL) == Some(&name))
+        .map(|c| {
+            let status = c.status.as_ref();
+            let condition =
+                |t: &str| status.is_some_and(|s| s.conditions.iter().any(|k| k.type_ == t && k.status == "True"));
+            let node = status.and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty());
+            // What a drain would move: not DaemonSet or mirror pods, not finished ones.
+            let pods: Vec<&CompactPod> = snapshot
+                .pods
+                .iter()
+                .map(AsRef::as_ref)
+                .filter(|p| node.is_some() && p.node_name() == node)
+                .filter(|p| !p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet"))
+                .filter(|p| !p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)))
+                .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
+                .collect();
+            let do_not_disrupt = pods.iter().any(|p| {
+                let running_for = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.start_time.as_ref())
+                    .zip(now)
+                    .map(|(start, now)| now - start.0.as_second());
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(labels::DO_NOT_DISRUPT))
+                    .and_then(|v| do_not_disrupt_holds(v, running_for))
+                    .unwrap_or(false)
+            });
+            Member {
+                name: c.name_any(),
+                slot: c.annotations().get(SLOT_ANNOTATION).and_then(|s| s.parse().ok()),
+                deleting: c.metadata.deletion_timestamp.is_some(),
+                launched: status.and_then(|s| s.provider_id.as_deref()).is_some_and(|p| !p.is_empty()),
+                initialized: condition("Initialized"),
+                drifted: condition("Drifted"),
+                empty: node.is_some() && pods.is_empty(),
+                do_not_disrupt,
+                cost: f64::from(u32::try_from(pods.len()).unwrap_or(u32::MAX)),
+            }
+        })
+        .collect();
+    let node_limit = pool.spec.limits.as_ref().and_then(|l| l.get("nodes")).and_then(|q| q.0.parse::<i64>().ok());
+    Facts { replicas, node_limit, members }
+}
+
+/// Decides what keeps the pool at its count (see the module comment).
+pub fn decide(facts: &Facts) -> Decision {
+    let live: Vec<&Member> = facts.members.iter().filter(|m| !m.deleting).collect();
+    let replicas = usize::try_from(facts.replicas.max(0)).unwrap_or(usize::MAX);
+    let limit = facts.node_limit.and_then(|l| usize::try_from(l.max(0)).ok()).unwrap_or(usize::MAX);
+    let drifted: Vec<&Member> = live.iter().copied().filter(|m| m.drifted).collect();
+    let healthy = live.len() - drifted.len();
+    let in_flight = live.iter().any(|m| !m.drifted && !m.initialized);
+    let mut out = Decision::default();
+    let mut create = 0;
+    if live.len() < replicas {
+        create = replicas - live.len();
+        out.why = format!("{} live of {replicas}", live.len());
+    } else if !drifted.is_empty() && healthy < replicas && !in_flight && live.len() <= replicas {
+        create = 1;
+        out.why = format!("replacing drifted {} first", drifted[0].name);
+    }
+    // Every member counts against limits.nodes, those being deleted too (their nodes still run).
+    let room = limit.saturating_sub(facts.members.len());
+    if create > room {
+        out.why = format!("{}; limits.nodes {limit} leaves room for {room}", out.why);
+        create = room;
+    }
+    out.create = free_slots(facts, create);
+
+    let surplus = live.len().saturating_sub(replicas);
+    // A drifted node goes once its replacement is up; a surplus of nothing drifted goes at once.
+    let replacing = !drifted.is_empty() && in_flight;
+    if surplus > 0 && !replacing {
+        let mut order: Vec<&Member> = live.clone();
+        // Drifted first, then not launched, then empty, then by cost with do-not-disrupt last.
+        order.sort_by(|a, b| {
+            let rank = |m: &Member| (!m.drifted, m.launched, !m.empty, m.do_not_disrupt);
+            rank(a).cmp(&rank(b)).then(a.cost.total_cmp(&b.cost)).then(a.name.cmp(&b.name))
+        });
+        out.delete = order.into_iter().take(surplus).map(|m| m.name.clone()).collect();
+        out.why = if drifted.is_empty() {
+            format!("{} live, {surplus} above replicas {replicas}", live.len())
+        } else {
+            format!("{} live, {surplus} above replicas {replicas}: drifted ones go first", live.len())
+        };
+    }
+    out
+}
+
+/// The `n` lowest slots no member holds (those being deleted included: their names are taken
+/// until they are gone).
+fn free_slots(facts: &Facts, n: usize) -> Vec<u32> {
+    let used: BTreeSet<u32> = facts.members.iter().filter_map(|m| m.slot).collect();
+    (0..).filter(|s| !used.contains(s)).take(n).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(name: &str, slot: u32) -> Member {
+        Member { name: name.into(), slot: Some(slot), launched: true, initialized: true, ..Member::default() }
+    }
+
+    fn facts(replicas: i64, members: Vec<Member>) -> Facts {
+        Facts { replicas, node_limit: None, members }
+    }
+
+    #[test]
+    fn a_pool_below_its_count_makes_the_difference_in_the_lowest_free_slots() {
+        let d = decide(&facts(3, vec![member("a", 1)]));
+        assert_eq!((d.create, d.delete), (vec![0, 2], vec![]));
+        // A claim being deleted (expired) is replaced now; its slot stays taken until it is gone.
+        let mut expired = member("a", 0);
+        expired.deleting = true;
+        let d = decide(&facts(1, vec![expired]));
+        assert_eq!(d.create, vec![1]);
+        // At the count: nothing.
+        assert_eq!(decide(&facts(2, vec![member("a", 0), member("b", 1)])), Decision::default());
+    }
+
+    #[test]
+    fn limits_nodes_caps_the_claims_those_being_deleted_included() {
+        let mut f = facts(4, vec![member("a", 0)]);
+        f.node_limit = Some(2);
+        assert_eq!(decide(&f).create, vec![1]);
+        f.members[0].deleting = true;
+        assert_eq!(decide(&f).create, vec![1], "the node being deleted still runs");
+        f.node_limit = Some(1);
+        let d = decide(&f);
+        assert!(d.create.is_empty() && d.why.contains("limits.nodes 1"), "{d:?}");
+    }
+
+    #[test]
+    fn a_drifted_node_is_replaced_one_at_a_time_the_replacement_first() {
+        let mut a = member("a", 0);
+        a.drifted = true;
+        let mut b = member("b", 1);
+        b.drifted = true;
+        // Two drifted of two: one replacement, nothing deleted yet.
+        let d = decide(&facts(2, vec![a.clone(), b.clone()]));
+        assert_eq!((d.create.clone(), d.delete.clone()), (vec![2], vec![]), "{d:?}");
+        // The replacement in flight: nothing more.
+        let mut c = member("c", 2);
+        c.initialized = false;
+        c.launched = false;
+        assert_eq!(decide(&facts(2, vec![a.clone(), b.clone(), c.clone()])), Decision::default());
+        // Initialized: a drifted one goes; the next replacement waits until then.
+        c.initialized = true;
+        c.launched = true;
+        let d = decide(&facts(2, vec![a.clone(), b.clone(), c.clone()]));
+        assert_eq!((d.create, d.delete), (vec![], vec!["a".to_string()]));
+        // a leaving: b is replaced next.
+        let mut leaving = a.clone();
+        leaving.deleting = true;
+        let d = decide(&facts(2, vec![leaving, b, c]));
+        assert_eq!((d.create, d.delete), (vec![3], vec![]));
+    }
+
+    #[test]
+    fn scaling_down_deletes_not_launched_then_empty_then_cheapest_with_do_not_disrupt_last() {
+        let mut unlaunched = member("u", 0);
+        unlaunched.launched = false;
+        unlaunched.initialized = false;
+        let mut empty = member("e", 1);
+        empty.empty = true;
+        let mut busy = member("busy", 2);
+        busy.cost = 10.0;
+        let mut light = member("light", 3);
+        light.cost = 1.0;
+        let mut kept = member("kept", 4);
+        kept.do_not_disrupt = true;
+        let all = vec![kept.clone(), busy.clone(), light.clone(), empty.clone(), unlaunched];
+        let d = decide(&facts(1, all));
+        assert_eq!(d.delete, ["u", "e", "light", "busy"]);
+        assert!(d.create.is_empty());
+        let d = decide(&facts(0, vec![kept, light]));
+        assert_eq!(d.delete, ["light", "kept"], "do-not-disrupt last, but the count wins");
+    }
+}
