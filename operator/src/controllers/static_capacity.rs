@@ -98,6 +98,10 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
 
 /// One look at the cluster's static pools.
 async fn pass(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<(), Error> {
+    // Most namespaces have no static pool: no snapshot built for them every period.
+    if !hub.cache.pools_in(&key.namespace).iter().any(|p| p.spec.replicas.is_some()) {
+        return Ok(());
+    }
     let claims = facts::claims(&hub.cache, key);
     let labels = facts::ClusterLabels::of(&hub.registry, key);
     let mut snapshot = facts::snapshot(

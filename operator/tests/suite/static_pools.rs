@@ -131,3 +131,60 @@ async fn a_static_pool_keeps_its_count_without_pods_scales_and_replaces_what_goe
     assert_eq!(slots.len(), 3, "one claim per slot");
     world.shutdown().await;
 }
+
+/// A static pool whose template changes: its nodes drift, and each is replaced one at a time, the
+/// replacement first — the pool never has fewer live nodes than its count, nor more than one
+/// above it, and ends with its count of nodes of the new template.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_pool_replaces_its_drifted_nodes_one_at_a_time_replacement_first() {
+    let mut world = World::start(&[("team-d", "drift")], |i| quick_cke(i as u64)).await.unwrap();
+    apply_example_with(&world, 0, |spec| {
+        spec.insert("replicas".to_string(), json!(2));
+        spec.remove("limits");
+        spec["template"]["spec"]["requirements"] =
+            json!([{"key": "clever-cloud.com/flavor", "operator": "In", "values": ["2XS"]}]);
+    })
+    .await;
+    world.start_hub();
+    let c = &world.clusters[0];
+    let claims: Api<NodeClaim> = Api::namespaced(world.mgmt.client(), &c.namespace);
+    let initialized = |c: &NodeClaim| {
+        c.status.as_ref().is_some_and(|s| s.conditions.iter().any(|k| k.type_ == "Initialized" && k.status == "True"))
+    };
+    wait_for("two initialized static claims", Duration::from_secs(60), || async {
+        let live = live_claims(&claims).await;
+        live.len() == 2 && live.iter().all(initialized)
+    })
+    .await;
+    let first: Vec<String> = live_claims(&claims).await.iter().map(ResourceExt::name_any).collect();
+
+    // A template label: a new drift hash for the pool, both nodes drifted.
+    let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), &c.namespace);
+    let patch = json!({"spec": {"template": {"metadata": {"labels": {"revision": "2"}}}}});
+    pools.patch("default", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let mut most = 0;
+    loop {
+        let live = live_claims(&claims).await;
+        most = most.max(live.len());
+        let serving = live.iter().filter(|c| initialized(c)).count();
+        assert!(
+            live.len() <= 3,
+            "at most one replacement at a time: {:?}",
+            live.iter().map(ResourceExt::name_any).collect::<Vec<_>>()
+        );
+        assert!(serving >= 2 || live.len() > 2, "a drifted node left before its replacement was up");
+        let replaced = live.len() == 2 && live.iter().all(|c| !first.contains(&c.name_any()) && initialized(c));
+        if replaced {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the drifted nodes were not replaced within 120 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(most, 3, "each replacement came before the node it replaced went");
+    for claim in live_claims(&claims).await {
+        assert_eq!(claim.labels().get("revision").map(String::as_str), Some("2"), "the new template");
+    }
+    world.shutdown().await;
+}
