@@ -312,6 +312,7 @@ pub async fn run_with(
     spawn_per_cluster(&mut tasks, &hub, &shutdown);
     tasks.spawn(nodeclass::run(hub.clone(), shutdown.clone()));
     tasks.spawn(flavorcatalog::run(hub.clone(), shutdown.clone()));
+    metrics.leader.set(1);
     metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
     shutdown.cancelled().await;
     finish(tasks, &metrics).await;
@@ -400,6 +401,7 @@ fn spawn_per_cluster(tasks: &mut tokio::task::JoinSet<()>, hub: &Arc<hub::Hub>, 
 
 async fn finish(mut tasks: tokio::task::JoinSet<()>, metrics: &metrics::Metrics) {
     metrics.ready.store(false, std::sync::atomic::Ordering::Relaxed);
+    metrics.leader.set(0);
     // Controllers finish their current reconcile; give them a bounded time.
     let _ = tokio::time::timeout(Duration::from_secs(10), async { while tasks.join_next().await.is_some() {} }).await;
     tasks.abort_all();
@@ -468,6 +470,7 @@ async fn namespace_wide(
             return Ok(());
         }
         tracing::info!(hub_id = %hub.settings.hub_id, "holding the leader Lease: writing node class and flavor catalogue status");
+        hub.metrics.leader.set(1);
         let (lost, stop) = (CancellationToken::new(), CancellationToken::new());
         let keeper = {
             let (elector, lost, stop) = (elector.clone(), lost.clone(), stop.clone());
@@ -483,6 +486,7 @@ async fn namespace_wide(
             () = lost.cancelled() => {}
         }
         hub.registry.set_namespace_writer(false);
+        hub.metrics.leader.set(0);
         writers.cancel();
         while tasks.join_next().await.is_some() {}
         stop.cancel();
@@ -574,6 +578,8 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
         // only the default one is created (a first run by hand, before installing the manifests).
         let elector = leader::Elector::new(mgmt.clone(), &namespace, &lease, &identity, leader_timings)
             .creating_namespace(!chosen);
+        // A standby is ready: healthy and waiting for the Lease (karpenter_hub_leader says 0).
+        metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
         if !elector.campaign(&shutdown).await? {
             return Ok(());
         }

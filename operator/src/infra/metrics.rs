@@ -339,6 +339,10 @@ pub struct Metrics {
     pub shard_members: Gauge,
     /// Sharded mode: ownership changes of this replica, by direction.
     pub shard_handovers: Family<DirectionLabels, Counter>,
+    /// 1 while this replica leads: holds the Lease `karpenter-hub-<hub id>` (single-leader mode:
+    /// it acts; sharded mode: it writes the namespace-wide status), or acts without election.
+    pub leader: Gauge,
+    /// Started and not stopping: `/readyz` answers 200 (leader or standby alike).
     pub ready: AtomicBool,
 }
 
@@ -409,6 +413,7 @@ impl Metrics {
             shard_owned: Gauge::default(),
             shard_members: Gauge::default(),
             shard_handovers: Family::default(),
+            leader: Gauge::default(),
             ready: AtomicBool::new(false),
         };
         register(
@@ -674,6 +679,11 @@ impl Metrics {
             m.shard_owned.clone(),
         );
         r.register(
+            "karpenter_hub_leader",
+            "1 while this replica holds the hub's leader Lease (or runs without leader election), 0 on a standby",
+            m.leader.clone(),
+        );
+        r.register(
             "karpenter_hub_shard_members",
             "Sharded mode: live replicas of this hub id, as this replica sees them",
             m.shard_members.clone(),
@@ -842,11 +852,14 @@ async fn metrics_handler(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
     ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], m.render())
 }
 
+/// Ready once started, leader and standby alike (a standby is healthy: `kubectl rollout status`,
+/// `helm --wait` and Argo CD see a healthy install); the body says which it is, and so does
+/// `karpenter_hub_leader`.
 async fn ready_handler(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
-    if m.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ready")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "starting")
+    match (m.ready.load(Ordering::Relaxed), m.leader.get() == 1) {
+        (true, true) => (StatusCode::OK, "ready: leader"),
+        (true, false) => (StatusCode::OK, "ready: standby"),
+        (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "starting"),
     }
 }
 

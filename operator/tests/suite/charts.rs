@@ -1007,13 +1007,21 @@ fn free_port() -> u16 {
 
 /// The status code of `GET http://127.0.0.1:<port><path>`, None while nothing answers.
 async fn http_status(port: u16, path: &str) -> Option<u16> {
+    http_get(port, path).await.map(|(code, _)| code)
+}
+
+/// The status code and body of `GET http://127.0.0.1:<port><path>`, None while nothing answers.
+async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
     let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.ok()?;
     let mut response = Vec::new();
     tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut response)).await.ok()?.ok()?;
-    String::from_utf8_lossy(&response).split_whitespace().nth(1)?.parse().ok()
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Some((code, body))
 }
 
 /// Whether the API server lets `user` do `verb` on `resource` in `namespace` (admin's question).
@@ -1092,7 +1100,9 @@ async fn service_account_kubeconfig(
 /// `karpenter-hub` started with exactly the container's arguments and environment (every flag of
 /// custom-flags-values.yaml) and that ServiceAccount's token. It parses them, wins the Lease where
 /// the chart's Role allows it, and writes the status of a NodePool in the watched namespace; its
-/// identity may read kubeconfig Secrets there and nowhere else.
+/// identity may read kubeconfig Secrets there and nowhere else. A second replica started the same
+/// way stands by and passes the rendered readiness probe too (`ready: standby`, `karpenter_hub_leader`
+/// 0 against the leader's 1), so `helm install --wait` converges with two replicas.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hub_runs_with_the_chart_flags_and_rbac_on_a_real_api_server() {
     use k8s_openapi::api::coordination::v1::Lease;
@@ -1179,6 +1189,52 @@ async fn the_hub_runs_with_the_chart_flags_and_rbac_on_a_real_api_server() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+
+    // A second replica, as the Deployment's second pod runs: it stands by and is Ready all the
+    // same (helm --wait, rollout status), /readyz and karpenter_hub_leader saying which leads.
+    let (port_1, probe_port_1) = (free_port(), free_port());
+    let hub_1_args: Vec<String> = hub_args
+        .iter()
+        .map(|a| match a.split_once('=') {
+            Some(("--metrics-bind-address", _)) => format!("--metrics-bind-address=127.0.0.1:{port_1}"),
+            Some(("--health-probe-bind-address", _)) => format!("--health-probe-bind-address=127.0.0.1:{probe_port_1}"),
+            _ => a.clone(),
+        })
+        .collect();
+    let log_1 = dir.join("hub-1.log");
+    let file_1 = std::fs::File::create(&log_1).unwrap();
+    let mut standby = Running {
+        child: Command::new(env!("CARGO_BIN_EXE_karpenter-hub"))
+            .args(&hub_1_args)
+            .env_clear()
+            .env("POD_NAMESPACE", release_ns)
+            .env("POD_NAME", "hub-1")
+            .env("RUST_LOG", &rust_log)
+            .stdin(std::process::Stdio::null())
+            .stdout(file_1.try_clone().unwrap())
+            .stderr(file_1)
+            .spawn()
+            .unwrap(),
+        log: log_1,
+    };
+    let leader_gauge =
+        |text: &str| text.lines().find_map(|l| l.strip_prefix("karpenter_hub_leader ")).map(|v| v.trim().to_string());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        standby.assert_alive();
+        if http_get(probe_port_1, "/readyz").await == Some((200, "ready: standby".to_string())) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the standby is not Ready within 30 s:\n{}", standby.output());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(http_get(probe_port, "/readyz").await, Some((200, "ready: leader".to_string())));
+    let metrics_of = |p: u16| async move { http_get(p, "/metrics").await.map(|(_, body)| body).unwrap_or_default() };
+    assert_eq!(leader_gauge(&metrics_of(port).await).as_deref(), Some("1"), "the leader's gauge");
+    assert_eq!(leader_gauge(&metrics_of(port_1).await).as_deref(), Some("0"), "the standby's gauge");
+    let holder = leases.get_opt("karpenter-hub-eu-west").await.unwrap().and_then(|l| l.spec?.holder_identity);
+    assert!(holder.as_deref().is_some_and(|h| h.starts_with("hub-0-")), "the standby took nothing: {holder:?}");
+    drop(standby);
 
     // Each listener serves what it is for: /metrics and the probes on the metrics address, the
     // probes only on theirs.
