@@ -47,7 +47,7 @@ use crate::{
         disruption_scope, nomination, ownership, rollout,
     },
     infra::{
-        errors::{self, ApiError, Categorized, Category, Reconciler, StepExt},
+        errors::{self, Categorized, Reconciler, StepExt},
         facts,
         hub::{Hub, MgmtCache},
         metrics::{DecisionLabels, MethodLabels, PoolReasonLabels, ReasonLabels},
@@ -71,33 +71,8 @@ pub const DISRUPTION_LAUNCHING: &str = "DisruptionLaunching";
 pub const DISRUPTION_TERMINATING: &str = "DisruptionTerminating";
 pub const DISRUPTION_ROLLED_BACK: &str = "DisruptionRolledBack";
 
-/// What stops a pass; the next one retries. A request's failure says its step.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    #[error("{0}")]
-    Convert(#[from] scheduling::convert::ConvertError),
-    #[error("building a replacement NodeClaim: {0}")]
-    Build(#[from] new_claims::BuildError),
-}
-
-impl Categorized for Error {
-    fn step(&self) -> errors::Step {
-        match self {
-            Error::Api(e) => e.step,
-            Error::Convert(_) => errors::Step::BuildSchedulingInput,
-            Error::Build(_) => errors::Step::BuildNodeClaim,
-        }
-    }
-
-    fn category(&self) -> Category {
-        match self {
-            Error::Api(e) => e.category,
-            Error::Convert(_) | Error::Build(_) => Category::InvalidInput,
-        }
-    }
-}
+/// What stops a pass; the next one retries.
+pub use crate::infra::errors::PassError as Error;
 
 /// Start and stop one disruption loop per registered cluster until `shutdown`.
 pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {

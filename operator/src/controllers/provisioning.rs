@@ -27,7 +27,7 @@ use crate::{
     decisions::new_claims::{BuildError, Cluster, candidate_names, node_claim},
     decisions::nomination,
     decisions::organization::{self, Ceiling},
-    infra::errors::{self, ApiError, Categorized, Category, Reconciler, Step, StepExt},
+    infra::errors::{self, ApiError, Categorized, Reconciler, Step, StepExt},
     infra::facts,
     infra::hub::{Hub, MgmtCache},
     infra::metrics::{ClusterLabels, PoolReasonLabels},
@@ -38,33 +38,8 @@ use crds::{NodeClaim, labels};
 use k8s_openapi::jiff::Timestamp;
 use scheduling::convert::{PendingRule, Snapshot, build_input_with_volumes};
 
-/// Errors of one round; logged, and the next window retries. A request's failure says its step.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    #[error(transparent)]
-    Build(#[from] BuildError),
-    #[error("{0}")]
-    Convert(#[from] scheduling::convert::ConvertError),
-}
-
-impl Categorized for Error {
-    fn step(&self) -> Step {
-        match self {
-            Error::Api(e) => e.step,
-            Error::Build(_) => Step::BuildNodeClaim,
-            Error::Convert(_) => Step::BuildSchedulingInput,
-        }
-    }
-
-    fn category(&self) -> Category {
-        match self {
-            Error::Api(e) => e.category,
-            Error::Build(_) | Error::Convert(_) => Category::InvalidInput,
-        }
-    }
-}
+/// Errors of one round; logged, and the next window retries.
+pub use crate::infra::errors::PassError as Error;
 
 /// Start and stop one provisioning task per registered cluster until `shutdown`.
 pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {

@@ -19,9 +19,9 @@ use kube::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    decisions::new_claims::{BuildError, Cluster, node_claim},
+    decisions::new_claims::{Cluster, node_claim},
     decisions::static_capacity::{self, SLOT_ANNOTATION},
-    infra::errors::{self, ApiError, Categorized, Category, Reconciler, Step, StepExt},
+    infra::errors::{self, Categorized, Reconciler, Step, StepExt},
     infra::facts,
     infra::hub::Hub,
     infra::metrics::PoolReasonLabels,
@@ -41,32 +41,7 @@ pub const PERIOD: Duration = Duration::from_secs(10);
 const CREATED_VISIBLE: Duration = Duration::from_secs(5);
 
 /// Errors of one pass; logged, and the next pass retries.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    #[error(transparent)]
-    Build(#[from] BuildError),
-    #[error("{0}")]
-    Convert(#[from] scheduling::convert::ConvertError),
-}
-
-impl Categorized for Error {
-    fn step(&self) -> Step {
-        match self {
-            Error::Api(e) => e.step,
-            Error::Build(_) => Step::BuildNodeClaim,
-            Error::Convert(_) => Step::BuildSchedulingInput,
-        }
-    }
-
-    fn category(&self) -> Category {
-        match self {
-            Error::Api(e) => e.category,
-            Error::Build(_) | Error::Convert(_) => Category::InvalidInput,
-        }
-    }
-}
+pub use crate::infra::errors::PassError as Error;
 
 /// Start and stop one task per registered cluster until `shutdown`.
 pub async fn run(hub: Arc<Hub>, shutdown: CancellationToken) {

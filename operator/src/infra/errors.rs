@@ -257,6 +257,36 @@ pub trait Categorized {
     fn category(&self) -> Category;
 }
 
+/// What stops a pass of a controller that converts a cluster's facts, builds NodeClaims and writes
+/// them (provisioning, disruption, static pools); the next pass retries. A request's failure says
+/// its step.
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error(transparent)]
+    Build(#[from] crate::decisions::new_claims::BuildError),
+    #[error("{0}")]
+    Convert(#[from] scheduling::convert::ConvertError),
+}
+
+impl Categorized for PassError {
+    fn step(&self) -> Step {
+        match self {
+            PassError::Api(e) => e.step,
+            PassError::Build(_) => Step::BuildNodeClaim,
+            PassError::Convert(_) => Step::BuildSchedulingInput,
+        }
+    }
+
+    fn category(&self) -> Category {
+        match self {
+            PassError::Api(e) => e.category,
+            PassError::Build(_) | PassError::Convert(_) => Category::InvalidInput,
+        }
+    }
+}
+
 impl Categorized for ApiError {
     fn step(&self) -> Step {
         self.step

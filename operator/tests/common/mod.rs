@@ -425,3 +425,19 @@ pub async fn bound_token_kubeconfig(workload: &sim::apiserver::ApiServer, ns: &s
         ca.as_str().unwrap()
     )
 }
+
+/// NodePool `name` of namespace `ns` in `world`'s management cluster, its condition `type_` if it
+/// is `True` (None while the pool or the condition is missing or not True).
+pub async fn pool_condition_true(
+    world: &World,
+    ns: &str,
+    name: &str,
+    type_: &str,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    Api::<crds::NodePool>::namespaced(world.mgmt.client(), ns)
+        .get(name)
+        .await
+        .ok()
+        .and_then(|p| p.status)
+        .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == type_ && c.status == "True"))
+}

@@ -972,6 +972,26 @@ struct Running {
 }
 
 impl Running {
+    /// `karpenter-hub` with `args` as the chart's pod `pod` in `namespace` runs it (its downward
+    /// API environment and `RUST_LOG`, nothing else), its output in `log`.
+    fn hub(args: &[String], namespace: &str, pod: &str, rust_log: &str, log: PathBuf) -> Running {
+        let file = std::fs::File::create(&log).unwrap();
+        Running {
+            child: Command::new(env!("CARGO_BIN_EXE_karpenter-hub"))
+                .args(args)
+                .env_clear()
+                .env("POD_NAMESPACE", namespace)
+                .env("POD_NAME", pod)
+                .env("RUST_LOG", rust_log)
+                .stdin(std::process::Stdio::null())
+                .stdout(file.try_clone().unwrap())
+                .stderr(file)
+                .spawn()
+                .unwrap(),
+            log,
+        }
+    }
+
     fn output(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -1154,22 +1174,7 @@ async fn the_hub_runs_with_the_chart_flags_and_rbac_on_a_real_api_server() {
     to_loopback(&mut hub_args, "--health-probe-bind-address", probe_port);
     hub_args.push(format!("--kubeconfig={}", kubeconfig_path.display()));
     let rust_log = env(hub, "RUST_LOG").unwrap();
-    let log = dir.join("hub.log");
-    let file = std::fs::File::create(&log).unwrap();
-    let mut running = Running {
-        child: Command::new(env!("CARGO_BIN_EXE_karpenter-hub"))
-            .args(&hub_args)
-            .env_clear()
-            .env("POD_NAMESPACE", release_ns)
-            .env("POD_NAME", "hub-0")
-            .env("RUST_LOG", &rust_log)
-            .stdin(std::process::Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap(),
-        log,
-    };
+    let mut running = Running::hub(&hub_args, release_ns, "hub-0", &rust_log, dir.join("hub.log"));
 
     // It leads through the Lease of its --hub-id in --leader-election-namespace, and is Ready.
     let leases: Api<Lease> = Api::namespaced(admin.clone(), "hub-leases");
@@ -1201,22 +1206,7 @@ async fn the_hub_runs_with_the_chart_flags_and_rbac_on_a_real_api_server() {
             _ => a.clone(),
         })
         .collect();
-    let log_1 = dir.join("hub-1.log");
-    let file_1 = std::fs::File::create(&log_1).unwrap();
-    let mut standby = Running {
-        child: Command::new(env!("CARGO_BIN_EXE_karpenter-hub"))
-            .args(&hub_1_args)
-            .env_clear()
-            .env("POD_NAMESPACE", release_ns)
-            .env("POD_NAME", "hub-1")
-            .env("RUST_LOG", &rust_log)
-            .stdin(std::process::Stdio::null())
-            .stdout(file_1.try_clone().unwrap())
-            .stderr(file_1)
-            .spawn()
-            .unwrap(),
-        log: log_1,
-    };
+    let mut standby = Running::hub(&hub_1_args, release_ns, "hub-1", &rust_log, dir.join("hub-1.log"));
     let leader_gauge =
         |text: &str| text.lines().find_map(|l| l.strip_prefix("karpenter_hub_leader ")).map(|v| v.trim().to_string());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -1337,22 +1327,7 @@ async fn the_sharded_hub_runs_with_the_chart_rbac_on_a_real_api_server() {
     assert!(hub_args.contains(&format!("--registration-namespaces={team}")), "{hub_args:?}");
     hub_args.push(format!("--kubeconfig={}", kubeconfig_path.display()));
     assert!(hub_args.contains(&"--sharding=true".to_string()), "{hub_args:?}");
-    let log = dir.join("hub.log");
-    let file = std::fs::File::create(&log).unwrap();
-    let mut running = Running {
-        child: Command::new(env!("CARGO_BIN_EXE_karpenter-hub"))
-            .args(&hub_args)
-            .env_clear()
-            .env("POD_NAMESPACE", release_ns)
-            .env("POD_NAME", "hub-0")
-            .env("RUST_LOG", env(hub, "RUST_LOG").unwrap())
-            .stdin(std::process::Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap(),
-        log,
-    };
+    let mut running = Running::hub(&hub_args, release_ns, "hub-0", &env(hub, "RUST_LOG").unwrap(), dir.join("hub.log"));
     let leases: Api<Lease> = Api::namespaced(admin.clone(), release_ns);
     // No hub.hubId, nothing of `default` in this namespace: the id derived from the management
     // cluster's identity (docs/hub.md, "The hub id").

@@ -6,13 +6,13 @@
 use std::time::{Duration, Instant};
 
 use clock::Clock;
-use crds::{NodeGroup, NodePool};
+use crds::NodeGroup;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, api::ListParams};
 use operator::commands::sandbox::world::{World, quick_cke, scale};
 
 use crate::common;
-use common::{apply_example, metric, rounds, running, wait_for, wait_quiet_over, writes};
+use common::{apply_example, metric, pool_condition_true, rounds, running, wait_for, wait_quiet_over, writes};
 
 /// Health probes the hub has made of every cluster: proof that it is alive and its loops turn.
 fn probes(world: &World) -> u64 {
@@ -53,14 +53,8 @@ async fn a_pending_pod_runs_one_round_reading_caches_and_idle_clusters_run_none(
     }
     world.start_hub();
     for c in &world.clusters {
-        let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), &c.namespace);
         wait_for("NodePool Ready", Duration::from_secs(30), || async {
-            pools
-                .get("default")
-                .await
-                .ok()
-                .and_then(|p| p.status)
-                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            pool_condition_true(&world, &c.namespace, "default", "Ready").await.is_some()
         })
         .await;
     }
@@ -187,14 +181,8 @@ async fn a_pod_counted_on_room_another_pod_took_gets_a_node_without_news() {
     apply_example(&world, 0).await;
     world.start_hub();
     let c = &world.clusters[0];
-    let pools: Api<NodePool> = Api::namespaced(world.mgmt.client(), &c.namespace);
     wait_for("NodePool Ready", Duration::from_secs(30), || async {
-        pools
-            .get("default")
-            .await
-            .ok()
-            .and_then(|p| p.status)
-            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        pool_condition_true(&world, &c.namespace, "default", "Ready").await.is_some()
     })
     .await;
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(c.client());

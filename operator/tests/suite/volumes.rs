@@ -13,7 +13,9 @@ use kube::{Api, api::PostParams};
 use operator::commands::sandbox::world::{World, apply_value, quick_cke, workload_pod};
 use serde_json::{Value, json};
 
-use crate::common::{apply_example, bound_token_kubeconfig, create_namespace, documents, wait_for};
+use crate::common::{
+    apply_example, bound_token_kubeconfig, create_namespace, documents, pool_condition_true, wait_for,
+};
 
 /// `config/hub/workload-rbac.yaml` as releases before issue 28 had it: no storage kind listed or
 /// watched, PersistentVolumes only read one by one (the drain's).
@@ -58,15 +60,7 @@ async fn an_identity_without_the_storage_kinds_connects_says_so_and_still_provis
     apply_example(&world, 0).await;
     world.start_hub();
 
-    let pools = Api::<crds::NodePool>::namespaced(world.mgmt.client(), "team-c");
-    let reachable = || async {
-        pools
-            .get("default")
-            .await
-            .ok()
-            .and_then(|p| p.status)
-            .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "ClusterReachable" && c.status == "True"))
-    };
+    let reachable = || pool_condition_true(&world, "team-c", "default", "ClusterReachable");
     wait_for("gamma Connected", Duration::from_secs(60), || async { reachable().await.is_some() }).await;
     let message = reachable().await.unwrap().message;
     for kind in ["persistentvolumeclaims", "persistentvolumes", "storageclasses", "csinodes"] {
