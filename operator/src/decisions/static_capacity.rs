@@ -18,11 +18,14 @@
 //! not: read a cache, write, or pick flavors (the controller asks the scheduling core, as for any
 //! new claim).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crds::{NodeClaim, NodePool, admission::schedule::do_not_disrupt_holds, labels};
+use crds::{NodeClaim, NodePool, labels};
 use kube::ResourceExt;
-use scheduling::{CompactPod, compact::MIRROR_ANNOTATION, convert::Snapshot};
+use scheduling::{
+    CompactPod,
+    convert::{Snapshot, do_not_disrupt_active, is_daemonset_pod, is_static_pod, is_terminal},
+};
 
 /// The annotation holding a static claim's slot.
 pub const SLOT_ANNOTATION: &str = "karpenter.clever-cloud.com/static-slot";
@@ -82,39 +85,30 @@ pub fn facts_of<'a>(
     snapshot: &Snapshot,
 ) -> Facts {
     let name = pool.name_any();
-    let now = snapshot.now.map(|t| t.as_second());
+    let claims: Vec<&NodeClaim> =
+        claims.into_iter().filter(|c| c.labels().get(labels::NODEPOOL) == Some(&name)).collect();
+
+    // What a drain would move off each of the pool's nodes (not DaemonSet, mirror or finished
+    // pods), grouped in one pass over the cluster's pods.
+    let nodes: BTreeSet<&str> = claims.iter().filter_map(|c| node_of(c)).collect();
+    let mut by_node: BTreeMap<&str, Vec<&CompactPod>> = BTreeMap::new();
+    for p in &snapshot.pods {
+        if let Some(node) = p.node_name().filter(|n| nodes.contains(n))
+            && !is_daemonset_pod(&p.metadata)
+            && !is_static_pod(&p.metadata)
+            && !is_terminal(p)
+        {
+            by_node.entry(node).or_default().push(p);
+        }
+    }
     let members = claims
         .into_iter()
-        .filter(|c| c.labels().get(labels::NODEPOOL) == Some(&name))
         .map(|c| {
             let status = c.status.as_ref();
             let condition =
                 |t: &str| status.is_some_and(|s| s.conditions.iter().any(|k| k.type_ == t && k.status == "True"));
-            let node = status.and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty());
-            // What a drain would move: not DaemonSet or mirror pods, not finished ones.
-            let pods: Vec<&CompactPod> = snapshot
-                .pods
-                .iter()
-                .map(AsRef::as_ref)
-                .filter(|p| node.is_some() && p.node_name() == node)
-                .filter(|p| !p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet"))
-                .filter(|p| !p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)))
-                .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
-                .collect();
-            let do_not_disrupt = pods.iter().any(|p| {
-                let running_for = p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.start_time.as_ref())
-                    .zip(now)
-                    .map(|(start, now)| now - start.0.as_second());
-                p.metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(labels::DO_NOT_DISRUPT))
-                    .and_then(|v| do_not_disrupt_holds(v, running_for))
-                    .unwrap_or(false)
-            });
+            let node = node_of(c);
+            let pods = node.and_then(|n| by_node.get(n)).map_or(&[][..], Vec::as_slice);
             Member {
                 name: c.name_any(),
                 slot: c.annotations().get(SLOT_ANNOTATION).and_then(|s| s.parse().ok()),
@@ -123,13 +117,18 @@ pub fn facts_of<'a>(
                 initialized: condition("Initialized"),
                 drifted: condition("Drifted"),
                 empty: node.is_some() && pods.is_empty(),
-                do_not_disrupt,
+                do_not_disrupt: pods.iter().any(|p| do_not_disrupt_active(p, snapshot.now).is_some()),
                 cost: f64::from(u32::try_from(pods.len()).unwrap_or(u32::MAX)),
             }
         })
         .collect();
     let node_limit = pool.spec.limits.as_ref().and_then(|l| l.get("nodes")).and_then(|q| q.0.parse::<i64>().ok());
     Facts { replicas, node_limit, members }
+}
+
+/// The node a claim's status names, if any.
+fn node_of(c: &NodeClaim) -> Option<&str> {
+    c.status.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty())
 }
 
 /// Decides what keeps the pool at its count (see the module comment).
@@ -186,6 +185,8 @@ fn free_slots(facts: &Facts, n: usize) -> Vec<u32> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
     use super::*;
 
     fn member(name: &str, slot: u32) -> Member {
@@ -194,6 +195,65 @@ mod tests {
 
     fn facts(replicas: i64, members: Vec<Member>) -> Facts {
         Facts { replicas, node_limit: None, members }
+    }
+
+    /// What a claim's node holds: a DaemonSet's and a finished pod leave it empty; a busy node
+    /// counts its pods, and an active do-not-disrupt (a duration from the pod's start) marks it.
+    #[test]
+    fn facts_read_each_claims_node_and_what_a_drain_would_move() {
+        use std::sync::Arc;
+        let pool: NodePool = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "fixed", "namespace": "team"},
+            "spec": {"clusterName": "c", "replicas": 2, "limits": {"nodes": "3"},
+                "template": {"spec": {"nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"}, "requirements": []}}}
+        }))
+        .unwrap();
+        let claim = |name: &str, node: &str| -> NodeClaim {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "team", "labels": {"karpenter.sh/nodepool": "fixed"},
+                    "annotations": {SLOT_ANNOTATION: "1"}},
+                "spec": {"clusterName": "c", "requirements": [],
+                    "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"}},
+                "status": {"providerID": format!("clevercloud://{name}"), "nodeName": node}
+            }))
+            .unwrap()
+        };
+        // A pod on `node`: its phase, owner kind and do-not-disrupt value if any.
+        let pod = |name: &str, node: &str, phase: &str, owner: Option<&str>, dnd: Option<&str>| -> Arc<CompactPod> {
+            let owners: Vec<serde_json::Value> = owner
+                .map(|k| serde_json::json!({"apiVersion": "apps/v1", "kind": k, "name": name, "uid": "o"}))
+                .into_iter()
+                .collect();
+            let annotations: serde_json::Map<String, serde_json::Value> =
+                dnd.map(|v| ("karpenter.sh/do-not-disrupt".to_string(), v.into())).into_iter().collect();
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name, "namespace": "app", "ownerReferences": owners, "annotations": annotations},
+                    "spec": {"nodeName": node, "containers": [{"name": "c"}]},
+                    "status": {"phase": phase, "startTime": "2026-11-25T11:50:00Z"}
+                }))
+                .unwrap(),
+            )
+        };
+        let snapshot = Snapshot {
+            pods: vec![
+                pod("agent", "n1", "Running", Some("DaemonSet"), None),
+                pod("done", "n1", "Succeeded", None, None),
+                pod("web", "n2", "Running", None, None),
+                pod("batch", "n2", "Running", None, Some("30m")),
+            ],
+            now: Some("2026-11-25T12:00:00Z".parse().unwrap()),
+            ..Snapshot::default()
+        };
+        let claims = [claim("a", "n1"), claim("b", "n2")];
+        let f = facts_of(&pool, 2, claims.iter(), &snapshot);
+        assert_eq!((f.replicas, f.node_limit), (2, Some(3)));
+        let a = &f.members[0];
+        assert!(a.empty && !a.do_not_disrupt && a.launched && a.slot == Some(1), "{a:?}");
+        let b = &f.members[1];
+        assert!(!b.empty && b.do_not_disrupt && b.cost == 2.0, "started 10 min ago, 30m holds: {b:?}");
+        let later = Snapshot { now: Some("2026-11-25T12:30:00Z".parse().unwrap()), ..snapshot };
+        assert!(!facts_of(&pool, 2, claims.iter(), &later).members[1].do_not_disrupt, "30m over");
     }
 
     #[test]

@@ -36,11 +36,10 @@ mod volumes;
 use capacity::{
     claim_options, in_flight, limits_of, node_from, node_marked_for_deletion, pool_types, price_limit_of, price_of,
 };
-use pending::{
-    Provisionable, blocks_eviction, is_daemonset_pod, is_static_pod, is_terminal, provisionable,
-    unschedulable_by_scheduler,
+use pending::{Provisionable, blocks_eviction, provisionable, unschedulable_by_scheduler};
+pub use pending::{
+    do_not_disrupt_active, forbids_every_eviction, is_daemonset_pod, is_static_pod, is_terminal, triggers_provisioning,
 };
-pub use pending::{forbids_every_eviction, triggers_provisioning};
 pub use spec::{UnsupportedSelectorOperator, constraints_from, pod_from, selector_from};
 use spec::{pod_from_spec, running_from};
 use volumes::{csi_volumes, invalid_volume, volume_topology};

@@ -17,15 +17,18 @@ use super::spec::{operator, selector_from};
 use crate::affinity::selector_matches;
 use crate::compact::CompactPod;
 
-pub(super) fn is_daemonset_pod(meta: &ObjectMeta) -> bool {
+/// Owned by a DaemonSet (of any API group).
+pub fn is_daemonset_pod(meta: &ObjectMeta) -> bool {
     meta.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet")
 }
 
-pub(super) fn is_static_pod(meta: &ObjectMeta) -> bool {
+/// A static pod's mirror (owned by its Node).
+pub fn is_static_pod(meta: &ObjectMeta) -> bool {
     meta.owner_references.iter().flatten().any(|o| o.kind == "Node")
 }
 
-pub(super) fn is_terminal(p: &CompactPod) -> bool {
+/// Finished: `Succeeded` or `Failed`.
+pub fn is_terminal(p: &CompactPod) -> bool {
     matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
@@ -65,6 +68,15 @@ pub fn forbids_every_eviction(spec: &k8s_openapi::api::policy::v1::PodDisruption
         || spec.min_available.as_ref().is_some_and(|v| matches!(v, IntOrString::String(s) if s == "100%"))
 }
 
+/// The pod's `karpenter.sh/do-not-disrupt` value when it holds at `now`: `true`, or a duration
+/// not yet over since the pod started (its creation if it has not; unknown `now`: not over).
+pub fn do_not_disrupt_active(p: &CompactPod, now: Option<k8s_openapi::jiff::Timestamp>) -> Option<&str> {
+    let value = p.metadata.annotations.as_ref()?.get(labels::DO_NOT_DISRUPT)?;
+    let started = p.status.as_ref().and_then(|s| s.start_time.as_ref()).or(p.metadata.creation_timestamp.as_ref());
+    let running_for = now.zip(started).map(|(now, started)| now.duration_since(started.0).as_secs());
+    (crds::admission::schedule::do_not_disrupt_holds(value, running_for) == Some(true)).then_some(value.as_str())
+}
+
 /// Why a pod on a leaving node stays there for good (upstream's "not currently reschedulable"): an
 /// active `karpenter.sh/do-not-disrupt` (`true`, or a duration not yet over at `now` since the pod
 /// started; unknown `now`: not over), a PodDisruptionBudget whose spec forbids every eviction, or
@@ -74,14 +86,9 @@ pub(super) fn blocks_eviction(
     pdbs: &[Arc<PodDisruptionBudget>],
     now: Option<k8s_openapi::jiff::Timestamp>,
 ) -> Option<String> {
-    let ann = p.metadata.annotations.as_ref();
-    if let Some(value) = ann.and_then(|a| a.get(labels::DO_NOT_DISRUPT)) {
-        let started = p.status.as_ref().and_then(|s| s.start_time.as_ref()).or(p.metadata.creation_timestamp.as_ref());
-        let running_for = now.zip(started).map(|(now, started)| now.duration_since(started.0).as_secs());
-        if crds::admission::schedule::do_not_disrupt_holds(value, running_for) == Some(true) {
-            let why = if value == "true" { String::new() } else { ", not over yet".to_string() };
-            return Some(format!("{}={value}{why}", labels::DO_NOT_DISRUPT));
-        }
+    if let Some(value) = do_not_disrupt_active(p, now) {
+        let why = if value == "true" { String::new() } else { ", not over yet".to_string() };
+        return Some(format!("{}={value}{why}", labels::DO_NOT_DISRUPT));
     }
     let ns = p.metadata.namespace.as_deref().unwrap_or("default");
     let pod_labels = p.metadata.labels.clone().unwrap_or_default();
