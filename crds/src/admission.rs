@@ -12,6 +12,7 @@
 //! Must not: do I/O, read the clock, log, or panic on any input. Catalogue rules live in
 //! [`crate::catalog`] and are reused, not restated.
 
+mod capacitybuffer;
 mod flavorcatalog;
 mod nodeclaim;
 mod nodeclass;
@@ -21,6 +22,7 @@ pub mod schedule;
 
 use std::fmt;
 
+pub use capacitybuffer::validate_capacity_buffer;
 pub use flavorcatalog::validate_flavor_catalog;
 pub use nodeclaim::validate_node_claim;
 pub use nodeclass::validate_node_class;

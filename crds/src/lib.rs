@@ -1,11 +1,12 @@
 //! Clever Karpenter Hub's API: the types of the management-cluster resources (`NodePool`,
-//! `NodeClaim`, `CleverNodeClass`, `FlavorCatalog`), the client-side model of CKE's `NodeGroup`,
+//! `NodeClaim`, `CleverNodeClass`, `FlavorCatalog`, `CapacityBuffer`, ...), the client-side model of CKE's `NodeGroup`,
 //! the generated CRDs, the flavor catalogue and the drift hashes.
 //!
 //! Everything here is pure data and pure functions shared by the operator and the webhook: no
 //! I/O, no clock, no logging.
 
 pub mod admission;
+pub mod capacitybuffer;
 pub mod catalog;
 pub mod common;
 pub mod crd;
@@ -22,6 +23,7 @@ pub mod selector;
 pub mod validation;
 pub mod workloadcluster;
 
+pub use capacitybuffer::{CapacityBuffer, CapacityBufferSpec, CapacityBufferStatus};
 pub use flavorcatalog::{FlavorCatalog, FlavorCatalogSpec, FlavorOverride};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 pub use nodeclass::{CleverNodeClass, CleverNodeClassSpec, CleverNodeClassStatus};

@@ -117,6 +117,9 @@ pub struct NodeFacts {
     pub price: f64,
     /// Pods bound to the Node.
     pub pods: Vec<PodFacts>,
+    /// A CapacityBuffer's pods sit in its free room (the provisioner would place them there now):
+    /// not empty in the sense of emptiness, which would delete the room the buffer keeps.
+    pub buffer_room: bool,
 }
 
 impl NodeFacts {
@@ -144,6 +147,7 @@ impl NodeFacts {
             capacity_type: None,
             price: 0.0,
             pods: Vec::new(),
+            buffer_room: false,
         }
     }
 

@@ -159,14 +159,16 @@ fn by_savings_ratio(scope: &Scope, mut list: Vec<Candidate>) -> Vec<Candidate> {
     list
 }
 
-/// Empty candidates of pools that allow emptiness, `Consolidatable=True` (§4.6).
+/// Empty candidates of pools that allow emptiness, `Consolidatable=True` (§4.6), except those
+/// holding a CapacityBuffer's room (upstream skips nodes with buffer pods too; consolidation may
+/// still move that room, its simulation places the buffer's pods).
 fn empty_candidates(scope: &Scope, c: &Candidates) -> Vec<Candidate> {
     c.eligible
         .iter()
         .filter(|c| {
             let node = &scope.nodes[c.index];
             let pool_allows = scope.pool(&c.nodepool).is_some_and(|p| p.consolidate_after.is_some());
-            pool_allows && node.consolidatable && node.is_empty()
+            pool_allows && node.consolidatable && node.is_empty() && !node.buffer_room
         })
         .cloned()
         .collect()
@@ -352,6 +354,12 @@ mod tests {
         let mut n = node("fresh", 0.1);
         n.consolidatable = false;
         assert!(emptiness(&scope(vec![n]), now()).command.is_none(), "110");
+
+        // Issue 28 item 2: an empty node holding a CapacityBuffer's room is kept.
+        let mut n = node("warm", 1.0);
+        assert_eq!(claims(&emptiness(&scope(vec![n.clone()]), now())), ["warm"], "without the buffer");
+        n.buffer_room = true;
+        assert!(emptiness(&scope(vec![n]), now()).command.is_none(), "buffer room");
 
         // 111. A pod with deletion cost −2147483648 still makes the node non-empty (§9 D1).
         let mut n = node("cheap-pod", 0.1);

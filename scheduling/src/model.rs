@@ -367,6 +367,9 @@ pub struct Pod {
     pub constraints: Constraints,
     /// CSI volumes it mounts: `(driver, namespace/claim)` (attach limits of existing nodes, §3.12).
     pub csi_volumes: Vec<(String, String)>,
+    /// A CapacityBuffer's pod (`namespace/name` of the buffer), not a real one: placed after every
+    /// real pod (the lowest priority), so it never takes room or a limit a real pod could use.
+    pub buffer: Option<String>,
 }
 
 impl Pod {

@@ -16,7 +16,7 @@ use std::fmt;
 use crds::admission::{Lookup, NodePoolReferences, Verdict};
 use crds::labels::{GROUP, NODECLASS_KIND};
 use crds::validation::dns1123_subdomain;
-use crds::{CleverNodeClass, CleverOrganization, FlavorCatalog, NodePool};
+use crds::{CapacityBuffer, CleverNodeClass, CleverOrganization, FlavorCatalog, NodePool};
 use prometheus_client::encoding::EncodeLabelValue;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -43,11 +43,14 @@ pub enum Kind {
     NodePool,
     /// `CleverOrganization` (cluster-scoped).
     CleverOrganization,
+    /// `CapacityBuffer`.
+    CapacityBuffer,
 }
 
 impl Kind {
     /// Every validated kind.
-    pub const ALL: [Kind; 4] = [Kind::CleverNodeClass, Kind::FlavorCatalog, Kind::NodePool, Kind::CleverOrganization];
+    pub const ALL: [Kind; 5] =
+        [Kind::CleverNodeClass, Kind::FlavorCatalog, Kind::NodePool, Kind::CleverOrganization, Kind::CapacityBuffer];
 
     /// The kind's name in the API.
     pub fn name(self) -> &'static str {
@@ -56,6 +59,7 @@ impl Kind {
             Kind::FlavorCatalog => "FlavorCatalog",
             Kind::NodePool => "NodePool",
             Kind::CleverOrganization => "CleverOrganization",
+            Kind::CapacityBuffer => "CapacityBuffer",
         }
     }
 
@@ -66,6 +70,7 @@ impl Kind {
             Kind::FlavorCatalog => "flavorcatalogs",
             Kind::NodePool => "nodepools",
             Kind::CleverOrganization => "cleverorganizations",
+            Kind::CapacityBuffer => "capacitybuffers",
         }
     }
 
@@ -82,6 +87,7 @@ impl Kind {
             Kind::FlavorCatalog => "/validate/flavorcatalogs",
             Kind::NodePool => "/validate/nodepools",
             Kind::CleverOrganization => "/validate/cleverorganizations",
+            Kind::CapacityBuffer => "/validate/capacitybuffers",
         }
     }
 }
@@ -252,6 +258,13 @@ pub enum Subject {
         /// The stored object, on update.
         old: Option<Box<CleverOrganization>>,
     },
+    /// A `CapacityBuffer`.
+    CapacityBuffer {
+        /// The object as it would be stored.
+        new: Box<CapacityBuffer>,
+        /// The stored object, on update.
+        old: Option<Box<CapacityBuffer>>,
+    },
 }
 
 /// A create or update to validate.
@@ -351,6 +364,9 @@ pub fn read(route: Kind, body: &[u8]) -> Result<Step, BadRequest> {
         Kind::CleverOrganization => {
             parse_pair(object, old, &mut warnings).map(|(new, old)| Subject::Organization { new, old })
         }
+        Kind::CapacityBuffer => {
+            parse_pair(object, old, &mut warnings).map(|(new, old)| Subject::CapacityBuffer { new, old })
+        }
     };
     let subject = match subject {
         Ok(subject) => subject,
@@ -367,6 +383,7 @@ pub fn read(route: Kind, body: &[u8]) -> Result<Step, BadRequest> {
             Subject::NodeClass { new, .. } => new.metadata.namespace.clone(),
             Subject::FlavorCatalog { new, .. } => new.metadata.namespace.clone(),
             Subject::NodePool { new, .. } => new.metadata.namespace.clone(),
+            Subject::CapacityBuffer { new, .. } => new.metadata.namespace.clone(),
             Subject::Organization { .. } => None,
         })
         .unwrap_or_default();
@@ -417,7 +434,10 @@ impl Admission {
                 node_class: None,
                 flavor_catalog: new.spec.flavor_catalog_ref.as_ref().and_then(|r| valid(&r.name)),
             },
-            Subject::FlavorCatalog { .. } | Subject::Organization { .. } => Needs::default(),
+            // A buffer's PodTemplate is not read: the hub reports a missing or unusable one.
+            Subject::FlavorCatalog { .. } | Subject::Organization { .. } | Subject::CapacityBuffer { .. } => {
+                Needs::default()
+            }
             Subject::NodePool { new, .. } => {
                 let r = &new.spec.template.spec.node_class_ref;
                 let ours = r.group == GROUP && r.kind == NODECLASS_KIND;
@@ -443,6 +463,7 @@ impl Admission {
                 },
             ),
             Subject::Organization { new, old } => crds::admission::validate_organization(new, old.as_deref()),
+            Subject::CapacityBuffer { new, old } => crds::admission::validate_capacity_buffer(new, old.as_deref()),
         };
         Answer::from_verdict(self.uid, &verdict, self.warnings)
     }
@@ -681,6 +702,97 @@ mod tests {
         assert!(!answer.allowed && answer.message.as_deref().unwrap().contains("wrong path"), "{answer:?}");
         assert!(Kind::CleverOrganization.cluster_scoped());
         assert!(Kind::ALL.iter().filter(|k| k.cluster_scoped()).eq([&Kind::CleverOrganization]));
+    }
+
+    fn capacity_buffer(spec: Value) -> Value {
+        json!({
+            "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "CapacityBuffer",
+            "metadata": {"name": "web-burst", "namespace": "team-a"},
+            "spec": spec
+        })
+    }
+
+    #[test]
+    fn capacity_buffers_are_validated_on_their_route() {
+        let good = capacity_buffer(
+            json!({"clusterName": "prod-paris", "podTemplateRef": {"name": "web-burst"}, "replicas": 3}),
+        );
+        let Step::Validate(admission) =
+            read(Kind::CapacityBuffer, &review_of("CapacityBuffer", "CREATE", good.clone(), None)).unwrap()
+        else {
+            panic!("expected a validation");
+        };
+        assert_eq!(admission.namespace, "team-a");
+        assert_eq!(admission.needs(), Needs::default(), "the PodTemplate is not read");
+        let answer = admission.validate(&Resolved::unchecked("offline"));
+        assert!(answer.allowed && answer.warnings.is_empty(), "{answer:?}");
+        let v = response(&answer);
+        assert_eq!(v["response"]["allowed"], true);
+        assert!(v["response"].get("status").is_none(), "{v}");
+
+        // Denied with each field and its fix, on create and on update.
+        let bad = capacity_buffer(json!({
+            "clusterName": "prod-paris", "clusterSelector": {}, "podTemplateRef": {"name": "Web"},
+            "replicas": -1, "provisioningStrategy": "buffer.x-k8s.io/resource-only"
+        }));
+        for body in [
+            review_of("CapacityBuffer", "CREATE", bad.clone(), None),
+            review_of("CapacityBuffer", "UPDATE", bad, Some(good.clone())),
+        ] {
+            let answer = review_offline(Kind::CapacityBuffer, &body).unwrap();
+            assert!(!answer.allowed, "{answer:?}");
+            let v = response(&answer);
+            assert_eq!(v["response"]["status"]["code"], 403);
+            let message = v["response"]["status"]["message"].as_str().unwrap();
+            assert!(message.starts_with("spec: clusterName and clusterSelector are both set"), "{message}");
+            assert!(message.contains("; spec.replicas: -1 is out of range: give 0 to 10000"), "{message}");
+            assert!(
+                message.contains("; spec.provisioningStrategy: \"buffer.x-k8s.io/resource-only\" is not supported"),
+                "{message}"
+            );
+            assert!(message.contains("; spec.podTemplateRef.name: \"Web\" is not a valid name"), "{message}");
+        }
+
+        // Allowed with warnings: no room kept, limits that may bound nothing.
+        let odd = capacity_buffer(json!({
+            "clusterSelector": {"matchLabels": {"env": "prod"}}, "podTemplateRef": {"name": "web-burst"},
+            "replicas": 0, "limits": {"nvidia.com/gpu": "1"}
+        }));
+        let answer = review_offline(Kind::CapacityBuffer, &review_of("CapacityBuffer", "CREATE", odd, None)).unwrap();
+        assert!(answer.allowed, "{answer:?}");
+        assert!(answer.warnings[0].starts_with("spec.replicas: 0 keeps room for no pod"), "{answer:?}");
+        assert!(answer.warnings[1].starts_with("spec.limits: names none of cpu, memory and pods"), "{answer:?}");
+
+        // An object that is not a CapacityBuffer (no podTemplateRef), and misrouted reviews.
+        let unreadable = capacity_buffer(json!({"clusterName": "prod-paris", "replicas": 1}));
+        let answer =
+            review_offline(Kind::CapacityBuffer, &review_of("CapacityBuffer", "CREATE", unreadable, None)).unwrap();
+        assert!(!answer.allowed, "{answer:?}");
+        assert!(answer.message.as_deref().unwrap().contains("cannot be read as a CapacityBuffer"), "{answer:?}");
+        let body = review_of("CapacityBuffer", "CREATE", good, None);
+        let answer = review_offline(Kind::NodePool, &body).unwrap();
+        assert!(!answer.allowed && answer.message.as_deref().unwrap().contains("wrong path"), "{answer:?}");
+        let body = review_of("NodePool", "CREATE", json!({}), None);
+        let answer = review_offline(Kind::CapacityBuffer, &body).unwrap();
+        let message = answer.message.as_deref().unwrap();
+        assert!(message.contains("/validate/capacitybuffers validates CapacityBuffer.karpenter.clever-cloud.com only"));
+        assert!(!Kind::CapacityBuffer.cluster_scoped());
+    }
+
+    #[test]
+    fn each_route_names_its_crds_kind_and_resource() {
+        use kube::Resource;
+        let crds = [
+            (CleverNodeClass::kind(&()), CleverNodeClass::plural(&())),
+            (FlavorCatalog::kind(&()), FlavorCatalog::plural(&())),
+            (NodePool::kind(&()), NodePool::plural(&())),
+            (CleverOrganization::kind(&()), CleverOrganization::plural(&())),
+            (CapacityBuffer::kind(&()), CapacityBuffer::plural(&())),
+        ];
+        for (kind, (name, plural)) in Kind::ALL.into_iter().zip(crds) {
+            assert_eq!((kind.name(), kind.plural()), (name.as_ref(), plural.as_ref()));
+            assert_eq!(kind.path(), format!("/validate/{plural}"));
+        }
     }
 
     #[test]

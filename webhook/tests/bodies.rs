@@ -104,6 +104,15 @@ fn valid(kind: Kind) -> Value {
                 "limits": {"karpenter.clever-cloud.com/price-per-hour": "2.5"}
             }),
         ),
+        Kind::CapacityBuffer => capacity_buffer(
+            "web-burst",
+            json!({
+                "clusterSelector": {"matchLabels": {"env": "prod"}},
+                "podTemplateRef": {"name": "web-burst"},
+                "replicas": 3,
+                "limits": {"cpu": "8", "pods": "10"}
+            }),
+        ),
     }
 }
 
@@ -165,7 +174,8 @@ proptest! {
                                  "metadata", "name", "spec", "labels", "flavors", "template", "requirements",
                                  "clusterName", "nodeClassRef", "disruption", "budgets", "limits", "flavorCatalogRef", "weight",
                                  "clusterSelector", "namespaceSelector", "matchLabels", "quota", "cpu", "memory",
-                                 "karpenter.clever-cloud.com/price-per-hour",
+                                 "karpenter.clever-cloud.com/price-per-hour", "replicas", "podTemplateRef",
+                                 "provisioningStrategy", "pods",
                              ]).prop_map(String::from), 1..5),
                              value in any_json(),
                              update in any::<bool>()) {

@@ -187,6 +187,67 @@ async fn organizations_are_reviewed_without_a_namespace() {
     h.server.shutdown().await.unwrap();
 }
 
+/// CapacityBuffers on their own route: allowed, denied with the field and the fix, warned; nothing
+/// read (the PodTemplate is the hub's to resolve); counted under their kind.
+#[tokio::test]
+async fn capacity_buffers_are_reviewed_on_their_route() {
+    let h = Harness::start("capacitybuffers", references()).await;
+    let client = h.client(false);
+    let url = h.url("/validate/capacitybuffers");
+
+    // Allowed, no warnings: a fleet buffer bounded by a count and by limits.
+    let good = capacity_buffer(
+        "web-burst",
+        json!({"clusterSelector": {"matchLabels": {"env": "prod"}}, "podTemplateRef": {"name": "web-burst"},
+               "replicas": 3, "limits": {"cpu": "8", "memory": "16Gi"}}),
+    );
+    let (status, body) = post(&client, &url, &review("CapacityBuffer", "CREATE", good.clone(), None)).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["response"]["uid"], UID);
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert!(warnings(&body).is_empty(), "{body}");
+
+    // Denied with the field and the fix: no cluster, no count nor limits, a negative limit.
+    let bad = capacity_buffer("web-burst", json!({"podTemplateRef": {"name": "web-burst"}, "limits": {"cpu": "-2"}}));
+    let (_, body) = post(&client, &url, &review("CapacityBuffer", "UPDATE", bad, Some(good))).await;
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    assert_eq!(body["response"]["status"]["code"], 403);
+    let m = message(&body);
+    assert!(m.starts_with("spec: neither clusterName nor clusterSelector is set"), "{m}");
+    assert!(m.contains("spec.limits[cpu]: \"-2\" is negative: limits are at least 0; remove the sign"), "{m}");
+
+    // Allowed with warnings: replicas 0, limits naming none of cpu, memory and pods.
+    let odd = capacity_buffer(
+        "idle",
+        json!({"clusterName": "prod-paris", "podTemplateRef": {"name": "web-burst"}, "replicas": 0,
+               "limits": {"ephemeral-storage": "10Gi"}}),
+    );
+    let (_, body) = post(&client, &url, &review("CapacityBuffer", "CREATE", odd, None)).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    let w = warnings(&body);
+    assert!(w.iter().any(|w| w.starts_with("spec.replicas: 0 keeps room for no pod")), "{w:?}");
+    assert!(w.iter().any(|w| w.starts_with("spec.limits: names none of cpu, memory and pods")), "{w:?}");
+
+    // Another kind posted to this route is refused as misrouted.
+    let (_, body) = post(&client, &url, &review("FlavorCatalog", "CREATE", flavor_catalog("c", json!([])), None)).await;
+    assert_eq!(body["response"]["allowed"], false);
+    assert!(message(&body).contains("/validate/capacitybuffers validates CapacityBuffer"), "{body}");
+
+    let text = client.get(h.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for line in [
+        "karpenter_hub_webhook_requests_total{kind=\"CapacityBuffer\",outcome=\"allowed\"} 2",
+        "karpenter_hub_webhook_requests_total{kind=\"CapacityBuffer\",outcome=\"denied\"} 2",
+        "karpenter_hub_webhook_warnings_total{kind=\"CapacityBuffer\"} 2",
+    ] {
+        assert!(text.contains(line), "missing {line} in\n{text}");
+    }
+    assert!(
+        text.lines().filter(|l| l.starts_with("karpenter_hub_webhook_lookups_total{")).all(|l| l.ends_with(" 0")),
+        "nothing is read for a buffer:\n{text}"
+    );
+    h.server.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn without_lookups_cross_object_checks_are_warnings() {
     let h = Harness::start("nolookups", Arc::new(NoReferences)).await;

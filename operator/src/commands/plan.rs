@@ -15,16 +15,16 @@ use std::path::PathBuf;
 
 use crd_schema::CrdSchema;
 use crds::admission::{
-    Lookup, NodePoolReferences, Verdict, validate_flavor_catalog, validate_node_claim, validate_node_class,
-    validate_node_pool, validate_organization,
+    Lookup, NodePoolReferences, Verdict, validate_capacity_buffer, validate_flavor_catalog, validate_node_claim,
+    validate_node_class, validate_node_pool, validate_organization,
 };
 use crds::catalog::round4;
 use crds::quantity::{format_bytes, format_count, format_millis_cpu};
-use crds::{CleverNodeClass, CleverOrganization, FlavorCatalog};
+use crds::{CapacityBuffer, CleverNodeClass, CleverOrganization, FlavorCatalog};
 use scheduling::CompactPod;
 use scheduling::convert::{ConvertError, PendingRule, Snapshot, Volumes, build_input_with_volumes};
 
-use crate::decisions::static_capacity;
+use crate::decisions::{capacity_buffer, static_capacity};
 use scheduling::model::{PreferencePolicy, Settings};
 use serde::Serialize;
 use serde_json::Value;
@@ -273,6 +273,10 @@ pub struct Plan {
     /// Static pools (`spec.replicas`) serving the cluster and what keeps their count.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub static_pools: Vec<PlannedStatic>,
+    /// CapacityBuffers serving the cluster and where their pods go (they are in the claims' pods,
+    /// never among `unschedulable`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub capacity_buffers: Vec<PlannedBuffer>,
     /// Documents skipped and objects ignored (not part of the JSON interface).
     #[serde(skip)]
     pub notes: Vec<String>,
@@ -294,6 +298,22 @@ pub struct PlannedStatic {
     pub delete: Vec<String>,
 }
 
+/// A CapacityBuffer: its pods and where the plan puts them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedBuffer {
+    /// `namespace/name` (`name` when the manifest gives no namespace).
+    pub name: String,
+    /// Its pods (`replicas`, capped by what `limits` hold).
+    pub replicas: i32,
+    /// On existing nodes or claims.
+    pub existing: i32,
+    /// On the plan's new claims.
+    pub new_capacity: i32,
+    /// Nowhere.
+    pub unplaceable: i32,
+}
+
 /// What the manifests hold: the scheduling snapshot, the storage objects and the clusters they
 /// register.
 #[derive(Debug, Clone, Default)]
@@ -307,6 +327,9 @@ pub struct Manifests {
     pub clusters: BTreeMap<ClusterKey, clusters::Registration>,
     /// Organisations: their quota and cost ceiling limit the planned cluster's new nodes.
     pub organizations: Vec<CleverOrganization>,
+    /// CapacityBuffers and the PodTemplates they name: their pods are placed after the pending ones.
+    pub buffers: Vec<CapacityBuffer>,
+    pub pod_templates: Vec<std::sync::Arc<k8s_openapi::api::core::v1::PodTemplate>>,
 }
 
 /// Where each object read came from (`file: document N (Kind ns/name)`), per kind, in the order of
@@ -318,6 +341,7 @@ struct Origins {
     flavor_catalogs: Vec<String>,
     node_claims: Vec<String>,
     organizations: Vec<String>,
+    buffers: Vec<String>,
     pods: Vec<String>,
 }
 
@@ -407,6 +431,9 @@ fn admit(reader: &mut Reader) {
     }
     for (org, origin) in reader.snap.organizations.iter().zip(&reader.origins.organizations) {
         verdicts.push((origin.clone(), validate_organization(org, None)));
+    }
+    for (buffer, origin) in reader.snap.buffers.iter().zip(&reader.origins.buffers) {
+        verdicts.push((origin.clone(), validate_capacity_buffer(buffer, None)));
     }
     for (origin, verdict) in verdicts {
         for d in verdict.denials {
@@ -517,6 +544,13 @@ fn add_document(reader: &mut Reader, file: &str, index: usize, doc: Value) -> Re
             snap.organizations.push(typed(doc).map_err(fail)?);
             reader.origins.organizations.push(origin);
         }
+        ("CapacityBuffer", true) => {
+            snap.buffers.push(typed(doc).map_err(fail)?);
+            reader.origins.buffers.push(origin);
+        }
+        ("PodTemplate", false) if api_version == "v1" => {
+            snap.pod_templates.push(std::sync::Arc::new(typed(doc).map_err(fail)?));
+        }
         ("Node", false) => snap.snapshot.nodes.push(std::sync::Arc::new(typed(doc).map_err(fail)?)),
         ("Pod", false) => {
             snap.snapshot.pods.push(std::sync::Arc::new(typed(doc).map_err(fail)?));
@@ -603,9 +637,10 @@ pub fn plan_with(
     settings: Settings,
     mut notes: Vec<String>,
 ) -> Result<Plan, PlanError> {
-    let target = clusters::target(manifests, cluster)?;
-    notes.extend(target.notes);
+    let mut target = clusters::target(manifests, cluster)?;
+    notes.append(&mut target.notes);
     let cluster = target.cluster;
+    let buffers = buffer_pods(manifests, &mut target.snapshot, &target.key, &cluster, &mut notes);
     let converted =
         build_input_with_volumes(&target.snapshot, &manifests.volumes, &cluster, PendingRule::Unbound, settings)?;
     notes.extend(converted.notes);
@@ -658,13 +693,61 @@ pub fn plan_with(
         unschedulable: decision
             .unschedulable
             .iter()
+            .filter(|u| input.pods[u.pod].buffer.is_none())
             .map(|u| Unplaced { pod: key(&u.pod), reason: u.reason.clone() })
             .collect(),
+        capacity_buffers: {
+            let placed = capacity_buffer::placements(&input, &decision);
+            buffers
+                .into_iter()
+                .map(|(name, replicas)| {
+                    let p = placed.get(&name).copied().unwrap_or_default();
+                    PlannedBuffer {
+                        name: name.trim_start_matches('/').to_string(),
+                        replicas,
+                        existing: p.existing,
+                        new_capacity: p.new_capacity,
+                        unplaceable: p.unplaceable,
+                    }
+                })
+                .collect()
+        },
         node_claims,
         total_price_per_hour: total,
         static_pools,
         notes,
     })
+}
+
+/// The pods of the manifests' CapacityBuffers serving `cluster` (of the namespace of its `key`
+/// when both say one) put into `snapshot`; returns each buffer (`namespace/name`) with its pod count.
+/// A buffer whose template does not resolve has none, and a note says why.
+fn buffer_pods(
+    manifests: &Manifests,
+    snapshot: &mut Snapshot,
+    key: &Option<ClusterKey>,
+    cluster: &str,
+    notes: &mut Vec<String>,
+) -> Vec<(String, i32)> {
+    let labels = snapshot.cluster_labels.get(cluster).cloned().unwrap_or_default();
+    let mut out = Vec::new();
+    for b in &manifests.buffers {
+        let ns = b.metadata.namespace.as_deref();
+        if !b.selects(cluster, &labels) || key.as_ref().zip(ns).is_some_and(|(k, ns)| k.namespace != ns) {
+            continue;
+        }
+        let name = format!("{}/{}", ns.unwrap_or_default(), b.metadata.name.as_deref().unwrap_or_default());
+        match capacity_buffer::resolve(b, &manifests.pod_templates) {
+            capacity_buffer::Resolution::Ready(r) => {
+                out.push((name, r.replicas));
+                snapshot.buffer_pods.extend(r.pods);
+            }
+            capacity_buffer::Resolution::NotReady { reason, message } => {
+                notes.push(format!("CapacityBuffer {}: no pods ({reason}): {message}", name.trim_start_matches('/')));
+            }
+        }
+    }
+    out
 }
 
 /// The room the manifests' organisations leave the planned cluster ([`organizations::rooms`]).
@@ -776,6 +859,16 @@ pub fn to_table(plan: &Plan) -> String {
                 out,
                 "  {}: {} of {} replicas; create {}{delete}",
                 s.node_pool, s.claims, s.replicas, s.create
+            );
+        }
+    }
+    if !plan.capacity_buffers.is_empty() {
+        let _ = writeln!(out, "\nCapacity buffers (room kept for pods not yet there, placed after every real pod):");
+        for b in &plan.capacity_buffers {
+            let _ = writeln!(
+                out,
+                "  {}: {} pod(s): {} on existing capacity, {} on new NodeClaims, {} unplaceable",
+                b.name, b.replicas, b.existing, b.new_capacity, b.unplaceable
             );
         }
     }

@@ -9,11 +9,11 @@ use kube::{Client, Config, config::KubeConfigOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    controllers::cluster_report, controllers::cluster_status, controllers::disruption, controllers::flavorcatalog,
-    controllers::gc, controllers::nodeclaim, controllers::nodeclass, controllers::nodepool, controllers::organization,
-    controllers::provisioning, controllers::static_capacity, decisions::capacity, decisions::hub_id,
-    decisions::sharding as shard_rules, infra::apierror::plain, infra::clients, infra::hub, infra::identity,
-    infra::kubeconfig, infra::leader, infra::metrics, infra::registry, infra::sharding,
+    controllers::capacity_buffer, controllers::cluster_report, controllers::cluster_status, controllers::disruption,
+    controllers::flavorcatalog, controllers::gc, controllers::nodeclaim, controllers::nodeclass, controllers::nodepool,
+    controllers::organization, controllers::provisioning, controllers::static_capacity, decisions::capacity,
+    decisions::hub_id, decisions::sharding as shard_rules, infra::apierror::plain, infra::clients, infra::hub,
+    infra::identity, infra::kubeconfig, infra::leader, infra::metrics, infra::registry, infra::sharding,
 };
 
 /// Flags of `karpenter-hub run` (each also read from the environment).
@@ -392,6 +392,7 @@ fn spawn_per_cluster(tasks: &mut tokio::task::JoinSet<()>, hub: &Arc<hub::Hub>, 
     tasks.spawn(nodepool::run(hub.clone(), shutdown.clone()));
     tasks.spawn(provisioning::run(hub.clone(), shutdown.clone()));
     tasks.spawn(static_capacity::run(hub.clone(), shutdown.clone()));
+    tasks.spawn(capacity_buffer::run(hub.clone(), shutdown.clone()));
     tasks.spawn(disruption::run(hub.clone(), shutdown.clone()));
     tasks.spawn(gc::run(hub.clone(), shutdown.clone()));
     tasks.spawn(cluster_status::run(hub.clone(), shutdown.clone()));

@@ -2,6 +2,7 @@
 //! calls a pure decision from [`crate::decisions`] and carries out its writes idempotently. None of
 //! them acts on a workload cluster that is not connected and synced.
 
+pub mod capacity_buffer;
 pub mod cluster_report;
 pub mod cluster_status;
 pub mod disruption;

@@ -13,7 +13,11 @@
 //! response finds its claim instead of making a second). Must not: decide on an unsynced cluster,
 //! launch anything itself (the lifecycle controller does), or touch the workload cluster.
 
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use futures::StreamExt;
 use kube::{Api, ResourceExt, api::PostParams, runtime::reflector::ObjectRef};
@@ -22,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     decisions::batcher::{Batcher, Outcome, RESYNC, Rounds},
     decisions::capacity::CapacityState,
+    decisions::capacity_buffer,
     decisions::fingerprint,
     decisions::input_corrections::{correct_from_nodes, mark_unavailable},
     decisions::new_claims::{BuildError, Cluster, candidate_names, node_claim},
@@ -66,9 +71,9 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
             }
             Some(conn) => {
                 let now = tokio::time::Instant::now();
-                let pending = conn.pending.snapshot();
-                hub.metrics.queue_depth.get(&labels).set(i64::try_from(pending.len()).unwrap_or(i64::MAX));
-                if pending.is_empty() {
+                let real = conn.pending.snapshot();
+                hub.metrics.queue_depth.get(&labels).set(i64::try_from(real.len()).unwrap_or(i64::MAX));
+                if real.is_empty() {
                     // The unschedulable pods are some of those waiting; with none waiting no round
                     // runs to say so, and the last decision's count would stay.
                     hub.metrics.unschedulable_pods.get(&labels).set(0);
@@ -76,6 +81,15 @@ async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken)
                 // The cluster's labels are part of its scope: a fleet pool starting to serve it is
                 // news for the pods that wait.
                 let scope_now = fingerprint::one((*scope.borrow_and_update(), hub.registry.labels(&key)));
+                // CapacityBuffers' pods wait as pending pods do: a new one opens a round at once,
+                // and they are looked at again on the same cadence (their room may have been taken).
+                let mut pending = real;
+                let cluster_labels = facts::ClusterLabels::of(&hub.registry, &key);
+                pending.extend(
+                    facts::buffer_pods(&hub.cache, &key, &cluster_labels)
+                        .into_iter()
+                        .filter_map(|b| b.pod.metadata.uid.clone()),
+                );
                 rounds.offer(&mut batcher, &pending, scope_now, now);
                 if batcher.is_due(now) {
                     let batch = batcher.take();
@@ -281,12 +295,14 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
     let mut round = match gathered? {
         Gathered::NotListed => return Ok(unlisted()),
         Gathered::NoPool => {
+            hub.record_buffer_placements(key, BTreeMap::new());
             tracing::debug!(cluster = %key, "no ready NodePool for this cluster; nothing to provision");
             // No pool can take any of them: every pending pod is unschedulable for the hub.
             unschedulable.set(i64::try_from(conn.pending.len()).unwrap_or(i64::MAX));
             return Ok(Outcome::Done);
         }
         Gathered::NoPod { notes } => {
+            hub.record_buffer_placements(key, BTreeMap::new());
             log_notes(key, &notes);
             unschedulable.set(0);
             // No pod waits: the cluster is no longer in an organisation's line.
@@ -310,14 +326,18 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
     let (input, snapshot) = (&round.input, &round.snapshot);
     let ns = &key.namespace;
     hub.metrics.scheduling_duration.get(&ClusterLabels { cluster: key.to_string() }).observe(seconds);
-    unschedulable.set(i64::try_from(decision.unschedulable.len()).unwrap_or(i64::MAX));
+    // The buffers' pods are no pods of the cluster: no event, not counted as unschedulable.
+    let real = |pod: usize| input.pods.get(pod).is_some_and(|p| p.buffer.is_none());
+    let stuck = decision.unschedulable.iter().filter(|u| real(u.pod)).count();
+    unschedulable.set(i64::try_from(stuck).unwrap_or(i64::MAX));
+    hub.record_buffer_placements(key, capacity_buffer::placements(input, &decision));
     tracing::debug!(
         cluster = %key,
         pods = input.pods.len(),
         new_claims = ?decision.new_claims.iter().map(|c| c.pods.iter().map(|i| input.pods[*i].name.as_str()).collect::<Vec<_>>()).collect::<Vec<_>>(),
         "scheduling decision"
     );
-    for u in &decision.unschedulable {
+    for u in decision.unschedulable.iter().filter(|u| real(u.pod)) {
         let pod = &input.pods[u.pod];
         // Where the pod's owner looks (`kubectl describe pod`), once per pod and reason window.
         let reference = k8s_openapi::api::core::v1::ObjectReference {
@@ -358,7 +378,8 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
             tracing::info!(
                 cluster = %key, nodeclaim = %name, nodepool = %claim.nodepool,
                 flavor = claim.instance_types.first().map(|o| o.name.as_str()).unwrap_or_default(),
-                candidates = claim.instance_types.len(), pods = claim.pods.len(), price_per_hour = claim.price,
+                candidates = claim.instance_types.len(), pods = claim.pods.len(),
+                buffer_pods = claim.pods.iter().filter(|&&p| !real(p)).count(), price_per_hour = claim.price,
                 min_values_relaxed = claim.min_values_relaxed,
                 "created NodeClaim: cheapest flavor fitting the batch"
             );

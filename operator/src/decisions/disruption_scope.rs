@@ -205,7 +205,8 @@ pub fn view(
         nodes.push(f);
         bound.push(on_node);
     }
-    let scope = Scope { pools, nodes };
+    let mut scope = Scope { pools, nodes };
+    mark_buffer_room(&mut scope, &input);
     let mut seen = std::collections::BTreeSet::new();
     notes.retain(|n| seen.insert(n.clone()));
 
@@ -249,6 +250,25 @@ pub fn view(
     }
 
     Ok(View { scope, model, notes })
+}
+
+/// Marks the nodes where the provisioner would place CapacityBuffers' pods now (after the real
+/// pending pods, as its round does): emptiness keeps them, their free room being the buffer. One
+/// extra solve, only for clusters with buffer pods.
+fn mark_buffer_room(scope: &mut Scope, input: &scheduling::Input) {
+    if !input.pods.iter().any(|p| p.buffer.is_some()) {
+        return;
+    }
+    let baseline = scheduling::solve(input);
+    for a in &baseline.existing {
+        if !a.pods.iter().any(|&p| input.pods[p].buffer.is_some()) {
+            continue;
+        }
+        let Some(name) = input.nodes.get(a.node).map(|n| n.name.as_str()) else { continue };
+        for f in scope.nodes.iter_mut().filter(|f| f.node.as_deref() == Some(name)) {
+            f.buffer_room = true;
+        }
+    }
 }
 
 /// What one pass of the loop decided: each method tried, in order, with its outcome; the last one

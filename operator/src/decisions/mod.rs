@@ -3,6 +3,7 @@
 
 pub mod batcher;
 pub mod capacity;
+pub mod capacity_buffer;
 pub mod cluster_report;
 pub mod conditions;
 pub mod disruption_conditions;

@@ -52,7 +52,9 @@ pub fn targets<'a>(input: &'a scheduling::Input, decision: &scheduling::Decision
     decision
         .existing
         .iter()
-        .filter(|a| !a.pods.is_empty())
+        // Room a CapacityBuffer's pods would take is no nomination: emptiness keeps it (the
+        // disruption view finds it itself), consolidation may move it.
+        .filter(|a| a.pods.iter().any(|&p| input.pods.get(p).is_some_and(|p| p.buffer.is_none())))
         .filter_map(|a| input.nodes.get(a.node).map(|n| n.name.as_str()))
         .collect()
 }

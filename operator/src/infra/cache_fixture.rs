@@ -13,7 +13,7 @@
 use futures::FutureExt;
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
-    core::v1::{Node, PersistentVolume, PersistentVolumeClaim},
+    core::v1::{Node, PersistentVolume, PersistentVolumeClaim, PodTemplate},
     policy::v1::PodDisruptionBudget,
     storage::v1::{CSINode, StorageClass},
 };
@@ -26,7 +26,7 @@ use crate::infra::{
     hub::MgmtCache,
     registry::{OptionalStore, VolumeCaches, WorkloadCache},
 };
-use crds::{CleverNodeClass, FlavorCatalog, NodeClaim, NodeGroup, NodePool};
+use crds::{CapacityBuffer, CleverNodeClass, FlavorCatalog, NodeClaim, NodeGroup, NodePool};
 use scheduling::CompactPod;
 
 /// One store and its writer.
@@ -93,6 +93,8 @@ cached! {
     NodePool => pools,
     CleverNodeClass => classes,
     FlavorCatalog => catalogs,
+    CapacityBuffer => buffers,
+    PodTemplate => pod_templates,
     CompactPod => pods,
     Node => nodes,
     NodeGroup => nodegroups,
@@ -138,6 +140,7 @@ impl Caches {
             self.pools.store.clone(),
             self.classes.store.clone(),
             self.catalogs.store.clone(),
+            (self.buffers.store.clone(), self.pod_templates.store.clone()),
             ready,
         )
     }

@@ -71,6 +71,7 @@ steps! {
     WriteNodeClassStatus => "write_nodeclass_status", "writing the CleverNodeClass's status";
     WriteNodePoolStatus => "write_nodepool_status", "writing the NodePool's status";
     WriteFlavorCatalogStatus => "write_flavorcatalog_status", "writing the FlavorCatalog's status";
+    WriteCapacityBufferStatus => "write_capacitybuffer_status", "writing the CapacityBuffer's status";
     ReadCapacity => "read_capacity", "reading the cluster's capacity memory (its ConfigMap)";
     WriteCapacity => "write_capacity", "saving the cluster's capacity memory (its ConfigMap)";
     ReadRegistrationSecret => "read_registration_secret", "reading the cluster's registration Secret";
@@ -309,6 +310,7 @@ pub enum Reconciler {
     FlavorCatalog,
     ClusterReport,
     Organization,
+    CapacityBuffer,
 }
 
 impl Reconciler {
@@ -321,6 +323,7 @@ impl Reconciler {
         Reconciler::FlavorCatalog,
         Reconciler::ClusterReport,
         Reconciler::Organization,
+        Reconciler::CapacityBuffer,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -333,6 +336,7 @@ impl Reconciler {
             Reconciler::FlavorCatalog => "flavorcatalog",
             Reconciler::ClusterReport => "cluster_report",
             Reconciler::Organization => "organization",
+            Reconciler::CapacityBuffer => "capacitybuffer",
         }
     }
 }

@@ -13,10 +13,10 @@
 use std::sync::Arc;
 
 use crds::{NodeClaim, NodePool};
-use scheduling::convert::Snapshot;
+use scheduling::convert::{BufferPod, Snapshot};
 
 use crate::{
-    decisions::{fleet, taking_part},
+    decisions::{capacity_buffer, fleet, taking_part},
     infra::{
         hub::MgmtCache,
         registry::{ClusterKey, Labels, Registry, WorkloadCache},
@@ -100,5 +100,25 @@ pub fn snapshot(
         zone: Some(zone.to_string()),
         // The caller's time (a snapshot reads no clock).
         now: None,
+        buffer_pods: if nodes_and_pods { buffer_pods(mgmt, key, labels) } else { Vec::new() },
     }
+}
+
+/// The pods of the CapacityBuffers serving cluster `key`, resolved against the cached PodTemplates
+/// of its namespace; a buffer that does not resolve has none (its status says why).
+pub fn buffer_pods(mgmt: &MgmtCache, key: &ClusterKey, labels: &ClusterLabels) -> Vec<BufferPod> {
+    let buffers = mgmt.buffers_in(&key.namespace);
+    if buffers.is_empty() {
+        return Vec::new();
+    }
+    let templates = mgmt.pod_templates.state();
+    buffers
+        .iter()
+        .filter(|b| b.selects(&key.name, &labels.labels))
+        .filter_map(|b| match capacity_buffer::resolve(b, &templates) {
+            capacity_buffer::Resolution::Ready(r) => Some(r.pods),
+            capacity_buffer::Resolution::NotReady { .. } => None,
+        })
+        .flatten()
+        .collect()
 }

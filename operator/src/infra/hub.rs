@@ -12,8 +12,9 @@ use std::{
     time::Duration,
 };
 
-use crds::{CleverNodeClass, CleverOrganization, FlavorCatalog, NodeClaim, NodePool};
+use crds::{CapacityBuffer, CleverNodeClass, CleverOrganization, FlavorCatalog, NodeClaim, NodePool};
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::PodTemplate;
 use k8s_openapi::{
     api::core::v1::{ConfigMap, ObjectReference},
     jiff::Timestamp,
@@ -141,6 +142,10 @@ pub struct MgmtCache {
     /// Cluster-scoped, watched whatever `--namespace` says; not part of readiness (an install
     /// without the CRD or the RBAC has none, and a launch reads them live before it acts).
     pub organizations: Store<CleverOrganization>,
+    /// CapacityBuffers and the PodTemplates they name: optional as organisations (an install
+    /// without the CRD or the RBAC keeps no buffer), not part of readiness.
+    pub buffers: Store<CapacityBuffer>,
+    pub pod_templates: Store<PodTemplate>,
     ready: tokio::sync::watch::Receiver<bool>,
     scope: tokio::sync::watch::Receiver<u64>,
     spec_changes: tokio::sync::broadcast::Sender<SpecChange>,
@@ -162,6 +167,7 @@ impl std::fmt::Debug for MgmtCache {
             .field("classes", &self.classes.len())
             .field("catalogs", &self.catalogs.len())
             .field("organizations", &self.organizations.len())
+            .field("buffers", &self.buffers.len())
             .field("ready", &self.is_ready())
             .finish()
     }
@@ -205,7 +211,26 @@ impl MgmtCache {
         let organizations = spawn_reflector(
             Api::<CleverOrganization>::all(mgmt.clone()),
             shutdown,
-            Some((scope_tx, organization_scope, true)),
+            Some((scope_tx.clone(), organization_scope, true)),
+            None,
+        );
+        // A buffer's spec or its template is news for the rounds (its pods change).
+        let buffers = spawn_reflector(
+            scoped::<CapacityBuffer>(mgmt, namespace),
+            shutdown,
+            Some((scope_tx.clone(), |b: &CapacityBuffer| generation(b.metadata.generation), true)),
+            None,
+        );
+        let pod_templates = spawn_reflector(
+            scoped::<PodTemplate>(mgmt, namespace),
+            shutdown,
+            Some((
+                scope_tx,
+                |t: &PodTemplate| {
+                    crate::decisions::fingerprint::one(serde_json::to_string(&t.template).unwrap_or_default())
+                },
+                true,
+            )),
             None,
         );
         let (tx, ready) = tokio::sync::watch::channel(false);
@@ -220,7 +245,7 @@ impl MgmtCache {
                 let _ = tx.send(true);
             }
         });
-        Self { claims, pools, classes, catalogs, organizations, ready, scope, spec_changes }
+        Self { claims, pools, classes, catalogs, organizations, buffers, pod_templates, ready, scope, spec_changes }
     }
 
     /// Each NodePool and CleverNodeClass change the decisions read ([`SpecChange`]; lossy under
@@ -253,6 +278,11 @@ impl MgmtCache {
     /// Node classes of a namespace.
     pub fn classes_in(&self, ns: &str) -> Vec<Arc<CleverNodeClass>> {
         self.classes.state().into_iter().filter(|p| p.metadata.namespace.as_deref() == Some(ns)).collect()
+    }
+
+    /// CapacityBuffers of a namespace.
+    pub fn buffers_in(&self, ns: &str) -> Vec<Arc<CapacityBuffer>> {
+        self.buffers.state().into_iter().filter(|b| b.metadata.namespace.as_deref() == Some(ns)).collect()
     }
 
     /// Flavor catalogues of a namespace.
@@ -382,7 +412,14 @@ pub struct Hub {
     gc_halt_changes: tokio::sync::watch::Sender<u64>,
     /// Namespace labels read for organisations' namespace selectors, with when they were read.
     namespace_labels: std::sync::Mutex<NamespaceLabels>,
+    /// Where each cluster's last provisioning round put its CapacityBuffers' pods (by buffer
+    /// `namespace/name`), and a counter of changes (the buffer status controller's wake-up).
+    buffer_placements: std::sync::Mutex<BTreeMap<ClusterKey, BufferPlacements>>,
+    buffer_changes: tokio::sync::watch::Sender<u64>,
 }
+
+/// A cluster's CapacityBuffer placements, by buffer `namespace/name`.
+pub type BufferPlacements = BTreeMap<String, crate::decisions::capacity_buffer::Placement>;
 
 /// Namespace labels by namespace, with when they were read.
 type NamespaceLabels = BTreeMap<String, (tokio::time::Instant, BTreeMap<String, String>)>;
@@ -431,7 +468,38 @@ impl Hub {
             gc_halts: std::sync::Mutex::new(BTreeMap::new()),
             gc_halt_changes: tokio::sync::watch::Sender::new(0),
             namespace_labels: std::sync::Mutex::new(BTreeMap::new()),
+            buffer_placements: std::sync::Mutex::new(BTreeMap::new()),
+            buffer_changes: tokio::sync::watch::Sender::new(0),
         })
+    }
+
+    /// Record where the last round of `key` put its buffers' pods (empty: none, or the cluster
+    /// went); wakes the buffer status controller when that changed.
+    pub fn record_buffer_placements(&self, key: &ClusterKey, placements: BufferPlacements) {
+        let mut all = self.buffer_placements.lock().unwrap_or_else(PoisonError::into_inner);
+        let changed = if placements.is_empty() {
+            all.remove(key).is_some()
+        } else {
+            all.insert(key.clone(), placements.clone()).as_ref() != Some(&placements)
+        };
+        drop(all);
+        if changed {
+            self.buffer_changes.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// Where the last round of `key` put buffer `buffer`'s (`namespace/name`) pods, if it had any.
+    pub fn buffer_placement(
+        &self,
+        key: &ClusterKey,
+        buffer: &str,
+    ) -> Option<crate::decisions::capacity_buffer::Placement> {
+        self.buffer_placements.lock().unwrap_or_else(PoisonError::into_inner).get(key)?.get(buffer).copied()
+    }
+
+    /// A counter moved by every change [`Self::record_buffer_placements`] sees.
+    pub fn buffer_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.buffer_changes.subscribe()
     }
 
     /// Record whether the brake halted the last sweep of `key` (`Some(message)`) or not; true
@@ -788,13 +856,14 @@ impl MgmtCache {
         pools: Store<NodePool>,
         classes: Store<CleverNodeClass>,
         catalogs: Store<FlavorCatalog>,
+        (buffers, pod_templates): (Store<CapacityBuffer>, Store<PodTemplate>),
         ready: bool,
     ) -> Self {
         let (_, ready) = tokio::sync::watch::channel(ready);
         let (_, scope) = tokio::sync::watch::channel(0u64);
         let (organizations, _) = reflector::store();
         let spec_changes = tokio::sync::broadcast::channel(256).0;
-        Self { claims, pools, classes, catalogs, organizations, ready, scope, spec_changes }
+        Self { claims, pools, classes, catalogs, organizations, buffers, pod_templates, ready, scope, spec_changes }
     }
 }
 

@@ -59,6 +59,15 @@ pub struct PoolPhaseLabels {
     pub phase: String,
 }
 
+/// A CapacityBuffer's pods in one cluster: `placement` is `existing` (on existing or launching
+/// capacity), `new` (needing a new node) or `unplaceable`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct BufferLabels {
+    pub cluster: String,
+    pub capacitybuffer: String,
+    pub placement: String,
+}
+
 /// An organisation's figure (fleet.md §4): `resource` is `cpu` (vCPUs), `memory` (bytes) or
 /// `price_per_hour` (EUR), `kind` is `limit`, `used` or `reserved`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
@@ -167,6 +176,7 @@ macro_rules! per_cluster {
     ($($t:ty),*) => {$(impl PerCluster for $t { fn cluster(&self) -> &str { &self.cluster } })*};
 }
 per_cluster!(
+    BufferLabels,
     ClusterLabels,
     ClaimLabels,
     PhaseLabels,
@@ -317,6 +327,8 @@ pub struct Metrics {
     pub queue_depth: Tracked<ClusterLabels, Gauge>,
     /// Pods the last provisioning decision of the cluster could not place.
     pub unschedulable_pods: Tracked<ClusterLabels, Gauge>,
+    /// Where the last provisioning round of a cluster put each CapacityBuffer's pods.
+    pub buffer_pods: Tracked<BufferLabels, Gauge>,
     pub scheduling_duration: Tracked<ClusterLabels, Histogram, Buckets>,
     pub cloudprovider_duration: Tracked<MethodLabels, Histogram, Buckets>,
     pub cloudprovider_errors: Tracked<MethodErrorLabels, Counter>,
@@ -394,6 +406,7 @@ impl Metrics {
             organization_quota: Tracked::default(),
             queue_depth: Tracked::default(),
             unschedulable_pods: Tracked::default(),
+            buffer_pods: Tracked::default(),
             termination_duration: Tracked::with_constructor(termination_histogram as Buckets),
             drain_waiting_pods: Tracked::default(),
             scheduling_duration: Tracked::with_constructor(latency_histogram as Buckets),
@@ -592,6 +605,12 @@ impl Metrics {
         );
         register(
             &mut r,
+            "karpenter_hub_capacity_buffer_pods",
+            "A CapacityBuffer's pods in a cluster at its last provisioning round, by placement (existing, new, unplaceable)",
+            &m.buffer_pods,
+        );
+        register(
+            &mut r,
             "karpenter_provisioner_scheduling_duration_seconds",
             "Duration of one provisioning decision",
             &m.scheduling_duration,
@@ -768,6 +787,7 @@ impl Metrics {
         self.rollout_phase.forget(cluster);
         self.queue_depth.forget(cluster);
         self.unschedulable_pods.forget(cluster);
+        self.buffer_pods.forget(cluster);
         self.scheduling_duration.forget(cluster);
         self.cloudprovider_duration.forget(cluster);
         self.cloudprovider_errors.forget(cluster);

@@ -390,12 +390,12 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
             .flat_map(|rule| rule["resources"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()))
             .collect()
     };
-    // Beside the registrations role, one core resource: namespaces, read one by one (kube-system for
-    // the management cluster's identity, a registration's namespace for an organisation's
-    // namespace selector).
+    // Beside the registrations role, two core resources: the PodTemplates CapacityBuffers name
+    // (watched), and namespaces, read one by one (kube-system for the management cluster's
+    // identity, a registration's namespace for an organisation's namespace selector).
     assert_eq!(
         core_resources(r.get("ClusterRole", "karpenter-hub")),
-        ["namespaces"],
+        ["podtemplates", "namespaces"],
         "core resources beside the registrations role"
     );
     let namespaces = r.get("ClusterRole", "karpenter-hub")["rules"]
@@ -491,7 +491,7 @@ fn each_ci_values_file_changes_what_it_sets() {
     let vwc = r.get("ValidatingWebhookConfiguration", "karpenter-hub-webhook");
     assert!(vwc["metadata"].get("annotations").is_none(), "no cert-manager injection: {}", vwc["metadata"]);
     let webhooks = vwc["webhooks"].as_array().unwrap();
-    assert_eq!(webhooks.len(), 4);
+    assert_eq!(webhooks.len(), 5);
     for w in webhooks {
         assert_eq!(&w["clientConfig"]["caBundle"], ca);
         assert_eq!(w["failurePolicy"], "Ignore");

@@ -23,9 +23,9 @@ use common::{EXAMPLE, metric, wait_for, wait_quiet_over};
 
 /// Pending pod → Running on a new node takes a few seconds with `quick_cke`; the bound only
 /// matters on a loaded machine.
-const UP: Duration = Duration::from_secs(90);
+pub(crate) const UP: Duration = Duration::from_secs(90);
 
-async fn world(cluster: &str, edit: impl Fn(&mut Value)) -> (World, Clock) {
+pub(crate) async fn world(cluster: &str, edit: impl Fn(&mut Value)) -> (World, Clock) {
     world_with(cluster, quick_cke(0), edit).await
 }
 
@@ -47,7 +47,7 @@ async fn world_with(cluster: &str, cke: sim::cke::SimCkeConfig, edit: impl Fn(&m
     (world, clock)
 }
 
-async fn create(world: &World, pods: &[(&str, &str, &str)], extra: Value) {
+pub(crate) async fn create(world: &World, pods: &[(&str, &str, &str)], extra: Value) {
     let api: Api<Pod> = Api::namespaced(world.clusters[0].client(), "default");
     for (name, cpu, memory) in pods {
         let mut v = serde_json::to_value(workload_pod(name, cpu, memory)).unwrap();
@@ -66,7 +66,7 @@ async fn delete_pod(world: &World, name: &str) {
     api.delete(name, &DeleteParams::default()).await.unwrap();
 }
 
-async fn claims(world: &World) -> Vec<NodeClaim> {
+pub(crate) async fn claims(world: &World) -> Vec<NodeClaim> {
     Api::<NodeClaim>::namespaced(world.mgmt.client(), "team").list(&ListParams::default()).await.unwrap().items
 }
 
@@ -74,7 +74,7 @@ async fn groups(world: &World) -> Vec<NodeGroup> {
     Api::<NodeGroup>::all(world.clusters[0].client()).list(&ListParams::default()).await.unwrap().items
 }
 
-async fn running(world: &World) -> Vec<Pod> {
+pub(crate) async fn running(world: &World) -> Vec<Pod> {
     let api: Api<Pod> = Api::namespaced(world.clusters[0].client(), "default");
     api.list(&ListParams::default())
         .await
@@ -85,7 +85,7 @@ async fn running(world: &World) -> Vec<Pod> {
         .collect()
 }
 
-fn is_true(claim: &NodeClaim, type_: &str) -> bool {
+pub(crate) fn is_true(claim: &NodeClaim, type_: &str) -> bool {
     claim.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == type_ && c.status == "True"))
 }
 
@@ -107,7 +107,7 @@ async fn events(world: &World, reason: &str) -> Vec<String> {
 
 /// Moves the hub's clock forward a little at a time (each step wakes the lifecycle and the
 /// disruption loop) until `check` holds; panics naming `what` after `timeout` of real time.
-async fn advance_until<F, Fut>(clock: &Clock, what: &str, step: Duration, mut check: F)
+pub(crate) async fn advance_until<F, Fut>(clock: &Clock, what: &str, step: Duration, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -131,7 +131,7 @@ fn passes(world: &World) -> u64 {
 
 /// Which claims exist and which are being deleted, once the loop has made `passes` passes (the
 /// hub's clock moved 5 s before each look) without any change: the negative a test then asserts.
-async fn quiet_claims(world: &World, clock: &Clock, what: &str, steps: u64) -> Vec<(String, bool)> {
+pub(crate) async fn quiet_claims(world: &World, clock: &Clock, what: &str, steps: u64) -> Vec<(String, bool)> {
     wait_quiet_over(
         what,
         UP,
@@ -148,7 +148,7 @@ async fn quiet_claims(world: &World, clock: &Clock, what: &str, steps: u64) -> V
 }
 
 /// `pods` pods running on `count` claims, every one initialized.
-async fn running_on(world: &World, pods: usize, count: usize) {
+pub(crate) async fn running_on(world: &World, pods: usize, count: usize) {
     let what = format!("{pods} pods running on {count} initialized claims");
     wait_for(&what, UP, || async {
         let cs = claims(world).await;

@@ -69,10 +69,17 @@ impl Server for Offline {
     fn create(&mut self, obj: &Value) -> Result<(), String> {
         match self.schema(obj) {
             Some(s) => s.admit_create(obj).map(|_| ()).map_err(|e| e.to_string()),
-            // Built-in kinds (the kubeconfig Secret): the typed model must read them.
-            None => serde_json::from_value::<k8s_openapi::api::core::v1::Secret>(obj.clone())
-                .map(|_| ())
-                .map_err(|e| e.to_string()),
+            // Built-in kinds (the kubeconfig Secret, a buffer's PodTemplate): the typed model must
+            // read them.
+            None => match obj["kind"].as_str() {
+                Some("Secret") => serde_json::from_value::<k8s_openapi::api::core::v1::Secret>(obj.clone())
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                Some("PodTemplate") => serde_json::from_value::<k8s_openapi::api::core::v1::PodTemplate>(obj.clone())
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                other => Err(format!("no schema for kind {other:?}")),
+            },
         }
     }
 
@@ -293,7 +300,7 @@ fn every_generated_crd_is_established_on_a_real_api_server() {
     // What `karpenter-hub crds` prints (the hub's CRDs) and the committed test-only CRDs.
     let mut crds: Vec<CustomResourceDefinition> =
         serde_saphyr::from_multiple(&crds::crd::render_all().unwrap()).unwrap();
-    assert_eq!(crds.len(), 6, "the hub ships six CRDs");
+    assert_eq!(crds.len(), 7, "the hub ships seven CRDs");
     crds.extend(crds::crd::testing_crds().into_iter().map(|f| f.crd));
     rt.block_on(async {
         remote::apply_crds(&client, &crds).await;
@@ -365,7 +372,8 @@ fn crds_command_prints_every_crd() {
             "clevernodeclasses.karpenter.clever-cloud.com",
             "flavorcatalogs.karpenter.clever-cloud.com",
             "workloadclusters.karpenter.clever-cloud.com",
-            "cleverorganizations.karpenter.clever-cloud.com"
+            "cleverorganizations.karpenter.clever-cloud.com",
+            "capacitybuffers.karpenter.clever-cloud.com"
         ]
     );
 }

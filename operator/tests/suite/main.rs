@@ -15,6 +15,7 @@ mod common;
 #[path = "../common/invariants.rs"]
 mod invariants;
 
+mod buffers;
 mod chaos;
 mod charts;
 mod disruption;

@@ -52,6 +52,8 @@ const EXPECTED: &[(&str, &[&str], &[&str])] = &[
     ("fleet-nodepools.yaml", &[], &["platform/platform-tool", "shop/api-0", "shop/api-1"]),
     // No NodePool: nothing can be provisioned.
     ("flavor-catalog.yaml", &[], &["platform/platform-tool", "shop/api-0", "shop/api-1"]),
+    // A CapacityBuffer alone: no pool, so no room is made; its pods are never unschedulable pods.
+    ("capacity-buffer.yaml", &[], &["platform/platform-tool", "shop/api-0", "shop/api-1"]),
     // The class labels its nodes team=platform: the tool pod selecting it lands with the api pods.
     ("general-purpose.yaml", &["default:XS"], &[]),
     ("kubeconfig-secret.yaml", &[], &["platform/platform-tool", "shop/api-0", "shop/api-1"]),

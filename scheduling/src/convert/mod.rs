@@ -85,6 +85,18 @@ pub struct Snapshot {
     /// When it was taken: judges `karpenter.sh/do-not-disrupt` durations of pods on leaving nodes
     /// (unset: every valid duration counts as still running).
     pub now: Option<k8s_openapi::jiff::Timestamp>,
+    /// CapacityBuffers' pods for this cluster: pods to place as the lowest-priority pending pods
+    /// (never real pods, whatever their own fields say).
+    pub buffer_pods: Vec<BufferPod>,
+}
+
+/// One pod a CapacityBuffer keeps room for.
+#[derive(Debug, Clone)]
+pub struct BufferPod {
+    /// The buffer, `namespace/name` (a management-cluster object).
+    pub buffer: String,
+    /// The pod: its template's spec, unbound, in the workload namespace the buffer names.
+    pub pod: Arc<CompactPod>,
 }
 
 impl Snapshot {
@@ -423,6 +435,22 @@ pub fn build_input_with_volumes(
         }
     }
 
+    // CapacityBuffer pods: as pending pods, except that nothing about them is a real pod's (no
+    // trigger rule, no volumes: a buffer's template keeps room, not storage).
+    for b in &snapshot.buffer_pods {
+        let obj = format!("CapacityBuffer {} pod {}", b.buffer, b.pod.metadata.name.as_deref().unwrap_or_default());
+        let Some(spec) = &b.pod.spec else { return Err(err(&obj, "spec", "missing")) };
+        match provisionable(spec) {
+            Provisionable::Yes => {
+                let mut pod = pod_from(&b.pod, &obj)?;
+                pod.buffer = Some(b.buffer.clone());
+                out.input.pods.push(pod);
+            }
+            Provisionable::OptOut => {}
+            Provisionable::Ignored(why) => out.notes.push(format!("{obj}: ignored, {why}")),
+        }
+    }
+
     // DaemonSets: the newest real pod, else the template.
     for ds in &snapshot.daemonsets {
         let obj = object("DaemonSet", &ds.metadata);
@@ -521,6 +549,32 @@ mod tests {
 
     fn convert(snapshot: &Snapshot, rule: PendingRule) -> Converted {
         build_input(snapshot, "c1", rule, Settings::default()).unwrap()
+    }
+
+    /// Issue 28 item 2: a CapacityBuffer's pods are pods to place under either pending rule, marked
+    /// with their buffer; a real pod is never one, whatever it carries.
+    #[test]
+    fn buffer_pods_are_placed_and_marked() {
+        let buffer_pod = |name: &str| BufferPod { buffer: "demo/warm".to_string(), pod: pod(name, json!({})) };
+        let snap = Snapshot {
+            node_pools: vec![pool()],
+            pods: vec![pod("web", unschedulable())],
+            buffer_pods: vec![buffer_pod("capacity-buffer-warm-1"), buffer_pod("capacity-buffer-warm-2")],
+            ..Snapshot::default()
+        };
+        for rule in [PendingRule::Unschedulable, PendingRule::Unbound] {
+            let c = convert(&snap, rule);
+            let marks: Vec<(&str, Option<&str>)> =
+                c.input.pods.iter().map(|p| (p.name.as_str(), p.buffer.as_deref())).collect();
+            assert_eq!(
+                marks,
+                [
+                    ("web", None),
+                    ("capacity-buffer-warm-1", Some("demo/warm")),
+                    ("capacity-buffer-warm-2", Some("demo/warm"))
+                ]
+            );
+        }
     }
 
     /// Issue 28 item 1: a static pool (`spec.replicas`) is no pool a pending pod can get a node

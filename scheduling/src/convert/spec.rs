@@ -275,6 +275,7 @@ pub(super) fn pod_from_spec(
         extended,
         constraints: constraints_from(spec, obj, base)?,
         csi_volumes: Vec::new(),
+        buffer: None,
     })
 }
 

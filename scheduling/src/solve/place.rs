@@ -124,8 +124,18 @@ impl Solver<'_> {
                 .then_with(|| pa.uid.cmp(&pb.uid))
                 .then_with(|| a.cmp(&b))
         });
+        // CapacityBuffer pods only once every real pod is placed or given up on (relaxations
+        // included): the lowest priority, never taking room or a limit a real pod could use.
+        let (buffer, real): (Vec<usize>, Vec<usize>) = order.into_iter().partition(|&p| pods[p].buffer.is_some());
+        self.place_all(real);
+        self.place_all(buffer);
+    }
+
+    /// Places the pods of `order` in turn; a pod that fails goes to the back of the queue (relaxed
+    /// one step more when its turn comes again) until a full pass makes no progress.
+    fn place_all(&mut self, order: Vec<usize>) {
         let mut queue: VecDeque<usize> = order.into();
-        let mut pushed_at: Vec<usize> = vec![usize::MAX; pods.len()];
+        let mut pushed_at: Vec<usize> = vec![usize::MAX; self.input.pods.len()];
         while let Some(&p) = queue.front() {
             if pushed_at[p] == queue.len() {
                 break; // a full pass without progress

@@ -203,3 +203,38 @@ fn what_is_left_reads_as_the_quota_counts_it() {
     );
     assert_eq!(describe_left(&[None, Some(4 * GI), None]), "memory=4Gi");
 }
+
+/// Issue 28 item 2: a CapacityBuffer's pod is placed after every real pod, whatever its size: it
+/// never takes the room of an existing node, nor a shared limit, that a real pod could use.
+#[test]
+fn buffer_pods_come_after_every_real_pod() {
+    let buffered = |mut p: crate::model::Pod| {
+        p.buffer = Some("demo/warm".to_string());
+        p
+    };
+    // A 2XS with room for one of them: the larger buffer pod would be first in size order.
+    let mut i = input(vec![pool("default")], vec![buffered(pod("warm-1", 3000, 256 * MI)), pod("web", 2000, 256 * MI)]);
+    i.nodes = vec![node_of("n1", "2XS", Vec::new())];
+    let d = solve(&i);
+    let on_node: Vec<&str> = d.existing.iter().flat_map(|a| a.pods.iter().map(|&p| i.pods[p].name.as_str())).collect();
+    assert_eq!(on_node, ["web"], "the real pod takes the node's room");
+    assert_eq!(d.new_claims.len(), 1);
+    assert_eq!(d.new_claims[0].pods.iter().map(|&p| i.pods[p].name.as_str()).collect::<Vec<_>>(), ["warm-1"]);
+    // Room for one 2XS in the organisation: the real pod gets it, the buffer pod waits.
+    let mut tight = with_shared(
+        input(vec![pool("default")], vec![buffered(pod("warm-1", 3000, 256 * MI)), pod("web", 2000, 256 * MI)]),
+        vec![shared_limit("organisation orga-acme", None, cpu_left(4000))],
+    );
+    tight.pools[0].requirements = vec![req(INSTANCE_TYPE, Operator::In, &["2XS"])];
+    let d = solve(&tight);
+    assert_eq!(d.new_claims.len(), 1);
+    assert_eq!(d.new_claims[0].pods.iter().map(|&p| tight.pods[p].name.as_str()).collect::<Vec<_>>(), ["web"]);
+    assert_eq!(d.unschedulable.iter().map(|u| tight.pods[u.pod].name.as_str()).collect::<Vec<_>>(), ["warm-1"]);
+    // Without the mark the size order puts the larger pod first: the test tells the two apart.
+    let mut plain = i.clone();
+    plain.pods[0].buffer = None;
+    let d = solve(&plain);
+    let on_node: Vec<&str> =
+        d.existing.iter().flat_map(|a| a.pods.iter().map(|&p| plain.pods[p].name.as_str())).collect();
+    assert_eq!(on_node, ["warm-1"]);
+}

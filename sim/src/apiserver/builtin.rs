@@ -41,6 +41,7 @@ fn round_trip(group: &str, plural: &str, body: &Value) -> Option<Value> {
         ("", "nodes") => via::<core::v1::Node>(body),
         ("", "namespaces") => via::<core::v1::Namespace>(body),
         ("", "configmaps") => via::<core::v1::ConfigMap>(body),
+        ("", "podtemplates") => via::<core::v1::PodTemplate>(body),
         ("", "secrets") => via::<core::v1::Secret>(body),
         ("", "serviceaccounts") => via::<core::v1::ServiceAccount>(body),
         ("", "events") => via::<core::v1::Event>(body),

@@ -161,6 +161,17 @@ const BUILTINS: &[B] = &[
     B {
         group: "",
         version: "v1",
+        plural: "podtemplates",
+        kind: "PodTemplate",
+        namespaced: true,
+        short: &[],
+        sub: &[],
+        generation: true,
+        selectable: &[],
+    },
+    B {
+        group: "",
+        version: "v1",
         plural: "serviceaccounts",
         kind: "ServiceAccount",
         namespaced: true,

@@ -184,6 +184,15 @@ pub fn organization(name: &str, spec: Value) -> Value {
     })
 }
 
+/// A `CapacityBuffer` in namespace `team-a`.
+pub fn capacity_buffer(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "CapacityBuffer",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": spec
+    })
+}
+
 pub fn node_class(name: &str, labels: Value, catalog: Option<&str>) -> Value {
     let mut spec = json!({"labels": labels});
     if let Some(catalog) = catalog {

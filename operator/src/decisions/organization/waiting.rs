@@ -90,7 +90,16 @@ pub fn held_back(input: &scheduling::Input, limited: &scheduling::Decision, own:
         return None;
     }
     let launched: BTreeSet<usize> = limited.new_claims.iter().flat_map(|c| c.pods.iter().copied()).collect();
-    let left: BTreeSet<usize> = limited.unschedulable.iter().map(|u| u.pod).collect();
+    // A CapacityBuffer's pods never put the cluster in line: the room is for real pods first.
+    let left: BTreeSet<usize> = limited
+        .unschedulable
+        .iter()
+        .map(|u| u.pod)
+        .filter(|&p| input.pods.get(p).is_some_and(|p| p.buffer.is_none()))
+        .collect();
+    if left.is_empty() {
+        return None;
+    }
     // Original index of each pod of the free input.
     let kept: Vec<usize> = (0..input.pods.len()).filter(|i| !launched.contains(i)).collect();
     let mut free = input.clone();
