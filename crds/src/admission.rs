@@ -16,6 +16,7 @@ mod capacitybuffer;
 mod flavorcatalog;
 mod nodeclaim;
 mod nodeclass;
+mod nodeoverlay;
 mod nodepool;
 mod organization;
 pub mod schedule;
@@ -26,6 +27,7 @@ pub use capacitybuffer::validate_capacity_buffer;
 pub use flavorcatalog::validate_flavor_catalog;
 pub use nodeclaim::validate_node_claim;
 pub use nodeclass::validate_node_class;
+pub use nodeoverlay::validate_node_overlay;
 pub use nodepool::{NodePoolReferences, validate_node_pool};
 pub use organization::validate_organization;
 

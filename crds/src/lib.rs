@@ -18,6 +18,7 @@ pub mod nodeclass;
 pub mod nodegroup;
 pub mod nodepool;
 pub mod organization;
+pub mod overlay;
 pub mod quantity;
 pub mod selector;
 pub mod validation;
@@ -30,4 +31,5 @@ pub use nodeclass::{CleverNodeClass, CleverNodeClassSpec, CleverNodeClassStatus}
 pub use nodegroup::{NodeGroup, NodeGroupSpec, NodeGroupStatus};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
 pub use organization::{CleverOrganization, CleverOrganizationSpec, CleverOrganizationStatus};
+pub use overlay::{NodeOverlay, NodeOverlaySpec, NodeOverlayStatus};
 pub use workloadcluster::{WorkloadCluster, WorkloadClusterSpec, WorkloadClusterStatus};

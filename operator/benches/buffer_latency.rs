@@ -44,7 +44,8 @@ struct Args {
 }
 
 fn args() -> Args {
-    let mut a = Args { pods: 50, join: Duration::from_secs(25), cpu: "500m".into(), memory: "512Mi".into(), json: false };
+    let mut a =
+        Args { pods: 50, join: Duration::from_secs(25), cpu: "500m".into(), memory: "512Mi".into(), json: false };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -81,8 +82,7 @@ struct Measured {
 }
 
 fn cke(join: Duration) -> SimCkeConfig {
-    let mut c = SimCkeConfig::default();
-    c.node_join_delay = DelayRange::fixed(join);
+    let mut c = SimCkeConfig { node_join_delay: DelayRange::fixed(join), ..SimCkeConfig::default() };
     // Far above the burst and the buffer together: the quota is not what is measured.
     c.quota.limit = sim::cke::quota::Usage { vcpu: 1000, ram_gb: 2000 };
     c

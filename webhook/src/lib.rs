@@ -1,9 +1,9 @@
 //! `karpenter-hub-webhook`: the admission webhook of Clever Karpenter Hub.
 //!
-//! It validates `CleverNodeClass`, `FlavorCatalog`, `NodePool`, `CapacityBuffer` and
-//! (cluster-scoped) `CleverOrganization` objects before the management cluster stores them, with
-//! the same rules the hub applies at runtime ([`crds::admission`]), and answers over HTTPS with a
-//! certificate it reloads from disk. See `docs/webhook.md`.
+//! It validates `CleverNodeClass`, `FlavorCatalog`, `NodePool`, `CapacityBuffer`, `NodeOverlay`
+//! and (cluster-scoped) `CleverOrganization` objects before the management cluster stores them,
+//! with the same rules the hub applies at runtime ([`crds::admission`]), and answers over HTTPS
+//! with a certificate it reloads from disk. See `docs/webhook.md`.
 //!
 //! - [`review`]: one AdmissionReview from bytes to answer (pure, except reading references);
 //! - [`references`]: reading the objects a reviewed object refers to;

@@ -16,7 +16,7 @@ use std::fmt;
 use crds::admission::{Lookup, NodePoolReferences, Verdict};
 use crds::labels::{GROUP, NODECLASS_KIND};
 use crds::validation::dns1123_subdomain;
-use crds::{CapacityBuffer, CleverNodeClass, CleverOrganization, FlavorCatalog, NodePool};
+use crds::{CapacityBuffer, CleverNodeClass, CleverOrganization, FlavorCatalog, NodeOverlay, NodePool};
 use prometheus_client::encoding::EncodeLabelValue;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -45,12 +45,20 @@ pub enum Kind {
     CleverOrganization,
     /// `CapacityBuffer`.
     CapacityBuffer,
+    /// `NodeOverlay`.
+    NodeOverlay,
 }
 
 impl Kind {
     /// Every validated kind.
-    pub const ALL: [Kind; 5] =
-        [Kind::CleverNodeClass, Kind::FlavorCatalog, Kind::NodePool, Kind::CleverOrganization, Kind::CapacityBuffer];
+    pub const ALL: [Kind; 6] = [
+        Kind::CleverNodeClass,
+        Kind::FlavorCatalog,
+        Kind::NodePool,
+        Kind::CleverOrganization,
+        Kind::CapacityBuffer,
+        Kind::NodeOverlay,
+    ];
 
     /// The kind's name in the API.
     pub fn name(self) -> &'static str {
@@ -60,6 +68,7 @@ impl Kind {
             Kind::NodePool => "NodePool",
             Kind::CleverOrganization => "CleverOrganization",
             Kind::CapacityBuffer => "CapacityBuffer",
+            Kind::NodeOverlay => "NodeOverlay",
         }
     }
 
@@ -71,6 +80,7 @@ impl Kind {
             Kind::NodePool => "nodepools",
             Kind::CleverOrganization => "cleverorganizations",
             Kind::CapacityBuffer => "capacitybuffers",
+            Kind::NodeOverlay => "nodeoverlays",
         }
     }
 
@@ -88,6 +98,7 @@ impl Kind {
             Kind::NodePool => "/validate/nodepools",
             Kind::CleverOrganization => "/validate/cleverorganizations",
             Kind::CapacityBuffer => "/validate/capacitybuffers",
+            Kind::NodeOverlay => "/validate/nodeoverlays",
         }
     }
 }
@@ -265,6 +276,13 @@ pub enum Subject {
         /// The stored object, on update.
         old: Option<Box<CapacityBuffer>>,
     },
+    /// A `NodeOverlay`.
+    NodeOverlay {
+        /// The object as it would be stored.
+        new: Box<NodeOverlay>,
+        /// The stored object, on update.
+        old: Option<Box<NodeOverlay>>,
+    },
 }
 
 /// A create or update to validate.
@@ -367,6 +385,7 @@ pub fn read(route: Kind, body: &[u8]) -> Result<Step, BadRequest> {
         Kind::CapacityBuffer => {
             parse_pair(object, old, &mut warnings).map(|(new, old)| Subject::CapacityBuffer { new, old })
         }
+        Kind::NodeOverlay => parse_pair(object, old, &mut warnings).map(|(new, old)| Subject::NodeOverlay { new, old }),
     };
     let subject = match subject {
         Ok(subject) => subject,
@@ -384,6 +403,7 @@ pub fn read(route: Kind, body: &[u8]) -> Result<Step, BadRequest> {
             Subject::FlavorCatalog { new, .. } => new.metadata.namespace.clone(),
             Subject::NodePool { new, .. } => new.metadata.namespace.clone(),
             Subject::CapacityBuffer { new, .. } => new.metadata.namespace.clone(),
+            Subject::NodeOverlay { new, .. } => new.metadata.namespace.clone(),
             Subject::Organization { .. } => None,
         })
         .unwrap_or_default();
@@ -434,10 +454,12 @@ impl Admission {
                 node_class: None,
                 flavor_catalog: new.spec.flavor_catalog_ref.as_ref().and_then(|r| valid(&r.name)),
             },
-            // A buffer's PodTemplate is not read: the hub reports a missing or unusable one.
-            Subject::FlavorCatalog { .. } | Subject::Organization { .. } | Subject::CapacityBuffer { .. } => {
-                Needs::default()
-            }
+            // A buffer's PodTemplate is not read: the hub reports a missing or unusable one. An
+            // overlay refers to nothing: the hub evaluates it against the namespace's pools.
+            Subject::FlavorCatalog { .. }
+            | Subject::Organization { .. }
+            | Subject::CapacityBuffer { .. }
+            | Subject::NodeOverlay { .. } => Needs::default(),
             Subject::NodePool { new, .. } => {
                 let r = &new.spec.template.spec.node_class_ref;
                 let ours = r.group == GROUP && r.kind == NODECLASS_KIND;
@@ -464,6 +486,7 @@ impl Admission {
             ),
             Subject::Organization { new, old } => crds::admission::validate_organization(new, old.as_deref()),
             Subject::CapacityBuffer { new, old } => crds::admission::validate_capacity_buffer(new, old.as_deref()),
+            Subject::NodeOverlay { new, old } => crds::admission::validate_node_overlay(new, old.as_deref()),
         };
         Answer::from_verdict(self.uid, &verdict, self.warnings)
     }
@@ -779,6 +802,87 @@ mod tests {
         assert!(!Kind::CapacityBuffer.cluster_scoped());
     }
 
+    fn node_overlay(spec: Value) -> Value {
+        json!({
+            "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodeOverlay",
+            "metadata": {"name": "cheaper-xs", "namespace": "team-a"},
+            "spec": spec
+        })
+    }
+
+    #[test]
+    fn node_overlays_are_validated_on_their_route() {
+        let good = node_overlay(json!({
+            "requirements": [{"key": "clever-cloud.com/flavor", "operator": "In", "values": ["XS"]}],
+            "priceAdjustment": "-10%", "weight": 10
+        }));
+        let Step::Validate(admission) =
+            read(Kind::NodeOverlay, &review_of("NodeOverlay", "CREATE", good.clone(), None)).unwrap()
+        else {
+            panic!("expected a validation");
+        };
+        assert_eq!(admission.namespace, "team-a");
+        assert_eq!(admission.needs(), Needs::default(), "an overlay refers to nothing");
+        let answer = admission.validate(&Resolved::unchecked("offline"));
+        assert!(answer.allowed && answer.warnings.is_empty(), "{answer:?}");
+        let v = response(&answer);
+        assert_eq!(v["response"]["allowed"], true);
+        assert!(v["response"].get("status").is_none(), "{v}");
+
+        // Denied with each field and its fix, on create and on update.
+        let bad = node_overlay(json!({
+            "requirements": [
+                {"key": "clever-cloud.com/flavor", "operator": "In", "values": ["XS"]},
+                {"key": "kubernetes.io/hostname", "operator": "Exists"},
+                {"key": "team", "operator": "In", "values": []}
+            ],
+            "price": "0.05", "priceAdjustment": "-101%", "weight": 0
+        }));
+        for body in [
+            review_of("NodeOverlay", "CREATE", bad.clone(), None),
+            review_of("NodeOverlay", "UPDATE", bad, Some(good.clone())),
+        ] {
+            let answer = review_offline(Kind::NodeOverlay, &body).unwrap();
+            assert!(!answer.allowed, "{answer:?}");
+            let v = response(&answer);
+            assert_eq!(v["response"]["status"]["code"], 403);
+            let message = v["response"]["status"]["message"].as_str().unwrap();
+            assert!(message.starts_with("spec: price and priceAdjustment are both set"), "{message}");
+            assert!(message.contains("; spec.priceAdjustment: \"-101%\" is not a price adjustment"), "{message}");
+            assert!(message.contains("; spec.requirements[1].key: kubernetes.io/hostname is restricted"), "{message}");
+            assert!(
+                message.contains("; spec.requirements[2].values: operator In needs at least one value"),
+                "{message}"
+            );
+            assert!(message.contains("; spec.weight: 0 is out of range: give 1 to 10000"), "{message}");
+        }
+
+        // Allowed with warnings: free offerings, every flavor of the namespace.
+        let odd = node_overlay(json!({"requirements": [], "priceAdjustment": "-100%"}));
+        let answer = review_offline(Kind::NodeOverlay, &review_of("NodeOverlay", "CREATE", odd, None)).unwrap();
+        assert!(answer.allowed, "{answer:?}");
+        assert!(answer.warnings[0].starts_with("spec.priceAdjustment: \"-100%\" makes the selected offerings free"));
+        assert!(answer.warnings[1].starts_with("spec.requirements: is empty: the overlay selects every flavor"));
+        let zero = node_overlay(json!({"requirements": [{"key": "team", "operator": "Exists"}], "price": "0"}));
+        let answer = review_offline(Kind::NodeOverlay, &review_of("NodeOverlay", "CREATE", zero, None)).unwrap();
+        assert!(answer.allowed, "{answer:?}");
+        assert!(answer.warnings[0].starts_with("spec.price: \"0\" makes the selected offerings free"), "{answer:?}");
+
+        // An object that is not a NodeOverlay (an unknown operator), and misrouted reviews.
+        let unreadable = node_overlay(json!({"requirements": [{"key": "team", "operator": "Like"}], "price": "1"}));
+        let answer = review_offline(Kind::NodeOverlay, &review_of("NodeOverlay", "CREATE", unreadable, None)).unwrap();
+        assert!(!answer.allowed, "{answer:?}");
+        assert!(answer.message.as_deref().unwrap().contains("cannot be read as a NodeOverlay"), "{answer:?}");
+        let body = review_of("NodeOverlay", "CREATE", good, None);
+        let answer = review_offline(Kind::NodePool, &body).unwrap();
+        assert!(!answer.allowed && answer.message.as_deref().unwrap().contains("wrong path"), "{answer:?}");
+        let body = review_of("NodePool", "CREATE", json!({}), None);
+        let answer = review_offline(Kind::NodeOverlay, &body).unwrap();
+        let message = answer.message.as_deref().unwrap();
+        assert!(message.contains("/validate/nodeoverlays validates NodeOverlay.karpenter.clever-cloud.com only"));
+        assert!(!Kind::NodeOverlay.cluster_scoped());
+    }
+
     #[test]
     fn each_route_names_its_crds_kind_and_resource() {
         use kube::Resource;
@@ -788,7 +892,9 @@ mod tests {
             (NodePool::kind(&()), NodePool::plural(&())),
             (CleverOrganization::kind(&()), CleverOrganization::plural(&())),
             (CapacityBuffer::kind(&()), CapacityBuffer::plural(&())),
+            (NodeOverlay::kind(&()), NodeOverlay::plural(&())),
         ];
+        assert_eq!(crds.len(), Kind::ALL.len());
         for (kind, (name, plural)) in Kind::ALL.into_iter().zip(crds) {
             assert_eq!((kind.name(), kind.plural()), (name.as_ref(), plural.as_ref()));
             assert_eq!(kind.path(), format!("/validate/{plural}"));

@@ -2,7 +2,7 @@
 //!
 //! | route | method | answer |
 //! |---|---|---|
-//! | `/validate/clevernodeclasses`, `/validate/flavorcatalogs`, `/validate/nodepools`, `/validate/cleverorganizations`, `/validate/capacitybuffers` | POST | an AdmissionReview response, or 400 for a body that is not a review, too large or unreadable |
+//! | `/validate/clevernodeclasses`, `/validate/flavorcatalogs`, `/validate/nodepools`, `/validate/cleverorganizations`, `/validate/capacitybuffers`, `/validate/nodeoverlays` | POST | an AdmissionReview response, or 400 for a body that is not a review, too large or unreadable |
 //! | `/livez` | GET | 200 while the process serves |
 //! | `/readyz` | GET | 200 when serving, 503 once shutdown began (so endpoints drop the pod first) |
 //! | `/metrics` | GET | OpenMetrics text |

@@ -37,6 +37,10 @@ fn any_json() -> impl Strategy<Value = Value> {
             "0 9 * * 1-5",
             "karpenter.sh/capacity-type",
             "node.kubernetes.io/instance-type",
+            "kubernetes.io/hostname",
+            "-100%",
+            "+0.02",
+            "0.05",
             "kubernetes.io/x",
             "a/b/c",
             "é",
@@ -113,6 +117,14 @@ fn valid(kind: Kind) -> Value {
                 "limits": {"cpu": "8", "pods": "10"}
             }),
         ),
+        Kind::NodeOverlay => node_overlay(
+            "cheaper-xs",
+            json!({
+                "requirements": [{"key": "clever-cloud.com/flavor", "operator": "In", "values": ["XS"]}],
+                "priceAdjustment": "-10%",
+                "weight": 10
+            }),
+        ),
     }
 }
 
@@ -175,7 +187,7 @@ proptest! {
                                  "clusterName", "nodeClassRef", "disruption", "budgets", "limits", "flavorCatalogRef", "weight",
                                  "clusterSelector", "namespaceSelector", "matchLabels", "quota", "cpu", "memory",
                                  "karpenter.clever-cloud.com/price-per-hour", "replicas", "podTemplateRef",
-                                 "provisioningStrategy", "pods",
+                                 "provisioningStrategy", "pods", "price", "priceAdjustment",
                              ]).prop_map(String::from), 1..5),
                              value in any_json(),
                              update in any::<bool>()) {

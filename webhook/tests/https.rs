@@ -248,6 +248,70 @@ async fn capacity_buffers_are_reviewed_on_their_route() {
     h.server.shutdown().await.unwrap();
 }
 
+/// NodeOverlays on their own route: allowed, denied with the field and the fix, warned; nothing read
+/// (the hub evaluates an overlay against its namespace's pools); counted under their kind.
+#[tokio::test]
+async fn node_overlays_are_reviewed_on_their_route() {
+    let h = Harness::start("nodeoverlays", references()).await;
+    let client = h.client(false);
+    let url = h.url("/validate/nodeoverlays");
+
+    // Allowed, no warnings: a discount on two flavors, with a weight.
+    let good = node_overlay(
+        "cheaper-small",
+        json!({"requirements": [{"key": "clever-cloud.com/flavor", "operator": "In", "values": ["XS", "S"]}],
+               "priceAdjustment": "-10%", "weight": 10}),
+    );
+    let (status, body) = post(&client, &url, &review("NodeOverlay", "CREATE", good.clone(), None)).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["response"]["uid"], UID);
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert!(warnings(&body).is_empty(), "{body}");
+
+    // Denied with the field and the fix: no price change, a Gt without an integer, a bad value.
+    let bad = node_overlay(
+        "cheaper-small",
+        json!({"requirements": [
+            {"key": "karpenter.clever-cloud.com/instance-cpu", "operator": "Gt", "values": ["four"]},
+            {"key": "clever-cloud.com/flavor", "operator": "In", "values": ["XS", "not valid"]}
+        ]}),
+    );
+    let (_, body) = post(&client, &url, &review("NodeOverlay", "UPDATE", bad, Some(good))).await;
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    assert_eq!(body["response"]["status"]["code"], 403);
+    let m = message(&body);
+    assert!(m.starts_with("spec: neither price nor priceAdjustment is set"), "{m}");
+    assert!(m.contains("spec.requirements[0].values: operator Gt needs exactly one non-negative integer"), "{m}");
+    assert!(m.contains("spec.requirements[1].values[1]: \"not valid\" is not a valid label value"), "{m}");
+
+    // Allowed with warnings: a price of 0 for every flavor of the namespace.
+    let odd = node_overlay("free", json!({"requirements": [], "price": "0"}));
+    let (_, body) = post(&client, &url, &review("NodeOverlay", "CREATE", odd, None)).await;
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    let w = warnings(&body);
+    assert!(w.iter().any(|w| w.starts_with("spec.price: \"0\" makes the selected offerings free")), "{w:?}");
+    assert!(w.iter().any(|w| w.starts_with("spec.requirements: is empty: the overlay selects every flavor")), "{w:?}");
+
+    // Another kind posted to this route is refused as misrouted.
+    let (_, body) = post(&client, &url, &review("FlavorCatalog", "CREATE", flavor_catalog("c", json!([])), None)).await;
+    assert_eq!(body["response"]["allowed"], false);
+    assert!(message(&body).contains("/validate/nodeoverlays validates NodeOverlay"), "{body}");
+
+    let text = client.get(h.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for line in [
+        "karpenter_hub_webhook_requests_total{kind=\"NodeOverlay\",outcome=\"allowed\"} 2",
+        "karpenter_hub_webhook_requests_total{kind=\"NodeOverlay\",outcome=\"denied\"} 2",
+        "karpenter_hub_webhook_warnings_total{kind=\"NodeOverlay\"} 2",
+    ] {
+        assert!(text.contains(line), "missing {line} in\n{text}");
+    }
+    assert!(
+        text.lines().filter(|l| l.starts_with("karpenter_hub_webhook_lookups_total{")).all(|l| l.ends_with(" 0")),
+        "nothing is read for an overlay:\n{text}"
+    );
+    h.server.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn without_lookups_cross_object_checks_are_warnings() {
     let h = Harness::start("nolookups", Arc::new(NoReferences)).await;

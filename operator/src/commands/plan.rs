@@ -16,11 +16,11 @@ use std::path::PathBuf;
 use crd_schema::CrdSchema;
 use crds::admission::{
     Lookup, NodePoolReferences, Verdict, validate_capacity_buffer, validate_flavor_catalog, validate_node_claim,
-    validate_node_class, validate_node_pool, validate_organization,
+    validate_node_class, validate_node_overlay, validate_node_pool, validate_organization,
 };
 use crds::catalog::round4;
 use crds::quantity::{format_bytes, format_count, format_millis_cpu};
-use crds::{CapacityBuffer, CleverNodeClass, CleverOrganization, FlavorCatalog};
+use crds::{CapacityBuffer, CleverNodeClass, CleverOrganization, FlavorCatalog, NodeOverlay};
 use scheduling::CompactPod;
 use scheduling::convert::{ConvertError, PendingRule, Snapshot, Volumes, build_input_with_volumes};
 
@@ -330,6 +330,9 @@ pub struct Manifests {
     /// CapacityBuffers and the PodTemplates they name: their pods are placed after the pending ones.
     pub buffers: Vec<CapacityBuffer>,
     pub pod_templates: Vec<std::sync::Arc<k8s_openapi::api::core::v1::PodTemplate>>,
+    /// NodeOverlays: evaluated over the manifests' pools of their namespace, the accepted ones
+    /// change prices.
+    pub overlays: Vec<NodeOverlay>,
 }
 
 /// Where each object read came from (`file: document N (Kind ns/name)`), per kind, in the order of
@@ -342,6 +345,7 @@ struct Origins {
     node_claims: Vec<String>,
     organizations: Vec<String>,
     buffers: Vec<String>,
+    overlays: Vec<String>,
     pods: Vec<String>,
 }
 
@@ -434,6 +438,9 @@ fn admit(reader: &mut Reader) {
     }
     for (buffer, origin) in reader.snap.buffers.iter().zip(&reader.origins.buffers) {
         verdicts.push((origin.clone(), validate_capacity_buffer(buffer, None)));
+    }
+    for (overlay, origin) in reader.snap.overlays.iter().zip(&reader.origins.overlays) {
+        verdicts.push((origin.clone(), validate_node_overlay(overlay, None)));
     }
     for (origin, verdict) in verdicts {
         for d in verdict.denials {
@@ -548,6 +555,10 @@ fn add_document(reader: &mut Reader, file: &str, index: usize, doc: Value) -> Re
             snap.buffers.push(typed(doc).map_err(fail)?);
             reader.origins.buffers.push(origin);
         }
+        ("NodeOverlay", true) => {
+            snap.overlays.push(typed(doc).map_err(fail)?);
+            reader.origins.overlays.push(origin);
+        }
         ("PodTemplate", false) if api_version == "v1" => {
             snap.pod_templates.push(std::sync::Arc::new(typed(doc).map_err(fail)?));
         }
@@ -641,6 +652,7 @@ pub fn plan_with(
     notes.append(&mut target.notes);
     let cluster = target.cluster;
     let buffers = buffer_pods(manifests, &mut target.snapshot, &target.key, &cluster, &mut notes);
+    target.snapshot.node_overlays = accepted_overlays(manifests, &mut notes);
     let converted =
         build_input_with_volumes(&target.snapshot, &manifests.volumes, &cluster, PendingRule::Unbound, settings)?;
     notes.extend(converted.notes);
@@ -717,6 +729,45 @@ pub fn plan_with(
         static_pools,
         notes,
     })
+}
+
+/// The manifests' NodeOverlays the hub would apply: each namespace's evaluated over that
+/// namespace's NodePools (their node classes' flavors), as the hub's status controller does; a note
+/// for each refused one.
+fn accepted_overlays(manifests: &Manifests, notes: &mut Vec<String>) -> Vec<NodeOverlay> {
+    if manifests.overlays.is_empty() {
+        return Vec::new();
+    }
+    let snap = &manifests.snapshot;
+    let mut namespaces: Vec<Option<&str>> =
+        manifests.overlays.iter().map(|o| o.metadata.namespace.as_deref()).collect();
+    namespaces.sort_unstable();
+    namespaces.dedup();
+    let mut out = Vec::new();
+    for ns in namespaces {
+        let overlays: Vec<NodeOverlay> =
+            manifests.overlays.iter().filter(|o| o.metadata.namespace.as_deref() == ns).cloned().collect();
+        let pools: Vec<(String, BTreeMap<String, String>, Vec<crds::catalog::InstanceType>)> = snap
+            .node_pools
+            .iter()
+            .filter(|p| ns.is_none() || p.metadata.namespace.is_none() || p.metadata.namespace.as_deref() == ns)
+            .map(|p| {
+                let labels = p.spec.template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default();
+                let name = p.metadata.name.clone().unwrap_or_default();
+                (name, labels, scheduling::convert::pool_instance_types(snap, p))
+            })
+            .collect();
+        let views: Vec<crds::overlay::PoolTypes<'_>> =
+            pools.iter().map(|(name, labels, types)| crds::overlay::PoolTypes { name, labels, types }).collect();
+        let verdict = crds::overlay::evaluate(&overlays, &views);
+        for (name, (reason, message)) in &verdict.refused {
+            notes.push(format!("NodeOverlay {name}: not applied ({reason}): {message}"));
+        }
+        out.extend(
+            overlays.into_iter().filter(|o| o.metadata.name.as_ref().is_some_and(|n| verdict.accepted.contains(n))),
+        );
+    }
+    out
 }
 
 /// The pods of the manifests' CapacityBuffers serving `cluster` (of the namespace of its `key`

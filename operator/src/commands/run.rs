@@ -393,6 +393,7 @@ fn spawn_per_cluster(tasks: &mut tokio::task::JoinSet<()>, hub: &Arc<hub::Hub>, 
     tasks.spawn(provisioning::run(hub.clone(), shutdown.clone()));
     tasks.spawn(static_capacity::run(hub.clone(), shutdown.clone()));
     tasks.spawn(capacity_buffer::run(hub.clone(), shutdown.clone()));
+    tasks.spawn(crate::controllers::node_overlay::run(hub.clone(), shutdown.clone()));
     tasks.spawn(disruption::run(hub.clone(), shutdown.clone()));
     tasks.spawn(gc::run(hub.clone(), shutdown.clone()));
     tasks.spawn(cluster_status::run(hub.clone(), shutdown.clone()));

@@ -8,6 +8,7 @@ pub mod cluster_status;
 pub mod disruption;
 pub mod flavorcatalog;
 pub mod gc;
+pub mod node_overlay;
 pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodepool;

@@ -343,7 +343,8 @@ fn gauges(hub: &Hub, pool: &NodePool, key: &ClusterKey, class: Option<&CleverNod
     };
     // Cost, with the catalogue the pool's launches use (the built-in one while the class is missing),
     // as the cache shows it: a price is no reason for a live read.
-    let types = hub.cached_instance_types(ns, class);
+    let mut types = hub.cached_instance_types(ns, class);
+    hub.overlaid(ns, &pool.name_any(), &mut types);
     let priced = price_per_hour(claims.iter().map(AsRef::as_ref), &types);
     m.nodepool_usage.get(&labels("cpu")).set(total.cpu_millis as f64 / 1000.0);
     m.nodepool_usage.get(&labels("memory")).set(total.memory_bytes as f64);

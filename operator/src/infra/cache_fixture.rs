@@ -26,7 +26,7 @@ use crate::infra::{
     hub::MgmtCache,
     registry::{OptionalStore, VolumeCaches, WorkloadCache},
 };
-use crds::{CapacityBuffer, CleverNodeClass, FlavorCatalog, NodeClaim, NodeGroup, NodePool};
+use crds::{CapacityBuffer, CleverNodeClass, FlavorCatalog, NodeClaim, NodeGroup, NodeOverlay, NodePool};
 use scheduling::CompactPod;
 
 /// One store and its writer.
@@ -95,6 +95,7 @@ cached! {
     FlavorCatalog => catalogs,
     CapacityBuffer => buffers,
     PodTemplate => pod_templates,
+    NodeOverlay => overlays,
     CompactPod => pods,
     Node => nodes,
     NodeGroup => nodegroups,
@@ -140,7 +141,7 @@ impl Caches {
             self.pools.store.clone(),
             self.classes.store.clone(),
             self.catalogs.store.clone(),
-            (self.buffers.store.clone(), self.pod_templates.store.clone()),
+            (self.buffers.store.clone(), self.pod_templates.store.clone(), self.overlays.store.clone()),
             ready,
         )
     }

@@ -72,6 +72,7 @@ steps! {
     WriteNodePoolStatus => "write_nodepool_status", "writing the NodePool's status";
     WriteFlavorCatalogStatus => "write_flavorcatalog_status", "writing the FlavorCatalog's status";
     WriteCapacityBufferStatus => "write_capacitybuffer_status", "writing the CapacityBuffer's status";
+    WriteNodeOverlayStatus => "write_nodeoverlay_status", "writing the NodeOverlay's status";
     ReadCapacity => "read_capacity", "reading the cluster's capacity memory (its ConfigMap)";
     WriteCapacity => "write_capacity", "saving the cluster's capacity memory (its ConfigMap)";
     ReadRegistrationSecret => "read_registration_secret", "reading the cluster's registration Secret";
@@ -311,6 +312,7 @@ pub enum Reconciler {
     ClusterReport,
     Organization,
     CapacityBuffer,
+    NodeOverlay,
 }
 
 impl Reconciler {
@@ -324,6 +326,7 @@ impl Reconciler {
         Reconciler::ClusterReport,
         Reconciler::Organization,
         Reconciler::CapacityBuffer,
+        Reconciler::NodeOverlay,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -337,6 +340,7 @@ impl Reconciler {
             Reconciler::ClusterReport => "cluster_report",
             Reconciler::Organization => "organization",
             Reconciler::CapacityBuffer => "capacitybuffer",
+            Reconciler::NodeOverlay => "nodeoverlay",
         }
     }
 }

@@ -101,6 +101,7 @@ pub fn snapshot(
         // The caller's time (a snapshot reads no clock).
         now: None,
         buffer_pods: if nodes_and_pods { buffer_pods(mgmt, key, labels) } else { Vec::new() },
+        node_overlays: mgmt.overlays_in(ns),
     }
 }
 

@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use crds::{CapacityBuffer, CleverNodeClass, CleverOrganization, FlavorCatalog, NodeClaim, NodePool};
+use crds::{CapacityBuffer, CleverNodeClass, CleverOrganization, FlavorCatalog, NodeClaim, NodeOverlay, NodePool};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::PodTemplate;
 use k8s_openapi::{
@@ -146,6 +146,8 @@ pub struct MgmtCache {
     /// without the CRD or the RBAC keeps no buffer), not part of readiness.
     pub buffers: Store<CapacityBuffer>,
     pub pod_templates: Store<PodTemplate>,
+    /// NodeOverlays: optional as buffers.
+    pub overlays: Store<NodeOverlay>,
     ready: tokio::sync::watch::Receiver<bool>,
     scope: tokio::sync::watch::Receiver<u64>,
     spec_changes: tokio::sync::broadcast::Sender<SpecChange>,
@@ -221,6 +223,17 @@ impl MgmtCache {
             Some((scope_tx.clone(), |b: &CapacityBuffer| generation(b.metadata.generation), true)),
             None,
         );
+        // An overlay's spec, or its acceptance (the status controller's verdict), changes prices.
+        let overlays = spawn_reflector(
+            scoped::<NodeOverlay>(mgmt, namespace),
+            shutdown,
+            Some((
+                scope_tx.clone(),
+                |o: &NodeOverlay| crate::decisions::fingerprint::one((o.metadata.generation, overlay_accepted(o))),
+                true,
+            )),
+            None,
+        );
         let pod_templates = spawn_reflector(
             scoped::<PodTemplate>(mgmt, namespace),
             shutdown,
@@ -245,7 +258,19 @@ impl MgmtCache {
                 let _ = tx.send(true);
             }
         });
-        Self { claims, pools, classes, catalogs, organizations, buffers, pod_templates, ready, scope, spec_changes }
+        Self {
+            claims,
+            pools,
+            classes,
+            catalogs,
+            organizations,
+            buffers,
+            pod_templates,
+            overlays,
+            ready,
+            scope,
+            spec_changes,
+        }
     }
 
     /// Each NodePool and CleverNodeClass change the decisions read ([`SpecChange`]; lossy under
@@ -280,6 +305,17 @@ impl MgmtCache {
         self.classes.state().into_iter().filter(|p| p.metadata.namespace.as_deref() == Some(ns)).collect()
     }
 
+    /// The NodeOverlays of a namespace that apply: accepted by the status controller for their
+    /// current generation ([`overlay_accepted`]).
+    pub fn overlays_in(&self, ns: &str) -> Vec<NodeOverlay> {
+        self.overlays
+            .state()
+            .into_iter()
+            .filter(|o| o.metadata.namespace.as_deref() == Some(ns) && overlay_accepted(o))
+            .map(|o| o.as_ref().clone())
+            .collect()
+    }
+
     /// CapacityBuffers of a namespace.
     pub fn buffers_in(&self, ns: &str) -> Vec<Arc<CapacityBuffer>> {
         self.buffers.state().into_iter().filter(|b| b.metadata.namespace.as_deref() == Some(ns)).collect()
@@ -300,6 +336,18 @@ where
         Some(ns) => Api::namespaced(mgmt.clone(), ns),
         None => Api::all(mgmt.clone()),
     }
+}
+
+/// Whether the overlay's `ValidationSucceeded` is True for its current generation: only then do
+/// rounds apply it (a new or changed overlay waits for its evaluation, as upstream's).
+pub fn overlay_accepted(o: &NodeOverlay) -> bool {
+    o.status.as_ref().is_some_and(|s| {
+        s.conditions.iter().any(|c| {
+            c.type_ == crds::overlay::VALIDATION_SUCCEEDED
+                && c.status == "True"
+                && c.observed_generation == o.metadata.generation
+        })
+    })
 }
 
 fn generation(g: Option<i64>) -> u64 {
@@ -444,6 +492,23 @@ impl Hub {
         crds::catalog::served(&crds::catalog::Catalog::builtin(), reference, found.as_deref())
             .0
             .instance_types(&self.settings.zone)
+    }
+
+    /// The prices the namespace's accepted NodeOverlays give `types` in the pool named `pool` (its
+    /// template labels from the cache): what rounds price with, for a launch's choice and a
+    /// pool's cost.
+    pub fn overlaid(&self, ns: &str, pool: &str, types: &mut [crds::catalog::InstanceType]) {
+        let overlays = self.cache.overlays_in(ns);
+        if overlays.is_empty() {
+            return;
+        }
+        let labels = self
+            .cache
+            .pools
+            .get(&reflector::ObjectRef::new(pool).within(ns))
+            .and_then(|p| p.spec.template.metadata.as_ref().map(|m| m.labels.clone()))
+            .unwrap_or_default();
+        crds::overlay::apply_all(&overlays, pool, &labels, types);
     }
 
     pub fn new(
@@ -856,14 +921,26 @@ impl MgmtCache {
         pools: Store<NodePool>,
         classes: Store<CleverNodeClass>,
         catalogs: Store<FlavorCatalog>,
-        (buffers, pod_templates): (Store<CapacityBuffer>, Store<PodTemplate>),
+        (buffers, pod_templates, overlays): (Store<CapacityBuffer>, Store<PodTemplate>, Store<NodeOverlay>),
         ready: bool,
     ) -> Self {
         let (_, ready) = tokio::sync::watch::channel(ready);
         let (_, scope) = tokio::sync::watch::channel(0u64);
         let (organizations, _) = reflector::store();
         let spec_changes = tokio::sync::broadcast::channel(256).0;
-        Self { claims, pools, classes, catalogs, organizations, buffers, pod_templates, ready, scope, spec_changes }
+        Self {
+            claims,
+            pools,
+            classes,
+            catalogs,
+            organizations,
+            buffers,
+            pod_templates,
+            overlays,
+            ready,
+            scope,
+            spec_changes,
+        }
     }
 }
 

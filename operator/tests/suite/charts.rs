@@ -491,7 +491,7 @@ fn each_ci_values_file_changes_what_it_sets() {
     let vwc = r.get("ValidatingWebhookConfiguration", "karpenter-hub-webhook");
     assert!(vwc["metadata"].get("annotations").is_none(), "no cert-manager injection: {}", vwc["metadata"]);
     let webhooks = vwc["webhooks"].as_array().unwrap();
-    assert_eq!(webhooks.len(), 5);
+    assert_eq!(webhooks.len(), 6);
     for w in webhooks {
         assert_eq!(&w["clientConfig"]["caBundle"], ca);
         assert_eq!(w["failurePolicy"], "Ignore");

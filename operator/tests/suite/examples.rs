@@ -300,7 +300,7 @@ fn every_generated_crd_is_established_on_a_real_api_server() {
     // What `karpenter-hub crds` prints (the hub's CRDs) and the committed test-only CRDs.
     let mut crds: Vec<CustomResourceDefinition> =
         serde_saphyr::from_multiple(&crds::crd::render_all().unwrap()).unwrap();
-    assert_eq!(crds.len(), 7, "the hub ships seven CRDs");
+    assert_eq!(crds.len(), 8, "the hub ships eight CRDs");
     crds.extend(crds::crd::testing_crds().into_iter().map(|f| f.crd));
     rt.block_on(async {
         remote::apply_crds(&client, &crds).await;
@@ -373,7 +373,8 @@ fn crds_command_prints_every_crd() {
             "flavorcatalogs.karpenter.clever-cloud.com",
             "workloadclusters.karpenter.clever-cloud.com",
             "cleverorganizations.karpenter.clever-cloud.com",
-            "capacitybuffers.karpenter.clever-cloud.com"
+            "capacitybuffers.karpenter.clever-cloud.com",
+            "nodeoverlays.karpenter.clever-cloud.com"
         ]
     );
 }

@@ -30,6 +30,7 @@ mod lifecycle;
 mod metrics_docs;
 mod metrics_series;
 mod organization;
+mod overlays;
 mod plan;
 mod provisioning;
 mod register;

@@ -104,6 +104,13 @@ fn hub_exposition() -> String {
         .set(1);
     m.queue_depth.get(&c).set(1);
     m.unschedulable_pods.get(&c).set(1);
+    m.buffer_pods
+        .get(&operator::infra::metrics::BufferLabels {
+            cluster: cluster.clone(),
+            capacitybuffer: "warm".into(),
+            placement: "existing".into(),
+        })
+        .set(2);
     m.scheduling_duration.get(&c).observe(0.01);
     m.cloudprovider_duration.get(&MethodLabels { cluster: cluster.clone(), method: "create".into() }).observe(0.01);
     m.cloudprovider_errors

@@ -59,6 +59,8 @@ const EXPECTED: &[(&str, &[&str], &[&str])] = &[
     ("kubeconfig-secret.yaml", &[], &["platform/platform-tool", "shop/api-0", "shop/api-1"]),
     // An organisation alone: no pool, nothing provisioned (with a pool, examples/plan/organization-room.yaml).
     ("organization.yaml", &[], &["platform/platform-tool", "shop/api-0", "shop/api-1"]),
+    // NodeOverlays alone: no pool, nothing provisioned (with a pool, examples/plan/o01-node-overlay.yaml).
+    ("node-overlay.yaml", &[], &["platform/platform-tool", "shop/api-0", "shop/api-1"]),
     // minValues 2 on instance-type: options stay XS and S at least.
     ("min-values.yaml", &["flexible:XS"], &["platform/platform-tool"]),
     // A static pool only: it makes no node for pending pods (plan lists its own claims apart).

@@ -149,7 +149,7 @@ pub(super) fn pool_types(
     });
     let Some(class) = class else {
         notes.push(format!("{obj}: CleverNodeClass {class_name} not found; the built-in flavors are used"));
-        return (Catalog::builtin().instance_types(snapshot.zone()), BTreeMap::new());
+        return (overlaid(p, snapshot, Catalog::builtin().instance_types(snapshot.zone())), BTreeMap::new());
     };
     let reference = class.spec.flavor_catalog_ref.as_ref().map(|r| r.name.as_str());
     let found = reference.and_then(|name| {
@@ -163,7 +163,24 @@ pub(super) fn pool_types(
         notes.push(format!("{obj}: {problem}"));
     }
     notes.extend(catalog.warnings.iter().map(|w| format!("{obj}: FlavorCatalog: {w}")));
-    (catalog.instance_types(snapshot.zone()), class.spec.labels.clone())
+    (overlaid(p, snapshot, catalog.instance_types(snapshot.zone())), class.spec.labels.clone())
+}
+
+/// `types` with the prices the snapshot's NodeOverlays of the pool's namespace give them.
+fn overlaid(p: &NodePool, snapshot: &Snapshot, mut types: Vec<InstanceType>) -> Vec<InstanceType> {
+    let ns = p.metadata.namespace.as_deref();
+    let overlays: Vec<crds::NodeOverlay> = snapshot
+        .node_overlays
+        .iter()
+        .filter(|o| ns.is_none() || o.metadata.namespace.is_none() || o.metadata.namespace.as_deref() == ns)
+        .cloned()
+        .collect();
+    if overlays.is_empty() {
+        return types;
+    }
+    let labels = p.spec.template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default();
+    crds::overlay::apply_all(&overlays, p.metadata.name.as_deref().unwrap_or_default(), &labels, &mut types);
+    types
 }
 
 pub(super) fn limits_of(p: &NodePool, obj: &str) -> Result<Limits, ConvertError> {

@@ -88,6 +88,9 @@ pub struct Snapshot {
     /// CapacityBuffers' pods for this cluster: pods to place as the lowest-priority pending pods
     /// (never real pods, whatever their own fields say).
     pub buffer_pods: Vec<BufferPod>,
+    /// NodeOverlays that apply (the caller kept the accepted ones: [`crds::overlay::evaluate`]);
+    /// each changes prices in the pools of its namespace.
+    pub node_overlays: Vec<crds::NodeOverlay>,
 }
 
 /// One pod a CapacityBuffer keeps room for.

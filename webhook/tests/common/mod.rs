@@ -193,6 +193,15 @@ pub fn capacity_buffer(name: &str, spec: Value) -> Value {
     })
 }
 
+/// A `NodeOverlay` in namespace `team-a`.
+pub fn node_overlay(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodeOverlay",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": spec
+    })
+}
+
 pub fn node_class(name: &str, labels: Value, catalog: Option<&str>) -> Value {
     let mut spec = json!({"labels": labels});
     if let Some(catalog) = catalog {

@@ -187,9 +187,12 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
         }
     };
     let class = launch::judge_class(&c.ns, class_name, class.as_deref()).map_err(Failure::Launch)?;
-    let types = instance_types(hub, &c.ns, class)
+    let mut types = instance_types(hub, &c.ns, class)
         .await
         .map_err(|e| Failure::Launch(LaunchError::InsufficientCapacity(e.to_string())))?;
+    // Priced as the round that made the claim priced them: with the namespace's NodeOverlays.
+    let pool = c.obj.labels().get(crds::labels::NODEPOOL).cloned().unwrap_or_default();
+    hub.overlaid(&c.ns, &pool, &mut types);
     let group_name = ownership::nodegroup_name(&hub.settings.hub_id, &c.ns, &c.name);
     let groups: Api<NodeGroup> = Api::all(conn.client.clone());
     // CKE's quota engine judges concurrent creations together (clever-cloud.md §3.4 step 5): one
