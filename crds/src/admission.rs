@@ -204,3 +204,66 @@ mod tests {
         assert_eq!(shorten("XS"), "\"XS\"");
     }
 }
+
+/// The cluster a pool or a buffer targets: exactly one of `clusterName` (a DNS label: the hub reads
+/// the Secret `<clusterName>-kubeconfig`) and `clusterSelector` (terms a label selector accepts).
+/// `one` and `many` say, for the messages, what the object is with either (`"a pool serving one
+/// cluster"`, `"a fleet pool serving every registered cluster of the namespace whose labels
+/// match"`), `this` what it is (`"this pool"`).
+pub(crate) fn check_cluster_target(
+    verdict: &mut Verdict,
+    name: Option<&String>,
+    selector: Option<&crate::selector::ClusterSelector>,
+    (one, many, this): (&str, &str, &str),
+) {
+    match (name, selector) {
+        (Some(_), Some(_)) => verdict.deny(
+            "spec",
+            format!("clusterName and clusterSelector are both set: keep clusterName for {one}, or clusterSelector for {many}"),
+        ),
+        (None, None) => verdict.deny(
+            "spec",
+            format!(
+                "neither clusterName nor clusterSelector is set: name the workload cluster {this} serves \
+                 (clusterName: prod-paris), or select clusters by label (clusterSelector: {{matchLabels: {{env: prod}}}})"
+            ),
+        ),
+        _ => {}
+    }
+    if let Some(cluster) = name
+        && let Err(reason) = validation::dns1123_label(cluster)
+    {
+        verdict.deny(
+            "spec.clusterName",
+            format!(
+                "{} is not a valid cluster name: it {reason}; the hub reads the Secret <clusterName>-kubeconfig, so use \
+                 the workload cluster's name, e.g. prod-paris",
+                shorten(cluster)
+            ),
+        );
+    }
+    if let Some((path, why)) = selector.and_then(|s| s.problem()) {
+        verdict.deny(format!("spec.clusterSelector.{path}"), why);
+    }
+}
+
+/// What the admission tests ask of a verdict.
+#[cfg(test)]
+pub(crate) mod verdict_checks {
+    use super::{Verdict, Violation};
+
+    /// The fields of `v`, in order.
+    pub(crate) fn fields(v: &[Violation]) -> Vec<&str> {
+        v.iter().map(|x| x.field.as_str()).collect()
+    }
+
+    /// Denied at `field` with a message containing `text`.
+    pub(crate) fn denied(v: &Verdict, field: &str, text: &str) -> bool {
+        v.denials.iter().any(|d| d.field == field && d.message.contains(text))
+    }
+
+    /// Warned at `field` with a message containing `text`.
+    pub(crate) fn warned(v: &Verdict, field: &str, text: &str) -> bool {
+        v.warnings.iter().any(|w| w.field == field && w.message.contains(text))
+    }
+}

@@ -153,10 +153,6 @@ impl CapacityBuffer {
     /// Whether this buffer serves the cluster `cluster` whose labels are `labels` (clusters of the
     /// buffer's own namespace only, as for NodePools).
     pub fn selects(&self, cluster: &str, labels: &std::collections::BTreeMap<String, String>) -> bool {
-        match (&self.spec.cluster_name, &self.spec.cluster_selector) {
-            (Some(name), _) => name == cluster,
-            (None, Some(selector)) => selector.matches(labels),
-            (None, None) => false,
-        }
+        crate::selector::targets(self.spec.cluster_name.as_ref(), self.spec.cluster_selector.as_ref(), cluster, labels)
     }
 }

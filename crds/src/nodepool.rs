@@ -35,6 +35,7 @@ pub const DEFAULT_BUDGET_NODES: &str = "10%";
     status = "NodePoolStatus",
     shortname = "np",
     category = "karpenter",
+    scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.nodes"),
     doc = "NodePool is Karpenter's NodePool for one CKE workload cluster, or for every registered cluster of its namespace a selector matches (a fleet pool): the constraints on the nodes the hub may create there (flavors, labels, taints, limits), and how it may disrupt them.",
     printcolumn(
         name = "Cluster",
@@ -460,12 +461,7 @@ impl NodePool {
     /// Whether this pool serves the cluster `cluster` whose labels are `labels`, among the clusters of
     /// the pool's own namespace (callers pass only those: no pool reaches another namespace).
     pub fn selects(&self, cluster: &str, labels: &BTreeMap<String, String>) -> bool {
-        match (&self.spec.cluster_name, &self.spec.cluster_selector) {
-            (Some(name), _) => name == cluster,
-            (None, Some(selector)) => selector.matches(labels),
-            // Refused by the schema and the webhook: serves nothing rather than everything.
-            (None, None) => false,
-        }
+        crate::selector::targets(self.spec.cluster_name.as_ref(), self.spec.cluster_selector.as_ref(), cluster, labels)
     }
 
     /// Whether this is a fleet pool (it selects clusters by label rather than naming one).

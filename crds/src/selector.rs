@@ -164,6 +164,22 @@ impl ClusterSelectorRequirement {
     }
 }
 
+/// Whether an object targeting `name` or `selector` (a NodePool's or a CapacityBuffer's
+/// `clusterName` | `clusterSelector`) serves the cluster `cluster` whose labels are `labels`, among
+/// the clusters of its own namespace. Neither set (refused by the schema and the webhook): nothing.
+pub fn targets(
+    name: Option<&String>,
+    selector: Option<&ClusterSelector>,
+    cluster: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    match (name, selector) {
+        (Some(name), _) => name == cluster,
+        (None, Some(selector)) => selector.matches(labels),
+        (None, None) => false,
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

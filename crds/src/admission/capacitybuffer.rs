@@ -4,10 +4,10 @@
 //! The PodTemplate is not read: whether it exists and what its pods request is the hub's to report
 //! (the `ReadyForProvisioning` condition), not a reason to refuse the buffer.
 
-use crate::admission::{Verdict, shorten};
+use crate::admission::{Verdict, check_cluster_target, shorten};
 use crate::capacitybuffer::{ACTIVE_CAPACITY, CapacityBuffer};
 use crate::quantity::{CPU, MEMORY, PODS, parse_quantity};
-use crate::validation::{dns1123_label, dns1123_subdomain};
+use crate::validation::dns1123_subdomain;
 
 /// Most buffer pods per cluster (the schema's maximum of `spec.replicas`).
 const MAX_REPLICAS: i32 = 10_000;
@@ -31,34 +31,16 @@ const MAX_KEY_CHARS: usize = 80;
 pub fn validate_capacity_buffer(new: &CapacityBuffer, _old: Option<&CapacityBuffer>) -> Verdict {
     let mut verdict = Verdict::default();
     let spec = &new.spec;
-    match (&spec.cluster_name, &spec.cluster_selector) {
-        (Some(_), Some(_)) => verdict.deny(
-            "spec",
-            "clusterName and clusterSelector are both set: keep clusterName for a buffer in one cluster, or \
-             clusterSelector for a buffer in every registered cluster of the namespace whose labels match",
+    check_cluster_target(
+        &mut verdict,
+        spec.cluster_name.as_ref(),
+        spec.cluster_selector.as_ref(),
+        (
+            "a buffer in one cluster",
+            "a buffer in every registered cluster of the namespace whose labels match",
+            "this buffer",
         ),
-        (None, None) => verdict.deny(
-            "spec",
-            "neither clusterName nor clusterSelector is set: name the workload cluster this buffer serves \
-             (clusterName: prod-paris), or select clusters by label (clusterSelector: {matchLabels: {env: prod}})",
-        ),
-        _ => {}
-    }
-    if let Some(cluster) = &spec.cluster_name
-        && let Err(reason) = dns1123_label(cluster)
-    {
-        verdict.deny(
-            "spec.clusterName",
-            format!(
-                "{} is not a valid cluster name: it {reason}; the hub reads the Secret <clusterName>-kubeconfig, so use \
-                 the workload cluster's name, e.g. prod-paris",
-                shorten(cluster)
-            ),
-        );
-    }
-    if let Some((path, why)) = spec.cluster_selector.as_ref().and_then(|s| s.problem()) {
-        verdict.deny(format!("spec.clusterSelector.{path}"), why);
-    }
+    );
 
     let has_limits = spec.limits.as_ref().is_some_and(|l| !l.is_empty());
     if spec.replicas.is_none() && !has_limits {
@@ -180,7 +162,7 @@ fn bounded(key: &str) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::admission::Violation;
+    use crate::admission::verdict_checks::{denied, fields, warned};
     use serde_json::{Value, json};
 
     fn buffer(spec: Value) -> CapacityBuffer {
@@ -206,18 +188,6 @@ mod tests {
 
     fn remove(spec: &mut Value, key: &str) {
         spec.as_object_mut().unwrap().remove(key);
-    }
-
-    fn fields(v: &[Violation]) -> Vec<&str> {
-        v.iter().map(|x| x.field.as_str()).collect()
-    }
-
-    fn denied(v: &Verdict, field: &str, text: &str) -> bool {
-        v.denials.iter().any(|d| d.field == field && d.message.contains(text))
-    }
-
-    fn warned(v: &Verdict, field: &str, text: &str) -> bool {
-        v.warnings.iter().any(|w| w.field == field && w.message.contains(text))
     }
 
     #[test]

@@ -339,7 +339,8 @@ fn check_values(verdict: &mut Verdict, field: &str, r: &OverlayRequirement) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::admission::{MAX_DENIALS, Violation};
+    use crate::admission::MAX_DENIALS;
+    use crate::admission::verdict_checks::{denied, fields, warned};
     use serde_json::{Value, json};
 
     fn overlay(spec: Value) -> NodeOverlay {
@@ -369,18 +370,6 @@ mod tests {
 
     fn requirement(key: &str, operator: &str, values: Value) -> Value {
         json!([{"key": key, "operator": operator, "values": values}])
-    }
-
-    fn fields(v: &[Violation]) -> Vec<&str> {
-        v.iter().map(|x| x.field.as_str()).collect()
-    }
-
-    fn denied(v: &Verdict, field: &str, text: &str) -> bool {
-        v.denials.iter().any(|d| d.field == field && d.message.contains(text))
-    }
-
-    fn warned(v: &Verdict, field: &str, text: &str) -> bool {
-        v.warnings.iter().any(|w| w.field == field && w.message.contains(text))
     }
 
     #[test]

@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::admission::schedule::{self, BudgetNodes, format_seconds};
-use crate::admission::{Lookup, Verdict, check_label_value, check_name_is_label_value, label_key_problem, shorten};
+use crate::admission::{
+    Lookup, Verdict, check_cluster_target, check_label_value, check_name_is_label_value, label_key_problem, shorten,
+};
 use crate::catalog::{
     BUILTIN_FLAVORS, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, DEFAULT_ZONE, Flavor,
     InstanceType,
@@ -72,34 +74,16 @@ pub fn validate_node_pool(new: &NodePool, old: Option<&NodePool>, references: No
     let mut verdict = Verdict::default();
     let spec = &new.spec;
     check_name_is_label_value(&mut verdict, new.metadata.name.as_deref(), labels::NODEPOOL);
-    match (&spec.cluster_name, &spec.cluster_selector) {
-        (Some(_), Some(_)) => verdict.deny(
-            "spec",
-            "clusterName and clusterSelector are both set: keep clusterName for a pool serving one cluster, or \
-             clusterSelector for a fleet pool serving every registered cluster of the namespace whose labels match",
+    check_cluster_target(
+        &mut verdict,
+        spec.cluster_name.as_ref(),
+        spec.cluster_selector.as_ref(),
+        (
+            "a pool serving one cluster",
+            "a fleet pool serving every registered cluster of the namespace whose labels match",
+            "this pool",
         ),
-        (None, None) => verdict.deny(
-            "spec",
-            "neither clusterName nor clusterSelector is set: name the workload cluster this pool serves \
-             (clusterName: prod-paris), or select clusters by label (clusterSelector: {matchLabels: {env: prod}})",
-        ),
-        _ => {}
-    }
-    if let Some(cluster) = &spec.cluster_name
-        && let Err(reason) = dns1123_label(cluster)
-    {
-        verdict.deny(
-            "spec.clusterName",
-            format!(
-                "{} is not a valid cluster name: it {reason}; the hub reads the Secret <clusterName>-kubeconfig, so use \
-                 the workload cluster's name, e.g. prod-paris",
-                shorten(cluster)
-            ),
-        );
-    }
-    if let Some((path, why)) = spec.cluster_selector.as_ref().and_then(|s| s.problem()) {
-        verdict.deny(format!("spec.clusterSelector.{path}"), why);
-    }
+    );
     if let Some(rollout) = &spec.rollout {
         check_rollout(&mut verdict, rollout, spec.cluster_selector.is_some());
     }

@@ -260,7 +260,7 @@ pub(crate) fn parse_price_micros(text: &str) -> Result<i64, PriceProblem> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::admission::Violation;
+    use crate::admission::verdict_checks::{denied, fields, warned};
     use crate::catalog::builtin;
     use serde_json::{Value, json};
 
@@ -282,18 +282,6 @@ mod tests {
         });
         edit(&mut spec);
         validate_organization(&org(spec), None)
-    }
-
-    fn fields(v: &[Violation]) -> Vec<&str> {
-        v.iter().map(|x| x.field.as_str()).collect()
-    }
-
-    fn denied(v: &Verdict, field: &str, text: &str) -> bool {
-        v.denials.iter().any(|d| d.field == field && d.message.contains(text))
-    }
-
-    fn warned(v: &Verdict, field: &str, text: &str) -> bool {
-        v.warnings.iter().any(|w| w.field == field && w.message.contains(text))
     }
 
     #[test]

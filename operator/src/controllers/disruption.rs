@@ -50,7 +50,7 @@ use crate::{
         errors::{self, Categorized, Reconciler, StepExt},
         facts,
         hub::{Hub, MgmtCache},
-        metrics::{DecisionLabels, MethodLabels, PoolReasonLabels, ReasonLabels},
+        metrics::{CreatedLabels, DecisionLabels, MethodLabels, PoolReasonLabels, ReasonLabels},
         organizations,
         registry::{ClusterKey, Connection, WorkloadCache},
     },
@@ -703,11 +703,7 @@ async fn start(
             Ok(made) => {
                 hub.metrics
                     .nodeclaims_created
-                    .get(&PoolReasonLabels {
-                        cluster: key.to_string(),
-                        nodepool: claim.labels().get(labels::NODEPOOL).cloned().unwrap_or_default(),
-                        reason: reason_label(command.reason),
-                    })
+                    .get(&CreatedLabels::of(&key.to_string(), &reason_label(command.reason), claim))
                     .inc();
                 created.push(made);
             }

@@ -35,7 +35,7 @@ use crate::{
     infra::errors::{self, ApiError, Categorized, Reconciler, Step, StepExt},
     infra::facts,
     infra::hub::{Hub, MgmtCache},
-    infra::metrics::{ClusterLabels, PoolReasonLabels},
+    infra::metrics::{ClusterLabels, CreatedLabels},
     infra::organizations,
     infra::registry::{ClusterKey, Connection, WorkloadCache},
 };
@@ -367,14 +367,7 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
         created.push(name.clone());
         // Only a create made by this call counts and is announced (a replayed one was, before).
         if nc.metadata.uid.is_some() {
-            hub.metrics
-                .nodeclaims_created
-                .get(&PoolReasonLabels {
-                    cluster: key.to_string(),
-                    nodepool: claim.nodepool.clone(),
-                    reason: "provisioning".to_string(),
-                })
-                .inc();
+            hub.metrics.nodeclaims_created.get(&CreatedLabels::of(&key.to_string(), "provisioning", &nc)).inc();
             tracing::info!(
                 cluster = %key, nodeclaim = %name, nodepool = %claim.nodepool,
                 flavor = claim.instance_types.first().map(|o| o.name.as_str()).unwrap_or_default(),

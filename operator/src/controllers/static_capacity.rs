@@ -24,7 +24,7 @@ use crate::{
     infra::errors::{self, Categorized, Reconciler, Step, StepExt},
     infra::facts,
     infra::hub::Hub,
-    infra::metrics::PoolReasonLabels,
+    infra::metrics::CreatedLabels,
     infra::organizations,
     infra::registry::{ClusterKey, Connection},
 };
@@ -181,14 +181,7 @@ async fn create(
         match api.create(&PostParams::default(), &nc).await {
             Ok(_) => {
                 created.push(name.clone());
-                hub.metrics
-                    .nodeclaims_created
-                    .get(&PoolReasonLabels {
-                        cluster: key.to_string(),
-                        nodepool: sp.pool.name.clone(),
-                        reason: "static".to_string(),
-                    })
-                    .inc();
+                hub.metrics.nodeclaims_created.get(&CreatedLabels::of(&key.to_string(), "static", &nc)).inc();
                 tracing::info!(
                     cluster = %key, nodepool = %sp.pool.name, nodeclaim = %name, slot,
                     flavor = shape.instance_types.first().map(|o| o.name.as_str()).unwrap_or_default(),

@@ -52,6 +52,36 @@ pub struct PoolReasonLabels {
     pub reason: String,
 }
 
+/// A NodeClaim created: its pool, why, and whether its minValues were relaxed (upstream's
+/// `min_values_relaxed`: the claim's `karpenter.sh/nodeclaim-min-values-relaxed`, `false` when
+/// absent).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct CreatedLabels {
+    pub cluster: String,
+    pub nodepool: String,
+    pub reason: String,
+    pub min_values_relaxed: String,
+}
+
+impl CreatedLabels {
+    /// The labels of `claim`, created in `cluster` for `reason`.
+    pub fn of(cluster: &str, reason: &str, claim: &crds::NodeClaim) -> Self {
+        let annotation = |k: &str| claim.metadata.annotations.as_ref().and_then(|a| a.get(k)).cloned();
+        let label = |k: &str| claim.metadata.labels.as_ref().and_then(|l| l.get(k)).cloned();
+        CreatedLabels {
+            cluster: cluster.to_string(),
+            nodepool: label(crds::labels::NODEPOOL).unwrap_or_default(),
+            reason: reason.to_string(),
+            min_values_relaxed: if annotation(crds::labels::MIN_VALUES_RELAXED).as_deref() == Some("true") {
+                "true"
+            } else {
+                "false"
+            }
+            .to_string(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct PoolPhaseLabels {
     pub cluster: String,
@@ -177,6 +207,7 @@ macro_rules! per_cluster {
 }
 per_cluster!(
     BufferLabels,
+    CreatedLabels,
     ClusterLabels,
     ClaimLabels,
     PhaseLabels,
@@ -300,7 +331,7 @@ pub struct Metrics {
     pub api_retries: Tracked<RetryLabels, Counter>,
     /// Failed reconciles (rounds, passes), by controller, step and category.
     pub reconcile_errors: Tracked<ReconcileErrorLabels, Counter>,
-    pub nodeclaims_created: Tracked<PoolReasonLabels, Counter>,
+    pub nodeclaims_created: Tracked<CreatedLabels, Counter>,
     pub nodeclaims_terminated: Tracked<PoolLabels, Counter>,
     pub nodeclaims_disrupted: Tracked<PoolReasonLabels, Counter>,
     pub nodes_created: Tracked<PoolLabels, Counter>,
@@ -904,10 +935,11 @@ mod tests {
         assert!(text.contains("karpenter_hub_nodegroup_quota_rejections_total{cluster=\"team-a/prod\"} 0"), "{text}");
         assert!(text.contains("karpenter_hub_gc_refused_nodegroups{cluster=\"team-a/prod\"} 0"), "{text}");
         m.nodeclaims_created
-            .get(&PoolReasonLabels {
+            .get(&CreatedLabels {
                 cluster: "team-a/prod".into(),
                 nodepool: "default".into(),
                 reason: "provisioning".into(),
+                min_values_relaxed: "false".into(),
             })
             .inc();
         Metrics::inc(&m.quota_rejections, &"team-a/prod");
@@ -923,7 +955,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("karpenter_scheduler_queue_depth{cluster=\"team-a/prod\"} 3"), "{text}");
-        assert!(text.contains("karpenter_nodeclaims_created_total{cluster=\"team-a/prod\",nodepool=\"default\",reason=\"provisioning\"} 1"), "{text}");
+        assert!(text.contains("karpenter_nodeclaims_created_total{cluster=\"team-a/prod\",nodepool=\"default\",reason=\"provisioning\",min_values_relaxed=\"false\"} 1"), "{text}");
         assert!(text.contains("karpenter_hub_nodegroup_quota_rejections_total{cluster=\"team-a/prod\"} 1"), "{text}");
         m.cluster_removed("team-a/prod");
         let text = m.render();

@@ -92,3 +92,63 @@ async fn kubectl_get_nodepools_shows_the_nodes_and_resources_the_hub_writes_on_a
     assert_eq!(row["MEMORY"], "8Gi", "{row:?}");
     let _ = Api::<Namespace>::all(client).delete(&ns, &Default::default()).await;
 }
+
+/// Issue 28 item 1's leftover: `kubectl scale nodepool` sets a static pool's `spec.replicas`
+/// through the scale subresource (reporting `status.nodes`), and a dynamic pool refuses it by its
+/// replicas rule, on a real API server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_scale_sets_a_static_pools_replicas_and_a_dynamic_pool_refuses_it() {
+    let cp = envtest::shared_or_skip!("kubectl");
+    let client = cp.client().await.unwrap();
+    common::install_hub_crds(&client).await;
+    let ns = format!("kubectl-scale-{}", std::process::id());
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+    let pools: Api<NodePool> = Api::namespaced(client.clone(), &ns);
+    let pool = |name: &str, replicas: Option<i64>| -> NodePool {
+        let mut spec = json!({
+            "clusterName": "prod-paris",
+            "template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"},
+                "requirements": [],
+            }},
+        });
+        if let Some(r) = replicas {
+            spec["replicas"] = json!(r);
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodePool",
+            "metadata": {"name": name}, "spec": spec,
+        }))
+        .unwrap()
+    };
+    pools.create(&PostParams::default(), &pool("ingress", Some(3))).await.unwrap();
+    pools.create(&PostParams::default(), &pool("default", None)).await.unwrap();
+    pools
+        .patch_status("ingress", &PatchParams::default(), &Patch::Merge(&json!({"status": {"nodes": 3}})))
+        .await
+        .unwrap();
+    let kubectl = |args: &[&str]| {
+        Command::new("kubectl").arg("--kubeconfig").arg(cp.kubeconfig_path()).args(args).output().unwrap()
+    };
+    let scaled = kubectl(&["scale", "nodepool", "ingress", "--replicas=5", "-n", &ns]);
+    assert!(scaled.status.success(), "{}", String::from_utf8_lossy(&scaled.stderr));
+    assert_eq!(pools.get("ingress").await.unwrap().spec.replicas, Some(5));
+    let scale = kubectl(&[
+        "get",
+        "nodepool",
+        "ingress",
+        "-n",
+        &ns,
+        "--subresource=scale",
+        "-o",
+        "jsonpath={.spec.replicas}/{.status.replicas}",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&scale.stdout), "5/3", "{}", String::from_utf8_lossy(&scale.stderr));
+    let refused = kubectl(&["scale", "nodepool", "default", "--replicas=2", "-n", &ns]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "a dynamic pool took replicas");
+    assert!(stderr.contains("replicas cannot be added or removed") || stderr.contains("spec.replicas"), "{stderr}");
+    assert_eq!(pools.get("default").await.unwrap().spec.replicas, None);
+    let _ = Api::<Namespace>::all(client).delete(&ns, &Default::default()).await;
+}

@@ -82,7 +82,14 @@ fn hub_exposition() -> String {
             category: "kubernetes_conflict".into(),
         })
         .inc();
-    m.nodeclaims_created.get(&pool_reason).inc();
+    m.nodeclaims_created
+        .get(&operator::infra::metrics::CreatedLabels {
+            cluster: cluster.clone(),
+            nodepool: "default".into(),
+            reason: "r".into(),
+            min_values_relaxed: "false".into(),
+        })
+        .inc();
     m.nodeclaims_terminated.get(&pool).inc();
     m.nodeclaims_disrupted.get(&pool_reason).inc();
     m.nodes_created.get(&pool).inc();

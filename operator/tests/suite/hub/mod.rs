@@ -278,7 +278,7 @@ async fn cluster_state_changes_show_as_events_on_the_secret_and_the_nodepool_and
     for want in [
         "karpenter_hub_cluster_connected{cluster=\"team-a/alpha\"} 0",
         "karpenter_hub_cluster_phase{cluster=\"team-a/alpha\",phase=\"Unreachable\"} 1",
-        "karpenter_nodeclaims_created_total{cluster=\"team-a/alpha\",nodepool=\"default\",reason=\"provisioning\"} 1",
+        "karpenter_nodeclaims_created_total{cluster=\"team-a/alpha\",nodepool=\"default\",reason=\"provisioning\",min_values_relaxed=\"false\"} 1",
         "karpenter_nodes_created_total{cluster=\"team-a/alpha\",nodepool=\"default\"} 1",
         "karpenter_hub_nodegroup_quota_rejections_total{cluster=\"team-a/alpha\"} 0",
         "karpenter_cloudprovider_duration_seconds_count{cluster=\"team-a/alpha\",method=\"create\"} 1",
