@@ -121,18 +121,20 @@ fn gather(hub: &Hub, key: &ClusterKey, claims: &[Arc<NodeClaim>]) -> WorkloadClu
     cluster_report::report(&seen, cluster_report::claim_counts(claims.iter().map(AsRef::as_ref)), hub.now())
 }
 
-/// Σ catalogue price of `claims`, each priced by its own node class's catalogue (the built-in one
-/// when the class is gone).
+/// Σ price of `claims`, each priced by its own node class's catalogue (the built-in one when the
+/// class is gone) with the namespace's NodeOverlays for its pool, as its pool's cost is.
 fn price(hub: &Hub, namespace: &str, claims: &[Arc<NodeClaim>]) -> f64 {
-    let mut by_class: BTreeMap<&str, Vec<&NodeClaim>> = BTreeMap::new();
+    let mut by_class_and_pool: BTreeMap<(&str, &str), Vec<&NodeClaim>> = BTreeMap::new();
     for c in claims {
-        by_class.entry(c.spec.node_class_ref.name.as_str()).or_default().push(c);
+        let pool = c.metadata.labels.as_ref().and_then(|l| l.get(crds::labels::NODEPOOL)).map_or("", String::as_str);
+        by_class_and_pool.entry((c.spec.node_class_ref.name.as_str(), pool)).or_default().push(c);
     }
-    by_class
+    by_class_and_pool
         .into_iter()
-        .map(|(class, claims)| {
+        .map(|((class, pool), claims)| {
             let class = hub.cache.classes.get(&kube::runtime::reflector::ObjectRef::new(class).within(namespace));
-            let types = hub.cached_instance_types(namespace, class.as_deref());
+            let mut types = hub.cached_instance_types(namespace, class.as_deref());
+            hub.overlaid(namespace, pool, &mut types);
             price_per_hour(claims, &types).eur_per_hour
         })
         .sum()
