@@ -107,8 +107,9 @@ pub struct NodePoolSpec {
     pub weight: Option<i32>,
     /// A static pool: keep exactly this many nodes in each cluster the pool serves, whatever the
     /// pods (upstream's static capacity). The hub makes no node for pending pods through it (they
-    /// may still land on its nodes), never consolidates or empties its nodes, replaces a drifted
-    /// node one at a time (the replacement first) and an expired or deleted one after it goes;
+    /// may still land on its nodes), never consolidates or empties its nodes, replaces drifted
+    /// nodes within its `Drifted` budget (the replacements first) and an expired or deleted one
+    /// after it goes;
     /// lowering it deletes the surplus (not yet launched first, then empty nodes, then those whose
     /// pods cost least to move). Only `limits.nodes` applies. Cannot be added or removed later.
     #[serde(default, skip_serializing_if = "Option::is_none")]

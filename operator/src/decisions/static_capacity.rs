@@ -4,9 +4,9 @@
 //! The rules, upstream's where it has them:
 //! - fewer live claims (not being deleted) than `replicas`: make the difference, within
 //!   `limits.nodes` (a claim expired, repaired or deleted by hand is replaced after it goes);
-//! - a drifted claim is replaced one at a time, the replacement first: one more claim while no
-//!   replacement is in flight, then, once every claim that is not drifted is initialized, the
-//!   drifted one goes (upstream replaces within the pool's `Drifted` budget; the hub one at a time);
+//! - drifted claims are replaced within the pool's `Drifted` budget, the replacements first: as
+//!   many more claims as the budget allows while no replacement is in flight (none when it allows
+//!   none), then, once every claim that is not drifted is initialized, as many drifted ones go;
 //! - more live claims than `replicas`: drifted ones first (once no replacement is in flight), then
 //!   claims not launched yet, then empty nodes, then the rest by how little their pods cost to move,
 //!   nodes with a do-not-disrupt pod last. Deletion goes through termination (drain, PDBs).
@@ -62,6 +62,9 @@ pub struct Facts {
     pub node_limit: Option<i64>,
     /// Its claims in the cluster.
     pub members: Vec<Member>,
+    /// Drifted claims that may be replaced at once: what the pool's budgets allow for `Drifted`
+    /// now, over its live claims, less those being deleted.
+    pub drift_allowance: usize,
 }
 
 /// What to do now.
@@ -101,7 +104,7 @@ pub fn facts_of<'a>(
             by_node.entry(node).or_default().push(p);
         }
     }
-    let members = claims
+    let members: Vec<Member> = claims
         .into_iter()
         .map(|c| {
             let status = c.status.as_ref();
@@ -123,7 +126,23 @@ pub fn facts_of<'a>(
         })
         .collect();
     let node_limit = pool.spec.limits.as_ref().and_then(|l| l.get("nodes")).and_then(|q| q.0.parse::<i64>().ok());
-    Facts { replicas, node_limit, members }
+    // Upstream's static drift spends the pool's Drifted budget; claims being deleted are disrupting.
+    let mut disrupting = disruption::Disrupting::default();
+    for _ in members.iter().filter(|m: &&Member| m.deleting) {
+        disrupting.add(None);
+    }
+    let live = members.iter().filter(|m| !m.deleting).count();
+    let now = snapshot
+        .now
+        .and_then(|t| jiff::Timestamp::from_second(t.as_second()).ok())
+        .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    let drift_allowance = disruption::Budgets::parse(&pool.spec.disruption.budgets).allowed(
+        live,
+        &disrupting,
+        crds::nodepool::DisruptionReason::Drifted,
+        now,
+    );
+    Facts { replicas, node_limit, members, drift_allowance }
 }
 
 /// The node a claim's status names, if any.
@@ -145,8 +164,12 @@ pub fn decide(facts: &Facts) -> Decision {
         create = replicas - live.len();
         out.why = format!("{} live of {replicas}", live.len());
     } else if !drifted.is_empty() && healthy < replicas && !in_flight && live.len() <= replicas {
-        create = 1;
-        out.why = format!("replacing drifted {} first", drifted[0].name);
+        create = drifted.len().min(replicas - healthy).min(facts.drift_allowance);
+        out.why = if create == 0 {
+            format!("{} drifted wait: the pool's Drifted budget allows none now", drifted.len())
+        } else {
+            format!("replacing {create} of {} drifted first (Drifted budget: {})", drifted.len(), facts.drift_allowance)
+        };
     }
     // Every member counts against limits.nodes, those being deleted too (their nodes still run).
     let room = limit.saturating_sub(facts.members.len());
@@ -194,7 +217,7 @@ mod tests {
     }
 
     fn facts(replicas: i64, members: Vec<Member>) -> Facts {
-        Facts { replicas, node_limit: None, members }
+        Facts { replicas, node_limit: None, members, drift_allowance: 1 }
     }
 
     /// What a claim's node holds: a DaemonSet's and a finished pod leave it empty; a busy node
@@ -305,6 +328,63 @@ mod tests {
         leaving.deleting = true;
         let d = decide(&facts(2, vec![leaving, b, c]));
         assert_eq!((d.create, d.delete), (vec![3], vec![]));
+    }
+
+    /// Issue 28 item 1's leftover: drifted claims are replaced within the pool's Drifted budget
+    /// (upstream's static drift), not one at a time; a budget of none replaces none.
+    #[test]
+    fn drifted_claims_are_replaced_within_the_drifted_budget() {
+        let drifted = |name: &str, slot: u32| Member { drifted: true, ..member(name, slot) };
+        let three = vec![drifted("a", 0), drifted("b", 1), drifted("c", 2)];
+        let with = |allowance: usize, members: Vec<Member>| Facts { drift_allowance: allowance, ..facts(3, members) };
+        let d = decide(&with(2, three.clone()));
+        assert_eq!((d.create.clone(), d.delete.clone()), (vec![3, 4], vec![]), "{d:?}");
+        let d = decide(&with(5, three.clone()));
+        assert_eq!(d.create, vec![3, 4, 5], "never more than the drifted");
+        let d = decide(&with(0, three.clone()));
+        assert_eq!((d.create.clone(), d.delete.clone()), (vec![], vec![]));
+        assert!(d.why.contains("budget allows none"), "{}", d.why);
+        // Both replacements up: two drifted go together.
+        let mut members = three;
+        members.push(member("d", 3));
+        members.push(member("e", 4));
+        let d = decide(&with(2, members));
+        assert_eq!(d.delete, ["a", "b"]);
+    }
+
+    /// The allowance is the pool's Drifted budget over its live claims, less those being deleted.
+    #[test]
+    fn the_drift_allowance_is_the_pools_drifted_budget() {
+        let pool = |budgets: serde_json::Value| -> NodePool {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodePool",
+                "metadata": {"name": "fixed", "namespace": "team"},
+                "spec": {"clusterName": "alpha", "replicas": 3, "disruption": {"budgets": budgets},
+                    "template": {"spec": {"requirements": [],
+                        "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"}}}}
+            }))
+            .unwrap()
+        };
+        let claim = |name: &str, deleting: bool| -> NodeClaim {
+            let mut meta =
+                serde_json::json!({"name": name, "namespace": "team", "labels": {"karpenter.sh/nodepool": "fixed"}});
+            if deleting {
+                meta["deletionTimestamp"] = serde_json::json!("2026-11-25T11:00:00Z");
+                meta["finalizers"] = serde_json::json!(["karpenter.sh/termination"]);
+            }
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodeClaim", "metadata": meta,
+                "spec": {"clusterName": "alpha", "requirements": [],
+                    "nodeClassRef": {"group": "karpenter.clever-cloud.com", "kind": "CleverNodeClass", "name": "default"}}
+            }))
+            .unwrap()
+        };
+        let snapshot = Snapshot { now: Some("2026-11-25T12:00:00Z".parse().unwrap()), ..Snapshot::default() };
+        let claims = [claim("a", false), claim("b", false), claim("c", false), claim("d", true)];
+        let allowance = |budgets| facts_of(&pool(budgets), 3, claims.iter(), &snapshot).drift_allowance;
+        assert_eq!(allowance(serde_json::json!([{"nodes": "2"}])), 1, "2, less the one being deleted");
+        assert_eq!(allowance(serde_json::json!([{"nodes": "0", "reasons": ["Drifted"]}])), 0);
+        assert_eq!(allowance(serde_json::json!([{"nodes": "100%"}])), 2, "3 live, 1 deleting");
     }
 
     #[test]
