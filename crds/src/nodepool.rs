@@ -465,6 +465,12 @@ impl NodePool {
         crate::selector::targets(self.spec.cluster_name.as_ref(), self.spec.cluster_selector.as_ref(), cluster, labels)
     }
 
+    /// The labels its template puts on every node (none when it sets no metadata).
+    pub fn template_labels(&self) -> &BTreeMap<String, String> {
+        static NONE: BTreeMap<String, String> = BTreeMap::new();
+        self.spec.template.metadata.as_ref().map_or(&NONE, |m| &m.labels)
+    }
+
     /// Whether this is a fleet pool (it selects clusters by label rather than naming one).
     pub fn is_fleet(&self) -> bool {
         self.spec.cluster_name.is_none() && self.spec.cluster_selector.is_some()

@@ -298,6 +298,20 @@ pub struct Evaluation {
     pub refused: BTreeMap<String, (&'static str, String)>,
 }
 
+impl Evaluation {
+    /// The accepted ones of `overlays`.
+    pub fn kept(&self, overlays: impl IntoIterator<Item = NodeOverlay>) -> Vec<NodeOverlay> {
+        overlays.into_iter().filter(|o| o.metadata.name.as_ref().is_some_and(|n| self.accepted.contains(n))).collect()
+    }
+}
+
+impl<'a> PoolTypes<'a> {
+    /// `pool`'s name and template labels, with `types` (its node class's catalogue).
+    pub fn of(pool: &'a crate::NodePool, types: &'a [InstanceType]) -> Self {
+        PoolTypes { name: pool.metadata.name.as_deref().unwrap_or_default(), labels: pool.template_labels(), types }
+    }
+}
+
 /// Upstream's evaluation: overlays by weight, highest first (ties: the name sorting last first);
 /// an invalid overlay is refused; an overlay selecting an offering that an overlay of the same
 /// weight already selected conflicts, and is refused in every pool (a higher weight wins quietly).
@@ -306,10 +320,7 @@ pub struct Evaluation {
 pub fn evaluate(overlays: &[NodeOverlay], pools: &[PoolTypes<'_>]) -> Evaluation {
     let mut out = Evaluation::default();
     let mut order: Vec<&NodeOverlay> = overlays.iter().collect();
-    order.sort_by(|a, b| {
-        let w = |o: &NodeOverlay| o.spec.weight.unwrap_or(0);
-        w(b).cmp(&w(a)).then_with(|| b.metadata.name.cmp(&a.metadata.name))
-    });
+    order.sort_by(|a, b| precedence(a, b));
     // Per (pool, flavor, zone, capacity type): the weight and overlay that set its price.
     let mut owner: BTreeMap<(String, String, String, String), (i32, String)> = BTreeMap::new();
     for o in order {
@@ -354,36 +365,24 @@ pub fn evaluate(overlays: &[NodeOverlay], pools: &[PoolTypes<'_>]) -> Evaluation
     out
 }
 
-/// [`apply`] with every overlay of `overlays` accepted (the caller kept only those).
-pub fn apply_all(
-    overlays: &[NodeOverlay],
-    pool: &str,
-    pool_labels: &BTreeMap<String, String>,
-    types: &mut [InstanceType],
-) -> usize {
-    let accepted: BTreeSet<String> = overlays.iter().filter_map(|o| o.metadata.name.clone()).collect();
-    apply(overlays, &accepted, pool, pool_labels, types)
+/// Upstream's order of overlays: the highest weight first (absent: 0), then the name sorting last.
+fn precedence(a: &NodeOverlay, b: &NodeOverlay) -> std::cmp::Ordering {
+    let w = |o: &NodeOverlay| o.spec.weight.unwrap_or(0);
+    w(b).cmp(&w(a)).then_with(|| b.metadata.name.cmp(&a.metadata.name))
 }
 
-/// Applies the `accepted` overlays of `overlays` to `pool`'s instance types (in place): each
-/// offering takes the price change of the highest-weight overlay selecting it. Returns how many
-/// offerings changed.
+/// Applies `overlays` (the accepted ones: [`Evaluation::kept`]) to the instance types of the pool
+/// named `pool` with template labels `pool_labels`, in place: each offering takes the price change
+/// of the first overlay in [`precedence`] selecting it. Returns how many offerings changed.
 pub fn apply(
     overlays: &[NodeOverlay],
-    accepted: &BTreeSet<String>,
     pool: &str,
     pool_labels: &BTreeMap<String, String>,
     types: &mut [InstanceType],
 ) -> usize {
-    let mut live: Vec<(&NodeOverlay, PriceChange)> = overlays
-        .iter()
-        .filter(|o| o.metadata.name.as_ref().is_some_and(|n| accepted.contains(n)))
-        .filter_map(|o| Some((o, o.spec.price_change().ok()?)))
-        .collect();
-    live.sort_by(|(a, _), (b, _)| {
-        let w = |o: &NodeOverlay| o.spec.weight.unwrap_or(0);
-        w(b).cmp(&w(a)).then_with(|| b.metadata.name.cmp(&a.metadata.name))
-    });
+    let mut live: Vec<(&NodeOverlay, PriceChange)> =
+        overlays.iter().filter_map(|o| Some((o, o.spec.price_change().ok()?))).collect();
+    live.sort_by(|(a, _), (b, _)| precedence(a, b));
     if live.is_empty() {
         return 0;
     }
@@ -504,7 +503,7 @@ mod tests {
         let e = evaluate(&[a20.clone(), b.clone()], &pools);
         assert!(e.refused.is_empty(), "{e:?}");
         let mut t = base.clone();
-        apply(&[a20, b], &e.accepted, "default", &labels, &mut t);
+        apply(&e.kept([a20, b]), "default", &labels, &mut t);
         assert!((price(&t, "XS") - 1.03).abs() < 1e-9, "the higher weight's price");
         assert!((price(&t, "S") - (price(&base, "S") + 23.0)).abs() < 1e-9, "the other everywhere else");
         // Disjoint selections at one weight: no conflict.
@@ -519,16 +518,16 @@ mod tests {
         let none = BTreeMap::new();
         let e = evaluate(std::slice::from_ref(&only_web), &pools);
         let mut other = base.clone();
-        assert_eq!(apply(std::slice::from_ref(&only_web), &e.accepted, "batch", &none, &mut other), 0);
+        assert_eq!(apply(&e.kept([only_web.clone()]), "batch", &none, &mut other), 0);
         let mut mine = base.clone();
-        assert!(apply(std::slice::from_ref(&only_web), &e.accepted, "default", &labels, &mut mine) > 0);
+        assert!(apply(&e.kept([only_web]), "default", &labels, &mut mine) > 0);
         assert!((price(&mine, "M") - price(&base, "M") / 2.0).abs() < 1e-9);
         // Refused overlays apply nowhere; invalid ones say why.
         let bad = overlay("bad", json!({"requirements": all, "priceAdjustment": "10%"}));
         let e = evaluate(std::slice::from_ref(&bad), &pools);
         assert_eq!(e.refused["bad"].0, "Invalid");
         let mut t = base.clone();
-        assert_eq!(apply(&[bad], &e.accepted, "default", &labels, &mut t), 0);
+        assert_eq!(apply(&e.kept([bad]), "default", &labels, &mut t), 0);
     }
 
     #[test]

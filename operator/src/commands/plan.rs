@@ -747,25 +747,20 @@ fn accepted_overlays(manifests: &Manifests, notes: &mut Vec<String>) -> Vec<Node
     for ns in namespaces {
         let overlays: Vec<NodeOverlay> =
             manifests.overlays.iter().filter(|o| o.metadata.namespace.as_deref() == ns).cloned().collect();
-        let pools: Vec<(String, BTreeMap<String, String>, Vec<crds::catalog::InstanceType>)> = snap
+        let pools: Vec<&crds::NodePool> = snap
             .node_pools
             .iter()
             .filter(|p| ns.is_none() || p.metadata.namespace.is_none() || p.metadata.namespace.as_deref() == ns)
-            .map(|p| {
-                let labels = p.spec.template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default();
-                let name = p.metadata.name.clone().unwrap_or_default();
-                (name, labels, scheduling::convert::pool_instance_types(snap, p))
-            })
             .collect();
+        let types: Vec<Vec<crds::catalog::InstanceType>> =
+            pools.iter().map(|p| scheduling::convert::pool_instance_types(snap, p)).collect();
         let views: Vec<crds::overlay::PoolTypes<'_>> =
-            pools.iter().map(|(name, labels, types)| crds::overlay::PoolTypes { name, labels, types }).collect();
+            pools.iter().zip(&types).map(|(p, t)| crds::overlay::PoolTypes::of(p, t)).collect();
         let verdict = crds::overlay::evaluate(&overlays, &views);
         for (name, (reason, message)) in &verdict.refused {
             notes.push(format!("NodeOverlay {name}: not applied ({reason}): {message}"));
         }
-        out.extend(
-            overlays.into_iter().filter(|o| o.metadata.name.as_ref().is_some_and(|n| verdict.accepted.contains(n))),
-        );
+        out.extend(verdict.kept(overlays));
     }
     out
 }
@@ -787,14 +782,16 @@ fn buffer_pods(
         if !b.selects(cluster, &labels) || key.as_ref().zip(ns).is_some_and(|(k, ns)| k.namespace != ns) {
             continue;
         }
-        let name = format!("{}/{}", ns.unwrap_or_default(), b.metadata.name.as_deref().unwrap_or_default());
         match capacity_buffer::resolve(b, &manifests.pod_templates) {
+            // Its key (`namespace/name`) is the one its pods carry: what placements are counted by.
             capacity_buffer::Resolution::Ready(r) => {
-                out.push((name, r.replicas));
+                out.push((r.buffer, r.replicas));
                 snapshot.buffer_pods.extend(r.pods);
             }
             capacity_buffer::Resolution::NotReady { reason, message } => {
-                notes.push(format!("CapacityBuffer {}: no pods ({reason}): {message}", name.trim_start_matches('/')));
+                let name = b.metadata.name.as_deref().unwrap_or_default();
+                let name = ns.map_or(name.to_string(), |ns| format!("{ns}/{name}"));
+                notes.push(format!("CapacityBuffer {name}: no pods ({reason}): {message}"));
             }
         }
     }

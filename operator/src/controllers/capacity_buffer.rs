@@ -76,13 +76,6 @@ async fn pass(hub: &Hub) {
     hub.metrics.buffer_pods.forget_where(|l| !gauged.contains(l));
 }
 
-/// The field manager of the rows this replica writes (one per replica, as fleet pools' rows).
-fn rows_manager(hub: &Hub) -> String {
-    let mut m = format!("karpenter-hub-buffer-rows-{}", hub.settings.replica);
-    m.truncate(128);
-    m
-}
-
 /// One buffer: its rows for the clusters this replica acts for, then (namespace writer) the
 /// summary. Returns the gauge series it set.
 async fn reconcile(
@@ -135,7 +128,7 @@ async fn reconcile(
             "metadata": {"name": name, "namespace": ns},
             "status": {"clusters": mine},
         });
-        api.patch_status(&name, &PatchParams::apply(&rows_manager(hub)).force(), &Patch::Apply(&apply))
+        api.patch_status(&name, &PatchParams::apply(&hub.rows_manager("buffer-rows")).force(), &Patch::Apply(&apply))
             .await
             .step(Step::WriteCapacityBufferStatus)?;
     }

@@ -69,16 +69,14 @@ async fn pass(hub: &Hub) {
 async fn namespace(hub: &Hub, ns: &str, overlays: &[NodeOverlay]) -> Result<(), ApiError> {
     let pools = hub.cache.pools_in(ns);
     let classes = hub.cache.classes_in(ns);
-    let types: Vec<(String, BTreeMap<String, String>, Vec<crds::catalog::InstanceType>)> = pools
+    let types: Vec<Vec<crds::catalog::InstanceType>> = pools
         .iter()
         .map(|p| {
             let class = classes.iter().find(|c| c.name_any() == p.spec.template.spec.node_class_ref.name);
-            let labels = p.spec.template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default();
-            (p.name_any(), labels, hub.cached_instance_types(ns, class.map(AsRef::as_ref)))
+            hub.cached_instance_types(ns, class.map(AsRef::as_ref))
         })
         .collect();
-    let views: Vec<PoolTypes<'_>> =
-        types.iter().map(|(name, labels, types)| PoolTypes { name, labels, types }).collect();
+    let views: Vec<PoolTypes<'_>> = pools.iter().zip(&types).map(|(p, t)| PoolTypes::of(p, t)).collect();
     let verdict = evaluate(overlays, &views);
     let now = hub.now();
     let api: Api<NodeOverlay> = Api::namespaced(hub.mgmt.clone(), ns);

@@ -512,14 +512,6 @@ async fn write_summary(
     Ok(changed)
 }
 
-/// The field manager of the fleet rows this replica writes: one per replica, so that in sharded
-/// mode each owner's rows are its own (server-side apply keeps them apart in the list-map).
-fn rows_manager(hub: &Hub) -> String {
-    let mut m = format!("karpenter-hub-rows-{}", hub.settings.replica);
-    m.truncate(128);
-    m
-}
-
 /// The fleet rows `manager` owns on `pool`, by the server's managedFields (`k:{"name":...}` keys
 /// of `status.clusters`).
 fn owned_rows(pool: &NodePool, manager: &str) -> std::collections::BTreeSet<String> {
@@ -585,7 +577,7 @@ async fn fleet(hub: &Hub, pool: &NodePool) -> Result<Option<Duration>, Error> {
     // A row another replica wrote (before this one took the cluster over) is taken over by the
     // next apply, so that this replica's later applies may remove it. A server that reports no
     // field managers (the emulator) leaves nothing to take over.
-    let manager = rows_manager(hub);
+    let manager = hub.rows_manager("rows");
     let reports_managers = pool.metadata.managed_fields.as_ref().is_some_and(|m| !m.is_empty());
     let owned = owned_rows(pool, &manager);
     let taken_over = reports_managers && mine.iter().any(|r| !owned.contains(&r.name));

@@ -494,6 +494,15 @@ impl Hub {
             .instance_types(&self.settings.zone)
     }
 
+    /// The server-side-apply field manager of the status rows this replica writes for `kind`
+    /// (`rows`: fleet pools', `buffer-rows`: buffers'): one per replica, so that in sharded mode each
+    /// owner's rows of a list-map are its own.
+    pub fn rows_manager(&self, kind: &str) -> String {
+        let mut m = format!("karpenter-hub-{kind}-{}", self.settings.replica);
+        m.truncate(128);
+        m
+    }
+
     /// The prices the namespace's accepted NodeOverlays give `types` in the pool named `pool` (its
     /// template labels from the cache): what rounds price with, for a launch's choice and a
     /// pool's cost.
@@ -502,13 +511,9 @@ impl Hub {
         if overlays.is_empty() {
             return;
         }
-        let labels = self
-            .cache
-            .pools
-            .get(&reflector::ObjectRef::new(pool).within(ns))
-            .and_then(|p| p.spec.template.metadata.as_ref().map(|m| m.labels.clone()))
-            .unwrap_or_default();
-        crds::overlay::apply_all(&overlays, pool, &labels, types);
+        let cached = self.cache.pools.get(&reflector::ObjectRef::new(pool).within(ns));
+        let labels = cached.as_deref().map(NodePool::template_labels).cloned().unwrap_or_default();
+        crds::overlay::apply(&overlays, pool, &labels, types);
     }
 
     pub fn new(

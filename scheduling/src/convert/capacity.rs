@@ -178,8 +178,7 @@ fn overlaid(p: &NodePool, snapshot: &Snapshot, mut types: Vec<InstanceType>) -> 
     if overlays.is_empty() {
         return types;
     }
-    let labels = p.spec.template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default();
-    crds::overlay::apply_all(&overlays, p.metadata.name.as_deref().unwrap_or_default(), &labels, &mut types);
+    crds::overlay::apply(&overlays, p.metadata.name.as_deref().unwrap_or_default(), p.template_labels(), &mut types);
     types
 }
 
