@@ -590,6 +590,11 @@ pub struct InstanceType {
     pub offerings: Vec<Offering>,
     /// Describes a live node whose flavor left the catalogue (§3.10); never offered for launches.
     pub synthesized: bool,
+    /// Extended resources a node of the flavor offers (`nvidia.com/gpu: 1`), capacity and
+    /// allocatable alike (nothing is reserved of them): none in the catalogue, NodeOverlays'
+    /// `capacity` adds them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extended: BTreeMap<String, i64>,
 }
 
 /// Why a Node's reported capacity was not applied to its flavor's instance type.
@@ -689,6 +694,7 @@ impl InstanceType {
                 available: true,
             }],
             synthesized: false,
+            extended: BTreeMap::new(),
         }
     }
 
@@ -716,6 +722,7 @@ impl InstanceType {
             labels,
             offerings: Vec::new(),
             synthesized: true,
+            extended: BTreeMap::new(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! `NodeOverlay`: upstream Karpenter's NodeOverlay (`karpenter.sh/v1alpha1`) for the hub, scoped to
-//! a namespace: adjust the price of the flavors (and offerings) its requirements select, in the
-//! NodePools of its namespace, with weights deciding between overlays and conflicts reported.
+//! a namespace: adjust the price of the flavors (and offerings) its requirements select, and add
+//! extended resources to them (`capacity`), in the NodePools of its namespace, with weights deciding
+//! between overlays and conflicts reported.
 //!
 //! Owns the API shape, the price arithmetic, which offerings an overlay selects, and the
 //! evaluation (weights, conflicts) and application over a pool's instance types — pure functions,
@@ -13,16 +14,17 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::InstanceType;
-use crate::common::{Condition, Operator};
+use crate::common::{Condition, Operator, ResourceMap};
 use crate::labels;
+use crate::quantity::{is_node_resource, parse_quantity};
 
 /// Condition: the overlay is valid and in conflict with no other (`Conflict`, `Invalid` otherwise).
 pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
 /// Condition: the overlay applies (mirrors `ValidationSucceeded`).
 pub const READY: &str = "Ready";
 
-/// Adjusts the price of the flavors its requirements select, in the NodePools of its namespace
-/// (upstream's NodeOverlay, namespaced).
+/// Adjusts the price of the flavors its requirements select, and adds extended resources to them,
+/// in the NodePools of its namespace (upstream's NodeOverlay, namespaced).
 // Repeated `type_ = ...` arguments of `printcolumn(...)` look like duplicated attributes to clippy.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -35,7 +37,7 @@ pub const READY: &str = "Ready";
     status = "NodeOverlayStatus",
     shortname = "overlays",
     category = "karpenter",
-    doc = "NodeOverlay adjusts the price the hub sees for the flavors its requirements select, in every NodePool of its namespace (upstream Karpenter's NodeOverlay, scoped to a namespace): a percentage or an amount, or a price of its own; overlays of higher weight win, and two of equal weight selecting the same flavor conflict (status).",
+    doc = "NodeOverlay adjusts the price the hub sees for the flavors its requirements select, and adds extended resources (GPUs, devices) to them, in every NodePool of its namespace (upstream Karpenter's NodeOverlay, scoped to a namespace): a percentage or an amount, or a price of its own; capacity per resource; overlays of higher weight win, and two of equal weight selecting the same flavor (for capacity: setting the same resource on it) conflict (status).",
     printcolumn(name = "Weight", type_ = "integer", json_path = ".spec.weight"),
     printcolumn(name = "Price", type_ = "string", json_path = ".spec.price"),
     printcolumn(name = "Adjustment", type_ = "string", json_path = ".spec.priceAdjustment"),
@@ -45,7 +47,7 @@ pub const READY: &str = "Ready";
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("!has(self.price) || !has(self.priceAdjustment)").message("cannot set both 'price' and 'priceAdjustment'"),
-    validation = Rule::new("has(self.price) || has(self.priceAdjustment)").message("set spec.price (a price of its own, EUR per hour) or spec.priceAdjustment (e.g. \"-10%\", \"+0.02\"): an overlay without either changes nothing")
+    validation = Rule::new("has(self.price) || has(self.priceAdjustment) || has(self.capacity)").message("set spec.price (a price of its own, EUR per hour), spec.priceAdjustment (e.g. \"-10%\", \"+0.02\") or spec.capacity (extended resources, e.g. nvidia.com/gpu: 1): an overlay without any changes nothing")
 )]
 pub struct NodeOverlaySpec {
     /// Which flavors and offerings of the namespace's NodePools the overlay selects, matched
@@ -67,8 +69,17 @@ pub struct NodeOverlaySpec {
         length(max = 32)
     )]
     pub price_adjustment: Option<String>,
-    /// Precedence: on a flavor several overlays select, the highest weight applies; two of equal
-    /// weight conflict, and the one whose name sorts first is refused everywhere. Absent: 0.
+    /// Extended resources a node of each selected flavor offers (`nvidia.com/gpu: 1`), added to the
+    /// flavor, or replacing what an overlay of lower weight set: pods requesting them are placed on
+    /// these flavors, and a node counts as initialized once it reports them. Not `cpu`, `memory`,
+    /// `ephemeral-storage` or `pods` (the flavor's own sizing); whole numbers. A flavor takes the
+    /// capacity when any of its offerings is selected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "overlay_capacity")]
+    pub capacity: Option<ResourceMap>,
+    /// Precedence: on a flavor several overlays select, the highest weight applies (for capacity:
+    /// per resource); two of equal weight conflict, and the one whose name sorts first is refused
+    /// everywhere. Absent: 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10000))]
     pub weight: Option<i32>,
@@ -97,6 +108,19 @@ pub struct OverlayRequirement {
     #[serde(default)]
     #[schemars(schema_with = "overlay_values")]
     pub values: Vec<String>,
+}
+
+fn overlay_capacity(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = crate::common::resource_map(generator);
+    schema.insert(
+        "x-kubernetes-validations".into(),
+        serde_json::json!([
+            {"rule": "self.all(k, !string(self[k]).startsWith('-'))", "message": "resource quantities must not be negative"},
+            {"rule": "self.all(k, !(k in ['cpu', 'memory', 'ephemeral-storage', 'pods']))",
+             "message": "capacity adds extended resources only: cpu, memory, ephemeral-storage and pods are the flavor's own sizing (FlavorCatalog)"}
+        ]),
+    );
+    schema
 }
 
 fn overlay_values(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -145,8 +169,12 @@ impl PriceChange {
 /// API server).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OverlayError {
-    #[error("spec: set exactly one of price and priceAdjustment")]
+    #[error("spec: set at most one of price and priceAdjustment")]
     PriceOrAdjustment,
+    #[error("spec: set price, priceAdjustment or capacity: an overlay without any changes nothing")]
+    Nothing,
+    #[error("spec.capacity.{key}: {message}")]
+    Capacity { key: String, message: String },
     #[error("spec.price: {0:?} is not a non-negative decimal such as 0.05")]
     Price(String),
     #[error(
@@ -181,8 +209,52 @@ fn value(s: &str) -> Option<f64> {
 }
 
 impl NodeOverlaySpec {
-    /// The price change, checked as the schema does.
-    pub fn price_change(&self) -> Result<PriceChange, OverlayError> {
+    /// The whole spec, checked as the schema does: the price change (if any), the capacity, the
+    /// requirements, and that it changes something.
+    pub fn check(&self) -> Result<(), OverlayError> {
+        let price = self.price_change()?;
+        self.capacity_change()?;
+        self.check_requirements()?;
+        if price.is_none() && self.capacity.is_none() {
+            return Err(OverlayError::Nothing);
+        }
+        Ok(())
+    }
+
+    /// The extended resources the overlay sets, in units, checked as the schema does (no node
+    /// resource, no negative) and whole numbers (as extended resources are counted).
+    pub fn capacity_change(&self) -> Result<BTreeMap<String, i64>, OverlayError> {
+        let mut out = BTreeMap::new();
+        for (key, q) in self.capacity.iter().flatten() {
+            let fail = |m: String| OverlayError::Capacity { key: key.clone(), message: m };
+            if is_node_resource(key) {
+                return Err(fail(
+                    "cpu, memory, ephemeral-storage and pods are the flavor's own sizing: set extended resources only"
+                        .into(),
+                ));
+            }
+            let parsed = parse_quantity(q.0.trim()).map_err(|e| fail(e.to_string()))?;
+            if parsed.is_negative() {
+                return Err(fail(format!("{:?} is negative", q.0)));
+            }
+            if parsed.as_millis() % 1000 != 0 {
+                return Err(fail(format!("{:?} is not a whole number: extended resources are counted in units", q.0)));
+            }
+            out.insert(key.clone(), parsed.as_units());
+        }
+        Ok(out)
+    }
+
+    /// The price change (none when the overlay sets neither price nor adjustment), checked as the
+    /// schema does.
+    pub fn price_change(&self) -> Result<Option<PriceChange>, OverlayError> {
+        self.price_change_inner().map(Some).or_else(|e| match e {
+            OverlayError::Nothing => Ok(None),
+            e => Err(e),
+        })
+    }
+
+    fn price_change_inner(&self) -> Result<PriceChange, OverlayError> {
         match (&self.price, &self.price_adjustment) {
             (Some(p), None) => strict_number(p)
                 .then(|| value(p))
@@ -214,6 +286,7 @@ impl NodeOverlaySpec {
                         .ok_or_else(bad),
                 }
             }
+            (None, None) => Err(OverlayError::Nothing),
             _ => Err(OverlayError::PriceOrAdjustment),
         }
     }
@@ -313,52 +386,89 @@ impl<'a> PoolTypes<'a> {
 }
 
 /// Upstream's evaluation: overlays by weight, highest first (ties: the name sorting last first);
-/// an invalid overlay is refused; an overlay selecting an offering that an overlay of the same
-/// weight already selected conflicts, and is refused in every pool (a higher weight wins quietly).
-/// Unlike upstream, an overlay already outranked on an offering does not make a later one of its
-/// own weight conflict there: only the weight that applies counts.
+/// an invalid overlay is refused; an overlay selecting an offering whose price an overlay of the
+/// same weight already set, or setting a resource's capacity on a flavor where an overlay of the same
+/// weight already set it, conflicts, and is refused in every pool (a higher weight wins quietly; at
+/// one weight, different resources merge). Unlike upstream, an overlay already outranked on an
+/// offering or resource does not make a later one of its own weight conflict there: only the weight
+/// that applies counts.
 pub fn evaluate(overlays: &[NodeOverlay], pools: &[PoolTypes<'_>]) -> Evaluation {
     let mut out = Evaluation::default();
     let mut order: Vec<&NodeOverlay> = overlays.iter().collect();
     order.sort_by(|a, b| precedence(a, b));
     // Per (pool, flavor, zone, capacity type): the weight and overlay that set its price.
-    let mut owner: BTreeMap<(String, String, String, String), (i32, String)> = BTreeMap::new();
+    let mut price_owner: BTreeMap<(String, String, String, String), (i32, String)> = BTreeMap::new();
+    // Per (pool, flavor, resource): the weight and overlay that set its capacity.
+    let mut capacity_owner: BTreeMap<(String, String, String), (i32, String)> = BTreeMap::new();
     for o in order {
         let name = o.metadata.name.clone().unwrap_or_default();
-        if let Err(e) = o.spec.price_change().and_then(|_| o.spec.check_requirements()) {
-            out.refused.insert(name, ("Invalid", e.to_string()));
-            continue;
-        }
+        let (price, capacity) =
+            match o.spec.check().and_then(|()| Ok((o.spec.price_change()?, o.spec.capacity_change()?))) {
+                Ok(parsed) => parsed,
+                Err(e) => {
+                    out.refused.insert(name, ("Invalid", e.to_string()));
+                    continue;
+                }
+            };
         let weight = o.spec.weight.unwrap_or(0);
-        let mut claims = Vec::new();
-        let mut conflict = None;
+        let (mut price_claims, mut capacity_claims) = (Vec::new(), Vec::new());
+        // The other overlay, the pool, the flavor, and the resource for a capacity conflict.
+        let mut conflict: Option<(String, String, String, Option<String>)> = None;
         for pool in pools {
             for t in pool.types {
+                let mut selected = false;
                 for off in &t.offerings {
                     if !selects(&o.spec.requirements, &offering_labels(pool.name, pool.labels, &t.labels, off)) {
                         continue;
                     }
+                    selected = true;
+                    if price.is_none() {
+                        break;
+                    }
                     let key = (pool.name.to_string(), t.name.clone(), off.zone.clone(), off.capacity_type.clone());
-                    match owner.get(&key) {
+                    match price_owner.get(&key) {
                         Some((w, other)) if *w == weight => {
-                            conflict.get_or_insert_with(|| (other.clone(), pool.name.to_string(), t.name.clone()));
+                            conflict
+                                .get_or_insert_with(|| (other.clone(), pool.name.to_string(), t.name.clone(), None));
                         }
                         Some(_) => {}
-                        None => claims.push(key),
+                        None => price_claims.push(key),
+                    }
+                }
+                if !selected {
+                    continue;
+                }
+                for resource in capacity.keys() {
+                    let key = (pool.name.to_string(), t.name.clone(), resource.clone());
+                    match capacity_owner.get(&key) {
+                        Some((w, other)) if *w == weight => {
+                            conflict.get_or_insert_with(|| {
+                                (other.clone(), pool.name.to_string(), t.name.clone(), Some(resource.clone()))
+                            });
+                        }
+                        Some(_) => {}
+                        None => capacity_claims.push(key),
                     }
                 }
             }
         }
-        if let Some((other, pool, flavor)) = conflict {
+        if let Some((other, pool, flavor, resource)) = conflict {
+            let on = match resource {
+                Some(r) => format!("the capacity of {r} on flavor {flavor}"),
+                None => format!("flavor {flavor}"),
+            };
             let message = format!(
-                "conflicts with NodeOverlay {other} (same weight {weight}) on flavor {flavor} of NodePool {pool}: give \
-                 one a higher weight, or narrow its requirements"
+                "conflicts with NodeOverlay {other} (same weight {weight}) on {on} of NodePool {pool}: give one a \
+                 higher weight, or narrow its requirements"
             );
             out.refused.insert(name, ("Conflict", message));
             continue;
         }
-        for key in claims {
-            owner.insert(key, (weight, name.clone()));
+        for key in price_claims {
+            price_owner.insert(key, (weight, name.clone()));
+        }
+        for key in capacity_claims {
+            capacity_owner.insert(key, (weight, name.clone()));
         }
         out.accepted.insert(name);
     }
@@ -371,29 +481,55 @@ fn precedence(a: &NodeOverlay, b: &NodeOverlay) -> std::cmp::Ordering {
     w(b).cmp(&w(a)).then_with(|| b.metadata.name.cmp(&a.metadata.name))
 }
 
+/// A valid overlay, parsed.
+type Parsed<'a> = (&'a NodeOverlay, Option<PriceChange>, BTreeMap<String, i64>);
+
 /// Applies `overlays` (the accepted ones: [`Evaluation::kept`]) to the instance types of the pool
 /// named `pool` with template labels `pool_labels`, in place: each offering takes the price change
-/// of the first overlay in [`precedence`] selecting it. Returns how many offerings changed.
+/// of the first overlay in [`precedence`] selecting it with one; each resource of a flavor, the
+/// capacity of the first overlay selecting any of its offerings with that resource (replacing what
+/// the flavor had). Returns how many offerings and resources changed.
 pub fn apply(
     overlays: &[NodeOverlay],
     pool: &str,
     pool_labels: &BTreeMap<String, String>,
     types: &mut [InstanceType],
 ) -> usize {
-    let mut live: Vec<(&NodeOverlay, PriceChange)> =
-        overlays.iter().filter_map(|o| Some((o, o.spec.price_change().ok()?))).collect();
-    live.sort_by(|(a, _), (b, _)| precedence(a, b));
+    let mut live: Vec<Parsed<'_>> = overlays
+        .iter()
+        .filter(|o| o.spec.check().is_ok())
+        .filter_map(|o| Some((o, o.spec.price_change().ok()?, o.spec.capacity_change().ok()?)))
+        .collect();
+    live.sort_by(|(a, ..), (b, ..)| precedence(a, b));
     if live.is_empty() {
         return 0;
     }
     let mut changed = 0;
     for t in types.iter_mut() {
         let type_labels = &t.labels;
+        let mut selected = vec![false; live.len()];
         for offering in t.offerings.iter_mut() {
             let labels = offering_labels(pool, pool_labels, type_labels, offering);
-            if let Some((_, change)) = live.iter().find(|(o, _)| selects(&o.spec.requirements, &labels)) {
-                offering.price_hourly = change.apply(offering.price_hourly);
-                changed += 1;
+            let mut priced = false;
+            for (i, (o, change, _)) in live.iter().enumerate() {
+                if !selects(&o.spec.requirements, &labels) {
+                    continue;
+                }
+                selected[i] = true;
+                if let (false, Some(change)) = (priced, change) {
+                    offering.price_hourly = change.apply(offering.price_hourly);
+                    priced = true;
+                    changed += 1;
+                }
+            }
+        }
+        let mut set: BTreeSet<&str> = BTreeSet::new();
+        for (_, _, capacity) in live.iter().zip(&selected).filter(|(_, s)| **s).map(|(l, _)| l) {
+            for (resource, amount) in capacity {
+                if set.insert(resource) {
+                    t.extended.insert(resource.clone(), *amount);
+                    changed += 1;
+                }
             }
         }
     }
@@ -420,9 +556,10 @@ mod tests {
             requirements: Vec::new(),
             price: price.map(str::to_string),
             price_adjustment: adjustment.map(str::to_string),
+            capacity: None,
             weight: None,
         }
-        .price_change()
+        .price_change_inner()
     }
 
     #[test]
@@ -446,7 +583,7 @@ mod tests {
             assert!(change(Some(bad), None).is_err(), "{bad}");
         }
         assert_eq!(change(Some("1"), Some("+1")), Err(OverlayError::PriceOrAdjustment));
-        assert_eq!(change(None, None), Err(OverlayError::PriceOrAdjustment));
+        assert_eq!(change(None, None), Err(OverlayError::Nothing));
         for good in ["+298%", "+100.102%", "-34.43", "-129", "-99.5%", "-0%", "+.5%", "-100%"] {
             assert!(change(None, Some(good)).is_ok(), "{good}");
         }
@@ -544,6 +681,61 @@ mod tests {
         let c = overlay("c", json!({"requirements": xs, "price": "3", "weight": 5}));
         let e = evaluate(&[a, b, c], &pools);
         assert!(e.refused.is_empty(), "{e:?}");
+    }
+
+    fn extended(types: &[InstanceType], flavor: &str) -> BTreeMap<String, i64> {
+        types.iter().find(|t| t.name == flavor).unwrap().extended.clone()
+    }
+
+    #[test]
+    fn capacity_is_set_per_resource_by_weight_and_conflicts_per_resource() {
+        let base = types();
+        let none = BTreeMap::new();
+        let pools = [PoolTypes { name: "gpu", labels: &none, types: &base }];
+        let m = json!([{"key": "clever-cloud.com/flavor", "operator": "In", "values": ["M"]}]);
+        let a = overlay("a", json!({"requirements": m, "capacity": {"nvidia.com/gpu": 1}, "weight": 10}));
+        let b = overlay("b", json!({"requirements": [], "capacity": {"example.com/fpga": "2"}, "weight": 10}));
+        // At one weight, different resources merge; a price-only overlay beside them too.
+        let p = overlay("p", json!({"requirements": m, "priceAdjustment": "+50%", "weight": 10}));
+        let e = evaluate(&[a.clone(), b.clone(), p.clone()], &pools);
+        assert!(e.refused.is_empty(), "{e:?}");
+        let mut t = base.clone();
+        apply(&e.kept([a.clone(), b.clone(), p]), "gpu", &none, &mut t);
+        assert_eq!(extended(&t, "M"), BTreeMap::from([("example.com/fpga".into(), 2), ("nvidia.com/gpu".into(), 1)]));
+        assert_eq!(extended(&t, "S"), BTreeMap::from([("example.com/fpga".into(), 2)]));
+        assert!((price(&t, "M") - price(&base, "M") * 1.5).abs() < 1e-9);
+        // The same resource on one flavor at one weight conflicts, naming the resource.
+        let c = overlay("c", json!({"requirements": [], "capacity": {"nvidia.com/gpu": 2}, "weight": 10}));
+        let e = evaluate(&[a.clone(), c.clone()], &pools);
+        let (reason, message) = &e.refused["a"];
+        assert_eq!(*reason, "Conflict");
+        assert!(
+            message.contains("nvidia.com/gpu") && message.contains("flavor M") && message.contains(" c "),
+            "{message}"
+        );
+        // A higher weight replaces the resource where it selects; the lower applies elsewhere.
+        let c5 = overlay("c", json!({"requirements": [], "capacity": {"nvidia.com/gpu": 2}, "weight": 5}));
+        let e = evaluate(&[a.clone(), c5.clone()], &pools);
+        assert!(e.refused.is_empty(), "{e:?}");
+        let mut t = base.clone();
+        apply(&e.kept([a, c5]), "gpu", &none, &mut t);
+        assert_eq!(extended(&t, "M")["nvidia.com/gpu"], 1);
+        assert_eq!(extended(&t, "XL")["nvidia.com/gpu"], 2);
+        // Capacity alone is a change; node resources, fractions and negatives are refused.
+        assert_eq!(b.spec.check(), Ok(()));
+        for (capacity, what) in [
+            (json!({"cpu": "2"}), "flavor's own sizing"),
+            (json!({"nvidia.com/gpu": "500m"}), "whole number"),
+            (json!({"nvidia.com/gpu": "-1"}), "negative"),
+            (json!({"nvidia.com/gpu": "lots"}), "nvidia.com/gpu"),
+        ] {
+            let bad = overlay("bad", json!({"requirements": [], "capacity": capacity}));
+            let e = evaluate(std::slice::from_ref(&bad), &pools);
+            assert_eq!(e.refused["bad"].0, "Invalid");
+            assert!(e.refused["bad"].1.contains(what), "{:?}", e.refused["bad"]);
+        }
+        let empty = overlay("empty", json!({"requirements": []}));
+        assert_eq!(empty.spec.check(), Err(OverlayError::Nothing));
     }
 
     #[test]

@@ -433,6 +433,35 @@ pub fn format_count(count: i64) -> String {
     format_decimal_si(count, 0)
 }
 
+/// Whether `name` is one of the four node resources (not an extended resource).
+pub fn is_node_resource(name: &str) -> bool {
+    [CPU, MEMORY, EPHEMERAL_STORAGE, PODS].contains(&name)
+}
+
+/// The extended resources of a resource list (every key but the four node resources), in units;
+/// zeros left out.
+pub fn extended_of(list: &BTreeMap<String, K8sQuantity>) -> Result<BTreeMap<String, i64>, QuantityError> {
+    let mut out = BTreeMap::new();
+    for (key, q) in list.iter().filter(|(k, _)| !is_node_resource(k)) {
+        let parsed = parse_quantity(q.0.trim())
+            .map_err(|source| QuantityError::Resource { key: key.clone(), source: Box::new(source) })?;
+        if !parsed.is_zero() {
+            out.insert(key.clone(), parsed.as_units());
+        }
+    }
+    Ok(out)
+}
+
+/// Extended resources as resource list entries (counts).
+pub fn extended_list(extended: &BTreeMap<String, i64>) -> impl Iterator<Item = (String, K8sQuantity)> + '_ {
+    extended.iter().map(|(k, v)| (k.clone(), K8sQuantity(format_count(*v))))
+}
+
+/// Whether `wanted` (extended resources, in units) fits in `offered`: a resource not offered is 0.
+pub fn extended_fits(wanted: &BTreeMap<String, i64>, offered: &BTreeMap<String, i64>) -> bool {
+    wanted.iter().all(|(k, v)| *v <= 0 || offered.get(k).is_some_and(|o| o >= v))
+}
+
 /// The node resources the hub schedules with, as exact integers.
 ///
 /// Arithmetic saturates instead of overflowing: a saturated total is still "does not fit", which

@@ -6,7 +6,7 @@
 //! Zone and capacity-type values of a type come from its offerings, never from its labels, so a
 //! type offered in several zones belongs to several zone domains. Must not place pods.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crds::catalog::InstanceType;
 use crds::labels;
@@ -38,6 +38,8 @@ pub struct TypeInfo {
     pub capacity: Resources,
     /// Allocatable (pods fit into this).
     pub allocatable: Resources,
+    /// Extended resources offered (capacity = allocatable), from NodeOverlays.
+    pub extended: BTreeMap<String, i64>,
     /// Cheapest available offering compatible with the pool template.
     pub price: f64,
     /// Single-valued labels, sorted by key (zone and capacity type excluded: see offerings).
@@ -289,6 +291,7 @@ fn interned(it: &InstanceType, ints: &mut Interner, zone: Key, capacity_type: Ke
         name: it.name.clone(),
         capacity: it.capacity,
         allocatable: it.allocatable,
+        extended: it.extended.clone(),
         price: f64::INFINITY,
         labels,
         offerings,

@@ -361,7 +361,8 @@ pub struct Pod {
     pub labels: BTreeMap<String, String>,
     /// Effective requests (§3.8), `pods: 1` included.
     pub requests: Resources,
-    /// Extended resources requested (`nvidia.com/gpu`, ...): no CKE flavor offers any.
+    /// Extended resources requested (`nvidia.com/gpu`, ...), non-zero only: only flavors a
+    /// NodeOverlay gives them to (and nodes reporting them) offer any.
     pub extended: BTreeMap<String, i64>,
     /// Constraints.
     pub constraints: Constraints,
@@ -390,6 +391,8 @@ pub struct RunningPod {
     pub labels: BTreeMap<String, String>,
     /// Requests.
     pub requests: Resources,
+    /// Extended resources requested, non-zero only.
+    pub extended: BTreeMap<String, i64>,
     /// Host ports.
     pub host_ports: Vec<HostPort>,
     /// `namespace/name` of the owning DaemonSet, if any.
@@ -417,6 +420,9 @@ pub struct ExistingNode {
     pub allocatable: Resources,
     /// Capacity.
     pub capacity: Resources,
+    /// Extended resources allocatable (`nvidia.com/gpu: 1`); a managed node not initialized yet
+    /// also counts what its claim's flavor offers (its device plugin may not have reported them).
+    pub extended: BTreeMap<String, i64>,
     /// Pods bound to it.
     pub pods: Vec<RunningPod>,
     /// Owned by the hub (a NodeClaim exists).
@@ -490,6 +496,8 @@ pub struct NewClaim {
     pub pods: Vec<usize>,
     /// Σ pod requests + the minimum DaemonSet overhead.
     pub requests: Resources,
+    /// Σ the pods' extended resources (every option offers them).
+    pub extended: BTreeMap<String, i64>,
     /// Requirements of the claim (instance types, capacity type narrowed, one value per custom key).
     pub requirements: Vec<NodeSelectorRequirement>,
     /// Labels of the claim.

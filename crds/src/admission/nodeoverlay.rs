@@ -1,6 +1,7 @@
-//! Admission of a `NodeOverlay`: the schema and CEL rules of the type repeated (exactly one of a
+//! Admission of a `NodeOverlay`: the schema and CEL rules of the type repeated (at most one of a
 //! price and a price adjustment, in the forms the schema's patterns and
-//! [`NodeOverlaySpec::price_change`] accept; the requirements' count, keys, operators and values, as
+//! [`NodeOverlaySpec::price_change`] accept; something to change; whole counts of extended
+//! resources only in `capacity`; the requirements' count, keys, operators and values, as
 //! the schema and [`NodeOverlaySpec::check_requirements`] check them; the weight's range), and
 //! warnings for an overlay that makes offerings free or selects every flavor of its namespace.
 //! Nothing is read: which pools and flavors an overlay selects, and whether it conflicts with
@@ -20,6 +21,10 @@ const MAX_VALUES: usize = 100;
 const MAX_KEY_CHARS: usize = 316;
 /// Longest `price` and `priceAdjustment` (the schema's `maxLength`).
 const MAX_PRICE_CHARS: usize = 32;
+/// Most resources in `capacity` (the schema's `maxProperties`).
+const MAX_CAPACITY_KEYS: usize = 32;
+/// Longest capacity quantity (the schema's `maxLength`).
+const MAX_QUANTITY_CHARS: usize = 64;
 /// The weight's range (the schema's `minimum` and `maximum`).
 const MIN_WEIGHT: i32 = 1;
 const MAX_WEIGHT: i32 = 10_000;
@@ -35,7 +40,9 @@ const ADJUSTMENT_FORM: &str = "write a signed amount in EUR per hour (\"+0.02\",
 /// Validates a `NodeOverlay` (create or update; the old object changes nothing: the type has no
 /// immutable field).
 ///
-/// Denied: both or neither of `price` and `priceAdjustment`; a `price` that is not a non-negative
+/// Denied: both of `price` and `priceAdjustment`, or none of them and `capacity`; a `capacity` of
+/// more than 32 resources, naming `cpu`, `memory`, `ephemeral-storage` or `pods`, or with a quantity
+/// that is not a whole non-negative count or longer than 64 characters; a `price` that is not a non-negative
 /// decimal (`^\d+(\.\d+)?$`) or longer than 32 characters; a `priceAdjustment` that is not a signed
 /// amount or percentage as the schema's pattern writes them (a decrease of at most `-100%`) or
 /// longer than 32 characters; more than 100 requirements; a key that is empty, longer than 316
@@ -57,11 +64,12 @@ pub fn validate_node_overlay(new: &NodeOverlay, _old: Option<&NodeOverlay>) -> V
              price: \"0.05\"), or priceAdjustment for a change of the catalogue's price (e.g. priceAdjustment: \
              \"-10%\")",
         ),
-        (None, None) => verdict.deny(
+        (None, None) if spec.capacity.is_none() => verdict.deny(
             "spec",
-            "neither price nor priceAdjustment is set, and an overlay without either changes nothing: set price (the \
-             selected offerings' price, EUR per hour, e.g. price: \"0.05\") or priceAdjustment (a change of the \
-             catalogue's price, e.g. priceAdjustment: \"-10%\" or \"+0.02\")",
+            "none of price, priceAdjustment and capacity is set, and an overlay without any changes nothing: set price \
+             (the selected offerings' price, EUR per hour, e.g. price: \"0.05\"), priceAdjustment (a change of the \
+             catalogue's price, e.g. priceAdjustment: \"-10%\" or \"+0.02\") or capacity (extended resources of the \
+             selected flavors, e.g. capacity: {nvidia.com/gpu: 1})",
         ),
         _ => {}
     }
@@ -95,6 +103,7 @@ pub fn validate_node_overlay(new: &NodeOverlay, _old: Option<&NodeOverlay>) -> V
         );
     }
 
+    check_capacity(&mut verdict, spec);
     check_requirements(&mut verdict, &spec.requirements);
     if spec.requirements.is_empty() {
         let namespace = match new.metadata.namespace.as_deref().filter(|n| !n.is_empty()) {
@@ -125,6 +134,45 @@ pub fn validate_node_overlay(new: &NodeOverlay, _old: Option<&NodeOverlay>) -> V
     verdict
 }
 
+/// `capacity`: at most [`MAX_CAPACITY_KEYS`] resources, each an extended resource (not one of the
+/// four node resources) with a whole, non-negative quantity of at most 64 characters.
+fn check_capacity(verdict: &mut Verdict, spec: &NodeOverlaySpec) {
+    let Some(capacity) = &spec.capacity else { return };
+    if capacity.len() > MAX_CAPACITY_KEYS {
+        verdict.deny(
+            "spec.capacity",
+            format!("has {} resources, more than {MAX_CAPACITY_KEYS}: split the overlay", capacity.len()),
+        );
+        return;
+    }
+    for (key, q) in capacity {
+        // A resource name as it is; anything else (a hostile key) quoted and cut.
+        let plain = key.len() <= 80 && key.bytes().all(|b| b.is_ascii_alphanumeric() || b"./-_".contains(&b));
+        let field = if plain { format!("spec.capacity.{key}") } else { format!("spec.capacity.{}", shorten(key)) };
+        if q.0.chars().count() > MAX_QUANTITY_CHARS {
+            verdict.deny(
+                &field,
+                format!("{} is longer than {MAX_QUANTITY_CHARS} characters: give a count, e.g. 1", shorten(&q.0)),
+            );
+            continue;
+        }
+        let alone = NodeOverlaySpec {
+            requirements: Vec::new(),
+            price: None,
+            price_adjustment: None,
+            capacity: Some([(key.clone(), q.clone())].into()),
+            weight: None,
+        };
+        if let Err(e) = alone.capacity_change() {
+            let why = match e {
+                crate::overlay::OverlayError::Capacity { message, .. } => message,
+                other => other.to_string(),
+            };
+            verdict.deny(&field, format!("{why}: give a whole count of an extended resource, e.g. nvidia.com/gpu: 1"));
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum PriceKind {
     Price,
@@ -147,6 +195,7 @@ fn check_price(verdict: &mut Verdict, field: &str, text: &str, kind: PriceKind) 
         requirements: Vec::new(),
         price: (kind == PriceKind::Price).then(|| text.to_string()),
         price_adjustment: (kind == PriceKind::Adjustment).then(|| text.to_string()),
+        capacity: None,
         weight: None,
     };
     let pattern = match kind {
@@ -154,7 +203,7 @@ fn check_price(verdict: &mut Verdict, field: &str, text: &str, kind: PriceKind) 
         PriceKind::Adjustment => adjustment_pattern(text),
     };
     match alone.price_change() {
-        Ok(change) if pattern => Some(change),
+        Ok(Some(change)) if pattern => Some(change),
         _ => {
             let what = match kind {
                 PriceKind::Price => "a price",
@@ -406,21 +455,50 @@ mod tests {
     }
 
     #[test]
-    fn exactly_one_of_price_and_price_adjustment() {
+    fn at_most_one_of_price_and_price_adjustment_and_something_to_change() {
         let v = edited(|s| s["price"] = json!("0.05"));
         assert_eq!(fields(&v.denials), ["spec"]);
         assert!(denied(&v, "spec", "price and priceAdjustment are both set"), "{v:?}");
         assert!(denied(&v, "spec", "keep price for"), "{v:?}");
         let v = edited(|s| remove(s, "priceAdjustment"));
         assert_eq!(fields(&v.denials), ["spec"]);
-        assert!(denied(&v, "spec", "neither price nor priceAdjustment is set"), "{v:?}");
+        assert!(denied(&v, "spec", "none of price, priceAdjustment and capacity is set"), "{v:?}");
         assert!(denied(&v, "spec", "price: \"0.05\""), "{v:?}");
+        // Capacity alone is a change.
+        let v = edited(|s| {
+            remove(s, "priceAdjustment");
+            s["capacity"] = json!({"nvidia.com/gpu": 1});
+        });
+        assert_eq!(v, Verdict::default());
         // Both set and each malformed: each field is reported too, as the schema does.
         let v = edited(|s| {
             s["price"] = json!("-1");
             s["priceAdjustment"] = json!("10%");
         });
         assert_eq!(fields(&v.denials), ["spec", "spec.price", "spec.priceAdjustment"], "{v:?}");
+    }
+
+    #[test]
+    fn capacity_takes_whole_counts_of_extended_resources() {
+        for (capacity, field, says) in [
+            (json!({"cpu": "2"}), "spec.capacity.cpu", "flavor's own sizing"),
+            (json!({"pods": 10}), "spec.capacity.pods", "flavor's own sizing"),
+            (json!({"nvidia.com/gpu": "500m"}), "spec.capacity.nvidia.com/gpu", "not a whole number"),
+            (json!({"nvidia.com/gpu": "-1"}), "spec.capacity.nvidia.com/gpu", "negative"),
+            (json!({"nvidia.com/gpu": "many"}), "spec.capacity.nvidia.com/gpu", "e.g. nvidia.com/gpu: 1"),
+            (json!({"nvidia.com/gpu": "1".repeat(100)}), "spec.capacity.nvidia.com/gpu", "longer than 64"),
+        ] {
+            let v = edited(|s| s["capacity"] = capacity.clone());
+            assert_eq!(fields(&v.denials), [field], "{capacity}: {v:?}");
+            assert!(denied(&v, field, says), "{capacity}: {v:?}");
+        }
+        let many: serde_json::Map<String, Value> = (0..33).map(|i| (format!("example.com/r{i}"), json!(1))).collect();
+        let v = edited(|s| s["capacity"] = Value::Object(many));
+        assert!(denied(&v, "spec.capacity", "more than 32"), "{v:?}");
+        assert_eq!(
+            edited(|s| s["capacity"] = json!({"nvidia.com/gpu": "2", "example.com/fpga": 1})),
+            Verdict::default()
+        );
     }
 
     #[test]
@@ -640,10 +718,19 @@ mod tests {
             requirement("kubernetes.io/hostname", "Exists", json!([])),
             requirement("team", "In", json!(["web"])),
         ];
-        for price in prices {
-            for adjustment in adjustments {
+        let capacities =
+            [None, Some(json!({"nvidia.com/gpu": 1})), Some(json!({"cpu": 1})), Some(json!({"x.io/y": "1.5"}))];
+        for (price, adjustment, capacity) in prices
+            .iter()
+            .flat_map(|p| adjustments.iter().map(move |a| (p, a)))
+            .flat_map(|(p, a)| capacities.iter().map(move |c| (p, a, c)))
+        {
+            {
                 for reqs in &requirements {
                     let mut spec = json!({"requirements": reqs});
+                    if let Some(c) = capacity {
+                        spec["capacity"] = c.clone();
+                    }
                     if let Some(p) = price {
                         spec["price"] = json!(p);
                     }
@@ -651,7 +738,7 @@ mod tests {
                         spec["priceAdjustment"] = json!(a);
                     }
                     let o = overlay(spec.clone());
-                    let hub = o.spec.price_change().and_then(|_| o.spec.check_requirements());
+                    let hub = o.spec.check();
                     let v = validate_node_overlay(&o, None);
                     if hub.is_err() {
                         assert!(!v.is_allowed(), "{spec}: the hub refuses ({hub:?}) but the webhook allows");

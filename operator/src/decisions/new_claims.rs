@@ -105,6 +105,9 @@ pub fn node_claim(
         o.block_owner_deletion = Some(true);
         o
     });
+    // Extended resources as upstream records them: the node counts as initialized once it reports them.
+    let mut requests = claim.requests.to_resource_list();
+    requests.extend(crds::quantity::extended_list(&claim.extended));
     let value = json!({
         "apiVersion": "karpenter.clever-cloud.com/v1alpha1",
         "kind": "NodeClaim",
@@ -121,7 +124,7 @@ pub fn node_claim(
             "taints": claim.taints,
             "startupTaints": claim.startup_taints,
             "requirements": claim.requirements,
-            "resources": {"requests": claim.requests.to_resource_list()},
+            "resources": {"requests": requests},
             "nodeClassRef": class,
             "terminationGracePeriod": template.spec.termination_grace_period,
             "expireAfter": template.spec.expire_after,

@@ -29,7 +29,11 @@ pub(crate) async fn world(cluster: &str, edit: impl Fn(&mut Value)) -> (World, C
     world_with(cluster, quick_cke(0), edit).await
 }
 
-async fn world_with(cluster: &str, cke: sim::cke::SimCkeConfig, edit: impl Fn(&mut Value)) -> (World, Clock) {
+pub(crate) async fn world_with(
+    cluster: &str,
+    cke: sim::cke::SimCkeConfig,
+    edit: impl Fn(&mut Value),
+) -> (World, Clock) {
     let clock = Clock::manual_now();
     let mut world = World::start_on(&[("team", cluster)], |_| cke.clone(), clock.clone()).await.unwrap();
     let name = cluster.to_string();

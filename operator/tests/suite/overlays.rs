@@ -1,18 +1,23 @@
-//! NodeOverlays (issue 28 item 3, upstream's NodeOverlay, price part) on the simulated world: the
-//! hub evaluates a namespace's overlays (weights, conflicts) into their status, and its rounds
-//! price flavors with the accepted ones — a pod a 2XS holds gets an XS once an overlay makes 2XS
-//! dearer; an overlay of equal weight on the same flavor is refused, naming the other.
+//! NodeOverlays (issue 28 item 3, upstream's NodeOverlay) on the simulated world: the hub evaluates
+//! a namespace's overlays (weights, conflicts) into their status, and its rounds price flavors with
+//! the accepted ones — a pod a 2XS holds gets an XS once an overlay makes 2XS dearer; an overlay of
+//! equal weight on the same flavor is refused, naming the other — and give flavors the extended
+//! resources of their `capacity`: a GPU pod no flavor could hold gets a node of the flavor the
+//! overlay gives a GPU, which counts as initialized once its device plugin reports it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crds::{NodeGroup, NodeOverlay};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
 use kube::{
     Api,
     api::{ListParams, PostParams},
 };
+use operator::commands::sandbox::world::{quick_cke, workload_pod};
 use serde_json::json;
 
 use crate::common::wait_for;
-use crate::disruption::{UP, create, world};
+use crate::disruption::{UP, claims, create, is_true, running, world, world_with};
 
 fn condition(o: &NodeOverlay, type_: &str) -> Option<(String, String, String)> {
     o.status
@@ -66,5 +71,58 @@ async fn the_accepted_overlay_prices_flavors_and_an_equal_weight_one_is_refused(
     let groups = Api::<NodeGroup>::all(world.clusters[0].client()).list(&ListParams::default()).await.unwrap();
     let flavors: Vec<&str> = groups.items.iter().map(|g| g.spec.flavor.as_str()).collect();
     assert_eq!(flavors, ["XS"], "the overlaid price decides");
+    world.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlay_capacity_gives_a_gpu_pod_a_node_of_the_flavor_it_names() {
+    // The emulated device plugin: a node of flavor M reports one GPU once Ready.
+    let mut cke = quick_cke(0);
+    for f in cke.flavors.iter_mut().filter(|f| f.name == "M") {
+        f.devices.insert("nvidia.com/gpu".to_string(), 1);
+    }
+    let (world, _clock) = world_with("gpus", cke, |_| {}).await;
+    let pods: Api<Pod> = Api::namespaced(world.clusters[0].client(), "default");
+    let mut train = serde_json::to_value(workload_pod("train", "1", "1Gi")).unwrap();
+    train["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/gpu": "1"});
+    pods.create(&PostParams::default(), &serde_json::from_value(train).unwrap()).await.unwrap();
+
+    // No flavor offers a GPU: the hub says so on the pod, and creates nothing.
+    let events: Api<Event> = Api::namespaced(world.clusters[0].client(), "default");
+    wait_for("the hub to say no flavor offers a GPU", UP, || async {
+        events.list(&ListParams::default()).await.unwrap().items.iter().any(|e| {
+            e.reason.as_deref() == Some("FailedScheduling")
+                && e.note.as_deref().is_some_and(|n| n.contains("no instance type offers nvidia.com/gpu=1"))
+        })
+    })
+    .await;
+    assert!(claims(&world).await.is_empty());
+
+    // An overlay gives M its GPU: a claim asking for it, an M NodeGroup, the pod running there.
+    let overlay: NodeOverlay = serde_json::from_value(json!({
+        "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "NodeOverlay",
+        "metadata": {"name": "m-has-a-gpu", "namespace": "team"},
+        "spec": {"capacity": {"nvidia.com/gpu": "1"},
+            "requirements": [{"key": "clever-cloud.com/flavor", "operator": "In", "values": ["M"]}]}
+    }))
+    .unwrap();
+    Api::<NodeOverlay>::namespaced(world.mgmt.client(), "team").create(&PostParams::default(), &overlay).await.unwrap();
+    wait_for("the GPU pod running", UP, || async {
+        running(&world).await.iter().any(|p| p.metadata.name.as_deref() == Some("train"))
+    })
+    .await;
+    let groups = Api::<NodeGroup>::all(world.clusters[0].client()).list(&ListParams::default()).await.unwrap();
+    let flavors: Vec<&str> = groups.items.iter().map(|g| g.spec.flavor.as_str()).collect();
+    assert_eq!(flavors, ["M"], "the only flavor the overlay gives a GPU");
+    let claims = claims(&world).await;
+    assert_eq!(claims.len(), 1);
+    let requests = claims[0].spec.resources.requests.clone().unwrap_or_default();
+    assert_eq!(requests.get("nvidia.com/gpu").map(|q| q.0.as_str()), Some("1"), "{requests:?}");
+    let allocatable = claims[0].status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
+    assert_eq!(allocatable.get("nvidia.com/gpu").map(|q| q.0.as_str()), Some("1"), "{allocatable:?}");
+    wait_for("the claim initialized once its node reports the GPU", UP, || async {
+        super::disruption::claims(&world).await.iter().all(|c| is_true(c, "Initialized"))
+    })
+    .await;
     world.shutdown().await;
 }

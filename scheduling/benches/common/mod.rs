@@ -46,6 +46,7 @@ pub fn synthetic_400() -> Vec<InstanceType> {
                     })
                     .collect(),
                 synthesized: false,
+                extended: Default::default(),
             });
         }
     }

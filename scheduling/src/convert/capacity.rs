@@ -25,6 +25,17 @@ pub(super) fn node_marked_for_deletion(n: &K8sNode) -> bool {
             .is_some_and(|ts| ts.iter().any(|t| t.key == labels::DISRUPTED_TAINT && t.effect == "NoSchedule"))
 }
 
+fn extended_of(
+    list: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    obj: &str,
+    field: &str,
+) -> Result<BTreeMap<String, i64>, ConvertError> {
+    match list {
+        None => Ok(BTreeMap::new()),
+        Some(l) => crds::quantity::extended_of(l).map_err(|e| err(obj, field, e.to_string())),
+    }
+}
+
 fn resources_of(
     list: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
     obj: &str,
@@ -46,9 +57,11 @@ pub(super) fn node_from(
     let lbls = n.metadata.labels.clone().unwrap_or_default();
     let status = n.status.as_ref();
     let capacity = resources_of(status.and_then(|s| s.capacity.as_ref()), obj, "status.capacity")?;
-    let allocatable = match status.and_then(|s| s.allocatable.as_ref()) {
-        Some(a) => resources_of(Some(a), obj, "status.allocatable")?,
-        None => capacity,
+    let (allocatable, mut extended) = match status.and_then(|s| s.allocatable.as_ref()) {
+        Some(a) => {
+            (resources_of(Some(a), obj, "status.allocatable")?, extended_of(Some(a), obj, "status.allocatable")?)
+        }
+        None => (capacity, extended_of(status.and_then(|s| s.capacity.as_ref()), obj, "status.capacity")?),
     };
     let mut taints = Vec::new();
     for (i, t) in n.spec.as_ref().and_then(|s| s.taints.as_ref()).into_iter().flatten().enumerate() {
@@ -60,6 +73,19 @@ pub(super) fn node_from(
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
         .is_none_or(|c| c.status == "True");
     let initialized = if managed { lbls.get(labels::INITIALIZED).is_some_and(|v| v == "true") } else { ready };
+    // Until it is initialized, a managed node's device plugins may not have reported its extended
+    // resources yet: its claim says what its flavor offers (upstream counts the claim's too).
+    if managed
+        && !initialized
+        && let Some(c) = claim
+    {
+        let claimed =
+            extended_of(c.status.as_ref().and_then(|s| s.allocatable.as_ref()), obj, "claim status.allocatable")?;
+        for (k, v) in claimed {
+            let e = extended.entry(k).or_insert(0);
+            *e = (*e).max(v);
+        }
+    }
     Ok(ExistingNode {
         name: name.to_string(),
         labels: lbls,
@@ -67,6 +93,7 @@ pub(super) fn node_from(
         startup_taints: claim.map(|c| c.spec.startup_taints.clone()).unwrap_or_default(),
         allocatable,
         capacity,
+        extended,
         pods: Vec::new(),
         managed,
         initialized,
@@ -97,6 +124,7 @@ pub(super) fn in_flight(
         resources_of(status.and_then(|s| s.capacity.as_ref()), obj, "status.capacity")?,
         resources_of(status.and_then(|s| s.allocatable.as_ref()), obj, "status.allocatable")?,
     );
+    let mut extended = extended_of(status.and_then(|s| s.allocatable.as_ref()), obj, "status.allocatable")?;
     if allocatable.is_zero() {
         let options = claim_options(c);
         let builtin;
@@ -114,6 +142,7 @@ pub(super) fn in_flight(
         if let Some(t) = smallest {
             allocatable = t.allocatable;
             capacity = t.capacity;
+            extended = t.extended.clone();
             for (k, v) in &t.labels {
                 lbls.entry(k.clone()).or_insert_with(|| v.clone());
             }
@@ -126,6 +155,7 @@ pub(super) fn in_flight(
         startup_taints: c.spec.startup_taints.clone(),
         allocatable,
         capacity,
+        extended,
         pods: Vec::new(),
         managed: true,
         initialized: false,

@@ -302,6 +302,7 @@ pub(super) fn running_from(p: &CompactPod, obj: &str) -> Result<RunningPod, Conv
         name: pod.name,
         labels: pod.labels,
         requests: pod.requests,
+        extended: pod.extended,
         host_ports: pod.constraints.host_ports,
         daemonset,
         anti_affinity: pod.constraints.pod_anti_affinity,

@@ -216,10 +216,16 @@ impl<'a> Solver<'a> {
                 n.taints.clone()
             };
             let mut used = Resources::ZERO;
+            let mut extended = n.extended.clone();
             let mut ports = Vec::new();
             let mut volumes: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
             for p in &n.pods {
                 used += p.requests;
+                for (k, v) in &p.extended {
+                    if let Some(left) = extended.get_mut(k) {
+                        *left = left.saturating_sub(*v);
+                    }
+                }
                 ports.extend(p.host_ports.iter().cloned());
                 for (driver, claim) in &p.csi_volumes {
                     volumes.entry(driver.clone()).or_default().insert(claim.clone());
@@ -240,6 +246,7 @@ impl<'a> Solver<'a> {
                 hostname,
                 taints,
                 remaining,
+                extended,
                 ports,
                 pods: Vec::new(),
                 volumes,
@@ -366,7 +373,6 @@ impl<'a> Solver<'a> {
             n_soft_affinity: 0,
             n_soft_anti: 0,
             n_soft_spread: 0,
-            extended: pod.extended.iter().filter(|(_, v)| **v > 0).map(|(k, _)| k.clone()).collect(),
         };
         if !has_topo {
             return class;

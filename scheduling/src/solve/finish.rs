@@ -138,6 +138,7 @@ impl Solver<'_> {
                     .collect(),
                 pods,
                 requests: claim.used + overhead,
+                extended: claim.extended.clone(),
                 requirements,
                 labels: claim_labels,
                 taints: input_pool.taints.clone(),

@@ -32,6 +32,8 @@ use crate::requirements::Requirements;
 use crate::topology::{Domains, PodConstraint, Topology};
 
 mod build;
+#[cfg(test)]
+mod extended_tests;
 mod finish;
 mod place;
 pub mod repack;
@@ -124,7 +126,6 @@ struct Class {
     n_soft_affinity: usize,
     n_soft_anti: usize,
     n_soft_spread: usize,
-    extended: Vec<String>,
 }
 
 /// A relaxation state (§3.5).
@@ -144,6 +145,8 @@ struct NodeState {
     hostname: Val,
     taints: Vec<crate::model::Taint>,
     remaining: Resources,
+    /// Extended resources left (allocatable − its pods').
+    extended: BTreeMap<String, i64>,
     ports: Vec<HostPort>,
     pods: Vec<usize>,
     /// CSI claims attached per driver (existing + planned), a claim counting once.
@@ -155,6 +158,8 @@ struct Claim {
     reqs: Requirements,
     types: Bits,
     used: Resources,
+    /// Σ its pods' extended resources (its types all offer them).
+    extended: BTreeMap<String, i64>,
     ports: Vec<HostPort>,
     hostname: Val,
     pods: Vec<usize>,

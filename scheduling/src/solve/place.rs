@@ -6,7 +6,7 @@
 //! Owns which target accepts a pod and the commits that follow. Must not re-pack claims (that is
 //! `repack`) nor write the decision (that is `finish`).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use crds::quantity::Resources;
 
@@ -23,9 +23,6 @@ use crate::topology::{self, Kind, PodConstraint, Refused};
 /// Why a pod found no place this pass; its text becomes the pod's unschedulable reason.
 #[derive(Debug, Clone, thiserror::Error)]
 pub(super) enum Unplaced {
-    /// An extended resource no instance type offers.
-    #[error("requests {0}, which no instance type offers")]
-    ExtendedResource(String),
     /// No pool is Ready for the cluster.
     #[error("no NodePool available (none is Ready for this cluster)")]
     NoNodePool,
@@ -73,6 +70,8 @@ pub(super) enum PoolRefusal {
 pub(super) enum Refusal {
     #[error("not enough room")]
     NoRoom,
+    #[error("not enough {0} left")]
+    NoExtendedRoom(String),
     #[error("untolerated taint {0}")]
     NodeTaint(String),
     #[error("host port {0} in use")]
@@ -106,6 +105,12 @@ pub(super) enum Refusal {
          {best}{limits}"
     )]
     TooSmall { requests: String, on_claim: String, overhead: String, best: String, limits: String },
+    /// No type offers the extended resources (a NodeOverlay's `capacity` adds them to flavors).
+    #[error(
+        "no instance type offers {requests}{on_claim} (extended resources come from NodeOverlays' capacity; largest \
+         offered: {best})"
+    )]
+    NoExtended { requests: String, on_claim: String, best: String },
     #[error("minValues {wanted} of {key} not met: only {reached} values remain among the instance types that fit")]
     MinValues { wanted: u32, key: String, reached: u32 },
 }
@@ -158,9 +163,6 @@ impl Solver<'_> {
     /// Places one pod, relaxing one step per failed attempt (§3.5).
     fn place(&mut self, p: usize) -> Result<(), Unplaced> {
         let class = self.pod_class[p];
-        if let Some(r) = self.classes[class].extended.first() {
-            return Err(Unplaced::ExtendedResource(r.to_string()));
-        }
         let mut relax = Relax::default();
         loop {
             match self.try_place(p, class, relax) {
@@ -252,6 +254,7 @@ impl Solver<'_> {
                 &claim.reqs,
                 &claim.types,
                 claim.used,
+                &claim.extended,
                 &claim.ports,
                 claim.hostname,
                 pod,
@@ -287,6 +290,7 @@ impl Solver<'_> {
                 &pool.template,
                 &pool.within_limits,
                 Resources::ZERO,
+                &BTreeMap::new(),
                 &[],
                 hostname,
                 pod,
@@ -307,6 +311,7 @@ impl Solver<'_> {
                         reqs: Requirements::new(),
                         types: Bits::empty(0),
                         used: Resources::ZERO,
+                        extended: BTreeMap::new(),
                         ports: Vec::new(),
                         hostname,
                         pods: Vec::new(),
@@ -395,6 +400,9 @@ impl Solver<'_> {
         if !pod.requests.fits(&n.remaining) {
             return Err(Refusal::NoRoom);
         }
+        if let Some((r, _)) = pod.extended.iter().find(|(r, v)| n.extended.get(*r).is_none_or(|left| left < v)) {
+            return Err(Refusal::NoExtendedRoom(r.clone()));
+        }
         if let Some(t) = taints::first_untolerated(&n.taints, &c.tolerations, r.tolerate_pns) {
             return Err(Refusal::NodeTaint(taints::describe(t)));
         }
@@ -446,6 +454,7 @@ impl Solver<'_> {
         reqs: &Requirements,
         types: &Bits,
         used: Resources,
+        extended: &BTreeMap<String, i64>,
         ports: &[HostPort],
         hostname: Val,
         pod: &Pod,
@@ -456,12 +465,27 @@ impl Solver<'_> {
     ) -> Result<Accepted, Refusal> {
         let alts = &self.classes[class].volume_alts;
         let Some((first, rest)) = alts.split_first() else {
-            return self
-                .claim_accepts_one(pi, reqs, types, used, ports, hostname, pod, class, r, working, true, active);
+            return self.claim_accepts_one(
+                pi, reqs, types, used, extended, ports, hostname, pod, class, r, working, true, active,
+            );
         };
         let with_volume = |alt: &Requirements| {
             let with_volume = working.intersect(alt, &self.ints);
-            self.claim_accepts_one(pi, reqs, types, used, ports, hostname, pod, class, r, &with_volume, false, active)
+            self.claim_accepts_one(
+                pi,
+                reqs,
+                types,
+                used,
+                extended,
+                ports,
+                hostname,
+                pod,
+                class,
+                r,
+                &with_volume,
+                false,
+                active,
+            )
         };
         // The last alternative's reason is the one reported.
         let mut last = match with_volume(first) {
@@ -484,6 +508,7 @@ impl Solver<'_> {
         reqs: &Requirements,
         types: &Bits,
         used: Resources,
+        extended: &BTreeMap<String, i64>,
         ports: &[HostPort],
         hostname: Val,
         pod: &Pod,
@@ -553,7 +578,32 @@ impl Solver<'_> {
                 return Err(Refusal::NoOffering(working_description(&new_reqs, &self.ints)));
             }
         }
-        // (4) Resources and host ports, per type with its DaemonSet group.
+        // (4) Extended resources: only the types offering what the claim's pods and this one ask.
+        if !pod.extended.is_empty() {
+            let mut wanted = extended.clone();
+            for (k, v) in &pod.extended {
+                let e = wanted.entry(k.clone()).or_insert(0);
+                *e = e.saturating_add(*v);
+            }
+            let before = new_types.clone();
+            for i in before.iter() {
+                if !crds::quantity::extended_fits(&wanted, &pool.table.types[i].extended) {
+                    new_types.clear(i);
+                }
+            }
+            if new_types.is_empty() {
+                return Err(Refusal::NoExtended {
+                    requests: describe_extended(&pod.extended),
+                    on_claim: if extended.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (with {} already on the claim)", describe_extended(extended))
+                    },
+                    best: largest_extended(&pool.table.types, &before, pod),
+                });
+            }
+        }
+        // (5) Resources and host ports, per type with its DaemonSet group.
         let total = used + pod.requests;
         let mut fitting = new_types.clone();
         let mut port_clash: Option<String> = None;
@@ -601,7 +651,7 @@ impl Solver<'_> {
                 limits,
             });
         }
-        // (5) minValues.
+        // (6) minValues.
         let mut relaxed_min_values = false;
         if new_reqs.iter().any(|(_, s)| s.min_values().is_some())
             && let Some((key, wanted, reached)) = pool.table.min_values_unmet(&fitting, &new_reqs, &self.ints)
@@ -703,6 +753,11 @@ impl Solver<'_> {
         let pod = &self.input.pods[p];
         let n = &mut self.nodes[ni];
         n.remaining = n.remaining.saturating_sub(pod.requests);
+        for (k, v) in &pod.extended {
+            if let Some(left) = n.extended.get_mut(k) {
+                *left = left.saturating_sub(*v);
+            }
+        }
         n.ports.extend(self.classes[class].host_ports.iter().cloned());
         n.pods.push(p);
         for (driver, claim) in &pod.csi_volumes {
@@ -726,6 +781,10 @@ impl Solver<'_> {
         let pool = &self.pools[self.claims[ci].pool];
         let claim = &mut self.claims[ci];
         claim.used += pod.requests;
+        for (k, v) in &pod.extended {
+            let e = claim.extended.entry(k.clone()).or_insert(0);
+            *e = e.saturating_add(*v);
+        }
         claim.ports.extend(self.classes[class].host_ports.iter().cloned());
         claim.pods.push(p);
         claim.reqs = acc.reqs;
@@ -801,6 +860,26 @@ fn overhead_range(pool: &PoolCtx, types: &Bits) -> (Resources, Resources) {
         };
     }
     (lo.unwrap_or(Resources::ZERO), hi)
+}
+
+/// `nvidia.com/gpu=2, example.com/fpga=1`.
+fn describe_extended(e: &BTreeMap<String, i64>) -> String {
+    e.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")
+}
+
+/// What the types of `set` offer at most of each extended resource the pod asks for, `none` when
+/// they offer none of them.
+fn largest_extended(types: &[crate::instance_types::TypeInfo], set: &Bits, pod: &Pod) -> String {
+    let mut most: BTreeMap<String, i64> = BTreeMap::new();
+    for i in set.iter() {
+        for k in pod.extended.keys() {
+            if let Some(v) = types[i].extended.get(k) {
+                let e = most.entry(k.clone()).or_insert(0);
+                *e = (*e).max(*v);
+            }
+        }
+    }
+    if most.is_empty() { "none".to_string() } else { describe_extended(&most) }
 }
 
 fn working_description(r: &Requirements, ints: &Interner) -> String {

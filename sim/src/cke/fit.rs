@@ -41,6 +41,9 @@ pub enum FitFailure {
     NodeAffinity,
     /// Not enough of these resources left (`cpu`, `memory`, `ephemeral-storage`).
     Insufficient(Vec<&'static str>),
+    /// Not enough of this extended resource left (`nvidia.com/gpu`): the node has none, or its
+    /// pods use it.
+    InsufficientExtended(String),
     /// The node's pod capacity is used up.
     TooManyPods,
     /// A required pod affinity term has no matching pod in the node's topology domain.
@@ -61,6 +64,7 @@ impl FitFailure {
             }
             FitFailure::NodeAffinity => vec!["node(s) didn't match Pod's node affinity/selector".to_string()],
             FitFailure::Insufficient(resources) => resources.iter().map(|r| format!("Insufficient {r}")).collect(),
+            FitFailure::InsufficientExtended(r) => vec![format!("Insufficient {r}")],
             FitFailure::TooManyPods => vec!["Too many pods".to_string()],
             FitFailure::PodAffinity => vec!["node(s) didn't match pod affinity rules".to_string()],
             FitFailure::PodAntiAffinity => vec!["node(s) didn't match pod anti-affinity rules".to_string()],
@@ -130,6 +134,38 @@ pub fn pod_requests(pod: &Pod) -> Resources {
     let mut total = max_each(sum, init_max) + overhead;
     total.pods = 1;
     total
+}
+
+/// The extended resources a pod requests (every resource but the node ones): the sum over its
+/// containers, or its largest init container when more (requests, else limits).
+pub fn pod_extended(pod: &Pod) -> BTreeMap<String, i64> {
+    let Some(spec) = pod.spec.as_ref() else { return BTreeMap::new() };
+    let of = |c: &Container| {
+        let resources = c.resources.as_ref();
+        let mut merged = resources.and_then(|r| r.limits.clone()).unwrap_or_default();
+        merged.extend(resources.and_then(|r| r.requests.clone()).unwrap_or_default());
+        crds::quantity::extended_of(&merged).unwrap_or_default()
+    };
+    let mut total: BTreeMap<String, i64> = BTreeMap::new();
+    for c in &spec.containers {
+        for (k, v) in of(c) {
+            *total.entry(k).or_insert(0) += v;
+        }
+    }
+    for c in spec.init_containers.iter().flatten() {
+        for (k, v) in of(c) {
+            let e = total.entry(k).or_insert(0);
+            *e = (*e).max(v);
+        }
+    }
+    total
+}
+
+/// A node's extended resources allocatable (capacity when allocatable is absent).
+fn node_extended(node: &Node) -> BTreeMap<String, i64> {
+    let status = node.status.as_ref();
+    let list = status.and_then(|s| s.allocatable.as_ref()).or_else(|| status.and_then(|s| s.capacity.as_ref()));
+    list.and_then(|l| crds::quantity::extended_of(l).ok()).unwrap_or_default()
 }
 
 fn container_requests(c: &Container) -> Resources {
@@ -266,6 +302,9 @@ struct NodeState<'a> {
     name: String,
     allocatable: Resources,
     requested: Resources,
+    /// Extended resources: allocatable, and what its pods request.
+    extended: BTreeMap<String, i64>,
+    extended_requested: BTreeMap<String, i64>,
     /// (namespace, labels, required anti-affinity terms) of the pods on the node.
     pods: Vec<PodInfo>,
 }
@@ -322,6 +361,8 @@ impl<'a> Snapshot<'a> {
                 name: node.metadata.name.clone().unwrap_or_default(),
                 allocatable: node_allocatable(node),
                 requested: Resources::ZERO,
+                extended: node_extended(node),
+                extended_requested: BTreeMap::new(),
                 pods: Vec::new(),
             })
             .collect();
@@ -339,6 +380,9 @@ impl<'a> Snapshot<'a> {
                     holders.push((i, states[i].pods.len()));
                 }
                 states[i].requested += pod_requests(pod);
+                for (k, v) in pod_extended(pod) {
+                    *states[i].extended_requested.entry(k).or_insert(0) += v;
+                }
                 states[i].pods.push(info);
             }
         }
@@ -415,6 +459,13 @@ impl<'a> Snapshot<'a> {
         }
         if !short.is_empty() {
             return Err(FitFailure::Insufficient(short));
+        }
+        for (k, v) in pod_extended(pod) {
+            let left =
+                state.extended.get(&k).copied().unwrap_or(0) - state.extended_requested.get(&k).copied().unwrap_or(0);
+            if v > left {
+                return Err(FitFailure::InsufficientExtended(k));
+            }
         }
         self.check_pod_affinity(pod, me, i)
     }
@@ -494,6 +545,9 @@ impl<'a> Snapshot<'a> {
         match best {
             Some((_, i)) => {
                 self.nodes[i].requested += requests;
+                for (k, v) in pod_extended(pod) {
+                    *self.nodes[i].extended_requested.entry(k).or_insert(0) += v;
+                }
                 if !me.anti_affinity.is_empty() {
                     self.anti_affinity_holders.push((i, self.nodes[i].pods.len()));
                 }
@@ -520,8 +574,13 @@ pub fn unschedulable_message(node_count: usize, failures: &[FitFailure]) -> Stri
         for reason in f.reasons() {
             *counts.entry(reason).or_default() += 1;
         }
-        let resolvable =
-            matches!(f, FitFailure::Insufficient(_) | FitFailure::TooManyPods | FitFailure::PodAntiAffinity);
+        let resolvable = matches!(
+            f,
+            FitFailure::Insufficient(_)
+                | FitFailure::InsufficientExtended(_)
+                | FitFailure::TooManyPods
+                | FitFailure::PodAntiAffinity
+        );
         let summary = if resolvable {
             "No preemption victims found for incoming pod"
         } else {
@@ -630,6 +689,19 @@ mod tests {
         assert_eq!(r.cpu_millis, 2000); // max(500+250+100, 2000)
         assert_eq!(r.memory_bytes, (1 << 30) + 10 * (1 << 20));
         assert_eq!(r.pods, 1);
+    }
+
+    #[test]
+    fn extended_resources_bind_only_where_the_node_has_them_left() {
+        let gpu = |n: &str| json!({"status": {"allocatable": {"nvidia.com/gpu": n}}});
+        let nodes = vec![node("a", "8", "8Gi", json!({})), node("g", "8", "8Gi", gpu("1"))];
+        let wants = json!({"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}});
+        let pods = vec![pod("train", "1", "1Gi", wants.clone()), pod("again", "1", "1Gi", wants)];
+        let d = decide(&nodes, &pods);
+        // Equal priority and age: by name, "again" first.
+        assert_eq!(d[0], Decision::Bind { namespace: "default".into(), name: "again".into(), node: "g".into() });
+        let Decision::Unschedulable { message, .. } = &d[1] else { panic!("{:?}", d[1]) };
+        assert!(message.contains("2 Insufficient nvidia.com/gpu"), "{message}");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //!
 //! Must not: touch Nodes or pods of real kubelets, do I/O, or read a clock.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
@@ -22,12 +22,15 @@ use super::objects::{self, NOT_READY_TAINT, SIMULATED_ANNOTATION};
 /// A write the kubelet stand-in wants made.
 #[derive(Debug, Clone, PartialEq)]
 pub enum KubeletAction {
-    /// Replace `status.conditions` of a Node (now Ready).
+    /// Replace `status.conditions` of a Node (now Ready), and add what its flavor's device plugin
+    /// reports to its capacity and allocatable.
     NodeReady {
         /// Node name.
         name: String,
         /// The conditions.
         conditions: Value,
+        /// Extended resources (the flavor's [`super::quota::SimFlavor::devices`]).
+        devices: BTreeMap<String, i64>,
     },
     /// Set `spec.taints` of a Node (the not-ready taint removed), guarded by `resource_version`.
     SetNodeTaints {
@@ -170,6 +173,14 @@ pub fn plan(
                     KubeletAction::NodeReady {
                         name: name.to_string(),
                         conditions: objects::node_conditions(true, now),
+                        devices: node
+                            .metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get(crds::labels::CLEVER_FLAVOR))
+                            .and_then(|f| cfg.flavor(f))
+                            .map(|f| f.devices.clone())
+                            .unwrap_or_default(),
                     },
                 );
             }

@@ -27,13 +27,16 @@ pub struct SimFlavor {
     pub memory_ki: i64,
     /// Nominal GB (quota).
     pub nominal_gb: i64,
+    /// Extended resources a device plugin reports on its nodes once they are Ready
+    /// (`nvidia.com/gpu: 1`): none on the built-in flavors.
+    pub devices: BTreeMap<String, i64>,
 }
 
 impl SimFlavor {
     /// A flavor with the quota size derived from its memory (for flavors outside the built-in table).
     pub fn new(name: impl Into<String>, cpu: i64, memory_ki: i64) -> SimFlavor {
         let nominal_gb = (memory_ki + KI_PER_NOMINAL_GB / 2) / KI_PER_NOMINAL_GB;
-        SimFlavor { name: name.into(), cpu, memory_ki, nominal_gb }
+        SimFlavor { name: name.into(), cpu, memory_ki, nominal_gb, devices: BTreeMap::new() }
     }
 
     /// The built-in flavors (`2XS` … `XL`).
@@ -49,7 +52,13 @@ impl SimFlavor {
 
 impl From<&BuiltinFlavor> for SimFlavor {
     fn from(b: &BuiltinFlavor) -> SimFlavor {
-        SimFlavor { name: b.name.to_string(), cpu: b.cpu, memory_ki: b.memory_ki, nominal_gb: b.nominal_gb }
+        SimFlavor {
+            name: b.name.to_string(),
+            cpu: b.cpu,
+            memory_ki: b.memory_ki,
+            nominal_gb: b.nominal_gb,
+            devices: BTreeMap::new(),
+        }
     }
 }
 

@@ -646,8 +646,14 @@ async fn exec_kubelet(client: &Client, action: &KubeletAction) -> Result<(), kub
     let nodes: Api<Node> = Api::all(client.clone());
     let pp = PatchParams::default();
     match action {
-        KubeletAction::NodeReady { name, conditions } => {
-            let patch = json!({"status": {"conditions": conditions}});
+        KubeletAction::NodeReady { name, conditions, devices } => {
+            let mut patch = json!({"status": {"conditions": conditions}});
+            if !devices.is_empty() {
+                // As a device plugin registers with the kubelet: capacity and allocatable alike.
+                let list: BTreeMap<String, String> = devices.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
+                patch["status"]["capacity"] = json!(list);
+                patch["status"]["allocatable"] = json!(list);
+            }
             ignore_not_found(nodes.patch_status(name, &pp, &Patch::Merge(&patch)).await)?;
             info!(node = %name, "simulated kubelet: Node Ready");
         }

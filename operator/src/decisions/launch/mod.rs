@@ -90,11 +90,12 @@ pub struct Choice<'a> {
 }
 
 /// Among instance types compatible with the claim's requirements whose allocatable fits its
-/// requests and that have an available offering not in cool-down, the cheapest (ties: catalogue
+/// requests (`extended`: the extended resources among them, which a type must offer) and that have an available offering not in cool-down, the cheapest (ties: catalogue
 /// order).
 pub fn choose<'a>(
     requirements: &[NodeSelectorRequirement],
     requests: &Resources,
+    extended: &BTreeMap<String, i64>,
     types: &'a [InstanceType],
     available: impl Fn(&str) -> bool,
 ) -> Result<Choice<'a>, LaunchError> {
@@ -105,7 +106,7 @@ pub fn choose<'a>(
             labels::ZONE | labels::CAPACITY_TYPE => true,
             key => satisfies(r, it.labels.get(key).map(String::as_str)),
         });
-        if !label_ok || !requests.fits(&it.allocatable) {
+        if !label_ok || !requests.fits(&it.allocatable) || !crds::quantity::extended_fits(extended, &it.extended) {
             continue;
         }
         if !available(&it.name) {
@@ -237,28 +238,40 @@ mod tests {
     #[test]
     fn the_cheapest_fitting_flavor_is_chosen() {
         let t = types();
-        assert_eq!(choose(&[], &gib(5), &t, |_| true).unwrap().instance_type.name, "XS");
-        assert_eq!(choose(&[], &gib(1), &t, |_| true).unwrap().instance_type.name, "2XS");
+        assert_eq!(choose(&[], &gib(5), &BTreeMap::new(), &t, |_| true).unwrap().instance_type.name, "XS");
+        assert_eq!(choose(&[], &gib(1), &BTreeMap::new(), &t, |_| true).unwrap().instance_type.name, "2XS");
         let only = [req(labels::INSTANCE_TYPE, Operator::In, &["L", "M"])];
-        assert_eq!(choose(&only, &gib(1), &t, |_| true).unwrap().instance_type.name, "M");
+        assert_eq!(choose(&only, &gib(1), &BTreeMap::new(), &t, |_| true).unwrap().instance_type.name, "M");
     }
 
     #[test]
     fn cooling_flavors_are_skipped_and_named_when_nothing_is_left() {
         let t = types();
-        assert_eq!(choose(&[], &gib(5), &t, |f| f != "XS").unwrap().instance_type.name, "S");
+        assert_eq!(choose(&[], &gib(5), &BTreeMap::new(), &t, |f| f != "XS").unwrap().instance_type.name, "S");
         let only = [req(labels::INSTANCE_TYPE, Operator::In, &["XS"])];
-        let e = choose(&only, &gib(5), &t, |f| f != "XS").unwrap_err();
+        let e = choose(&only, &gib(5), &BTreeMap::new(), &t, |f| f != "XS").unwrap_err();
         assert!(e.to_string().contains("cooling down") && e.to_string().contains("XS"), "{e}");
-        let e = choose(&[], &gib(64), &t, |_| true).unwrap_err();
+        let e = choose(&[], &gib(64), &BTreeMap::new(), &t, |_| true).unwrap_err();
         assert!(matches!(e, LaunchError::InsufficientCapacity(_)));
+    }
+
+    #[test]
+    fn extended_resources_need_a_flavor_offering_them() {
+        let mut t = types();
+        for ty in t.iter_mut().filter(|ty| ty.name == "L" || ty.name == "XL") {
+            ty.extended.insert("nvidia.com/gpu".into(), if ty.name == "L" { 1 } else { 2 });
+        }
+        let gpu = |n: i64| BTreeMap::from([("nvidia.com/gpu".to_string(), n)]);
+        assert_eq!(choose(&[], &gib(1), &gpu(1), &t, |_| true).unwrap().instance_type.name, "L");
+        assert_eq!(choose(&[], &gib(1), &gpu(2), &t, |_| true).unwrap().instance_type.name, "XL");
+        assert!(choose(&[], &gib(1), &gpu(3), &t, |_| true).is_err());
     }
 
     #[test]
     fn zone_requirements_filter_offerings() {
         let t = types();
-        assert!(choose(&[req(labels::ZONE, Operator::In, &["par"])], &gib(1), &t, |_| true).is_ok());
-        assert!(choose(&[req(labels::ZONE, Operator::In, &["rbx"])], &gib(1), &t, |_| true).is_err());
+        assert!(choose(&[req(labels::ZONE, Operator::In, &["par"])], &gib(1), &BTreeMap::new(), &t, |_| true).is_ok());
+        assert!(choose(&[req(labels::ZONE, Operator::In, &["rbx"])], &gib(1), &BTreeMap::new(), &t, |_| true).is_err());
     }
 
     fn id() -> ClaimIdentity<'static> {

@@ -147,6 +147,9 @@ pub fn next_step(f: &Facts<'_>, existing: Option<NodeGroup>) -> Result<Step, Lau
     let requests = f.claim.spec.resources.requests.as_ref().map(Resources::from_resource_list).transpose();
     let requests = requests.map_err(|e| LaunchError::InsufficientCapacity(format!("bad requests: {e}")))?;
     let requests = requests.unwrap_or(Resources::ZERO);
+    let extended = f.claim.spec.resources.requests.as_ref().map(crds::quantity::extended_of).transpose();
+    let extended = extended.map_err(|e| LaunchError::InsufficientCapacity(format!("bad requests: {e}")))?;
+    let extended = extended.unwrap_or_default();
     let available = |flavor: &str| f.capacity.is_available(flavor, f.now);
     // A flavor the organisation has no room for is not offered: the next fits, or none does.
     let fits = |flavor: &str| {
@@ -154,11 +157,14 @@ pub fn next_step(f: &Facts<'_>, existing: Option<NodeGroup>) -> Result<Step, Lau
             f.types.iter().find(|t| t.name == flavor).is_none_or(|t| left.admits(Sizer::of_type(t)))
         })
     };
-    let choice = match choose(&f.claim.spec.requirements, &requests, f.types, |fl| available(fl) && fits(fl)) {
+    let choice = match choose(&f.claim.spec.requirements, &requests, &extended, f.types, |fl| available(fl) && fits(fl))
+    {
         Ok(choice) => choice,
         Err(e) => {
             return Err(match f.headroom {
-                Some((left, whose)) if choose(&f.claim.spec.requirements, &requests, f.types, available).is_ok() => {
+                Some((left, whose))
+                    if choose(&f.claim.spec.requirements, &requests, &extended, f.types, available).is_ok() =>
+                {
                     LaunchError::InsufficientCapacity(format!(
                         "{whose}: no flavor this claim allows fits what is left of its quota ({})",
                         left.describe()
@@ -434,8 +440,8 @@ pub fn conclude(
             }
             let outcome = LaunchOutcome::Launched {
                 provider_id: ownership::provider_id(group),
-                capacity: l.instance_type.capacity.to_resource_list(),
-                allocatable: l.instance_type.allocatable.to_resource_list(),
+                capacity: with_extended(l.instance_type.capacity.to_resource_list(), &l.instance_type.extended),
+                allocatable: with_extended(l.instance_type.allocatable.to_resource_list(), &l.instance_type.extended),
             };
             Conclusion {
                 writes: vec![
@@ -462,6 +468,16 @@ pub fn conclude(
         },
         Attempt::Failed(why) => Conclusion { writes: vec![status(&LaunchOutcome::Failed(why.clone()))], requeue: None },
     }
+}
+
+/// A resource list with the flavor's extended resources (a NodeOverlay's capacity) added, as the
+/// claim's status reports them.
+fn with_extended(
+    mut list: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    extended: &BTreeMap<String, i64>,
+) -> BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
+    list.extend(crds::quantity::extended_list(extended));
+    list
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 //! Owns which groups are re-packed for cost and whether their packing replaces them. Must not place
 //! a pod the loop left pending (that is `limits`).
 
+use std::collections::BTreeMap;
+
 use crds::quantity::Resources;
 
 use super::units::sum_charges;
@@ -177,6 +179,7 @@ impl Solver<'_> {
                 charged: charge_of(pool, &fit),
                 types: fit,
                 used,
+                extended: BTreeMap::new(),
                 ports,
                 hostname,
                 pods: members,

@@ -6,6 +6,8 @@
 //! Owns the limits' part in the packing and the reasons of the pods it leaves out. Must not touch a
 //! pool without limits (that is `cost`).
 
+use std::collections::BTreeMap;
+
 use crds::quantity::Resources;
 
 use super::units::sum_charges;
@@ -98,6 +100,7 @@ impl Solver<'_> {
                     &pool.template,
                     &all,
                     Resources::ZERO,
+                    &BTreeMap::new(),
                     &[],
                     placeholder,
                     &self.input.pods[p],
@@ -227,6 +230,7 @@ impl Solver<'_> {
                     reqs: reqs.clone(),
                     types: fit,
                     used,
+                    extended: BTreeMap::new(),
                     ports: Vec::new(),
                     hostname,
                     pods: members,

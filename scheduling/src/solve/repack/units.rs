@@ -25,7 +25,7 @@ impl Solver<'_> {
         let class = self.pod_class[p];
         let c = &self.classes[class];
         let ds_ports = self.pools[pi].groups.iter().any(|g| !g.ports.is_empty());
-        if !c.extended.is_empty() || (ds_ports && !c.host_ports.is_empty()) {
+        if self.has_extended(p) || (ds_ports && !c.host_ports.is_empty()) {
             return false;
         }
         let own = self.active(class, Relax::default());
@@ -52,7 +52,7 @@ impl Solver<'_> {
         claim.pods.iter().all(|&p| {
             let class = self.pod_class[p];
             let c = &self.classes[class];
-            if !c.extended.is_empty() || (ds_ports && !c.host_ports.is_empty()) {
+            if self.has_extended(p) || (ds_ports && !c.host_ports.is_empty()) {
                 return false;
             }
             if !c.has_topology {
@@ -188,10 +188,16 @@ impl Solver<'_> {
     }
 
     /// A pod with no topology constraint and no host port, none of whose constraints come from
-    /// other pods, and with no resource the types lack: free to move between claims.
+    /// other pods, and with no extended resource: free to move between claims.
     fn is_free(&self, p: usize) -> bool {
         let c = &self.classes[self.pod_class[p]];
-        !c.has_topology && c.host_ports.is_empty() && c.inverse_selected.is_empty() && c.extended.is_empty()
+        !c.has_topology && c.host_ports.is_empty() && c.inverse_selected.is_empty() && !self.has_extended(p)
+    }
+
+    /// A pod requesting extended resources: the packings count only the four node resources, so
+    /// it stays where the loop placed it (or pending).
+    fn has_extended(&self, p: usize) -> bool {
+        !self.input.pods[p].extended.is_empty()
     }
 }
 
