@@ -301,6 +301,7 @@ mod tests {
             price,
             pods: vec![0],
             requests: Default::default(),
+            extended: Default::default(),
             requirements: Vec::new(),
             labels: Default::default(),
             taints: Vec::new(),

@@ -119,7 +119,7 @@ pub enum MinValuesPolicy {
 }
 
 /// Resource limits of a pool; `None` is unlimited. Compared with node capacity.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Limits {
     /// Millicores.
     pub cpu_millis: Option<i64>,
@@ -131,15 +131,31 @@ pub struct Limits {
     pub pods: Option<i64>,
     /// Nodes.
     pub nodes: Option<i64>,
+    /// Extended resources (`nvidia.com/gpu`), in units: a resource not named is unlimited.
+    pub extended: BTreeMap<String, i64>,
 }
 
 /// What a pool already uses: Σ capacity of its active nodes and in-flight claims, and their count.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Usage {
     /// Σ capacity.
     pub resources: Resources,
+    /// Σ extended resources.
+    pub extended: BTreeMap<String, i64>,
     /// Number of nodes and in-flight claims.
     pub nodes: i64,
+}
+
+impl Usage {
+    /// Counts a node (or in-flight claim) of the pool.
+    pub fn count(&mut self, n: &ExistingNode) {
+        self.resources += n.capacity;
+        self.nodes += 1;
+        for (k, v) in &n.extended {
+            let e = self.extended.entry(k.clone()).or_insert(0);
+            *e = e.saturating_add(*v);
+        }
+    }
 }
 
 /// A NodePool as the scheduler sees it.

@@ -236,6 +236,9 @@ pub struct Requests {
     pub memory: String,
     /// Pod slots.
     pub pods: String,
+    /// Extended resources (a NodeOverlay's capacity), as counts; absent when none.
+    #[serde(flatten)]
+    pub extended: BTreeMap<String, String>,
 }
 
 /// Pods going onto an existing node (or in-flight claim).
@@ -675,6 +678,7 @@ pub fn plan_with(
                 cpu: format_millis_cpu(c.requests.cpu_millis),
                 memory: person_bytes(c.requests.memory_bytes),
                 pods: format_count(c.requests.pods),
+                extended: c.extended.iter().map(|(k, v)| (k.clone(), format_count(*v))).collect(),
             },
         })
         .collect();
@@ -847,7 +851,9 @@ pub fn to_table(plan: &Plan) -> String {
         plan.unschedulable.len()
     );
     if !plan.node_claims.is_empty() {
-        let rows: Vec<[String; 8]> = plan
+        // Extended resources (a NodeOverlay's capacity) get a column when a claim asks for any.
+        let extended = plan.node_claims.iter().any(|c| !c.requests.extended.is_empty());
+        let rows: Vec<Vec<String>> = plan
             .node_claims
             .iter()
             .enumerate()
@@ -857,7 +863,7 @@ pub fn to_table(plan: &Plan) -> String {
                 if more > 0 {
                     let _ = write!(opts, " (+{more})");
                 }
-                [
+                let mut row = vec![
                     format!("{}", i + 1),
                     c.node_pool.clone(),
                     c.flavor.clone(),
@@ -866,11 +872,20 @@ pub fn to_table(plan: &Plan) -> String {
                     c.requests.cpu.clone(),
                     c.requests.memory.clone(),
                     c.pods.len().to_string(),
-                ]
+                ];
+                if extended {
+                    let e: Vec<String> = c.requests.extended.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    row.push(e.join(","));
+                }
+                row
             })
             .collect();
-        let header = ["#", "NODEPOOL", "FLAVOR", "OPTIONS", "EUR/H", "CPU", "MEMORY", "PODS"].map(str::to_string);
-        let mut widths = header.clone().map(|h| h.len());
+        let mut header: Vec<String> =
+            ["#", "NODEPOOL", "FLAVOR", "OPTIONS", "EUR/H", "CPU", "MEMORY", "PODS"].map(str::to_string).to_vec();
+        if extended {
+            header.push("EXTENDED".to_string());
+        }
+        let mut widths: Vec<usize> = header.iter().map(String::len).collect();
         for r in &rows {
             for (w, c) in widths.iter_mut().zip(r) {
                 *w = (*w).max(c.len());
@@ -878,7 +893,7 @@ pub fn to_table(plan: &Plan) -> String {
         }
         out.push('\n');
         for r in std::iter::once(&header).chain(rows.iter()) {
-            let line: Vec<String> = r.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+            let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
             let _ = writeln!(out, "{}", line.join("  ").trim_end());
         }
         // Which pods land where: the question a person asks first, and the table has no room for it.
@@ -1004,7 +1019,10 @@ spec:
         assert_eq!(p.node_claims.len(), 1);
         assert_eq!(p.node_claims[0].flavor, "XS");
         assert_eq!(p.node_claims[0].pods, vec!["web/a", "web/b"]);
-        assert_eq!(p.node_claims[0].requests, Requests { cpu: "6".into(), memory: "0".into(), pods: "2".into() });
+        assert_eq!(
+            p.node_claims[0].requests,
+            Requests { cpu: "6".into(), memory: "0".into(), pods: "2".into(), extended: BTreeMap::new() }
+        );
         assert_eq!(p.total_price_per_hour, 0.0611);
         let json: Value = serde_json::from_str(&to_json(&p)).unwrap();
         assert_eq!(json["nodeClaims"][0]["pricePerHour"], 0.0611);

@@ -308,17 +308,39 @@ fn pool_wide(
 
 /// The pool's nodes (claims not being deleted) and the sum of their capacity.
 fn usage<'a>(claims: impl IntoIterator<Item = &'a Arc<NodeClaim>>) -> (i64, Resources) {
+    let (nodes, total, _) = usage_with_extended(claims);
+    (nodes, total)
+}
+
+/// [`usage`], with the extended resources (a NodeOverlay's capacity) the claims report.
+fn usage_with_extended<'a>(
+    claims: impl IntoIterator<Item = &'a Arc<NodeClaim>>,
+) -> (i64, Resources, BTreeMap<String, i64>) {
     let mut total = Resources::ZERO;
+    let mut extended: BTreeMap<String, i64> = BTreeMap::new();
     let mut nodes = 0i64;
     for c in claims.into_iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
         nodes += 1;
-        if let Some(cap) = c.status.as_ref().and_then(|s| s.capacity.as_ref())
-            && let Ok(r) = Resources::from_resource_list(cap)
-        {
+        let Some(cap) = c.status.as_ref().and_then(|s| s.capacity.as_ref()) else { continue };
+        if let Ok(r) = Resources::from_resource_list(cap) {
             total = total.saturating_add(r);
         }
+        for (k, v) in crds::quantity::extended_of(cap).unwrap_or_default() {
+            let e = extended.entry(k).or_insert(0);
+            *e = e.saturating_add(v);
+        }
     }
-    (nodes, total)
+    (nodes, total, extended)
+}
+
+/// The status' `resources`: the four node resources and the extended ones.
+fn resource_list(
+    total: Resources,
+    extended: &BTreeMap<String, i64>,
+) -> BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
+    let mut list = total.to_resource_list();
+    list.extend(crds::quantity::extended_list(extended));
+    list
 }
 
 /// The pool's gauges for cluster `key`, from its claims there; a removed cluster's series dropped.
@@ -486,8 +508,8 @@ async fn write_summary(
     class: Option<&CleverNodeClass>,
     extra: &[(&str, serde_json::Value)],
 ) -> Result<bool, Error> {
-    let (nodes, total) = usage(claims);
-    let resources: BTreeMap<String, _> = total.to_resource_list();
+    let (nodes, total, extended) = usage_with_extended(claims);
+    let resources = resource_list(total, &extended);
     let mut status = json!({
         "conditions": conds,
         "resources": resources,
@@ -551,7 +573,7 @@ async fn fleet(hub: &Hub, pool: &NodePool) -> Result<Option<Duration>, Error> {
     for key in served.iter().filter(|k| hub.registry.writes_for(k)) {
         let here: Vec<Arc<NodeClaim>> = claims.iter().filter(|c| c.spec.cluster_name == key.name).cloned().collect();
         gauges(hub, pool, key, wide.class.as_deref(), &here);
-        let (nodes, total) = usage(&here);
+        let (nodes, total, extended) = usage_with_extended(&here);
         let (reachable, reason, _) = reachability(hub, key);
         let reason = if !reachable {
             reason
@@ -565,7 +587,7 @@ async fn fleet(hub: &Hub, pool: &NodePool) -> Result<Option<Duration>, Error> {
         mine.push(PoolClusterStatus {
             name: key.name.clone(),
             nodes,
-            resources: Some(total.to_resource_list()),
+            resources: Some(resource_list(total, &extended)),
             ready: if reason == READY { TRUE } else { FALSE }.to_string(),
             reason: reason.to_string(),
             revisions: rollout::revisions_of(here.iter().map(AsRef::as_ref)),

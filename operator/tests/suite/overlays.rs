@@ -81,11 +81,15 @@ async fn overlay_capacity_gives_a_gpu_pod_a_node_of_the_flavor_it_names() {
     for f in cke.flavors.iter_mut().filter(|f| f.name == "M") {
         f.devices.insert("nvidia.com/gpu".to_string(), 1);
     }
-    let (world, _clock) = world_with("gpus", cke, |_| {}).await;
+    // The pool may have one GPU.
+    let (world, _clock) = world_with("gpus", cke, |pool| pool["spec"]["limits"] = json!({"nvidia.com/gpu": "1"})).await;
     let pods: Api<Pod> = Api::namespaced(world.clusters[0].client(), "default");
-    let mut train = serde_json::to_value(workload_pod("train", "1", "1Gi")).unwrap();
-    train["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/gpu": "1"});
-    pods.create(&PostParams::default(), &serde_json::from_value(train).unwrap()).await.unwrap();
+    let gpu_pod = |name: &str| {
+        let mut pod = serde_json::to_value(workload_pod(name, "1", "1Gi")).unwrap();
+        pod["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/gpu": "1"});
+        serde_json::from_value::<Pod>(pod).unwrap()
+    };
+    pods.create(&PostParams::default(), &gpu_pod("train")).await.unwrap();
 
     // No flavor offers a GPU: the hub says so on the pod, and creates nothing.
     let events: Api<Event> = Api::namespaced(world.clusters[0].client(), "default");
@@ -122,6 +126,26 @@ async fn overlay_capacity_gives_a_gpu_pod_a_node_of_the_flavor_it_names() {
     assert_eq!(allocatable.get("nvidia.com/gpu").map(|q| q.0.as_str()), Some("1"), "{allocatable:?}");
     wait_for("the claim initialized once its node reports the GPU", UP, || async {
         super::disruption::claims(&world).await.iter().all(|c| is_true(c, "Initialized"))
+    })
+    .await;
+
+    // The pool's one GPU is taken: a second GPU pod waits, the reason naming the limit, and the
+    // pool's status counts the GPU.
+    pods.create(&PostParams::default(), &gpu_pod("train-2")).await.unwrap();
+    wait_for("the hub to say the pool's GPU limit is reached", UP, || async {
+        events.list(&ListParams::default()).await.unwrap().items.iter().any(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("train-2")
+                && e.note.as_deref().is_some_and(|n| n.contains("remaining limits nvidia.com/gpu=0"))
+        })
+    })
+    .await;
+    assert_eq!(super::disruption::claims(&world).await.len(), 1);
+    let pools = Api::<crds::NodePool>::namespaced(world.mgmt.client(), "team");
+    wait_for("the pool's status to count the GPU", UP, || async {
+        pools.list(&ListParams::default()).await.unwrap().items.iter().any(|p| {
+            let resources = p.status.as_ref().and_then(|s| s.resources.clone()).unwrap_or_default();
+            resources.get("nvidia.com/gpu").is_some_and(|q| q.0 == "1")
+        })
     })
     .await;
     world.shutdown().await;

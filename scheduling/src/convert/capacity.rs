@@ -224,7 +224,9 @@ pub(super) fn limits_of(p: &NodePool, obj: &str) -> Result<Limits, ConvertError>
             "ephemeral-storage" => l.ephemeral_storage_bytes = Some(parsed.as_units()),
             "pods" => l.pods = Some(parsed.as_units()),
             "nodes" => l.nodes = Some(parsed.as_units()),
-            _ => {}
+            other => {
+                l.extended.insert(other.to_string(), parsed.as_units());
+            }
         }
     }
     Ok(l)

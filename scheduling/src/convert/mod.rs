@@ -292,9 +292,7 @@ pub fn build_input_with_volumes(
         });
         let existing = node_from(n, &obj, &name, pool.cloned(), claim.copied())?;
         if let Some(p) = pool {
-            let u = usage.entry(p.clone()).or_default();
-            u.resources += existing.capacity;
-            u.nodes += 1;
+            usage.entry(p.clone()).or_default().count(&existing);
             count_price(p, &existing, &[], &obj, &mut out.notes);
         }
         let mut existing = existing;
@@ -326,9 +324,7 @@ pub fn build_input_with_volumes(
         let existing = in_flight(c, &obj, pool.clone(), types, snapshot)?;
         if let Some(p) = pool {
             count_price(&p, &existing, &claim_options(c), &obj, &mut out.notes);
-            let u = usage.entry(p).or_default();
-            u.resources += existing.capacity;
-            u.nodes += 1;
+            usage.entry(p).or_default().count(&existing);
         }
         out.input.nodes.push(existing);
     }
@@ -358,7 +354,7 @@ pub fn build_input_with_volumes(
             taints: p.spec.template.spec.taints.clone(),
             startup_taints: p.spec.template.spec.startup_taints.clone(),
             limits: limits_of(p, &obj)?,
-            usage: usage.get(&name).copied().unwrap_or_default(),
+            usage: usage.get(&name).cloned().unwrap_or_default(),
             instance_types,
             name,
         };

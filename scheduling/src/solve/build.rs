@@ -145,13 +145,18 @@ impl<'a> Solver<'a> {
                 None
             };
             let limit = |l: Option<i64>, used: i64| l.map(|l| l.saturating_sub(used));
+            let mut res = vec![
+                limit(pool.limits.cpu_millis, pool.usage.resources.cpu_millis),
+                limit(pool.limits.memory_bytes, pool.usage.resources.memory_bytes),
+                limit(pool.limits.ephemeral_storage_bytes, pool.usage.resources.ephemeral_storage_bytes),
+                limit(pool.limits.pods, pool.usage.resources.pods),
+            ];
+            for (k, l) in &pool.limits.extended {
+                res.push(limit(Some(*l), pool.usage.extended.get(k).copied().unwrap_or(0)));
+            }
             let remaining = Remaining {
-                res: [
-                    limit(pool.limits.cpu_millis, pool.usage.resources.cpu_millis),
-                    limit(pool.limits.memory_bytes, pool.usage.resources.memory_bytes),
-                    limit(pool.limits.ephemeral_storage_bytes, pool.usage.resources.ephemeral_storage_bytes),
-                    limit(pool.limits.pods, pool.usage.resources.pods),
-                ],
+                res,
+                extended: pool.limits.extended.keys().cloned().collect(),
                 nodes: limit(pool.limits.nodes, pool.usage.nodes),
             };
             let shared = self

@@ -121,3 +121,30 @@ fn repacking_for_cost_keeps_gpu_pods_on_flavors_that_offer_them() {
     assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
     assert_claims_offer(&i, &d);
 }
+
+#[test]
+fn a_limit_on_an_extended_resource_caps_the_pool() {
+    // M alone offers a GPU; the pool may have two, one of which a node already holds.
+    let mut p = gpu_pool();
+    for t in &mut p.instance_types {
+        if t.name != "M" {
+            t.extended.clear();
+        }
+    }
+    p.limits.extended = BTreeMap::from([(GPU.to_string(), 2)]);
+    p.usage.extended = BTreeMap::from([(GPU.to_string(), 1)]);
+    let i = input(vec![p], vec![gpu_pod("a", 1), gpu_pod("b", 1), pod("web", 500, 512 * MI)]);
+    let d = solve(&i);
+    let s = summary(&i, &d);
+    assert_eq!(s.claims.iter().filter(|c| *c == "gpu:M").count(), 1, "{s:?}");
+    assert_eq!(s.unschedulable.len(), 1, "{s:?}");
+    let why = &d.unschedulable[0].reason;
+    assert!(
+        why.contains("no instance type offers nvidia.com/gpu=1")
+            && why.contains("its limits exclude the others: remaining limits nvidia.com/gpu=0"),
+        "{why}"
+    );
+    // Pods asking for no GPU still get nodes: types without one are within the limit.
+    assert!(!s.unschedulable.contains(&"web".to_string()));
+    assert_claims_offer(&i, &d);
+}

@@ -51,9 +51,13 @@ pub fn solve(input: &Input) -> Decision {
 }
 
 /// Remaining limits of a pool; `None` is unlimited.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Remaining {
-    res: [Option<i64>; 4],
+    /// cpu, memory, ephemeral storage, pods (compared with capacity), then one per extended
+    /// resource the pool limits (named in `extended`, in that order): first in the pool's limit
+    /// vector; each shared limit the pool draws on adds [`SHARED_DIMS`] after them.
+    res: Vec<Option<i64>>,
+    extended: Vec<String>,
     nodes: Option<i64>,
 }
 
@@ -63,9 +67,14 @@ impl Remaining {
     }
 }
 
-/// Dimensions of a pool's own limits (cpu, memory, ephemeral storage, pods: compared with capacity),
-/// first in a pool's limit vector; each shared limit the pool draws on adds [`SHARED_DIMS`].
-const POOL_DIMS: usize = 4;
+impl PoolCtx {
+    /// Dimensions of the pool's own limits in its limit vector (the four node resources and its
+    /// extended resources); the shared limits' come after.
+    fn own_dims(&self) -> usize {
+        self.remaining.res.len()
+    }
+}
+
 /// Dimensions of a shared limit: cpu, memory, price.
 const SHARED_DIMS: usize = 3;
 
@@ -220,8 +229,10 @@ fn left_of(pool: &PoolCtx, shared: &[SharedCtx]) -> Vec<Option<i64>> {
 
 /// What one node of type `i` counts in the pool's limit vector: its capacity, then its draws.
 fn sizes_of(pool: &PoolCtx, i: usize) -> Vec<i64> {
-    let c = &pool.table.types[i].capacity;
+    let t = &pool.table.types[i];
+    let c = &t.capacity;
     let mut v = vec![c.cpu_millis, c.memory_bytes, c.ephemeral_storage_bytes, c.pods];
+    v.extend(pool.remaining.extended.iter().map(|k| t.extended.get(k).copied().unwrap_or(0)));
     for s in &pool.shared {
         v.extend(s.draws[i]);
     }
@@ -231,7 +242,7 @@ fn sizes_of(pool: &PoolCtx, i: usize) -> Vec<i64> {
 /// What a claim of these types takes from the limit vector: per dimension the largest, since the
 /// launch may pick any of them (0 for no type).
 fn charge_of(pool: &PoolCtx, types: &Bits) -> Vec<i64> {
-    let mut v = vec![0; POOL_DIMS + SHARED_DIMS * pool.shared.len()];
+    let mut v = vec![0; pool.own_dims() + SHARED_DIMS * pool.shared.len()];
     for i in types.iter() {
         for (a, s) in v.iter_mut().zip(sizes_of(pool, i)) {
             *a = (*a).max(s);
@@ -269,6 +280,7 @@ impl Solver<'_> {
     /// others), then recomputes the types within limits of every pool this may change.
     fn recharge(&mut self, pi: usize, back: &[i64], taken: &[i64]) {
         let pool = &mut self.pools[pi];
+        let own = pool.own_dims();
         let change = |r: &mut Option<i64>, k: usize| {
             if let Some(r) = r {
                 let at = |v: &[i64]| v.get(k).copied().unwrap_or(0);
@@ -280,7 +292,7 @@ impl Solver<'_> {
         }
         for (j, s) in pool.shared.iter().enumerate() {
             for (d, r) in self.shared[s.limit].left.iter_mut().enumerate() {
-                change(r, POOL_DIMS + SHARED_DIMS * j + d);
+                change(r, own + SHARED_DIMS * j + d);
             }
         }
         if pool.shared.is_empty() {
@@ -297,9 +309,9 @@ impl Solver<'_> {
 fn describe_remaining(r: &Remaining) -> String {
     let names = ["cpu", "memory", "ephemeral-storage", "pods"];
     let mut parts: Vec<String> = Vec::new();
-    for (n, v) in names.iter().zip(r.res) {
+    for (n, v) in names.iter().copied().chain(r.extended.iter().map(String::as_str)).zip(r.res.iter().copied()) {
         if let Some(v) = v {
-            let text = match *n {
+            let text = match n {
                 "cpu" => crds::quantity::format_millis_cpu(v),
                 "memory" | "ephemeral-storage" => crate::instance_types::gib(v),
                 _ => v.to_string(),

@@ -108,9 +108,9 @@ pub(super) enum Refusal {
     /// No type offers the extended resources (a NodeOverlay's `capacity` adds them to flavors).
     #[error(
         "no instance type offers {requests}{on_claim} (extended resources come from NodeOverlays' capacity; largest \
-         offered: {best})"
+         offered: {best}){limits}"
     )]
-    NoExtended { requests: String, on_claim: String, best: String },
+    NoExtended { requests: String, on_claim: String, best: String, limits: String },
     #[error("minValues {wanted} of {key} not met: only {reached} values remain among the instance types that fit")]
     MinValues { wanted: u32, key: String, reached: u32 },
 }
@@ -337,11 +337,8 @@ impl Solver<'_> {
     /// them together.
     fn limits_refusal(&self, pi: usize) -> PoolRefusal {
         let pool = &self.pools[pi];
-        let own = pool.remaining.res.to_vec();
-        let admitted_by_own = |i: usize| {
-            let c = &pool.table.types[i].capacity;
-            within(&own, &[c.cpu_millis, c.memory_bytes, c.ephemeral_storage_bytes, c.pods])
-        };
+        let own = &pool.remaining.res;
+        let admitted_by_own = |i: usize| within(own, &super::sizes_of(pool, i)[..pool.own_dims()]);
         if !(0..pool.table.len()).any(admitted_by_own) {
             return PoolRefusal::Limits { pool: pool.name.clone(), remaining: describe_remaining(&pool.remaining) };
         }
@@ -600,6 +597,14 @@ impl Solver<'_> {
                         format!(" (with {} already on the claim)", describe_extended(extended))
                     },
                     best: largest_extended(&pool.table.types, &before, pod),
+                    // Named only when a type beyond them would offer it.
+                    limits: if pool.within_limits.count() < pool.table.len()
+                        && pool.table.types.iter().any(|t| crds::quantity::extended_fits(&wanted, &t.extended))
+                    {
+                        format!(" (its limits exclude the others: {})", self.describe_limits_of(pi))
+                    } else {
+                        String::new()
+                    },
                 });
             }
         }

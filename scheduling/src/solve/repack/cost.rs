@@ -96,9 +96,9 @@ impl Solver<'_> {
         let holds = |k: usize, used: &Resources| (*used + overhead(types[k])).fits(&table.types[types[k]].allocatable);
         // Under limits (the pool's own and the shared ones): what they leave for this group's nodes
         // (the old claims' charges back).
-        let rem = pool.remaining;
+        let nodes_left = pool.remaining.nodes;
         let left = self.left(pi);
-        let budget = (left.iter().any(Option::is_some) || rem.nodes.is_some()).then(|| {
+        let budget = (left.iter().any(Option::is_some) || nodes_left.is_some()).then(|| {
             let mut res = left;
             for &ci in claims {
                 for (r, c) in res.iter_mut().zip(&self.claims[ci].charged) {
@@ -107,7 +107,7 @@ impl Solver<'_> {
                     }
                 }
             }
-            let nodes = rem.nodes.map(|n| usize::try_from(n.max(0)).unwrap_or(0) + claims.len());
+            let nodes = nodes_left.map(|n| usize::try_from(n.max(0)).unwrap_or(0) + claims.len());
             Budget { res, nodes }
         });
         let sizes: Vec<Vec<i64>> =

@@ -16,7 +16,7 @@ use crate::bitset::Bits;
 use crate::intern::Val;
 use crate::requirements::Requirements;
 use crate::solve::{
-    Claim, POOL_DIMS, Relax, Remaining, SHARED_DIMS, Solver, charge_of, describe_left, describe_remaining, sizes_of,
+    Claim, Relax, Remaining, SHARED_DIMS, Solver, charge_of, describe_left, describe_remaining, sizes_of,
 };
 
 impl Solver<'_> {
@@ -112,7 +112,7 @@ impl Solver<'_> {
                 .is_ok_and(|acc| acc.reqs == *reqs)
             })
             .collect();
-        let rem = pool.remaining;
+        let nodes_left = pool.remaining.nodes;
         let mut res = self.left(pi);
         for &ci in claims {
             for (r, c) in res.iter_mut().zip(&self.claims[ci].charged) {
@@ -121,7 +121,7 @@ impl Solver<'_> {
                 }
             }
         }
-        let budget = Budget { res, nodes: rem.nodes.map(|n| usize::try_from(n.max(0)).unwrap_or(0) + claims.len()) };
+        let budget = Budget { res, nodes: nodes_left.map(|n| usize::try_from(n.max(0)).unwrap_or(0) + claims.len()) };
         let pods: Vec<usize> =
             claims.iter().flat_map(|&c| self.claims[c].pods.iter().copied()).chain(extra.iter().copied()).collect();
         // Units (a pod, or the pods its hostname affinity holds together) and the per-node rules;
@@ -177,7 +177,12 @@ impl Solver<'_> {
         };
         let nodes_left = budget.nodes.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
         let own_limits = describe_limits(&self.input.pools[pool.input].limits);
-        let own_left = describe_remaining(&Remaining { res: own_dims(&budget.res), nodes: nodes_left });
+        let own = pool.own_dims();
+        let own_left = describe_remaining(&Remaining {
+            res: budget.res.iter().take(own).copied().collect(),
+            extended: pool.remaining.extended.clone(),
+            nodes: nodes_left,
+        });
         // The shared limits that count here, each with what it leaves for this group's nodes.
         let shared_left: Vec<String> = pool
             .shared
@@ -186,7 +191,7 @@ impl Solver<'_> {
             .filter_map(|(j, s)| {
                 let mut left = [None; SHARED_DIMS];
                 for (d, l) in left.iter_mut().enumerate() {
-                    *l = budget.res.get(POOL_DIMS + SHARED_DIMS * j + d).copied().flatten();
+                    *l = budget.res.get(own + SHARED_DIMS * j + d).copied().flatten();
                 }
                 left.iter()
                     .any(Option::is_some)
@@ -284,15 +289,6 @@ impl Solver<'_> {
     }
 }
 
-/// The pool's own dimensions of a limit vector.
-fn own_dims(res: &[Option<i64>]) -> [Option<i64>; POOL_DIMS] {
-    let mut own = [None; POOL_DIMS];
-    for (o, r) in own.iter_mut().zip(res) {
-        *o = *r;
-    }
-    own
-}
-
 /// `cpu=6 and organisation orga-acme leaves cpu=2`: the pool's own part when it has one, then the
 /// shared ones (no "; ": that separates the reasons of a pod).
 fn with_own(own: &str, shared: &[String]) -> String {
@@ -305,10 +301,9 @@ fn with_own(own: &str, shared: &[String]) -> String {
 
 /// A pool's `limits` as `cpu=24, memory=16Gi`.
 fn describe_limits(l: &crate::model::Limits) -> String {
-    describe_remaining(&Remaining {
-        res: [l.cpu_millis, l.memory_bytes, l.ephemeral_storage_bytes, l.pods],
-        nodes: l.nodes,
-    })
+    let mut res = vec![l.cpu_millis, l.memory_bytes, l.ephemeral_storage_bytes, l.pods];
+    res.extend(l.extended.values().map(|v| Some(*v)));
+    describe_remaining(&Remaining { res, extended: l.extended.keys().cloned().collect(), nodes: l.nodes })
 }
 
 /// Limits as part of the packing (issue 14, item 1), on the built-in flavors.
