@@ -280,7 +280,7 @@ async fn node_overlays_are_reviewed_on_their_route() {
     assert_eq!(body["response"]["allowed"], false, "{body}");
     assert_eq!(body["response"]["status"]["code"], 403);
     let m = message(&body);
-    assert!(m.starts_with("spec: neither price nor priceAdjustment is set"), "{m}");
+    assert!(m.starts_with("spec: none of price, priceAdjustment and capacity is set"), "{m}");
     assert!(m.contains("spec.requirements[0].values: operator Gt needs exactly one non-negative integer"), "{m}");
     assert!(m.contains("spec.requirements[1].values[1]: \"not valid\" is not a valid label value"), "{m}");
 
