@@ -46,6 +46,29 @@ pub struct Args {
     /// PEM private key.
     #[arg(long, env = "KARPENTER_HUB_WEBHOOK_TLS_KEY_FILE", default_value = "/etc/karpenter-hub-webhook/tls/tls.key")]
     pub tls_key_file: PathBuf,
+    /// Keep the serving certificate in this Secret (of --certificate-namespace): the webhook makes
+    /// and renews its own CA and certificate there, writes the pair to --tls-cert-file and
+    /// --tls-key-file (a writable directory), and sets the caBundle of --webhook-configuration.
+    /// Unset: the files are someone else's (cert-manager, a Secret volume).
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_CERTIFICATE_SECRET", requires = "certificate_namespace")]
+    pub certificate_secret: Option<String>,
+    /// Namespace of the webhook, its Service and its certificate Secret (the chart passes the pod's).
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_CERTIFICATE_NAMESPACE")]
+    pub certificate_namespace: Option<String>,
+    /// The ValidatingWebhookConfiguration whose webhooks calling --service-name get the CA
+    /// (with --certificate-secret).
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_WEBHOOK_CONFIGURATION")]
+    pub webhook_configuration: Option<String>,
+    /// The webhook's Service: the serving certificate covers its DNS names.
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_SERVICE_NAME", default_value = "karpenter-hub-webhook")]
+    pub service_name: String,
+    /// The cluster's DNS domain (`<service>.<namespace>.svc.<domain>`).
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_CLUSTER_DOMAIN", default_value = "cluster.local")]
+    pub cluster_domain: String,
+    /// How often the self-managed certificate's Secret and caBundle are checked (renewal is due
+    /// weeks ahead; the caBundle is set again if something cleared it).
+    #[arg(long, env = "KARPENTER_HUB_WEBHOOK_CERTIFICATE_CHECK_INTERVAL", default_value = "1m", value_parser = parse_duration)]
+    pub certificate_check_interval: Duration,
     /// How often the certificate files are checked for a change (e.g. 10s, 500ms).
     #[arg(long, env = "KARPENTER_HUB_WEBHOOK_CERT_POLL_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub cert_poll_interval: Duration,
@@ -88,6 +111,22 @@ pub struct Args {
 }
 
 impl Args {
+    /// The self-managed certificate's manager these flags describe, when --certificate-secret is set.
+    pub fn certificate_manager(&self, client: kube::Client) -> Option<crate::certificates::Manager> {
+        let secret = self.certificate_secret.clone()?;
+        Some(crate::certificates::Manager {
+            client,
+            identity: crate::certificates::Identity {
+                namespace: self.certificate_namespace.clone().unwrap_or_default(),
+                service: self.service_name.clone(),
+                cluster_domain: self.cluster_domain.clone(),
+            },
+            secret,
+            configuration: self.webhook_configuration.clone(),
+            files: crate::tls::CertificateFiles { cert: self.tls_cert_file.clone(), key: self.tls_key_file.clone() },
+        })
+    }
+
     /// The server settings these flags describe.
     pub fn settings(&self) -> Settings {
         let mut settings = Settings::new(self.address, self.tls_cert_file.clone(), self.tls_key_file.clone());
@@ -181,6 +220,22 @@ mod tests {
         assert_eq!(settings.certificate_poll_interval, Duration::from_millis(250));
         assert_eq!(settings.probe_address.map(|a| a.port()), Some(8081));
         assert_eq!(args.lookups, Lookups::Off);
+    }
+
+    #[test]
+    fn a_self_managed_certificate_needs_its_namespace() {
+        let e = Args::try_parse_from(["karpenter-hub-webhook", "--certificate-secret=tls"]).unwrap_err();
+        assert!(e.to_string().contains("--certificate-namespace"), "{e}");
+        let args = Args::try_parse_from([
+            "karpenter-hub-webhook",
+            "--certificate-secret=tls",
+            "--certificate-namespace=karpenter-hub",
+            "--webhook-configuration=karpenter-hub-webhook",
+            "--certificate-check-interval=30s",
+        ])
+        .unwrap();
+        assert_eq!(args.certificate_check_interval, Duration::from_secs(30));
+        assert_eq!(args.service_name, "karpenter-hub-webhook");
     }
 
     #[test]

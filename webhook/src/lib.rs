@@ -8,12 +8,14 @@
 //! - [`review`]: one AdmissionReview from bytes to answer (pure, except reading references);
 //! - [`references`]: reading the objects a reviewed object refers to;
 //! - [`tls`]: the serving certificate and its hot reload;
+//! - [`certificates`]: the self-managed certificate (its Secret, renewal, the `caBundle`);
 //! - [`server`]: routes, limits, probes, metrics and graceful shutdown;
 //! - [`limits`]: the bound on reviews in flight and on the bytes of their bodies;
 //! - [`connection`]: the bound on connections, their idle and request-head timeouts;
 //! - [`metrics`]: what `/metrics` exposes;
 //! - [`cli`]: the command-line flags.
 
+pub mod certificates;
 pub mod cli;
 pub mod connection;
 pub mod limits;

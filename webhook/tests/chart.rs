@@ -201,8 +201,17 @@ fn the_network_policy_admits_only_the_given_peers_to_the_webhook_port() {
 #[tokio::test]
 async fn the_webhook_serves_reviews_started_with_the_charts_arguments() {
     let Some(helm) = helm() else { return };
-    let deployment =
-        webhook_deployment(&helm, Some(&repo().join("charts/karpenter-hub/ci/custom-flags-values.yaml"))).unwrap();
+    // With the certificate from files (cert-manager's mode): this test writes them; the default
+    // self-managed mode is the next test's.
+    let deployment = render(
+        &helm,
+        Some(&repo().join("charts/karpenter-hub/ci/custom-flags-values.yaml")),
+        &["webhook.certificate.mode=cert-manager"],
+    )
+    .unwrap()
+    .into_iter()
+    .find(|d| d["kind"] == "Deployment" && d["metadata"]["labels"]["app.kubernetes.io/component"] == "webhook")
+    .unwrap();
     let ca = Ca::new();
     let dir = TempDir::new("chart-args");
     let (cert, key, _) = ca.issue(&["localhost"]);
@@ -273,4 +282,217 @@ async fn the_webhook_serves_reviews_started_with_the_charts_arguments() {
     assert_eq!((free_status, refused["response"]["allowed"].as_bool()), (200, Some(false)), "{refused}\n{logs}");
     // --log-format=text from the chart: no JSON lines.
     assert!(!logs.lines().any(|l| l.starts_with('{')), "{logs}");
+}
+
+/// The chart's default certificate mode for real: the chart rendered for a release of its own, the
+/// webhook's ServiceAccount, roles and bindings created on a real API server with its
+/// ValidatingWebhookConfiguration (made harmless: failures ignored, selecting nothing), and two
+/// `karpenter-hub-webhook` processes started with exactly the rendered arguments (only listeners
+/// and the in-memory volume's path moved) as that ServiceAccount (a TokenRequest token). With only
+/// the chart's RBAC, they make one Secret, put its CA in every webhook's `caBundle`, become Ready,
+/// and both serve a certificate a client trusting that `caBundle` accepts for the Service's name.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_webhook_keeps_its_own_certificate_with_the_charts_rbac_on_a_real_api_server() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+    use kube::Api;
+    use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+    use serde_json::json;
+
+    let _ = rustls::crypto::CryptoProvider::install_default(rustls::crypto::ring::default_provider());
+    let Some(helm) = helm() else { return };
+    let cp = envtest::shared_or_skip!("webhook-chart-certificate");
+    let admin = cp.client().await.unwrap();
+    let suffix = format!("{:x}", webhook::certificates::unix_now() % 0xffffff);
+    let (release, ns) = (format!("whc{suffix}"), format!("webhook-chart-{suffix}"));
+    let chart = repo().join("charts/karpenter-hub");
+    let out = Command::new(&helm)
+        .args(["template", &release, chart.to_str().unwrap(), "--namespace", &ns])
+        .env("KUBECONFIG", "/nonexistent/karpenter-hub-charts-test")
+        .env("HELM_CACHE_HOME", repo().join("target/helm-home/cache"))
+        .env("HELM_CONFIG_HOME", repo().join("target/helm-home/config"))
+        .env("HELM_DATA_HOME", repo().join("target/helm-home/data"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let docs: Vec<Value> = serde_saphyr::from_multiple::<Value>(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    let webhook_docs: Vec<&Value> =
+        docs.iter().filter(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == "webhook").collect();
+    let find =
+        |kind: &str| webhook_docs.iter().find(|d| d["kind"] == kind).copied().unwrap_or_else(|| panic!("no {kind}"));
+    let deployment = find("Deployment");
+    let config_name = find("ValidatingWebhookConfiguration")["metadata"]["name"].as_str().unwrap().to_string();
+    let service = find("Service")["metadata"]["name"].as_str().unwrap().to_string();
+    let sa = find("ServiceAccount")["metadata"]["name"].as_str().unwrap().to_string();
+
+    Api::<Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+        .await
+        .unwrap();
+    // Server-side apply of what the webhook's identity needs, as the chart renders it.
+    let apply = PatchParams::apply("webhook-chart-test").force();
+    for d in &webhook_docs {
+        let mut d = (*d).clone();
+        let kind = d["kind"].as_str().unwrap().to_string();
+        let name = d["metadata"]["name"].as_str().unwrap().to_string();
+        let (group, version) = match d["apiVersion"].as_str().unwrap().split_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (String::new(), d["apiVersion"].as_str().unwrap().to_string()),
+        };
+        let plural = match kind.as_str() {
+            "ServiceAccount" => "serviceaccounts",
+            "ClusterRole" => "clusterroles",
+            "ClusterRoleBinding" => "clusterrolebindings",
+            "Role" => "roles",
+            "RoleBinding" => "rolebindings",
+            "ValidatingWebhookConfiguration" => {
+                // Harmless on a shared server: no one's write is ever sent to it or refused by it.
+                for hook in d["webhooks"].as_array_mut().unwrap() {
+                    hook["failurePolicy"] = json!("Ignore");
+                    for selector in ["namespaceSelector", "objectSelector"] {
+                        if hook.get(selector).is_some() {
+                            hook[selector]["matchLabels"] = json!({"karpenter-hub.example.com/never": "true"});
+                        }
+                    }
+                }
+                "validatingwebhookconfigurations"
+            }
+            _ => continue,
+        };
+        let ar = kube::api::ApiResource {
+            group: group.clone(),
+            version: version.clone(),
+            api_version: d["apiVersion"].as_str().unwrap().to_string(),
+            kind: kind.clone(),
+            plural: plural.to_string(),
+        };
+        let api: Api<kube::api::DynamicObject> = match d["metadata"]["namespace"].as_str() {
+            Some(n) => Api::namespaced_with(admin.clone(), n, &ar),
+            None => Api::all_with(admin.clone(), &ar),
+        };
+        api.patch(&name, &apply, &Patch::Apply(&d)).await.unwrap_or_else(|e| panic!("{kind} {name}: {e}"));
+    }
+    // The ServiceAccount's token, as the pod would mount it.
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": []}})).unwrap();
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
+        .create_token_request(&sa, &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let dir = TempDir::new("chart-certificate");
+    let mut kubeconfig = serde_json::to_value(cp.kubeconfig().unwrap()).unwrap();
+    kubeconfig["users"][0]["user"] = json!({"token": token});
+    let kubeconfig_path = dir.path().join("webhook.kubeconfig");
+    std::fs::write(&kubeconfig_path, serde_json::to_string(&kubeconfig).unwrap()).unwrap();
+
+    // Two replicas with the rendered arguments.
+    let mut replicas = Vec::new();
+    for replica in ["a", "b"] {
+        let tls = dir.path().join(replica);
+        std::fs::create_dir_all(&tls).unwrap();
+        let (port, probe_port) = (free_port(), free_port());
+        let args: Vec<String> = container_args(deployment)
+            .into_iter()
+            .map(|a| match a.split_once('=') {
+                Some(("--address", _)) => format!("--address=127.0.0.1:{port}"),
+                Some(("--probe-address", _)) => format!("--probe-address=127.0.0.1:{probe_port}"),
+                Some(("--tls-cert-file", _)) => format!("--tls-cert-file={}", tls.join("tls.crt").display()),
+                Some(("--tls-key-file", _)) => format!("--tls-key-file={}", tls.join("tls.key").display()),
+                _ => a,
+            })
+            .collect();
+        let log = tls.join("webhook.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_karpenter-hub-webhook"))
+            .args(&args)
+            .env_clear()
+            .env("KUBECONFIG", &kubeconfig_path)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(tls.join("webhook.err")).unwrap())
+            .spawn()
+            .unwrap();
+        replicas.push((child, port, probe_port, log));
+    }
+    let plain = reqwest::Client::new();
+    for (child, _, probe_port, log) in &mut replicas {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let ready = plain
+                .get(format!("http://127.0.0.1:{probe_port}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200);
+            if ready {
+                break;
+            }
+            if child.try_wait().unwrap().is_some() || std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("a replica did not get ready:\n{}", std::fs::read_to_string(&*log).unwrap_or_default());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    // One Secret, the webhook's; its CA in every webhook of the configuration.
+    let secret_name = format!("{service}-cert");
+    let secret = Api::<Secret>::namespaced(admin.clone(), &ns).get(&secret_name).await.unwrap();
+    assert_eq!(
+        secret.metadata.labels.as_ref().unwrap()["app.kubernetes.io/managed-by"],
+        webhook::certificates::MANAGED_BY
+    );
+    let ca = secret.data.as_ref().unwrap()["ca.crt"].0.clone();
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(admin.clone());
+    let cfg = configs.get(&config_name).await.unwrap();
+    let hooks = cfg.webhooks.unwrap();
+    assert_eq!(hooks.len(), 6);
+    for hook in &hooks {
+        assert_eq!(hook.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()), Some(ca.as_slice()), "{}", hook.name);
+    }
+    // Both replicas serve a certificate the API server would accept for the Service's name.
+    let name = format!("{service}.{ns}.svc");
+    for (_, port, _, log) in &replicas {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        for der in CertificateDer::pem_slice_iter(&ca) {
+            roots.add(der.unwrap()).unwrap();
+        }
+        let tls = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .resolve(&name, std::net::SocketAddr::from(([127, 0, 0, 1], *port)))
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let body =
+            review("FlavorCatalog", "CREATE", flavor_catalog("c", json!([{"name": "M", "priceHourly": 0.1}])), None);
+        let (status, answer) = post(&client, &format!("https://{name}:{port}/validate/flavorcatalogs"), &body).await;
+        assert_eq!(
+            (status, answer["response"]["allowed"].as_bool()),
+            (200, Some(true)),
+            "{answer}\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+    }
+    for (mut child, ..) in replicas {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = configs.delete(&config_name, &DeleteParams::default()).await;
+    let cluster_role = find("ClusterRole")["metadata"]["name"].as_str().unwrap();
+    let _ = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(admin.clone())
+        .delete(cluster_role, &DeleteParams::default())
+        .await;
+    let _ = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(admin.clone())
+        .delete(cluster_role, &DeleteParams::default())
+        .await;
+    let _ = Api::<Namespace>::all(admin).delete(&ns, &DeleteParams::default()).await;
 }

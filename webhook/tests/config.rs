@@ -118,17 +118,49 @@ fn deployment_service_and_certificate_line_up() {
     for probe in [container.liveness_probe.as_ref().unwrap(), container.readiness_probe.as_ref().unwrap()] {
         assert_eq!(probe.http_get.as_ref().unwrap().port, IntOrString::String("probes".into()));
     }
-    // The certificate files are in the mounted Secret, which cert-manager writes.
+    // The webhook keeps its certificate: the files in a writable in-memory volume, the Secret and
+    // configuration its RBAC names, the Service's names covered.
     let mount = &container.volume_mounts.as_ref().unwrap()[0];
     assert!(args.tls_cert_file.starts_with(&mount.mount_path) && args.tls_key_file.starts_with(&mount.mount_path));
+    assert_ne!(mount.read_only, Some(true));
     let volume = pod.volumes.unwrap().into_iter().find(|v| v.name == mount.name).unwrap();
-    let secret = volume.secret.unwrap().secret_name.unwrap();
-    let certificate = documents("certificate.yaml").into_iter().find(|d| d["kind"] == "Certificate").unwrap();
-    assert_eq!(certificate["spec"]["secretName"], secret.as_str());
+    assert_eq!(volume.empty_dir.unwrap().medium.as_deref(), Some("Memory"));
+    let secret = args.certificate_secret.clone().unwrap();
+    assert_eq!(args.certificate_namespace.as_deref(), deployment.metadata.namespace.as_deref());
+    let config: ValidatingWebhookConfiguration =
+        one("validating-webhook-configuration.yaml", "ValidatingWebhookConfiguration");
+    assert_eq!(args.webhook_configuration, config.metadata.name);
+    let rbac = documents("rbac.yaml");
+    let role = rbac.iter().find(|d| d["kind"] == "Role").unwrap();
+    assert_eq!(role["rules"][0]["resourceNames"][0], secret.as_str());
+    let cluster_role = rbac.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    let vwc_rule = cluster_role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resources"][0] == "validatingwebhookconfigurations")
+        .unwrap();
+    assert_eq!(vwc_rule["resourceNames"][0], config.metadata.name.as_deref().unwrap());
+    // cert-manager's alternative writes another Secret (a move between the two never meets a
+    // Secret of the other), for the same names.
+    let certificate =
+        serde_saphyr::from_multiple::<Value>(&fs::read_to_string(dir().join("cert-manager/certificate.yaml")).unwrap())
+            .unwrap()
+            .into_iter()
+            .find(|d| d["kind"] == "Certificate")
+            .unwrap();
+    assert_ne!(certificate["spec"]["secretName"], secret.as_str());
     // The grace period outlasts the webhook's own shutdown grace.
     assert!(pod.termination_grace_period_seconds.unwrap() > i64::try_from(args.shutdown_grace.as_secs()).unwrap());
     // The Service sends 443 to the HTTPS port, under the name the certificate covers.
     let service: Service = one("service.yaml", "Service");
+    assert_eq!(service.metadata.name.as_deref(), Some(args.service_name.as_str()));
+    let manager = webhook::certificates::Identity {
+        namespace: args.certificate_namespace.clone().unwrap(),
+        service: args.service_name.clone(),
+        cluster_domain: args.cluster_domain.clone(),
+    };
+    assert!(manager.dns_names().contains(&"karpenter-hub-webhook.karpenter-hub.svc".to_string()));
     let https = service.spec.unwrap().ports.unwrap().into_iter().find(|p| p.port == 443).unwrap();
     assert_eq!(https.target_port, Some(IntOrString::String("https".into())));
     let names: Vec<&str> =

@@ -67,7 +67,10 @@ app.kubernetes.io/component: webhook
 
 {{/* The Secret the webhook serves from. */}}
 {{- define "karpenter-hub.webhookTLSSecret" -}}
-{{- if eq .Values.webhook.certificate.mode "cert-manager" }}
+{{- if eq .Values.webhook.certificate.mode "self-managed" }}
+{{- /* Not cert-manager's name: an install moving from cert-manager leaves that Secret behind. */}}
+{{- printf "%s-cert" (include "karpenter-hub.webhookName" .) }}
+{{- else if eq .Values.webhook.certificate.mode "cert-manager" }}
 {{- printf "%s-tls" (include "karpenter-hub.webhookName" .) }}
 {{- else }}
 {{- .Values.webhook.certificate.secret.name }}

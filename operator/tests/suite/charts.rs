@@ -206,12 +206,25 @@ fn check_invariants(what: &str, r: &Rendered) {
     }
     let service_accounts: BTreeSet<&str> =
         r.all("ServiceAccount").iter().map(|s| s["metadata"]["name"].as_str().unwrap()).collect();
+    // The identities the pods run as: each one the chart creates, or an existing one
+    // (serviceAccount.create=false) the release's bindings give the rights to.
+    let bound: BTreeSet<&str> = r
+        .all("ClusterRoleBinding")
+        .into_iter()
+        .chain(r.all("RoleBinding"))
+        .flat_map(|b| b["subjects"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()))
+        .collect();
+    let run_as: BTreeSet<&str> =
+        r.all("Deployment").iter().map(|d| pod_spec(d)["serviceAccountName"].as_str().unwrap()).collect();
     for d in r.all("Deployment") {
         let name = &d["metadata"]["name"];
         let pod = pod_spec(d);
         assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{what}: {name} may run as root");
         let sa = pod["serviceAccountName"].as_str().unwrap();
-        assert!(service_accounts.contains(sa), "{what}: {name} runs as {sa}, which the chart does not create");
+        assert!(
+            service_accounts.contains(sa) || bound.contains(sa),
+            "{what}: {name} runs as {sa}, which the chart neither creates nor binds"
+        );
         assert!(labels_match(&d["spec"]["selector"]["matchLabels"], &d["spec"]["template"]["metadata"]["labels"]));
         for c in pod["containers"].as_array().unwrap() {
             let sc = &c["securityContext"];
@@ -243,7 +256,7 @@ fn check_invariants(what: &str, r: &Rendered) {
         let role = &b["roleRef"];
         assert!(r.find(role["kind"].as_str().unwrap(), role["name"].as_str().unwrap()).is_some(), "{what}: {role}");
         for s in b["subjects"].as_array().unwrap() {
-            assert!(service_accounts.contains(s["name"].as_str().unwrap()), "{what}: {s}");
+            assert!(run_as.contains(s["name"].as_str().unwrap()), "{what}: {s} is no pod's ServiceAccount");
             assert_eq!(s["namespace"], NAMESPACE);
         }
     }
@@ -352,10 +365,9 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
     for arg in args(&configured) {
         assert!(wa.contains(&arg), "webhook args {wa:?} lack {arg} of config/webhook/deployment.yaml");
     }
-    assert_eq!(
-        pod_spec(webhook)["volumes"][0]["secret"]["secretName"],
-        pod_spec(&configured)["volumes"][0]["secret"]["secretName"]
-    );
+    // The self-managed certificate by default: the in-memory volume it writes the pair to.
+    assert_eq!(pod_spec(webhook)["volumes"][0], pod_spec(&configured)["volumes"][0]);
+    assert_eq!(pod_spec(webhook)["volumes"][0]["emptyDir"]["medium"], "Memory");
 
     // RBAC: the same rules as config/hub/rbac.yaml and config/webhook/rbac.yaml.
     for (file, kind, name) in [
@@ -363,6 +375,7 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
         ("config/hub/rbac.yaml", "ClusterRole", "karpenter-hub-registrations"),
         ("config/hub/rbac.yaml", "Role", "karpenter-hub-leader-election"),
         ("config/webhook/rbac.yaml", "ClusterRole", "karpenter-hub-webhook"),
+        ("config/webhook/rbac.yaml", "Role", "karpenter-hub-webhook-certificate"),
     ] {
         assert_eq!(
             r.get(kind, name)["rules"],
@@ -417,13 +430,31 @@ fn default_values_deploy_what_config_describes_with_leader_election_and_the_rele
     );
     assert_eq!(vwc["webhooks"], configured["webhooks"]);
     assert_eq!(vwc["metadata"]["annotations"], configured["metadata"]["annotations"]);
-    // cert-manager by default: the self-signed Issuer and the Certificate of config/webhook.
-    for kind in ["Issuer", "Certificate"] {
-        let configured = config_doc("config/webhook/certificate.yaml", kind, "karpenter-hub-webhook");
-        assert_eq!(r.get(kind, "karpenter-hub-webhook")["spec"], configured["spec"], "{kind}");
-    }
+    // The webhook's own certificate by default: no cert-manager object, no caBundle rendered (the
+    // webhook sets it), the Secret it keeps named in its Role and its flags.
+    assert!(r.all("Issuer").is_empty() && r.all("Certificate").is_empty(), "nothing needs cert-manager");
+    assert!(vwc["webhooks"].as_array().unwrap().iter().all(|w| w["clientConfig"].get("caBundle").is_none()));
+    assert!(wa.contains(&"--certificate-secret=karpenter-hub-webhook-cert".to_string()), "{wa:?}");
+    assert!(wa.contains(&"--webhook-configuration=karpenter-hub-webhook".to_string()), "{wa:?}");
+    assert_eq!(r.get("Role", "karpenter-hub-webhook-certificate")["metadata"]["namespace"], NAMESPACE);
     assert_eq!(r.get("PodDisruptionBudget", "karpenter-hub-webhook")["spec"]["maxUnavailable"], 1);
     assert!(r.all("ServiceMonitor").is_empty(), "no ServiceMonitor unless asked");
+    assert!(r.all("PrometheusRule").is_empty() && r.all("ConfigMap").is_empty(), "no alerts or dashboard unless asked");
+    // Upstream Karpenter's priority; the hub's rollout one replica at a time without a surge, the
+    // webhook's the API server's default.
+    for d in [hub, webhook] {
+        assert_eq!(pod_spec(d)["priorityClassName"], "system-cluster-critical");
+        assert!(container(d).get("envFrom").is_none(), "{}", container(d));
+    }
+    assert_eq!(
+        hub["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
+    );
+    assert!(webhook["spec"].get("strategy").is_none(), "{}", webhook["spec"]);
+    assert!(pod_spec(hub).get("volumes").is_none() && container(hub).get("volumeMounts").is_none());
+    let env_names: Vec<&str> =
+        container(hub)["env"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(env_names, ["POD_NAMESPACE", "POD_NAME", "RUST_LOG"]);
     // No budget for the hub: only its leader is Ready, so one would block the leader's node drain.
     assert!(r.find("PodDisruptionBudget", "karpenter-hub").is_none());
     let metrics = r.get("Service", "karpenter-hub-metrics");
@@ -464,6 +495,21 @@ fn each_ci_values_file_changes_what_it_sets() {
         checked.insert(name.to_string());
         render(&helm, Some(&ci_file(name)))
     };
+
+    // cert-manager with the chart's self-signed Issuer: config/webhook/cert-manager's objects, the
+    // Secret mounted read-only, the CA injected, no self-managed flag or Role.
+    let r = file("cert-manager-values.yaml");
+    for kind in ["Issuer", "Certificate"] {
+        let configured = config_doc("config/webhook/cert-manager/certificate.yaml", kind, "karpenter-hub-webhook");
+        assert_eq!(r.get(kind, "karpenter-hub-webhook")["spec"], configured["spec"], "{kind}");
+    }
+    let webhook = r.get("Deployment", "karpenter-hub-webhook");
+    assert_eq!(pod_spec(webhook)["volumes"][0]["secret"]["secretName"], "karpenter-hub-webhook-tls");
+    assert_eq!(container(webhook)["volumeMounts"][0]["readOnly"], true);
+    assert!(!args(webhook).iter().any(|a| a.starts_with("--certificate-")), "{:?}", args(webhook));
+    assert!(r.find("Role", "karpenter-hub-webhook-certificate").is_none());
+    let vwc = r.get("ValidatingWebhookConfiguration", "karpenter-hub-webhook");
+    assert_eq!(vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"], "karpenter-hub/karpenter-hub-webhook");
 
     // A ClusterIssuer of the user's instead of the self-signed Issuer.
     let r = file("cert-manager-issuer-values.yaml");
@@ -535,6 +581,15 @@ fn each_ci_values_file_changes_what_it_sets() {
         "--probe-interval-seconds=30",
         "--flavor-cooldown-seconds=600",
         "--leader-election-namespace=hub-leases",
+        "--leader-elect-lease-duration=20",
+        "--leader-elect-renew-deadline=12",
+        "--leader-elect-retry-period=3",
+        "--gc-min-age-seconds=300",
+        "--gc-period-seconds=60",
+        "--gc-max-deletions-per-sweep=5",
+        "--gc-halt-percent=30",
+        "--disruption-validation-seconds=30",
+        "--min-values-policy=best-effort",
         "--metrics-bind-address=127.0.0.1:9090",
         "--health-probe-bind-address=0.0.0.0:9091",
         "--log-format=text",
@@ -597,18 +652,97 @@ fn each_ci_values_file_changes_what_it_sets() {
             [0]["key"],
         "kubernetes.io/arch"
     );
-    assert_eq!(hub["priorityClassName"], "system-cluster-critical");
+    assert_eq!(hub["priorityClassName"], "platform-critical");
     assert!(hub.get("topologySpreadConstraints").is_none(), "spreadAcrossNodes: false");
     let webhook = pod_spec(r.get("Deployment", "karpenter-hub-webhook"));
     assert_eq!(webhook["tolerations"][0]["operator"], "Exists");
     let keys: Vec<_> =
         webhook["topologySpreadConstraints"].as_array().unwrap().iter().map(|t| &t["topologyKey"]).collect();
     assert_eq!(keys, [&json!("kubernetes.io/hostname"), &json!("topology.kubernetes.io/zone")]);
+    assert_eq!(webhook["priorityClassName"], "platform-critical");
     for d in default.all("Deployment") {
-        for key in ["nodeSelector", "tolerations", "affinity", "priorityClassName"] {
+        for key in ["nodeSelector", "tolerations", "affinity"] {
             assert!(pod_spec(d).get(key).is_none(), "default values set {key}");
         }
+        assert_eq!(pod_spec(d)["priorityClassName"], "system-cluster-critical");
     }
+
+    // What a platform team adds to the pods: environment, volumes, arguments after the chart's,
+    // existing ServiceAccounts (none created, the roles bound to them), strategies, no priority.
+    let r = file("extras-values.yaml");
+    let hub = r.get("Deployment", "karpenter-hub");
+    let env_names: Vec<&str> =
+        container(hub)["env"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(env_names, ["POD_NAMESPACE", "POD_NAME", "RUST_LOG", "RUST_BACKTRACE", "NODE_NAME"]);
+    assert_eq!(env(hub, "RUST_BACKTRACE").as_deref(), Some("1"));
+    assert_eq!(container(hub)["env"][4]["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
+    assert_eq!(container(hub)["envFrom"], json!([{"configMapRef": {"name": "karpenter-hub-env", "optional": true}}]));
+    assert_eq!(
+        pod_spec(hub)["volumes"],
+        json!([{"name": "management-kubeconfig", "secret": {"secretName": "management-kubeconfig"}}])
+    );
+    assert_eq!(
+        container(hub)["volumeMounts"],
+        json!([{"name": "management-kubeconfig", "mountPath": "/etc/karpenter-hub/management", "readOnly": true}])
+    );
+    let hub_args = args(hub);
+    assert_eq!(hub_args.last().map(String::as_str), Some("--kubeconfig=/etc/karpenter-hub/management/kubeconfig"));
+    assert_eq!(&hub_args[..hub_args.len() - 1], &default_hub_args[..], "the chart's arguments, then the extra one");
+    assert_eq!(hub["spec"]["strategy"], json!({"type": "Recreate"}), "no rollingUpdate with Recreate");
+    let webhook = r.get("Deployment", "karpenter-hub-webhook");
+    assert_eq!(container(webhook)["env"], json!([{"name": "RUST_BACKTRACE", "value": "1"}]));
+    assert_eq!(container(webhook)["envFrom"][0]["prefix"], "WEBHOOK_");
+    assert_eq!(container(webhook)["envFrom"][0]["secretRef"]["name"], "karpenter-hub-webhook-env");
+    // The chart's certificate volume and mount stay first; the extra ones follow.
+    let volumes = pod_spec(webhook)["volumes"].as_array().unwrap();
+    assert_eq!(volumes[0], pod_spec(default.get("Deployment", "karpenter-hub-webhook"))["volumes"][0]);
+    assert_eq!(volumes[1..], [json!({"name": "scratch", "emptyDir": {"sizeLimit": "16Mi"}})]);
+    let mounts = container(webhook)["volumeMounts"].as_array().unwrap();
+    assert_eq!(mounts[0]["name"], "tls");
+    assert_eq!(mounts[1..], [json!({"name": "scratch", "mountPath": "/tmp"})]);
+    assert_eq!(args(webhook), default_webhook_args, "no extra webhook argument");
+    assert_eq!(
+        webhook["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}})
+    );
+    for (d, sa) in [(hub, "platform-hub"), (webhook, "platform-webhook")] {
+        assert!(pod_spec(d).get("priorityClassName").is_none(), "priorityClassName \"\" is none");
+        assert_eq!(pod_spec(d)["serviceAccountName"], sa);
+    }
+    assert!(r.all("ServiceAccount").is_empty(), "serviceAccount.create=false creates none");
+    let subjects: BTreeSet<&str> = r
+        .all("ClusterRoleBinding")
+        .into_iter()
+        .chain(r.all("RoleBinding"))
+        .flat_map(|b| b["subjects"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(subjects, BTreeSet::from(["platform-hub", "platform-webhook"]), "the roles go to the existing ones");
+
+    // Prometheus: relabelings and endpoint fields on both ServiceMonitors, the documented alerts
+    // and one more, the dashboard in Grafana's namespace with the sidecar's label.
+    let r = file("prometheus-values.yaml");
+    let values: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(ci_file("prometheus-values.yaml")).unwrap()).unwrap();
+    let monitors = r.all("ServiceMonitor");
+    assert_eq!(monitors.len(), 2);
+    for m in monitors {
+        let endpoint = &m["spec"]["endpoints"][0];
+        assert_eq!(endpoint["relabelings"], values["serviceMonitor"]["relabelings"]);
+        assert_eq!(endpoint["metricRelabelings"], values["serviceMonitor"]["metricRelabelings"]);
+        assert_eq!((&endpoint["honorTimestamps"], &endpoint["scheme"]), (&json!(true), &json!("http")));
+        assert_eq!(endpoint["port"], "http-metrics", "endpointConfig adds to the chart's fields");
+    }
+    let rule = r.get("PrometheusRule", "karpenter-hub");
+    assert_eq!(rule["metadata"]["labels"]["release"], "kube-prometheus-stack");
+    let rules = rule["spec"]["groups"][0]["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), documented_alerts().len() + 1);
+    assert_eq!(rules.last().unwrap(), &values["prometheusRule"]["additionalRules"][0]);
+    let dashboard = r.get("ConfigMap", "karpenter-hub-dashboard");
+    assert_eq!(dashboard["metadata"]["namespace"], "monitoring");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1", "the default sidecar label");
+    assert_eq!(dashboard["metadata"]["annotations"], json!({"grafana_folder": "Karpenter"}));
+    let json = std::fs::read_to_string(repo().join("docs/dashboards/karpenter-hub.json")).unwrap();
+    assert_eq!(dashboard["data"]["karpenter-hub.json"], json.as_str(), "the dashboard, byte for byte");
 
     // Sharded mode: the flags, and a Role for the shard Leases beside the leader election's.
     let r = file("sharding-values.yaml");
@@ -682,7 +816,10 @@ fn wrong_values_are_refused_with_a_message_naming_the_value() {
         (&["webhook.lookupTimeout=0s"], &["/webhook/lookupTimeout"]),
         (&["serviceMonitor.interval=1.5s"], &["/serviceMonitor/interval"]),
         (&["image.digest=sha256:abc"], &["/image/digest"]),
-        (&["webhook.certificate.mode=vault"], &["/webhook/certificate/mode", "'cert-manager', 'secret'"]),
+        (
+            &["webhook.certificate.mode=vault"],
+            &["/webhook/certificate/mode", "'self-managed', 'cert-manager', 'secret'"],
+        ),
         (&[secret], &["webhook.certificate.secret.name is empty"]),
         (
             &[secret, "webhook.certificate.secret.name=tls"],
@@ -718,6 +855,118 @@ fn wrong_values_are_refused_with_a_message_naming_the_value() {
             &["hub.metrics.bindAddress is 127.0.0.1", "serviceMonitor.enabled=false"],
         ),
         (&["hub.healthProbe.port=8080"], &["hub.metrics.port and hub.healthProbe.port are both 8080"]),
+        // The hub's tuning flags.
+        (&["hub.minValuesPolicy=relaxed"], &["/hub/minValuesPolicy", "'strict', 'best-effort'"]),
+        (&["hub.garbageCollection.haltPercent=0"], &["/hub/garbageCollection/haltPercent", "minimum"]),
+        (
+            &["hub.garbageCollection.maxDeletionsPerSweep=5000"],
+            &["/hub/garbageCollection/maxDeletionsPerSweep", "maximum"],
+        ),
+        (&["hub.garbageCollection.minAgeSeconds=90000"], &["/hub/garbageCollection/minAgeSeconds", "maximum"]),
+        (&["hub.garbageCollection.periodSeconds=0"], &["/hub/garbageCollection/periodSeconds", "minimum"]),
+        (&["hub.disruptionValidationSeconds=0"], &["/hub/disruptionValidationSeconds", "minimum"]),
+        (&["hub.leaderElection.renewDeadlineSeconds=0"], &["/hub/leaderElection/renewDeadlineSeconds", "minimum"]),
+        (
+            &["hub.leaderElection.leaseDurationSeconds=10"],
+            &[
+                "hub.leaderElection.renewDeadlineSeconds (10) must be below hub.leaderElection.leaseDurationSeconds (10)",
+            ],
+        ),
+        (
+            &["hub.leaderElection.retryPeriodSeconds=10"],
+            &["hub.leaderElection.retryPeriodSeconds (10) must be below hub.leaderElection.renewDeadlineSeconds (10)"],
+        ),
+        // ServiceAccounts, priority, strategies.
+        (
+            &["hub.serviceAccount.create=false"],
+            &[
+                "hub.serviceAccount.create is false but hub.serviceAccount.name is empty",
+                "hub.serviceAccount.create=true",
+            ],
+        ),
+        (
+            &["webhook.serviceAccount.create=false"],
+            &["webhook.serviceAccount.create is false but webhook.serviceAccount.name is empty"],
+        ),
+        (&["hub.priorityClassName=System_Critical"], &["/hub/priorityClassName"]),
+        (&["webhook.priorityClassName=-critical"], &["/webhook/priorityClassName"]),
+        (&["hub.strategy.type=BlueGreen"], &["/hub/strategy/type", "'RollingUpdate', 'Recreate'"]),
+        (&["webhook.strategy.rollingUpdate.maxSurge=ten"], &["/webhook/strategy/rollingUpdate/maxSurge"]),
+        (&["webhook.strategy.rollingUpdate.maxSurg=1"], &["/webhook/strategy/rollingUpdate", "'maxSurg' not allowed"]),
+        (
+            &["hub.strategy.rollingUpdate.maxUnavailable=0"],
+            &["hub.strategy.rollingUpdate.maxUnavailable and maxSurge are both 0"],
+        ),
+        // Environment, volumes, arguments.
+        (&["hub.extraEnv[0].value=x"], &["/hub/extraEnv/0", "'name'"]),
+        (&["webhook.extraEnv[0].name=A", "webhook.extraEnv[0].value=1"], &["/webhook/extraEnv/0/value", "string"]),
+        (
+            &["hub.extraEnv[0].name=RUST_LOG", "hub.extraEnv[0].value=debug"],
+            &["hub.extraEnv sets RUST_LOG", "hub.logFilter"],
+        ),
+        (
+            &["hub.extraEnv[0].name=A", "hub.extraEnv[0].value=x", "hub.extraEnv[1].name=A", "hub.extraEnv[1].value=y"],
+            &["hub.extraEnv sets A"],
+        ),
+        (&["hub.envFrom[0].prefix=X_"], &["/hub/envFrom/0"]),
+        (&["webhook.envFrom[0].secretRef.nam=x"], &["/webhook/envFrom/0/secretRef", "'nam' not allowed"]),
+        (&["hub.extraVolumes[0].name=data"], &["/hub/extraVolumes/0", "minProperties"]),
+        (
+            &["hub.extraVolumes[0].name=Data", "hub.extraVolumes[0].emptyDir.medium=Memory"],
+            &["/hub/extraVolumes/0/name"],
+        ),
+        (
+            &["webhook.extraVolumes[0].name=tls", "webhook.extraVolumes[0].emptyDir.medium=Memory"],
+            &["webhook.extraVolumes declares volume tls, which the pod has already"],
+        ),
+        (
+            &["hub.extraVolumeMounts[0].name=data", "hub.extraVolumeMounts[0].mountPath=/data"],
+            &["hub.extraVolumeMounts mounts volume data, which the pod does not have", "hub.extraVolumes"],
+        ),
+        (
+            &["hub.extraVolumeMounts[0].name=data", "hub.extraVolumeMounts[0].mountPath=data"],
+            &["/hub/extraVolumeMounts/0/mountPath"],
+        ),
+        (&["hub.extraArgs={kubeconfig=/k}"], &["/hub/extraArgs/0"]),
+        (&["webhook.extraArgs=--lookups=off"], &["/webhook/extraArgs", "array"]),
+        (
+            &["hub.extraArgs={--probe-interval-seconds=5}"],
+            &["hub.extraArgs gives --probe-interval-seconds, which the hub is given already"],
+        ),
+        (
+            &["webhook.extraArgs={--lookups=off}"],
+            &["webhook.extraArgs gives --lookups, which the webhook is given already"],
+        ),
+        // Prometheus and Grafana.
+        (&["serviceMonitor.relabelings[0].action=rename"], &["/serviceMonitor/relabelings/0/action"]),
+        (
+            &["serviceMonitor.metricRelabelings[0].sourceLabels={exported-cluster}"],
+            &["/serviceMonitor/metricRelabelings/0/sourceLabels/0"],
+        ),
+        (
+            &["serviceMonitor.metricRelabelings[0].target_label=cluster"],
+            &["/serviceMonitor/metricRelabelings/0", "'target_label' not allowed"],
+        ),
+        (
+            &["serviceMonitor.endpointConfig.interval=1m"],
+            &["serviceMonitor.endpointConfig sets interval, which the chart sets", "drop it"],
+        ),
+        (
+            &["serviceMonitor.endpointConfig.honorLabels=yes"],
+            &["/serviceMonitor/endpointConfig/honorLabels", "boolean"],
+        ),
+        (&["prometheusRule.additionalRules[0].alert=X"], &["/prometheusRule/additionalRules/0", "'expr'"]),
+        (
+            &[
+                "prometheusRule.additionalRules[0].alert=X",
+                "prometheusRule.additionalRules[0].expr=up",
+                "prometheusRule.additionalRules[0].for=5 minutes",
+            ],
+            &["/prometheusRule/additionalRules/0/for"],
+        ),
+        (&["prometheusRule.labels.release=true"], &["/prometheusRule/labels/release", "string"]),
+        (&["dashboard.namespace=Monitoring"], &["/dashboard/namespace"]),
+        (&["dashboard.labels.grafana_dashboard=1"], &["/dashboard/labels/grafana_dashboard", "string"]),
     ];
     for (sets, expected) in cases {
         match template(&helm, None, sets) {
@@ -742,6 +991,15 @@ fn wrong_values_are_refused_with_a_message_naming_the_value() {
         vec!["hub.metrics.bindAddress=::1", "hub.registrationNamespaces={team-a,team-b}"],
         // A wrong certificate setting does not matter once the webhook is off.
         vec!["webhook.enabled=false", secret],
+        vec!["webhook.enabled=false", "webhook.serviceAccount.create=false"],
+        vec!["hub.serviceAccount.create=false", "hub.serviceAccount.name=existing", "hub.priorityClassName="],
+        vec!["hub.strategy.type=Recreate", "webhook.strategy.rollingUpdate.maxUnavailable=0"],
+        vec!["hub.strategy.rollingUpdate.maxUnavailable=0", "hub.strategy.rollingUpdate.maxSurge=1"],
+        // Without leader election its timings are not passed, nor checked.
+        vec!["hub.replicas=1", "hub.leaderElection.enabled=false", "hub.leaderElection.leaseDurationSeconds=1"],
+        vec!["hub.leaderElection.leaseDurationSeconds=11", "hub.leaderElection.retryPeriodSeconds=9"],
+        vec!["serviceMonitor.endpointConfig.honorLabels=true", "serviceMonitor.relabelings[0].action=Replace"],
+        vec!["hub.extraVolumes[0].name=data", "hub.extraVolumes[0].emptyDir.medium=Memory"],
     ] {
         if let Err(e) = template(&helm, None, &sets) {
             panic!("--set {sets:?} was refused: {e}");
@@ -827,15 +1085,254 @@ fn dockerfile_builds_both_binaries_with_the_workspace_rust_for_the_chart_version
     assert!(ignore.lines().any(|l| l == "target/"), "the local target/ must stay out of the context");
 }
 
+/// `karpenter-hub run`'s flags, as the binary parses them (its `Cli` flattens the same `RunArgs`).
+#[derive(Debug, clap::Parser)]
+struct HubRun {
+    #[command(flatten)]
+    run: operator::commands::run::RunArgs,
+}
+
+/// The hub container's arguments parsed by the binary's own parser (`run` first), or the refusal.
+fn parse_hub_args(a: &[String]) -> HubRun {
+    use clap::Parser as _;
+    assert_eq!(a.first().map(String::as_str), Some("run"), "{a:?}");
+    let argv = std::iter::once("karpenter-hub".to_string()).chain(a[1..].iter().cloned());
+    HubRun::try_parse_from(argv).unwrap_or_else(|e| panic!("the chart's hub arguments {a:?} are refused:\n{e}"))
+}
+
+/// The tuning flags the chart passes, as the binary holds them.
+fn hub_tuning(r: &operator::commands::run::RunArgs) -> Vec<(&'static str, String)> {
+    vec![
+        ("--probe-interval-seconds", r.probe_interval_seconds.to_string()),
+        ("--flavor-cooldown-seconds", r.flavor_cooldown_seconds.to_string()),
+        ("--leader-elect", r.leader_elect.to_string()),
+        ("--leader-elect-lease-duration", r.leader_elect_lease_duration.to_string()),
+        ("--leader-elect-renew-deadline", r.leader_elect_renew_deadline.to_string()),
+        ("--leader-elect-retry-period", r.leader_elect_retry_period.to_string()),
+        ("--shard-lease-duration", r.shard_lease_duration.to_string()),
+        ("--shard-renew-deadline", r.shard_renew_deadline.to_string()),
+        ("--shard-retry-period", r.shard_retry_period.to_string()),
+        ("--gc-min-age-seconds", r.gc_min_age_seconds.to_string()),
+        ("--gc-period-seconds", r.gc_period_seconds.to_string()),
+        ("--gc-max-deletions-per-sweep", r.gc_max_deletions_per_sweep.to_string()),
+        ("--gc-halt-percent", r.gc_halt_percent.to_string()),
+        ("--disruption-validation-seconds", r.disruption_validation_seconds.to_string()),
+        ("--min-values-policy", format!("{:?}", r.min_values_policy)),
+        ("--allow-insecure-kubeconfig", r.allow_insecure_kubeconfig.to_string()),
+        ("--allow-link-local-servers", r.allow_link_local_servers.to_string()),
+        ("--hub-id", format!("{:?}", r.hub_id)),
+        ("--namespace", format!("{:?}", r.namespace)),
+        ("--registration-namespaces", format!("{:?}", r.registration_namespaces)),
+    ]
+}
+
+/// The hub's arguments of every rendering are flags `karpenter-hub run` accepts, and the chart's
+/// defaults are the binary's own (values.yaml's convention): rendered with the default values
+/// (sharded mode on, for its flags), the hub runs as it would with no flag at all. What the chart
+/// sets on purpose (log format, listeners, the Lease namespace) is not a tuning flag.
+#[test]
+fn the_hubs_arguments_parse_and_its_defaults_are_the_binarys() {
+    use clap::Parser as _;
+    let helm = helm_or_skip!();
+    let mut sets: Vec<Option<PathBuf>> = vec![None];
+    sets.extend(ci_values().into_iter().map(Some));
+    for values in &sets {
+        let r = render(&helm, values.as_deref());
+        let hub =
+            r.all("Deployment").into_iter().find(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == "hub");
+        parse_hub_args(&args(hub.unwrap()));
+    }
+    let binary = HubRun::try_parse_from(["karpenter-hub"]).unwrap();
+    let r = template(&helm, None, &["hub.sharding.enabled=true"]).unwrap();
+    let chart = parse_hub_args(&args(r.get("Deployment", "karpenter-hub")));
+    assert_eq!(hub_tuning(&chart.run), hub_tuning(&binary.run), "values.yaml's defaults differ from the binary's");
+    // Each one a flag of the rendering, but those left out while empty or false (as the binary's
+    // default is).
+    let a = args(r.get("Deployment", "karpenter-hub"));
+    for (flag, _) in hub_tuning(&binary.run) {
+        let passed = a.iter().any(|x| x == flag || x.starts_with(&format!("{flag}=")));
+        let empty = [
+            "--allow-insecure-kubeconfig",
+            "--allow-link-local-servers",
+            "--hub-id",
+            "--namespace",
+            "--registration-namespaces",
+        ];
+        assert_eq!(passed, !empty.contains(&flag), "{flag} in {a:?}");
+    }
+}
+
+/// The chart's copy of the Grafana dashboard (Helm reads no file outside the chart) is
+/// docs/dashboards/karpenter-hub.json, byte for byte; `each_ci_values_file_changes_what_it_sets`
+/// checks the ConfigMap holds it unchanged.
+#[test]
+fn the_charts_dashboard_is_the_documented_one() {
+    let docs = std::fs::read(repo().join("docs/dashboards/karpenter-hub.json")).unwrap();
+    let copy = std::fs::read(chart().join("dashboards/karpenter-hub.json")).unwrap();
+    assert!(
+        docs == copy,
+        "charts/karpenter-hub/dashboards/karpenter-hub.json differs from docs/dashboards/karpenter-hub.json: cp docs/dashboards/karpenter-hub.json charts/karpenter-hub/dashboards/"
+    );
+}
+
+/// The alerts of docs/metrics.md, "Alerts worth having" (its YAML block): alert, expr, for.
+fn documented_alerts() -> Vec<Value> {
+    let text = std::fs::read_to_string(repo().join("docs/metrics.md")).unwrap();
+    let section = text.split("### Alerts worth having").nth(1).expect("docs/metrics.md has the alerts");
+    let block = section.split("```yaml").nth(1).and_then(|b| b.split("```").next()).expect("a yaml block");
+    let alerts: Vec<Value> = serde_saphyr::from_str(block).unwrap();
+    assert!(alerts.len() >= 8, "{alerts:?}");
+    alerts
+}
+
+/// Every series of docs/metrics.md's tables (hub and webhook), with its type.
+fn documented_series() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(repo().join("docs/metrics.md")).unwrap();
+    let mut series = Vec::new();
+    for table in ["hub", "webhook"] {
+        let start = format!("<!-- metrics:{table} -->");
+        let block = text.split(&start).nth(1).and_then(|b| b.split("<!-- /metrics:").next()).unwrap();
+        for row in block.lines().filter(|l| l.starts_with("| `")) {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            series.push((cells[1].trim_matches('`').to_string(), cells[2].to_string()));
+        }
+    }
+    assert!(series.len() > 40, "{series:?}");
+    series
+}
+
+/// The series a PromQL expression reads: its identifiers, less label matchers, ranges, strings,
+/// grouping labels, functions (followed by `(`), keywords and numbers.
+fn promql_series(expr: &str) -> Vec<String> {
+    // Grouping clauses: their parenthesis holds label names, not series.
+    const GROUPING: [&str; 6] = ["by", "without", "on", "ignoring", "group_left", "group_right"];
+    const KEYWORDS: [&str; 5] = ["bool", "and", "or", "unless", "offset"];
+    // Aggregations may put their grouping clause between their name and their parenthesis.
+    const AGGREGATIONS: [&str; 14] = [
+        "sum",
+        "avg",
+        "min",
+        "max",
+        "count",
+        "stddev",
+        "stdvar",
+        "topk",
+        "bottomk",
+        "quantile",
+        "count_values",
+        "group",
+        "limitk",
+        "limit_ratio",
+    ];
+    let mut plain = String::new();
+    let (mut depth, mut quoted) = (0, false);
+    for c in expr.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            _ if quoted => {}
+            '{' | '[' => depth += 1,
+            '}' | ']' => depth -= 1,
+            _ if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    let chars: Vec<char> = plain.chars().collect();
+    let word_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    let mut names = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if !(chars[i].is_ascii_alphabetic() || chars[i] == '_' || chars[i] == ':')
+            || (i > 0 && chars[i - 1].is_ascii_digit())
+        {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < chars.len() && word_char(chars[i]) {
+            i += 1;
+        }
+        let word: String = chars[start..i].iter().collect();
+        let next = chars[i..].iter().position(|c| !c.is_whitespace()).map(|p| i + p);
+        let call = next.is_some_and(|n| chars[n] == '(');
+        if GROUPING.contains(&word.as_str()) {
+            if let Some(open) = next.filter(|_| call) {
+                i = open + chars[open..].iter().position(|c| *c == ')').unwrap() + 1;
+            }
+        } else if !call && !KEYWORDS.contains(&word.as_str()) && !AGGREGATIONS.contains(&word.as_str()) {
+            names.push(word);
+        }
+    }
+    names
+}
+
+/// prometheusRule.enabled renders exactly the alerts docs/metrics.md recommends (expressions and
+/// `for:` unchanged), each with a summary, and every series they read is one of that page's
+/// tables (which `metrics_docs` keeps equal to the code): no invented metric.
+#[test]
+fn the_prometheus_rule_holds_the_documented_alerts_over_documented_series() {
+    let series = documented_series();
+    let exists = |name: &str| {
+        series.iter().any(|(s, kind)| {
+            s == name
+                || (kind == "histogram"
+                    && ["_bucket", "_sum", "_count"].iter().any(|suffix| name.strip_suffix(suffix) == Some(s.as_str())))
+        })
+    };
+    assert_eq!(promql_series("sum by (a) (rate(x_total{b=\"c\"}[5m])) > 5 and on (d) y == 1"), ["x_total", "y"]);
+    let documented = documented_alerts();
+    for alert in &documented {
+        let names = promql_series(alert["expr"].as_str().unwrap());
+        assert!(!names.is_empty(), "{alert}");
+        for name in names {
+            assert!(
+                exists(&name),
+                "docs/metrics.md's alert {} reads {name}, which its tables do not list",
+                alert["alert"]
+            );
+        }
+    }
+    let helm = helm_or_skip!();
+    let r = template(&helm, None, &["prometheusRule.enabled=true"]).unwrap();
+    check_invariants("prometheusRule", &r);
+    let rule = r.get("PrometheusRule", "karpenter-hub");
+    assert_eq!(rule["metadata"]["namespace"], NAMESPACE);
+    let rules = rule["spec"]["groups"][0]["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), documented.len(), "exactly the documented alerts: {rules:?}");
+    for (rendered, documented) in rules.iter().zip(&documented) {
+        for field in ["alert", "expr", "for"] {
+            assert_eq!(rendered.get(field), documented.get(field), "{field} of {}", documented["alert"]);
+        }
+        let summary = rendered["annotations"]["summary"].as_str().unwrap();
+        assert!(
+            summary.contains("{{ $labels.") && !summary.contains("{{`"),
+            "Prometheus templates, unrendered: {summary}"
+        );
+    }
+}
+
+/// extraArgs come after every argument of the chart, in their order, for the webhook as for the
+/// hub (ci/extras-values.yaml gives the hub one; the webhook has no flag without a value to give).
+#[test]
+fn extra_args_follow_the_charts_own() {
+    let helm = helm_or_skip!();
+    let default = render(&helm, None);
+    let r = template(&helm, None, &["webhook.extraArgs={--future-flag=1,--other}"]).unwrap();
+    let with = args(r.get("Deployment", "karpenter-hub-webhook"));
+    let mut expected = args(default.get("Deployment", "karpenter-hub-webhook"));
+    expected.extend(["--future-flag=1".to_string(), "--other".to_string()]);
+    assert_eq!(with, expected);
+}
+
 /// Minimal CRDs for the kinds of other projects the chart can render (cert-manager's Issuer and
-/// Certificate, the Prometheus Operator's ServiceMonitor): their group, version, kind and scope
-/// are checked by the API server, not their fields.
+/// Certificate, the Prometheus Operator's ServiceMonitor and PrometheusRule): their group,
+/// version, kind and scope are checked by the API server, not their fields.
 fn foreign_crds() -> Vec<CustomResourceDefinition> {
-    [("cert-manager.io", "Issuer", "issuers"), ("cert-manager.io", "Certificate", "certificates"), (
-        "monitoring.coreos.com",
-        "ServiceMonitor",
-        "servicemonitors",
-    )]
+    [
+        ("cert-manager.io", "Issuer", "issuers"),
+        ("cert-manager.io", "Certificate", "certificates"),
+        ("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+        ("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
+    ]
     .into_iter()
     .map(|(group, kind, plural)| {
         serde_json::from_value(json!({
@@ -909,8 +1406,9 @@ async fn rendered_charts_are_accepted_by_a_real_api_server() {
 
     install_crds_chart(&helm, &client).await;
 
-    // Namespaces the value sets name: the release's, the watched one and the Lease's.
-    for ns in [NAMESPACE, "fleet", "hub-leases"] {
+    // Namespaces the value sets name: the release's, the watched one, the Lease's and the
+    // dashboard's.
+    for ns in [NAMESPACE, "fleet", "hub-leases", "monitoring"] {
         create_namespace(&client, ns).await;
     }
     let discovery = Discovery::new(client.clone()).run().await.unwrap();
@@ -952,8 +1450,35 @@ async fn rendered_charts_are_accepted_by_a_real_api_server() {
     }
     eprintln!("{accepted} rendered objects accepted by the API server (server-side apply, dryRun=All)");
 
-    // The negative side: the same path refuses an object the API server finds wrong.
+    // The pods of the default rendering are admitted in the release namespace with their
+    // priority class, system-cluster-critical (a Deployment's is only checked when its pods are
+    // made): created for real as a dry run, after their ServiceAccounts, which admission reads.
     let r = render(&helm, None);
+    let apply =
+        PatchParams { field_validation: Some(ValidationDirective::Strict), ..PatchParams::apply("charts-test") };
+    let service_accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
+    for sa in r.all("ServiceAccount") {
+        let name = sa["metadata"]["name"].as_str().unwrap();
+        service_accounts.patch(name, &apply, &Patch::Apply(sa)).await.unwrap();
+    }
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    for d in r.all("Deployment") {
+        let name = d["metadata"]["name"].as_str().unwrap();
+        let pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("{name}-admission"), "labels": d["spec"]["template"]["metadata"]["labels"]},
+            "spec": pod_spec(d),
+        }))
+        .unwrap();
+        let admitted = pods
+            .create(&PostParams { dry_run: true, ..PostParams::default() }, &pod)
+            .await
+            .unwrap_or_else(|e| panic!("the API server refused a pod of {name}: {e}"));
+        let spec = admitted.spec.unwrap();
+        assert_eq!(spec.priority_class_name.as_deref(), Some("system-cluster-critical"), "{name}");
+        assert_eq!(spec.priority, Some(2_000_000_000), "{name}: the class resolved to its priority");
+    }
+
+    // The negative side: the same path refuses an object the API server finds wrong.
     let mut bad: DynamicObject = serde_json::from_value(r.get("Deployment", "karpenter-hub").clone()).unwrap();
     bad.data["spec"]["template"]["spec"]["containers"][0]["securityContext"]["runAsUsr"] = json!(0);
     let deployments: Api<DynamicObject> = Api::namespaced_with(
@@ -1393,8 +1918,9 @@ async fn the_sharded_hub_runs_with_the_chart_rbac_on_a_real_api_server() {
 
 /// The install, upgrade and uninstall of docs/install.md, run with helm against a kube-apiserver
 /// of its own (the webhook configuration it installs would otherwise intercept the other tests'
-/// NodePools): CRDs first, then the hub; an upgrade changes what it sets; uninstalling the hub
-/// leaves the CRDs.
+/// NodePools): the README's two install commands as written, on a bare server (no cert-manager:
+/// the webhook keeps its own certificate), CRDs first, then the hub; an upgrade changes what it
+/// sets; uninstalling the hub leaves the CRDs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_install_upgrade_and_uninstall_as_the_docs_say_on_a_real_api_server() {
     use k8s_openapi::api::{
@@ -1411,12 +1937,7 @@ async fn helm_install_upgrade_and_uninstall_as_the_docs_say_on_a_real_api_server
     };
     let client = cp.client().await.unwrap();
     let kubeconfig = cp.kubeconfig_path().to_str().unwrap().to_string();
-    // cert-manager's kinds, as stand-ins (cert-manager itself does not run here).
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in foreign_crds() {
-        api.create(&PostParams::default(), &crd).await.unwrap();
-        wait_established(&client, crd.metadata.name.as_deref().unwrap()).await;
-    }
     let helm_ok = |args: &[&str]| {
         let mut all: Vec<&str> = args.to_vec();
         all.extend(["--kubeconfig", &kubeconfig]);
@@ -1427,11 +1948,31 @@ async fn helm_install_upgrade_and_uninstall_as_the_docs_say_on_a_real_api_server
     let (crds, chart) = (crds_chart(), chart());
     let (crds, chart) = (crds.to_str().unwrap(), chart.to_str().unwrap());
 
-    helm_ok(&["install", "karpenter-hub-crds", crds]);
+    // The README's install commands, exactly as written (paths from the repository's root), on a
+    // bare control plane: no cert-manager, nothing else installed first.
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let install = readme.split("## Install").nth(1).unwrap();
+    let commands: Vec<Vec<String>> = install
+        .lines()
+        .take_while(|l| !l.starts_with("## "))
+        .filter(|l| l.starts_with("helm install "))
+        .map(|l| {
+            l.split_whitespace()
+                .skip(1)
+                .map(|w| if w.starts_with("charts/") { repo().join(w).to_str().unwrap().to_string() } else { w.into() })
+                .collect()
+        })
+        .collect();
+    assert_eq!(commands.len(), 2, "the README's two install commands: {commands:?}");
+    let first: Vec<&str> = commands[0].iter().map(String::as_str).collect();
+    assert_eq!(first, ["install", "karpenter-hub-crds", crds], "the CRD chart first");
+    helm_ok(&first);
     for file in crds::crd::hub_crds() {
         wait_established(&client, file.crd.metadata.name.as_deref().unwrap()).await;
     }
-    let notes = helm_ok(&["install", RELEASE, chart, "--namespace", NAMESPACE, "--create-namespace"]);
+    let second: Vec<&str> = commands[1].iter().map(String::as_str).collect();
+    assert!(second.contains(&RELEASE) && second.contains(&NAMESPACE), "{second:?}");
+    let notes = helm_ok(&second);
     assert!(!notes.contains("does not seem to be installed"), "the CRD chart is installed: {notes}");
     assert!(notes.contains("karpenter-hub register --cluster"), "{notes}");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
