@@ -43,7 +43,7 @@ fn crds_chart() -> PathBuf {
 
 /// The helm binary, or None after saying why this test skipped (a failure where the environment
 /// demands the real tiers, as envtest's skip does).
-fn helm() -> Option<PathBuf> {
+pub(crate) fn helm() -> Option<PathBuf> {
     let test = envtest::current_test();
     match std::env::var_os(HELM_ENV).filter(|v| !v.is_empty()) {
         Some(path) => {
@@ -107,7 +107,7 @@ fn ci_file(name: &str) -> PathBuf {
 }
 
 /// The objects `helm template` renders.
-struct Rendered {
+pub(crate) struct Rendered {
     docs: Vec<Value>,
 }
 
@@ -120,7 +120,7 @@ impl Rendered {
         self.docs.iter().find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
     }
 
-    fn get(&self, kind: &str, name: &str) -> &Value {
+    pub(crate) fn get(&self, kind: &str, name: &str) -> &Value {
         self.find(kind, name).unwrap_or_else(|| {
             let present: Vec<String> =
                 self.docs.iter().map(|d| format!("{}/{}", d["kind"], d["metadata"]["name"])).collect();
@@ -143,7 +143,12 @@ fn template(helm: &Path, values: Option<&Path>, sets: &[&str]) -> Result<Rendere
 }
 
 /// `helm template` of the karpenter-hub chart as release karpenter-hub in `namespace`.
-fn template_in(helm: &Path, namespace: &str, values: Option<&Path>, sets: &[&str]) -> Result<Rendered, String> {
+pub(crate) fn template_in(
+    helm: &Path,
+    namespace: &str,
+    values: Option<&Path>,
+    sets: &[&str],
+) -> Result<Rendered, String> {
     let chart = chart();
     let mut args = vec!["template", RELEASE, chart.to_str().unwrap(), "--namespace", namespace];
     if let Some(v) = values {
@@ -168,11 +173,11 @@ fn container(deployment: &Value) -> &Value {
     &pod_spec(deployment)["containers"][0]
 }
 
-fn args(deployment: &Value) -> Vec<String> {
+pub(crate) fn args(deployment: &Value) -> Vec<String> {
     container(deployment)["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect()
 }
 
-fn env(deployment: &Value, name: &str) -> Option<String> {
+pub(crate) fn env(deployment: &Value, name: &str) -> Option<String> {
     container(deployment)["env"].as_array()?.iter().find(|e| e["name"] == name)?["value"].as_str().map(String::from)
 }
 
@@ -1491,7 +1496,7 @@ async fn rendered_charts_are_accepted_by_a_real_api_server() {
 }
 
 /// A process that is killed when the test ends, however it ends; its output goes to a file.
-struct Running {
+pub(crate) struct Running {
     child: std::process::Child,
     log: PathBuf,
 }
@@ -1499,7 +1504,7 @@ struct Running {
 impl Running {
     /// `karpenter-hub` with `args` as the chart's pod `pod` in `namespace` runs it (its downward
     /// API environment and `RUST_LOG`, nothing else), its output in `log`.
-    fn hub(args: &[String], namespace: &str, pod: &str, rust_log: &str, log: PathBuf) -> Running {
+    pub(crate) fn hub(args: &[String], namespace: &str, pod: &str, rust_log: &str, log: PathBuf) -> Running {
         let file = std::fs::File::create(&log).unwrap();
         Running {
             child: Command::new(env!("CARGO_BIN_EXE_karpenter-hub"))
@@ -1517,12 +1522,12 @@ impl Running {
         }
     }
 
-    fn output(&self) -> String {
+    pub(crate) fn output(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Panics with the output if the process has exited.
-    fn assert_alive(&mut self) {
+    pub(crate) fn assert_alive(&mut self) {
         if let Some(status) = self.child.try_wait().unwrap() {
             panic!("karpenter-hub exited ({status}):\n{}", self.output());
         }
@@ -1538,7 +1543,7 @@ impl Drop for Running {
 
 /// A listener the chart puts on every interface, moved to the loopback one (tests listen on
 /// 127.0.0.1 only).
-fn to_loopback(hub_args: &mut [String], flag: &str, port: u16) {
+pub(crate) fn to_loopback(hub_args: &mut [String], flag: &str, port: u16) {
     let all_interfaces = format!("{flag}=0.0.0.0:{port}");
     let position =
         hub_args.iter().position(|a| *a == all_interfaces).unwrap_or_else(|| panic!("the chart sets {flag}"));
@@ -1546,12 +1551,12 @@ fn to_loopback(hub_args: &mut [String], flag: &str, port: u16) {
 }
 
 /// An unused port on the loopback interface.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// The status code of `GET http://127.0.0.1:<port><path>`, None while nothing answers.
-async fn http_status(port: u16, path: &str) -> Option<u16> {
+pub(crate) async fn http_status(port: u16, path: &str) -> Option<u16> {
     http_get(port, path).await.map(|(code, _)| code)
 }
 
@@ -1586,7 +1591,7 @@ async fn allowed(admin: &Client, user: &str, verb: &str, resource: &str, namespa
 }
 
 /// Create the hub's ServiceAccount, roles and bindings of a rendered chart (server-side apply).
-async fn apply_hub_rbac(admin: &Client, r: &Rendered) {
+pub(crate) async fn apply_hub_rbac(admin: &Client, r: &Rendered) {
     use k8s_openapi::api::{
         core::v1::ServiceAccount,
         rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
@@ -1616,7 +1621,7 @@ async fn apply_hub_rbac(admin: &Client, r: &Rendered) {
 }
 
 /// A kubeconfig file in `dir` for the API server of `cp` as ServiceAccount `ns/sa` (a fresh token).
-async fn service_account_kubeconfig(
+pub(crate) async fn service_account_kubeconfig(
     admin: &Client,
     cp: &envtest::ControlPlane,
     ns: &str,

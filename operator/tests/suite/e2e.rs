@@ -11,7 +11,8 @@
 //! 4. per workload cluster: a management namespace, the registration Secret holding that cluster's
 //!    kubeconfig file, `examples/general-purpose.yaml` pointed at the cluster; a namespace with the
 //!    workload in the workload cluster;
-//! 5. runs the hub in process (`operator::commands::run::run_with`, a hub id of its own), waits for the pods
+//! 5. runs the hub in process (`operator::commands::run::run_with`, a hub id of its own) — or, on
+//!    envtest, finds it running as the chart installs it (the caller started it) — waits for the pods
 //!    to run and asserts what `tests/hub.rs` asserts on the simulated world (one NodeGroup per
 //!    NodeClaim, the cheapest fitting flavor, providerID stamped, ownership labels, the pods on the
 //!    hub's node);
@@ -121,6 +122,8 @@ struct E2e {
     /// it is not the workload kubeconfig itself, e.g. the least-privilege one `karpenter-hub
     /// register` minted. The run itself always uses the workload kubeconfig.
     hub_kubeconfigs: Option<Vec<PathBuf>>,
+    /// The caller runs the hub (with the hub id `e2e-<run_id>`); else it runs in process.
+    external_hub: bool,
     deadlines: Deadlines,
     run_id: String,
 }
@@ -159,6 +162,7 @@ impl E2e {
             workload_kubeconfigs,
             sim_cke,
             hub_kubeconfigs: None,
+            external_hub: false,
             deadlines: Deadlines::envelope(),
             run_id,
         }))
@@ -817,21 +821,25 @@ async fn run_e2e(cfg: &E2e) -> Result<Report> {
         seen_groups: std::sync::Mutex::new(BTreeSet::new()),
     };
     let hub_stop = CancellationToken::new();
-    let hub_task = tokio::spawn(run::run_with(
-        mgmt.clone(),
-        hub::Settings { hub_id: ctx.hub_id.clone(), ..hub::Settings::default() },
-        registry::Settings::default(),
-        Arc::new(Metrics::new()),
-        hub_stop.clone(),
-    ));
+    let hub_task = (!cfg.external_hub).then(|| {
+        tokio::spawn(run::run_with(
+            mgmt.clone(),
+            hub::Settings { hub_id: ctx.hub_id.clone(), ..hub::Settings::default() },
+            registry::Settings::default(),
+            Arc::new(Metrics::new()),
+            hub_stop.clone(),
+        ))
+    });
 
     let outcome = scenario(&ctx, &mut report).await;
     let mut notes = cleanup(&ctx).await;
     hub_stop.cancel();
-    match hub_task.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => notes.push(format!("the hub stopped with an error: {e}")),
-        Err(e) => notes.push(format!("the hub task failed: {e}")),
+    if let Some(task) = hub_task {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => notes.push(format!("the hub stopped with an error: {e}")),
+            Err(e) => notes.push(format!("the hub task failed: {e}")),
+        }
     }
     delete_mgmt_namespaces(&ctx, &mut notes).await;
     cke_stop.cancel();
@@ -916,6 +924,7 @@ async fn the_end_to_end_run_passes_on_emulators_through_kubeconfig_files_only() 
             operator::commands::sandbox::world::quick_cke(2),
         ]),
         hub_kubeconfigs: None,
+        external_hub: false,
         deadlines: Deadlines::emulated(),
         run_id: new_run_id(),
     };
@@ -946,11 +955,16 @@ async fn the_end_to_end_run_passes_on_emulators_through_kubeconfig_files_only() 
 /// deletion, node lifecycle, ServiceAccount tokens), given as kubeconfig files, with the simulated
 /// CKE playing CKE on the workload plane. The hub serves the workload cluster with the
 /// least-privilege identity `karpenter-hub register` minted there, so kube-apiserver's own RBAC
-/// proves that `config/hub/workload-rbac.yaml` grants every call of the whole scenario.
+/// proves that `config/hub/workload-rbac.yaml` grants every call of the whole scenario. The hub is
+/// the one the chart installs (issue 29 item 5): `karpenter-hub` started with the command line and
+/// environment of the chart's Deployment as rendered by a real helm (only its listeners moved to
+/// the loopback interface), as the chart's ServiceAccount (a TokenRequest token) with only the
+/// chart's management RBAC, so the chart's flags, settings and roles are what the scenario runs on.
 /// Owned planes, not shared ones: the run refuses a management cluster holding anyone else's
 /// NodePools, and the other tests of this binary must not see this hub's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_end_to_end_run_passes_on_real_api_servers_with_the_registered_identity() {
+async fn the_end_to_end_run_passes_on_real_api_servers_with_the_chart_installed_hub_and_the_registered_identity() {
+    let Some(helm) = crate::charts::helm() else { return };
     let start = |options: envtest::Options| match envtest::ControlPlane::start(&options) {
         Ok(cp) => Some(cp),
         Err(e) => {
@@ -1009,17 +1023,68 @@ async fn the_end_to_end_run_passes_on_real_api_servers_with_the_registered_ident
     let minted = dir.join("w0-minted.kubeconfig");
     std::fs::write(&minted, &secret.data.unwrap()[registry::KUBECONFIG_KEY].0).unwrap();
     Api::<Namespace>::all(mgmt_client.clone()).delete(&scratch_ns, &DeleteParams::default()).await.unwrap();
+    // Gone before the hub starts: it would otherwise serve the registration there while the
+    // namespace terminates.
+    let namespaces = Api::<Namespace>::all(mgmt_client.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while namespaces.get_opt(&scratch_ns).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "namespace {scratch_ns} not gone within 60 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let registered = registered.elapsed();
+
+    // The hub as the chart installs it: rendered for the release namespace with this run's hub id,
+    // its ServiceAccount, roles and bindings applied, its container's command line and environment.
+    let release_ns = "karpenter-hub";
+    Api::<Namespace>::all(mgmt_client.clone())
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": release_ns}})).unwrap())
+        .await
+        .unwrap();
+    let (port, probe_port) = (crate::charts::free_port(), crate::charts::free_port());
+    let sets = [
+        format!("hub.hubId=e2e-{run_id}"),
+        format!("hub.metrics.port={port}"),
+        format!("hub.healthProbe.port={probe_port}"),
+    ];
+    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let rendered = crate::charts::template_in(&helm, release_ns, None, &sets).unwrap_or_else(|e| panic!("{e}"));
+    crate::charts::apply_hub_rbac(&mgmt_client, &rendered).await;
+    let deployment = rendered.get("Deployment", "karpenter-hub");
+    let sa = deployment["spec"]["template"]["spec"]["serviceAccountName"].as_str().unwrap();
+    let sa_kubeconfig = crate::charts::service_account_kubeconfig(&mgmt_client, &mgmt, release_ns, sa, &dir).await;
+    let mut hub_args = crate::charts::args(deployment);
+    crate::charts::to_loopback(&mut hub_args, "--metrics-bind-address", port);
+    crate::charts::to_loopback(&mut hub_args, "--health-probe-bind-address", probe_port);
+    hub_args.push(format!("--kubeconfig={}", sa_kubeconfig.display()));
+    let rust_log = crate::charts::env(deployment, "RUST_LOG").unwrap();
+    let mut hub_process =
+        crate::charts::Running::hub(&hub_args, release_ns, "karpenter-hub-0", &rust_log, dir.join("hub.log"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while crate::charts::http_status(probe_port, "/readyz").await != Some(200) {
+        hub_process.assert_alive();
+        assert!(Instant::now() < deadline, "the chart's hub is not Ready within 30 s:\n{}", hub_process.output());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     let cfg = E2e {
         mgmt_kubeconfig: mgmt.kubeconfig_path().to_path_buf(),
         workload_kubeconfigs: vec![workload.kubeconfig_path().to_path_buf()],
         sim_cke: Some(vec![operator::commands::sandbox::world::quick_cke(1)]),
         hub_kubeconfigs: Some(vec![minted]),
+        external_hub: true,
         deadlines: d,
         run_id,
     };
-    let report = run_e2e(&cfg).await.unwrap_or_else(|e| panic!("end-to-end run on envtest: {e:#}"));
+    let report = run_e2e(&cfg)
+        .await
+        .unwrap_or_else(|e| panic!("end-to-end run on envtest: {e:#}\nthe hub's log:\n{}", hub_process.output()));
+    hub_process.assert_alive();
+    // The chart's management RBAC refused the hub nothing through the whole scenario (RBAC's
+    // refusals name the user; a namespace being deleted refuses writes with 403 too).
+    let output = hub_process.output();
+    assert!(!output.contains("forbidden: User"), "the chart's RBAC refused the hub something:\n{output}");
+    assert!(output.contains(&format!("e2e-{}", cfg.run_id)), "the hub ran with the run's hub id:\n{output}");
+    drop(hub_process);
     println!(
         "control planes started in {:.1}s, registered in {:.1}s\n{report}",
         planes.as_secs_f64(),
@@ -1142,6 +1207,7 @@ async fn a_failed_run_still_cleans_up_after_itself() {
         // The binder marks the pods unschedulable (so the hub provisions), but nothing serves NodeGroups.
         sim_cke: Some(vec![SimCkeConfig { nodegroups: false, ..operator::commands::sandbox::world::quick_cke(1) }]),
         hub_kubeconfigs: None,
+        external_hub: false,
         deadlines: Deadlines { running: Duration::from_secs(5), ..Deadlines::emulated() },
         run_id: new_run_id(),
     };
