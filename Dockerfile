@@ -4,8 +4,11 @@
 #
 #   docker build -t ghcr.io/clever-karpenter-hub/karpenter-hub:v0.1.0 .
 #
-# Not built in CI (no container engine runs there); operator/tests/charts.rs checks by reading that
-# the builder matches the workspace's rust-version and the version label matches the chart.
+# CI has no container engine: image/assemble.sh assembles the same image (these files, user,
+# entrypoint, command and labels, on Debian 12 packages instead of the distroless base) as an OCI
+# layout, and webhook/tests/image.rs checks it against this file and runs its entrypoints as 65532;
+# operator/tests/suite/charts.rs checks that the builder matches the workspace's rust-version and the
+# version label the chart.
 
 # The workspace's minimum Rust (Cargo.toml rust-version), on Debian 12 like the runtime below, so
 # the binaries link against the same glibc.
