@@ -45,8 +45,19 @@ fn helm() -> Option<PathBuf> {
 
 /// Every object rendered with `values` (None: the defaults) and `--set` assignments, or helm's error.
 fn render(helm: &Path, values: Option<&Path>, sets: &[&str]) -> Result<Vec<Value>, String> {
+    render_as(helm, "karpenter-hub", "karpenter-hub", values, sets)
+}
+
+/// [`render`] as release `release` in `namespace`.
+fn render_as(
+    helm: &Path,
+    release: &str,
+    namespace: &str,
+    values: Option<&Path>,
+    sets: &[&str],
+) -> Result<Vec<Value>, String> {
     let chart = repo().join("charts/karpenter-hub");
-    let mut args = vec!["template", "karpenter-hub", chart.to_str().unwrap(), "--namespace", "karpenter-hub"];
+    let mut args = vec!["template", release, chart.to_str().unwrap(), "--namespace", namespace];
     if let Some(v) = values {
         args.extend(["--values", v.to_str().unwrap()]);
     }
@@ -306,17 +317,7 @@ async fn the_charts_webhook_keeps_its_own_certificate_with_the_charts_rbac_on_a_
     let admin = cp.client().await.unwrap();
     let suffix = format!("{:x}", webhook::certificates::unix_now() % 0xffffff);
     let (release, ns) = (format!("whc{suffix}"), format!("webhook-chart-{suffix}"));
-    let chart = repo().join("charts/karpenter-hub");
-    let out = Command::new(&helm)
-        .args(["template", &release, chart.to_str().unwrap(), "--namespace", &ns])
-        .env("KUBECONFIG", "/nonexistent/karpenter-hub-charts-test")
-        .env("HELM_CACHE_HOME", repo().join("target/helm-home/cache"))
-        .env("HELM_CONFIG_HOME", repo().join("target/helm-home/config"))
-        .env("HELM_DATA_HOME", repo().join("target/helm-home/data"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let docs: Vec<Value> = serde_saphyr::from_multiple::<Value>(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    let docs = render_as(&helm, &release, &ns, None, &[]).unwrap_or_else(|e| panic!("{e}"));
     let webhook_docs: Vec<&Value> =
         docs.iter().filter(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == "webhook").collect();
     let find =
@@ -417,24 +418,8 @@ async fn the_charts_webhook_keeps_its_own_certificate_with_the_charts_rbac_on_a_
             .unwrap();
         replicas.push((child, port, probe_port, log));
     }
-    let plain = reqwest::Client::new();
     for (child, _, probe_port, log) in &mut replicas {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let ready = plain
-                .get(format!("http://127.0.0.1:{probe_port}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200);
-            if ready {
-                break;
-            }
-            if child.try_wait().unwrap().is_some() || std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("a replica did not get ready:\n{}", std::fs::read_to_string(&*log).unwrap_or_default());
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        ready_or_panic(child, *probe_port, Duration::from_secs(60), log).await;
     }
 
     // One Secret, the webhook's; its CA in every webhook of the configuration.

@@ -195,45 +195,29 @@ async fn the_image_assembled_from_debian_packages_is_the_dockerfiles_and_runs_as
     Command::new("chown").args(["-R", "65532:65532"]).arg(&tls).status().unwrap();
     let (port, probe_port) = (free_port(), free_port());
     let log = dir.path().join("webhook.log");
-    let mut child = as_nonroot("/usr/local/bin/karpenter-hub-webhook")
-        .args([
-            format!("--address=127.0.0.1:{port}"),
-            format!("--probe-address=127.0.0.1:{probe_port}"),
-            "--tls-cert-file=/tmp/tls/tls.crt".into(),
-            "--tls-key-file=/tmp/tls/tls.key".into(),
-            "--lookups=off".into(),
-        ])
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        as_nonroot("/usr/local/bin/karpenter-hub-webhook")
+            .args([
+                format!("--address=127.0.0.1:{port}"),
+                format!("--probe-address=127.0.0.1:{probe_port}"),
+                "--tls-cert-file=/tmp/tls/tls.crt".into(),
+                "--tls-key-file=/tmp/tls/tls.key".into(),
+                "--lookups=off".into(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(dir.path().join("webhook.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    ready_or_panic(&mut child.0, probe_port, Duration::from_secs(30), &log).await;
     let client = client(&ca.pem(), false);
-    let ready = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            let up = client
-                .get(format!("http://127.0.0.1:{probe_port}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200);
-            if up {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
-    if ready.is_err() || child.try_wait().unwrap().is_some() {
-        let _ = child.kill();
-        panic!("the image's webhook did not get ready:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
-    }
     // It runs as 65532 (chroot switched user before exec: the child is the webhook).
-    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.0.id())).unwrap();
     let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap().to_string();
     assert!(uid.split_whitespace().skip(1).all(|u| u == "65532"), "{uid}");
     let body = review("FlavorCatalog", "CREATE", flavor_catalog("c", json!([{"name": "M", "priceHourly": 0.1}])), None);
     let (code, answer) = post(&client, &format!("https://localhost:{port}/validate/flavorcatalogs"), &body).await;
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     assert_eq!((code, answer["response"]["allowed"].as_bool()), (200, Some(true)), "{answer}");
 }

@@ -165,6 +165,15 @@ fn render(helm: &Path, values: Option<&Path>) -> Rendered {
     template(helm, values, &[]).unwrap_or_else(|e| panic!("helm template with {values:?} failed: {e}"))
 }
 
+/// The names of the subjects of every (Cluster)RoleBinding of a rendering.
+fn binding_subjects(r: &Rendered) -> BTreeSet<&str> {
+    r.all("ClusterRoleBinding")
+        .into_iter()
+        .chain(r.all("RoleBinding"))
+        .flat_map(|b| b["subjects"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()))
+        .collect()
+}
+
 fn pod_spec(deployment: &Value) -> &Value {
     &deployment["spec"]["template"]["spec"]
 }
@@ -213,12 +222,7 @@ fn check_invariants(what: &str, r: &Rendered) {
         r.all("ServiceAccount").iter().map(|s| s["metadata"]["name"].as_str().unwrap()).collect();
     // The identities the pods run as: each one the chart creates, or an existing one
     // (serviceAccount.create=false) the release's bindings give the rights to.
-    let bound: BTreeSet<&str> = r
-        .all("ClusterRoleBinding")
-        .into_iter()
-        .chain(r.all("RoleBinding"))
-        .flat_map(|b| b["subjects"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()))
-        .collect();
+    let bound = binding_subjects(r);
     let run_as: BTreeSet<&str> =
         r.all("Deployment").iter().map(|d| pod_spec(d)["serviceAccountName"].as_str().unwrap()).collect();
     for d in r.all("Deployment") {
@@ -715,12 +719,7 @@ fn each_ci_values_file_changes_what_it_sets() {
         assert_eq!(pod_spec(d)["serviceAccountName"], sa);
     }
     assert!(r.all("ServiceAccount").is_empty(), "serviceAccount.create=false creates none");
-    let subjects: BTreeSet<&str> = r
-        .all("ClusterRoleBinding")
-        .into_iter()
-        .chain(r.all("RoleBinding"))
-        .flat_map(|b| b["subjects"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()))
-        .collect();
+    let subjects = binding_subjects(&r);
     assert_eq!(subjects, BTreeSet::from(["platform-hub", "platform-webhook"]), "the roles go to the existing ones");
 
     // Prometheus: relabelings and endpoint fields on both ServiceMonitors, the documented alerts

@@ -261,6 +261,36 @@ where
     panic!("timed out waiting for {what}");
 }
 
+/// Waits until the process `child` answers 200 on `http://127.0.0.1:<probe_port>/readyz`; kills it
+/// and panics with its `log` if it exits or `timeout` passes first.
+pub async fn ready_or_panic(child: &mut std::process::Child, probe_port: u16, timeout: Duration, log: &Path) {
+    // reqwest's client needs the process's crypto provider, even for plain HTTP.
+    let _ = rustls::crypto::CryptoProvider::install_default(rustls::crypto::ring::default_provider());
+    let client = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let url = format!("http://127.0.0.1:{probe_port}/readyz");
+        if client.get(url).send().await.is_ok_and(|r| r.status() == 200) {
+            return;
+        }
+        if child.try_wait().unwrap().is_some() || tokio::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the webhook did not get ready:\n{}", std::fs::read_to_string(log).unwrap_or_default());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A child process killed (and reaped) when dropped, however the test ends.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A free port on 127.0.0.1 (bound and released: another process may take it first, rarely).
 pub fn free_port() -> u16 {
     // Tests run concurrently and each binary binds its ports only after start: a port handed out
