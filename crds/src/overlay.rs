@@ -112,14 +112,13 @@ pub struct OverlayRequirement {
 
 fn overlay_capacity(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let mut schema = crate::common::resource_map(generator);
-    schema.insert(
-        "x-kubernetes-validations".into(),
-        serde_json::json!([
-            {"rule": "self.all(k, !string(self[k]).startsWith('-'))", "message": "resource quantities must not be negative"},
-            {"rule": "self.all(k, !(k in ['cpu', 'memory', 'ephemeral-storage', 'pods']))",
-             "message": "capacity adds extended resources only: cpu, memory, ephemeral-storage and pods are the flavor's own sizing (FlavorCatalog)"}
-        ]),
-    );
+    // resource_map's rules (no negative quantity), and: no node resource.
+    if let Some(serde_json::Value::Array(rules)) = schema.get_mut("x-kubernetes-validations") {
+        rules.push(serde_json::json!({
+            "rule": "self.all(k, !(k in ['cpu', 'memory', 'ephemeral-storage', 'pods']))",
+            "message": "capacity adds extended resources only: cpu, memory, ephemeral-storage and pods are the flavor's own sizing (FlavorCatalog)"
+        }));
+    }
     schema
 }
 
@@ -212,13 +211,18 @@ impl NodeOverlaySpec {
     /// The whole spec, checked as the schema does: the price change (if any), the capacity, the
     /// requirements, and that it changes something.
     pub fn check(&self) -> Result<(), OverlayError> {
+        self.parsed().map(drop)
+    }
+
+    /// The spec checked ([`Self::check`]) and parsed once: its price change and its capacity.
+    pub fn parsed(&self) -> Result<(Option<PriceChange>, BTreeMap<String, i64>), OverlayError> {
         let price = self.price_change()?;
-        self.capacity_change()?;
+        let capacity = self.capacity_change()?;
         self.check_requirements()?;
         if price.is_none() && self.capacity.is_none() {
             return Err(OverlayError::Nothing);
         }
-        Ok(())
+        Ok((price, capacity))
     }
 
     /// The extended resources the overlay sets, in units, checked as the schema does (no node
@@ -248,18 +252,12 @@ impl NodeOverlaySpec {
     /// The price change (none when the overlay sets neither price nor adjustment), checked as the
     /// schema does.
     pub fn price_change(&self) -> Result<Option<PriceChange>, OverlayError> {
-        self.price_change_inner().map(Some).or_else(|e| match e {
-            OverlayError::Nothing => Ok(None),
-            e => Err(e),
-        })
-    }
-
-    fn price_change_inner(&self) -> Result<PriceChange, OverlayError> {
         match (&self.price, &self.price_adjustment) {
+            (None, None) => Ok(None),
             (Some(p), None) => strict_number(p)
                 .then(|| value(p))
                 .flatten()
-                .map(PriceChange::Set)
+                .map(|v| Some(PriceChange::Set(v)))
                 .ok_or_else(|| OverlayError::Price(p.clone())),
             (None, Some(a)) => {
                 let bad = || OverlayError::Adjustment(a.clone());
@@ -269,7 +267,7 @@ impl NodeOverlaySpec {
                     _ => return Err(bad()),
                 };
                 let sign = if negative { -1.0 } else { 1.0 };
-                match rest.strip_suffix('%') {
+                let change = match rest.strip_suffix('%') {
                     // A decrease is at most 100 % (`-\d{1,2}(\.\d+)?%` or `-100%`).
                     Some(pct) if negative => {
                         let int = pct.split_once('.').map_or(pct, |(i, _)| i);
@@ -284,10 +282,10 @@ impl NodeOverlaySpec {
                         .flatten()
                         .map(|v| PriceChange::Add(sign * v))
                         .ok_or_else(bad),
-                }
+                };
+                change.map(Some)
             }
-            (None, None) => Err(OverlayError::Nothing),
-            _ => Err(OverlayError::PriceOrAdjustment),
+            (Some(_), Some(_)) => Err(OverlayError::PriceOrAdjustment),
         }
     }
 
@@ -402,14 +400,13 @@ pub fn evaluate(overlays: &[NodeOverlay], pools: &[PoolTypes<'_>]) -> Evaluation
     let mut capacity_owner: BTreeMap<(String, String, String), (i32, String)> = BTreeMap::new();
     for o in order {
         let name = o.metadata.name.clone().unwrap_or_default();
-        let (price, capacity) =
-            match o.spec.check().and_then(|()| Ok((o.spec.price_change()?, o.spec.capacity_change()?))) {
-                Ok(parsed) => parsed,
-                Err(e) => {
-                    out.refused.insert(name, ("Invalid", e.to_string()));
-                    continue;
-                }
-            };
+        let (price, capacity) = match o.spec.parsed() {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                out.refused.insert(name, ("Invalid", e.to_string()));
+                continue;
+            }
+        };
         let weight = o.spec.weight.unwrap_or(0);
         let (mut price_claims, mut capacity_claims) = (Vec::new(), Vec::new());
         // The other overlay, the pool, the flavor, and the resource for a capacity conflict.
@@ -495,11 +492,8 @@ pub fn apply(
     pool_labels: &BTreeMap<String, String>,
     types: &mut [InstanceType],
 ) -> usize {
-    let mut live: Vec<Parsed<'_>> = overlays
-        .iter()
-        .filter(|o| o.spec.check().is_ok())
-        .filter_map(|o| Some((o, o.spec.price_change().ok()?, o.spec.capacity_change().ok()?)))
-        .collect();
+    let mut live: Vec<Parsed<'_>> =
+        overlays.iter().filter_map(|o| o.spec.parsed().ok().map(|(price, capacity)| (o, price, capacity))).collect();
     live.sort_by(|(a, ..), (b, ..)| precedence(a, b));
     if live.is_empty() {
         return 0;
@@ -559,7 +553,8 @@ mod tests {
             capacity: None,
             weight: None,
         }
-        .price_change_inner()
+        .price_change()
+        .and_then(|c| c.ok_or(OverlayError::Nothing))
     }
 
     #[test]

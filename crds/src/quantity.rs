@@ -457,6 +457,23 @@ pub fn extended_list(extended: &BTreeMap<String, i64>) -> impl Iterator<Item = (
     extended.iter().map(|(k, v)| (k.clone(), K8sQuantity(format_count(*v))))
 }
 
+/// Adds `more` to `into`, resource by resource (saturating).
+pub fn extended_add(into: &mut BTreeMap<String, i64>, more: &BTreeMap<String, i64>) {
+    for (k, v) in more {
+        let e = into.entry(k.clone()).or_insert(0);
+        *e = e.saturating_add(*v);
+    }
+}
+
+/// Takes `used` from what is left in `left` (saturating); a resource `left` lacks stays absent.
+pub fn extended_sub(left: &mut BTreeMap<String, i64>, used: &BTreeMap<String, i64>) {
+    for (k, v) in used {
+        if let Some(l) = left.get_mut(k) {
+            *l = l.saturating_sub(*v);
+        }
+    }
+}
+
 /// Whether `wanted` (extended resources, in units) fits in `offered`: a resource not offered is 0.
 pub fn extended_fits(wanted: &BTreeMap<String, i64>, offered: &BTreeMap<String, i64>) -> bool {
     wanted.iter().all(|(k, v)| *v <= 0 || offered.get(k).is_some_and(|o| o >= v))

@@ -151,10 +151,7 @@ impl Usage {
     pub fn count(&mut self, n: &ExistingNode) {
         self.resources += n.capacity;
         self.nodes += 1;
-        for (k, v) in &n.extended {
-            let e = self.extended.entry(k.clone()).or_insert(0);
-            *e = e.saturating_add(*v);
-        }
+        crds::quantity::extended_add(&mut self.extended, &n.extended);
     }
 }
 

@@ -243,10 +243,11 @@ pub fn read(secret: &Secret) -> Option<Stored> {
         String::from_utf8(bytes.clone()).ok()
     };
     let (ca, ca_key, cert, key) = (text(CA_CRT)?, text(CA_KEY)?, text(TLS_CRT)?, text(TLS_KEY)?);
+    // The bundle as the webhook writes it: PEM blocks one after the other, each kept as its text.
     let mut ca_bundle = Vec::new();
-    for der in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-        let der = der.ok()?;
-        let pem = pem_of(&der);
+    for block in ca.split_inclusive("-----END CERTIFICATE-----").filter(|b| !b.trim().is_empty()) {
+        let pem = format!("{}\n", block.trim_start());
+        let der = CertificateDer::pem_slice_iter(pem.as_bytes()).next()?.ok()?;
         ca_bundle.push((pem, not_after(&der)?));
     }
     if ca_bundle.is_empty() {
@@ -261,25 +262,6 @@ pub fn read(secret: &Secret) -> Option<Stored> {
         .map(|v| v.split(',').map(str::to_string).collect())
         .unwrap_or_default();
     Some(Stored { ca_bundle, ca_key, cert, key, cert_not_after: not_after(&leaf)?, dns_names })
-}
-
-fn pem_of(der: &CertificateDer<'_>) -> String {
-    use std::fmt::Write;
-    let b64 = base64_encode(der.as_ref());
-    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
-    for line in b64.as_bytes().chunks(64) {
-        let _ = writeln!(out, "{}", String::from_utf8_lossy(line));
-    }
-    out.push_str("-----END CERTIFICATE-----\n");
-    out
-}
-
-fn base64_encode(bytes: &[u8]) -> String {
-    // k8s-openapi's ByteString serializes as base64: one encoder for the whole crate.
-    match serde_json::to_value(ByteString(bytes.to_vec())) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => String::new(),
-    }
 }
 
 /// The Secret holding `m`.
@@ -436,7 +418,8 @@ impl Manager {
             return Ok(0);
         }
         // A strategic merge patch: webhooks merge by name, so only these entries' caBundle changes.
-        let encoded = base64_encode(bundle.as_bytes());
+        // ByteString serializes as the base64 the field takes.
+        let encoded = ByteString(bundle.as_bytes().to_vec());
         let entries: Vec<serde_json::Value> =
             stale.iter().map(|n| serde_json::json!({"name": n, "clientConfig": {"caBundle": encoded}})).collect();
         let patch = serde_json::json!({"webhooks": entries});

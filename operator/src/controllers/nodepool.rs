@@ -325,10 +325,7 @@ fn usage_with_extended<'a>(
         if let Ok(r) = Resources::from_resource_list(cap) {
             total = total.saturating_add(r);
         }
-        for (k, v) in crds::quantity::extended_of(cap).unwrap_or_default() {
-            let e = extended.entry(k).or_insert(0);
-            *e = e.saturating_add(v);
-        }
+        crds::quantity::extended_add(&mut extended, &crds::quantity::extended_of(cap).unwrap_or_default());
     }
     (nodes, total, extended)
 }

@@ -226,11 +226,7 @@ impl<'a> Solver<'a> {
             let mut volumes: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
             for p in &n.pods {
                 used += p.requests;
-                for (k, v) in &p.extended {
-                    if let Some(left) = extended.get_mut(k) {
-                        *left = left.saturating_sub(*v);
-                    }
-                }
+                crds::quantity::extended_sub(&mut extended, &p.extended);
                 ports.extend(p.host_ports.iter().cloned());
                 for (driver, claim) in &p.csi_volumes {
                     volumes.entry(driver.clone()).or_default().insert(claim.clone());

@@ -578,10 +578,7 @@ impl Solver<'_> {
         // (4) Extended resources: only the types offering what the claim's pods and this one ask.
         if !pod.extended.is_empty() {
             let mut wanted = extended.clone();
-            for (k, v) in &pod.extended {
-                let e = wanted.entry(k.clone()).or_insert(0);
-                *e = e.saturating_add(*v);
-            }
+            crds::quantity::extended_add(&mut wanted, &pod.extended);
             let before = new_types.clone();
             for i in before.iter() {
                 if !crds::quantity::extended_fits(&wanted, &pool.table.types[i].extended) {
@@ -758,11 +755,7 @@ impl Solver<'_> {
         let pod = &self.input.pods[p];
         let n = &mut self.nodes[ni];
         n.remaining = n.remaining.saturating_sub(pod.requests);
-        for (k, v) in &pod.extended {
-            if let Some(left) = n.extended.get_mut(k) {
-                *left = left.saturating_sub(*v);
-            }
-        }
+        crds::quantity::extended_sub(&mut n.extended, &pod.extended);
         n.ports.extend(self.classes[class].host_ports.iter().cloned());
         n.pods.push(p);
         for (driver, claim) in &pod.csi_volumes {
@@ -786,10 +779,7 @@ impl Solver<'_> {
         let pool = &self.pools[self.claims[ci].pool];
         let claim = &mut self.claims[ci];
         claim.used += pod.requests;
-        for (k, v) in &pod.extended {
-            let e = claim.extended.entry(k.clone()).or_insert(0);
-            *e = e.saturating_add(*v);
-        }
+        crds::quantity::extended_add(&mut claim.extended, &pod.extended);
         claim.ports.extend(self.classes[class].host_ports.iter().cloned());
         claim.pods.push(p);
         claim.reqs = acc.reqs;

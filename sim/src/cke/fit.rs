@@ -380,9 +380,7 @@ impl<'a> Snapshot<'a> {
                     holders.push((i, states[i].pods.len()));
                 }
                 states[i].requested += pod_requests(pod);
-                for (k, v) in pod_extended(pod) {
-                    *states[i].extended_requested.entry(k).or_insert(0) += v;
-                }
+                crds::quantity::extended_add(&mut states[i].extended_requested, &pod_extended(pod));
                 states[i].pods.push(info);
             }
         }
@@ -415,7 +413,14 @@ impl<'a> Snapshot<'a> {
     }
 
     /// Checks whether `pod` (with `requests`) fits node number `i`; the first failing filter wins.
-    fn check(&self, pod: &Pod, me: &PodInfo, requests: &Resources, i: usize) -> Result<(), FitFailure> {
+    fn check(
+        &self,
+        pod: &Pod,
+        me: &PodInfo,
+        requests: &Resources,
+        extended: &BTreeMap<String, i64>,
+        i: usize,
+    ) -> Result<(), FitFailure> {
         let state = &self.nodes[i];
         let node = state.node;
         let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()).unwrap_or(&[]);
@@ -460,11 +465,11 @@ impl<'a> Snapshot<'a> {
         if !short.is_empty() {
             return Err(FitFailure::Insufficient(short));
         }
-        for (k, v) in pod_extended(pod) {
+        for (k, v) in extended {
             let left =
-                state.extended.get(&k).copied().unwrap_or(0) - state.extended_requested.get(&k).copied().unwrap_or(0);
-            if v > left {
-                return Err(FitFailure::InsufficientExtended(k));
+                state.extended.get(k).copied().unwrap_or(0) - state.extended_requested.get(k).copied().unwrap_or(0);
+            if *v > left {
+                return Err(FitFailure::InsufficientExtended(k.clone()));
             }
         }
         self.check_pod_affinity(pod, me, i)
@@ -527,11 +532,12 @@ impl<'a> Snapshot<'a> {
     /// the per-node failures.
     pub fn place(&mut self, pod: &Pod) -> Result<String, Vec<FitFailure>> {
         let requests = pod_requests(pod);
+        let extended = pod_extended(pod);
         let me = PodInfo::of(pod);
         let mut best: Option<(i64, usize)> = None;
         let mut failures = Vec::new();
         for i in 0..self.nodes.len() {
-            match self.check(pod, &me, &requests, i) {
+            match self.check(pod, &me, &requests, &extended, i) {
                 Ok(()) => {
                     let score = self.score(&requests, i);
                     // Nodes are sorted by name: the first of equal scores wins.
@@ -545,9 +551,7 @@ impl<'a> Snapshot<'a> {
         match best {
             Some((_, i)) => {
                 self.nodes[i].requested += requests;
-                for (k, v) in pod_extended(pod) {
-                    *self.nodes[i].extended_requested.entry(k).or_insert(0) += v;
-                }
+                crds::quantity::extended_add(&mut self.nodes[i].extended_requested, &extended);
                 if !me.anti_affinity.is_empty() {
                     self.anti_affinity_holders.push((i, self.nodes[i].pods.len()));
                 }
