@@ -78,6 +78,22 @@ impl Window {
         let window = i64::try_from(self.minutes.saturating_mul(60)).unwrap_or(i64::MAX);
         elapsed < window
     }
+
+    /// The first instant after `now` at which [`Window::active`] may answer differently: the open
+    /// window's end, or the cron's next firing (whichever comes first).
+    fn next_change(&self, now: Timestamp) -> Option<Timestamp> {
+        let zoned = now.to_zoned(TimeZone::UTC);
+        let next_fire = self.cron.find_next_occurrence(&zoned, false).ok().map(|z| z.timestamp());
+        let window =
+            jiff::SignedDuration::from_secs(i64::try_from(self.minutes.saturating_mul(60)).unwrap_or(i64::MAX));
+        let end = self
+            .cron
+            .find_previous_occurrence(&zoned, true)
+            .ok()
+            .and_then(|fired| fired.timestamp().checked_add(window).ok())
+            .filter(|end| *end > now);
+        next_fire.into_iter().chain(end).min()
+    }
 }
 
 /// One parsed budget.
@@ -165,6 +181,14 @@ impl Budgets {
         self.parsed.as_ref().err()
     }
 
+    /// The first instant after `now` at which a scheduled budget opens or closes (what
+    /// [`Budgets::allowed`] answers may change then with nothing else changing); `None` without
+    /// schedules.
+    pub fn next_change(&self, now: Timestamp) -> Option<Timestamp> {
+        let budgets = self.parsed.as_ref().ok()?;
+        budgets.iter().filter_map(|b| b.window.as_ref()?.next_change(now)).min()
+    }
+
     /// How many more nodes may be disrupted for `reason` at `now`, out of `pool_nodes` countable
     /// nodes (managed, initialized, claim not `InstanceTerminating`), with `disrupting` already
     /// leaving. The minimum over active budgets that cover the reason, each minus the disrupting
@@ -236,6 +260,30 @@ mod tests {
 
     fn budget(nodes: &str) -> Budget {
         Budget { nodes: nodes.to_string(), schedule: None, duration: None, reasons: None }
+    }
+
+    /// The loop keeps a view while nothing changes; time alone changes a scheduled budget's
+    /// verdict, and `next_change` says when: never between two of its answers.
+    #[test]
+    fn a_scheduled_budget_says_when_it_opens_and_closes() {
+        let nine_to_five = Budget { schedule: Some("0 9 * * *".into()), duration: Some("8h".into()), ..budget("0") };
+        let b = Budgets::parse(&[nine_to_five]);
+        let none = Disrupting::default();
+        assert_eq!(b.next_change(at("2026-11-25T08:00:00Z")), Some(at("2026-11-25T09:00:00Z")), "opens at nine");
+        assert_eq!(b.next_change(at("2026-11-25T10:30:00Z")), Some(at("2026-11-25T17:00:00Z")), "closes at five");
+        assert_eq!(b.next_change(at("2026-11-25T17:00:00Z")), Some(at("2026-11-26T09:00:00Z")), "then the next day");
+        assert_eq!(Budgets::parse(&[budget("1")]).next_change(at("2026-11-25T08:00:00Z")), None, "no schedule");
+        // At every minute of two days, the answer does not move before the announced change.
+        let mut t = at("2026-11-25T00:00:00Z");
+        while t < at("2026-11-27T00:00:00Z") {
+            let next = b.next_change(t).unwrap();
+            assert!(next > t);
+            let answer = b.allowed(10, &none, Empty, t);
+            let just_before = next - jiff::SignedDuration::from_secs(1);
+            assert_eq!(b.allowed(10, &none, Empty, just_before), answer, "{t} .. {just_before}");
+            assert_ne!(b.allowed(10, &none, Empty, next), answer, "{next}");
+            t += jiff::SignedDuration::from_mins(7);
+        }
     }
 
     fn scheduled(nodes: &str, schedule: &str, duration: &str) -> Budget {

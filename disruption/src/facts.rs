@@ -4,7 +4,7 @@
 //! Owns shapes and the small per-fact rules (pod classes, eviction cost, do-not-disrupt values),
 //! nothing else. No API types here, so tests and `plan` build facts cheaply.
 
-use crds::admission::schedule::{do_not_disrupt_holds, parse_duration};
+use crds::admission::schedule::{do_not_disrupt_holds, parse_duration, parse_go_duration};
 use crds::nodepool::{ConsolidationPolicy, Disruption, DisruptionReason};
 use jiff::Timestamp;
 
@@ -23,6 +23,17 @@ impl Scope {
     /// The pool named `name`.
     pub fn pool(&self, name: &str) -> Option<&PoolFacts> {
         self.pools.iter().find(|p| p.name == name)
+    }
+
+    /// The first instant after `now` at which the methods' verdict over this scope may change with
+    /// time alone, nothing in it changing: a scheduled budget opening or closing, a pod's
+    /// do-not-disrupt duration running out. `None`: none would. (A candidate's disruption cost
+    /// also falls as it ages, which reorders candidates slowly; a caller keeping a verdict looks
+    /// again after a while anyway, as upstream's consolidated state expires.)
+    pub fn next_change(&self, now: Timestamp) -> Option<Timestamp> {
+        let budgets = self.pools.iter().filter_map(|p| p.budgets.next_change(now));
+        let pods = self.nodes.iter().flat_map(|n| &n.pods).filter_map(|p| p.do_not_disrupt_ends(now));
+        budgets.chain(pods).min()
     }
 }
 
@@ -311,6 +322,16 @@ impl PodFacts {
             .clamp(-10.0, 10.0)
     }
 
+    /// When a do-not-disrupt duration that holds at `now` stops holding (the pod's start plus the
+    /// duration, in whole seconds as [`PodFacts::do_not_disrupt_at`] counts); `None` for `true`,
+    /// `false`, an unknown start or a duration already over.
+    pub fn do_not_disrupt_ends(&self, now: Timestamp) -> Option<Timestamp> {
+        let duration = parse_go_duration(self.do_not_disrupt.as_deref()?)?;
+        let seconds = i64::try_from(duration.as_secs()).ok()?;
+        let end = self.started?.checked_add(jiff::SignedDuration::from_secs(seconds)).ok()?;
+        (end > now).then_some(end)
+    }
+
     /// The annotation's verdict at `now`: `"true"` holds forever, a duration (`30m`) from the pod's
     /// start; a pod without a known start keeps a duration in force (the cautious reading).
     pub fn do_not_disrupt_at(&self, now: Timestamp) -> DoNotDisrupt {
@@ -330,7 +351,32 @@ impl PodFacts {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::testkit::{now, pdb, pod};
+    use crate::testkit::{node, now, pdb, pod, scope};
+    use jiff::SignedDuration;
+
+    /// A do-not-disrupt duration's end is a change time alone brings: announced, and the verdict
+    /// flips there and not a second before.
+    #[test]
+    fn a_do_not_disrupt_duration_says_when_it_runs_out() {
+        let started = now() - SignedDuration::from_mins(10);
+        let p = |value: &str| PodFacts { do_not_disrupt: Some(value.into()), started: Some(started), ..pod("web") };
+        let end = started + SignedDuration::from_mins(30);
+        assert_eq!(p("30m").do_not_disrupt_ends(now()), Some(end));
+        assert_eq!(p("30m").do_not_disrupt_at(end - SignedDuration::from_secs(1)), DoNotDisrupt::Yes);
+        assert_eq!(p("30m").do_not_disrupt_at(end), DoNotDisrupt::No);
+        assert_eq!(p("5m").do_not_disrupt_ends(now()), None, "already over");
+        assert_eq!(p("true").do_not_disrupt_ends(now()), None, "never ends");
+        assert_eq!(p("banana").do_not_disrupt_ends(now()), None);
+        assert_eq!(
+            PodFacts { started: None, ..p("30m") }.do_not_disrupt_ends(now()),
+            None,
+            "holds while the start is unknown"
+        );
+        let mut n = node("a", 1.0);
+        n.pods = vec![p("1h"), p("30m"), pod("plain")];
+        assert_eq!(scope(vec![n]).next_change(now()), Some(end), "the scope's first change");
+        assert_eq!(scope(vec![node("b", 1.0)]).next_change(now()), None, "no schedule, no duration");
+    }
 
     /// Upstream's "currently reschedulable" (karpenter-semantics §5.5): only what keeps a pod on
     /// its node for good holds its room back.

@@ -12,7 +12,11 @@
 //! initialized. Several commands per cluster run at once, each decided with the started ones'
 //! candidates leaving and charged to the budgets; a restart finds every one on the claims.
 //!
-//! Owns: the loop, the validation delay, the consolidated short-circuit and the queue's writes
+//! A pass that decided nothing is kept ([`Kept`]): until something the pass read changes (the
+//! caches' change counters, [`crate::infra::changes`]; what the hub holds beside them) or time
+//! alone may change the verdict ([`disruption::Scope::next_change`]), later passes build no view.
+//!
+//! Owns: the loop, the validation delay, the kept verdict, the consolidated short-circuit and the queue's writes
 //! (idempotent: deterministic names, optimistic concurrency). Must not: decide anything itself
 //! (the `disruption` crate and [`disruption_queue`] do), drain a node (termination does, when a
 //! candidate is deleted), or act on a cluster that is not connected and synced.
@@ -39,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     decisions::capacity::CapacityState,
     decisions::input_corrections,
+    decisions::kept_verdict::Kept,
     decisions::new_claims::{self, Cluster},
     decisions::organization,
     decisions::{
@@ -47,10 +52,11 @@ use crate::{
         disruption_scope, nomination, ownership, rollout,
     },
     infra::{
+        changes::Stamp,
         errors::{self, Categorized, Reconciler, StepExt},
         facts,
         hub::{Hub, MgmtCache},
-        metrics::{CreatedLabels, DecisionLabels, MethodLabels, PoolReasonLabels, ReasonLabels},
+        metrics::{CreatedLabels, DecisionLabels, MethodLabels, PoolReasonLabels, ReasonLabels, ResultLabels},
         organizations,
         registry::{ClusterKey, Connection, WorkloadCache},
     },
@@ -97,6 +103,44 @@ struct LoopState {
     /// When the next command may be decided while others are in flight: those are carried on every
     /// second, but deciding (building the view, running the methods) keeps its own pace.
     decide_at: Option<Timestamp>,
+    /// The inputs of the last pass that found nothing to do: while they stand, the view is not
+    /// built again (issue 30).
+    kept: Option<Kept<Inputs>>,
+}
+
+/// What a pass's verdict reads, in a form cheap to compare: the stamps of the caches it gathers
+/// from (the workload cluster's, the management namespace's) and a fingerprint of the rest, each
+/// as it stands at `now` (the cluster's labels, the flavors cooling down, the nominated nodes, the
+/// organisations' rooms). Time alone changes the last three; comparing them at each pass sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Inputs {
+    workload: Stamp,
+    mgmt: Stamp,
+    rest: u64,
+}
+
+impl Inputs {
+    #[allow(clippy::too_many_arguments)]
+    fn of(
+        mgmt: &MgmtCache,
+        workload: &WorkloadCache,
+        key: &ClusterKey,
+        labels: &facts::ClusterLabels,
+        capacity: &CapacityState,
+        nominations: &nomination::Nominations,
+        rooms: &[(String, organization::Ceiling)],
+        now: Timestamp,
+    ) -> Self {
+        let cooling: Vec<&str> = capacity.unavailable(now).collect();
+        let rest = crate::decisions::fingerprint::one((
+            &labels.labels,
+            labels.settled,
+            cooling,
+            nominations.active(now),
+            rooms,
+        ));
+        Inputs { workload: workload.changes.stamp(), mgmt: mgmt.changes.stamp_of(&key.namespace), rest }
+    }
 }
 
 async fn cluster_loop(hub: Arc<Hub>, key: ClusterKey, cancel: CancellationToken) {
@@ -181,31 +225,48 @@ async fn next_command(
     now: Timestamp,
 ) -> Result<Duration, Error> {
     let labels = facts::ClusterLabels::of(&hub.registry, key);
+    let capacity = hub.capacity(key).await.step(errors::Step::ReadCapacity)?;
+    let rooms = organizations::rooms(hub, key, now).await?;
+    // What the verdict reads, stamped before anything is read: a change landing while the view is
+    // built shows at the next pass.
+    let inputs = {
+        let nominations = conn.nominations.lock().unwrap_or_else(PoisonError::into_inner);
+        Inputs::of(&hub.cache, &conn.cache, key, &labels, &capacity, &nominations, &rooms, now)
+    };
+    if let Some(pending) = &state.pending {
+        let due = pending.decided + hub.settings.disruption_validation;
+        if now < due {
+            return Ok(elapsed(due, now));
+        }
+    } else if let Some(kept) = state.kept.as_ref().filter(|k| k.holds(&inputs, now)) {
+        hub.metrics.disruption_views.get(&ResultLabels { cluster: key.to_string(), result: "kept".into() }).inc();
+        tracing::trace!(cluster = %key, "disruption inputs unchanged; the last verdict stands");
+        return Ok(kept.left(now).min(PASS_PERIOD));
+    }
+    state.kept = None;
+    hub.metrics.disruption_views.get(&ResultLabels { cluster: key.to_string(), result: "built".into() }).inc();
+    // From the gathering to the verdict nothing awaits, and the view's scheduling model (every pod
+    // of the cluster, converted) is dropped before the pass's requests: however many clusters'
+    // passes are under way, at most one model per runtime thread exists at once.
     let (snapshot, mut view) = gather(&hub.cache, &conn.cache, key, &labels, &hub.settings, claims, now)?;
     let fingerprint = fingerprint(&snapshot);
     for note in &view.notes {
         tracing::debug!(cluster = %key, note = %note, "disruption input note");
     }
     tracing::trace!(cluster = %key, nodes = view.scope.nodes.len(), "disruption view built");
-    let capacity = hub.capacity(key).await.step(errors::Step::ReadCapacity)?;
     let nominated = {
         let nominations = conn.nominations.lock().unwrap_or_else(PoisonError::into_inner);
         corrected(&mut view, &snapshot, &capacity, &nominations, now)
     };
     // Replacements spend the organisation's room while the candidates still run (fleet.md §4): a
     // command whose replacements do not fit is not viable, so a delete-only one or none is chosen.
-    let rooms = organizations::rooms(hub, key, now).await?;
     organization::limit_input(&mut view.model.input, &rooms);
-    publish_budgets(hub, key, &view.scope, now).await;
 
     if let Some(pending) = state.pending.take() {
-        let due = pending.decided + hub.settings.disruption_validation;
-        if now < due {
-            let left = elapsed(due, now);
-            state.pending = Some(pending);
-            return Ok(left);
-        }
-        return match validate(&pending.command, &view, now) {
+        let validated = validate(&pending.command, &view, now);
+        let scope = view.into_scope();
+        publish_budgets(hub, key, &scope, now).await;
+        return match validated {
             Ok(command) => {
                 state.started =
                     start(hub, conn, key, &command, &snapshot, now).await?.map(|id| (id, std::time::Instant::now()));
@@ -232,11 +293,13 @@ async fn next_command(
             .get(&MethodLabels { cluster: key.to_string(), method: method_label(method).to_string() })
             .observe(seconds);
     });
+    let scope = view.into_scope();
     tracing::trace!(cluster = %key, skip, methods = pass.methods.len(), "disruption methods ran");
     for (method, _) in pass.methods.iter().filter(|(_, o)| o.timed_out) {
         tracing::info!(cluster = %key, method = %method, "disruption method stopped at its time limit; the next pass tries again");
     }
-    report(hub, key, &view.scope, &pass).await;
+    publish_budgets(hub, key, &scope, now).await;
+    report(hub, key, &scope, &pass).await;
     let consolidated =
         pass.methods.iter().filter(|(m, _)| *m != Method::Drift).all(|(_, o)| o.consolidated && o.command.is_none());
     if !skip {
@@ -245,6 +308,11 @@ async fn next_command(
         state.consolidated = (consolidated && nominated == 0).then_some((fingerprint, now));
     }
     let Some(command) = pass.command().cloned() else {
+        // Nothing to do: kept until something read changes, unless a method ran out of time (the
+        // next pass goes on where it stopped).
+        if pass.methods.iter().all(|(_, o)| !o.timed_out) {
+            state.kept = Some(Kept::new(inputs, now, scope.next_change(now)));
+        }
         return Ok(PASS_PERIOD);
     };
     if command.method == Method::Drift {

@@ -281,10 +281,19 @@ fn log_notes(key: &ClusterKey, notes: &[String]) {
 }
 
 /// One scheduling round for one cluster, over the watch caches (no request but the creates).
+///
+/// From the gathering to [`Writes::of`] nothing awaits: the large part of a round (the snapshot
+/// and the scheduling input built from every pod of the cluster) lives only while a runtime thread
+/// works on it, and is dropped before the round's requests. However many clusters' rounds are under
+/// way, at most one input per runtime thread exists at once (issue 30: a burst's rounds used to
+/// hold theirs across their creates, a hundred at once).
 pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Outcome, Error> {
     // Absence in an unlisted cache means nothing; look again shortly.
     let unlisted = || Outcome::Deferred { until: tokio::time::Instant::now() + Duration::from_millis(200) };
     let now = hub.now();
+    let capacity = hub.capacity(key).await.step(Step::ReadCapacity)?;
+    // The room each organisation of the cluster leaves it (the cache: a launch reserves live).
+    let orgs = organizations::rooms(hub, key, now).await?;
     let gathered =
         gather(&hub.cache, &conn.cache, key, &facts::ClusterLabels::of(&hub.registry, key), &hub.settings, now);
     if matches!(gathered, Ok(Gathered::NotListed)) {
@@ -312,9 +321,6 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
         Gathered::Round(round) => *round,
     };
     log_notes(key, &round.notes);
-    let capacity = hub.capacity(key).await.step(Step::ReadCapacity)?;
-    // The room each organisation of the cluster leaves it (the cache: a launch reserves live).
-    let orgs = organizations::rooms(hub, key, now).await?;
     let solved = match decide(&mut round, key, &capacity, &orgs, now) {
         Decided::BackingOff { left } => {
             tracing::debug!(cluster = %key, pods = round.input.pods.len(), seconds = left.as_secs(), "creation back-off after a CKE refusal; pods wait");
@@ -322,89 +328,50 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
         }
         Decided::Solved(solved) => *solved,
     };
-    let Solved { decision, cooling, claims, seconds, waiting } = solved;
-    let (input, snapshot) = (&round.input, &round.snapshot);
-    let ns = &key.namespace;
-    hub.metrics.scheduling_duration.get(&ClusterLabels { cluster: key.to_string() }).observe(seconds);
-    // The buffers' pods are no pods of the cluster: no event, not counted as unschedulable.
-    let real = |pod: usize| input.pods.get(pod).is_some_and(|p| p.buffer.is_none());
-    let stuck = decision.unschedulable.iter().filter(|u| real(u.pod)).count();
-    unschedulable.set(i64::try_from(stuck).unwrap_or(i64::MAX));
-    hub.record_buffer_placements(key, capacity_buffer::placements(input, &decision));
-    tracing::debug!(
-        cluster = %key,
-        pods = input.pods.len(),
-        new_claims = ?decision.new_claims.iter().map(|c| c.pods.iter().map(|i| input.pods[*i].name.as_str()).collect::<Vec<_>>()).collect::<Vec<_>>(),
-        "scheduling decision"
-    );
-    for u in decision.unschedulable.iter().filter(|u| real(u.pod)) {
-        let pod = &input.pods[u.pod];
+    hub.metrics.scheduling_duration.get(&ClusterLabels { cluster: key.to_string() }).observe(solved.seconds);
+    hub.record_buffer_placements(key, capacity_buffer::placements(&round.input, &solved.decision));
+    let writes = Writes::of(&round, solved, conn, key, now);
+    drop(round);
+    unschedulable.set(i64::try_from(writes.events.len()).unwrap_or(i64::MAX));
+    for (reference, pod, reason) in writes.events {
         // Where the pod's owner looks (`kubectl describe pod`), once per pod and reason window.
-        let reference = k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some("v1".to_string()),
-            kind: Some("Pod".to_string()),
-            namespace: Some(pod.namespace.clone()),
-            name: Some(pod.name.clone()),
-            uid: Some(pod.uid.clone()),
-            ..Default::default()
-        };
-        let note = format!("karpenter-hub cannot provision a node for this pod: {}", u.reason);
+        let note = format!("karpenter-hub cannot provision a node for this pod: {reason}");
         let ev = crate::infra::hub::event(true, "FailedScheduling", "Provision", note);
         if hub.workload_event(&conn.client, &reference, ev, crate::infra::hub::EVENT_DEDUPE).await {
-            tracing::info!(cluster = %key, pod = %pod.key(), reason = %u.reason, "pod cannot be scheduled");
+            tracing::info!(cluster = %key, pod = %pod, reason = %reason, "pod cannot be scheduled");
         }
     }
+    let ns = &key.namespace;
     let api: Api<NodeClaim> = Api::namespaced(hub.mgmt.clone(), ns);
-    // The claims this decision saw: new claims come on top of them, whatever pods they were made for.
-    let counted: BTreeSet<String> = snapshot.node_claims.iter().map(ResourceExt::name_any).collect();
     let mut created = Vec::new();
-    for (i, built) in claims {
-        let claim = &decision.new_claims[i];
+    for (about, built) in writes.creates {
         let mut nc = built?;
-        let Some(name) = create_claim(hub, &api, key, &mut nc, &counted).await? else {
+        let Some(name) = create_claim(hub, &api, key, &mut nc, &writes.counted).await? else {
             continue;
         };
         created.push(name.clone());
         // Only a create made by this call counts and is announced (a replayed one was, before).
         if nc.metadata.uid.is_some() {
+            hub.record_waits(ns, &name, conn.pending.since(about.uids.iter().map(String::as_str)));
             hub.metrics.nodeclaims_created.get(&CreatedLabels::of(&key.to_string(), "provisioning", &nc)).inc();
             tracing::info!(
-                cluster = %key, nodeclaim = %name, nodepool = %claim.nodepool,
-                flavor = claim.instance_types.first().map(|o| o.name.as_str()).unwrap_or_default(),
-                candidates = claim.instance_types.len(), pods = claim.pods.len(),
-                buffer_pods = claim.pods.iter().filter(|&&p| !real(p)).count(), price_per_hour = claim.price,
-                min_values_relaxed = claim.min_values_relaxed,
+                cluster = %key, nodeclaim = %name, nodepool = %about.nodepool, flavor = %about.flavor,
+                candidates = about.candidates, pods = about.pods, buffer_pods = about.buffer_pods,
+                price_per_hour = about.price, min_values_relaxed = about.min_values_relaxed,
                 "created NodeClaim: cheapest flavor fitting the batch"
             );
         }
-    }
-    if !decision.existing.is_empty() {
-        // Nominated: the disruption loop leaves these nodes be for the nomination window.
-        conn.nominations
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .nominate(nomination::targets(input, &decision), now);
-        let nominated: usize = decision.existing.iter().map(|a| a.pods.len()).sum();
-        let on: Vec<String> = decision
-            .existing
-            .iter()
-            .map(|a| {
-                let pods: Vec<&str> = a.pods.iter().map(|p| input.pods[*p].name.as_str()).collect();
-                format!("{} <- {}", input.nodes.get(a.node).map(|n| n.name.as_str()).unwrap_or("?"), pods.join(","))
-            })
-            .collect();
-        tracing::debug!(cluster = %key, pods = nominated, on = ?on, "pods expected on existing or in-flight capacity");
     }
     if !created.is_empty() && !hub.claims_visible(ns, &created, CREATED_VISIBLE).await {
         tracing::warn!(cluster = %key, claims = created.len(), "the management cache does not show the new NodeClaims yet; the next round may repeat work");
     }
     let mut look_again: Option<Duration> = None;
-    if let Some(want) = &waiting {
+    if let Some(want) = &writes.waiting {
         // In line for the room (fleet.md §4): the mark is renewed while the pods wait.
         organizations::mark(hub, key, &orgs, want).await?;
         look_again = Some(organization::RENEW);
     }
-    if !decision.unschedulable.is_empty() && !cooling.is_empty() {
+    if writes.left_out && writes.cooling {
         // Pods left out while flavors cool down: nothing in the caches will announce the end of a
         // cool-down, so look again then (at the latest after RESYNC: the hub's clock may be moved).
         let until = capacity.next_expiry(now).unwrap_or(RESYNC).min(RESYNC);
@@ -414,6 +381,110 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
         return Ok(Outcome::Deferred { until: tokio::time::Instant::now() + after });
     }
     Ok(Outcome::Done)
+}
+
+/// What a round still has to write once its facts are dropped: small, owned, no pod list.
+struct Writes {
+    /// The cluster's pods the decision could not place (not the buffers'): the `FailedScheduling`
+    /// event's object, the pod's key and why.
+    events: Vec<(k8s_openapi::api::core::v1::ObjectReference, String, String)>,
+    /// The claims to create, with what their creation logs.
+    creates: Vec<(ClaimAbout, Result<NodeClaim, BuildError>)>,
+    /// The claims the decision saw: new claims come on top of them.
+    counted: BTreeSet<String>,
+    /// Whether some pod (a buffer's included) was left out, and whether flavors were cooling down.
+    left_out: bool,
+    cooling: bool,
+    /// What the organisations' room held back.
+    waiting: Option<organization::Want>,
+}
+
+/// What the log says of a created claim.
+struct ClaimAbout {
+    nodepool: String,
+    flavor: String,
+    candidates: usize,
+    pods: usize,
+    buffer_pods: usize,
+    price: f64,
+    min_values_relaxed: bool,
+    /// Its pods' UIDs (the start of their wait is measured from the pod watch).
+    uids: Vec<String>,
+}
+
+impl Writes {
+    /// Reduces `round`'s decision to its writes; the nominations (in memory) are made here.
+    fn of(round: &Round, solved: Solved, conn: &Connection, key: &ClusterKey, now: Timestamp) -> Self {
+        let Solved { decision, cooling, claims, waiting, .. } = solved;
+        let (input, snapshot) = (&round.input, &round.snapshot);
+        // The buffers' pods are no pods of the cluster: no event, not counted as unschedulable.
+        let real = |pod: usize| input.pods.get(pod).is_some_and(|p| p.buffer.is_none());
+        tracing::debug!(
+            cluster = %key,
+            pods = input.pods.len(),
+            new_claims = ?decision.new_claims.iter().map(|c| c.pods.iter().map(|i| input.pods[*i].name.as_str()).collect::<Vec<_>>()).collect::<Vec<_>>(),
+            "scheduling decision"
+        );
+        let events = decision
+            .unschedulable
+            .iter()
+            .filter(|u| real(u.pod))
+            .map(|u| {
+                let pod = &input.pods[u.pod];
+                let reference = k8s_openapi::api::core::v1::ObjectReference {
+                    api_version: Some("v1".to_string()),
+                    kind: Some("Pod".to_string()),
+                    namespace: Some(pod.namespace.clone()),
+                    name: Some(pod.name.clone()),
+                    uid: Some(pod.uid.clone()),
+                    ..Default::default()
+                };
+                (reference, pod.key(), u.reason.to_string())
+            })
+            .collect();
+        let creates = claims
+            .into_iter()
+            .map(|(i, built)| {
+                let claim = &decision.new_claims[i];
+                let about = ClaimAbout {
+                    nodepool: claim.nodepool.clone(),
+                    flavor: claim.instance_types.first().map(|o| o.name.clone()).unwrap_or_default(),
+                    candidates: claim.instance_types.len(),
+                    pods: claim.pods.len(),
+                    buffer_pods: claim.pods.iter().filter(|&&p| !real(p)).count(),
+                    price: claim.price,
+                    min_values_relaxed: claim.min_values_relaxed,
+                    uids: claim.pods.iter().filter(|&&p| real(p)).map(|&p| input.pods[p].uid.clone()).collect(),
+                };
+                (about, built)
+            })
+            .collect();
+        if !decision.existing.is_empty() {
+            // Nominated: the disruption loop leaves these nodes be for the nomination window.
+            conn.nominations
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .nominate(nomination::targets(input, &decision), now);
+            let nominated: usize = decision.existing.iter().map(|a| a.pods.len()).sum();
+            let on: Vec<String> = decision
+                .existing
+                .iter()
+                .map(|a| {
+                    let pods: Vec<&str> = a.pods.iter().map(|p| input.pods[*p].name.as_str()).collect();
+                    format!("{} <- {}", input.nodes.get(a.node).map(|n| n.name.as_str()).unwrap_or("?"), pods.join(","))
+                })
+                .collect();
+            tracing::debug!(cluster = %key, pods = nominated, on = ?on, "pods expected on existing or in-flight capacity");
+        }
+        Writes {
+            events,
+            creates,
+            counted: snapshot.node_claims.iter().map(ResourceExt::name_any).collect(),
+            left_out: !decision.unschedulable.is_empty(),
+            cooling: !cooling.is_empty(),
+            waiting,
+        }
+    }
 }
 
 /// How many names a decided claim may try when others hold them (a 20-bit suffix collides with

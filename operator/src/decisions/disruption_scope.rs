@@ -39,6 +39,13 @@ pub struct View {
     pub notes: Vec<String>,
 }
 
+impl View {
+    /// The facts alone, the model (the cluster's pods, converted: the large part) dropped now.
+    pub fn into_scope(self) -> Scope {
+        self.scope
+    }
+}
+
 fn document_error(object: String, field: &str, message: String) -> ConvertError {
     ConvertError { object, field: field.to_string(), message }
 }

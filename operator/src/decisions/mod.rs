@@ -15,6 +15,7 @@ pub mod garbage;
 pub mod handover;
 pub mod hub_id;
 pub mod input_corrections;
+pub mod kept_verdict;
 pub mod launch;
 pub mod lifecycle;
 pub mod new_claims;

@@ -79,7 +79,7 @@ impl std::ops::AddAssign for Amount {
 }
 
 /// Ceilings per dimension; `None`: not limited.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Ceiling {
     pub cpu_millis: Option<i64>,
     pub memory_bytes: Option<i64>,

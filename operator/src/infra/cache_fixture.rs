@@ -23,6 +23,7 @@ use kube::runtime::{
 };
 
 use crate::infra::{
+    changes::Changes,
     hub::MgmtCache,
     registry::{OptionalStore, VolumeCaches, WorkloadCache},
 };
@@ -52,28 +53,38 @@ impl<K: Lookup<DynamicType = ()> + Clone + 'static> Cache<K> {
     }
 }
 
-/// The kinds the hub caches, each with its store in [`Caches`].
+/// The kinds the hub caches, each with its store in [`Caches`] and the side it is counted on.
 pub(crate) trait Cached: Lookup<DynamicType = ()> + Clone + Sized + 'static {
     fn cache(caches: &mut Caches) -> &mut Cache<Self>;
+    fn changes(caches: &Caches) -> &Changes;
 }
 
 macro_rules! cached {
-    ($($kind:ty => $field:ident),* $(,)?) => {
+    ($($kind:ty => $field:ident in $side:ident),* $(,)?) => {
         /// Every store the hub keeps for one management cluster and one workload cluster, empty and
-        /// not yet listed until the test says so.
+        /// not yet listed until the test says so, and their change counters.
         pub(crate) struct Caches {
             $($field: Cache<$kind>,)*
+            mgmt_changes: Changes,
+            workload_changes: Changes,
         }
 
         impl Default for Caches {
             fn default() -> Self {
-                Self { $($field: Cache::new(),)* }
+                Self {
+                    $($field: Cache::new(),)*
+                    mgmt_changes: Changes::per_namespace(),
+                    workload_changes: Changes::new(),
+                }
             }
         }
 
         $(impl Cached for $kind {
             fn cache(caches: &mut Caches) -> &mut Cache<Self> {
                 &mut caches.$field
+            }
+            fn changes(caches: &Caches) -> &Changes {
+                &caches.$side
             }
         })*
 
@@ -89,28 +100,30 @@ macro_rules! cached {
 }
 
 cached! {
-    NodeClaim => claims,
-    NodePool => pools,
-    CleverNodeClass => classes,
-    FlavorCatalog => catalogs,
-    CapacityBuffer => buffers,
-    PodTemplate => pod_templates,
-    NodeOverlay => overlays,
-    CompactPod => pods,
-    Node => nodes,
-    NodeGroup => nodegroups,
-    DaemonSet => daemonsets,
-    PodDisruptionBudget => pdbs,
-    PersistentVolumeClaim => pvcs,
-    PersistentVolume => pvs,
-    StorageClass => storage_classes,
-    CSINode => csinodes,
+    NodeClaim => claims in mgmt_changes,
+    NodePool => pools in mgmt_changes,
+    CleverNodeClass => classes in mgmt_changes,
+    FlavorCatalog => catalogs in mgmt_changes,
+    CapacityBuffer => buffers in mgmt_changes,
+    PodTemplate => pod_templates in mgmt_changes,
+    NodeOverlay => overlays in mgmt_changes,
+    CompactPod => pods in workload_changes,
+    Node => nodes in workload_changes,
+    NodeGroup => nodegroups in workload_changes,
+    DaemonSet => daemonsets in workload_changes,
+    PodDisruptionBudget => pdbs in workload_changes,
+    PersistentVolumeClaim => pvcs in workload_changes,
+    PersistentVolume => pvs in workload_changes,
+    StorageClass => storage_classes in workload_changes,
+    CSINode => csinodes in workload_changes,
 }
 
 impl Caches {
     /// Feeds one watcher event to the store of its kind.
     pub(crate) fn event<K: Cached>(&mut self, event: &Event<K>) {
         K::cache(self).writer.apply_watcher_event(event);
+        // Counted after the store holds it, as the hub's watches do.
+        K::changes(self).observe(event);
     }
 
     /// A (re)list of kind `K` holding `objects`: Init, one InitApply each, InitDone.
@@ -142,6 +155,7 @@ impl Caches {
             self.classes.store.clone(),
             self.catalogs.store.clone(),
             (self.buffers.store.clone(), self.pod_templates.store.clone(), self.overlays.store.clone()),
+            self.mgmt_changes.clone(),
             ready,
         )
     }
@@ -160,6 +174,7 @@ impl Caches {
                 storage_classes: self.storage_classes.optional(),
                 csinodes: self.csinodes.optional(),
             },
+            changes: self.workload_changes.clone(),
         }
     }
 }

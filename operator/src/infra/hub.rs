@@ -7,7 +7,7 @@
 //! Must not: contain decisions; those live in the pure modules the controllers call.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     sync::{Arc, PoisonError},
     time::Duration,
 };
@@ -148,6 +148,8 @@ pub struct MgmtCache {
     pub pod_templates: Store<PodTemplate>,
     /// NodeOverlays: optional as buffers.
     pub overlays: Store<NodeOverlay>,
+    /// Every event these caches applied, counted per namespace (a loop tells "nothing changed" by it).
+    pub changes: crate::infra::changes::Changes,
     ready: tokio::sync::watch::Receiver<bool>,
     scope: tokio::sync::watch::Receiver<u64>,
     spec_changes: tokio::sync::broadcast::Sender<SpecChange>,
@@ -181,30 +183,31 @@ impl MgmtCache {
         let (scope_tx, scope) = tokio::sync::watch::channel(0u64);
         let scope_tx = Arc::new(scope_tx);
         let spec_changes = tokio::sync::broadcast::channel(256).0;
+        let changes = crate::infra::changes::Changes::per_namespace();
         // What provisioning's decision depends on, per kind: a pool's or catalogue's spec, a class's
         // spec and readiness, a claim going away (its capacity with it). A claim's creation or
         // status is not: provisioning made it, or it changes nothing a pending pod waits for.
         let claims = spawn_reflector(
             scoped::<NodeClaim>(mgmt, namespace),
-            shutdown,
+            (shutdown, &changes),
             Some((scope_tx.clone(), |c: &NodeClaim| u64::from(c.metadata.deletion_timestamp.is_some()), false)),
             None,
         );
         let pools = spawn_reflector(
             scoped::<NodePool>(mgmt, namespace),
-            shutdown,
+            (shutdown, &changes),
             Some((scope_tx.clone(), |p: &NodePool| generation(p.metadata.generation), true)),
             Some((spec_changes.clone(), |p: &NodePool| SpecChange::Pool(reflector::ObjectRef::from_obj(p)))),
         );
         let classes = spawn_reflector(
             scoped::<CleverNodeClass>(mgmt, namespace),
-            shutdown,
+            (shutdown, &changes),
             Some((scope_tx.clone(), class_scope, true)),
             Some((spec_changes.clone(), |c: &CleverNodeClass| SpecChange::Class(reflector::ObjectRef::from_obj(c)))),
         );
         let catalogs = spawn_reflector(
             scoped::<FlavorCatalog>(mgmt, namespace),
-            shutdown,
+            (shutdown, &changes),
             Some((scope_tx.clone(), |f: &FlavorCatalog| generation(f.metadata.generation), true)),
             None,
         );
@@ -212,21 +215,21 @@ impl MgmtCache {
         // quota its status sums up.
         let organizations = spawn_reflector(
             Api::<CleverOrganization>::all(mgmt.clone()),
-            shutdown,
+            (shutdown, &changes),
             Some((scope_tx.clone(), organization_scope, true)),
             None,
         );
         // A buffer's spec or its template is news for the rounds (its pods change).
         let buffers = spawn_reflector(
             scoped::<CapacityBuffer>(mgmt, namespace),
-            shutdown,
+            (shutdown, &changes),
             Some((scope_tx.clone(), |b: &CapacityBuffer| generation(b.metadata.generation), true)),
             None,
         );
         // An overlay's spec, or its acceptance (the status controller's verdict), changes prices.
         let overlays = spawn_reflector(
             scoped::<NodeOverlay>(mgmt, namespace),
-            shutdown,
+            (shutdown, &changes),
             Some((
                 scope_tx.clone(),
                 |o: &NodeOverlay| crate::decisions::fingerprint::one((o.metadata.generation, overlay_accepted(o))),
@@ -236,7 +239,7 @@ impl MgmtCache {
         );
         let pod_templates = spawn_reflector(
             scoped::<PodTemplate>(mgmt, namespace),
-            shutdown,
+            (shutdown, &changes),
             Some((
                 scope_tx,
                 |t: &PodTemplate| {
@@ -267,6 +270,7 @@ impl MgmtCache {
             buffers,
             pod_templates,
             overlays,
+            changes,
             ready,
             scope,
             spec_changes,
@@ -389,7 +393,7 @@ type ChangeHook<K> = (tokio::sync::broadcast::Sender<SpecChange>, fn(&K) -> Spec
 
 fn spawn_reflector<K>(
     api: Api<K>,
-    shutdown: &CancellationToken,
+    (shutdown, changes): (&CancellationToken, &crate::infra::changes::Changes),
     scope: Option<ScopeHook<K>>,
     announce: Option<ChangeHook<K>>,
 ) -> Store<K>
@@ -399,6 +403,7 @@ where
     let (store, writer) = reflector::store();
     let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
     let stop = shutdown.clone();
+    let changes = changes.clone();
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         // The last fingerprint per object (uid), to tell a relevant change from a status write.
@@ -409,7 +414,9 @@ where
                 next = stream.next() => match next {
                     None => return,
                     Some(Err(e)) => tracing::debug!(kind = %K::kind(&()), error = %crate::infra::apierror::plain_watch(&e), "management watch error; retrying"),
-                    Some(Ok(ev)) => if let Some((tx, fingerprint, new_counts)) = &scope {
+                    Some(Ok(ev)) => {
+                        changes.observe(&ev);
+                        let Some((tx, fingerprint, new_counts)) = &scope else { continue };
                         let changed = match &ev {
                             watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
                                 let (uid, now) = (o.meta().uid.clone().unwrap_or_default(), fingerprint(o));
@@ -429,9 +436,9 @@ where
                         };
                         if changed {
                             tx.send_modify(|n| *n = n.wrapping_add(1));
-                            if let (Some((changes, of)), watcher::Event::Apply(o) | watcher::Event::Delete(o)) = (&announce, &ev) {
+                            if let (Some((announced, of)), watcher::Event::Apply(o) | watcher::Event::Delete(o)) = (&announce, &ev) {
                                 // No subscriber (no controller running yet) is not an error.
-                                let _ = changes.send(of(o));
+                                let _ = announced.send(of(o));
                             }
                         }
                     },
@@ -464,7 +471,14 @@ pub struct Hub {
     /// `namespace/name`), and a counter of changes (the buffer status controller's wake-up).
     buffer_placements: std::sync::Mutex<BTreeMap<ClusterKey, BufferPlacements>>,
     buffer_changes: tokio::sync::watch::Sender<u64>,
+    /// For each NodeClaim provisioning created and not yet launched (`namespace/name`), when the
+    /// hub's cache first held each of its pods pending: the start of the hub's share of their wait.
+    waits: std::sync::Mutex<HashMap<String, Vec<std::time::Instant>>>,
 }
+
+/// How long a claim's pods' waits are remembered for its launch (a claim never launched, deleted
+/// first, is forgotten after this).
+const WAITS_TTL: Duration = Duration::from_secs(3600);
 
 /// A cluster's CapacityBuffer placements, by buffer `namespace/name`.
 pub type BufferPlacements = BTreeMap<String, crate::decisions::capacity_buffer::Placement>;
@@ -540,7 +554,35 @@ impl Hub {
             namespace_labels: std::sync::Mutex::new(BTreeMap::new()),
             buffer_placements: std::sync::Mutex::new(BTreeMap::new()),
             buffer_changes: tokio::sync::watch::Sender::new(0),
+            waits: std::sync::Mutex::default(),
         })
+    }
+
+    /// Remember when the pods claim `namespace/name` was created for were first seen pending.
+    pub fn record_waits(&self, namespace: &str, claim: &str, since: Vec<std::time::Instant>) {
+        if since.is_empty() {
+            return;
+        }
+        let mut waits = self.waits.lock().unwrap_or_else(PoisonError::into_inner);
+        waits.retain(|_, w| w.iter().all(|t| t.elapsed() < WAITS_TTL));
+        waits.insert(format!("{namespace}/{claim}"), since);
+    }
+
+    /// Observe the hub's share of the wait of the pods claim `namespace/name` of cluster `key` was
+    /// created for, ended by its NodeGroup's create request sent at `requested`; once per claim.
+    pub fn observe_waits(&self, key: &ClusterKey, claim: &str, requested: std::time::Instant) {
+        let Some(since) =
+            self.waits.lock().unwrap_or_else(PoisonError::into_inner).remove(&format!("{}/{claim}", key.namespace))
+        else {
+            return;
+        };
+        let histogram = self
+            .metrics
+            .pod_provisioning_latency
+            .get(&crate::infra::metrics::ClusterLabels { cluster: key.to_string() });
+        for t in since {
+            histogram.observe(requested.saturating_duration_since(t).as_secs_f64());
+        }
     }
 
     /// Record where the last round of `key` put its buffers' pods (empty: none, or the cluster
@@ -927,6 +969,7 @@ impl MgmtCache {
         classes: Store<CleverNodeClass>,
         catalogs: Store<FlavorCatalog>,
         (buffers, pod_templates, overlays): (Store<CapacityBuffer>, Store<PodTemplate>, Store<NodeOverlay>),
+        changes: crate::infra::changes::Changes,
         ready: bool,
     ) -> Self {
         let (_, ready) = tokio::sync::watch::channel(ready);
@@ -942,6 +985,7 @@ impl MgmtCache {
             buffers,
             pod_templates,
             overlays,
+            changes,
             ready,
             scope,
             spec_changes,

@@ -306,6 +306,12 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 14))
 }
 
+/// The hub's share of a pod's wait: fine around the batch window (1 s idle, 10 s at most) and the
+/// 1.25 s target (docs/performance.md B4), up to a minute.
+fn pod_wait_histogram() -> Histogram {
+    Histogram::new([0.1, 0.25, 0.5, 0.75, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 15.0, 30.0, 60.0])
+}
+
 /// From a second to about four hours: a drain lasts as long as its pods' budgets and grace periods.
 fn termination_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 14))
@@ -346,6 +352,9 @@ pub struct Metrics {
     pub disruption_queue_failures: Tracked<DecisionLabels, Counter>,
     pub disruption_failed_validations: Tracked<ReasonLabels, Counter>,
     pub disruption_evaluation: Tracked<MethodLabels, Histogram, Buckets>,
+    /// Disruption passes by whether the cluster's view was built (`built`) or the last verdict
+    /// kept because nothing it reads changed (`kept`).
+    pub disruption_views: Tracked<ResultLabels, Counter>,
     pub nodepool_usage: Tracked<PoolResourceLabels, FloatGauge>,
     pub nodepool_limit: Tracked<PoolResourceLabels, FloatGauge>,
     /// Σ catalogue price of the pool's launched claims, EUR/h.
@@ -361,6 +370,9 @@ pub struct Metrics {
     /// Where the last provisioning round of a cluster put each CapacityBuffer's pods.
     pub buffer_pods: Tracked<BufferLabels, Gauge>,
     pub scheduling_duration: Tracked<ClusterLabels, Histogram, Buckets>,
+    /// Per pod, from the hub's cache holding its `Unschedulable` mark to the create request of the
+    /// NodeGroup launched for it: the hub's own share of the pod's wait.
+    pub pod_provisioning_latency: Tracked<ClusterLabels, Histogram, Buckets>,
     pub cloudprovider_duration: Tracked<MethodLabels, Histogram, Buckets>,
     pub cloudprovider_errors: Tracked<MethodErrorLabels, Counter>,
     pub acceptance_timeouts: Tracked<ClusterLabels, Counter>,
@@ -430,6 +442,7 @@ impl Metrics {
             disruption_queue_failures: Tracked::default(),
             disruption_failed_validations: Tracked::default(),
             disruption_evaluation: Tracked::with_constructor(latency_histogram as Buckets),
+            disruption_views: Tracked::default(),
             nodepool_usage: Tracked::default(),
             nodepool_limit: Tracked::default(),
             nodepool_price: Tracked::default(),
@@ -441,6 +454,7 @@ impl Metrics {
             termination_duration: Tracked::with_constructor(termination_histogram as Buckets),
             drain_waiting_pods: Tracked::default(),
             scheduling_duration: Tracked::with_constructor(latency_histogram as Buckets),
+            pod_provisioning_latency: Tracked::with_constructor(pod_wait_histogram as Buckets),
             cloudprovider_duration: Tracked::with_constructor(latency_histogram as Buckets),
             cloudprovider_errors: Tracked::default(),
             acceptance_timeouts: Tracked::default(),
@@ -594,6 +608,12 @@ impl Metrics {
         );
         register(
             &mut r,
+            "karpenter_hub_disruption_views",
+            "Disruption passes of the workload cluster, by whether its view was built or the last verdict kept (nothing it reads changed)",
+            &m.disruption_views,
+        );
+        register(
+            &mut r,
             "karpenter_nodepools_usage",
             "Resources provisioned by the NodePool, by resource type",
             &m.nodepool_usage,
@@ -645,6 +665,12 @@ impl Metrics {
             "karpenter_provisioner_scheduling_duration_seconds",
             "Duration of one provisioning decision",
             &m.scheduling_duration,
+        );
+        register(
+            &mut r,
+            "karpenter_hub_pod_provisioning_latency_seconds",
+            "Per pod, from the hub's cache holding its Unschedulable mark to the create request of the NodeGroup launched for it",
+            &m.pod_provisioning_latency,
         );
         register(
             &mut r,
@@ -808,6 +834,7 @@ impl Metrics {
         self.disruption_queue_failures.forget(cluster);
         self.disruption_failed_validations.forget(cluster);
         self.disruption_evaluation.forget(cluster);
+        self.disruption_views.forget(cluster);
         self.pods_drained.forget(cluster);
         self.eviction_requests.forget(cluster);
         self.termination_duration.forget(cluster);
@@ -820,6 +847,7 @@ impl Metrics {
         self.unschedulable_pods.forget(cluster);
         self.buffer_pods.forget(cluster);
         self.scheduling_duration.forget(cluster);
+        self.pod_provisioning_latency.forget(cluster);
         self.cloudprovider_duration.forget(cluster);
         self.cloudprovider_errors.forget(cluster);
         for t in [

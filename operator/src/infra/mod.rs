@@ -7,6 +7,7 @@
 pub mod apierror;
 #[cfg(test)]
 pub mod cache_fixture;
+pub mod changes;
 pub mod clients;
 pub mod errors;
 pub mod facts;

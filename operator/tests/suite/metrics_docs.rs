@@ -119,6 +119,7 @@ fn hub_exposition() -> String {
         })
         .set(2);
     m.scheduling_duration.get(&c).observe(0.01);
+    m.pod_provisioning_latency.get(&c).observe(1.0);
     m.cloudprovider_duration.get(&MethodLabels { cluster: cluster.clone(), method: "create".into() }).observe(0.01);
     m.cloudprovider_errors
         .get(&MethodErrorLabels { cluster: cluster.clone(), method: "create".into(), error: "Forbidden".into() })
@@ -136,6 +137,7 @@ fn hub_exposition() -> String {
     m.disruption_failed_validations.get(&reason).inc();
     m.disruption_allowed.get(&pool_reason).set(1);
     m.disruption_evaluation.get(&MethodLabels { cluster: cluster.clone(), method: "drift".into() }).observe(0.01);
+    m.disruption_views.get(&result).inc();
     m.catalog_invalid.get_or_create(&CatalogLabels { flavorcatalog: "team-a/default".into() }).set(1);
     m.render()
 }

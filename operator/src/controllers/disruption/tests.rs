@@ -393,3 +393,103 @@ fn pods_of_leaving_nodes_are_placed_once_and_pods_kept_for_good_not_at_all() {
     assert_eq!(all.iter().filter(|n| n.as_str() == "web-a").count(), 1, "once: {pending:?} {leaving:?}");
     assert_eq!(leaving, ["web-b"], "web-c stays for good: {leaving:?}");
 }
+
+/// Issue 30 item 1: the loop keeps its last verdict while its inputs stand. Every kind of change a
+/// verdict reads moves them — each watch cache the view is gathered from, the cluster's labels, the
+/// flavors cooling down, the nominations, the organisations' room — and a change in another
+/// namespace does not.
+#[test]
+fn a_change_to_anything_the_verdict_reads_moves_its_inputs() {
+    let mut c = cluster(json!({}));
+    add_node(&mut c, "default-a1", "XS", &[CONSOLIDATABLE]);
+    let (labels, capacity, nominations) =
+        (facts::ClusterLabels::default(), CapacityState::default(), nomination::Nominations::default());
+    let inputs =
+        |c: &Caches| Inputs::of(&c.mgmt(), &c.workload(), &key(), &labels, &capacity, &nominations, &[], now());
+    let mut last = inputs(&c);
+    assert_eq!(inputs(&c), last, "reading changes nothing");
+    let mut moved = |c: &Caches, what: &str| {
+        let now = inputs(c);
+        assert_ne!(now, last, "{what} was not seen");
+        last = now;
+    };
+    c.apply(running_pod("web-1", "default-a1", "500m", "1Gi", json!({})));
+    moved(&c, "a pod");
+    c.apply(node("default-a1", "default", "XS"));
+    moved(&c, "a node");
+    c.apply(claim("default-a1", "default", "XS", true, &[CONSOLIDATABLE, ("Drifted", "NodeClassDrifted")]));
+    moved(&c, "a claim (its Drifted condition: the drift inputs' verdict)");
+    c.apply(pool("default", "default", json!({"spec": {"disruption": {"budgets": [{"nodes": "0"}]}}})));
+    moved(&c, "a NodePool");
+    c.apply(class("default", false));
+    moved(&c, "a node class");
+    let catalog: crds::FlavorCatalog = serde_json::from_value(json!({
+        "apiVersion": "karpenter.clever-cloud.com/v1alpha1", "kind": "FlavorCatalog",
+        "metadata": {"name": "prices", "namespace": key().namespace, "uid": "uid-catalog"}, "spec": {"flavors": []}
+    }))
+    .unwrap();
+    c.apply(catalog);
+    moved(&c, "a flavor catalogue");
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default", "uid": "uid-pdb"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .unwrap();
+    c.apply(pdb.clone());
+    moved(&c, "a PodDisruptionBudget");
+    c.delete(pdb);
+    moved(&c, "a deletion");
+    c.list([running_pod("web-1", "default-a1", "500m", "1Gi", json!({}))]);
+    moved(&c, "a relist");
+    // Another tenant's namespace: not this cluster's inputs.
+    let mut elsewhere = claim("other-a1", "default", "XS", true, &[]);
+    elsewhere.metadata.namespace = Some("team-other".into());
+    c.apply(elsewhere);
+    assert_eq!(inputs(&c), last, "a claim of another namespace");
+
+    // What the hub holds beside the caches, each as it stands at the pass's time.
+    let at = |labels: &facts::ClusterLabels, capacity: &CapacityState, nominations: &nomination::Nominations, rooms| {
+        Inputs::of(&c.mgmt(), &c.workload(), &key(), labels, capacity, nominations, rooms, now())
+    };
+    let base = at(&labels, &capacity, &nominations, &[]);
+    let mut relabelled = labels.clone();
+    relabelled.labels.insert("tier".into(), "gold".into());
+    assert_ne!(at(&relabelled, &capacity, &nominations, &[]), base, "the cluster's labels");
+    let mut cooling = CapacityState::default();
+    cooling.unavailable_until.insert("2XS".to_string(), now() + Duration::from_secs(180));
+    assert_ne!(at(&labels, &cooling, &nominations, &[]), base, "a flavor cooling down");
+    let mut ended = CapacityState::default();
+    ended.unavailable_until.insert("2XS".to_string(), now());
+    assert_eq!(at(&labels, &ended, &nominations, &[]), base, "a cool-down over is no input");
+    let mut nominated = nomination::Nominations::default();
+    nominated.nominate(["default-a1"], now());
+    assert_ne!(at(&labels, &capacity, &nominated, &[]), base, "a nomination");
+    let room = [("acme".to_string(), organization::Ceiling { cpu_millis: Some(4000), ..Default::default() })];
+    assert_ne!(at(&labels, &capacity, &nominations, &room), base, "an organisation's room");
+}
+
+/// Issue 30 item 1: a budget's schedule is a change time alone brings. The verdict kept while the
+/// window forbids is dropped when it closes, and the pass then decides.
+#[test]
+fn a_kept_verdict_ends_when_a_budget_window_closes() {
+    let window = json!({"spec": {"disruption": {"budgets": [
+        {"nodes": "1"}, {"nodes": "0", "schedule": "0 9 * * *", "duration": "4h"}
+    ]}}});
+    let mut c = cluster(window);
+    add_node(&mut c, "default-a1", "XS", &[CONSOLIDATABLE]);
+    // 12:00, inside 09:00–13:00: nothing may go.
+    let (view, pass) = pass_at(&c, now());
+    assert_eq!(command_of(&pass), None, "the window forbids");
+    let inputs = 1u64; // the caches stand still: only time moves
+    let kept = Kept::new(inputs, now(), view.scope.next_change(now()));
+    let closes: Timestamp = "2026-11-25T13:00:00Z".parse().unwrap();
+    assert!(kept.holds(&inputs, now() + Duration::from_secs(299)), "kept while nothing changes");
+    assert_eq!(kept.left(now()), crate::decisions::kept_verdict::MAX_AGE, "the age limit comes first");
+    // Looked at again at the age limit, it is kept until the window closes, not a second longer.
+    let later = closes - Duration::from_secs(120);
+    let kept = Kept::new(inputs, later, pass_at(&c, later).0.scope.next_change(later));
+    assert!(kept.holds(&inputs, closes - Duration::from_secs(1)));
+    assert!(!kept.holds(&inputs, closes), "the window's end is a change");
+    let (_, pass) = pass_at(&c, closes);
+    assert_eq!(command_of(&pass).map(|(m, _, _)| m), Some(Method::Emptiness), "and then the node goes");
+}

@@ -252,8 +252,12 @@ async fn try_launch(c: &Claim<'_>, hub: &Hub, conn: &Connection, now: Timestamp)
             if !orgs.is_empty() {
                 reserve(c, hub, &orgs, &group_name, &flavor, &types).await?;
             }
+            let requested = std::time::Instant::now();
             let created =
                 hub.metrics.cloudprovider(&c.key, "create", groups.create(&PostParams::default(), &desired)).await;
+            if created.is_ok() {
+                hub.observe_waits(&c.key, &c.name, requested);
+            }
             if let Err(e) = &created
                 && !matches!(e, kube::Error::Api(s) if s.code == 409)
                 && !orgs.is_empty()

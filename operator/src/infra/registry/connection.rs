@@ -51,6 +51,8 @@ pub struct WorkloadCache {
     pub pdbs: Store<PodDisruptionBudget>,
     /// PVCs, PVs, StorageClasses and CSINodes, each unknown when the server refuses it.
     pub volumes: super::volumes::VolumeCaches,
+    /// Every event any of these caches applied, counted (a loop tells "nothing changed" by it).
+    pub changes: crate::infra::changes::Changes,
 }
 
 impl std::fmt::Debug for WorkloadCache {
@@ -339,12 +341,13 @@ impl Task {
                 }
             }
         };
+        let changes = crate::infra::changes::Changes::new();
         let cache = WorkloadCache {
             pods: spawn_cache(
                 Api::all(client.clone()),
                 intern_pod_specs(),
                 &watches,
-                &failures_tx,
+                (&failures_tx, &changes),
                 &self.key,
                 observe_pods,
                 None,
@@ -353,7 +356,7 @@ impl Task {
                 Api::all(client.clone()),
                 trim_node,
                 &watches,
-                &failures_tx,
+                (&failures_tx, &changes),
                 &self.key,
                 announce(&self.touched, &self.key, crate::decisions::ownership::node_group),
                 None,
@@ -362,7 +365,7 @@ impl Task {
                 Api::all(client.clone()),
                 trim_meta,
                 &watches,
-                &failures_tx,
+                (&failures_tx, &changes),
                 &self.key,
                 announce(&self.touched, &self.key, |g: &NodeGroup| g.metadata.name.clone()),
                 None,
@@ -371,13 +374,22 @@ impl Task {
                 Api::all(client.clone()),
                 trim_meta,
                 &watches,
-                &failures_tx,
+                (&failures_tx, &changes),
                 &self.key,
                 |_| {},
                 None,
             ),
-            pdbs: spawn_cache(Api::all(client.clone()), trim_meta, &watches, &failures_tx, &self.key, |_| {}, None),
-            volumes: super::volumes::VolumeCaches::start(&client, &watches, &failures_tx, &self.key),
+            pdbs: spawn_cache(
+                Api::all(client.clone()),
+                trim_meta,
+                &watches,
+                (&failures_tx, &changes),
+                &self.key,
+                |_| {},
+                None,
+            ),
+            volumes: super::volumes::VolumeCaches::start(&client, &watches, (&failures_tx, &changes), &self.key),
+            changes: changes.clone(),
         };
         let conn = Arc::new(Connection {
             key: self.key.clone(),
@@ -624,14 +636,15 @@ fn is_uid(uid: &str) -> bool {
 /// Objects per page of a cache's initial LIST (kube's default is 500).
 const LIST_PAGE: u32 = 100;
 
-/// Start a reflector for `K` under `cancel`, calling `observe` with every event once the store
-/// holds it; its errors are forwarded to `failures`, except, with `refused` given, a refusal
-/// (HTTP 403), which sets `refused` and ends this watch alone (an optional cache).
+/// Start a reflector for `K` under `cancel`, counting every event in `changes` and calling
+/// `observe` with it once the store holds it; its errors are forwarded to `failures`, except, with
+/// `refused` given, a refusal (HTTP 403), which sets `refused` and ends this watch alone (an
+/// optional cache).
 pub(super) fn spawn_cache<K>(
     api: Api<K>,
     trim: impl FnMut(&mut K) + Send + 'static,
     cancel: &CancellationToken,
-    failures: &mpsc::Sender<(String, kube::Error)>,
+    (failures, changes): (&mpsc::Sender<(String, kube::Error)>, &crate::infra::changes::Changes),
     key: &ClusterKey,
     observe: impl Fn(&watcher::Event<K>) + Send + 'static,
     refused: Option<watch::Sender<bool>>,
@@ -646,6 +659,7 @@ where
     let stream = reflector::reflector(writer, watcher(api, config).modify(trim).default_backoff());
     let cancel = cancel.clone();
     let failures = failures.clone();
+    let changes = changes.clone();
     let kind = K::kind(&()).to_string();
     let key = key.clone();
     tokio::spawn(async move {
@@ -655,7 +669,10 @@ where
                 () = cancel.cancelled() => return,
                 next = stream.next() => match next {
                     None => return,
-                    Some(Ok(ev)) => observe(&ev),
+                    Some(Ok(ev)) => {
+                        changes.observe(&ev);
+                        observe(&ev);
+                    }
                     Some(Err(e)) => {
                         // The server's words: cut and escaped, and at debug only.
                         tracing::debug!(cluster = %key, kind, error = %crate::infra::apierror::remote(&crate::infra::apierror::plain_watch(&e).to_string()), "watch error");

@@ -3,12 +3,16 @@
 //! joins it. This is what makes provisioning event-driven (performance.md B4): the loop sleeps until
 //! the watch says something is new instead of scanning the pod cache on a timer.
 //!
+//! It also remembers when the cache first held each pod's mark (the process's monotonic clock):
+//! the start of the hub's own share of a pod's wait (`karpenter_hub_pod_provisioning_latency_seconds`).
+//!
 //! Owns: the set and its notification. Must not: decide anything (the provisioning loop and the
 //! batch window do) or hold pods (only their UIDs).
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     sync::{Mutex, PoisonError},
+    time::Instant,
 };
 
 use kube::runtime::watcher;
@@ -25,7 +29,8 @@ pub struct PendingPods {
 
 #[derive(Debug, Default)]
 struct State {
-    pending: HashSet<String>,
+    /// Each pending pod, with when the cache first held it pending.
+    pending: HashMap<String, Instant>,
     /// A relist in progress: the new set being built (the old one stays valid until it is done).
     relist: Option<HashSet<String>>,
     /// Bumped whenever a pod joins the set.
@@ -58,8 +63,16 @@ impl PendingPods {
             }
             watcher::Event::InitDone => match s.relist.take() {
                 Some(set) => {
-                    let joined = set.iter().any(|u| !s.pending.contains(u));
-                    s.pending = set;
+                    let joined = set.iter().any(|u| !s.pending.contains_key(u));
+                    // A pod still pending keeps the instant it was first seen so.
+                    let now = Instant::now();
+                    s.pending = set
+                        .into_iter()
+                        .map(|u| {
+                            let since = s.pending.get(&u).copied().unwrap_or(now);
+                            (u, since)
+                        })
+                        .collect();
                     joined
                 }
                 None => false,
@@ -74,7 +87,13 @@ impl PendingPods {
 
     /// The pods waiting now.
     pub fn snapshot(&self) -> HashSet<String> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner).pending.clone()
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).pending.keys().cloned().collect()
+    }
+
+    /// When the cache first held each of `uids` pending, for those still pending.
+    pub fn since<'a>(&self, uids: impl IntoIterator<Item = &'a str>) -> Vec<Instant> {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        uids.into_iter().filter_map(|u| s.pending.get(u).copied()).collect()
     }
 
     /// How many pods wait now.
@@ -99,7 +118,11 @@ impl State {
     fn update(&mut self, pod: &CompactPod) -> bool {
         let Some(uid) = pod.metadata.uid.as_deref() else { return false };
         if triggers_provisioning(pod) {
-            self.pending.insert(uid.to_string())
+            if self.pending.contains_key(uid) {
+                return false;
+            }
+            self.pending.insert(uid.to_string(), Instant::now());
+            true
         } else {
             self.pending.remove(uid);
             false
@@ -138,9 +161,16 @@ mod tests {
         p.observe(&watcher::Event::Apply(pod("a", true, None)));
         assert_eq!(p.snapshot(), HashSet::from(["a".to_string()]));
         assert!(woken(&p).await);
-        // A status update of a pod already waiting is not news.
+        let first = p.since(["a", "z"]);
+        assert_eq!(first.len(), 1, "only the pods pending");
+        // A status update of a pod already waiting is not news, and keeps when it was first seen.
         p.observe(&watcher::Event::Apply(pod("a", true, None)));
         assert!(!woken(&p).await);
+        assert_eq!(p.since(["a"]), first);
+        p.observe(&watcher::Event::Init);
+        p.observe(&watcher::Event::InitApply(pod("a", true, None)));
+        p.observe(&watcher::Event::InitDone);
+        assert_eq!(p.since(["a"]), first, "a relist keeps it too");
         p.observe(&watcher::Event::Apply(pod("a", true, Some("n1"))));
         assert!(p.is_empty(), "bound");
         p.observe(&watcher::Event::Apply(pod("b", true, None)));

@@ -93,7 +93,7 @@ impl VolumeCaches {
     pub(super) fn start(
         client: &Client,
         cancel: &CancellationToken,
-        failures: &mpsc::Sender<(String, kube::Error)>,
+        failures: (&mpsc::Sender<(String, kube::Error)>, &crate::infra::changes::Changes),
         key: &ClusterKey,
     ) -> Self {
         VolumeCaches {
@@ -143,7 +143,7 @@ fn optional<K>(
     api: Api<K>,
     trim: fn(&mut K),
     cancel: &CancellationToken,
-    failures: &mpsc::Sender<(String, kube::Error)>,
+    failures: (&mpsc::Sender<(String, kube::Error)>, &crate::infra::changes::Changes),
     key: &ClusterKey,
 ) -> OptionalStore<K>
 where
