@@ -73,10 +73,14 @@ impl Emulators {}
 
 /// The hub's own `karpenter_hub_pod_provisioning_latency_seconds` over every cluster: cumulative
 /// count per bucket bound (seconds), `+Inf` last.
-fn hub_latency(metrics: &metrics::Metrics) -> BTreeMap<u64, f64> {
+fn hub_latency(metrics: &metrics::Metrics, stage: Option<&str>) -> BTreeMap<u64, f64> {
     let text = metrics.render();
     let mut out = BTreeMap::new();
-    for l in text.lines().filter(|l| l.starts_with("karpenter_hub_pod_provisioning_latency_seconds_bucket")) {
+    let (family, label) = match stage {
+        None => ("karpenter_hub_pod_provisioning_latency_seconds_bucket", String::new()),
+        Some(s) => ("karpenter_hub_pod_provisioning_stage_seconds_bucket", format!("stage=\"{s}\"")),
+    };
+    for l in text.lines().filter(|l| l.starts_with(family) && l.contains(&label)) {
         let Some(le) = l.split("le=\"").nth(1).and_then(|r| r.split('"').next()) else { continue };
         let bound =
             if le == "+Inf" { u64::MAX } else { le.parse::<f64>().map_or(u64::MAX, |b| (b * 1000.0).round() as u64) };
@@ -307,7 +311,9 @@ async fn run_hub(n: usize, opts: &Options, observed: Observed) {
 
     // Latency burst.
     let sched0 = scheduling(&metrics);
-    let own0 = hub_latency(&metrics);
+    let stages = ["batch", "decide", "launch"];
+    let own0 = hub_latency(&metrics, None);
+    let stages0: Vec<_> = stages.iter().map(|s| hub_latency(&metrics, Some(s))).collect();
     let burst_t = Instant::now();
     let b = emu.ask(&format!("burst {}", opts.burst_pods), Duration::from_secs(900)).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
@@ -359,7 +365,7 @@ async fn run_hub(n: usize, opts: &Options, observed: Observed) {
         if rounds > 0.0 { solve_s * 1000.0 / rounds } else { f64::NAN }
     );
     // The hub's own share, measured inside it: from its cache holding the mark to its create request.
-    let own = hub_latency_since(&hub_latency(&metrics), &own0, 1250);
+    let own = hub_latency_since(&hub_latency(&metrics, None), &own0, 1250);
     println!(
         "    hub-attributable (the hub's cache holding the Unschedulable mark -> its NodeGroup create request, its own histogram): {:.0} pods, p50 {:.0} ms, p99 {:.0} ms, {:.1} % within 1.25 s",
         own.0,
@@ -367,6 +373,10 @@ async fn run_hub(n: usize, opts: &Options, observed: Observed) {
         own.2,
         own.3 * 100.0
     );
+    for (stage, before) in stages.iter().zip(&stages0) {
+        let s = hub_latency_since(&hub_latency(&metrics, Some(stage)), before, 1250);
+        println!("      stage {stage:<7} p50 {:>6.0} ms, p99 {:>6.0} ms", s.1, s.2);
+    }
     let prov_view = view_sub(&v4, &v3);
     let prov_total: i64 = prov.values().sum();
     let idle_total: i64 = idle.values().sum();

@@ -291,6 +291,7 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
     // Absence in an unlisted cache means nothing; look again shortly.
     let unlisted = || Outcome::Deferred { until: tokio::time::Instant::now() + Duration::from_millis(200) };
     let now = hub.now();
+    let started = std::time::Instant::now();
     let capacity = hub.capacity(key).await.step(Step::ReadCapacity)?;
     // The room each organisation of the cluster leaves it (the cache: a launch reserves live).
     let orgs = organizations::rooms(hub, key, now).await?;
@@ -352,7 +353,9 @@ pub async fn round(hub: &Hub, conn: &Connection, key: &ClusterKey) -> Result<Out
         created.push(name.clone());
         // Only a create made by this call counts and is announced (a replayed one was, before).
         if nc.metadata.uid.is_some() {
-            hub.record_waits(ns, &name, conn.pending.since(about.uids.iter().map(String::as_str)));
+            let since = conn.pending.since(about.uids.iter().map(String::as_str));
+            let created = std::time::Instant::now();
+            hub.record_waits(ns, &name, crate::infra::hub::Waits { since, round: started, created });
             hub.metrics.nodeclaims_created.get(&CreatedLabels::of(&key.to_string(), "provisioning", &nc)).inc();
             tracing::info!(
                 cluster = %key, nodeclaim = %name, nodepool = %about.nodepool, flavor = %about.flavor,

@@ -471,9 +471,20 @@ pub struct Hub {
     /// `namespace/name`), and a counter of changes (the buffer status controller's wake-up).
     buffer_placements: std::sync::Mutex<BTreeMap<ClusterKey, BufferPlacements>>,
     buffer_changes: tokio::sync::watch::Sender<u64>,
-    /// For each NodeClaim provisioning created and not yet launched (`namespace/name`), when the
-    /// hub's cache first held each of its pods pending: the start of the hub's share of their wait.
-    waits: std::sync::Mutex<HashMap<String, Vec<std::time::Instant>>>,
+    /// For each NodeClaim provisioning created and not yet launched (`namespace/name`), the
+    /// stages of its pods' wait so far.
+    waits: std::sync::Mutex<HashMap<String, Waits>>,
+}
+
+/// The stages of the wait of the pods a claim was created for, on the process's clock.
+#[derive(Debug, Clone)]
+pub struct Waits {
+    /// When the hub's cache first held each pod pending.
+    pub since: Vec<std::time::Instant>,
+    /// When the round that decided the claim started.
+    pub round: std::time::Instant,
+    /// When the claim was created.
+    pub created: std::time::Instant,
 }
 
 /// How long a claim's pods' waits are remembered for its launch (a claim never launched, deleted
@@ -558,30 +569,40 @@ impl Hub {
         })
     }
 
-    /// Remember when the pods claim `namespace/name` was created for were first seen pending.
-    pub fn record_waits(&self, namespace: &str, claim: &str, since: Vec<std::time::Instant>) {
-        if since.is_empty() {
+    /// Remember the wait so far of the pods claim `namespace/name` was created for.
+    pub fn record_waits(&self, namespace: &str, claim: &str, waits: Waits) {
+        if waits.since.is_empty() {
             return;
         }
-        let mut waits = self.waits.lock().unwrap_or_else(PoisonError::into_inner);
-        waits.retain(|_, w| w.iter().all(|t| t.elapsed() < WAITS_TTL));
-        waits.insert(format!("{namespace}/{claim}"), since);
+        let mut all = self.waits.lock().unwrap_or_else(PoisonError::into_inner);
+        all.retain(|_, w| w.created.elapsed() < WAITS_TTL);
+        all.insert(format!("{namespace}/{claim}"), waits);
     }
 
     /// Observe the hub's share of the wait of the pods claim `namespace/name` of cluster `key` was
     /// created for, ended by its NodeGroup's create request sent at `requested`; once per claim.
     pub fn observe_waits(&self, key: &ClusterKey, claim: &str, requested: std::time::Instant) {
-        let Some(since) =
+        let Some(waits) =
             self.waits.lock().unwrap_or_else(PoisonError::into_inner).remove(&format!("{}/{claim}", key.namespace))
         else {
             return;
         };
-        let histogram = self
+        let cluster = key.to_string();
+        let total = self
             .metrics
             .pod_provisioning_latency
-            .get(&crate::infra::metrics::ClusterLabels { cluster: key.to_string() });
-        for t in since {
-            histogram.observe(requested.saturating_duration_since(t).as_secs_f64());
+            .get(&crate::infra::metrics::ClusterLabels { cluster: cluster.clone() });
+        let stage = |name: &str| {
+            self.metrics
+                .pod_provisioning_stages
+                .get(&crate::infra::metrics::StageLabels { cluster: cluster.clone(), stage: name.to_string() })
+        };
+        let (batch, decide, launch) = (stage("batch"), stage("decide"), stage("launch"));
+        for t in waits.since {
+            total.observe(requested.saturating_duration_since(t).as_secs_f64());
+            batch.observe(waits.round.saturating_duration_since(t).as_secs_f64());
+            decide.observe(waits.created.saturating_duration_since(waits.round.max(t)).as_secs_f64());
+            launch.observe(requested.saturating_duration_since(waits.created).as_secs_f64());
         }
     }
 

@@ -134,6 +134,13 @@ pub struct MethodLabels {
     pub method: String,
 }
 
+/// A stage of the hub's share of a pod's wait (`batch`, `decide`, `launch`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct StageLabels {
+    pub cluster: String,
+    pub stage: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct MethodErrorLabels {
     pub cluster: String,
@@ -207,6 +214,7 @@ macro_rules! per_cluster {
 }
 per_cluster!(
     BufferLabels,
+    StageLabels,
     CreatedLabels,
     ClusterLabels,
     ClaimLabels,
@@ -373,6 +381,10 @@ pub struct Metrics {
     /// Per pod, from the hub's cache holding its `Unschedulable` mark to the create request of the
     /// NodeGroup launched for it: the hub's own share of the pod's wait.
     pub pod_provisioning_latency: Tracked<ClusterLabels, Histogram, Buckets>,
+    /// The same wait by stage: `batch` (the mark to the start of the round that decided the pod's
+    /// claim), `decide` (that round's start to the claim's create), `launch` (the claim's create to
+    /// the NodeGroup's create request).
+    pub pod_provisioning_stages: Tracked<StageLabels, Histogram, Buckets>,
     pub cloudprovider_duration: Tracked<MethodLabels, Histogram, Buckets>,
     pub cloudprovider_errors: Tracked<MethodErrorLabels, Counter>,
     pub acceptance_timeouts: Tracked<ClusterLabels, Counter>,
@@ -455,6 +467,7 @@ impl Metrics {
             drain_waiting_pods: Tracked::default(),
             scheduling_duration: Tracked::with_constructor(latency_histogram as Buckets),
             pod_provisioning_latency: Tracked::with_constructor(pod_wait_histogram as Buckets),
+            pod_provisioning_stages: Tracked::with_constructor(pod_wait_histogram as Buckets),
             cloudprovider_duration: Tracked::with_constructor(latency_histogram as Buckets),
             cloudprovider_errors: Tracked::default(),
             acceptance_timeouts: Tracked::default(),
@@ -674,6 +687,12 @@ impl Metrics {
         );
         register(
             &mut r,
+            "karpenter_hub_pod_provisioning_stage_seconds",
+            "The hub's share of a pod's wait by stage: batch (the mark to the start of the round that decided its claim), decide (to the claim's create), launch (to the NodeGroup's create request)",
+            &m.pod_provisioning_stages,
+        );
+        register(
+            &mut r,
             "karpenter_cloudprovider_duration_seconds",
             "Duration of NodeGroup API calls, by method",
             &m.cloudprovider_duration,
@@ -848,6 +867,7 @@ impl Metrics {
         self.buffer_pods.forget(cluster);
         self.scheduling_duration.forget(cluster);
         self.pod_provisioning_latency.forget(cluster);
+        self.pod_provisioning_stages.forget(cluster);
         self.cloudprovider_duration.forget(cluster);
         self.cloudprovider_errors.forget(cluster);
         for t in [

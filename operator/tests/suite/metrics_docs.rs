@@ -15,7 +15,7 @@ use std::{
 use operator::infra::metrics::{
     CatalogLabels, ClaimLabels, ClusterLabels, DecisionLabels, MethodErrorLabels, MethodLabels, Metrics,
     OrganizationLabels, PhaseLabels, PoolLabels, PoolPhaseLabels, PoolReasonLabels, PoolResourceLabels, ReasonLabels,
-    ReconcileErrorLabels, ResultLabels, RetryLabels,
+    ReconcileErrorLabels, ResultLabels, RetryLabels, StageLabels,
 };
 
 fn repo_file(path: &str) -> (PathBuf, String) {
@@ -120,6 +120,7 @@ fn hub_exposition() -> String {
         .set(2);
     m.scheduling_duration.get(&c).observe(0.01);
     m.pod_provisioning_latency.get(&c).observe(1.0);
+    m.pod_provisioning_stages.get(&StageLabels { cluster: cluster.clone(), stage: "batch".into() }).observe(1.0);
     m.cloudprovider_duration.get(&MethodLabels { cluster: cluster.clone(), method: "create".into() }).observe(0.01);
     m.cloudprovider_errors
         .get(&MethodErrorLabels { cluster: cluster.clone(), method: "create".into(), error: "Forbidden".into() })

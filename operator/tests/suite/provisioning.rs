@@ -101,6 +101,26 @@ async fn a_pending_pod_runs_one_round_reading_caches_and_idle_clusters_run_none(
         (claimed - marked).as_secs_f64() * 1000.0,
         (grouped - marked).as_secs_f64() * 1000.0
     );
+    // The hub's own share of the pod's wait, measured inside it: one pod, within what the test saw
+    // from the mark to the NodeGroup, and its stages adding up to it.
+    let cluster = c.key().to_string();
+    let own = |name: &str, labels: &[(&str, &str)]| {
+        let mut l = vec![("cluster", cluster.as_str())];
+        l.extend_from_slice(labels);
+        metric(&world, name, &l)
+    };
+    assert_eq!(own("karpenter_hub_pod_provisioning_latency_seconds_count", &[]), 1.0, "one pod's wait");
+    let total = own("karpenter_hub_pod_provisioning_latency_seconds_sum", &[]);
+    assert!(total > 0.0 && total <= (grouped - marked).as_secs_f64() + 0.5, "the hub's share {total} s");
+    let stages: f64 = ["batch", "decide", "launch"]
+        .iter()
+        .map(|s| own("karpenter_hub_pod_provisioning_stage_seconds_sum", &[("stage", s)]))
+        .sum();
+    assert!((stages - total).abs() < 1e-6, "stages {stages} s, total {total} s");
+    assert!(
+        own("karpenter_hub_pod_provisioning_stage_seconds_sum", &[("stage", "batch")]) >= 0.9,
+        "the batch idle window"
+    );
     wait_for("the pod running", Duration::from_secs(60), || async { running(&world, 0).await == 1 }).await;
     let after = wait_quiet_over(
         "rounds after the pod ran",
