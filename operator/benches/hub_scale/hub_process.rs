@@ -71,6 +71,17 @@ fn scheduling(metrics: &metrics::Metrics) -> (f64, f64) {
 
 impl Emulators {}
 
+/// The disruption passes so far that ended with `result` (`built`, `kept`), over every cluster.
+fn views(metrics: &metrics::Metrics, result: &str) -> f64 {
+    let label = format!("result=\"{result}\"");
+    metrics
+        .render()
+        .lines()
+        .filter(|l| l.starts_with("karpenter_hub_disruption_views_total") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The hub's own `karpenter_hub_pod_provisioning_latency_seconds` over every cluster: cumulative
 /// count per bucket bound (seconds), `+Inf` last.
 fn hub_latency(metrics: &metrics::Metrics, stage: Option<&str>) -> BTreeMap<u64, f64> {
@@ -392,16 +403,23 @@ async fn run_hub(n: usize, opts: &Options, observed: Observed) {
     tokio::time::sleep(Duration::from_secs(opts.settle_seconds)).await;
     let c5 = emu.snap().await;
     let v5 = hub_view(&observed, mgmt_port);
+    let views5 = (views(&metrics, "built"), views(&metrics, "kept"));
     let idle2_t = Instant::now();
     tokio::time::sleep(Duration::from_secs(opts.idle_seconds)).await;
     let c6 = emu.snap().await;
     let v6 = hub_view(&observed, mgmt_port);
+    let views6 = (views(&metrics, "built"), views(&metrics, "kept"));
     let idle2_s = idle2_t.elapsed().as_secs_f64();
     let (rss_end, rss_peak) = rss_mib();
     let (idle2, idle2_hub_cpu, idle2_emu_cpu) = c6.since(&c5);
     let idle2_view = view_sub(&v6, &v5);
     println!("\nidle #2 (the same fleet plus the {groups} hub-managed nodes of the burst), {idle2_s:.0} s:");
     println!("  CPU: hub {idle2_hub_cpu:.2} s, emulator process {idle2_emu_cpu:.2} s");
+    println!(
+        "  disruption passes: {:.0} built the cluster's view, {:.0} kept the last verdict",
+        views6.0 - views5.0,
+        views6.1 - views5.1
+    );
     print_counts("  hub requests", &idle2, idle2_s, n);
     print_view("  the same", &idle2_view, &idle2, idle2_s);
 
