@@ -342,53 +342,26 @@ impl Task {
             }
         };
         let changes = crate::infra::changes::Changes::new();
+        let w = Watching { cancel: &watches, failures: &failures_tx, changes: &changes, key: &self.key };
         let cache = WorkloadCache {
-            pods: spawn_cache(
-                Api::all(client.clone()),
-                intern_pod_specs(),
-                &watches,
-                (&failures_tx, &changes),
-                &self.key,
-                observe_pods,
-                None,
-            ),
+            pods: spawn_cache(Api::all(client.clone()), intern_pod_specs(), &w, observe_pods, None),
             nodes: spawn_cache(
                 Api::all(client.clone()),
                 trim_node,
-                &watches,
-                (&failures_tx, &changes),
-                &self.key,
+                &w,
                 announce(&self.touched, &self.key, crate::decisions::ownership::node_group),
                 None,
             ),
             nodegroups: spawn_cache(
                 Api::all(client.clone()),
                 trim_meta,
-                &watches,
-                (&failures_tx, &changes),
-                &self.key,
+                &w,
                 announce(&self.touched, &self.key, |g: &NodeGroup| g.metadata.name.clone()),
                 None,
             ),
-            daemonsets: spawn_cache(
-                Api::all(client.clone()),
-                trim_meta,
-                &watches,
-                (&failures_tx, &changes),
-                &self.key,
-                |_| {},
-                None,
-            ),
-            pdbs: spawn_cache(
-                Api::all(client.clone()),
-                trim_meta,
-                &watches,
-                (&failures_tx, &changes),
-                &self.key,
-                |_| {},
-                None,
-            ),
-            volumes: super::volumes::VolumeCaches::start(&client, &watches, (&failures_tx, &changes), &self.key),
+            daemonsets: spawn_cache(Api::all(client.clone()), trim_meta, &w, |_| {}, None),
+            pdbs: spawn_cache(Api::all(client.clone()), trim_meta, &w, |_| {}, None),
+            volumes: super::volumes::VolumeCaches::start(&client, &w),
             changes: changes.clone(),
         };
         let conn = Arc::new(Connection {
@@ -636,16 +609,26 @@ fn is_uid(uid: &str) -> bool {
 /// Objects per page of a cache's initial LIST (kube's default is 500).
 const LIST_PAGE: u32 = 100;
 
-/// Start a reflector for `K` under `cancel`, counting every event in `changes` and calling
-/// `observe` with it once the store holds it; its errors are forwarded to `failures`, except, with
-/// `refused` given, a refusal (HTTP 403), which sets `refused` and ends this watch alone (an
+/// What every watch of one connection shares.
+pub(super) struct Watching<'a> {
+    /// Stops them.
+    pub cancel: &'a CancellationToken,
+    /// Where their errors go.
+    pub failures: &'a mpsc::Sender<(String, kube::Error)>,
+    /// Counts the events they apply.
+    pub changes: &'a crate::infra::changes::Changes,
+    /// Their cluster.
+    pub key: &'a ClusterKey,
+}
+
+/// Start a reflector for `K` under `w.cancel`, counting every event in `w.changes` and calling
+/// `observe` with it once the store holds it; its errors are forwarded to `w.failures`, except,
+/// with `refused` given, a refusal (HTTP 403), which sets `refused` and ends this watch alone (an
 /// optional cache).
 pub(super) fn spawn_cache<K>(
     api: Api<K>,
     trim: impl FnMut(&mut K) + Send + 'static,
-    cancel: &CancellationToken,
-    (failures, changes): (&mpsc::Sender<(String, kube::Error)>, &crate::infra::changes::Changes),
-    key: &ClusterKey,
+    w: &Watching<'_>,
     observe: impl Fn(&watcher::Event<K>) + Send + 'static,
     refused: Option<watch::Sender<bool>>,
 ) -> Store<K>
@@ -657,11 +640,11 @@ where
     // that transient, times every cluster listing at once, is what the process's memory keeps.
     let config = watcher::Config::default().page_size(LIST_PAGE);
     let stream = reflector::reflector(writer, watcher(api, config).modify(trim).default_backoff());
-    let cancel = cancel.clone();
-    let failures = failures.clone();
-    let changes = changes.clone();
+    let cancel = w.cancel.clone();
+    let failures = w.failures.clone();
+    let changes = w.changes.clone();
     let kind = K::kind(&()).to_string();
-    let key = key.clone();
+    let key = w.key.clone();
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         loop {

@@ -24,10 +24,7 @@ use kube::{
     runtime::reflector::{Lookup, Store},
 };
 use scheduling::convert::Volumes;
-use tokio::sync::{mpsc, watch};
-use tokio_util::sync::CancellationToken;
-
-use super::ClusterKey;
+use tokio::sync::watch;
 
 /// The annotation marking a cluster's default StorageClass (read for unbound claims naming none).
 const DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
@@ -90,17 +87,12 @@ impl std::fmt::Debug for VolumeCaches {
 
 impl VolumeCaches {
     /// Start the four watches under `cancel`; errors other than a refusal go to `failures`.
-    pub(super) fn start(
-        client: &Client,
-        cancel: &CancellationToken,
-        failures: (&mpsc::Sender<(String, kube::Error)>, &crate::infra::changes::Changes),
-        key: &ClusterKey,
-    ) -> Self {
+    pub(super) fn start(client: &Client, w: &super::connection::Watching<'_>) -> Self {
         VolumeCaches {
-            pvcs: optional(Api::all(client.clone()), trim_pvc, cancel, failures, key),
-            pvs: optional(Api::all(client.clone()), trim_pv, cancel, failures, key),
-            storage_classes: optional(Api::all(client.clone()), trim_storage_class, cancel, failures, key),
-            csinodes: optional(Api::all(client.clone()), trim_csinode, cancel, failures, key),
+            pvcs: optional(Api::all(client.clone()), trim_pvc, w),
+            pvs: optional(Api::all(client.clone()), trim_pv, w),
+            storage_classes: optional(Api::all(client.clone()), trim_storage_class, w),
+            csinodes: optional(Api::all(client.clone()), trim_csinode, w),
         }
     }
 
@@ -139,18 +131,12 @@ impl VolumeCaches {
     }
 }
 
-fn optional<K>(
-    api: Api<K>,
-    trim: fn(&mut K),
-    cancel: &CancellationToken,
-    failures: (&mpsc::Sender<(String, kube::Error)>, &crate::infra::changes::Changes),
-    key: &ClusterKey,
-) -> OptionalStore<K>
+fn optional<K>(api: Api<K>, trim: fn(&mut K), w: &super::connection::Watching<'_>) -> OptionalStore<K>
 where
     K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (tx, refused) = watch::channel(false);
-    let store = super::connection::spawn_cache(api, trim, cancel, failures, key, |_| {}, Some(tx));
+    let store = super::connection::spawn_cache(api, trim, w, |_| {}, Some(tx));
     OptionalStore { store, refused }
 }
 
