@@ -69,8 +69,9 @@ use scheduling::convert::{PendingRule, Snapshot};
 pub const PASS_PERIOD: Duration = Duration::from_secs(10);
 /// How long a started command may take to show in the management watch cache.
 const CACHE_LAG: Duration = Duration::from_secs(10);
-/// A scope found consolidated is looked at again after this even if nothing changed (§4.12).
-const CONSOLIDATED_TTL: Duration = Duration::from_secs(300);
+/// A scope found consolidated is looked at again after this even if nothing changed (§4.12): the
+/// same age limit as a kept verdict's.
+const CONSOLIDATED_TTL: Duration = crate::decisions::kept_verdict::MAX_AGE;
 /// Event reasons.
 pub const DISRUPTION_BLOCKED: &str = "DisruptionBlocked";
 pub const DISRUPTION_LAUNCHING: &str = "DisruptionLaunching";

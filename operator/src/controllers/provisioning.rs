@@ -434,15 +434,8 @@ impl Writes {
             .filter(|u| real(u.pod))
             .map(|u| {
                 let pod = &input.pods[u.pod];
-                let reference = k8s_openapi::api::core::v1::ObjectReference {
-                    api_version: Some("v1".to_string()),
-                    kind: Some("Pod".to_string()),
-                    namespace: Some(pod.namespace.clone()),
-                    name: Some(pod.name.clone()),
-                    uid: Some(pod.uid.clone()),
-                    ..Default::default()
-                };
-                (reference, pod.key(), u.reason.to_string())
+                let reference = crate::infra::hub::pod_reference(&pod.namespace, &pod.name, &pod.uid);
+                (reference, pod.key(), u.reason.clone())
             })
             .collect();
         let creates = claims

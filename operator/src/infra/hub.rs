@@ -923,6 +923,18 @@ impl EventDedupe {
     }
 }
 
+/// The reference of pod `namespace/name` (incarnation `uid`): where an event about it goes.
+pub fn pod_reference(namespace: &str, name: &str, uid: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(namespace.to_string()),
+        name: Some(name.to_string()),
+        uid: Some(uid.to_string()),
+        ..ObjectReference::default()
+    }
+}
+
 /// An event to publish (the note is bounded: events are not logs).
 pub fn event(warning: bool, reason: &str, action: &str, note: String) -> Event {
     Event {

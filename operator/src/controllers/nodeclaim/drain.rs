@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::{
-    core::v1::{Node, ObjectReference, PersistentVolume, Pod, Taint},
+    core::v1::{Node, PersistentVolume, Pod, Taint},
     storage::v1::VolumeAttachment,
 };
 use kube::{
@@ -83,14 +83,7 @@ pub(super) async fn taint(conn: &Connection, node: &Node) -> Result<bool, kube::
 /// Failures are reported and retried by the next pass, never fatal to it.
 pub(super) async fn carry_out(c: &Claim<'_>, hub: &Hub, conn: &Connection, node: &Node, decision: &Decision) {
     let node_ref = node.object_ref(&());
-    let pod_ref = |p: &PodRef| ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Pod".into()),
-        namespace: Some(p.namespace.clone()),
-        name: Some(p.name.clone()),
-        uid: Some(p.uid.clone()),
-        ..ObjectReference::default()
-    };
+    let pod_ref = |p: &PodRef| crate::infra::hub::pod_reference(&p.namespace, &p.name, &p.uid);
     let exactly = |p: &PodRef| Some(Preconditions { uid: Some(p.uid.clone()), resource_version: None });
     // §5.4: the claim's DisruptionReason when a disruption command took it, else a forceful termination.
     let recorded =
