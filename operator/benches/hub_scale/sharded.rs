@@ -158,6 +158,39 @@ pub fn orchestrate(n: usize, opts: &Options) {
     }
     let mut fenced_before = vec![0u64; replicas];
     let (startup_fences, startup_lag) = phase("start-up and settle", &statuses, &mut fenced_before, &all);
+    // Idle: the management API writes of the whole hub (every replica) while nothing happens.
+    let served = |v: &Value| counts_from_json(&v["served"]);
+    let (c0, t_idle) = (served(&ask(Some("counters"))), Instant::now());
+    std::thread::sleep(Duration::from_secs(opts.idle_seconds));
+    let (c1, idle) = (served(&ask(Some("counters"))), t_idle.elapsed().as_secs_f64());
+    let writes = |c: &Counts, leases: bool| -> i64 {
+        c.iter()
+            .filter(|((side, verb, res), _)| {
+                side == "mgmt"
+                    && matches!(verb.as_str(), "create" | "update" | "patch" | "delete")
+                    && (!leases || res == "leases")
+            })
+            .map(|(_, n)| *n)
+            .sum()
+    };
+    let (idle_writes, idle_lease_writes) = (
+        (writes(&c1, false) - writes(&c0, false)) as f64 / idle,
+        (writes(&c1, true) - writes(&c0, true)) as f64 / idle,
+    );
+    let mut by_kind: Vec<(String, i64)> = c1
+        .iter()
+        .filter(|((side, verb, _), _)| {
+            side == "mgmt" && matches!(verb.as_str(), "create" | "update" | "patch" | "delete")
+        })
+        .map(|((_, v, r), n)| {
+            (format!("{v} {r}"), n - c0.get(&("mgmt".to_string(), v.clone(), r.clone())).copied().unwrap_or(0))
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    by_kind.sort_by_key(|k| std::cmp::Reverse(k.1));
+    println!(
+        "idle {idle:.0} s: management API writes {idle_writes:.2}/s in all, of which Leases {idle_lease_writes:.2}/s ({by_kind:?})"
+    );
     // Kill one replica as a node failure would: no release of its Leases.
     let victim = 0;
     let lost = before[victim].connected;
@@ -227,6 +260,8 @@ pub fn orchestrate(n: usize, opts: &Options) {
         "clusters": n,
         "replicas": replicas,
         "startup_s": startup.map(|d| d.as_secs_f64()),
+        "idle_mgmt_writes_per_s": idle_writes,
+        "idle_lease_writes_per_s": idle_lease_writes,
         "rss_mib": before.iter().map(|s| s.rss).collect::<Vec<_>>(),
         "owned": before.iter().map(|s| s.owned).collect::<Vec<_>>(),
         "handover_s": handover.map(|d| d.as_secs_f64()),

@@ -26,6 +26,7 @@ pub mod ownership;
 pub mod pause;
 pub mod pool_status;
 pub mod rollout;
+pub mod shard_buckets;
 pub mod sharding;
 pub mod static_capacity;
 pub mod taking_part;

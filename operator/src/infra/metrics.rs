@@ -400,7 +400,7 @@ pub struct Metrics {
     pub unknown_flavor_lookups: Tracked<ClusterLabels, Counter>,
     /// 1 while a FlavorCatalog cannot be used (label `flavorcatalog`: `<namespace>/<name>`).
     pub catalog_invalid: Family<CatalogLabels, Gauge>,
-    /// Sharded mode: workload clusters this replica holds the Lease of (0 in single-leader mode).
+    /// Sharded mode: workload clusters this replica owns (holds their bucket's Lease) (0 in single-leader mode).
     pub shard_owned: Gauge,
     /// Sharded mode: live replicas of this hub id, as this replica sees them.
     pub shard_members: Gauge,
@@ -770,7 +770,7 @@ impl Metrics {
         );
         r.register(
             "karpenter_hub_shard_owned_clusters",
-            "Sharded mode: workload clusters this replica owns (holds the Lease of)",
+            "Sharded mode: workload clusters this replica owns (holds the Lease of their bucket)",
             m.shard_owned.clone(),
         );
         r.register(

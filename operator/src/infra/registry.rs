@@ -13,10 +13,11 @@
 //! `Cluster` of the same name followed by [`capi`]; a paused cluster keeps its connection but
 //! [`Registry::connection`] hands it to no controller, and its status is `Paused`.
 //! Also each cluster's labels (fleet.md §1, [`labels`]): its Secret's over its `Cluster`'s.
-//! In sharded mode (hub.md §6) a registered cluster gets a connection only while this replica
-//! owns it ([`Registry::grant`]): the connection runs under the ownership token and its clients
-//! are fenced by it, so when ownership ends the cluster's tasks stop and its clients refuse
-//! every request.
+//! In sharded mode (hub.md §6) a registered cluster gets a connection only once this replica
+//! owns it ([`Registry::grant`]), and controllers get it only while it does: its write clients
+//! are fenced by the ownership token, so when ownership ends every write is refused at once; the
+//! connection's watches (on a client of their own) are kept a while, unused, for the replica taking
+//! it back ([`Settings::keep_unowned`]).
 //!
 //! Must not: make decisions about nodes (controllers read the connection and decide), delete
 //! anything when a Secret disappears (claims and groups stay; NodePools report the cluster
@@ -36,14 +37,14 @@ pub mod specs;
 mod volumes;
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     fmt,
     sync::{Arc, PoisonError, RwLock},
     time::Duration,
 };
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::{api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::Time};
 use kube::{
     Api, Client,
     runtime::{WatchStreamExt, watcher},
@@ -193,6 +194,11 @@ pub struct Settings {
     /// Fence every workload client by the registry's shutdown token (leader election: once the
     /// leader stops, a request already under way in a finishing reconcile is refused too).
     pub fence_on_shutdown: bool,
+    /// Sharded mode: how long a cluster's connection and caches are kept, fenced and unused, after
+    /// its ownership ended, so that the same replica taking it back (a renewal late past the renew
+    /// deadline, then on time again) does not list the cluster anew (default 30 s: the shard Lease
+    /// duration, after which another replica may have taken it).
+    pub keep_unowned: Duration,
     /// While the management API does not serve Cluster API's `Cluster`, how often to look again
     /// (default 5 min).
     pub cluster_api_recheck: Duration,
@@ -215,6 +221,7 @@ impl Default for Settings {
             registration_namespaces: Vec::new(),
             sharded: false,
             fence_on_shutdown: false,
+            keep_unowned: Duration::from_secs(30),
             cluster_api_recheck: Duration::from_secs(300),
             hub_id: "default".to_string(),
             management_cluster: String::new(),
@@ -236,6 +243,9 @@ struct Entry {
     cancel: CancellationToken,
     status: watch::Receiver<ClusterStatus>,
     connection: watch::Receiver<Option<Arc<Connection>>>,
+    /// The token the connection's write clients are fenced by; sharded mode sends a new one when
+    /// ownership is granted again while the connection is kept.
+    fence: Option<watch::Sender<CancellationToken>>,
 }
 
 /// The registry: cheap to clone, shared by every controller.
@@ -250,11 +260,6 @@ struct Known {
     fingerprint: Fingerprint,
     kubeconfig: Option<parsed::Parsed>,
     rank: Rank,
-    /// What sharded mode hashes to place the cluster: its API server URL when the kubeconfig
-    /// names one, so two registrations of one workload cluster land on the same replica, whose
-    /// duplicate check (in process, per namespace) then sees both when they share a namespace;
-    /// else the cluster key.
-    placement: String,
 }
 
 struct Inner {
@@ -378,7 +383,10 @@ impl Registry {
     /// The clusters this replica serves, sorted: every registered cluster, or in sharded mode
     /// those it owns. Per-cluster controllers iterate these.
     pub fn clusters(&self) -> Vec<ClusterKey> {
-        self.inner.clusters.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect()
+        let clusters = self.inner.clusters.read().unwrap_or_else(PoisonError::into_inner);
+        // Sharded mode keeps an unowned cluster's connection a while (see `keep_unowned`): it is
+        // no cluster of this replica's then.
+        clusters.keys().filter(|k| !self.is_sharded() || self.owns(k)).cloned().collect()
     }
 
     /// Every registered cluster (a registration Secret exists), owned here or not, sorted.
@@ -386,9 +394,28 @@ impl Registry {
         self.inner.known.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect()
     }
 
-    /// What sharded mode hashes to place a registered cluster on a replica (see [`Known`]).
-    pub fn placement(&self, key: &ClusterKey) -> Option<String> {
-        self.inner.known.read().unwrap_or_else(PoisonError::into_inner).get(key).map(|k| k.placement.clone())
+    /// Pods in a connected cluster's cache (paused or not), `None` until its caches synced: the
+    /// weight sharded mode places the cluster's bucket by.
+    pub fn pods(&self, key: &ClusterKey) -> Option<usize> {
+        let clusters = self.inner.clusters.read().unwrap_or_else(PoisonError::into_inner);
+        let conn = clusters.get(key)?.connection.borrow().clone()?;
+        conn.is_synced().then(|| conn.cache.pods.len())
+    }
+
+    /// Sharded mode: the workload clusters this replica identified among `keys` (a digest of each
+    /// one's `kube-system` UID, and its Secret's creation time), to publish on their bucket's Lease
+    /// so that registrations of one cluster on different replicas meet in the duplicate check.
+    pub fn identified(&self, keys: &BTreeSet<ClusterKey>) -> BTreeMap<ClusterKey, (String, Option<Time>)> {
+        self.inner.identities.claimed(|k| keys.contains(k)).into_iter().map(|(k, (d, r))| (k, (d, r.created))).collect()
+    }
+
+    /// Sharded mode: what the other replicas published (see [`Registry::identified`]); the
+    /// connections re-check whether an older registration now speaks for their cluster.
+    pub fn set_identified_elsewhere(&self, remote: BTreeMap<ClusterKey, (String, Option<Time>)>) {
+        let remote = remote.into_iter().map(|(k, (d, created))| (k, (d, Rank { created, seen: 0 }))).collect();
+        if self.inner.identities.set_remote(remote) {
+            self.notify();
+        }
     }
 
     /// Whether the registry runs in sharded mode.
@@ -441,13 +468,29 @@ impl Registry {
     }
 
     /// Sharded mode: this replica now owns `key` until `ownership` is cancelled. The cluster's
-    /// connection starts under that token (and its clients are fenced by it); when it is
-    /// cancelled, the connection ends and the cluster leaves [`Registry::clusters`].
+    /// write clients are fenced by that token; when it is cancelled, the cluster leaves
+    /// [`Registry::clusters`] at once and its connection is kept, unused, for
+    /// [`Settings::keep_unowned`]: granted again within that time, the connection carries on with
+    /// its caches as they are and new write clients fenced by the new token; else it ends.
     pub fn grant(&self, key: &ClusterKey, ownership: CancellationToken) {
         self.inner.owned.write().unwrap_or_else(PoisonError::into_inner).insert(key.clone(), ownership.clone());
-        let context = self.inner.context.read().unwrap_or_else(PoisonError::into_inner).clone();
-        if let Some((mgmt, shutdown)) = context {
-            self.connect(&mgmt, key, &shutdown);
+        let kept = {
+            let clusters = self.inner.clusters.read().unwrap_or_else(PoisonError::into_inner);
+            clusters
+                .get(key)
+                .filter(|e| !e.cancel.is_cancelled())
+                .and_then(|e| e.fence.as_ref())
+                .map(|fence| fence.send_replace(ownership.clone()))
+                .is_some()
+        };
+        if kept {
+            tracing::info!(cluster = %key, "owned again: the kept connection and its caches carry on under the new ownership");
+            self.notify();
+        } else {
+            let context = self.inner.context.read().unwrap_or_else(PoisonError::into_inner).clone();
+            if let Some((mgmt, shutdown)) = context {
+                self.connect(&mgmt, key, &shutdown);
+            }
         }
         let (registry, key) = (self.clone(), key.clone());
         tokio::spawn(async move {
@@ -456,8 +499,9 @@ impl Registry {
         });
     }
 
-    /// The ownership of `key` was cancelled: drop its connection (already told to stop by its
-    /// token) unless a newer grant replaced it meanwhile.
+    /// The ownership of `key` was cancelled (its write clients refuse every request already):
+    /// the cluster leaves [`Registry::clusters`]; its connection ends after
+    /// [`Settings::keep_unowned`] unless a newer grant came meanwhile.
     fn ownership_ended(&self, key: &ClusterKey) {
         {
             let mut owned = self.inner.owned.write().unwrap_or_else(PoisonError::into_inner);
@@ -465,13 +509,28 @@ impl Registry {
                 owned.remove(key);
             }
         }
+        tracing::info!(cluster = %key, keep_seconds = self.inner.settings.keep_unowned.as_secs_f64(), "no longer owned by this replica: its clients refuse every write; its caches are kept a while in case it comes back");
+        self.notify();
+        let (registry, key) = (self.clone(), key.clone());
+        let keep = self.inner.settings.keep_unowned;
+        tokio::spawn(async move {
+            tokio::time::sleep(keep).await;
+            registry.disown(&key);
+        });
+    }
+
+    /// Sharded mode: end the kept connection of `key` now, unless this replica owns it again (the
+    /// sharder calls this once another replica holds the cluster's bucket).
+    pub fn disown(&self, key: &ClusterKey) {
         let removed = {
             let mut clusters = self.inner.clusters.write().unwrap_or_else(PoisonError::into_inner);
-            if clusters.get(key).is_some_and(|e| e.cancel.is_cancelled()) { clusters.remove(key) } else { None }
+            // Under the clusters lock: a grant checks ownership first, then this table.
+            if self.owns(key) { None } else { clusters.remove(key) }
         };
-        if removed.is_some() {
+        if let Some(e) = removed {
+            e.cancel.cancel();
             self.inner.identities.release(key);
-            tracing::info!(cluster = %key, "no longer owned by this replica: its connection is closed and its clients refuse every request");
+            tracing::info!(cluster = %key, "not owned by this replica: its connection is closed");
             self.notify();
         }
     }
@@ -516,7 +575,8 @@ impl Registry {
     /// [`Connection::is_synced`] before deciding anything) and not paused: every controller reaches
     /// a workload cluster through this, so a paused cluster gets no decision and no write.
     pub fn connection(&self, key: &ClusterKey) -> Option<Arc<Connection>> {
-        if self.paused_by(key).is_some()
+        if (self.is_sharded() && !self.owns(key))
+            || self.paused_by(key).is_some()
             || self.inner.handovers.read().unwrap_or_else(PoisonError::into_inner).get(key).is_some_and(Result::is_err)
         {
             return None;
@@ -787,14 +847,18 @@ impl Registry {
             let rank = known.get(&key).map_or_else(
                 || Rank {
                     created: secret.metadata.creation_timestamp.clone(),
-                    seen: self.inner.seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                    // Sharded mode ranks registrations across replicas, which do not share this
+                    // count: ties of creation time then go by key, alike on every replica.
+                    seen: if self.is_sharded() {
+                        0
+                    } else {
+                        self.inner.seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    },
                 },
                 |k| k.rank.clone(),
             );
             let added = !known.contains_key(&key);
-            let placement =
-                parsed.as_deref().and_then(|p| p.as_ref().ok()).map_or_else(|| key.to_string(), |h| h.server.clone());
-            known.insert(key.clone(), Known { fingerprint, kubeconfig: parsed, rank, placement });
+            known.insert(key.clone(), Known { fingerprint, kubeconfig: parsed, rank });
             if added && self.is_sharded() {
                 // The sharder decides who owns it.
                 self.notify();
@@ -814,14 +878,18 @@ impl Registry {
     /// Start or restart the connection of a known cluster: under `shutdown`, or in sharded mode
     /// only while owned, under the ownership token (and fenced by it).
     fn connect(&self, mgmt: &Client, key: &ClusterKey, shutdown: &CancellationToken) {
-        let (parent, fence) = if self.is_sharded() {
+        let fence = if self.is_sharded() {
             let owned = self.inner.owned.read().unwrap_or_else(PoisonError::into_inner).get(key).cloned();
             match owned.filter(|t| !t.is_cancelled()) {
-                Some(t) => (t.clone(), Some(t)),
-                None => return,
+                Some(t) => Some(t),
+                None => {
+                    // Not owned: a connection kept from before (its Secret changed since) goes.
+                    self.disown(key);
+                    return;
+                }
             }
         } else {
-            (shutdown.clone(), self.inner.settings.fence_on_shutdown.then(|| shutdown.clone()))
+            self.inner.settings.fence_on_shutdown.then(|| shutdown.clone())
         };
         let Some((fingerprint, parsed, rank)) = self
             .inner
@@ -834,22 +902,27 @@ impl Registry {
             return;
         };
         let key = key.clone();
-        // Also a child of the hub's shutdown in sharded mode: the ownership token outlives it.
-        let cancel = parent.child_token();
-        if fence.is_some() {
-            let (cancel, shutdown) = (cancel.clone(), shutdown.clone());
-            tokio::spawn(async move {
-                tokio::select! {
-                    () = shutdown.cancelled() => cancel.cancel(),
-                    () = cancel.cancelled() => {}
-                }
-            });
-        }
+        // The connection lives until the hub stops, its Secret changes or goes, or (sharded
+        // mode) its kept time after the ownership ended runs out; the fence only stops writes.
+        let cancel = shutdown.child_token();
+        let (fence_tx, fence_rx) = match fence {
+            Some(t) => {
+                let (tx, rx) = watch::channel(t);
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
         let (status_tx, status_rx) = watch::channel(ClusterStatus::new(Phase::Syncing, "connecting"));
         let (conn_tx, conn_rx) = watch::channel(None);
         let replaced = self.inner.clusters.write().unwrap_or_else(PoisonError::into_inner).insert(
             key.clone(),
-            Entry { secret_data: fingerprint, cancel: cancel.clone(), status: status_rx, connection: conn_rx },
+            Entry {
+                secret_data: fingerprint,
+                cancel: cancel.clone(),
+                status: status_rx,
+                connection: conn_rx,
+                fence: fence_tx,
+            },
         );
         let rotated = replaced.is_some();
         if let Some(old) = replaced {
@@ -872,7 +945,7 @@ impl Registry {
             identities: self.inner.identities.clone(),
             rank,
             cancel,
-            fence,
+            fence: fence_rx,
         };
         tokio::spawn(task.run());
         self.notify();
@@ -1021,10 +1094,12 @@ mod tests {
     }
 
     /// Sharded mode, structurally: no connection before ownership is granted, one while it lasts,
-    /// none after, and the client a controller still holds refuses every request once ownership
-    /// ended (the fence), while the cluster itself answers as before.
+    /// none handed out after, and the client a controller still holds refuses every request once
+    /// ownership ended (the fence), while the cluster itself answers as before. Owned again within
+    /// the keep time: new write clients over the same caches, nothing listed again, the old client
+    /// still refused. Owned again after it: a new connection, listing again.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_sharded_registry_connects_only_while_owning_and_fences_the_old_client() {
+    async fn a_sharded_registry_connects_only_while_owning_fences_the_old_client_and_keeps_caches_a_while() {
         use kube::api::PostParams;
         use sim::apiserver::{ApiServer, ApiServerConfig};
         let mgmt = ApiServer::start(ApiServerConfig::new("management")).await.unwrap();
@@ -1034,7 +1109,8 @@ mod tests {
         let kubeconfig = serde_json::to_vec(&workload.kubeconfig()).unwrap();
         s.data = Some(BTreeMap::from([(KUBECONFIG_KEY.to_string(), k8s_openapi::ByteString(kubeconfig))]));
         Api::<Secret>::namespaced(mgmt.client(), "default").create(&PostParams::default(), &s).await.unwrap();
-        let registry = Registry::new(Settings { sharded: true, ..Settings::default() });
+        let keep = Duration::from_secs(2);
+        let registry = Registry::new(Settings { sharded: true, keep_unowned: keep, ..Settings::default() });
         let shutdown = CancellationToken::new();
         let (r, client, stop) = (registry.clone(), mgmt.client(), shutdown.clone());
         tokio::spawn(async move { r.run(client, stop).await });
@@ -1050,21 +1126,43 @@ mod tests {
         assert!(registry.writes_for(&key) && registry.clusters() == vec![key.clone()]);
         let held = registry.connection(&key).unwrap();
         held.client.apiserver_version().await.expect("the owner's client works");
+        let pod_lists = || workload.requests().count("list", "pods");
+        let listed = pod_lists();
 
-        // Ownership ends: the connection goes, and the client held by a round under way refuses.
+        // Ownership ends: no connection handed out, and the client held by a round under way refuses.
         ownership.cancel();
-        until(&registry, "the connection closed", |r| r.connection(&key).is_none() && r.clusters().is_empty()).await;
+        until(&registry, "the cluster no longer served", |r| r.connection(&key).is_none() && r.clusters().is_empty())
+            .await;
         assert!(!registry.writes_for(&key));
-        for e in
-            [held.client.apiserver_version().await.unwrap_err(), held.evictions.apiserver_version().await.unwrap_err()]
-        {
-            assert!(crate::infra::fence::is_fenced(&e), "not the fence: {e}");
-        }
+        let refused = async |c: &Arc<Connection>| {
+            for e in
+                [c.client.apiserver_version().await.unwrap_err(), c.evictions.apiserver_version().await.unwrap_err()]
+            {
+                assert!(crate::infra::fence::is_fenced(&e), "not the fence: {e}");
+            }
+        };
+        refused(&held).await;
         workload.client().apiserver_version().await.expect("the cluster itself still answers");
 
-        // Granted again (a new token): connected again.
+        // Owned again within the keep time: the same caches, new write clients, no new list.
+        let ownership = CancellationToken::new();
+        registry.grant(&key, ownership.clone());
+        until(&registry, "served again", |r| r.connection(&key).is_some_and(|c| !Arc::ptr_eq(&c, &held))).await;
+        let again = registry.connection(&key).unwrap();
+        assert!(Arc::ptr_eq(&again.pending, &held.pending), "not the kept caches");
+        again.client.apiserver_version().await.expect("the new client works");
+        refused(&held).await;
+        assert_eq!(pod_lists(), listed, "the kept caches listed the pods again");
+
+        // Ownership ends and the keep time runs out: the connection goes; owned again, it lists anew.
+        ownership.cancel();
+        tokio::time::sleep(keep + Duration::from_millis(500)).await;
         registry.grant(&key, CancellationToken::new());
-        until(&registry, "connected again", |r| r.connection(&key).is_some_and(|c| c.is_synced())).await;
+        until(&registry, "connected anew", |r| {
+            r.connection(&key).is_some_and(|c| c.is_synced() && !Arc::ptr_eq(&c.pending, &held.pending))
+        })
+        .await;
+        assert!(pod_lists() > listed, "a new connection lists the pods");
         shutdown.cancel();
     }
 

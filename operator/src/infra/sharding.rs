@@ -1,25 +1,32 @@
 //! Sharded mode (hub.md §6, `karpenter-hub run --sharding`): workload clusters spread across hub
-//! replicas, each cluster owned through a `coordination.k8s.io/v1` Lease of its own in the
-//! management cluster; Kubernetes is the only coordination.
+//! replicas through a fixed number of shard buckets, each owned through a `coordination.k8s.io/v1`
+//! Lease in the management cluster; Kubernetes is the only coordination.
 //!
 //! Each replica heartbeats a membership Lease; the live members come from a label-selected watch of
-//! the hub's Leases; [`crate::decisions::sharding`] says which member should own each registered
-//! cluster and what to do with its Lease. Owning a cluster means holding an ownership token: the
-//! registry runs the cluster's connection only under it, and the workload clients it builds refuse
-//! every request once it is cancelled ([`crate::infra::fence::FenceLayer`]). A watchdog cancels the token when the
-//! Lease could not be renewed within the renew deadline, which is shorter than the Lease duration:
-//! the replica has stopped writing to the cluster before anyone else may take it.
+//! the hub's Leases. A cluster belongs to the bucket its key hashes to
+//! ([`crate::decisions::shard_buckets::bucket_of`]); [`crate::decisions::shard_buckets::place`]
+//! says which member should hold each bucket (weighted by the pods its holder counted), and
+//! [`crate::decisions::sharding::step`] what to do with the bucket's Lease. Holding a bucket means
+//! holding an ownership token per registered cluster of the bucket (children of the bucket's): the
+//! registry runs a cluster's connection only under it, and the workload clients it builds refuse
+//! every request once it is cancelled ([`crate::infra::fence::FenceLayer`]). A watchdog cancels a
+//! bucket's token when its Lease could not be renewed within the renew deadline, which is shorter
+//! than the Lease duration: the replica has stopped writing to the bucket's clusters before anyone
+//! else may take the bucket. The bucket Leases also carry what their holder publishes for the
+//! others: the bucket's weight, and the clusters it identified (for the duplicate check across
+//! replicas).
 //!
 //! The protocol runs on an OS thread of its own with its own management client, so the clusters'
 //! work saturating the hub's runtime cannot make the renewals late ([`Sharder::run`]).
 //!
 //! Owns: the Lease protocol of sharded mode (membership heartbeat, acquire, renew, hand over,
-//! fence, deleting dead members' Leases), its thread, and the shard metrics. Must not: decide anything itself
-//! (the decisions module does), act on a cluster without a live ownership token, or release a
-//! cluster's Lease before its token is cancelled.
+//! fence, deleting dead members' Leases), the grants of clusters under held buckets, its thread,
+//! and the shard metrics. Must not: decide anything itself (the decisions modules do), act on a
+//! cluster without a live ownership token, or release a bucket's Lease before its token is
+//! cancelled.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     sync::{Arc, PoisonError},
     time::Duration,
 };
@@ -39,16 +46,29 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    decisions::sharding::{self, LeaseView, Step, Timings},
+    decisions::{
+        shard_buckets::{self, Bucket},
+        sharding::{self, LeaseView, Step, Timings},
+    },
     infra::{apierror::plain, metrics::Metrics, registry::ClusterKey, registry::Registry},
 };
 
 /// Label on every shard Lease: the hub id (several hubs may share a namespace).
 pub const HUB_LABEL: &str = crds::labels::HUB;
-/// Label telling membership Leases (`member`) from cluster Leases (`cluster`).
+/// Label telling membership Leases (`member`) from bucket Leases (`bucket`); `cluster` marks the
+/// per-cluster Leases of releases before buckets.
 pub const ROLE_LABEL: &str = "karpenter.clever-cloud.com/shard";
-/// Annotation naming the cluster (`namespace/name`) a cluster Lease is for, for people.
-pub const CLUSTER_ANNOTATION: &str = "karpenter.clever-cloud.com/cluster";
+/// Label on a bucket Lease: the number of buckets of its scheme.
+pub const BUCKETS_LABEL: &str = "karpenter.clever-cloud.com/shard-buckets";
+/// Annotation on a bucket Lease: its weight (the quantized pods of its clusters) as its holder
+/// last counted them, read by every replica's placement.
+pub const WEIGHT_ANNOTATION: &str = "karpenter.clever-cloud.com/shard-weight";
+/// Annotation on a bucket Lease: the workload clusters its holder identified (JSON list of
+/// namespace, name, UID digest, Secret creation time).
+pub const IDENTIFIED_ANNOTATION: &str = "karpenter.clever-cloud.com/shard-identified";
+/// Longest identities annotation read from another replica's Lease (Kubernetes allows 256 KiB for
+/// all annotations together).
+const MAX_IDENTIFIED: usize = 256 * 1024;
 
 /// Settings of sharded mode.
 #[derive(Clone)]
@@ -61,6 +81,8 @@ pub struct Settings {
     pub timings: Timings,
     /// How long a dead member's expired Lease stays before a survivor deletes it.
     pub member_grace: Duration,
+    /// The number of shard buckets ([`shard_buckets::BUCKETS`]; tests use fewer).
+    pub buckets: u32,
     /// The management cluster's client configuration for the Lease thread's own client (see
     /// [`Sharder::run`]); without it the Lease thread shares the process's management client,
     /// whose requests are driven by the process's runtime and queue with everything else.
@@ -76,6 +98,7 @@ impl std::fmt::Debug for Settings {
             .field("identity", &self.identity)
             .field("timings", &self.timings)
             .field("member_grace", &self.member_grace)
+            .field("buckets", &self.buckets)
             .field("lease_client", &self.lease_client.as_ref().map(|c| c.cluster_url.to_string()))
             .finish()
     }
@@ -91,6 +114,7 @@ impl Settings {
             // Long enough that a replica paused (GC, node pressure) for a few renewals is not
             // deleted under its feet; short enough that Leases of rolled pods do not pile up.
             member_grace: timings.lease_duration * 4,
+            buckets: shard_buckets::BUCKETS,
             lease_client: None,
         }
     }
@@ -105,9 +129,10 @@ impl Settings {
 
 // ---- the runtime ----
 
-/// A cluster Lease this replica holds.
+/// A bucket Lease this replica holds.
 struct Held {
-    key: ClusterKey,
+    bucket: u32,
+    /// The bucket's ownership; each of its clusters is granted a child of it.
     token: CancellationToken,
     /// When the last successful write of the Lease was *sent*: the renewTime it carries is no
     /// earlier, so fencing at `sent + renew_deadline` is before anyone may see it expired.
@@ -117,12 +142,9 @@ struct Held {
     lease: Lease,
 }
 
-/// Lease writes in flight at once in a round. A round lasts about (owned / this) × one write's
-/// latency, and the next round (every Lease's next renewal) waits for it: under a management API
-/// answering in seconds (the 300-cluster bench's burst), 150 Leases 32 at a time made rounds of
-/// 40-50 s, and the Leases late in a round missed the 20 s deadline. So every owned cluster's
-/// renewal at once, up to a bound that only a fleet of thousands per replica reaches.
-const WRITES_AT_ONCE: usize = 512;
+/// Lease writes in flight at once in a round: every held bucket's renewal at once (a round of
+/// sequential writes under a management API answering in seconds would miss the renew deadline).
+const WRITES_AT_ONCE: usize = 64;
 
 /// Where one round's time went (for its log line).
 #[derive(Default)]
@@ -137,7 +159,10 @@ struct RoundStats {
 
 #[derive(Default)]
 struct State {
+    /// By Lease name.
     held: BTreeMap<String, Held>,
+    /// The clusters granted under a held bucket: the bucket Lease's name and the cluster's token.
+    granted: BTreeMap<ClusterKey, (String, CancellationToken)>,
     /// Our membership Lease as last written, and when that write was sent.
     member: Option<(Lease, Instant)>,
 }
@@ -206,11 +231,16 @@ impl Sharder {
         format!("{HUB_LABEL}={},{ROLE_LABEL}", self.settings.hub_id)
     }
 
-    /// Clusters this replica holds the Lease of, sorted.
+    /// Clusters this replica owns (granted under a bucket it holds), sorted.
     pub fn owned(&self) -> Vec<ClusterKey> {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut out: Vec<ClusterKey> = state.held.values().map(|h| h.key.clone()).collect();
-        out.sort();
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).granted.keys().cloned().collect()
+    }
+
+    /// The buckets this replica holds the Lease of, sorted.
+    pub fn buckets(&self) -> Vec<u32> {
+        let mut out: Vec<u32> =
+            self.state.lock().unwrap_or_else(PoisonError::into_inner).held.values().map(|h| h.bucket).collect();
+        out.sort_unstable();
         out
     }
 
@@ -265,7 +295,11 @@ impl Sharder {
         tokio::select! {
             () = self.protocol(shutdown) => {}
             () = alive.cancelled() => {
-                let held = std::mem::take(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner).held);
+                let held = {
+                    let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                    state.granted.clear();
+                    std::mem::take(&mut state.held)
+                };
                 for h in held.into_values() {
                     h.token.cancel();
                 }
@@ -325,15 +359,16 @@ impl Sharder {
         self.stop().await;
     }
 
-    /// One round: heartbeat, then one step per registered cluster, then delete dead members'
-    /// Leases. Without `renewing` (a round woken by a registry change), only ownership changes are
-    /// written: no heartbeat, no renewal, no cleanup.
+    /// One round: heartbeat, then one step per bucket, then the grants of the held buckets'
+    /// clusters, then delete dead members' Leases. Without `renewing` (a round woken by a registry
+    /// change), only ownership changes (and a changed list of identified clusters) are written: no
+    /// heartbeat, no renewal, no cleanup.
     async fn round(&self, store: &Store<Lease>, last_error: &mut Option<String>, renewing: bool) -> RoundStats {
         let timings = self.settings.timings;
         let me = self.settings.identity.clone();
         let stats = std::sync::Mutex::new(RoundStats::default());
         // Not yet a member: the heartbeat first, so this round counts us live. Once a member, the
-        // heartbeat goes with the cluster renewals: waiting for it first delayed each of them by
+        // heartbeat goes with the bucket renewals: waiting for it first delayed each of them by
         // its latency (7 s under the 300-cluster burst).
         let beat_first = renewing && self.state.lock().unwrap_or_else(PoisonError::into_inner).member.is_none();
         if beat_first {
@@ -341,11 +376,10 @@ impl Sharder {
         }
         let now = Timestamp::now();
         let leases = store.state();
-        let role = |l: &Lease, r: &str| l.labels().get(ROLE_LABEL).map(String::as_str) == Some(r);
         let member_views: Vec<LeaseView> = leases.iter().filter(|l| role(l, "member")).map(|l| view(l)).collect();
         let mut members = sharding::live_members(&member_views, now);
         // Ourselves only while our own heartbeat holds: a replica cut off from the management
-        // cluster must not go on taking clusters.
+        // cluster must not go on taking buckets.
         let self_live = {
             let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             state.member.as_ref().is_some_and(|(_, sent)| sent.elapsed() < timings.renew_deadline)
@@ -357,37 +391,54 @@ impl Sharder {
         }
         self.metrics.shard_members.set(members.len() as i64);
 
+        let count = self.settings.buckets;
+        // Another scheme's live Lease (a per-cluster Lease of an earlier release, or a bucket of
+        // another count) may stand for any of our clusters: take no bucket until it is gone.
+        let foreign = leases.iter().find(|l| self.other_scheme(l) && view(l).live_holder(now).is_some());
         let by_name: BTreeMap<String, Arc<Lease>> = leases.iter().map(|l| (l.name_any(), l.clone())).collect();
-        let registered = self.registry.registered();
-        let mut work = Vec::new();
-        for key in &registered {
-            let name = sharding::cluster_lease_name(&self.settings.hub_id, &key.namespace, &key.name);
-            // Placed by API server URL (see `Registry::placement`): registrations of one
-            // workload cluster meet on one replica, where the duplicate check sees them.
-            let placement = self.registry.placement(key).unwrap_or_else(|| key.to_string());
-            let desired = sharding::desired_owner(&placement, &members).map(str::to_string);
-            // Our own last write beats the watch, which may lag it.
-            let ours =
-                self.state.lock().unwrap_or_else(PoisonError::into_inner).held.get(&name).map(|h| h.lease.clone());
-            let current = ours.or_else(|| by_name.get(&name).map(|l| l.as_ref().clone()));
-            let step = sharding::step(current.as_ref().map(view).as_ref(), &me, desired.as_deref(), now);
-            if step == Step::Renew && !renewing {
-                continue;
-            }
-            work.push((key.clone(), name, current, step));
-        }
-        // Clusters held but no longer registered: stop and release.
-        let stale: Vec<(String, Held)> = {
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            let names: Vec<String> =
-                state.held.iter().filter(|(_, h)| !registered.contains(&h.key)).map(|(n, _)| n.clone()).collect();
-            names.into_iter().filter_map(|n| state.held.remove(&n).map(|h| (n, h))).collect()
+        let current: Vec<(String, Option<Lease>)> = {
+            let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            (0..count)
+                .map(|b| {
+                    let name = shard_buckets::bucket_lease_name(&self.settings.hub_id, b, count);
+                    // Our own last write beats the watch, which may lag it.
+                    let lease = state
+                        .held
+                        .get(&name)
+                        .map(|h| h.lease.clone())
+                        .or_else(|| by_name.get(&name).map(|l| l.as_ref().clone()));
+                    (name, lease)
+                })
+                .collect()
         };
-        for (name, held) in stale {
-            held.token.cancel();
-            self.metrics.shard_handovers.get_or_create(&direction("released")).inc();
-            tracing::info!(cluster = %held.key, lease = %name, identity = %me, "cluster unregistered: stopped acting on it and releasing its Lease");
-            let _ = tokio::time::timeout(timings.retry_period, self.release(held.lease)).await;
+        let placing: Vec<Bucket> = current
+            .iter()
+            .map(|(_, l)| Bucket {
+                weight: l.as_ref().and_then(weight_of).unwrap_or(1),
+                holder: l.as_ref().and_then(|l| view(l).live_holder(now).map(str::to_string)),
+            })
+            .collect();
+        let desired = shard_buckets::place(&placing, &members);
+        self.learn_identified(&current, now);
+
+        let registered: Arc<BTreeSet<ClusterKey>> = Arc::new(self.registry.registered().into_iter().collect());
+        let mut work = Vec::new();
+        for (b, ((name, lease), desired)) in (0u32..).zip(current.into_iter().zip(desired)) {
+            let held = self.state.lock().unwrap_or_else(PoisonError::into_inner).held.contains_key(&name);
+            let step = sharding::step(lease.as_ref().map(view).as_ref(), &me, desired, now);
+            match &step {
+                Step::Acquire if foreign.is_some() => continue,
+                // A renewal outside the tick only to publish newly identified clusters promptly.
+                Step::Renew if !renewing && !self.identified_changed(b, &registered, lease.as_ref()) => continue,
+                Step::Leave { .. } if !held => continue,
+                _ => {}
+            }
+            work.push((b, name, lease, step));
+        }
+        if let Some(l) = foreign
+            && renewing
+        {
+            tracing::warn!(identity = %me, lease = %l.name_any(), "a live shard Lease of another scheme (an earlier release's per-cluster Lease, or another bucket count) exists: taking no bucket until it is released or expires");
         }
         let since_sent: Vec<Option<Duration>> = {
             let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -396,16 +447,129 @@ impl Sharder {
         let mut slots: Vec<Option<_>> = work.into_iter().map(Some).collect();
         let work: Vec<_> = sharding::renewal_order(&since_sent).into_iter().filter_map(|i| slots[i].take()).collect();
         if renewing && !beat_first {
-            tokio::join!(self.beat(&stats, last_error), self.apply_all(work, &stats));
+            tokio::join!(self.beat(&stats, last_error), self.apply_all(work, &registered, &stats));
         } else {
-            self.apply_all(work, &stats).await;
+            self.apply_all(work, &registered, &stats).await;
+        }
+        self.grant_held(&registered);
+        // A cluster whose bucket another replica holds will not come back here soon: drop a
+        // connection kept for that (the registry keeps one a while after a fence).
+        let held_elsewhere: BTreeSet<u32> = placing
+            .iter()
+            .zip(0u32..)
+            .filter(|(b, _)| b.holder.as_deref().is_some_and(|h| h != me))
+            .map(|(_, i)| i)
+            .collect();
+        for key in registered.iter().filter(|k| held_elsewhere.contains(&bucket_of(k, count))) {
+            self.registry.disown(key);
         }
         if renewing {
-            self.collect_members(&leases, now).await;
+            self.collect(&leases, now).await;
         }
-        let owned = self.state.lock().unwrap_or_else(PoisonError::into_inner).held.len();
-        self.metrics.shard_owned.set(owned as i64);
         stats.into_inner().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `l` is a shard Lease of another scheme than this replica's buckets.
+    fn other_scheme(&self, l: &Lease) -> bool {
+        role(l, "cluster")
+            || (role(l, "bucket")
+                && l.labels().get(BUCKETS_LABEL).map(String::as_str)
+                    != Some(self.settings.buckets.to_string().as_str()))
+    }
+
+    /// Grant every registered cluster of a held bucket that has no token yet; cancel the tokens of
+    /// clusters unregistered or whose bucket is no longer held.
+    fn grant_held(&self, registered: &BTreeSet<ClusterKey>) {
+        let count = self.settings.buckets;
+        let (mut grants, mut ended) = (Vec::new(), Vec::new());
+        {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let State { held, granted, .. } = &mut *state;
+            granted.retain(|key, (name, token)| {
+                let keep = registered.contains(key) && held.contains_key(name) && !token.is_cancelled();
+                if !keep {
+                    ended.push((key.clone(), name.clone(), token.clone()));
+                }
+                keep
+            });
+            for key in registered {
+                let name = shard_buckets::bucket_lease_name(&self.settings.hub_id, bucket_of(key, count), count);
+                if let Some(h) = held.get(&name)
+                    && !granted.contains_key(key)
+                {
+                    let token = h.token.child_token();
+                    granted.insert(key.clone(), (name, token.clone()));
+                    grants.push((key.clone(), h.bucket, token));
+                }
+            }
+            self.metrics.shard_owned.set(granted.len() as i64);
+        }
+        for (key, name, token) in ended {
+            if !token.is_cancelled() {
+                token.cancel();
+                self.metrics.shard_handovers.get_or_create(&direction("released")).inc();
+                tracing::info!(cluster = %key, lease = %name, identity = %self.settings.identity, "cluster unregistered: stopped acting on it");
+            }
+        }
+        // On the hub's runtime: the connections' tasks must not run on the Lease thread.
+        let _entered = self.parent.as_ref().map(tokio::runtime::Handle::enter);
+        for (key, bucket, token) in grants {
+            self.metrics.shard_handovers.get_or_create(&direction("acquired")).inc();
+            tracing::info!(cluster = %key, bucket, identity = %self.settings.identity, "took ownership of the cluster: this replica holds its bucket's Lease");
+            self.registry.grant(&key, token);
+        }
+    }
+
+    /// Tell the registry which clusters the other replicas identified, from the bucket Leases they
+    /// hold live (only entries whose key hashes to that bucket: a Lease speaks for its own bucket).
+    fn learn_identified(&self, current: &[(String, Option<Lease>)], now: Timestamp) {
+        let count = self.settings.buckets;
+        let mut elsewhere = BTreeMap::new();
+        for (b, (_, lease)) in (0u32..).zip(current) {
+            let Some(lease) = lease else { continue };
+            if view(lease).live_holder(now).is_none_or(|h| h == self.settings.identity) {
+                continue;
+            }
+            for i in identified_of(lease) {
+                let key = ClusterKey::new(i.namespace, i.name);
+                if bucket_of(&key, count) == b {
+                    elsewhere.insert(key, (i.uid, i.created));
+                }
+            }
+        }
+        self.registry.set_identified_elsewhere(elsewhere);
+    }
+
+    /// What this replica publishes on bucket `b`'s Lease: the bucket's weight (when every one of
+    /// its clusters owned here has synced; else the Lease's current weight stays) and the clusters
+    /// it identified there.
+    fn annotations(&self, b: u32, registered: &BTreeSet<ClusterKey>) -> BTreeMap<String, String> {
+        let count = self.settings.buckets;
+        let keys: BTreeSet<ClusterKey> = registered.iter().filter(|k| bucket_of(k, count) == b).cloned().collect();
+        let mut out = BTreeMap::from([(IDENTIFIED_ANNOTATION.to_string(), self.identified_json(&keys))]);
+        let pods: Option<usize> = keys.iter().map(|k| self.registry.pods(k)).sum();
+        if let Some(pods) = pods {
+            out.insert(WEIGHT_ANNOTATION.to_string(), shard_buckets::quantize(pods as u64).to_string());
+        }
+        out
+    }
+
+    fn identified_json(&self, keys: &BTreeSet<ClusterKey>) -> String {
+        let list: Vec<Identified> = self
+            .registry
+            .identified(keys)
+            .into_iter()
+            .map(|(k, (uid, created))| Identified { namespace: k.namespace, name: k.name, uid, created })
+            .collect();
+        serde_json::to_string(&list).unwrap_or_else(|_| "[]".to_string())
+    }
+
+    /// Whether the clusters identified in bucket `b` differ from what its Lease says.
+    fn identified_changed(&self, b: u32, registered: &BTreeSet<ClusterKey>, lease: Option<&Lease>) -> bool {
+        let count = self.settings.buckets;
+        let keys: BTreeSet<ClusterKey> = registered.iter().filter(|k| bucket_of(k, count) == b).cloned().collect();
+        let published = lease.and_then(|l| l.annotations().get(IDENTIFIED_ANNOTATION).cloned()).unwrap_or_default();
+        self.identified_json(&keys) != published
     }
 
     /// Renew the membership Lease, timing it for the round's line; its failure logged once per
@@ -444,23 +608,25 @@ impl Sharder {
     /// Carry out the round's steps, [`WRITES_AT_ONCE`] at a time.
     async fn apply_all(
         &self,
-        work: Vec<(ClusterKey, String, Option<Lease>, Step)>,
+        work: Vec<(u32, String, Option<Lease>, Step)>,
+        registered: &BTreeSet<ClusterKey>,
         stats: &std::sync::Mutex<RoundStats>,
     ) {
         futures::stream::iter(work)
-            .for_each_concurrent(WRITES_AT_ONCE, |(key, name, current, step)| async move {
-                self.apply(key, name, current, step, stats).await;
+            .for_each_concurrent(WRITES_AT_ONCE, |(bucket, name, current, step)| async move {
+                self.apply(bucket, name, current, step, registered, stats).await;
             })
             .await;
     }
 
-    /// Carry out one cluster's step.
+    /// Carry out one bucket's step.
     async fn apply(
         &self,
-        key: ClusterKey,
+        bucket: u32,
         name: String,
         current: Option<Lease>,
         step: Step,
+        registered: &BTreeSet<ClusterKey>,
         stats: &std::sync::Mutex<RoundStats>,
     ) {
         let me = &self.settings.identity;
@@ -469,7 +635,8 @@ impl Sharder {
         match &step {
             Step::Acquire | Step::Renew => {
                 let sent = Instant::now();
-                let wrote = match tokio::time::timeout(timeout, self.write_cluster(&key, &name, current)).await {
+                let annotations = self.annotations(bucket, registered);
+                let wrote = match tokio::time::timeout(timeout, self.write_bucket(&name, current, annotations)).await {
                     Ok(w) => w,
                     Err(_) => Wrote::Failed(WriteFailed::Timeout(timeout)),
                 };
@@ -494,76 +661,78 @@ impl Sharder {
                             h.lease = *lease;
                         } else {
                             let token = CancellationToken::new();
-                            state.held.insert(
-                                name.clone(),
-                                Held { key: key.clone(), token: token.clone(), sent, lease: *lease },
-                            );
-                            self.metrics.shard_owned.set(state.held.len() as i64);
+                            state.held.insert(name.clone(), Held { bucket, token, sent, lease: *lease });
                             drop(state);
-                            self.metrics.shard_handovers.get_or_create(&direction("acquired")).inc();
-                            tracing::info!(cluster = %key, lease = %name, identity = %me, why = step.why(), "took ownership of the cluster");
-                            // On the hub's runtime: the connection's tasks must not run here.
-                            let _entered = self.parent.as_ref().map(tokio::runtime::Handle::enter);
-                            self.registry.grant(&key, token);
+                            tracing::info!(bucket, lease = %name, identity = %me, why = step.why(), "took the shard bucket");
                         }
                     }
                     Wrote::Conflict if held => {
                         // Someone else wrote our Lease: it is not ours any more.
-                        self.fence(&name, "another replica changed the cluster's Lease");
+                        self.fence(&name, "another replica changed the bucket's Lease");
                     }
                     Wrote::Conflict => {
-                        tracing::debug!(cluster = %key, lease = %name, "another replica took the cluster's Lease first");
+                        tracing::debug!(bucket, lease = %name, "another replica took the bucket's Lease first");
                     }
                     Wrote::Failed(e) => {
                         // The watchdog fences once the renew deadline has passed.
-                        tracing::debug!(cluster = %key, lease = %name, error = %e, "writing the cluster's Lease failed");
+                        tracing::debug!(bucket, lease = %name, error = %e, "writing the bucket's Lease failed");
                     }
                 }
             }
             Step::Release { to } => {
                 // Fence first, then release: the Lease is free only once we stopped acting.
-                if let Some(h) = self.take(&name) {
+                if let Some((h, clusters)) = self.take(&name) {
                     h.token.cancel();
                     let released = tokio::time::timeout(timeout, self.release(h.lease)).await;
-                    if matches!(released, Ok(Ok(()))) {
-                        self.metrics.shard_handovers.get_or_create(&direction("released")).inc();
-                        tracing::info!(cluster = %key, lease = %name, identity = %me, to = %to, why = step.why(), "stopped acting on the cluster and released its Lease");
+                    let how = if matches!(released, Ok(Ok(()))) { "released" } else { "fenced" };
+                    self.metrics.shard_handovers.get_or_create(&direction(how)).inc_by(clusters.len() as u64);
+                    if how == "released" {
+                        tracing::info!(bucket, lease = %name, identity = %me, to = %to, clusters = clusters.len(), why = step.why(), "stopped acting on the bucket's clusters and released its Lease");
                     } else {
                         // Stopped acting all the same; the Lease expires for the next owner.
-                        self.metrics.shard_handovers.get_or_create(&direction("fenced")).inc();
-                        tracing::warn!(cluster = %key, lease = %name, identity = %me, to = %to, why = step.why(), "stopped acting on the cluster; releasing its Lease failed, it will expire");
+                        tracing::warn!(bucket, lease = %name, identity = %me, to = %to, clusters = clusters.len(), why = step.why(), "stopped acting on the bucket's clusters; releasing its Lease failed, it will expire");
                     }
                 }
             }
             Step::Leave { holder } => {
                 if held {
                     // We thought we held it, but another replica holds it live now.
-                    self.fence(&name, "another replica holds the cluster's Lease");
-                } else {
-                    tracing::trace!(cluster = %key, holder = ?holder, why = step.why(), "leaving the cluster to another replica");
+                    tracing::debug!(bucket, holder = ?holder, "another replica holds a bucket this replica thought it held");
+                    self.fence(&name, "another replica holds the bucket's Lease");
                 }
             }
         }
     }
 
-    fn take(&self, name: &str) -> Option<Held> {
+    /// Forget a held bucket and its clusters' grants (their tokens are children of its token).
+    fn take(&self, name: &str) -> Option<(Held, Vec<ClusterKey>)> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let held = state.held.remove(name);
-        self.metrics.shard_owned.set(state.held.len() as i64);
-        held
+        let held = state.held.remove(name)?;
+        let clusters: Vec<ClusterKey> =
+            state.granted.iter().filter(|(_, (n, _))| n == name).map(|(k, _)| k.clone()).collect();
+        for k in &clusters {
+            state.granted.remove(k);
+        }
+        self.metrics.shard_owned.set(state.granted.len() as i64);
+        Some((held, clusters))
     }
 
-    /// Stop acting on a cluster now (its token cancelled: its connection ends and its clients
-    /// refuse every request).
+    /// Stop acting on a bucket's clusters now (its token cancelled: their connections end and
+    /// their clients refuse every request).
     fn fence(&self, name: &str, why: &str) {
-        if let Some(h) = self.take(name) {
+        if let Some((h, clusters)) = self.take(name) {
             h.token.cancel();
-            self.metrics.shard_handovers.get_or_create(&direction("fenced")).inc();
-            tracing::error!(cluster = %h.key, lease = %name, identity = %self.settings.identity, why, "fenced: stopped acting on the cluster");
+            self.metrics.shard_handovers.get_or_create(&direction("fenced")).inc_by(clusters.len() as u64);
+            for key in &clusters {
+                tracing::error!(cluster = %key, bucket = h.bucket, lease = %name, identity = %self.settings.identity, why, "fenced: stopped acting on the cluster");
+            }
+            if clusters.is_empty() {
+                tracing::warn!(bucket = h.bucket, lease = %name, identity = %self.settings.identity, why, "fenced a bucket without clusters");
+            }
         }
     }
 
-    /// Fence every cluster whose Lease was not renewed within the renew deadline. A task of its
+    /// Fence every bucket whose Lease was not renewed within the renew deadline. A task of its
     /// own, so a hung management API cannot hold the fence back.
     async fn watchdog(&self, shutdown: CancellationToken) {
         let timings = self.settings.timings;
@@ -588,7 +757,7 @@ impl Sharder {
             };
             for (name, since_sent_ms) in late {
                 tracing::warn!(lease = %name, since_sent_ms, woke_late_ms, "renew deadline passed since the last renewal was sent");
-                self.fence(&name, "could not renew the cluster's Lease within the renew deadline");
+                self.fence(&name, "could not renew the bucket's Lease within the renew deadline");
             }
         }
     }
@@ -600,7 +769,7 @@ impl Sharder {
         let sent = Instant::now();
         let timeout = self.settings.timings.retry_period;
         let labels = [(ROLE_LABEL, "member")];
-        let write = self.write(&name, current, &labels, None);
+        let write = self.write(&name, current, &labels, BTreeMap::new());
         match tokio::time::timeout(timeout, write).await {
             Ok(Wrote::Ok(lease)) => {
                 self.state.lock().unwrap_or_else(PoisonError::into_inner).member = Some((*lease, sent));
@@ -616,19 +785,21 @@ impl Sharder {
         }
     }
 
-    async fn write_cluster(&self, key: &ClusterKey, name: &str, current: Option<Lease>) -> Wrote {
-        let labels = [(ROLE_LABEL, "cluster")];
-        self.write(name, current, &labels, Some(key.to_string())).await
+    async fn write_bucket(&self, name: &str, current: Option<Lease>, annotations: BTreeMap<String, String>) -> Wrote {
+        let count = self.settings.buckets.to_string();
+        let labels = [(ROLE_LABEL, "bucket"), (BUCKETS_LABEL, count.as_str())];
+        self.write(name, current, &labels, annotations).await
     }
 
-    /// Write `name` held by us: replace `current` (carrying its resourceVersion, so two replicas
-    /// racing for it cannot both win), or create it. With no copy at hand, read it first.
+    /// Write `name` held by us, with `annotations` set: replace `current` (carrying its
+    /// resourceVersion, so two replicas racing for it cannot both win), or create it. With no copy
+    /// at hand, read it first.
     async fn write(
         &self,
         name: &str,
         current: Option<Lease>,
         labels: &[(&str, &str)],
-        cluster: Option<String>,
+        annotations: BTreeMap<String, String>,
     ) -> Wrote {
         let me = &self.settings.identity;
         let mut current = match current {
@@ -651,6 +822,7 @@ impl Sharder {
             let result = match current.clone() {
                 Some(mut lease) => {
                     lease.spec = Some(spec);
+                    lease.metadata.annotations.get_or_insert_default().extend(annotations.clone());
                     self.api.replace(name, &PostParams::default(), &lease).await
                 }
                 None => {
@@ -660,7 +832,7 @@ impl Sharder {
                         metadata: ObjectMeta {
                             name: Some(name.to_string()),
                             labels: Some(all_labels),
-                            annotations: cluster.clone().map(|c| BTreeMap::from([(CLUSTER_ANNOTATION.to_string(), c)])),
+                            annotations: (!annotations.is_empty()).then(|| annotations.clone()),
                             ..ObjectMeta::default()
                         },
                         spec: Some(spec),
@@ -690,13 +862,16 @@ impl Sharder {
         self.api.replace(&lease.name_any(), &PostParams::default(), &lease).await.map(|_| ())
     }
 
-    /// Delete the membership Leases of replicas dead for longer than the grace period, each under
-    /// a resourceVersion precondition (a replica that came back in between keeps its Lease).
-    async fn collect_members(&self, leases: &[Arc<Lease>], now: Timestamp) {
+    /// Delete the membership Leases of replicas dead for longer than the grace period, and the
+    /// Leases of another scheme (an earlier release's per-cluster Leases, buckets of another count)
+    /// free or expired as long, each under a resourceVersion precondition (a replica that came back
+    /// in between keeps its Lease).
+    async fn collect(&self, leases: &[Arc<Lease>], now: Timestamp) {
         let me = sharding::member_lease_name(&self.settings.hub_id, &self.settings.identity);
         for l in leases {
-            let is_member = l.labels().get(ROLE_LABEL).map(String::as_str) == Some("member");
-            if !is_member || l.name_any() == me || !sharding::stale_member(&view(l), now, self.settings.member_grace) {
+            let collectable = role(l, "member") || self.other_scheme(l);
+            if !collectable || l.name_any() == me || !sharding::stale_member(&view(l), now, self.settings.member_grace)
+            {
                 continue;
             }
             let dp = DeleteParams {
@@ -708,12 +883,12 @@ impl Sharder {
                     lease = %l.name_any(),
                     holder = ?l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()),
                     grace_seconds = self.settings.member_grace.as_secs(),
-                    "deleted the membership Lease of a replica gone for longer than the grace period"
+                    "deleted a shard Lease free or expired for longer than the grace period (a replica gone, or another scheme's)"
                 ),
                 // Gone already or renewed meanwhile: another survivor or the replica itself acted.
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                 Err(e) => {
-                    tracing::debug!(lease = %l.name_any(), error = %plain(&e), "deleting a stale membership Lease failed")
+                    tracing::debug!(lease = %l.name_any(), error = %plain(&e), "deleting a stale shard Lease failed")
                 }
             }
         }
@@ -721,17 +896,18 @@ impl Sharder {
 
     /// Graceful stop: fence every cluster, release its Lease, delete the membership Lease.
     async fn stop(&self) {
-        let (held, member) = {
+        let (held, granted, member) = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            (std::mem::take(&mut state.held), state.member.take())
+            (std::mem::take(&mut state.held), std::mem::take(&mut state.granted), state.member.take())
         };
         let timeout = self.settings.timings.retry_period;
-        for (name, h) in held {
+        for h in held.values() {
             h.token.cancel();
-            self.metrics.shard_handovers.get_or_create(&direction("released")).inc();
-            tracing::info!(cluster = %h.key, lease = %name, "hub stopping: stopped acting on the cluster; releasing its Lease");
-            let _ = tokio::time::timeout(timeout, self.release(h.lease)).await;
         }
+        self.metrics.shard_handovers.get_or_create(&direction("released")).inc_by(granted.len() as u64);
+        tracing::info!(buckets = held.len(), clusters = granted.len(), identity = %self.settings.identity, "hub stopping: stopped acting on every cluster; releasing the bucket Leases");
+        futures::future::join_all(held.into_values().map(|h| tokio::time::timeout(timeout, self.release(h.lease))))
+            .await;
         if let Some((lease, _)) = member {
             let dp = DeleteParams {
                 preconditions: Some(Preconditions { resource_version: lease.resource_version(), uid: lease.uid() }),
@@ -757,6 +933,40 @@ fn view(l: &Lease) -> LeaseView {
             spec.and_then(|s| s.lease_duration_seconds).and_then(|d| u64::try_from(d).ok()).unwrap_or(0),
         ),
     }
+}
+
+fn role(l: &Lease, r: &str) -> bool {
+    l.labels().get(ROLE_LABEL).map(String::as_str) == Some(r)
+}
+
+fn bucket_of(key: &ClusterKey, buckets: u32) -> u32 {
+    shard_buckets::bucket_of(&key.to_string(), buckets)
+}
+
+/// A bucket Lease's published weight.
+fn weight_of(l: &Lease) -> Option<u64> {
+    l.annotations().get(WEIGHT_ANNOTATION).and_then(|w| w.parse().ok())
+}
+
+/// One workload cluster a replica identified, as published on its bucket's Lease.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Identified {
+    namespace: String,
+    name: String,
+    /// [`crate::infra::registry`]'s digest of the cluster's `kube-system` UID.
+    uid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    created: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+/// The clusters a bucket Lease's holder published; nothing when the annotation is missing, too
+/// long or malformed (the holder's next renewal writes it again).
+fn identified_of(l: &Lease) -> Vec<Identified> {
+    let Some(raw) = l.annotations().get(IDENTIFIED_ANNOTATION) else { return Vec::new() };
+    if raw.len() > MAX_IDENTIFIED {
+        return Vec::new();
+    }
+    serde_json::from_str(raw).unwrap_or_default()
 }
 
 /// The spec we write when taking or renewing a Lease.
@@ -793,27 +1003,27 @@ mod tests {
         let settings = |id: &str| Settings::new("default", "leases", id, Timings::DEFAULT);
         let a = Sharder::new(client.clone(), settings("a"), registry.clone(), Arc::new(Metrics::new()));
         let b = Sharder::new(client.clone(), settings("b"), registry, Arc::new(Metrics::new()));
-        let key = ClusterKey::new("team-a", "prod");
-        let name = sharding::cluster_lease_name("default", "team-a", "prod");
+        let name = shard_buckets::bucket_lease_name("default", 3, shard_buckets::BUCKETS);
+        let none = BTreeMap::new;
         let holder = |w: &Wrote| match w {
             Wrote::Ok(l) => l.spec.as_ref().and_then(|s| s.holder_identity.clone()),
             _ => None,
         };
         let api = Api::<Lease>::namespaced(client.clone(), "leases");
         // A takes it (no Lease yet), releases it, and takes it again.
-        assert_eq!(holder(&a.write_cluster(&key, &name, None).await), Some("a".to_string()));
+        assert_eq!(holder(&a.write_bucket(&name, None, none()).await), Some("a".to_string()));
         a.release(api.get(&name).await.unwrap()).await.unwrap();
         let free = api.get(&name).await.unwrap();
-        let retaken = a.write_cluster(&key, &name, Some(free.clone())).await;
+        let retaken = a.write_bucket(&name, Some(free.clone()), none()).await;
         assert_eq!(holder(&retaken), Some("a".to_string()));
         // B, deciding on no copy (a watch that has not listed it yet), must not take A's live Lease.
-        assert!(matches!(b.write_cluster(&key, &name, None).await, Wrote::Conflict));
+        assert!(matches!(b.write_bucket(&name, None, none()).await, Wrote::Conflict));
         // Nor from the older copy that showed it free (the fresh read shows A).
-        assert!(matches!(b.write_cluster(&key, &name, Some(free)).await, Wrote::Conflict));
+        assert!(matches!(b.write_bucket(&name, Some(free), none()).await, Wrote::Conflict));
         // A renews twice from the same copy: the second, stale, goes through a fresh read.
         let Wrote::Ok(copy) = retaken else { unreachable!() };
-        assert_eq!(holder(&a.write_cluster(&key, &name, Some(copy.as_ref().clone())).await), Some("a".into()));
-        assert_eq!(holder(&a.write_cluster(&key, &name, Some(*copy)).await), Some("a".into()));
+        assert_eq!(holder(&a.write_bucket(&name, Some(copy.as_ref().clone()), none()).await), Some("a".into()));
+        assert_eq!(holder(&a.write_bucket(&name, Some(*copy), none()).await), Some("a".into()));
         let lease = api.get(&name).await.unwrap();
         assert_eq!(lease.spec.and_then(|s| s.holder_identity).as_deref(), Some("a"));
         server.shutdown().await;

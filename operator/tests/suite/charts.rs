@@ -1806,8 +1806,9 @@ async fn the_hub_runs_with_the_chart_flags_and_rbac_on_a_real_api_server() {
 
 /// The chart's hub in sharded mode, for real: ci/sharding-values.yaml's arguments, run as the
 /// chart's ServiceAccount with the chart's roles. With one workload cluster registered, it holds
-/// its membership Lease, the cluster's Lease and the leader Lease, is Ready; stopped with SIGTERM,
-/// it releases the cluster's Lease and deletes its membership Lease; the API refused it nothing.
+/// its membership Lease, every shard bucket's Lease and the leader Lease, is Ready; stopped with
+/// SIGTERM, it releases the bucket Leases and deletes its membership Lease; the API refused it
+/// nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sharded_hub_runs_with_the_chart_rbac_on_a_real_api_server() {
     use k8s_openapi::api::coordination::v1::Lease;
@@ -1881,10 +1882,13 @@ async fn the_sharded_hub_runs_with_the_chart_rbac_on_a_real_api_server() {
     loop {
         running.assert_alive();
         let ours = |h: &Vec<String>| h.len() == 1 && h[0].starts_with("hub-0-");
+        let all_ours = |h: &Vec<String>| {
+            h.len() == operator::decisions::shard_buckets::BUCKETS as usize && h.iter().all(|h| h.starts_with("hub-0-"))
+        };
         let leader =
             leases.get_opt(&format!("karpenter-hub-{hub_id}")).await.unwrap().and_then(|l| l.spec?.holder_identity);
         if ours(&holders("member").await)
-            && ours(&holders("cluster").await)
+            && all_ours(&holders("bucket").await)
             && leader.is_some_and(|h| h.starts_with("hub-0-"))
             && http_status(probe_port, "/readyz").await == Some(200)
         {
@@ -1898,7 +1902,7 @@ async fn the_sharded_hub_runs_with_the_chart_rbac_on_a_real_api_server() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    // SIGTERM: it stops acting, releases the cluster's Lease and deletes its membership Lease.
+    // SIGTERM: it stops acting, releases the bucket Leases and deletes its membership Lease.
     let terminated = Command::new("kill").args(["-TERM", &running.child.id().to_string()]).status().unwrap();
     assert!(terminated.success());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -1906,7 +1910,11 @@ async fn the_sharded_hub_runs_with_the_chart_rbac_on_a_real_api_server() {
         assert!(tokio::time::Instant::now() < deadline, "no exit 30 s after SIGTERM:\n{}", running.output());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert_eq!(holders("cluster").await, vec![String::new()], "the cluster's Lease is not released");
+    let buckets = holders("bucket").await;
+    assert!(
+        buckets.len() == operator::decisions::shard_buckets::BUCKETS as usize && buckets.iter().all(String::is_empty),
+        "the bucket Leases are not all released: {buckets:?}"
+    );
     assert!(holders("member").await.is_empty(), "the membership Lease is not deleted");
     let output = running.output();
     for refused in ["forbidden", "Forbidden", " 403"] {

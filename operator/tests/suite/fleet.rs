@@ -497,7 +497,6 @@ async fn two_replicas_rows_merge_and_follow_the_selection_on_a_real_api_server()
     use crate::sharding::{Replica, ensure_lease_namespace};
     use k8s_openapi::api::core::v1::Namespace;
     use kube::api::PostParams;
-    use operator::decisions::sharding::desired_owner;
     use operator::infra::{hub, registry};
 
     let cp = envtest::shared_or_skip!("fleet");
@@ -559,17 +558,12 @@ async fn two_replicas_rows_merge_and_follow_the_selection_on_a_real_api_server()
     };
     let config = cp.config().await.unwrap();
     let hub_settings = hub::Settings::default();
-    let start = |id: &str| Replica::start(id, config.clone(), hub_settings.clone(), registry.clone());
-    // Two names that share the four clusters (by the hub's own placement over their URLs, which
-    // vary from run to run): with fixed names, one replica owns all four one run in eight.
-    let urls: Vec<String> = workloads.iter().map(|w| w.url()).collect();
-    let names = (0..100)
-        .map(|n| [format!("fleet-0-{n}"), format!("fleet-1-{n}")])
-        .find(|names| {
-            names.iter().all(|m| urls.iter().any(|u| desired_owner(u, names).is_some_and(|o| o == m.as_str())))
-        })
-        .expect("two names sharing the clusters");
-    let mut replicas = vec![start(&names[0]), start(&names[1])];
+    // Buckets that share the four clusters between the two replicas.
+    let keys: Vec<String> = (0..4).map(|i| format!("{ns}/w-{i}")).collect();
+    let buckets = crate::sharding::splitting(&keys, 2);
+    let start = |id: &str| Replica::start_in(id, config.clone(), hub_settings.clone(), registry.clone(), buckets);
+    let names = ["fleet-0", "fleet-1"];
+    let mut replicas = vec![start(names[0]), start(names[1])];
     let pools: Api<NodePool> = Api::namespaced(mgmt.clone(), ns);
     // Who wrote which rows, from the server's managedFields.
     let row_managers = |p: &NodePool| -> Vec<String> {
@@ -925,23 +919,17 @@ async fn a_hub_killed_in_each_phase_of_a_rollout_neither_repeats_nor_skips() {
 /// reading the pool's status, goes one cluster at a time in order, each node replaced once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_owning_a_fleet_s_clusters_roll_it_out_one_cluster_at_a_time() {
-    use crate::sharding::{Replica, ensure_lease_namespace};
-    use operator::decisions::sharding::desired_owner;
+    use crate::sharding::{Replica, ensure_lease_namespace, splitting};
     let world = rollout_setup("3s", |i| quick_cke(i as u64)).await;
     ensure_lease_namespace(&world.mgmt.client()).await;
-    // Two names that place lyon and paris on different replicas.
-    let urls: Vec<String> = world.clusters.iter().map(|c| c.server.url()).collect();
-    let names = (0..200)
-        .map(|n| [format!("rollout-0-{n}"), format!("rollout-1-{n}")])
-        .find(|names| {
-            let owners: Vec<Option<&str>> = urls.iter().map(|u| desired_owner(u, names)).collect();
-            owners[0].is_some() && owners[1].is_some() && owners[0] != owners[1]
-        })
-        .expect("two names splitting the clusters");
+    // Buckets that place lyon and paris on different replicas.
+    let keys: Vec<String> = world.clusters.iter().map(|c| format!("{}/{}", c.namespace, c.name)).collect();
+    let buckets = splitting(&keys, 2);
     let start = |id: &str| {
-        Replica::start(id, world.mgmt.client_config(), world.hub_settings.clone(), world.registry_settings.clone())
+        let (hub, registry) = (world.hub_settings.clone(), world.registry_settings.clone());
+        Replica::start_in(id, world.mgmt.client_config(), hub, registry, buckets)
     };
-    let replicas = vec![start(&names[0]), start(&names[1])];
+    let replicas = vec![start("rollout-0"), start("rollout-1")];
     wait_for("each replica owns one cluster", Duration::from_secs(60), || async {
         replicas.iter().all(|r| r.owned() == 1)
     })

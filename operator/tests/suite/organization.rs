@@ -96,24 +96,18 @@ async fn burst(declared: bool, hubs: Hubs) -> Burst {
     match hubs {
         Hubs::One => world.start_hub(),
         Hubs::TwoSharded => {
-            use crate::sharding::{Replica, ensure_lease_namespace};
-            use operator::decisions::sharding::desired_owner;
+            use crate::sharding::{Replica, ensure_lease_namespace, splitting};
             ensure_lease_namespace(&world.mgmt.client()).await;
-            // Two names that give each replica at least one of the clusters.
-            let urls: Vec<String> = world.clusters.iter().map(|c| c.server.url()).collect();
-            let names = (0..200)
-                .map(|n| [format!("org-0-{n}"), format!("org-1-{n}")])
-                .find(|names| {
-                    let owners: BTreeSet<Option<&str>> = urls.iter().map(|u| desired_owner(u, names)).collect();
-                    owners.len() == 2 && !owners.contains(&None)
-                })
-                .expect("two names splitting the clusters");
-            for name in &names {
-                replicas.push(Replica::start(
+            // Buckets that give each replica at least one of the clusters.
+            let keys: Vec<String> = world.clusters.iter().map(|c| format!("{}/{}", c.namespace, c.name)).collect();
+            let buckets = splitting(&keys, 2);
+            for name in ["org-0", "org-1"] {
+                replicas.push(Replica::start_in(
                     name,
                     world.mgmt.client_config(),
                     world.hub_settings.clone(),
                     world.registry_settings.clone(),
+                    buckets,
                 ));
             }
             let owned = poll_until(Duration::from_secs(60), || async {

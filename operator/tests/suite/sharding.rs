@@ -1,10 +1,13 @@
-//! Sharded mode (hub.md §6) on the simulated world: workload clusters spread over hub replicas,
-//! each owned through a Lease of its own in the management cluster.
+//! Sharded mode (hub.md §6) on the simulated world: workload clusters spread over hub replicas
+//! through shard buckets, each bucket owned through a Lease in the management cluster. The tests
+//! with several replicas use as few buckets as make every replica own some cluster ([`splitting`]):
+//! the clusters' buckets come from their keys, so the scenarios do not depend on timing or ports.
 //!
 //! Each replica runs `run_sharded_with` on a tokio runtime of its own, so killing one is dropping
 //! that runtime: every task of the replica stops where it is, nothing is released (as SIGKILL).
 //!
-//! - 3 replicas over 30 clusters: every cluster owned by exactly one, each replica owns some; a
+//! - 3 replicas over 30 clusters: every cluster owned by exactly one, each replica owns some, the
+//!   Lease writes of a quiet fleet bounded by the buckets and replicas (not the clusters); a
 //!   replica killed has its clusters provisioning again on the others within the Lease duration,
 //!   with one NodeGroup per NodeClaim across the handover; its membership Lease is deleted after
 //!   the grace period; a new replica joining takes a share.
@@ -13,6 +16,8 @@
 //!   the fence, and the other replica takes them over.
 //! - A replica whose runtime is frozen past the renew deadline keeps renewing its Leases from its
 //!   Lease thread: no fence, its clusters and their connections kept.
+//! - A replica partitioned for less than the Lease duration (more than the renew deadline): fenced,
+//!   then back on its clusters with the caches it kept (nothing listed again).
 //! - The same Lease protocol on a real kube-apiserver (envtest).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -38,7 +43,8 @@ use operator::{
     commands::sandbox::world::{World, quick_cke, scale},
     decisions::{
         ownership,
-        sharding::{Timings, desired_owner},
+        shard_buckets::{BUCKETS, bucket_lease_name, bucket_of},
+        sharding::Timings,
     },
     infra::{hub, metrics::Metrics, registry, sharding},
 };
@@ -63,6 +69,7 @@ const POD_MEMORY: &str = "2Gi";
 /// One hub replica on a runtime of its own.
 pub(crate) struct Replica {
     identity: String,
+    buckets: u32,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
     runtime: Option<tokio::runtime::Runtime>,
@@ -75,6 +82,17 @@ impl Replica {
         hub: hub::Settings,
         registry: registry::Settings,
     ) -> Replica {
+        Self::start_in(identity, mgmt, hub, registry, BUCKETS)
+    }
+
+    /// A replica of a hub whose clusters hash to `buckets` shard buckets.
+    pub(crate) fn start_in(
+        identity: &str,
+        mgmt: kube::Config,
+        hub: hub::Settings,
+        registry: registry::Settings,
+        buckets: u32,
+    ) -> Replica {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name(identity.to_string())
@@ -83,7 +101,8 @@ impl Replica {
             .unwrap();
         let metrics = Arc::new(Metrics::new());
         let stop = CancellationToken::new();
-        let shard = sharding::Settings::new("default", LEASES, identity, FAST).with_lease_client(mgmt.clone());
+        let mut shard = sharding::Settings::new("default", LEASES, identity, FAST).with_lease_client(mgmt.clone());
+        shard.buckets = buckets;
         let (m, s, id) = (metrics.clone(), stop.clone(), identity.to_string());
         runtime.spawn(async move {
             // Built here: its connections belong to this runtime and die with it.
@@ -92,7 +111,7 @@ impl Replica {
                 eprintln!("replica {id} stopped: {e}");
             }
         });
-        Replica { identity: identity.to_string(), metrics, stop, runtime: Some(runtime) }
+        Replica { identity: identity.to_string(), buckets, metrics, stop, runtime: Some(runtime) }
     }
 
     /// A sample of this replica's metrics (summed over the series with these labels).
@@ -161,21 +180,33 @@ fn series_label(metrics: &Metrics, name: &str, label: &str) -> BTreeSet<String> 
         .collect()
 }
 
-/// The cluster Leases: cluster (`namespace/name`) → (holder, the Lease's spec).
-async fn cluster_leases(mgmt: &Client) -> BTreeMap<String, (String, Lease)> {
-    let leases = Api::<Lease>::namespaced(mgmt.clone(), LEASES)
-        .list(&ListParams::default().labels(&format!("{}=cluster", sharding::ROLE_LABEL)))
+/// Each cluster of `keys` (`namespace/name`) → (the holder of its bucket's Lease, that Lease), for a
+/// hub of `buckets` buckets; a cluster whose bucket has no Lease yet is missing.
+async fn cluster_leases(mgmt: &Client, keys: &[String], buckets: u32) -> BTreeMap<String, (String, Lease)> {
+    let leases: BTreeMap<String, Lease> = Api::<Lease>::namespaced(mgmt.clone(), LEASES)
+        .list(&ListParams::default().labels(&format!("{}=bucket", sharding::ROLE_LABEL)))
         .await
         .map(|l| l.items)
-        .unwrap_or_default();
-    leases
+        .unwrap_or_default()
         .into_iter()
-        .filter_map(|l| {
-            let cluster = l.annotations().get(sharding::CLUSTER_ANNOTATION)?.clone();
-            let holder = l.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
-            Some((cluster, (holder, l)))
+        .map(|l| (l.name_any(), l))
+        .collect();
+    keys.iter()
+        .filter_map(|k| {
+            let lease = leases.get(&bucket_lease_name("default", bucket_of(k, buckets), buckets))?;
+            let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
+            Some((k.clone(), (holder, lease.clone())))
         })
         .collect()
+}
+
+/// The fewest buckets (at least `replicas`) into which `keys` hash leaving none empty: as every
+/// replica gets a bucket when there are at least as many buckets as replicas, every replica then
+/// owns some cluster. Deterministic (the buckets come from the keys).
+pub(crate) fn splitting(keys: &[String], replicas: usize) -> u32 {
+    (replicas as u32..=keys.len() as u32)
+        .find(|b| (0..*b).all(|i| keys.iter().any(|k| bucket_of(k, *b) == i)))
+        .unwrap_or_else(|| panic!("no bucket count splits {keys:?} over {replicas} replicas"))
 }
 
 async fn member_leases(mgmt: &Client) -> Vec<String> {
@@ -190,7 +221,7 @@ async fn member_leases(mgmt: &Client) -> Vec<String> {
 /// none thinks it owns a cluster another holds, none runs a connection of a cluster it does not
 /// own. Returns the holders by replica.
 async fn settled(mgmt: &Client, keys: &[String], live: &[&Replica]) -> Option<BTreeMap<String, Vec<String>>> {
-    let leases = cluster_leases(mgmt).await;
+    let leases = cluster_leases(mgmt, keys, live.first()?.buckets).await;
     let mut by_holder: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for k in keys {
         let (holder, _) = leases.get(k)?;
@@ -264,33 +295,17 @@ fn keys(world: &World) -> Vec<String> {
     world.clusters.iter().map(|c| format!("{}/{}", c.namespace, c.name)).collect()
 }
 
-/// Four replica names such that, over the clusters of `world`, each of the first three owns at
-/// least 3 clusters and the fourth, joining the first and third, takes at least one: computed with
-/// the hub's own placement rule over the clusters' API server URLs.
-fn four_sharing(world: &World) -> [String; 4] {
-    let urls: Vec<String> = world.clusters.iter().map(|c| c.server.url()).collect();
-    let owns = |members: &[String], m: &str| urls.iter().filter(|u| desired_owner(u, members) == Some(m)).count();
-    (0..100)
-        .map(|n| [0, 1, 2, 3].map(|i| format!("replica-{i}-{n}")))
-        .find(|names| {
-            let first = names[..3].to_vec();
-            let after = vec![names[0].clone(), names[2].clone(), names[3].clone()];
-            first.iter().all(|m| owns(&first, m) >= 3) && owns(&after, &names[3]) >= 1
-        })
-        .expect("four names sharing the clusters")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one() {
     let world = world_of(30).await;
     let mgmt = world.mgmt.client();
     let all = keys(&world);
+    let buckets = splitting(&all, 3);
     let start = |id: &str| {
-        Replica::start(id, world.mgmt.client_config(), world.hub_settings.clone(), world.registry_settings.clone())
+        let (hub, registry) = (world.hub_settings.clone(), world.registry_settings.clone());
+        Replica::start_in(id, world.mgmt.client_config(), hub, registry, buckets)
     };
-    // Names under which each replica owns at least 3 clusters and a fourth joining takes some (the
-    // placement hashes the emulators' URLs, whose ports vary from run to run).
-    let names = four_sharing(&world);
+    let names = ["replica-0", "replica-1", "replica-2", "replica-3"].map(String::from);
     let mut replicas = vec![start(&names[0]), start(&names[1]), start(&names[2])];
 
     // Spread: every cluster held by exactly one replica, each replica some.
@@ -306,7 +321,7 @@ async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one(
     assert!(
         ok,
         "30 clusters not spread over 3 replicas within 60 s: {:?}",
-        cluster_leases(&mgmt).await.values().map(|v| &v.0).collect::<Vec<_>>()
+        cluster_leases(&mgmt, &all, buckets).await.values().map(|v| &v.0).collect::<Vec<_>>()
     );
     let spread = spread.into_inner().unwrap();
     eprintln!(
@@ -315,8 +330,9 @@ async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one(
         spread.iter().map(|(k, v)| (k.clone(), v.len())).collect::<BTreeMap<_, _>>()
     );
 
-    // The write cost of a settled fleet: at most one Lease write per cluster, per replica
-    // (membership) and for the leader Lease per retry period, and ownership holds throughout.
+    // The write cost of a settled fleet: at most one Lease write per bucket, per replica
+    // (membership) and for the leader Lease per retry period, however many clusters, and ownership
+    // holds throughout.
     let lease_writes = || {
         let r = world.mgmt.requests();
         r.count("update", "leases") + r.count("create", "leases") + r.count("delete", "leases")
@@ -325,8 +341,11 @@ async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one(
     wait_for("five retry periods", Duration::from_secs(10), || async { t0.elapsed() >= FAST.retry_period * 5 }).await;
     let (writes, window) = (lease_writes() - w0, t0.elapsed());
     let periods = (window.as_secs_f64() / FAST.retry_period.as_secs_f64()).ceil() as u64 + 1;
-    let bound = (30 + 3 + 1) * periods;
-    eprintln!("{writes} Lease writes in {window:?} ({bound} at most: 34 Leases x {periods} periods)");
+    let leases = u64::from(buckets) + 3 + 1;
+    let bound = leases * periods;
+    eprintln!(
+        "{writes} Lease writes in {window:?} ({bound} at most: {leases} Leases x {periods} periods, for 30 clusters)"
+    );
     assert!(writes <= bound, "{writes} Lease writes in {window:?}, more than one per Lease per retry period ({bound})");
     // The same holders as at the spread (a replica's own counters may lag its Leases for a moment).
     let live: Vec<&Replica> = replicas.iter().collect();
@@ -337,7 +356,7 @@ async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one(
     assert!(
         held,
         "ownership moved in a quiet fleet: {:?}",
-        cluster_leases(&mgmt).await.values().map(|v| &v.0).collect::<Vec<_>>()
+        cluster_leases(&mgmt, &all, buckets).await.values().map(|v| &v.0).collect::<Vec<_>>()
     );
 
     // The victim's clusters provision before the kill (its replica acts on them).
@@ -536,7 +555,7 @@ async fn a_replica_whose_runtime_is_frozen_past_the_renew_deadline_keeps_its_lea
     // Past the renew deadline and the Lease duration, still frozen: every Lease renewed since.
     tokio::time::sleep(FAST.lease_duration + FAST.retry_period).await;
     assert!(frozen_at.elapsed() < freeze, "the check must fall inside the freeze");
-    let leases = cluster_leases(&mgmt).await;
+    let leases = cluster_leases(&mgmt, &all, BUCKETS).await;
     for k in &all {
         let (holder, lease) = &leases[k];
         assert_eq!(holder, "frozen", "{k}");
@@ -552,18 +571,6 @@ async fn a_replica_whose_runtime_is_frozen_past_the_renew_deadline_keeps_its_lea
     r.stop().await;
 }
 
-fn two_sharing(world: &World) -> (String, String) {
-    let urls: Vec<String> = world.clusters.iter().map(|c| c.server.url()).collect();
-    (0..100)
-        .map(|n| (format!("replica-p{n}"), format!("replica-q{n}")))
-        .find(|(p, q)| {
-            let members = [p.clone(), q.clone()];
-            let ps = urls.iter().filter(|u| desired_owner(u, &members) == Some(p.as_str())).count();
-            ps * 3 >= urls.len() && (urls.len() - ps) * 3 >= urls.len()
-        })
-        .expect("two names sharing the clusters")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_leases_expire() {
     let world = world_of(6).await;
@@ -574,12 +581,11 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
     via_relay.cluster_url = format!("https://{}", relay.addr).parse().unwrap();
     // The partitioned replica's requests to the management cluster must not wait 295 s either.
     via_relay.read_timeout = Some(Duration::from_secs(5));
-    // Names under which both replicas own some of these clusters (the placement hashes the
-    // emulators' URLs, whose ports vary from run to run).
-    let (pid, qid) = two_sharing(&world);
-    let p = Replica::start(&pid, via_relay, world.hub_settings.clone(), world.registry_settings.clone());
-    let q =
-        Replica::start(&qid, world.mgmt.client_config(), world.hub_settings.clone(), world.registry_settings.clone());
+    let buckets = splitting(&all, 2);
+    let (pid, qid) = ("replica-p".to_string(), "replica-q".to_string());
+    let (hub, registry) = (world.hub_settings.clone(), world.registry_settings.clone());
+    let p = Replica::start_in(&pid, via_relay, hub.clone(), registry.clone(), buckets);
+    let q = Replica::start_in(&qid, world.mgmt.client_config(), hub, registry, buckets);
     let spread = RefCell::new(None);
     let ok = common::poll_until(Duration::from_secs(60), || async {
         let s = settled(&mgmt, &all, &[&p, &q]).await.filter(|s| s.len() == 2);
@@ -598,9 +604,10 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
     })
     .await;
 
-    // The partition. P's last renewal of each cluster Lease is what the Lease shows from now on,
-    // until Q takes it.
-    let last: BTreeMap<String, Lease> = cluster_leases(&mgmt).await.into_iter().map(|(k, (_, l))| (k, l)).collect();
+    // The partition. P's last renewal of each cluster's bucket Lease is what the Lease shows from
+    // now on, until Q takes it.
+    let last: BTreeMap<String, Lease> =
+        cluster_leases(&mgmt, &all, buckets).await.into_iter().map(|(k, (_, l))| (k, l)).collect();
     relay.black_hole(true);
     let cut = Instant::now();
     for &i in &ps {
@@ -611,7 +618,7 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
     let fenced_at: RefCell<Option<(Instant, SystemTime, Vec<u64>)>> = RefCell::default();
     let taken = Cell::new(false);
     let ok = poll_every(Duration::from_millis(20), Duration::from_secs(30), || async {
-        let leases = cluster_leases(&mgmt).await;
+        let leases = cluster_leases(&mgmt, &all, buckets).await;
         for k in &spread[&pid] {
             if let Some((holder, l)) = leases.get(k)
                 && *holder == pid
@@ -641,7 +648,7 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
         "NodeGroup or eviction writes after the fence, before the takeover"
     );
     // Q took each Lease only once expired, and P had stopped before: P's last renewal + duration.
-    let leases = cluster_leases(&mgmt).await;
+    let leases = cluster_leases(&mgmt, &all, buckets).await;
     for k in &spread[&pid] {
         let renewed = last_renewal
             .get(k)
@@ -698,6 +705,53 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
     world.shutdown().await;
 }
 
+/// A partition shorter than the Lease duration but longer than the renew deadline: the replica
+/// fences its clusters (nothing written to them meanwhile), then, its bucket Leases still its own,
+/// renews them and takes the clusters back with the caches it kept: no pod listed again, no other
+/// connection made, and it provisions as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_fenced_by_a_short_partition_takes_its_clusters_back_with_the_caches_it_kept() {
+    let world = world_of(2).await;
+    let mgmt = world.mgmt.client();
+    let all = keys(&world);
+    let relay = Relay::start(world.mgmt.addr()).await;
+    let mut via_relay = world.mgmt.client_config();
+    via_relay.cluster_url = format!("https://{}", relay.addr).parse().unwrap();
+    via_relay.read_timeout = Some(Duration::from_secs(5));
+    let p = Replica::start("replica-p", via_relay, world.hub_settings.clone(), world.registry_settings.clone());
+    wait_for("both clusters held and connected", Duration::from_secs(60), || async {
+        settled(&mgmt, &all, &[&p]).await.is_some() && p.connected().len() == 2
+    })
+    .await;
+    let pod_lists = || (0..2).map(|i| world.clusters[i].server.requests().count("list", "pods")).sum::<u64>();
+    let (listed, writes) = (pod_lists(), (0..2).map(|i| hub_writes(&world, i)).sum::<u64>());
+    let fenced = || p.metric("karpenter_hub_shard_handovers_total", &[("direction", "fenced")]);
+    assert_eq!(fenced(), 0.0);
+
+    relay.black_hole(true);
+    let cut = Instant::now();
+    wait_for("both clusters fenced", FAST.lease_duration, || async { fenced() >= 2.0 }).await;
+    let fence = cut.elapsed();
+    assert!(p.owned() == 0 && p.connected().is_empty(), "still serving after the fence");
+    // Healed before the Lease duration has passed since the last renewal: the Leases are still P's.
+    tokio::time::sleep((FAST.renew_deadline + FAST.lease_duration) / 2 - fence.min(FAST.renew_deadline)).await;
+    relay.black_hole(false);
+    wait_for("both clusters served again", Duration::from_secs(10), || async {
+        p.owned() == 2 && p.connected().len() == 2
+    })
+    .await;
+    eprintln!("fenced {fence:?} after the cut, serving again {:?} after it", cut.elapsed());
+    assert_eq!(pod_lists(), listed, "the pods were listed again: the caches were not kept");
+    assert_eq!((0..2).map(|i| hub_writes(&world, i)).sum::<u64>(), writes, "a write while fenced");
+    // And it acts on them with its new clients.
+    scale(&world, 0, 1, POD_CPU, POD_MEMORY).await.unwrap();
+    wait_for("a pod running after the partition", Duration::from_secs(90), || async { running(&world, 0).await == 1 })
+        .await;
+    assert_one_group_per_claim(&world, 0).await;
+    p.stop().await;
+    world.shutdown().await;
+}
+
 /// The Lease protocol on a real kube-apiserver (resourceVersion conflicts, MicroTime, label
 /// selectors, deletion preconditions as the real server applies them): 2 replicas over 4 clusters
 /// (workload emulators registered through Secrets in the real management plane), one killed, the
@@ -729,7 +783,8 @@ async fn leases_spread_and_survive_a_killed_replica_on_a_real_api_server() {
         ..registry::Settings::default()
     };
     let config = cp.config().await.unwrap();
-    let start = |id: &str| Replica::start(id, config.clone(), hub::Settings::default(), registry.clone());
+    let buckets = splitting(&all, 2);
+    let start = |id: &str| Replica::start_in(id, config.clone(), hub::Settings::default(), registry.clone(), buckets);
     let mut replicas = vec![start("real-0"), start("real-1")];
     // Kept as seen when it settled: a second look may catch a replica between two states.
     let settled_once = RefCell::new(None);
@@ -762,8 +817,8 @@ async fn leases_spread_and_survive_a_killed_replica_on_a_real_api_server() {
     for r in replicas.drain(..) {
         r.stop().await;
     }
-    // Stopped gracefully: every cluster Lease released, the membership Lease gone.
-    let leases = cluster_leases(&mgmt).await;
+    // Stopped gracefully: every bucket Lease released, the membership Lease gone.
+    let leases = cluster_leases(&mgmt, &all, buckets).await;
     assert!(all.iter().all(|k| leases.get(k).is_some_and(|(h, _)| h.is_empty())), "{leases:?}");
     assert!(member_leases(&mgmt).await.is_empty());
     for i in 0..4 {
@@ -833,7 +888,7 @@ impl Drop for Process {
 
 /// Each of `keys` held by one of `holders` (`None` when not).
 async fn holders(mgmt: &Client, keys: &[String], live: &[String]) -> Option<BTreeMap<String, Vec<String>>> {
-    let leases = cluster_leases(mgmt).await;
+    let leases = cluster_leases(mgmt, keys, BUCKETS).await;
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for k in keys {
         let (holder, _) = leases.get(k)?;
@@ -905,55 +960,65 @@ async fn a_replica_process_killed_with_sigkill_hands_its_clusters_over() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A workload cluster registered twice in one namespace (two Secrets, one API server): both
-/// registrations are placed on the same replica (placement hashes the API server URL), where the
-/// duplicate check (per namespace) lets the older one speak and keeps the other
-/// `DuplicateCluster`: one replica, one writer.
+/// A workload cluster registered twice in one namespace (two Secrets, one API server), the two
+/// registrations in buckets held by different replicas: each replica publishes the clusters it
+/// identified on its bucket's Lease, so the duplicate check (per namespace) meets across replicas.
+/// The older registration speaks (`Connected` on its owner), the copy stands aside
+/// (`DuplicateCluster` on the other), and only the older one's owner writes to the cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_registrations_of_one_cluster_meet_on_one_replica() {
+async fn two_registrations_of_one_cluster_on_two_replicas_meet_in_the_duplicate_check() {
     let world = world_of(6).await;
     let mgmt = world.mgmt.client();
     let copy = serde_json::to_vec(&world.clusters[0].server.kubeconfig()).unwrap();
     // The copy's Secret a second younger (creation times have a one-second resolution; within a
-    // second, the one listed first speaks, and `c-0-copy-kubeconfig` sorts before `c-0-kubeconfig`).
+    // second, the lower key speaks, and `c-0-copy` sorts before `c-0`).
     common::a_second_after_the_secret(&mgmt, "team-0", "c-0-kubeconfig").await;
     world.put_secret("team-0", "c-0-copy", &copy).await.unwrap();
     let mut all = keys(&world);
     all.push("team-0/c-0-copy".to_string());
+    let buckets = splitting(&all, 2);
+    assert_eq!(buckets, 2);
+    assert_ne!(bucket_of("team-0/c-0", 2), bucket_of("team-0/c-0-copy", 2), "the scenario needs two buckets");
     let start = |id: &str| {
-        Replica::start(id, world.mgmt.client_config(), world.hub_settings.clone(), world.registry_settings.clone())
+        let (hub, registry) = (world.hub_settings.clone(), world.registry_settings.clone());
+        Replica::start_in(id, world.mgmt.client_config(), hub, registry, buckets)
     };
-    let replicas = [start("replica-0"), start("replica-1"), start("replica-2")];
+    let replicas = [start("replica-0"), start("replica-1")];
     let live: Vec<&Replica> = replicas.iter().collect();
     let phase = |r: &Replica, cluster: &str, phase: &str| {
         r.metric("karpenter_hub_cluster_phase", &[("cluster", cluster), ("phase", phase)]) == 1.0
     };
-    let owner = RefCell::new(None);
+    let owners = RefCell::new(None);
     let ok = common::poll_until(Duration::from_secs(60), || async {
         let Some(s) = settled(&mgmt, &all, &live).await else { return false };
-        let holder = |k: &str| s.iter().find(|(_, v)| v.iter().any(|c| c == k)).map(|(r, _)| r.clone());
-        let (first, second) = (holder("team-0/c-0"), holder("team-0/c-0-copy"));
-        let r = replicas.iter().find(|r| Some(&r.identity) == first.as_ref());
-        let done = first.is_some()
-            && first == second
-            && r.is_some_and(|r| {
-                phase(r, "team-0/c-0", "Connected") && phase(r, "team-0/c-0-copy", "DuplicateCluster")
-            });
-        *owner.borrow_mut() = first;
-        done
+        let holder = |k: &str| {
+            let id = s.iter().find(|(_, v)| v.iter().any(|c| c == k)).map(|(r, _)| r.clone());
+            replicas.iter().find(|r| Some(&r.identity) == id.as_ref())
+        };
+        let (Some(first), Some(second)) = (holder("team-0/c-0"), holder("team-0/c-0-copy")) else { return false };
+        *owners.borrow_mut() = Some((first.identity.clone(), second.identity.clone()));
+        first.identity != second.identity
+            && phase(first, "team-0/c-0", "Connected")
+            && phase(second, "team-0/c-0-copy", "DuplicateCluster")
     })
     .await;
     assert!(
         ok,
-        "the two registrations of c-0 not on one replica, the older Connected and the copy DuplicateCluster: {:?}",
-        owner.borrow()
+        "the older registration of c-0 not Connected on its replica and the copy DuplicateCluster on the other: {:?}",
+        owners.borrow()
     );
-    eprintln!("both registrations of c-0 on {:?}", owner.borrow());
-    // No other replica connects to it under either name.
-    for r in replicas.iter().filter(|r| Some(&r.identity) != owner.borrow().as_ref()) {
-        let connected = r.connected();
-        assert!(!connected.contains("team-0/c-0") && !connected.contains("team-0/c-0-copy"), "{connected:?}");
-    }
+    eprintln!("c-0 and its copy owned by {:?}", owners.borrow());
+    // The older registration's owner provisions for the cluster while the copy stands aside.
+    scale(&world, 0, 1, POD_CPU, POD_MEMORY).await.unwrap();
+    wait_for("the pod in c-0 running", Duration::from_secs(90), || async { running(&world, 0).await == 1 }).await;
+    let groups = Api::<NodeGroup>::all(world.clusters[0].client()).list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(
+        groups.len(),
+        1,
+        "one NodeGroup for the one pod: {:?}",
+        groups.iter().map(ResourceExt::name_any).collect::<Vec<_>>()
+    );
+    assert_one_group_per_claim(&world, 0).await;
     for r in replicas {
         r.stop().await;
     }

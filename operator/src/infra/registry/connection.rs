@@ -126,9 +126,10 @@ pub(super) struct Task {
     pub identities: Arc<Identities>,
     pub rank: Rank,
     pub cancel: CancellationToken,
-    /// Sharded mode: this replica's ownership of the cluster; the clients refuse every request
-    /// once it is cancelled.
-    pub fence: Option<CancellationToken>,
+    /// The token the write clients are fenced by (sharded mode: this replica's ownership of the
+    /// cluster; they refuse every request once it is cancelled), and a new one when the cluster is
+    /// owned again while this connection is kept.
+    pub fence: Option<watch::Receiver<CancellationToken>>,
 }
 
 /// How a session ended.
@@ -297,8 +298,22 @@ impl Task {
         config.proxy_url = None;
         // Connect fast or fail; reads keep kube's default (watches are long polls).
         config.connect_timeout = Some(self.settings.probe_timeout);
-        let evictions = crate::infra::clients::evictions(config.clone(), self.fence_layer().as_ref());
-        let client = match self.client(config).and_then(|c| evictions.map(|e| (c, e))) {
+        let mut fence = self.fence.clone();
+        let mut fenced_by = fence.as_mut().map(|f| f.borrow_and_update().clone());
+        let writers = self.writers(&config, fenced_by.as_ref());
+        // Sharded mode: the watches, probes and identity read on a client of their own, not fenced,
+        // so the caches can outlive one ownership; writes only through the fenced clients.
+        let reader = if self.settings.sharded {
+            crate::infra::clients::build(
+                config.clone(),
+                &self.metrics,
+                crate::infra::clients::Side::Workload(&self.key.to_string()),
+            )
+            .map(Some)
+        } else {
+            Ok(None)
+        };
+        let (client, evictions, reader) = match writers.and_then(|(c, e)| reader.map(|r| (c, e, r))) {
             Ok(c) => c,
             Err(e) => {
                 return Ended::Fatal(ClusterStatus::new(
@@ -307,14 +322,14 @@ impl Task {
                 ));
             }
         };
-        let (client, evictions) = client;
-        if let Err(s) = self.probe(&client, &server).await {
+        let reader = reader.unwrap_or_else(|| client.clone());
+        if let Err(s) = self.probe(&reader, &server).await {
             return Ended::Retry(s);
         }
-        if let Err(s) = self.nodegroups_served(&client, &server).await {
+        if let Err(s) = self.nodegroups_served(&reader, &server).await {
             return Ended::Retry(s);
         }
-        let uid = match self.identify(&client, &server).await {
+        let uid = match self.identify(&reader, &server).await {
             Ok(uid) => uid,
             Err(s) => return Ended::Retry(s),
         };
@@ -344,36 +359,38 @@ impl Task {
         let changes = crate::infra::changes::Changes::new();
         let w = Watching { cancel: &watches, failures: &failures_tx, changes: &changes, key: &self.key };
         let cache = WorkloadCache {
-            pods: spawn_cache(Api::all(client.clone()), intern_pod_specs(), &w, observe_pods, None),
+            pods: spawn_cache(Api::all(reader.clone()), intern_pod_specs(), &w, observe_pods, None),
             nodes: spawn_cache(
-                Api::all(client.clone()),
+                Api::all(reader.clone()),
                 trim_node,
                 &w,
                 announce(&self.touched, &self.key, crate::decisions::ownership::node_group),
                 None,
             ),
             nodegroups: spawn_cache(
-                Api::all(client.clone()),
+                Api::all(reader.clone()),
                 trim_meta,
                 &w,
                 announce(&self.touched, &self.key, |g: &NodeGroup| g.metadata.name.clone()),
                 None,
             ),
-            daemonsets: spawn_cache(Api::all(client.clone()), trim_meta, &w, |_| {}, None),
-            pdbs: spawn_cache(Api::all(client.clone()), trim_meta, &w, |_| {}, None),
-            volumes: super::volumes::VolumeCaches::start(&client, &w),
+            daemonsets: spawn_cache(Api::all(reader.clone()), trim_meta, &w, |_| {}, None),
+            pdbs: spawn_cache(Api::all(reader.clone()), trim_meta, &w, |_| {}, None),
+            volumes: super::volumes::VolumeCaches::start(&reader, &w),
             changes: changes.clone(),
         };
-        let conn = Arc::new(Connection {
-            key: self.key.clone(),
-            client: client.clone(),
-            evictions,
-            cache: cache.clone(),
-            pending,
-            nominations: std::sync::Mutex::default(),
-            synced: synced_rx,
-        });
-        self.connection.send_replace(Some(conn));
+        let connection = |client: Client, evictions: Client| {
+            Arc::new(Connection {
+                key: self.key.clone(),
+                client,
+                evictions,
+                cache: cache.clone(),
+                pending: pending.clone(),
+                nominations: std::sync::Mutex::default(),
+                synced: synced_rx.clone(),
+            })
+        };
+        self.connection.send_replace(Some(connection(client, evictions)));
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
 
         let ready = async {
@@ -427,8 +444,39 @@ impl Task {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker.tick().await;
         loop {
+            // Sharded mode: owned again while kept (a new fence token): new write clients over the
+            // same caches. The old ones stay fenced, so a round begun before the fence writes nothing.
+            if let Some(f) = fence.as_mut()
+                && fenced_by.as_ref().is_none_or(|t| t.is_cancelled())
+                && !f.borrow().is_cancelled()
+            {
+                let token = f.borrow_and_update().clone();
+                match self.writers(&config, Some(&token)) {
+                    Ok((client, evictions)) => {
+                        self.connection.send_replace(Some(connection(client, evictions)));
+                        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+                        tracing::info!(cluster = %self.key, "owned again: new write clients over the kept caches");
+                        fenced_by = Some(token);
+                    }
+                    Err(e) => {
+                        return Ended::Retry(ClusterStatus::new(
+                            Phase::Unreachable,
+                            format!("cannot build a client from the kubeconfig: {}", crate::infra::apierror::plain(&e)),
+                        ));
+                    }
+                }
+            }
+            let fence_changed = async {
+                match fence.as_mut() {
+                    Some(f) => f.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = self.cancel.cancelled() => return Ended::Cancelled,
+                alive = fence_changed => if !alive {
+                    return Ended::Cancelled;
+                },
                 _ = identity_changes.changed() => if let Some(first) = self.outranked(&uid) {
                     tracing::warn!(cluster = %self.key, first = %first, "an older registration of this workload cluster appeared; handing it over");
                     return Ended::Duplicate { uid, first };
@@ -442,7 +490,7 @@ impl Task {
                     // Other watch errors are retried by the watcher itself; the probe judges health.
                     tracing::debug!(cluster = %self.key, message = %s.message, "watch error; the watcher retries");
                 }
-                _ = ticker.tick() => match self.counted_probe(&client, &server).await {
+                _ = ticker.tick() => match self.counted_probe(&reader, &server).await {
                     Ok(()) => consecutive = 0,
                     Err(s) if s.phase == Phase::Unauthorized => return Ended::Retry(s),
                     Err(s) => {
@@ -483,22 +531,19 @@ impl Task {
         Ok(())
     }
 
-    /// A client from `config` (retries counted under this cluster); in sharded mode fenced by the
-    /// ownership token (hub.md §6): once it is cancelled every request is refused, even one from a
-    /// round already under way.
-    fn client(&self, config: Config) -> Result<Client, kube::Error> {
+    /// The write clients from `config` (the ordinary one, retries counted under this cluster, and
+    /// the evictions one), fenced by `token` when given (hub.md §6): once it is cancelled every
+    /// request is refused, even one from a round already under way.
+    fn writers(&self, config: &Config, token: Option<&CancellationToken>) -> Result<(Client, Client), kube::Error> {
         let key = self.key.to_string();
         let side = crate::infra::clients::Side::Workload(&key);
-        match self.fence_layer() {
-            Some(fence) => crate::infra::clients::build_fenced(config, &self.metrics, side, &fence),
-            None => crate::infra::clients::build(config, &self.metrics, side),
-        }
-    }
-
-    fn fence_layer(&self) -> Option<crate::infra::fence::FenceLayer> {
-        self.fence
-            .as_ref()
-            .map(|token| crate::infra::fence::FenceLayer { token: token.clone(), cluster: self.key.to_string() })
+        let fence = token.map(|t| crate::infra::fence::FenceLayer { token: t.clone(), cluster: key.clone() });
+        let client = match &fence {
+            Some(fence) => crate::infra::clients::build_fenced(config.clone(), &self.metrics, side, fence),
+            None => crate::infra::clients::build(config.clone(), &self.metrics, side),
+        }?;
+        let evictions = crate::infra::clients::evictions(config.clone(), fence.as_ref())?;
+        Ok((client, evictions))
     }
 
     /// A health probe, counted by result (`karpenter_hub_cluster_probes_total`).

@@ -1,6 +1,7 @@
 //! Which registration speaks for a workload cluster registered more than once (hub.md §1): the
 //! registrations of one namespace that identified the same cluster (its `kube-system` UID), ranked
-//! oldest Secret first; namespaces never compete.
+//! oldest Secret first; namespaces never compete. In sharded mode the registrations other replicas
+//! identified (published on their shard bucket Leases) rank beside this replica's own.
 //!
 //! Owns: the table of identified clusters shared by the connection tasks, and the ranking. Must
 //! not: connect, or compare registrations across namespaces.
@@ -30,23 +31,54 @@ pub(crate) struct Rank {
 /// (the ownership labels name the namespace, hub.md §5), and both may provision for the same
 /// pending pods. Within a namespace (one tenant, who can delete either Secret) the oldest Secret
 /// speaks, and the refusal names a Secret of that namespace only.
+///
+/// Clusters are recorded by a digest of their UID ([`digest`]), the form other replicas publish.
 #[derive(Debug, Default)]
 pub(crate) struct Identities {
     claims: std::sync::Mutex<BTreeMap<ClusterKey, (String, Rank)>>,
+    /// Sharded mode: the registrations other replicas identified, from the bucket Leases they hold
+    /// live (replaced whole at each shard round).
+    remote: std::sync::Mutex<BTreeMap<ClusterKey, (String, Rank)>>,
+}
+
+/// The UID of a workload cluster as recorded and published: a SHA-256 digest (16 bytes, hex), so
+/// nothing a workload cluster answered is copied into the management cluster.
+pub(crate) fn digest(uid: &str) -> String {
+    use sha2::{Digest as _, Sha256};
+    Sha256::digest(format!("kube-system\0{uid}").as_bytes()).iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
 
 impl Identities {
     /// Record that `key` reaches cluster `uid`; the registration of its namespace that speaks for
     /// it (maybe `key`).
     pub(crate) fn claim(&self, key: &ClusterKey, uid: &str, rank: &Rank) -> ClusterKey {
-        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
-        claims.insert(key.clone(), (uid.to_string(), rank.clone()));
-        owner(&claims, &key.namespace, uid).unwrap_or_else(|| key.clone())
+        self.claims.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone(), (digest(uid), rank.clone()));
+        self.owner(&key.namespace, uid).unwrap_or_else(|| key.clone())
     }
 
-    /// The registration in `namespace` that speaks for cluster `uid`, if any there identified it.
+    /// The registration in `namespace` that speaks for cluster `uid`, if any there identified it
+    /// (here or, in sharded mode, on another replica).
     pub(crate) fn owner(&self, namespace: &str, uid: &str) -> Option<ClusterKey> {
-        owner(&self.claims.lock().unwrap_or_else(PoisonError::into_inner), namespace, uid)
+        let mut all = self.remote.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        // This replica's own claims win over a stale copy of what another replica published.
+        all.extend(
+            self.claims.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|(k, v)| (k.clone(), v.clone())),
+        );
+        owner(&all, namespace, &digest(uid))
+    }
+
+    /// This replica's claims (UID digest and rank) for the registrations `wanted` says.
+    pub(crate) fn claimed(&self, wanted: impl Fn(&ClusterKey) -> bool) -> BTreeMap<ClusterKey, (String, Rank)> {
+        let claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        claims.iter().filter(|(k, _)| wanted(k)).map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    /// Replace what other replicas published (UID digests); whether it changed.
+    pub(crate) fn set_remote(&self, remote: BTreeMap<ClusterKey, (String, Rank)>) -> bool {
+        let mut current = self.remote.lock().unwrap_or_else(PoisonError::into_inner);
+        let changed = *current != remote;
+        *current = remote;
+        changed
     }
 
     /// `key` no longer reaches any cluster (removed, or its kubeconfig is unusable).
@@ -55,8 +87,8 @@ impl Identities {
     }
 }
 
-/// Of the registrations in `namespace` that identified cluster `uid`, the one that speaks for it:
-/// the lowest rank (the oldest Secret), then the lowest key. Pure.
+/// Of the registrations in `namespace` that identified cluster `uid` (its digest), the one that
+/// speaks for it: the lowest rank (the oldest Secret), then the lowest key. Pure.
 fn owner(claims: &BTreeMap<ClusterKey, (String, Rank)>, namespace: &str, uid: &str) -> Option<ClusterKey> {
     claims
         .iter()
@@ -111,5 +143,34 @@ mod tests {
         ids.release(&attacker);
         assert_eq!(ids.owner("team-a", "uid-b"), None);
         assert_eq!(ids.owner("team-b", "uid-b"), Some(victim));
+    }
+
+    /// Sharded mode: a registration another replica identified (published on its bucket Lease)
+    /// outranks a younger one here, and stops doing so once that replica's claim is gone; other
+    /// namespaces' claims still do not compete.
+    #[test]
+    fn claims_published_by_other_replicas_rank_beside_this_replicas_own() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let at = |s: &str| Some(Time(s.parse().unwrap()));
+        let (here, there, elsewhere) =
+            (ClusterKey::new("team-a", "copy"), ClusterKey::new("team-a", "prod"), ClusterKey::new("team-b", "prod"));
+        let ids = Identities::default();
+        assert_eq!(ids.claim(&here, "uid-1", &Rank { created: at("2026-01-02T00:00:00Z"), seen: 0 }), here);
+        let older = Rank { created: at("2026-01-01T00:00:00Z"), seen: 0 };
+        let remote = BTreeMap::from([
+            (there.clone(), (digest("uid-1"), older.clone())),
+            (elsewhere.clone(), (digest("uid-1"), older.clone())),
+        ]);
+        assert!(ids.set_remote(remote.clone()));
+        assert!(!ids.set_remote(remote), "the same table again is no change");
+        assert_eq!(ids.owner("team-a", "uid-1"), Some(there));
+        assert_eq!(ids.owner("team-b", "uid-1"), Some(elsewhere));
+        // What this replica publishes: its own claims only, by digest (never the UID itself).
+        let published = ids.claimed(|_| true);
+        assert_eq!(published.len(), 1);
+        assert_eq!(published[&here].0, digest("uid-1"));
+        assert!(!published[&here].0.contains("uid-1"));
+        ids.set_remote(BTreeMap::new());
+        assert_eq!(ids.owner("team-a", "uid-1"), Some(here));
     }
 }
