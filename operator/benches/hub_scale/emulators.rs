@@ -263,12 +263,41 @@ async fn serve(n: usize, dir: &Path, observed: Observed) {
                 let k = words.next().and_then(|w| w.parse().ok()).unwrap_or(3);
                 reply(&burst(&world, k).await);
             }
+            Some("audit") => reply(&audit(&world)),
             Some("quit") | None => break,
             Some(other) => reply(&json!({"error": format!("unknown command {other}")})),
         }
     }
     stop.cancel();
     reply(&json!({"bye": true}));
+}
+
+/// The audit of the hub replicas' writes to each workload cluster: per cluster, per replica (the
+/// `(replica …)` of its `User-Agent`), the first and last write's wall-clock time (ms) and the
+/// number of writes. The simulated CKEs' writes (no replica named) are left out.
+fn audit(world: &World) -> Value {
+    let clusters: Vec<Value> = world
+        .clusters
+        .iter()
+        .map(|c| {
+            let mut by: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+            for w in c.server.requests().written() {
+                let Some(replica) = w.agent.split_once("(replica ").map(|(_, r)| r.trim_end_matches(')').to_string())
+                else {
+                    continue;
+                };
+                let e = by.entry(replica).or_insert((w.at_ms, w.at_ms, 0));
+                e.0 = e.0.min(w.at_ms);
+                e.1 = e.1.max(w.at_ms);
+                e.2 += 1;
+            }
+            json!([
+                format!("{}/{}", c.namespace, c.name),
+                by.iter().map(|(r, (a, b, n))| json!([r, a, b, n])).collect::<Vec<_>>()
+            ])
+        })
+        .collect();
+    json!({"clusters": clusters})
 }
 
 /// Until every NodePool is Ready (its cluster reachable, its class ready).
@@ -313,6 +342,9 @@ fn unschedulable(p: &Pod) -> bool {
 }
 
 /// `k` pending pods in every cluster at once; times of each step, from watches opened before.
+/// Clusters whose burst is timed by watches (see [`burst`]).
+const WATCHED: usize = 300;
+
 async fn burst(world: &World, k: usize) -> Value {
     let n = world.clusters.len();
     let seen = Arc::new(Mutex::new(Seen {
@@ -324,9 +356,17 @@ async fn burst(world: &World, k: usize) -> Value {
     }));
     let wp = WatchParams::default().timeout(290);
     let mut watchers = Vec::new();
-    for (i, c) in world.clusters.iter().enumerate() {
+    // Timed by watches on the first `WATCHED` clusters only: two watches per cluster, client and
+    // server ends in this one process, would pass the file descriptor limit at 1,000 clusters.
+    let watched = n.min(WATCHED);
+    let mut unwatched = 0usize;
+    for (i, c) in world.clusters.iter().enumerate().take(watched) {
         let pods: Api<Pod> = Api::namespaced(c.client.clone(), "default");
-        let mut stream = pods.watch(&wp.clone().labels("bench=burst"), "0").await.unwrap().boxed();
+        let Ok(stream) = pods.watch(&wp.clone().labels("bench=burst"), "0").await else {
+            unwatched += 1;
+            continue;
+        };
+        let mut stream = stream.boxed();
         let s = seen.clone();
         watchers.push(tokio::spawn(async move {
             while let Some(ev) = stream.next().await {
@@ -344,7 +384,11 @@ async fn burst(world: &World, k: usize) -> Value {
             }
         }));
         let groups: Api<NodeGroup> = Api::all(c.client.clone());
-        let mut stream = groups.watch(&wp, "0").await.unwrap().boxed();
+        let Ok(stream) = groups.watch(&wp, "0").await else {
+            unwatched += 1;
+            continue;
+        };
+        let mut stream = stream.boxed();
         let s = seen.clone();
         watchers.push(tokio::spawn(async move {
             while let Some(ev) = stream.next().await {
@@ -388,20 +432,31 @@ async fn burst(world: &World, k: usize) -> Value {
         for j in 0..k {
             let api: Api<Pod> = Api::namespaced(c.client.clone(), "default");
             creates.push(tokio::spawn(async move {
-                api.create(&PostParams::default(), &burst_pod(j)).await.unwrap();
-                (i, format!("burst-{j}"), Instant::now())
+                // Tried again a few times: under load a connection may be refused for a moment.
+                for _ in 0..5 {
+                    if api.create(&PostParams::default(), &burst_pod(j)).await.is_ok() {
+                        return Some((i, format!("burst-{j}"), Instant::now()));
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                None
             }));
         }
     }
     let mut created = Vec::new();
+    let mut not_created = 0usize;
     for c in creates {
-        created.push(c.await.unwrap());
+        match c.await.ok().flatten() {
+            Some(c) => created.push(c),
+            None => not_created += 1,
+        }
     }
+    let timed: Vec<_> = created.iter().filter(|(i, _, _)| *i < watched).cloned().collect();
     let deadline = t0 + Duration::from_secs(300);
     loop {
         {
             let s = lock(&seen);
-            if s.groups.iter().all(|g| !g.is_empty()) && s.running.len() == created.len() {
+            if s.groups.iter().take(watched).all(|g| !g.is_empty()) && s.running.len() >= timed.len() {
                 break;
             }
         }
@@ -420,7 +475,7 @@ async fn burst(world: &World, k: usize) -> Value {
     let pairing = pairing(world, &events.0, &events.1).await;
     let s = lock(&seen);
     let ms = |t: Option<Instant>| t.map(|t| t.saturating_duration_since(t0).as_secs_f64() * 1000.0);
-    let rows: Vec<Value> = created
+    let rows: Vec<Value> = timed
         .iter()
         .map(|(i, name, at)| {
             let key = (*i, name.clone());
@@ -436,9 +491,12 @@ async fn burst(world: &World, k: usize) -> Value {
         .collect();
     json!({
         "pods": rows,
-        "nodegroups_per_cluster": s.groups.iter().map(Vec::len).collect::<Vec<_>>(),
-        "claims_per_cluster": s.claims.iter().map(Vec::len).collect::<Vec<_>>(),
+        "nodegroups_per_cluster": s.groups.iter().take(watched).map(Vec::len).collect::<Vec<_>>(),
+        "claims_per_cluster": s.claims.iter().take(watched).map(Vec::len).collect::<Vec<_>>(),
         "pairing": pairing,
+        "watched_clusters": watched,
+        "watches_refused": unwatched,
+        "pods_not_created": not_created,
     })
 }
 

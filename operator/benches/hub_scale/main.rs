@@ -7,7 +7,8 @@
 //! ```
 //! Flags: `--clusters LIST` (default 5), `--idle-seconds S` (each idle window, default 15),
 //! `--settle-seconds S` (wait after start-up and after provisioning, default 10), `--burst-pods K`
-//! (pending pods per cluster in the latency burst, default 3), `--json` (one JSON object per N).
+//! (pending pods per cluster in the latency burst, default 3), `--pods-per-cluster P` (default
+//! 1,000), `--pods-per-node Q` (default 20), `--json` (one JSON object per N).
 //! `B4_LOG=<filter>` shows the hub's and the emulators' logs on stderr (default `warn`).
 //!
 //! Three processes per N, so that the hub's memory is its own:
@@ -17,7 +18,7 @@
 //!   `hub::Settings` and `registry::Settings` against the emulators, and reads its own `VmRSS`;
 //! - the emulator process (`B4_ROLE=emulators`, a child of the hub process) serves the management
 //!   emulator and N workload emulators, each played by a simulated CKE, and answers commands on
-//!   stdin with one JSON line on stdout (`counters`, `waitpools`, `burst K`, `quit`).
+//!   stdin with one JSON line on stdout (`counters`, `waitpools`, `burst K`, `audit`, `quit`).
 //!
 //! Who made a request: the emulators count every request they serve, by verb and resource. The
 //! emulator process also counts, from kube-client's `HTTP` spans, the requests its own clients made
@@ -64,9 +65,14 @@ fn pods_per_cluster() -> usize {
     std::env::var("B4_PODS").ok().and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(1000)
 }
 
-/// Worker nodes per workload cluster: full with 20 pods each (50 at 1,000 pods).
+/// Running pods per worker node (`--pods-per-node`, default 20: the M nodes full).
+fn pods_per_node() -> usize {
+    std::env::var("B4_PODS_PER_NODE").ok().and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(20).min(20)
+}
+
+/// Worker nodes per workload cluster (50 at 1,000 pods, 20 per node).
 fn nodes_per_cluster() -> usize {
-    pods_per_cluster().div_ceil(20)
+    pods_per_cluster().div_ceil(pods_per_node())
 }
 const EXAMPLE: &str = include_str!("../../../examples/general-purpose.yaml");
 
@@ -102,6 +108,8 @@ struct Options {
     replicas: usize,
     /// `--pods-per-cluster P` (default 1,000).
     pods: Option<usize>,
+    /// `--pods-per-node Q` (default 20, at most 20).
+    pods_per_node: Option<usize>,
 }
 
 impl Options {
@@ -115,6 +123,7 @@ impl Options {
             sharded: None,
             replicas: 3,
             pods: None,
+            pods_per_node: None,
         };
         let args: Vec<String> = std::env::args().skip(1).collect();
         let mut i = 0;
@@ -150,6 +159,10 @@ impl Options {
                     o.pods = value.parse().ok().filter(|n| *n > 0);
                     i += 1;
                 }
+                "--pods-per-node" => {
+                    o.pods_per_node = value.parse().ok().filter(|n| (1..=20).contains(n));
+                    i += 1;
+                }
                 // `cargo bench` adds `--bench`; anything else is ignored.
                 _ => {}
             }
@@ -170,6 +183,9 @@ impl Options {
         if let Some(p) = self.pods {
             env.push(("B4_PODS", p.to_string()));
         }
+        if let Some(q) = self.pods_per_node {
+            env.push(("B4_PODS_PER_NODE", q.to_string()));
+        }
         env
     }
 
@@ -184,6 +200,7 @@ impl Options {
             sharded: None,
             replicas: 3,
             pods: None,
+            pods_per_node: None,
         }
     }
 }

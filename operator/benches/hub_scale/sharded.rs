@@ -194,6 +194,8 @@ pub fn orchestrate(n: usize, opts: &Options) {
     // Kill one replica as a node failure would: no release of its Leases.
     let victim = 0;
     let lost = before[victim].connected;
+    let victim_id = format!("replica-{victim}-{}", children[victim].id());
+    let kill_ms = wall_ms();
     let t_kill = Instant::now();
     children[victim].kill().expect("SIGKILL the replica");
     let _ = children[victim].wait();
@@ -237,6 +239,29 @@ pub fn orchestrate(n: usize, opts: &Options) {
     for c in p["clusters"].as_array().into_iter().flatten().take(20) {
         println!("  {c}");
     }
+    // The audit of the workload clusters' writes: per cluster, which replica wrote from when to
+    // when. Two replicas' write spans overlapping on one cluster, or the killed replica writing
+    // after its kill, would be double writes.
+    let audit = ask(Some("audit"));
+    let (mut overlapping, mut after_kill, mut written) = (0usize, 0usize, 0u64);
+    for c in audit["clusters"].as_array().into_iter().flatten() {
+        let mut spans: Vec<(String, u64, u64)> = c[1]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| Some((e[0].as_str()?.to_string(), e[1].as_u64()?, e[2].as_u64()?)))
+            .collect();
+        written += c[1].as_array().into_iter().flatten().filter_map(|e| e[3].as_u64()).sum::<u64>();
+        spans.sort_by_key(|s| s.1);
+        overlapping += spans.windows(2).filter(|w| w[1].1 <= w[0].2).count();
+        after_kill += spans.iter().filter(|s| s.0 == victim_id && s.2 > kill_ms).count();
+        if overlapping > 0 && overlapping <= 5 {
+            println!("  overlapping writers on {}: {spans:?}", c[0]);
+        }
+    }
+    println!(
+        "audit of the workload clusters' writes ({written} by the replicas): clusters where two replicas' write spans overlap: {overlapping}; clusters the killed replica wrote to after its kill: {after_kill}"
+    );
     let groups: Vec<i64> =
         b["nodegroups_per_cluster"].as_array().map_or(Vec::new(), |a| a.iter().filter_map(Value::as_i64).collect());
     let claims: Vec<i64> =
@@ -248,8 +273,11 @@ pub fn orchestrate(n: usize, opts: &Options) {
     lat.sort_by(f64::total_cmp);
     let pct = |q: f64| lat.get(((lat.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied().unwrap_or(f64::NAN);
     println!(
-        "burst after the hand-over: {} pending pods per cluster; {} NodeClaims, {} NodeGroups; clusters without a NodeGroup: {without}; clusters whose NodeGroups differ from their claims in number: {mismatched}; Unschedulable -> NodeGroup p50 {:.0} ms, p99 {:.0} ms",
+        "burst after the hand-over: {} pending pods per cluster ({} not created); timed on the first {} clusters ({} watches refused): {} NodeClaims, {} NodeGroups; clusters without a NodeGroup: {without}; clusters whose NodeGroups differ from their claims in number: {mismatched}; Unschedulable -> NodeGroup p50 {:.0} ms, p99 {:.0} ms",
         opts.burst_pods,
+        b["pods_not_created"],
+        b["watched_clusters"],
+        b["watches_refused"],
         claims.iter().sum::<i64>(),
         groups.iter().sum::<i64>(),
         pct(0.5),
@@ -272,6 +300,8 @@ pub fn orchestrate(n: usize, opts: &Options) {
         "latency_p99_ms": pct(0.99),
         "fences": {"startup": startup_fences, "handover": handover_fences, "burst": burst_fences},
         "runtime_lag_ms": {"startup": startup_lag, "handover": handover_lag, "burst": burst_lag},
+        "audit_overlapping_writers": overlapping,
+        "audit_writes_after_kill": after_kill,
         "max_nodegroups_per_claim": p["max_nodegroups_per_claim"],
         "nodegroups_without_claim": p["nodegroups_without_claim"],
         "nodegroups_readded": p["nodegroups_readded"],
@@ -374,4 +404,9 @@ fn metric_value(metrics: &metrics::Metrics, name: &str) -> f64 {
             (family == name).then(|| value.parse::<f64>().ok()).flatten()
         })
         .sum()
+}
+
+/// Wall-clock milliseconds since the Unix epoch (the emulator's audit log uses the same clock).
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }

@@ -449,7 +449,7 @@ mod tests {
                 "team-a",
                 "lyon",
                 json!({"phase": "Unreachable", "message": "no answer from the API server",
-                "hubNodes": 0, "disrupting": 0, "pricePerHour": "0.0000", "observedTime": at(-900).to_string()}),
+                "hubNodes": 0, "disrupting": 0, "pricePerHour": "0.0000", "observedTime": at(-3000).to_string()}),
             ),
             // A report whose Secret is gone is no registered cluster.
             report(

@@ -426,6 +426,7 @@ pub async fn run_sharded_with(
     registry_settings.sharded = true;
     // A fenced cluster's caches are kept as long as its bucket's Lease may still be ours.
     registry_settings.keep_unowned = shard.timings.lease_duration;
+    registry_settings.replica = Some(shard.identity.clone());
     let Some(mut hub_settings) = with_identity(&mgmt, hub_settings, &shutdown).await? else { return Ok(()) };
     // Each replica writes its own fleet pool rows, under a field manager named for it.
     hub_settings.replica = shard.identity.clone();

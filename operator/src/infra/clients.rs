@@ -221,6 +221,18 @@ mod tests {
         }
     }
 
+    /// A sharded replica's clients name it in their one `User-Agent` (audit logs tell the replicas
+    /// apart); what a header may not carry is dropped from the identity.
+    #[tokio::test]
+    async fn a_replica_names_itself_in_its_user_agent() {
+        let (script, mut config) = serve(&[]).await;
+        super::super::identify_replica(&mut config, "hub-7d9f 1234\n");
+        let client = build(config, &Metrics::new(), Side::Workload("team-a/prod")).unwrap();
+        client.apiserver_version().await.unwrap();
+        let agents = script.agents.lock().unwrap().clone();
+        assert_eq!(agents, vec![format!("{} (replica hub-7d9f1234)", super::super::USER_AGENT)]);
+    }
+
     #[tokio::test]
     async fn other_errors_go_back_to_the_caller_unretried() {
         let (script, config) = serve(&[500, 409]).await;

@@ -27,6 +27,18 @@ pub mod sharding;
 /// by it; kube's client sends none of its own).
 pub const USER_AGENT: &str = concat!("karpenter-hub/", env!("CARGO_PKG_VERSION"));
 
+/// Identify the clients built from `config` as replica `identity` of a sharded hub:
+/// `karpenter-hub/<version> (replica <identity>)`, so an API server's audit log tells the replicas'
+/// writes apart. Characters a header may not carry are dropped from the identity.
+pub fn identify_replica(config: &mut kube::Config, identity: &str) {
+    let clean: String =
+        identity.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_')).take(128).collect();
+    if let Ok(value) = axum::http::HeaderValue::from_str(&format!("{USER_AGENT} (replica {clean})")) {
+        config.headers.retain(|(name, _)| name != axum::http::header::USER_AGENT);
+        config.headers.push((axum::http::header::USER_AGENT, value));
+    }
+}
+
 /// Identify the clients built from `config` as the hub ([`USER_AGENT`]), once.
 pub fn identify(config: &mut kube::Config) {
     if !config.headers.iter().any(|(name, _)| name == axum::http::header::USER_AGENT) {

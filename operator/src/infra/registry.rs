@@ -202,6 +202,9 @@ pub struct Settings {
     /// While the management API does not serve Cluster API's `Cluster`, how often to look again
     /// (default 5 min).
     pub cluster_api_recheck: Duration,
+    /// Sharded mode: this replica's identity, named in the workload clients' `User-Agent`
+    /// ([`crate::infra::identify_replica`]).
+    pub replica: Option<String>,
     /// This hub's id and management cluster, against which a registration's declared move is
     /// checked ([`handover::honoured`]).
     pub hub_id: String,
@@ -222,6 +225,7 @@ impl Default for Settings {
             sharded: false,
             fence_on_shutdown: false,
             keep_unowned: Duration::from_secs(30),
+            replica: None,
             cluster_api_recheck: Duration::from_secs(300),
             hub_id: "default".to_string(),
             management_cluster: String::new(),

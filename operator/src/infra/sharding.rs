@@ -165,6 +165,8 @@ struct State {
     granted: BTreeMap<ClusterKey, (String, CancellationToken)>,
     /// Our membership Lease as last written, and when that write was sent.
     member: Option<(Lease, Instant)>,
+    /// When this replica's first heartbeat succeeded (since then it counts itself live).
+    member_since: Option<Instant>,
 }
 
 /// One replica's part in sharded mode.
@@ -395,6 +397,16 @@ impl Sharder {
         // Another scheme's live Lease (a per-cluster Lease of an earlier release, or a bucket of
         // another count) may stand for any of our clusters: take no bucket until it is gone.
         let foreign = leases.iter().find(|l| self.other_scheme(l) && view(l).live_holder(now).is_some());
+        // A replica takes no free bucket in its first retry period as a member: replicas started
+        // together (a Deployment's pods) first see each other, instead of the first one taking
+        // every bucket, connecting every cluster, then handing three quarters over. Renewing what
+        // it holds (a restarted container keeping its identity) is not held back.
+        let warming = self
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .member_since
+            .is_none_or(|t| t.elapsed() < timings.retry_period);
         let by_name: BTreeMap<String, Arc<Lease>> = leases.iter().map(|l| (l.name_any(), l.clone())).collect();
         let current: Vec<(String, Option<Lease>)> = {
             let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -427,7 +439,7 @@ impl Sharder {
             let held = self.state.lock().unwrap_or_else(PoisonError::into_inner).held.contains_key(&name);
             let step = sharding::step(lease.as_ref().map(view).as_ref(), &me, desired, now);
             match &step {
-                Step::Acquire if foreign.is_some() => continue,
+                Step::Acquire if foreign.is_some() || warming => continue,
                 // A renewal outside the tick only to publish newly identified clusters promptly.
                 Step::Renew if !renewing && !self.identified_changed(b, &registered, lease.as_ref()) => continue,
                 Step::Leave { .. } if !held => continue,
@@ -772,7 +784,9 @@ impl Sharder {
         let write = self.write(&name, current, &labels, BTreeMap::new());
         match tokio::time::timeout(timeout, write).await {
             Ok(Wrote::Ok(lease)) => {
-                self.state.lock().unwrap_or_else(PoisonError::into_inner).member = Some((*lease, sent));
+                let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                state.member = Some((*lease, sent));
+                state.member_since.get_or_insert(sent);
                 Ok(())
             }
             Ok(Wrote::Conflict) => {

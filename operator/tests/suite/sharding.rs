@@ -337,6 +337,22 @@ async fn clusters_spread_over_replicas_move_off_a_killed_one_and_onto_a_new_one(
         let r = world.mgmt.requests();
         r.count("update", "leases") + r.count("create", "leases") + r.count("delete", "leases")
     };
+    // Measured once the placement is quiet (the same holders three retry periods apart): replicas
+    // starting together may still move a bucket or two right after every one of them owns some.
+    let last = RefCell::new(spread);
+    let quiet = common::poll_until(Duration::from_secs(30), || async {
+        tokio::time::sleep(FAST.retry_period * 3).await;
+        let live: Vec<&Replica> = replicas.iter().collect();
+        let now = settled(&mgmt, &all, &live).await;
+        let same = now.as_ref() == Some(&*last.borrow());
+        if let Some(now) = now {
+            *last.borrow_mut() = now;
+        }
+        same
+    })
+    .await;
+    assert!(quiet, "the placement did not settle within 30 s");
+    let spread = last.into_inner();
     let (w0, t0) = (lease_writes(), Instant::now());
     wait_for("five retry periods", Duration::from_secs(10), || async { t0.elapsed() >= FAST.retry_period * 5 }).await;
     let (writes, window) = (lease_writes() - w0, t0.elapsed());

@@ -381,7 +381,23 @@ impl Faults {
 pub struct Requests {
     counts: Arc<Mutex<Counts>>,
     by_agent: Arc<Mutex<BTreeMap<String, Counts>>>,
+    /// The writes, in arrival order, up to [`MAX_WRITE_LOG`] (an audit log: who wrote, and when).
+    writes: Arc<Mutex<std::collections::VecDeque<Written>>>,
 }
+
+/// One write request as the audit log keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// Wall-clock arrival, milliseconds since the Unix epoch (comparable across processes).
+    pub at_ms: u64,
+    pub verb: String,
+    pub resource: String,
+    /// The client's `User-Agent` (`""` when it sends none).
+    pub agent: String,
+}
+
+/// Writes an audit log keeps (the oldest are dropped past it).
+pub const MAX_WRITE_LOG: usize = 100_000;
 
 /// Counts by (verb, resource).
 type Counts = BTreeMap<(String, String), u64>;
@@ -391,6 +407,21 @@ pub const WRITE_VERBS: &[&str] = &["create", "update", "patch", "delete", "delet
 
 impl Requests {
     pub(crate) fn record(&self, verb: &str, resource: &str, agent: &str) {
+        if WRITE_VERBS.contains(&verb) {
+            let at_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            let mut log = lock(&self.writes);
+            if log.len() >= MAX_WRITE_LOG {
+                log.pop_front();
+            }
+            log.push_back(Written {
+                at_ms,
+                verb: verb.to_string(),
+                resource: resource.to_string(),
+                agent: agent.to_string(),
+            });
+        }
         let key = (verb.to_string(), resource.to_string());
         *lock(&self.by_agent).entry(agent.to_string()).or_default().entry(key.clone()).or_insert(0) += 1;
         *lock(&self.counts).entry(key).or_insert(0) += 1;
@@ -437,10 +468,16 @@ impl Requests {
         lock(&self.counts).clone()
     }
 
-    /// Resets every count to zero.
+    /// The audit log: every write since the start (or the last reset), oldest first.
+    pub fn written(&self) -> Vec<Written> {
+        lock(&self.writes).iter().cloned().collect()
+    }
+
+    /// Resets every count to zero and empties the audit log.
     pub fn reset(&self) {
         lock(&self.counts).clear();
         lock(&self.by_agent).clear();
+        lock(&self.writes).clear();
     }
 }
 
@@ -460,7 +497,12 @@ mod tests {
         assert_eq!(hub.get(&("list".into(), "nodegroups".into())), Some(&1));
         assert_eq!(hub.get(&("create".into(), "nodegroups".into())), Some(&1));
         assert_eq!(r.agents(), BTreeMap::from([(String::new(), 1), ("karpenter-hub/0.1.0".into(), 2)]));
+        // The audit log: the write only, with its agent.
+        let log = r.written();
+        assert_eq!(log.len(), 1);
+        assert_eq!((log[0].verb.as_str(), log[0].agent.as_str()), ("create", "karpenter-hub/0.1.0"));
+        assert!(log[0].at_ms > 1_700_000_000_000);
         r.reset();
-        assert!(r.snapshot_of("").is_empty() && r.agents().is_empty());
+        assert!(r.snapshot_of("").is_empty() && r.agents().is_empty() && r.written().is_empty());
     }
 }

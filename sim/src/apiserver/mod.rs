@@ -42,8 +42,8 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 pub use faults::{
-    ConflictFault, ErrorFault, FAULT_EXEMPT_HEADER, FaultKind, Faults, Requests, SlowFault, WatchChurn,
-    exempt_from_faults,
+    ConflictFault, ErrorFault, FAULT_EXEMPT_HEADER, FaultKind, Faults, MAX_WRITE_LOG, Requests, SlowFault, WatchChurn,
+    Written, exempt_from_faults,
 };
 
 pub use disruptions::{DisruptionLog, PdbState, PodDisruption, Via};

@@ -298,6 +298,9 @@ impl Task {
         config.proxy_url = None;
         // Connect fast or fail; reads keep kube's default (watches are long polls).
         config.connect_timeout = Some(self.settings.probe_timeout);
+        if let Some(replica) = &self.settings.replica {
+            crate::infra::identify_replica(&mut config, replica);
+        }
         let mut fence = self.fence.clone();
         let mut fenced_by = fence.as_mut().map(|f| f.borrow_and_update().clone());
         let writers = self.writers(&config, fenced_by.as_ref());
