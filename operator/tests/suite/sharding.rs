@@ -531,6 +531,16 @@ impl Relay {
     }
 }
 
+/// A relay to the management emulator, and a client configuration going through it.
+async fn behind_relay(world: &World) -> (Relay, kube::Config) {
+    let relay = Relay::start(world.mgmt.addr()).await;
+    let mut config = world.mgmt.client_config();
+    config.cluster_url = format!("https://{}", relay.addr).parse().unwrap();
+    // The partitioned replica's requests to the management cluster must not wait 295 s either.
+    config.read_timeout = Some(Duration::from_secs(5));
+    (relay, config)
+}
+
 impl Drop for Relay {
     fn drop(&mut self) {
         self.accepting.abort();
@@ -592,11 +602,7 @@ async fn a_replica_cut_off_from_the_management_cluster_stops_writing_before_its_
     let world = world_of(6).await;
     let mgmt = world.mgmt.client();
     let all = keys(&world);
-    let relay = Relay::start(world.mgmt.addr()).await;
-    let mut via_relay = world.mgmt.client_config();
-    via_relay.cluster_url = format!("https://{}", relay.addr).parse().unwrap();
-    // The partitioned replica's requests to the management cluster must not wait 295 s either.
-    via_relay.read_timeout = Some(Duration::from_secs(5));
+    let (relay, via_relay) = behind_relay(&world).await;
     let buckets = splitting(&all, 2);
     let (pid, qid) = ("replica-p".to_string(), "replica-q".to_string());
     let (hub, registry) = (world.hub_settings.clone(), world.registry_settings.clone());
@@ -730,10 +736,7 @@ async fn a_replica_fenced_by_a_short_partition_takes_its_clusters_back_with_the_
     let world = world_of(2).await;
     let mgmt = world.mgmt.client();
     let all = keys(&world);
-    let relay = Relay::start(world.mgmt.addr()).await;
-    let mut via_relay = world.mgmt.client_config();
-    via_relay.cluster_url = format!("https://{}", relay.addr).parse().unwrap();
-    via_relay.read_timeout = Some(Duration::from_secs(5));
+    let (relay, via_relay) = behind_relay(&world).await;
     let p = Replica::start("replica-p", via_relay, world.hub_settings.clone(), world.registry_settings.clone());
     wait_for("both clusters held and connected", Duration::from_secs(60), || async {
         settled(&mgmt, &all, &[&p]).await.is_some() && p.connected().len() == 2
