@@ -433,7 +433,12 @@ impl Sharder {
         let desired = shard_buckets::place(&placing, &members);
         self.learn_identified(&current, now);
 
-        let registered: Arc<BTreeSet<ClusterKey>> = Arc::new(self.registry.registered().into_iter().collect());
+        // The registered clusters by bucket, hashed once per round (every use below reads this).
+        let mut in_bucket: Vec<BTreeSet<ClusterKey>> = vec![BTreeSet::new(); count as usize];
+        for key in self.registry.registered() {
+            let b = bucket_of(&key, count) as usize;
+            in_bucket[b].insert(key);
+        }
         let mut work = Vec::new();
         for (b, ((name, lease), desired)) in (0u32..).zip(current.into_iter().zip(desired)) {
             let held = self.state.lock().unwrap_or_else(PoisonError::into_inner).held.contains_key(&name);
@@ -441,7 +446,9 @@ impl Sharder {
             match &step {
                 Step::Acquire if foreign.is_some() || warming => continue,
                 // A renewal outside the tick only to publish newly identified clusters promptly.
-                Step::Renew if !renewing && !self.identified_changed(b, &registered, lease.as_ref()) => continue,
+                Step::Renew if !renewing && !self.identified_changed(&in_bucket[b as usize], lease.as_ref()) => {
+                    continue;
+                }
                 Step::Leave { .. } if !held => continue,
                 _ => {}
             }
@@ -459,20 +466,16 @@ impl Sharder {
         let mut slots: Vec<Option<_>> = work.into_iter().map(Some).collect();
         let work: Vec<_> = sharding::renewal_order(&since_sent).into_iter().filter_map(|i| slots[i].take()).collect();
         if renewing && !beat_first {
-            tokio::join!(self.beat(&stats, last_error), self.apply_all(work, &registered, &stats));
+            tokio::join!(self.beat(&stats, last_error), self.apply_all(work, &in_bucket, &stats));
         } else {
-            self.apply_all(work, &registered, &stats).await;
+            self.apply_all(work, &in_bucket, &stats).await;
         }
-        self.grant_held(&registered);
+        self.grant_held(&in_bucket);
         // A cluster whose bucket another replica holds will not come back here soon: drop a
         // connection kept for that (the registry keeps one a while after a fence).
-        let held_elsewhere: BTreeSet<u32> = placing
-            .iter()
-            .zip(0u32..)
-            .filter(|(b, _)| b.holder.as_deref().is_some_and(|h| h != me))
-            .map(|(_, i)| i)
-            .collect();
-        for key in registered.iter().filter(|k| held_elsewhere.contains(&bucket_of(k, count))) {
+        let held_elsewhere =
+            placing.iter().zip(&in_bucket).filter(|(b, _)| b.holder.as_deref().is_some_and(|h| h != me));
+        for key in held_elsewhere.flat_map(|(_, keys)| keys) {
             self.registry.disown(key);
         }
         if renewing {
@@ -490,27 +493,29 @@ impl Sharder {
     }
 
     /// Grant every registered cluster of a held bucket that has no token yet; cancel the tokens of
-    /// clusters unregistered or whose bucket is no longer held.
-    fn grant_held(&self, registered: &BTreeSet<ClusterKey>) {
-        let count = self.settings.buckets;
+    /// clusters unregistered or whose bucket is no longer held. `in_bucket`: the registered
+    /// clusters of each bucket.
+    fn grant_held(&self, in_bucket: &[BTreeSet<ClusterKey>]) {
         let (mut grants, mut ended) = (Vec::new(), Vec::new());
         {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             let State { held, granted, .. } = &mut *state;
             granted.retain(|key, (name, token)| {
-                let keep = registered.contains(key) && held.contains_key(name) && !token.is_cancelled();
+                // Still registered and its bucket still held.
+                let keep =
+                    held.get(name).is_some_and(|h| in_bucket[h.bucket as usize].contains(key)) && !token.is_cancelled();
                 if !keep {
                     ended.push((key.clone(), name.clone(), token.clone()));
                 }
                 keep
             });
-            for key in registered {
-                let name = shard_buckets::bucket_lease_name(&self.settings.hub_id, bucket_of(key, count), count);
-                if let Some(h) = held.get(&name)
-                    && !granted.contains_key(key)
-                {
+            for (name, h) in held.iter() {
+                for key in &in_bucket[h.bucket as usize] {
+                    if granted.contains_key(key) {
+                        continue;
+                    }
                     let token = h.token.child_token();
-                    granted.insert(key.clone(), (name, token.clone()));
+                    granted.insert(key.clone(), (name.clone(), token.clone()));
                     grants.push((key.clone(), h.bucket, token));
                 }
             }
@@ -552,13 +557,11 @@ impl Sharder {
         self.registry.set_identified_elsewhere(elsewhere);
     }
 
-    /// What this replica publishes on bucket `b`'s Lease: the bucket's weight (when every one of
+    /// What this replica publishes on a bucket's Lease, its registered clusters being `keys`: the bucket's weight (when every one of
     /// its clusters owned here has synced; else the Lease's current weight stays) and the clusters
     /// it identified there.
-    fn annotations(&self, b: u32, registered: &BTreeSet<ClusterKey>) -> BTreeMap<String, String> {
-        let count = self.settings.buckets;
-        let keys: BTreeSet<ClusterKey> = registered.iter().filter(|k| bucket_of(k, count) == b).cloned().collect();
-        let mut out = BTreeMap::from([(IDENTIFIED_ANNOTATION.to_string(), self.identified_json(&keys))]);
+    fn annotations(&self, keys: &BTreeSet<ClusterKey>) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::from([(IDENTIFIED_ANNOTATION.to_string(), self.identified_json(keys))]);
         let pods: Option<usize> = keys.iter().map(|k| self.registry.pods(k)).sum();
         if let Some(pods) = pods {
             out.insert(WEIGHT_ANNOTATION.to_string(), shard_buckets::quantize(pods as u64).to_string());
@@ -576,12 +579,10 @@ impl Sharder {
         serde_json::to_string(&list).unwrap_or_else(|_| "[]".to_string())
     }
 
-    /// Whether the clusters identified in bucket `b` differ from what its Lease says.
-    fn identified_changed(&self, b: u32, registered: &BTreeSet<ClusterKey>, lease: Option<&Lease>) -> bool {
-        let count = self.settings.buckets;
-        let keys: BTreeSet<ClusterKey> = registered.iter().filter(|k| bucket_of(k, count) == b).cloned().collect();
+    /// Whether the clusters identified among a bucket's `keys` differ from what its Lease says.
+    fn identified_changed(&self, keys: &BTreeSet<ClusterKey>, lease: Option<&Lease>) -> bool {
         let published = lease.and_then(|l| l.annotations().get(IDENTIFIED_ANNOTATION).cloned()).unwrap_or_default();
-        self.identified_json(&keys) != published
+        self.identified_json(keys) != published
     }
 
     /// Renew the membership Lease, timing it for the round's line; its failure logged once per
@@ -621,12 +622,13 @@ impl Sharder {
     async fn apply_all(
         &self,
         work: Vec<(u32, String, Option<Lease>, Step)>,
-        registered: &BTreeSet<ClusterKey>,
+        in_bucket: &[BTreeSet<ClusterKey>],
         stats: &std::sync::Mutex<RoundStats>,
     ) {
         futures::stream::iter(work)
             .for_each_concurrent(WRITES_AT_ONCE, |(bucket, name, current, step)| async move {
-                self.apply(bucket, name, current, step, registered, stats).await;
+                let keys = &in_bucket[bucket as usize];
+                self.apply(bucket, name, current, step, keys, stats).await;
             })
             .await;
     }
@@ -638,7 +640,7 @@ impl Sharder {
         name: String,
         current: Option<Lease>,
         step: Step,
-        registered: &BTreeSet<ClusterKey>,
+        keys: &BTreeSet<ClusterKey>,
         stats: &std::sync::Mutex<RoundStats>,
     ) {
         let me = &self.settings.identity;
@@ -647,7 +649,7 @@ impl Sharder {
         match &step {
             Step::Acquire | Step::Renew => {
                 let sent = Instant::now();
-                let annotations = self.annotations(bucket, registered);
+                let annotations = self.annotations(keys);
                 let wrote = match tokio::time::timeout(timeout, self.write_bucket(&name, current, annotations)).await {
                     Ok(w) => w,
                     Err(_) => Wrote::Failed(WriteFailed::Timeout(timeout)),
