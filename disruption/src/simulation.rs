@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use scheduling::model::{ExistingNode, Input, Pod, Taint, TaintEffect, Toleration, TolerationOperator};
+use scheduling::model::{ExistingNode, Input, Pod, RunningPod, Taint, TaintEffect, Toleration, TolerationOperator};
 
 use crate::methods::{Simulation, Simulator};
 
@@ -86,12 +86,6 @@ impl ScopeModel {
                 }
             }
         }
-        let moved_from = input.pods.len();
-        for &i in nodes {
-            input
-                .pods
-                .extend(self.movable.get(i).into_iter().flatten().filter(|p| !left_behind.contains(&p.key())).cloned());
-        }
         // The removed nodes no longer count against their pools' limits: a pool at its limit can
         // still replace a node by a smaller one.
         for &j in &removed {
@@ -102,13 +96,20 @@ impl ScopeModel {
                 pool.usage.nodes = (pool.usage.nodes - 1).max(0);
             }
         }
-        let nodes: Vec<ExistingNode> = std::mem::take(&mut input.nodes)
+        let kept: Vec<ExistingNode> = std::mem::take(&mut input.nodes)
             .into_iter()
             .enumerate()
             .filter(|(j, _)| !removed.contains(j) && !self.deleting.contains(j))
             .map(|(_, n)| n)
             .collect();
-        input.nodes = nodes;
+        input.nodes = kept;
+        let pending = pin_placed_first(&mut input, pending);
+        let moved_from = input.pods.len();
+        for &i in nodes {
+            input
+                .pods
+                .extend(self.movable.get(i).into_iter().flatten().filter(|p| !left_behind.contains(&p.key())).cloned());
+        }
         let decision = scheduling::solve(&input);
         let mut failed: Vec<String> = decision
             .unschedulable
@@ -133,6 +134,59 @@ impl ScopeModel {
             failed.truncate(MAX_LISTED);
             Simulation::Unplaceable(failed)
         }
+    }
+}
+
+/// Binds the pods placed before the candidates' (the pending pods, then from index `pending` on the
+/// pods of nodes already leaving) that the scheduler puts on an in-flight node (managed, not
+/// initialized yet) to that node, and takes them off the pods to place; returns how many pending
+/// pods are left to place. Those nodes were launched for these very pods: by provisioning for the
+/// pending ones, by a started command for the leaving ones (upstream exempts those from its
+/// uninitialized-node check for that reason; a leaving node's pods also show as pending once its
+/// node is tainted `karpenter.sh/disrupted`). Placed first, they keep their room: otherwise a
+/// candidate's pod of the same size could take it, whichever pod sorts first (by UID), and the
+/// command would be refused for moving a pod onto a node not initialized yet while the new nodes it
+/// launches would have held both (drift of one anti-affine pod per node, several commands at once).
+fn pin_placed_first(input: &mut Input, pending: usize) -> usize {
+    if input.pods.is_empty() || !input.nodes.iter().any(|n| n.managed && !n.initialized) {
+        return pending;
+    }
+    let first = scheduling::solve(input);
+    let mut pinned = BTreeSet::new();
+    for a in &first.existing {
+        let Some(node) = input.nodes.get(a.node) else { continue };
+        if !node.managed || node.initialized {
+            continue;
+        }
+        for &p in &a.pods {
+            let Some(pod) = input.pods.get(p) else { continue };
+            let bound = running(pod);
+            input.nodes[a.node].pods.push(bound);
+            pinned.insert(p);
+        }
+    }
+    let mut index = 0;
+    input.pods.retain(|_| {
+        let keep = !pinned.contains(&index);
+        index += 1;
+        keep
+    });
+    pending - pinned.range(..pending).count()
+}
+
+/// `pod` as bound to a node: what it takes there and what it keeps away.
+fn running(pod: &Pod) -> RunningPod {
+    RunningPod {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        labels: pod.labels.clone(),
+        requests: pod.requests,
+        extended: pod.extended.clone(),
+        host_ports: pod.constraints.host_ports.clone(),
+        daemonset: None,
+        anti_affinity: pod.constraints.pod_anti_affinity.clone(),
+        counted: true,
+        csi_volumes: pod.csi_volumes.clone(),
     }
 }
 

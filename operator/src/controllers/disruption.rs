@@ -191,9 +191,11 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
     let commands = recorded_commands(&claims);
     tracing::trace!(cluster = %key, claims = claims.len(), commands = commands.len(), "disruption pass");
     let mut in_progress = false;
+    let mut unseen: Vec<&str> = Vec::new();
     for command in commands.values() {
         if !advance(hub, &conn, key, command, &claims, commands.len(), now).await? {
             in_progress = true;
+            unseen.extend(disruption_queue::unseen_replacements(command, |name| claim_named(&claims, name).is_some()));
         }
     }
     release_leftover_taints(&conn, key, &claims).await?;
@@ -203,6 +205,10 @@ async fn pass(hub: &Hub, key: &ClusterKey, state: &mut LoopState) -> Result<Dura
         } else {
             return Ok(disruption_queue::POLL);
         }
+    }
+    if let Some(name) = unseen.first() {
+        tracing::debug!(cluster = %key, nodeclaim = %name, "the next disruption command waits for a started one's replacement to show in the cache");
+        return Ok(disruption_queue::POLL);
     }
     // Several commands run at once (upstream's orchestration queue): the next one is decided with
     // the started ones' candidates leaving and charged to their budgets; commands in flight are

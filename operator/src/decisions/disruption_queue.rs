@@ -175,6 +175,15 @@ pub fn process(
     Step::Wait { why: format!("waiting for replacement {} to initialize", waiting.join(", ")), requeue: POLL }
 }
 
+/// The replacements of an in-flight `command` that a view built from the cache would miss: those
+/// `cached` does not hold. The record is written before the replacements are created, so for a
+/// moment the cache can show the candidates leaving but not the claims that take their pods; a
+/// command decided over that view would launch for those pods a second time. The next command
+/// waits until this is empty (a replacement that never shows rolls its command back instead).
+pub fn unseen_replacements(command: &Recorded, cached: impl Fn(&str) -> bool) -> Vec<&str> {
+    command.replacements.iter().map(String::as_str).filter(|name| !cached(name)).collect()
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -273,5 +282,14 @@ mod tests {
         assert!(name.len() <= 63 && name.starts_with("ppp") && name.contains("-r"), "{name}");
         assert_eq!(name, replacement_name(&long, "abc", 0));
         assert_ne!(replacement_name("pool", "abc", 0), replacement_name("pool", "abc", 1));
+    }
+
+    #[test]
+    fn the_next_command_waits_for_replacements_the_cache_does_not_show_yet() {
+        let c = command(&["r1", "r2"]);
+        assert_eq!(unseen_replacements(&c, |_| false), ["r1", "r2"], "recorded, nothing created yet");
+        assert_eq!(unseen_replacements(&c, |n| n == "r1"), ["r2"]);
+        assert!(unseen_replacements(&c, |_| true).is_empty());
+        assert!(unseen_replacements(&command(&[]), |_| false).is_empty(), "a pure delete launches nothing");
     }
 }

@@ -182,6 +182,78 @@ fn drift_commands_run_side_by_side_within_the_budget() {
     assert_eq!(drift, Some(true));
 }
 
+/// Why the loop decides the next command only once the started ones' replacements show in the
+/// cache (issue 30 CI, the side-by-side drift test): the record is written before the replacements
+/// are created, and a view with the first candidate leaving but without its replacement places that
+/// candidate's pod on one more new node, so the second command would launch two nodes, not one.
+/// Once the replacement shows, the leaving pod keeps it whichever pod sorts first (pods of one size
+/// are placed by UID): with the pods in either order on the nodes, and the first candidate's node
+/// tainted `karpenter.sh/disrupted` or not yet (its pod then shows as pending), the second command
+/// launches one node and is not refused for moving its pod onto the first one's uninitialized
+/// replacement.
+#[test]
+fn a_command_decided_before_a_started_one_s_replacement_shows_would_launch_for_its_pods_again() {
+    let apart = json!({"spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+    ]}}}});
+    let orders = [["web-0", "web-1", "web-2"], ["web-2", "web-1", "web-0"]];
+    for (pods, tainted) in orders.into_iter().flat_map(|o| [(o, false), (o, true)]) {
+        let mut c = cluster(json!({"spec": {"disruption": {"budgets": [{"nodes": "2"}]}}}));
+        for (pod, name) in pods.iter().zip(["default-a1", "default-b2", "default-c3"]) {
+            add_node(&mut c, name, "XS", &[("Drifted", "NodePoolDrifted")]);
+            c.apply(running_pod(pod, name, "500m", "1Gi", apart.clone()));
+        }
+        let (_, first) = pass_at(&c, now());
+        let one = first.command().unwrap().claims()[0].to_string();
+        assert_eq!(first.command().unwrap().replacements.len(), 1);
+        let record = disruption_queue::Recorded {
+            id: "id-one".into(),
+            method: Method::Drift.to_string(),
+            reason: DisruptionReason::Drifted,
+            started: Time(now()),
+            candidates: vec![one.clone()],
+            replacements: vec!["default-rone0".into()],
+            savings_per_hour: 0.0,
+        };
+        let mut started = claim(&one, "default", "XS", true, &[("Drifted", "NodePoolDrifted")]);
+        started.annotations_mut().insert(disruption_queue::COMMAND_ANNOTATION.into(), record.to_annotation());
+        c.apply(started);
+        if tainted {
+            let mut n = node(&one, "default", "XS");
+            n.spec.get_or_insert_default().taints = Some(vec![Taint {
+                key: labels::DISRUPTED_TAINT.into(),
+                effect: "NoSchedule".into(),
+                ..Taint::default()
+            }]);
+            c.apply(n);
+        }
+
+        // The record shows, its replacement not yet: the gate holds, and rightly.
+        let cached = |c: &Caches, name: &str| facts::claims(&c.mgmt(), &key()).iter().any(|x| x.name_any() == name);
+        assert_eq!(disruption_queue::unseen_replacements(&record, |n| cached(&c, n)), ["default-rone0"]);
+        let (_, early) = pass_at(&c, now());
+        assert_eq!(
+            early.command().unwrap().replacements.len(),
+            2,
+            "{pods:?} tainted {tainted}: the leaving pod placed a second time"
+        );
+
+        // The replacement shows (created, not launched yet): the second command launches one node.
+        c.apply(claim("default-rone0", "default", "XS", false, &[]));
+        assert!(disruption_queue::unseen_replacements(&record, |n| cached(&c, n)).is_empty());
+        let (_, second) = pass_at(&c, now());
+        let Some(command) = second.command() else {
+            panic!("{pods:?} tainted {tainted}: no second command beside the first: {:?}", blocked(&second));
+        };
+        assert_ne!(command.claims()[0], one);
+        assert_eq!(
+            command.replacements.len(),
+            1,
+            "{pods:?} tainted {tainted}: the first command's pod goes to its own replacement"
+        );
+    }
+}
+
 #[test]
 fn an_under_used_node_is_replaced_by_a_cheaper_one_unless_a_pdb_allows_nothing() {
     let mut c = cluster(json!({}));
