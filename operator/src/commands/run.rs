@@ -83,21 +83,22 @@ pub struct RunArgs {
     /// Leader election: seconds between renewals (and between a standby's attempts).
     #[arg(long, env = "KARPENTER_HUB_LEADER_ELECT_RETRY_PERIOD", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub leader_elect_retry_period: u64,
-    /// Spread the workload clusters across every replica running with this flag (hub.md §6): each
-    /// cluster is owned through a Lease of its own in the leader election namespace; a replica
-    /// that dies has its clusters taken over within --shard-lease-duration. Off: one active
-    /// replica (--leader-elect).
+    /// Spread the workload clusters across every replica running with this flag (hub.md §6): the
+    /// clusters are hashed to 32 shard buckets, each owned through a Lease in the leader election
+    /// namespace; a replica that dies has its buckets taken over within --shard-lease-duration.
+    /// Off: one active replica (--leader-elect).
     #[arg(long, env = "KARPENTER_HUB_SHARDING", default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub sharding: bool,
-    /// Sharded mode: seconds a cluster's Lease holds without renewal (how long a dead replica's
+    /// Sharded mode: seconds a bucket's Lease holds without renewal (how long a dead replica's
     /// clusters wait for another owner).
     #[arg(long, env = "KARPENTER_HUB_SHARD_LEASE_DURATION", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub shard_lease_duration: u64,
-    /// Sharded mode: seconds after which a replica that could not renew a cluster's Lease stops
-    /// acting on it; must be shorter than --shard-lease-duration.
+    /// Sharded mode: seconds after which a replica that could not renew a bucket's Lease stops
+    /// acting on its clusters; must be shorter than --shard-lease-duration.
     #[arg(long, env = "KARPENTER_HUB_SHARD_RENEW_DEADLINE", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub shard_renew_deadline: u64,
-    /// Sharded mode: seconds between renewals; each renewal is one write per owned cluster.
+    /// Sharded mode: seconds between renewals; each renewal is one write per held bucket and one
+    /// for the replica's membership Lease.
     #[arg(long, env = "KARPENTER_HUB_SHARD_RETRY_PERIOD", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub shard_retry_period: u64,
     /// Seconds a flavor refused by CKE is not offered again in that cluster.
@@ -570,7 +571,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> Result<(), RunEr
             lease_duration_seconds = timings.lease_duration.as_secs(),
             renew_deadline_seconds = timings.renew_deadline.as_secs(),
             retry_period_seconds = timings.retry_period.as_secs(),
-            "sharded mode: each owned cluster costs one Lease write every {} s",
+            "sharded mode: each held shard bucket and the membership cost one Lease write every {} s",
             timings.retry_period.as_secs()
         );
         let shard = sharding::Settings::new(&hub_settings.hub_id, &namespace, &identity, timings)

@@ -163,7 +163,7 @@ pub enum TimingsError {
 
 impl Timings {
     /// Defaults: 30 s duration, 20 s renew deadline, 10 s retry period (docs/hub.md, "Sizing and
-    /// scaling": one write per owned cluster per retry period; two tries before the fence).
+    /// scaling": one write per held bucket per retry period; two tries before the fence).
     pub const DEFAULT: Timings = Timings {
         lease_duration: Duration::from_secs(30),
         renew_deadline: Duration::from_secs(20),

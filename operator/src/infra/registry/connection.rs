@@ -460,6 +460,9 @@ impl Task {
                         self.changes.send_modify(|n| *n = n.wrapping_add(1));
                         tracing::info!(cluster = %self.key, "owned again: new write clients over the kept caches");
                         fenced_by = Some(token);
+                        // As a new sync would: the cluster's claims and loops that found it fenced
+                        // (and backed off) act again now, not at their next safety requeue.
+                        let _ = self.synced.send(self.key.clone());
                     }
                     Err(e) => {
                         return Ended::Retry(ClusterStatus::new(

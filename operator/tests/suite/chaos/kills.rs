@@ -10,7 +10,11 @@
 //! the end; after the last restart the fleet must converge (every pod Running, one claim per
 //! NodeGroup, no empty node, nothing deleting) within [`CONVERGENCE`].
 //!
-//! CI runs [`CI_KILLS`] kills. The soak: `KARPENTER_HUB_CHAOS_KILLS=2000 cargo test -p operator
+//! Sharded mode (issue 30): two `run --sharding` replicas, one killed at a time (both at once one
+//! time in four), each restarted as a new member; every write to a workload cluster is audited
+//! against the holder of its shard bucket's Lease ([`super::audit`]).
+//!
+//! CI runs [`CI_KILLS`] kills, [`CI_SHARDED_KILLS`] in sharded mode. The soak: `KARPENTER_HUB_CHAOS_KILLS=2000 cargo test -p operator
 //! --test suite chaos::kills -- --nocapture` (ten times the kills; the workload script repeats). Set
 //! `KARPENTER_HUB_CHAOS_SEED` to replay another sequence of lifetimes. Figures: docs/reliability.md.
 
@@ -45,12 +49,30 @@ use sim::{
     clock::SeededRng,
 };
 
+use super::audit::{self, Holders};
 use crate::{common, invariants};
 
 use invariants::{Exemptions, Invariants, Settings};
 
 /// Kills in the CI-sized run.
 const CI_KILLS: u64 = 200;
+/// Kills in the CI-sized sharded run (longer lives: a replica must join and take buckets).
+const CI_SHARDED_KILLS: u64 = 60;
+/// The sharded replicas' `POD_NAME`s (each life a new member: `<name>-<pid>`).
+const REPLICAS: [&str; 2] = ["replica-a", "replica-b"];
+/// Sharded mode's Lease timings (also the leader Lease's), short for the test.
+const SHARD_LEASE: u64 = 4;
+const SHARD_RENEW: u64 = 3;
+const SHARD_RETRY: u64 = 1;
+/// Where the sharded replicas keep their Leases.
+const LEASES: &str = "karpenter-hub";
+
+/// One `karpenter-hub run` process, or two sharded replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Single,
+    Sharded,
+}
 /// How long the fleet may take to converge after the last restart (drift of one cluster's nodes
 /// included), on a loaded 2-core machine.
 const CONVERGENCE: Duration = Duration::from_secs(120);
@@ -63,6 +85,9 @@ const COOLDOWN: u64 = 20;
 const VALIDATION: u64 = 1;
 /// The phases every CI-sized run must have killed the hub in, at least once each.
 const REQUIRED_PHASES: [&str; 5] = ["launch", "registration", "drain", "consolidation", "gc"];
+/// The same in sharded mode, whose fewer, longer lives land in a consolidation too rarely to
+/// require it (it is counted and reported).
+const REQUIRED_SHARDED_PHASES: [&str; 4] = ["launch", "registration", "drain", "gc"];
 /// Pod size: about two per 2XS.
 const CPU: &str = "500m";
 const MEMORY: &str = "1200Mi";
@@ -73,23 +98,37 @@ struct Hub {
 }
 
 impl Hub {
-    fn start(bin: &Path, kubeconfig: &Path, log: &Path, life: u64) -> Hub {
+    /// `replica`: a sharded replica of that `POD_NAME`; `None`, the one process.
+    fn start(bin: &Path, kubeconfig: &Path, log: &Path, life: u64, replica: Option<&str>) -> Hub {
         let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-        writeln!(file, "===== life {life} =====").unwrap();
-        let child = std::process::Command::new(bin)
-            .arg("run")
-            .arg("--hub-id=default")
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        writeln!(file, "===== life {life} ({}) =====", replica.unwrap_or("the hub")).unwrap();
+        let mut command = std::process::Command::new(bin);
+        command.env_clear();
+        match replica {
             // One replica: a SIGKILLed leader's Lease would hold its successor off for the
             // Lease duration at every one of hundreds of restarts.
-            .arg("--leader-elect=false")
+            None => {
+                command.arg("run").arg("--leader-elect=false");
+            }
+            Some(name) => {
+                command.arg("run").env("POD_NAME", name).args([
+                    "--sharding".to_string(),
+                    format!("--leader-election-namespace={LEASES}"),
+                    format!("--shard-lease-duration={SHARD_LEASE}"),
+                    format!("--shard-renew-deadline={SHARD_RENEW}"),
+                    format!("--shard-retry-period={SHARD_RETRY}"),
+                ]);
+            }
+        }
+        let child = command
+            .arg("--hub-id=default")
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg("--metrics-addr=127.0.0.1:0")
             .arg("--probe-interval-seconds=2")
             .arg(format!("--flavor-cooldown-seconds={COOLDOWN}"))
             .arg(format!("--gc-min-age-seconds={GC_MIN_AGE}"))
             .arg(format!("--gc-period-seconds={GC_PERIOD}"))
             .arg(format!("--disruption-validation-seconds={VALIDATION}"))
-            .env_clear()
             .env("RUST_LOG", "info,kube=warn,tower=warn,hyper=warn")
             .stdin(std::process::Stdio::null())
             .stdout(file.try_clone().unwrap())
@@ -380,12 +419,24 @@ async fn converged(world: &World, expected: &[usize]) -> Result<(), String> {
     Ok(())
 }
 
-fn kills_wanted() -> u64 {
-    std::env::var("KARPENTER_HUB_CHAOS_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(CI_KILLS)
+fn kills_wanted(mode: Mode) -> u64 {
+    let ci = if mode == Mode::Sharded { CI_SHARDED_KILLS } else { CI_KILLS };
+    std::env::var("KARPENTER_HUB_CHAOS_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(ci)
 }
 
-fn scratch() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("karpenter-hub-chaos-kills-{}", std::process::id()));
+/// Seeded lives of a sharded replica: long enough, most of them, to join, take buckets (a new
+/// member takes none in its first retry period) and act; some cut while it joins or hands over.
+fn sharded_lifetime(rng: &mut SeededRng) -> Duration {
+    let ms = match rng.below(100) {
+        0..=39 => 500 + rng.below(1_500),
+        40..=89 => 2_000 + rng.below(3_000),
+        _ => 5_000 + rng.below(3_000),
+    };
+    Duration::from_millis(ms)
+}
+
+fn scratch(mode: Mode) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("karpenter-hub-chaos-kills-{mode:?}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -393,7 +444,19 @@ fn scratch() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_keeps_its_invariants_through_sigkills_and_converges_after_the_last_restart() {
-    let wanted = kills_wanted();
+    chaos(Mode::Single).await;
+}
+
+/// The same workload and invariants with two sharded replicas killed in turn: the clusters move
+/// between them and back, no write reaches a cluster from a replica that did not hold its bucket,
+/// and the fleet converges once both run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_replicas_killed_in_turn_keep_the_invariants_and_never_write_to_a_cluster_they_do_not_own() {
+    chaos(Mode::Sharded).await;
+}
+
+async fn chaos(mode: Mode) {
+    let wanted = kills_wanted(mode);
     let seed: u64 = std::env::var("KARPENTER_HUB_CHAOS_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(17);
     let started = Instant::now();
     let world = World::start(&[("team-a", "alpha"), ("team-b", "beta")], |i| {
@@ -436,10 +499,23 @@ async fn the_fleet_keeps_its_invariants_through_sigkills_and_converges_after_the
             .unwrap();
     }
     let world = Arc::new(world);
-    let dir = scratch();
+    let dir = scratch(mode);
     let kubeconfig = dir.join("management.kubeconfig");
     world.mgmt.write_kubeconfig(&kubeconfig).unwrap();
-    let log = dir.join("hub.log");
+    // The process's log; in sharded mode, one per replica.
+    let logs: Vec<PathBuf> = match mode {
+        Mode::Single => vec![dir.join("hub.log")],
+        Mode::Sharded => REPLICAS.iter().map(|r| dir.join(format!("{r}.log"))).collect(),
+    };
+    let names: Vec<Option<&str>> = match mode {
+        Mode::Single => vec![None],
+        Mode::Sharded => REPLICAS.iter().map(|r| Some(*r)).collect(),
+    };
+    let audit_stop = tokio_util::sync::CancellationToken::new();
+    let holders = (mode == Mode::Sharded).then(|| Holders::watch(world.mgmt.client(), LEASES, audit_stop.clone()));
+    if mode == Mode::Sharded {
+        operator::infra::manifests::ensure_namespace(&world.mgmt.client(), LEASES).await.unwrap();
+    }
     // The binary as built now, kept for the whole run: a build relinking it meanwhile (a shared
     // target directory) must not make one of hundreds of restarts fail.
     let bin = dir.join("karpenter-hub");
@@ -480,6 +556,8 @@ async fn the_fleet_keeps_its_invariants_through_sigkills_and_converges_after_the
     // The test plays the ReplicaSet: evicted pods are replaced (bare pods do not come back).
     let mut desired = [0usize; 2];
     let chaos = Instant::now();
+    // The processes running, by slot (one, or one per replica).
+    let mut running: Vec<Option<Hub>> = names.iter().map(|_| None).collect();
     loop {
         if kills >= wanted {
             break;
@@ -490,8 +568,10 @@ async fn the_fleet_keeps_its_invariants_through_sigkills_and_converges_after_the
             script = cycle(generation == 0).into_iter().map(|(t, s)| (base + t, s)).rev().collect();
             generation += 1;
         }
+        let all_down = running.iter().all(Option::is_none);
         while let Some(&(at, step)) = script.last() {
-            if chaos.elapsed() < Duration::from_secs(at) {
+            // A claim is force-deleted only while no hub runs (the script waits for an outage).
+            if chaos.elapsed() < Duration::from_secs(at) || (matches!(step, Step::ForceDelete(_)) && !all_down) {
                 break;
             }
             script.pop();
@@ -499,15 +579,38 @@ async fn the_fleet_keeps_its_invariants_through_sigkills_and_converges_after_the
             eprintln!("[{:>6.1}s] {said}", chaos.elapsed().as_secs_f64());
         }
         ex.hub_running(true);
-        life += 1;
-        let mut hub = Hub::start(&bin, &kubeconfig, &log, life);
-        tokio::time::sleep(lifetime(&mut rng)).await;
-        if let Some(status) = hub.exited() {
-            panic!("the hub exited on its own ({status}) in life {life}; log: {}", log.display());
+        for (slot, name) in names.iter().enumerate() {
+            if running[slot].is_none() {
+                life += 1;
+                running[slot] = Some(Hub::start(&bin, &kubeconfig, &logs[slot], life, *name));
+            }
         }
-        hub.kill();
-        ex.hub_running(false);
-        kills += 1;
+        let wait = match mode {
+            Mode::Single => lifetime(&mut rng),
+            Mode::Sharded => sharded_lifetime(&mut rng),
+        };
+        tokio::time::sleep(wait).await;
+        for (slot, hub) in running.iter_mut().enumerate() {
+            if let Some(status) = hub.as_mut().and_then(Hub::exited) {
+                panic!("the hub exited on its own ({status}) before life {life}; log: {}", logs[slot].display());
+            }
+        }
+        // Sharded: one replica at a time, both one time in four (an outage: every bucket waits for
+        // its Lease to expire).
+        let victims: Vec<usize> = match mode {
+            Mode::Single => vec![0],
+            Mode::Sharded if rng.below(4) == 0 => vec![0, 1],
+            Mode::Sharded => vec![rng.below(2) as usize],
+        };
+        for v in victims {
+            if let Some(hub) = running[v].take() {
+                hub.kill();
+                kills += 1;
+            }
+        }
+        if running.iter().all(Option::is_none) {
+            ex.hub_running(false);
+        }
         for p in phases_under_way(&world, &forced).await {
             *phases.0.entry(p).or_default() += 1;
         }
@@ -522,9 +625,18 @@ async fn the_fleet_keeps_its_invariants_through_sigkills_and_converges_after_the
 
     // The last restart: the fleet converges.
     ex.hub_running(true);
-    life += 1;
-    let mut hub = Hub::start(&bin, &kubeconfig, &log, life);
-    let expected = [5, 3];
+    for (slot, name) in names.iter().enumerate() {
+        if running[slot].is_none() {
+            life += 1;
+            running[slot] = Some(Hub::start(&bin, &kubeconfig, &logs[slot], life, *name));
+        }
+    }
+    // Sharded: alpha ends with 4 pods, what its quota holds while a consolidation command is in
+    // flight there (its old node draining beside the replacement). A fifth pod would wait for
+    // quota the draining node holds, and the PodDisruptionBudget (`maxUnavailable: 1`, the pending
+    // pod already unavailable) would refuse that node's last eviction: a deadlock the hub must not
+    // break (it never evicts against a budget), which the longer sharded lives reach at the end.
+    let expected = if mode == Mode::Sharded { [4, 3] } else { [5, 3] };
     pods.set(&world, &ex, ALPHA, expected[ALPHA]).await;
     pods.set(&world, &ex, BETA, expected[BETA]).await;
     let calm = Instant::now();
@@ -544,29 +656,54 @@ async fn the_fleet_keeps_its_invariants_through_sigkills_and_converges_after_the
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let convergence = calm.elapsed();
-    assert!(hub.exited().is_none(), "the hub exited after the last restart; log: {}", log.display());
+    for (slot, hub) in running.iter_mut().enumerate() {
+        let hub = hub.as_mut().unwrap();
+        assert!(hub.exited().is_none(), "the hub exited after the last restart; log: {}", logs[slot].display());
+    }
     stop.store(true, Ordering::Relaxed);
     let mut inv = observer.await.unwrap();
     inv.observe_final(&world).await;
     let report = inv.report();
+    let audited = holders.as_ref().map(|h| (h.changes(), audit::audit(&world, h)));
+    audit_stop.cancel();
     eprintln!(
-        "chaos kills: seed {seed}, {kills} SIGKILLs, {life} starts over {:.0}s; kills by phase under way: {:?}; convergence after the last restart: {}; {report}; wall time {:.0}s",
+        "chaos kills ({mode:?}): seed {seed}, {kills} SIGKILLs, {life} starts over {:.0}s; kills by phase under way: {:?}; convergence after the last restart: {}; {report}; {}wall time {:.0}s",
         chaos_time.as_secs_f64(),
         phases.0,
         if ok { format!("{:.1}s", convergence.as_secs_f64()) } else { format!("NOT within {CONVERGENCE:?} ({last})") },
+        audited.as_ref().map_or(String::new(), |(changes, a)| format!(
+            "bucket holder changes seen {changes}, hub writes to the workload clusters audited {} from {} replica lives, written without the bucket {}; ",
+            a.writes,
+            a.writers,
+            a.double.len()
+        )),
         started.elapsed().as_secs_f64(),
     );
     assert!(kills >= wanted, "{kills} kills, {wanted} wanted");
-    let missing: Vec<&str> = REQUIRED_PHASES.into_iter().filter(|p| !phases.0.contains_key(p)).collect();
+    let required: &[&str] = if mode == Mode::Sharded { &REQUIRED_SHARDED_PHASES } else { &REQUIRED_PHASES };
+    let missing: Vec<&str> = required.iter().copied().filter(|p| !phases.0.contains_key(p)).collect();
     assert!(missing.is_empty(), "no kill landed during {missing:?}; kills by phase: {:?}", phases.0);
     assert!(
         ok,
-        "the fleet did not converge within {CONVERGENCE:?} after the last restart: {last}; log: {}",
-        log.display()
+        "the fleet did not converge within {CONVERGENCE:?} after the last restart: {last}; logs in {}",
+        dir.display()
     );
-    assert!(report.violations.is_empty(), "invariants violated:\n{report}\nlog: {}", log.display());
+    assert!(report.violations.is_empty(), "invariants violated:\n{report}\nlogs in {}", dir.display());
     assert!(report.checks > 0 && report.pod_disruptions > 0, "the invariants were not exercised: {report}");
-    hub.kill();
+    if let Some((changes, a)) = &audited {
+        assert!(
+            a.double.is_empty(),
+            "writes to a cluster by a replica not holding its bucket:\n{}",
+            a.double.join("\n")
+        );
+        assert!(
+            *changes > REPLICAS.len() && a.writers > REPLICAS.len() && a.writes > 0,
+            "the audit saw too little to say anything: {changes} holder changes, {a:?}"
+        );
+    }
+    for hub in running.into_iter().flatten() {
+        hub.kill();
+    }
     let world = Arc::try_unwrap(world).expect("the observer is done");
     world.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
