@@ -626,6 +626,54 @@ impl WriteLog {
     }
 }
 
+/// The management cluster black-holed while launches are in flight, and what was in flight then.
+struct Cut {
+    at: Instant,
+    /// The hub's writes to each workload cluster by then.
+    writes: Vec<u64>,
+    /// Pods waiting for a node of their own (read from the workload clusters, which stay reachable).
+    waiting: usize,
+    /// NodeGroups created for them.
+    groups: usize,
+}
+
+impl Cut {
+    /// The hub's writes to each workload cluster since the cut, and how long after it the last arrived.
+    fn writes_since(&self, log: &WriteLog) -> (Vec<u64>, Option<Duration>) {
+        let (last_at, totals) = log.last_change().unwrap();
+        (totals.iter().zip(&self.writes).map(|(t, c)| t - c).collect(), last_at.checked_duration_since(self.at))
+    }
+}
+
+/// Creates `burst` pods needing a node each in every cluster of `all` (one pod already running in
+/// each) and black-holes the management emulator as soon as the hub has created a claim for them.
+async fn cut_with_launches_in_flight(world: &World, seen: &[Seen], all: &[usize], log: &WriteLog, burst: usize) -> Cut {
+    let mgmt = world.mgmt.client();
+    let claims_before: usize =
+        futures::future::join_all(all.iter().map(|&i| claims_of(world, i))).await.iter().map(Vec::len).sum();
+    for &i in all {
+        let api: Api<Pod> = Api::namespaced(world.clusters[i].client(), "default");
+        for k in 0..burst {
+            api.create(&PostParams::default(), &workload_pod(&format!("web-{}", k + 1), POD_CPU, POD_MEMORY))
+                .await
+                .unwrap();
+        }
+    }
+    common::poll_every(Duration::from_millis(10), UP, || async {
+        let claims = Api::<NodeClaim>::all(mgmt.clone()).list(&ListParams::default()).await.map(|l| l.items.len());
+        claims.is_ok_and(|n| n > claims_before)
+    })
+    .await;
+    world.mgmt.faults().set_blackhole(true);
+    let at = Instant::now();
+    Cut {
+        at,
+        writes: log.at(at),
+        waiting: all.iter().map(|&i| burst + 1 - seen[i].running()).sum(),
+        groups: seen.iter().map(|s| s.groups().len()).sum::<usize>() - all.len(),
+    }
+}
+
 /// The management cluster cut off (a black hole: requests hang, as when packets are dropped) while
 /// launches are in flight, with the hub run as in production (`run`, leader election on): no hub
 /// write reaches any workload cluster later than the Lease's renew deadline after the cut, the hub
@@ -662,34 +710,12 @@ async fn the_management_cluster_cut_off_stops_the_leader_everywhere_by_its_renew
     checker.observe(&world).await;
     let writes = WriteLog::start(&world, &stop);
 
-    // Work in flight: pods needing a node each, the cut as soon as the hub has created a claim.
-    let claims_before: usize =
-        futures::future::join_all(all.iter().map(|&i| claims_of(&world, i))).await.iter().map(Vec::len).sum();
-    for &i in &all {
-        let api: Api<Pod> = Api::namespaced(world.clusters[i].client(), "default");
-        for k in 0..BURST {
-            api.create(&PostParams::default(), &workload_pod(&format!("web-{}", k + 1), POD_CPU, POD_MEMORY))
-                .await
-                .unwrap();
-        }
-    }
-    common::poll_every(Duration::from_millis(10), UP, || async {
-        let claims = Api::<NodeClaim>::all(mgmt.clone()).list(&ListParams::default()).await.map(|l| l.items.len());
-        claims.is_ok_and(|n| n > claims_before)
-    })
-    .await;
-    let mgmt_faults = world.mgmt.faults();
-    mgmt_faults.set_blackhole(true);
-    let cut = Instant::now();
-    let at_cut = writes.at(cut);
-    // What was in flight then (read from the workload clusters, which stay reachable): pods waiting
-    // for a node of their own.
-    let waiting_at_cut: usize = all.iter().map(|&i| BURST + 1 - seen[i].running()).sum();
-    let groups_at_cut: usize = seen.iter().map(|s| s.groups().len()).sum::<usize>() - CLUSTERS;
+    let cut = cut_with_launches_in_flight(&world, &seen, &all, &writes, BURST).await;
+    let (mgmt_faults, waiting_at_cut, groups_at_cut) = (world.mgmt.faults(), cut.waiting, cut.groups);
 
     // The hub must lose its Lease by the renew deadline and stop; `run` returns (the binary exits).
     let stopped = tokio::time::timeout(UP, &mut hub).await;
-    let stopped_after = cut.elapsed();
+    let stopped_after = cut.at.elapsed();
     let outcome = match stopped {
         Ok(Ok(r)) => r.map_err(|e| e.to_string()),
         Ok(Err(e)) => panic!("the hub panicked: {e}"),
@@ -697,9 +723,7 @@ async fn the_management_cluster_cut_off_stops_the_leader_everywhere_by_its_renew
     };
     // `run` returned well after the deadline (its controllers get 10 s to finish): the write log up
     // to now covers the deadline and what followed while the cut lasted.
-    let (last_at, totals) = writes.last_change().unwrap();
-    let after_cut: Vec<u64> = totals.iter().zip(&at_cut).map(|(t, c)| t - c).collect();
-    let last_write = last_at.checked_duration_since(cut);
+    let (after_cut, last_write) = cut.writes_since(&writes);
 
     // Back: the hub restarts (as the Deployment restarts the binary) and resumes.
     mgmt_faults.set_blackhole(false);
@@ -788,32 +812,11 @@ async fn the_management_cluster_cut_off_fences_a_sharded_replica_by_its_renew_de
     assert_eq!(before.len(), 1, "one replica holds the buckets: {before:?}");
     let writes = WriteLog::start(&world, &stop);
 
-    let claims_before: usize =
-        futures::future::join_all(all.iter().map(|&i| claims_of(&world, i))).await.iter().map(Vec::len).sum();
-    for &i in &all {
-        let api: Api<Pod> = Api::namespaced(world.clusters[i].client(), "default");
-        for k in 0..BURST {
-            api.create(&PostParams::default(), &workload_pod(&format!("web-{}", k + 1), POD_CPU, POD_MEMORY))
-                .await
-                .unwrap();
-        }
-    }
-    common::poll_every(Duration::from_millis(10), UP, || async {
-        let claims = Api::<NodeClaim>::all(mgmt.clone()).list(&ListParams::default()).await.map(|l| l.items.len());
-        claims.is_ok_and(|n| n > claims_before)
-    })
-    .await;
-    let mgmt_faults = world.mgmt.faults();
-    mgmt_faults.set_blackhole(true);
-    let cut = Instant::now();
-    let at_cut = writes.at(cut);
-    let waiting_at_cut: usize = all.iter().map(|&i| BURST + 1 - seen[i].running()).sum();
-    let groups_at_cut: usize = seen.iter().map(|s| s.groups().len()).sum::<usize>() - CLUSTERS;
+    let cut = cut_with_launches_in_flight(&world, &seen, &all, &writes, BURST).await;
+    let (mgmt_faults, waiting_at_cut, groups_at_cut) = (world.mgmt.faults(), cut.waiting, cut.groups);
     tokio::time::sleep(RENEW_DEADLINE + HELD).await;
     let still_running = !hub.is_finished();
-    let (last_at, totals) = writes.last_change().unwrap();
-    let after_cut: Vec<u64> = totals.iter().zip(&at_cut).map(|(t, c)| t - c).collect();
-    let last_write = last_at.checked_duration_since(cut);
+    let (after_cut, last_write) = cut.writes_since(&writes);
 
     mgmt_faults.set_blackhole(false);
     let healed = Instant::now();

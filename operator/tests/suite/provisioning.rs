@@ -109,6 +109,13 @@ async fn a_pending_pod_runs_one_round_reading_caches_and_idle_clusters_run_none(
         l.extend_from_slice(labels);
         metric(&world, name, &l)
     };
+    // The hub records the wait once its create request has returned, which the test's LIST can
+    // see first (CI at 4c71cda: the count still 0 when the NodeGroup was seen).
+    let recorded = common::poll_until(Duration::from_secs(10), || async {
+        own("karpenter_hub_pod_provisioning_latency_seconds_count", &[]) >= 1.0
+    })
+    .await;
+    assert!(recorded, "the hub recorded no pod's wait within 10 s of its NodeGroup");
     assert_eq!(own("karpenter_hub_pod_provisioning_latency_seconds_count", &[]), 1.0, "one pod's wait");
     let total = own("karpenter_hub_pod_provisioning_latency_seconds_sum", &[]);
     assert!(total > 0.0 && total <= (grouped - marked).as_secs_f64() + 0.5, "the hub's share {total} s");
