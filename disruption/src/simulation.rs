@@ -2,7 +2,7 @@
 //! unchanged, run without the candidate nodes on their pods plus the pending pods and the pods of
 //! nodes already leaving.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use scheduling::model::{ExistingNode, Input, Pod, RunningPod, Taint, TaintEffect, Toleration, TolerationOperator};
 
@@ -152,42 +152,20 @@ fn pin_placed_first(input: &mut Input, pending: usize) -> usize {
         return pending;
     }
     let first = scheduling::solve(input);
-    let mut pinned = BTreeSet::new();
+    // Pod index -> the in-flight node it is bound to.
+    let mut bound: BTreeMap<usize, usize> = BTreeMap::new();
     for a in &first.existing {
-        let Some(node) = input.nodes.get(a.node) else { continue };
-        if !node.managed || node.initialized {
-            continue;
-        }
-        for &p in &a.pods {
-            let Some(pod) = input.pods.get(p) else { continue };
-            let bound = running(pod);
-            input.nodes[a.node].pods.push(bound);
-            pinned.insert(p);
+        if input.nodes.get(a.node).is_some_and(|n| n.managed && !n.initialized) {
+            bound.extend(a.pods.iter().map(|&p| (p, a.node)));
         }
     }
-    let mut index = 0;
-    input.pods.retain(|_| {
-        let keep = !pinned.contains(&index);
-        index += 1;
-        keep
-    });
-    pending - pinned.range(..pending).count()
-}
-
-/// `pod` as bound to a node: what it takes there and what it keeps away.
-fn running(pod: &Pod) -> RunningPod {
-    RunningPod {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        labels: pod.labels.clone(),
-        requests: pod.requests,
-        extended: pod.extended.clone(),
-        host_ports: pod.constraints.host_ports.clone(),
-        daemonset: None,
-        anti_affinity: pod.constraints.pod_anti_affinity.clone(),
-        counted: true,
-        csi_volumes: pod.csi_volumes.clone(),
+    for (i, pod) in std::mem::take(&mut input.pods).into_iter().enumerate() {
+        match bound.get(&i).and_then(|&n| input.nodes.get_mut(n)) {
+            Some(node) => node.pods.push(RunningPod::from(pod)),
+            None => input.pods.push(pod),
+        }
     }
+    pending - bound.range(..pending).count()
 }
 
 /// A [`ScopeModel`] simulating for one kind of method.

@@ -626,6 +626,19 @@ impl WriteLog {
     }
 }
 
+/// [`violations`] in each of `clusters`, pods counted by claim (pods created together may share a
+/// node: NodeGroups pair with claims, not with pods); the violations and the checks made.
+async fn violations_in(world: &World, clusters: &[usize]) -> (Vec<String>, usize) {
+    let mut found = Vec::new();
+    let mut checks = 0;
+    for &i in clusters {
+        let (v, c) = violations(world, i, None).await;
+        found.extend(v);
+        checks += c;
+    }
+    (found, checks)
+}
+
 /// The management cluster black-holed while launches are in flight, and what was in flight then.
 struct Cut {
     at: Instant,
@@ -733,14 +746,7 @@ async fn the_management_cluster_cut_off_stops_the_leader_everywhere_by_its_renew
     })
     .await;
     let (holder, transitions_after) = leader(&mgmt).await.expect("a leader Lease once back");
-    let mut found = Vec::new();
-    let mut checks = 0;
-    for &i in &all {
-        // Pods created together may share a node: NodeGroups pair with claims, not with pods.
-        let (v, c) = violations(&world, i, None).await;
-        found.extend(v);
-        checks += c;
-    }
+    let (found, checks) = violations_in(&world, &all).await;
     checker.observe_final(&world).await;
     let report = checker.report();
     eprintln!(
@@ -826,13 +832,7 @@ async fn the_management_cluster_cut_off_fences_a_sharded_replica_by_its_renew_de
     .await;
     let back = healed.elapsed();
     let after = bucket_holders(&mgmt).await;
-    let mut found = Vec::new();
-    let mut checks = 0;
-    for &i in &all {
-        let (v, c) = violations(&world, i, None).await;
-        found.extend(v);
-        checks += c;
-    }
+    let (found, checks) = violations_in(&world, &all).await;
     checker.observe_final(&world).await;
     let report = checker.report();
     eprintln!(

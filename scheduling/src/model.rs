@@ -418,6 +418,25 @@ pub struct RunningPod {
     pub csi_volumes: Vec<(String, String)>,
 }
 
+impl From<Pod> for RunningPod {
+    /// `pod` bound to a node: what it takes there and what it keeps away; counted by topology, no
+    /// DaemonSet's (callers that know better set those two).
+    fn from(pod: Pod) -> RunningPod {
+        RunningPod {
+            namespace: pod.namespace,
+            name: pod.name,
+            labels: pod.labels,
+            requests: pod.requests,
+            extended: pod.extended,
+            host_ports: pod.constraints.host_ports,
+            daemonset: None,
+            anti_affinity: pod.constraints.pod_anti_affinity,
+            counted: true,
+            csi_volumes: pod.csi_volumes,
+        }
+    }
+}
+
 /// Existing capacity: a node, or an in-flight claim without one.
 #[derive(Debug, Clone, Default)]
 pub struct ExistingNode {

@@ -282,8 +282,7 @@ fn audit(world: &World) -> Value {
         .map(|c| {
             let mut by: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
             for w in c.server.requests().written() {
-                let Some(replica) = w.agent.split_once("(replica ").map(|(_, r)| r.trim_end_matches(')').to_string())
-                else {
+                let Some(replica) = operator::infra::replica_of(&w.agent).map(str::to_string) else {
                     continue;
                 };
                 let e = by.entry(replica).or_insert((w.at_ms, w.at_ms, 0));

@@ -231,6 +231,9 @@ mod tests {
         client.apiserver_version().await.unwrap();
         let agents = script.agents.lock().unwrap().clone();
         assert_eq!(agents, vec![format!("{} (replica hub-7d9f1234)", super::super::USER_AGENT)]);
+        assert_eq!(super::super::replica_of(&agents[0]), Some("hub-7d9f1234"), "read back as written");
+        assert_eq!(super::super::replica_of(super::super::USER_AGENT), None, "one replica: none named");
+        assert_eq!(super::super::replica_of("kubectl/v1.36 (replica x)"), None, "not the hub's");
     }
 
     #[tokio::test]

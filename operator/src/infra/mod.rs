@@ -39,6 +39,11 @@ pub fn identify_replica(config: &mut kube::Config, identity: &str) {
     }
 }
 
+/// The replica a `User-Agent` names, as [`identify_replica`] writes it; `None` for any other agent.
+pub fn replica_of(user_agent: &str) -> Option<&str> {
+    user_agent.strip_prefix(USER_AGENT)?.strip_prefix(" (replica ")?.strip_suffix(')')
+}
+
 /// Identify the clients built from `config` as the hub ([`USER_AGENT`]), once.
 pub fn identify(config: &mut kube::Config) {
     if !config.headers.iter().any(|(name, _)| name == axum::http::header::USER_AGENT) {

@@ -357,8 +357,8 @@ impl Registry {
 
     /// Each cluster whose connection just became synced: connected first, reconnected after a
     /// failure or a rotation, or (sharded mode) newly owned by this replica, since ownership starts
-    /// a connection, or owned again over kept caches (new write clients); and each registered cluster whose labels changed (fleet pools may have begun
-    /// or stopped serving it). Lets a controller wake only that cluster's objects, where
+    /// a connection, or owned again over kept caches (new write clients); and each registered
+    /// cluster whose labels changed (fleet pools may have begun or stopped serving it). Lets a controller wake only that cluster's objects, where
     /// [`Registry::change_stream`] would wake the whole fleet's. Should the subscriber lag behind,
     /// every cluster synced at that moment is yielded instead: a wake too many, never one lost.
     pub fn synced(&self) -> impl futures::Stream<Item = ClusterKey> + Send + use<> {

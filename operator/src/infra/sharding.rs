@@ -557,9 +557,9 @@ impl Sharder {
         self.registry.set_identified_elsewhere(elsewhere);
     }
 
-    /// What this replica publishes on a bucket's Lease, its registered clusters being `keys`: the bucket's weight (when every one of
-    /// its clusters owned here has synced; else the Lease's current weight stays) and the clusters
-    /// it identified there.
+    /// What this replica publishes on a bucket's Lease, its registered clusters being `keys`: the
+    /// bucket's weight (when every one of its clusters owned here has synced; else the Lease's
+    /// current weight stays) and the clusters it identified there.
     fn annotations(&self, keys: &BTreeSet<ClusterKey>) -> BTreeMap<String, String> {
         let mut out = BTreeMap::from([(IDENTIFIED_ANNOTATION.to_string(), self.identified_json(keys))]);
         let pods: Option<usize> = keys.iter().map(|k| self.registry.pods(k)).sum();

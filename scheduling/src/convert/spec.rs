@@ -298,14 +298,7 @@ pub(super) fn running_from(p: &CompactPod, obj: &str) -> Result<RunningPod, Conv
         .map(|o| format!("{}/{}", pod.namespace, o.name));
     Ok(RunningPod {
         counted: !is_terminal(p) && p.metadata.deletion_timestamp.is_none(),
-        namespace: pod.namespace,
-        name: pod.name,
-        labels: pod.labels,
-        requests: pod.requests,
-        extended: pod.extended,
-        host_ports: pod.constraints.host_ports,
         daemonset,
-        anti_affinity: pod.constraints.pod_anti_affinity,
-        csi_volumes: Vec::new(),
+        ..RunningPod::from(pod)
     })
 }

@@ -93,8 +93,7 @@ pub(crate) fn audit(world: &World, holders: &Holders) -> Audit {
         let changes: Vec<(u64, String)> =
             seen.iter().filter(|(_, l, _)| *l == lease).map(|(at, _, holder)| (*at, holder.clone())).collect();
         for w in c.server.requests().written() {
-            let Some((_, rest)) = w.agent.split_once("(replica ") else { continue };
-            let replica = rest.trim_end_matches(')');
+            let Some(replica) = operator::infra::replica_of(&w.agent) else { continue };
             out.writes += 1;
             writers.insert(replica.to_string());
             if let Some((at, holder)) = held_elsewhere(&changes, replica, w.at_ms) {

@@ -419,6 +419,16 @@ async fn converged(world: &World, expected: &[usize]) -> Result<(), String> {
     Ok(())
 }
 
+/// Starts a process in every slot of `running` that has none, each a new life (`start(slot, life)`).
+fn restart_dead(running: &mut [Option<Hub>], life: &mut u64, start: impl Fn(usize, u64) -> Hub) {
+    for (slot, hub) in running.iter_mut().enumerate() {
+        if hub.is_none() {
+            *life += 1;
+            *hub = Some(start(slot, *life));
+        }
+    }
+}
+
 fn kills_wanted(mode: Mode) -> u64 {
     let ci = if mode == Mode::Sharded { CI_SHARDED_KILLS } else { CI_KILLS };
     std::env::var("KARPENTER_HUB_CHAOS_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(ci)
@@ -558,6 +568,7 @@ async fn chaos(mode: Mode) {
     let chaos = Instant::now();
     // The processes running, by slot (one, or one per replica).
     let mut running: Vec<Option<Hub>> = names.iter().map(|_| None).collect();
+    let start = |slot: usize, life: u64| Hub::start(&bin, &kubeconfig, &logs[slot], life, names[slot]);
     loop {
         if kills >= wanted {
             break;
@@ -579,12 +590,7 @@ async fn chaos(mode: Mode) {
             eprintln!("[{:>6.1}s] {said}", chaos.elapsed().as_secs_f64());
         }
         ex.hub_running(true);
-        for (slot, name) in names.iter().enumerate() {
-            if running[slot].is_none() {
-                life += 1;
-                running[slot] = Some(Hub::start(&bin, &kubeconfig, &logs[slot], life, *name));
-            }
-        }
+        restart_dead(&mut running, &mut life, start);
         let wait = match mode {
             Mode::Single => lifetime(&mut rng),
             Mode::Sharded => sharded_lifetime(&mut rng),
@@ -625,12 +631,7 @@ async fn chaos(mode: Mode) {
 
     // The last restart: the fleet converges.
     ex.hub_running(true);
-    for (slot, name) in names.iter().enumerate() {
-        if running[slot].is_none() {
-            life += 1;
-            running[slot] = Some(Hub::start(&bin, &kubeconfig, &logs[slot], life, *name));
-        }
-    }
+    restart_dead(&mut running, &mut life, start);
     // Sharded: alpha ends with 4 pods, what its quota holds while a consolidation command is in
     // flight there (its old node draining beside the replacement). A fifth pod would wait for
     // quota the draining node holds, and the PodDisruptionBudget (`maxUnavailable: 1`, the pending
