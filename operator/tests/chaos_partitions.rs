@@ -348,11 +348,7 @@ fn invariants() -> Invariants {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_black_holed_for_an_hour_gets_no_write_and_delays_no_other() {
     let _serial = SERIAL.lock().await;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("warn,operator=info"))
-        .with_ansi(false)
-        .with_test_writer()
-        .try_init();
+    log_to_the_test();
     const CLUSTERS: usize = 20;
     const CUT: usize = 7;
     let t_start = Instant::now();
@@ -527,6 +523,15 @@ struct Cli {
     run: operator::commands::run::RunArgs,
 }
 
+/// The in-process hub's log (`info`, and its dependencies' warnings) in the test's output.
+fn log_to_the_test() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn,operator=info"))
+        .with_ansi(false)
+        .with_test_writer()
+        .try_init();
+}
+
 /// The hub as the binary runs it (`karpenter-hub run`, leader election on), in this process;
 /// `sharded`: with `--sharding` (its bucket Leases on the same timings). Cancelling `shutdown` is
 /// the SIGTERM.
@@ -698,11 +703,7 @@ async fn the_management_cluster_cut_off_stops_the_leader_everywhere_by_its_renew
     const CLUSTERS: usize = 3;
     /// Pods created at once per cluster just before the cut, each needing a node.
     const BURST: usize = 2;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("warn,operator=info"))
-        .with_ansi(false)
-        .with_test_writer()
-        .try_init();
+    log_to_the_test();
     let t_start = Instant::now();
     let world = fleet(CLUSTERS, None, Clock::real()).await;
     let dir =
@@ -792,11 +793,7 @@ async fn the_management_cluster_cut_off_fences_a_sharded_replica_by_its_renew_de
     const HELD: Duration = Duration::from_secs(4);
     /// From the heal to every waiting pod running: a retry period to renew, a launch, a node.
     const RECOVERY: Duration = Duration::from_secs(30);
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("warn,operator=info"))
-        .with_ansi(false)
-        .with_test_writer()
-        .try_init();
+    log_to_the_test();
     let t_start = Instant::now();
     let world = fleet(CLUSTERS, None, Clock::real()).await;
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
